@@ -1,0 +1,54 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error a dlock backend returns matches at most one of
+// ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable and ErrInvalid with
+// errors.Is, so callers can tell "busy" from "gone" from "unreachable" from
+// "your mistake". A wait that ended with its context matches both
+// ErrNotAcquired and the context's error (context.Canceled or
+// context.DeadlineExceeded).
+var (
+	// ErrNotAcquired means the lock is held by another owner (or, for a
+	// quorum backend, no majority could be gathered in time).
+	ErrNotAcquired = errors.New("dlock: lock not acquired")
+
+	// ErrNotHeld means the caller's lock is no longer held: it was released,
+	// it expired, or another owner holds the key now. An operation that
+	// returns it changed nothing on the server.
+	ErrNotHeld = errors.New("dlock: lock not held")
+
+	// ErrLockLost is the cause with which Do cancels its function's context
+	// when the lock may have been lost (an extension failed or the validity
+	// ran out). A lock handle that was declared lost returns it from Extend.
+	ErrLockLost = errors.New("dlock: lock lost")
+
+	// ErrUnavailable means the backend could not be reached or answered
+	// with an error; the outcome of the operation may be unknown.
+	ErrUnavailable = errors.New("dlock: backend unavailable")
+
+	// ErrInvalid means a caller's argument or option was rejected before
+	// anything was sent to a server.
+	ErrInvalid = errors.New("dlock: invalid argument")
+)
+
+// NodeError says which backend node gave which error. Backends wrap server
+// and network errors in it, so callers can find the node with errors.As.
+type NodeError struct {
+	Node string // the node's address or name, as the backend knows it
+	Err  error
+}
+
+func (e *NodeError) Error() string { return fmt.Sprintf("node %s: %v", e.Node, e.Err) }
+
+// Unwrap returns the node's error.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// Invalidf returns an error that matches ErrInvalid and carries a message
+// naming the offending value. Backends use it to reject bad input.
+func Invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,120 @@
+package dlock
+
+import (
+	"fmt"
+	"time"
+)
+
+// Option configures Acquire and Do. Options that concern only Do (the
+// extension threshold and the hold limit) are ignored by Acquire.
+type Option func(*config) error
+
+// RetryForever, passed to WithRetryCount, makes Acquire wait until its
+// context ends.
+const RetryForever = -1
+
+type config struct {
+	retryCount  int           // attempts after the first; RetryForever = until ctx ends
+	retryDelay  time.Duration // base delay between attempts
+	retryJitter time.Duration // random extra delay in [0, jitter)
+
+	extendThreshold time.Duration // Do: extend when this much validity is left; 0 = half the TTL
+	maxHold         time.Duration // Do: stop extending after this long; 0 = no limit
+}
+
+func defaultConfig() config {
+	return config{retryCount: RetryForever, retryDelay: 50 * time.Millisecond, retryJitter: 50 * time.Millisecond}
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			return c, Invalidf("nil option")
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// WithRetryCount sets how many more attempts Acquire makes after the first
+// one fails because the lock is busy. 0 makes Acquire a single try. The
+// default is RetryForever: wait until the context ends.
+func WithRetryCount(n int) Option {
+	return func(c *config) error {
+		if n < RetryForever {
+			return Invalidf("retry count %d: must be >= 0 or RetryForever", n)
+		}
+		c.retryCount = n
+		return nil
+	}
+}
+
+// WithRetryDelay sets the base delay between attempts. Backends that learn
+// of releases (see ReleaseNotifier) retry earlier when a release is
+// announced; the delay is then only the fallback poll interval. The default
+// is 50ms.
+func WithRetryDelay(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return Invalidf("retry delay %v: must not be negative", d)
+		}
+		c.retryDelay = d
+		return nil
+	}
+}
+
+// WithRetryJitter adds a random delay in [0, d) to every wait, so that
+// contenders that failed together do not retry together. The default is
+// 50ms.
+func WithRetryJitter(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return Invalidf("retry jitter %v: must not be negative", d)
+		}
+		c.retryJitter = d
+		return nil
+	}
+}
+
+// WithExtendThreshold makes Do extend the lock when no more than d of its
+// validity is left (node-redlock's automaticExtensionThreshold). It must be
+// below the TTL; leave enough for a round trip and a retry. The default is
+// half the TTL.
+func WithExtendThreshold(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return Invalidf("extend threshold %v: must be positive", d)
+		}
+		c.extendThreshold = d
+		return nil
+	}
+}
+
+// WithMaxHold caps how long Do keeps a lock by auto-extension. Once the next
+// extension would carry the lock past d after it was acquired, Do stops
+// extending and cancels the function's context with ErrLockLost when the
+// validity runs out, so a stuck function cannot hold a lock forever. The
+// default is no limit.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return Invalidf("max hold %v: must be positive", d)
+		}
+		c.maxHold = d
+		return nil
+	}
+}
+
+// checkDo validates the options that depend on the TTL.
+func (c *config) checkDo(ttl time.Duration) error {
+	if c.extendThreshold >= ttl {
+		return fmt.Errorf("%w: extend threshold %v must be below the ttl %v", ErrInvalid, c.extendThreshold, ttl)
+	}
+	if c.extendThreshold == 0 {
+		c.extendThreshold = ttl / 2
+	}
+	return nil
+}
