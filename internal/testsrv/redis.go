@@ -263,3 +263,39 @@ func FreePort() (int, error) {
 
 // Flush empties a server between tests that share it.
 func Flush(ctx context.Context, c redis.UniversalClient) error { return c.FlushAll(ctx).Err() }
+
+// StartRedisCluster starts a Redis Cluster of n masters (no replicas) on
+// free ports, with all 16384 slots assigned, and returns its node addresses.
+func StartRedisCluster(tb testing.TB, n int) []string {
+	tb.Helper()
+	nodes := make([]*Redis, n)
+	addrs := make([]string, n)
+	for i := range nodes {
+		nodes[i] = StartRedis(tb, RedisArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
+		addrs[i] = nodes[i].Addr
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		tb.Fatalf("redis-cli not found on PATH; install it with: apt-get install -y redis-tools")
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	// Wait until every node agrees the cluster is up.
+	deadline := time.Now().Add(15 * time.Second)
+	for _, r := range nodes {
+		for {
+			out, _ := exec.Command(cli, "-h", "127.0.0.1", "-p", strconv.Itoa(r.Port), "cluster", "info").Output()
+			if strings.Contains(string(out), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("cluster node %s not ok: %s", r.Addr, out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return addrs
+}

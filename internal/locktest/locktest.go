@@ -1,0 +1,408 @@
+// Package locktest is the conformance suite that every dlock backend runs:
+// it states the contract of dlock.Locker and dlock.Lock once, in tests that
+// talk to the backend's real servers.
+package locktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Factory returns a fresh Locker with its own client (connection pool), as a
+// separate process would have. The factory registers its cleanup with t.
+type Factory func(t *testing.T) dlock.Locker
+
+// Option adapts the suite to a backend.
+type Option func(*suite)
+
+// WithLapse gives the suite a way to make the lock on key lapse on the
+// server behind its holder's back: delete the Redis key, terminate the
+// Postgres session. Without it the suite waits for the TTL to run out, which
+// only works for backends whose servers expire locks.
+func WithLapse(lapse func(t *testing.T, key string)) Option {
+	return func(s *suite) { s.lapse = lapse }
+}
+
+type suite struct {
+	newLocker Factory
+	lapse     func(t *testing.T, key string)
+}
+
+// TTL is the lease the suite uses where expiry is the point: short, with
+// generous margins around it for a busy machine.
+const TTL = 300 * time.Millisecond
+
+var keySeq atomic.Int64
+
+// Key returns a key unique to the test.
+func Key(t *testing.T) string {
+	return fmt.Sprintf("locktest:%s:%d", t.Name(), keySeq.Add(1))
+}
+
+// Run runs the conformance suite as subtests of t.
+func Run(t *testing.T, newLocker Factory, opts ...Option) {
+	s := &suite{newLocker: newLocker}
+	for _, o := range opts {
+		o(s)
+	}
+	t.Run("MutualExclusion", s.mutualExclusion)
+	t.Run("SameLockerIsAnotherOwner", s.sameLockerIsAnotherOwner)
+	t.Run("StaleReleaseRefused", s.staleReleaseRefused)
+	t.Run("ExtendAfterLapseRefused", s.extendAfterLapseRefused)
+	t.Run("ExtendOutlivesFirstTTL", s.extendOutlivesFirstTTL)
+	t.Run("FencesStrictlyIncrease", s.fencesStrictlyIncrease)
+	t.Run("CancelledWait", s.cancelledWait)
+	t.Run("HundredGoroutinesOneWinner", s.hundredGoroutinesOneWinner)
+	t.Run("HandleMisuse", s.handleMisuse)
+	t.Run("BadInput", s.badInput)
+	t.Run("DoExcludes", s.doExcludes)
+	t.Run("DoSignalsLoss", s.doSignalsLoss)
+	t.Run("DoReleasesOnPanic", s.doReleasesOnPanic)
+	t.Run("AcquireAfterRelease", s.acquireAfterRelease)
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func mustAcquire(t *testing.T, l dlock.Locker, key string, ttl time.Duration) *dlock.Lock {
+	t.Helper()
+	lock, err := l.TryAcquire(ctx(t), key, ttl)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q): %v", key, err)
+	}
+	t.Cleanup(func() { lock.Release(context.Background()) })
+	return lock
+}
+
+func wantIs(t *testing.T, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("got error %v, want one matching %v", err, target)
+	}
+}
+
+// lapseLock makes the lock on key lapse and waits until the holder's
+// validity is surely over.
+func (s *suite) lapseLock(t *testing.T, key string, lock *dlock.Lock) {
+	t.Helper()
+	if s.lapse != nil {
+		s.lapse(t, key)
+	}
+	time.Sleep(time.Until(lock.ValidUntil()) + 150*time.Millisecond)
+}
+
+func (s *suite) mutualExclusion(t *testing.T) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	key := Key(t)
+	la := mustAcquire(t, a, key, 10*time.Second)
+	_, err := b.TryAcquire(ctx(t), key, 10*time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+	if errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("busy error also matches another sentinel: %v", err)
+	}
+	if err := la.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	lb := mustAcquire(t, b, key, 10*time.Second)
+	if lb.Token() == la.Token() {
+		t.Fatalf("two grants share token %q", lb.Token())
+	}
+}
+
+func (s *suite) sameLockerIsAnotherOwner(t *testing.T) {
+	l := s.newLocker(t)
+	key := Key(t)
+	mustAcquire(t, l, key, 10*time.Second)
+	_, err := l.TryAcquire(ctx(t), key, 10*time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+}
+
+// The seed's expiry bug: A is slower than its lock, B acquires, A releases.
+// A must be told it no longer holds the lock, B must keep it, C is refused.
+func (s *suite) staleReleaseRefused(t *testing.T) {
+	a, b, c := s.newLocker(t), s.newLocker(t), s.newLocker(t)
+	key := Key(t)
+	la := mustAcquire(t, a, key, TTL)
+	s.lapseLock(t, key, la)
+	lb := mustAcquire(t, b, key, 10*time.Second)
+
+	wantIs(t, la.Release(ctx(t)), dlock.ErrNotHeld)
+	_, err := c.TryAcquire(ctx(t), key, 10*time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+	if err := lb.Extend(ctx(t), 10*time.Second); err != nil {
+		t.Fatalf("B lost its lock to A's stale release: Extend: %v", err)
+	}
+}
+
+func (s *suite) extendAfterLapseRefused(t *testing.T) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	key := Key(t)
+	la := mustAcquire(t, a, key, TTL)
+	s.lapseLock(t, key, la)
+	lb := mustAcquire(t, b, key, 10*time.Second)
+
+	err := la.Extend(ctx(t), 10*time.Second)
+	if !errors.Is(err, dlock.ErrNotHeld) && !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Extend after lapse: got %v, want ErrNotHeld or ErrLockLost", err)
+	}
+	if la.Held() {
+		t.Fatal("handle reports held after a refused extension")
+	}
+	if err := lb.Extend(ctx(t), 10*time.Second); err != nil {
+		t.Fatalf("the new holder's lock was disturbed: %v", err)
+	}
+}
+
+func (s *suite) extendOutlivesFirstTTL(t *testing.T) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	key := Key(t)
+	la := mustAcquire(t, a, key, TTL)
+	if err := la.Extend(ctx(t), 5*time.Second); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	time.Sleep(TTL + 200*time.Millisecond)
+	if !la.Held() {
+		t.Fatal("extended lock not held past its first TTL")
+	}
+	_, err := b.TryAcquire(ctx(t), key, time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+}
+
+func (s *suite) fencesStrictlyIncrease(t *testing.T) {
+	lockers := []dlock.Locker{s.newLocker(t), s.newLocker(t)}
+	key := Key(t)
+	var last uint64
+	for i := range 20 {
+		lock := mustAcquire(t, lockers[i%2], key, 10*time.Second)
+		if lock.Fence() <= last {
+			t.Fatalf("grant %d: fence %d not above the previous %d", i, lock.Fence(), last)
+		}
+		last = lock.Fence()
+		if err := lock.Release(ctx(t)); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+}
+
+func (s *suite) cancelledWait(t *testing.T) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	key := Key(t)
+	mustAcquire(t, a, key, 10*time.Second)
+
+	c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := dlock.Acquire(c, b, key, 10*time.Second, dlock.WithRetryDelay(20*time.Millisecond))
+	wantIs(t, err, dlock.ErrNotAcquired)
+	wantIs(t, err, context.DeadlineExceeded)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a wait with a 200ms deadline took %v", d)
+	}
+
+	c2, cancel2 := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel2)
+	_, err = dlock.Acquire(c2, b, key, 10*time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+	wantIs(t, err, context.Canceled)
+
+	_, err = dlock.Acquire(ctx(t), b, key, 10*time.Second, dlock.WithRetryCount(2), dlock.WithRetryDelay(10*time.Millisecond))
+	wantIs(t, err, dlock.ErrNotAcquired)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a spent retry budget reported as a context error: %v", err)
+	}
+}
+
+func (s *suite) hundredGoroutinesOneWinner(t *testing.T) {
+	lockers := make([]dlock.Locker, 4)
+	for i := range lockers {
+		lockers[i] = s.newLocker(t)
+	}
+	key := Key(t)
+	var wins, busy atomic.Int64
+	var mu sync.Mutex
+	var won []*dlock.Lock
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Go(func() {
+			<-start
+			lock, err := lockers[i%len(lockers)].TryAcquire(ctx(t), key, 10*time.Second)
+			switch {
+			case err == nil:
+				wins.Add(1)
+				mu.Lock()
+				won = append(won, lock)
+				mu.Unlock()
+			case errors.Is(err, dlock.ErrNotAcquired):
+				busy.Add(1)
+			default:
+				t.Errorf("TryAcquire: %v", err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, l := range won {
+		l.Release(ctx(t))
+	}
+	if wins.Load() != 1 || busy.Load() != 99 {
+		t.Fatalf("100 contenders: %d winners, %d refused; want 1 and 99", wins.Load(), busy.Load())
+	}
+}
+
+func (s *suite) handleMisuse(t *testing.T) {
+	l := s.newLocker(t)
+	key := Key(t)
+	lock := mustAcquire(t, l, key, 10*time.Second)
+	if err := lock.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	wantIs(t, lock.Release(ctx(t)), dlock.ErrNotHeld)
+	wantIs(t, lock.Extend(ctx(t), time.Second), dlock.ErrNotHeld)
+	if lock.Held() {
+		t.Fatal("released handle reports held")
+	}
+	// A released handle must not resurrect the key: another owner gets it.
+	other := mustAcquire(t, s.newLocker(t), key, 10*time.Second)
+	wantIs(t, lock.Release(ctx(t)), dlock.ErrNotHeld)
+	if err := other.Extend(ctx(t), 10*time.Second); err != nil {
+		t.Fatalf("the next owner was disturbed: %v", err)
+	}
+	wantIs(t, other.Extend(ctx(t), 0), dlock.ErrInvalid)
+}
+
+func (s *suite) badInput(t *testing.T) {
+	l := s.newLocker(t)
+	for _, tc := range []struct {
+		name string
+		key  string
+		ttl  time.Duration
+	}{
+		{"empty key", "", time.Second},
+		{"zero ttl", Key(t), 0},
+		{"negative ttl", Key(t), -time.Second},
+		{"sub-millisecond ttl", Key(t), time.Microsecond},
+		{"huge ttl", Key(t), 1 << 62},
+	} {
+		_, err := l.TryAcquire(ctx(t), tc.key, tc.ttl)
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", tc.name, err)
+		}
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := l.TryAcquire(nil, Key(t), time.Second); !errors.Is(err, dlock.ErrInvalid) { //nolint:staticcheck
+		t.Errorf("nil context: got %v, want ErrInvalid", err)
+	}
+	if err := dlock.Do(ctx(t), l, Key(t), time.Second, nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Do with nil fn: got %v, want ErrInvalid", err)
+	}
+	err := dlock.Do(ctx(t), l, Key(t), time.Second, func(context.Context) error { return nil }, dlock.WithExtendThreshold(2*time.Second))
+	if !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Do with threshold above ttl: got %v, want ErrInvalid", err)
+	}
+}
+
+func (s *suite) doExcludes(t *testing.T) {
+	key := Key(t)
+	var inside, maxInside, runs atomic.Int64
+	var wg sync.WaitGroup
+	for range 5 {
+		l := s.newLocker(t)
+		wg.Go(func() {
+			err := dlock.Do(ctx(t), l, key, 5*time.Second, func(context.Context) error {
+				n := inside.Add(1)
+				for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
+				}
+				time.Sleep(30 * time.Millisecond)
+				inside.Add(-1)
+				runs.Add(1)
+				return nil
+			}, dlock.WithRetryDelay(5*time.Millisecond), dlock.WithRetryJitter(10*time.Millisecond))
+			if err != nil {
+				t.Errorf("Do: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if maxInside.Load() != 1 || runs.Load() != 5 {
+		t.Fatalf("5 workers through Do: max inside %d, runs %d; want 1 and 5", maxInside.Load(), runs.Load())
+	}
+}
+
+// Do must cancel its function's context with ErrLockLost within about one
+// extension interval of the lock being taken away.
+func (s *suite) doSignalsLoss(t *testing.T) {
+	if s.lapse == nil {
+		t.Skip("the backend gave no WithLapse hook")
+	}
+	l := s.newLocker(t)
+	key := Key(t)
+	var lostAfter time.Duration
+	var cause error
+	err := dlock.Do(ctx(t), l, key, TTL, func(c context.Context) error {
+		s.lapse(t, key)
+		start := time.Now()
+		select {
+		case <-c.Done():
+			lostAfter, cause = time.Since(start), context.Cause(c)
+		case <-time.After(5 * TTL):
+			t.Error("fn's context not cancelled within 5 TTLs of the lock lapsing")
+		}
+		return c.Err()
+	})
+	wantIs(t, cause, dlock.ErrLockLost)
+	wantIs(t, err, dlock.ErrLockLost)
+	if lostAfter > TTL+200*time.Millisecond {
+		t.Fatalf("loss signalled after %v, want within about one extension interval (ttl %v)", lostAfter, TTL)
+	}
+}
+
+func (s *suite) doReleasesOnPanic(t *testing.T) {
+	l := s.newLocker(t)
+	key := Key(t)
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the function's panic", r)
+			}
+		}()
+		dlock.Do(ctx(t), l, key, 10*time.Second, func(context.Context) error { panic("boom") })
+	}()
+	mustAcquire(t, s.newLocker(t), key, time.Second)
+}
+
+func (s *suite) acquireAfterRelease(t *testing.T) {
+	a, b := s.newLocker(t), s.newLocker(t)
+	key := Key(t)
+	la := mustAcquire(t, a, key, 10*time.Second)
+	done := make(chan error, 1)
+	go func() {
+		lock, err := dlock.Acquire(ctx(t), b, key, 10*time.Second, dlock.WithRetryDelay(20*time.Millisecond))
+		if err == nil {
+			err = lock.Release(ctx(t))
+		}
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := la.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter did not get the lock within 5s of its release")
+	}
+}

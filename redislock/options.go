@@ -1,0 +1,73 @@
+package redislock
+
+import (
+	"log/slog"
+	"math"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Option configures a Locker.
+type Option func(*Locker) error
+
+// NativeMode chooses between Redis 8.4's DELEX/SET IFEQ commands and the
+// equivalent Lua scripts for release and extension.
+type NativeMode int
+
+const (
+	// NativeAuto probes the server once and uses each native command it
+	// supports, the scripts otherwise. The default.
+	NativeAuto NativeMode = iota
+	// NativeAlways uses DELEX and SET IFEQ without probing (Redis 8.4+).
+	NativeAlways
+	// NativeNever always uses the Lua scripts (any Redis, Valkey).
+	NativeNever
+)
+
+// WithNativeCommands forces the release/extend path. The default is
+// NativeAuto.
+func WithNativeCommands(m NativeMode) Option {
+	return func(l *Locker) error {
+		if m < NativeAuto || m > NativeNever {
+			return dlock.Invalidf("native mode %d", m)
+		}
+		l.native = m
+		return nil
+	}
+}
+
+// WithPrefix prepends prefix to every lock key, e.g. "locks:". The key
+// stored in Redis is prefix+key; handles report key without the prefix. The
+// default is no prefix, so the key is exactly the resource name, as in
+// node-redlock and redsync.
+func WithPrefix(prefix string) Option {
+	return func(l *Locker) error {
+		l.prefix = prefix
+		return nil
+	}
+}
+
+// WithDriftFactor sets the share of the TTL set aside for clock drift when
+// computing validity (see dlock.Drift). It must be in [0, 1). The default is
+// dlock.DefaultDriftFactor (0.01).
+func WithDriftFactor(f float64) Option {
+	return func(l *Locker) error {
+		if math.IsNaN(f) || f < 0 || f >= 1 {
+			return dlock.Invalidf("drift factor %v: must be in [0, 1)", f)
+		}
+		l.driftFactor = f
+		return nil
+	}
+}
+
+// WithLogger sets where warnings go (an eviction policy that can drop lock
+// keys). The default is slog.Default().
+func WithLogger(logger *slog.Logger) Option {
+	return func(l *Locker) error {
+		if logger == nil {
+			return dlock.Invalidf("nil logger")
+		}
+		l.logger = logger
+		return nil
+	}
+}

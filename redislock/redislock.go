@@ -1,0 +1,320 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// Locker takes locks on one Redis deployment (a single node, a Sentinel
+// group or a Cluster) through a go-redis client. It is safe for concurrent
+// use; create one per client and share it.
+type Locker struct {
+	client      redis.UniversalClient
+	node        string // how errors name the server
+	prefix      string
+	driftFactor float64
+	native      NativeMode
+	logger      *slog.Logger
+
+	probeMu   sync.Mutex
+	probed    bool
+	nativeDel bool // DELEX key IFEQ token
+	nativeSet bool // SET key token PX ttl IFEQ token
+}
+
+var _ dlock.Locker = (*Locker)(nil)
+
+// New returns a Locker over client. It sends nothing to the server; support
+// for the Redis 8.4 commands is detected on first use.
+func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
+	if isNil(client) {
+		return nil, dlock.Invalidf("nil redis client")
+	}
+	l := &Locker{client: client, node: nodeName(client), driftFactor: dlock.DefaultDriftFactor, logger: slog.Default()}
+	for _, o := range opts {
+		if o == nil {
+			return nil, dlock.Invalidf("nil option")
+		}
+		if err := o(l); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// TryAcquire makes one attempt to take the lock on key for ttl: SET key token
+// NX PX ttl and the fence counter's INCR, atomically in one script and one
+// round trip. It returns an error matching dlock.ErrNotAcquired when another
+// owner holds key, dlock.ErrUnavailable when the server could not be reached
+// (a SET that may have landed is then deleted again, best effort), and
+// dlock.ErrInvalid for bad arguments.
+func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	if err := l.check(ctx, key, ttl); err != nil {
+		return nil, err
+	}
+	full := l.prefix + key
+	token := dlock.NewToken()
+	start := time.Now()
+	fence, err := scripts.Acquire.Run(ctx, l.client, []string{full, keys.Fence(full)}, token, dlock.Milliseconds(ttl)).Int64()
+	if err != nil {
+		if !isServerReply(err) {
+			// The reply was lost, not the request: the key may be ours
+			// now. Remove it so it does not block others for a whole TTL.
+			l.cleanup(ctx, full, token, ttl)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("dlock: acquire %q: %w", key, errors.Join(dlock.ErrNotAcquired, ctx.Err(), l.nodeErr(err)))
+		}
+		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, l.nodeErr(err))
+	}
+	switch {
+	case fence == 0:
+		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
+	case fence < 0:
+		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner, and the key has no expiry: was it set by hand?)", key, dlock.ErrNotAcquired)
+	}
+	validUntil := dlock.ValidUntil(start, ttl, l.driftFactor)
+	if elapsed := time.Since(start); !validUntil.After(start.Add(elapsed)) {
+		l.cleanup(ctx, full, token, ttl)
+		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
+	}
+	return dlock.NewLock(key, token, uint64(fence), validUntil, &grant{l: l, key: full, token: token}), nil
+}
+
+// Acquire takes the lock on key, waiting while it is held (see dlock.Acquire
+// for the retry options and errors).
+func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
+	return dlock.Acquire(ctx, l, key, ttl, opts...)
+}
+
+// Do runs fn under the lock on key with auto-extension (see dlock.Do).
+func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
+	return dlock.Do(ctx, l, key, ttl, fn, opts...)
+}
+
+// ReleaseToken releases the lock on key if it still holds token. It is for
+// holders that kept only the token, such as shell scripts using `dlock
+// acquire`; code with a *dlock.Lock should call its Release. It returns an
+// error matching dlock.ErrNotHeld when key does not hold token.
+func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
+	if err := l.checkToken(ctx, key, token); err != nil {
+		return err
+	}
+	if err := l.release(ctx, l.prefix+key, token); err != nil {
+		return fmt.Errorf("dlock: release %q: %w", key, err)
+	}
+	return nil
+}
+
+// ExtendToken resets the TTL of the lock on key if it still holds token (see
+// ReleaseToken for when to use it). It returns an error matching
+// dlock.ErrNotHeld when key does not hold token.
+func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := l.checkToken(ctx, key, token); err != nil {
+		return err
+	}
+	if err := l.checkTTL(ttl); err != nil {
+		return err
+	}
+	if err := l.extend(ctx, l.prefix+key, token, ttl); err != nil {
+		return fmt.Errorf("dlock: extend %q: %w", key, err)
+	}
+	return nil
+}
+
+// grant is one held lock's connection to the server.
+type grant struct {
+	l          *Locker
+	key, token string
+}
+
+func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	if err := g.l.checkTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	start := time.Now()
+	if err := g.l.extend(ctx, g.key, g.token, ttl); err != nil {
+		return time.Time{}, err
+	}
+	return dlock.ValidUntil(start, ttl, g.l.driftFactor), nil
+}
+
+func (g *grant) Release(ctx context.Context) error { return g.l.release(ctx, g.key, g.token) }
+
+func (l *Locker) release(ctx context.Context, key, token string) error {
+	var n int64
+	var err error
+	if del, _ := l.features(ctx); del {
+		n, err = l.client.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token}).Result()
+	} else {
+		n, err = scripts.Release.Run(ctx, l.client, []string{key}, token).Int64()
+	}
+	if err != nil {
+		return l.opErr(ctx, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
+	}
+	return nil
+}
+
+func (l *Locker) extend(ctx context.Context, key, token string, ttl time.Duration) error {
+	ms := dlock.Milliseconds(ttl)
+	held := false
+	if _, set := l.features(ctx); set {
+		err := l.client.SetIFEQ(ctx, key, token, token, time.Duration(ms)*time.Millisecond).Err()
+		if err != nil && err != redis.Nil {
+			return l.opErr(ctx, err)
+		}
+		held = err == nil
+	} else {
+		n, err := scripts.Extend.Run(ctx, l.client, []string{key}, token, ms).Int64()
+		if err != nil {
+			return l.opErr(ctx, err)
+		}
+		held = n == 1
+	}
+	if !held {
+		return fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
+	}
+	return nil
+}
+
+// cleanup deletes key if it holds token, in the background and within a
+// short bound: the caller has already given up on the attempt.
+func (l *Locker) cleanup(ctx context.Context, key, token string, ttl time.Duration) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
+	go func() {
+		defer cancel()
+		_ = l.release(ctx, key, token)
+	}()
+}
+
+// features reports which Redis 8.4 commands to use, probing the server once.
+func (l *Locker) features(ctx context.Context) (del, set bool) {
+	switch l.native {
+	case NativeAlways:
+		return true, true
+	case NativeNever:
+		return false, false
+	}
+	l.probeMu.Lock()
+	defer l.probeMu.Unlock()
+	if l.probed {
+		return l.nativeDel, l.nativeSet
+	}
+	probe := "dlock:probe:" + dlock.NewToken()
+	delErr := l.client.DelExArgs(ctx, probe, redis.DelExArgs{Mode: "IFEQ", MatchValue: "x"}).Err()
+	setErr := l.client.SetIFEQ(ctx, probe, "x", "y", time.Millisecond).Err()
+	if !answered(delErr) || !answered(setErr) {
+		return false, false // unreachable now: use the scripts, probe again next time
+	}
+	l.probed = true
+	l.nativeDel = delErr == nil || delErr == redis.Nil
+	l.nativeSet = setErr == nil || setErr == redis.Nil
+	l.warnEviction(ctx)
+	return l.nativeDel, l.nativeSet
+}
+
+// warnEviction warns when the server may evict lock keys before their TTL:
+// an evicted lock key is a second holder (FAULTS.md F10).
+func (l *Locker) warnEviction(ctx context.Context) {
+	cfg, err := l.client.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		return // CONFIG may be disabled or renamed; nothing to say then
+	}
+	if p := cfg["maxmemory-policy"]; p != "" && p != "noeviction" {
+		l.logger.Warn("dlock: redis may evict lock keys before they expire; set maxmemory-policy noeviction",
+			"node", l.node, "maxmemory-policy", p)
+	}
+}
+
+func (l *Locker) check(ctx context.Context, key string, ttl time.Duration) error {
+	if ctx == nil {
+		return dlock.Invalidf("nil context")
+	}
+	if err := dlock.CheckKey(key); err != nil {
+		return err
+	}
+	return l.checkTTL(ttl)
+}
+
+func (l *Locker) checkTTL(ttl time.Duration) error {
+	if err := dlock.CheckTTL(ttl); err != nil {
+		return err
+	}
+	if d := dlock.Drift(ttl, l.driftFactor); ttl <= d {
+		return dlock.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
+	}
+	return nil
+}
+
+func (l *Locker) checkToken(ctx context.Context, key, token string) error {
+	if ctx == nil {
+		return dlock.Invalidf("nil context")
+	}
+	if err := dlock.CheckKey(key); err != nil {
+		return err
+	}
+	if token == "" {
+		return dlock.Invalidf("empty token")
+	}
+	return nil
+}
+
+// opErr classifies an error of an extend or release: the context's own
+// error when it ended, otherwise an unreachable or failing server.
+func (l *Locker) opErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return errors.Join(ctx.Err(), l.nodeErr(err))
+	}
+	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, l.nodeErr(err))
+}
+
+func (l *Locker) nodeErr(err error) error { return &dlock.NodeError{Node: l.node, Err: err} }
+
+// answered reports whether err is a reply from the server (success, nil or a
+// server error) rather than a network failure.
+func answered(err error) bool { return err == nil || err == redis.Nil || isServerReply(err) }
+
+func isServerReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && err != redis.Nil
+}
+
+func nodeName(c redis.UniversalClient) string {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return "cluster(" + strings.Join(c.Options().Addrs, ",") + ")"
+	case *redis.Ring:
+		return "ring"
+	}
+	return "redis"
+}
+
+func isNil(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
+}

@@ -1,0 +1,429 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+var shared *testsrv.Redis
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "redislock-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shared, err = testsrv.NewRedis(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	shared.Stop()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newLocker(t *testing.T, c redis.UniversalClient, opts ...redislock.Option) *redislock.Locker {
+	t.Helper()
+	l, err := redislock.New(c, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return l
+}
+
+func sharedFactory(opts ...redislock.Option) locktest.Factory {
+	return func(t *testing.T) dlock.Locker { return newLocker(t, shared.Client(t), opts...) }
+}
+
+func delLapse(c redis.UniversalClient) locktest.Option {
+	return locktest.WithLapse(func(t *testing.T, key string) {
+		if err := c.Del(context.Background(), key).Err(); err != nil {
+			t.Fatalf("DEL %s: %v", key, err)
+		}
+	})
+}
+
+func TestConformance(t *testing.T) {
+	raw := shared.Client(t)
+	t.Run("Auto", func(t *testing.T) { locktest.Run(t, sharedFactory(), delLapse(raw)) })
+	t.Run("Lua", func(t *testing.T) {
+		locktest.Run(t, sharedFactory(redislock.WithNativeCommands(redislock.NativeNever)), delLapse(raw))
+	})
+}
+
+// miniredis implements DELEX IFEQ (Redis 8.4) but not SET IFEQ, so it is
+// where the native release path runs; extension falls back to the script.
+// It is an in-process imitation of Redis, named as such; everything else
+// runs against real redis-server 7.
+func TestConformanceMiniredisNativeRelease(t *testing.T) {
+	m := miniredis.RunT(t)
+	stop := realTime(m)
+	defer stop()
+	newClient := func(t *testing.T) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	probe := newLocker(t, newClient(t))
+	if del, set := probe.Features(testCtx(t)); !del || set {
+		t.Fatalf("miniredis features: DELEX %v, SET IFEQ %v; want true, false", del, set)
+	}
+	locktest.Run(t, func(t *testing.T) dlock.Locker { return newLocker(t, newClient(t)) }, delLapse(newClient(t)))
+}
+
+// realTime makes miniredis expire keys in real time (it only moves TTLs when
+// told to).
+func realTime(m *miniredis.Miniredis) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		last := time.Now()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				m.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func TestFeaturesOnRedis7(t *testing.T) {
+	l := newLocker(t, shared.Client(t))
+	if del, set := l.Features(testCtx(t)); del || set {
+		t.Fatalf("redis-server 7 reported native DELEX %v, SET IFEQ %v; it has neither", del, set)
+	}
+	// Forcing the native path really sends DELEX: Redis 7 rejects it.
+	forced := newLocker(t, shared.Client(t), redislock.WithNativeCommands(redislock.NativeAlways))
+	lock, err := forced.TryAcquire(testCtx(t), locktest.Key(t), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(testCtx(t)); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("forced DELEX on Redis 7: got %v, want ErrUnavailable (unknown command)", err)
+	}
+}
+
+// The seed's first scenario: one winner, the loser is refused, a wrong token
+// cannot release, the right one can.
+func TestSeedBasics(t *testing.T) {
+	raw := shared.Client(t)
+	a, b := newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t))
+	key := locktest.Key(t)
+	la, err := a.TryAcquire(testCtx(t), key, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(testCtx(t), key, 30*time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("B while A holds: got %v, want ErrNotAcquired", err)
+	}
+	if err := b.ReleaseToken(testCtx(t), key, "not-my-token"); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("release with a wrong token: got %v, want ErrNotHeld", err)
+	}
+	if got := raw.Get(testCtx(t), key).Val(); got != la.Token() {
+		t.Fatalf("after a wrong-token release the key holds %q, want A's token", got)
+	}
+	if err := b.ExtendToken(testCtx(t), key, "not-my-token", time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("extend with a wrong token: got %v, want ErrNotHeld", err)
+	}
+	if pttl := raw.PTTL(testCtx(t), key).Val(); pttl > 30*time.Second {
+		t.Fatalf("a stranger's extension changed the TTL to %v", pttl)
+	}
+	if err := a.ReleaseToken(testCtx(t), key, la.Token()); err != nil {
+		t.Fatalf("release with A's token: %v", err)
+	}
+	if n := raw.Exists(testCtx(t), key).Val(); n != 0 {
+		t.Fatal("key still there after the right release")
+	}
+}
+
+// The seed's expiry bug, both ways. A's 200ms lock expires while A works; B
+// acquires; A releases; C arrives while B still works. With a plain DEL, A
+// deletes B's lock and C gets in: two holders. With dlock's release, A is
+// told it no longer holds the lock, B keeps it, C is refused.
+func TestSeedExpiryBug(t *testing.T) {
+	raw := shared.Client(t)
+	scenario := func(t *testing.T, l *redislock.Locker, release func(a *dlock.Lock) error) (cGotIn, bStillHolds bool, releaseErr error) {
+		key := locktest.Key(t)
+		a, err := l.TryAcquire(testCtx(t), key, 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // A is slow; its lock expired
+		b, err := l.TryAcquire(testCtx(t), key, 30*time.Second)
+		if err != nil {
+			t.Fatalf("B after A's expiry: %v", err)
+		}
+		defer b.Release(context.Background())
+		releaseErr = release(a)
+		c, err := l.TryAcquire(testCtx(t), key, 30*time.Second)
+		if err == nil {
+			c.Release(context.Background())
+		} else if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		return err == nil, raw.Get(testCtx(t), key).Val() == b.Token(), releaseErr
+	}
+	for _, mode := range []redislock.NativeMode{redislock.NativeAuto, redislock.NativeNever} {
+		l := newLocker(t, shared.Client(t), redislock.WithNativeCommands(mode))
+		t.Run(fmt.Sprintf("PlainDEL/mode%d", mode), func(t *testing.T) {
+			cIn, bHolds, _ := scenario(t, l, func(a *dlock.Lock) error { return raw.Del(testCtx(t), a.Key()).Err() })
+			if !cIn || bHolds {
+				t.Fatalf("plain DEL: C got in %v, B still holds %v; the anti-pattern should let C in", cIn, bHolds)
+			}
+		})
+		t.Run(fmt.Sprintf("TokenChecked/mode%d", mode), func(t *testing.T) {
+			cIn, bHolds, err := scenario(t, l, func(a *dlock.Lock) error { return a.Release(testCtx(t)) })
+			if cIn || !bHolds {
+				t.Fatalf("dlock release: C got in %v, B still holds %v; want false, true", cIn, bHolds)
+			}
+			if !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatalf("A's late release: got %v, want ErrNotHeld", err)
+			}
+		})
+	}
+}
+
+// Fencing: B, who acquired after A's lock expired, carries a higher fence.
+func TestSeedFenceGrows(t *testing.T) {
+	l := newLocker(t, shared.Client(t))
+	key := locktest.Key(t)
+	a, err := l.TryAcquire(testCtx(t), key, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // A stalls past its TTL
+	b, err := l.TryAcquire(testCtx(t), key, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(context.Background())
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("B's fence %d not above A's %d", b.Fence(), a.Fence())
+	}
+}
+
+// A lock key written by another client (redsync, node-redlock: SET key value
+// NX PX) excludes dlock, and dlock's key excludes them: same key, the value
+// is the token, nothing else in that key.
+func TestWireCompatibility(t *testing.T) {
+	raw := shared.Client(t)
+	l := newLocker(t, shared.Client(t), redislock.WithPrefix("locks:"))
+	key := locktest.Key(t)
+	lock, err := l.TryAcquire(testCtx(t), key, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := raw.Get(testCtx(t), "locks:"+key).Val(); got != lock.Token() {
+		t.Fatalf("key locks:%s holds %q, want the token %q", key, got, lock.Token())
+	}
+	if ok := raw.SetNX(testCtx(t), "locks:"+key, "peer-token", 5*time.Second).Val(); ok {
+		t.Fatal("a peer's SET NX succeeded while dlock held the key")
+	}
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if ok := raw.SetNX(testCtx(t), "locks:"+key, "peer-token", 5*time.Second).Val(); !ok {
+		t.Fatal("a peer could not take the key after dlock released it")
+	}
+	if _, err := l.TryAcquire(testCtx(t), key, time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("dlock while a peer holds the key: got %v, want ErrNotAcquired", err)
+	}
+	if n := raw.Exists(testCtx(t), keys.Fence("locks:"+key)).Val(); n != 1 {
+		t.Fatal("fence counter not found at keys.Fence(lock key)")
+	}
+}
+
+// Scripts run by SHA; a flushed script cache (or a restarted server) must
+// fall back to EVAL and still give the true answer.
+func TestScriptCacheFlushed(t *testing.T) {
+	raw := shared.Client(t)
+	l := newLocker(t, shared.Client(t), redislock.WithNativeCommands(redislock.NativeNever))
+	key := locktest.Key(t)
+	flush := func() {
+		if err := raw.ScriptFlush(testCtx(t)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush()
+	lock, err := l.TryAcquire(testCtx(t), key, time.Second)
+	if err != nil {
+		t.Fatalf("acquire after SCRIPT FLUSH: %v", err)
+	}
+	flush()
+	if err := lock.Extend(testCtx(t), 5*time.Second); err != nil {
+		t.Fatalf("extend after SCRIPT FLUSH: %v", err)
+	}
+	if pttl := raw.PTTL(testCtx(t), key).Val(); pttl < 2*time.Second {
+		t.Fatalf("extend did not reach the server: PTTL %v", pttl)
+	}
+	flush()
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatalf("release after SCRIPT FLUSH: %v", err)
+	}
+	if raw.Exists(testCtx(t), key).Val() != 0 {
+		t.Fatal("release after SCRIPT FLUSH left the key")
+	}
+}
+
+// Do must notice a lock taken behind its back (here: overwritten with
+// another token) within about one extension interval.
+func TestDoNoticesStolenLock(t *testing.T) {
+	raw := shared.Client(t)
+	l := newLocker(t, shared.Client(t))
+	key := locktest.Key(t)
+	ttl := 400 * time.Millisecond
+	var waited time.Duration
+	err := l.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+		raw.Set(testCtx(t), key, "someone-else", time.Minute)
+		start := time.Now()
+		select {
+		case <-ctx.Done():
+			waited = time.Since(start)
+		case <-time.After(5 * time.Second):
+			t.Error("fn's context still alive 5s after the lock was stolen")
+		}
+		return ctx.Err()
+	})
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do returned %v, want ErrLockLost", err)
+	}
+	if waited > ttl+200*time.Millisecond {
+		t.Fatalf("loss noticed after %v; want within one extension interval (ttl %v)", waited, ttl)
+	}
+	if got := raw.Get(testCtx(t), key).Val(); got != "someone-else" {
+		t.Fatalf("Do's release touched the new owner's key: %q", got)
+	}
+}
+
+// Do extends a lock whose function outlives several TTLs, and another
+// client stays refused all the while.
+func TestDoExtendsLongWork(t *testing.T) {
+	l, other := newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t))
+	key := locktest.Key(t)
+	ttl := 200 * time.Millisecond
+	err := l.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+		for range 5 {
+			time.Sleep(ttl / 2)
+			if _, err := other.TryAcquire(ctx, key, time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
+				return fmt.Errorf("another client got in during Do: %v", err)
+			}
+		}
+		return ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// WithMaxHold stops auto-extension: a function that outlives the cap loses
+// its lock when the last validity runs out.
+func TestDoMaxHold(t *testing.T) {
+	l := newLocker(t, shared.Client(t))
+	key := locktest.Key(t)
+	ttl := 200 * time.Millisecond
+	start := time.Now()
+	var heldFor time.Duration
+	err := l.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+		<-ctx.Done()
+		heldFor = time.Since(start)
+		return ctx.Err()
+	}, dlock.WithMaxHold(500*time.Millisecond))
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do past its hold limit returned %v, want ErrLockLost", err)
+	}
+	if heldFor < 300*time.Millisecond || heldFor > 2*time.Second {
+		t.Fatalf("held %v with a 500ms cap and a 200ms ttl", heldFor)
+	}
+}
+
+func TestDoReturnsFnError(t *testing.T) {
+	l := newLocker(t, shared.Client(t))
+	boom := errors.New("boom")
+	err := l.Do(testCtx(t), locktest.Key(t), time.Second, func(context.Context) error { return boom })
+	if !errors.Is(err, boom) || errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("got %v, want just fn's error", err)
+	}
+}
+
+func TestBadConfiguration(t *testing.T) {
+	c := shared.Client(t)
+	for name, fn := range map[string]func() error{
+		"nil client":       func() error { _, err := redislock.New(nil); return err },
+		"typed nil client": func() error { _, err := redislock.New((*redis.Client)(nil)); return err },
+		"nil option":       func() error { _, err := redislock.New(c, nil); return err },
+		"NaN drift":        func() error { _, err := redislock.New(c, redislock.WithDriftFactor(math.NaN())); return err },
+		"drift 1":          func() error { _, err := redislock.New(c, redislock.WithDriftFactor(1)); return err },
+		"negative drift":   func() error { _, err := redislock.New(c, redislock.WithDriftFactor(-0.1)); return err },
+		"bad native mode":  func() error { _, err := redislock.New(c, redislock.WithNativeCommands(7)); return err },
+		"nil logger":       func() error { _, err := redislock.New(c, redislock.WithLogger(nil)); return err },
+		"ttl below drift": func() error {
+			_, err := newLocker(t, c).TryAcquire(testCtx(t), "k", 2*time.Millisecond)
+			return err
+		},
+		"empty token": func() error { return newLocker(t, c).ReleaseToken(testCtx(t), "k", "") },
+		"negative retry": func() error {
+			_, err := newLocker(t, c).Acquire(testCtx(t), "k", time.Second, dlock.WithRetryCount(-2))
+			return err
+		},
+	} {
+		if err := fn(); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// Keys of the wrong type or without expiry (set by hand) give clear errors
+// instead of an endless silent wait.
+func TestForeignKeys(t *testing.T) {
+	raw := shared.Client(t)
+	l := newLocker(t, shared.Client(t))
+	key := locktest.Key(t)
+	raw.LPush(testCtx(t), key, "x")
+	if _, err := l.TryAcquire(testCtx(t), key, time.Second); err == nil || !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("WRONGTYPE key: got %v, want ErrUnavailable naming the server's error", err)
+	}
+	key2 := locktest.Key(t)
+	raw.Set(testCtx(t), key2, "by-hand", 0)
+	_, err := l.TryAcquire(testCtx(t), key2, time.Second)
+	if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "no expiry") {
+		t.Fatalf("key without TTL: got %v, want ErrNotAcquired mentioning no expiry", err)
+	}
+}
+
