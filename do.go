@@ -85,7 +85,9 @@ func lostCause(ctx context.Context) error {
 
 // releaseTimeout bounds the release after fn returns; it must not depend on
 // the caller's context, which may be the very reason fn returned.
-func releaseTimeout(ttl time.Duration) time.Duration { return min(max(ttl, time.Second), 10*time.Second) }
+func releaseTimeout(ttl time.Duration) time.Duration {
+	return min(max(ttl, time.Second), 10*time.Second)
+}
 
 // keepAlive extends lock until stop is closed. It declares the lock lost,
 // and cancels fn's context with ErrLockLost, when an extension is refused or

@@ -426,4 +426,3 @@ func TestForeignKeys(t *testing.T) {
 		t.Fatalf("key without TTL: got %v, want ErrNotAcquired mentioning no expiry", err)
 	}
 }
-
