@@ -145,7 +145,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // Release deletes the lock if this holder still owns it. Releasing twice, or
 // releasing a lock that expired or was taken over, returns an error matching
-// ErrNotHeld and never touches another owner's lock. Release tries the server
+// ErrNotHeld and never touches another owner's lock. When the backend could
+// not be reached (ErrUnavailable or a context error) the lock may still be
+// held, and Release may be called again. Release tries the server
 // even when the handle's validity has run out, so that a key that is still
 // there does not block others until its TTL ends.
 func (l *Lock) Release(ctx context.Context) error {
@@ -158,6 +160,14 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Unlock()
 
 	if err := l.grant.Release(ctx); err != nil {
+		if !errors.Is(err, ErrNotHeld) {
+			// The server may still hold the lock: let the caller retry.
+			l.mu.Lock()
+			if l.state == stateReleased {
+				l.state = stateHeld
+			}
+			l.mu.Unlock()
+		}
 		return fmt.Errorf("dlock: release %q: %w", l.key, err)
 	}
 	return nil

@@ -50,6 +50,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
+	if !contextTimeouts(client) {
+		l.logger.Warn("dlock: the redis client ignores context deadlines (ContextTimeoutEnabled is false): a call to a server that does not answer returns only after ReadTimeout",
+			"node", l.node)
+	}
 	return l, nil
 }
 
@@ -73,8 +77,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 			// now. Remove it so it does not block others for a whole TTL.
 			l.cleanup(ctx, full, token, ttl)
 		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("dlock: acquire %q: %w", key, errors.Join(dlock.ErrNotAcquired, ctx.Err(), l.nodeErr(err)))
+		if cerr := ctxErr(ctx); cerr != nil {
+			return nil, fmt.Errorf("dlock: acquire %q: %w", key, errors.Join(dlock.ErrNotAcquired, cerr, l.nodeErr(err)))
 		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, l.nodeErr(err))
 	}
@@ -276,10 +280,23 @@ func (l *Locker) checkToken(ctx context.Context, key, token string) error {
 // opErr classifies an error of an extend or release: the context's own
 // error when it ended, otherwise an unreachable or failing server.
 func (l *Locker) opErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return errors.Join(ctx.Err(), l.nodeErr(err))
+	if cerr := ctxErr(ctx); cerr != nil {
+		return errors.Join(cerr, l.nodeErr(err))
 	}
 	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, l.nodeErr(err))
+}
+
+// ctxErr returns the context's error, counting a deadline that has passed
+// but whose timer has not fired yet: go-redis sets the socket deadline to the
+// context's, so the read times out a moment before ctx.Err() turns non-nil.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func (l *Locker) nodeErr(err error) error { return &dlock.NodeError{Node: l.node, Err: err} }
@@ -303,6 +320,18 @@ func nodeName(c redis.UniversalClient) string {
 		return "ring"
 	}
 	return "redis"
+}
+
+// contextTimeouts reports whether the client lets context deadlines bound
+// its socket reads; without it a frozen server holds a call for ReadTimeout.
+func contextTimeouts(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true // unknown kinds: nothing to say
 }
 
 func isNil(c redis.UniversalClient) bool {

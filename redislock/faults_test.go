@@ -1,0 +1,130 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testsrv"
+)
+
+// A server that is not there: a typed error naming the node, at once.
+func TestServerDown(t *testing.T) {
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer c.Close()
+	l := newLocker(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = l.TryAcquire(ctx, locktest.Key(t), time.Second)
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("got %v, want ErrUnavailable (and not ErrNotAcquired)", err)
+	}
+	var ne *dlock.NodeError
+	if !errors.As(err, &ne) || ne.Node != addr {
+		t.Fatalf("errors.As NodeError: %v, node %v; want node %s", err, ne, addr)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("refused connection took %v to report", d)
+	}
+	// A waiting acquire does not retry an unreachable backend: it reports it.
+	if _, err := dlock.Acquire(ctx, l, locktest.Key(t), time.Second); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Acquire on a dead server: got %v, want ErrUnavailable", err)
+	}
+}
+
+// A server that never answers (SIGSTOP): the call returns by the context
+// deadline with an error matching ErrNotAcquired and DeadlineExceeded.
+func TestServerNeverAnswers(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	l := newLocker(t, srv.Client(t))
+	key := locktest.Key(t)
+	lock, err := l.TryAcquire(testCtx(t), key, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+
+	for name, op := range map[string]func(context.Context) error{
+		"acquire": func(ctx context.Context) error { _, err := l.TryAcquire(ctx, locktest.Key(t), time.Second); return err },
+		"extend":  func(ctx context.Context) error { return lock.Extend(ctx, 5*time.Second) },
+		"release": func(ctx context.Context) error { return lock.Release(ctx) },
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		start := time.Now()
+		err := op(ctx)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: got %v, want an error matching context.DeadlineExceeded", name, err)
+		}
+		if errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("%s: a timeout was reported as a definite ErrNotHeld: %v", name, err)
+		}
+		if took > 800*time.Millisecond {
+			t.Errorf("%s returned %v after a 300ms deadline", name, took)
+		}
+	}
+	srv.Resume()
+	// The failed release left the lock releasable: the retry succeeds.
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatalf("retried release after the server came back: %v", err)
+	}
+}
+
+// F14: Do with the server frozen. The function's context is cancelled with
+// ErrLockLost by the validity deadline, although the extension request
+// still hangs, and the handle never reports held again.
+func TestDoServerFrozen(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	l := newLocker(t, srv.Client(t))
+	ttl := 500 * time.Millisecond
+	var lostAfter time.Duration
+	var cause error
+	err := l.Do(testCtx(t), locktest.Key(t), ttl, func(ctx context.Context) error {
+		srv.Pause()
+		start := time.Now()
+		select {
+		case <-ctx.Done():
+			lostAfter, cause = time.Since(start), context.Cause(ctx)
+		case <-time.After(5 * time.Second):
+			t.Error("fn's context alive 5s after the server froze")
+		}
+		srv.Resume()
+		return ctx.Err()
+	})
+	if !errors.Is(cause, dlock.ErrLockLost) || !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("cause %v, Do error %v; want ErrLockLost", cause, err)
+	}
+	if lostAfter > ttl+150*time.Millisecond {
+		t.Fatalf("loss signalled %v after the freeze; the validity was at most %v", lostAfter, ttl)
+	}
+}
+
+// A Redis Cluster of three masters started by the harness: the suite runs
+// through a go-redis ClusterClient, keys spread over the slots.
+func TestConformanceCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster start-up takes a few seconds")
+	}
+	addrs := testsrv.StartRedisCluster(t, 3)
+	newClient := func(t *testing.T) *redis.ClusterClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	raw := newClient(t)
+	locktest.Run(t, func(t *testing.T) dlock.Locker { return newLocker(t, newClient(t)) }, delLapse(raw))
+}
