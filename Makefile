@@ -1,0 +1,22 @@
+# `make test` is the one command that installs what is missing and runs every
+# test against real servers (CI runs exactly this through .ci/run).
+GO ?= go
+
+.PHONY: test deps vet demo bench
+
+test: deps vet
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+deps:
+	@scripts/install-deps.sh
+
+vet:
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+demo:
+	$(GO) run ./cmd/dlock demo
+
+bench:
+	bash bench/run.sh
