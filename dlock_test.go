@@ -1,0 +1,281 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// memLocker is an in-process Locker for testing the root package's own
+// logic (waiting, Do's keep-alive, handle state) with faults that a real
+// server cannot produce on cue. The backends' behaviour is tested against
+// real servers in their own packages.
+type memLocker struct {
+	mu       sync.Mutex
+	holder   map[string]string
+	fence    uint64
+	attempts atomic.Int64
+	// extend, when set, replaces the extension's outcome.
+	extend func(ctx context.Context) error
+}
+
+func newMem() *memLocker { return &memLocker{holder: map[string]string{}} }
+
+func (m *memLocker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	m.attempts.Add(1)
+	if err := dlock.CheckKey(key); err != nil {
+		return nil, err
+	}
+	if err := dlock.CheckTTL(ttl); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, held := m.holder[key]; held {
+		return nil, dlock.ErrNotAcquired
+	}
+	token := dlock.NewToken()
+	m.holder[key] = token
+	m.fence++
+	return dlock.NewLock(key, token, m.fence, time.Now().Add(ttl), &memGrant{m: m, key: key, token: token}), nil
+}
+
+func (m *memLocker) free(key string) {
+	m.mu.Lock()
+	delete(m.holder, key)
+	m.mu.Unlock()
+}
+
+type memGrant struct {
+	m          *memLocker
+	key, token string
+}
+
+func (g *memGrant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	start := time.Now()
+	if g.m.extend != nil {
+		if err := g.m.extend(ctx); err != nil {
+			return time.Time{}, err
+		}
+	}
+	g.m.mu.Lock()
+	defer g.m.mu.Unlock()
+	if g.m.holder[g.key] != g.token {
+		return time.Time{}, dlock.ErrNotHeld
+	}
+	return start.Add(ttl), nil
+}
+
+func (g *memGrant) Release(ctx context.Context) error {
+	g.m.mu.Lock()
+	defer g.m.mu.Unlock()
+	if g.m.holder[g.key] != g.token {
+		return dlock.ErrNotHeld
+	}
+	delete(g.m.holder, g.key)
+	return nil
+}
+
+// F14: an extension that hangs must not delay the loss signal past the
+// validity deadline.
+func TestDoLossWhileExtensionHangs(t *testing.T) {
+	m := newMem()
+	m.extend = func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	ttl := 200 * time.Millisecond
+	start := time.Now()
+	var lostAt time.Duration
+	err := dlock.Do(context.Background(), m, "k", ttl, func(ctx context.Context) error {
+		<-ctx.Done()
+		lostAt = time.Since(start)
+		if !errors.Is(context.Cause(ctx), dlock.ErrLockLost) {
+			t.Errorf("cause %v, want ErrLockLost", context.Cause(ctx))
+		}
+		return ctx.Err()
+	})
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do: %v, want ErrLockLost", err)
+	}
+	if lostAt < ttl-20*time.Millisecond || lostAt > ttl+100*time.Millisecond {
+		t.Fatalf("loss signalled at %v, want at the validity deadline %v", lostAt, ttl)
+	}
+}
+
+// A passing network error is retried within the validity: no loss.
+func TestDoRidesOutTransientErrors(t *testing.T) {
+	m := newMem()
+	var calls atomic.Int64
+	m.extend = func(context.Context) error {
+		if calls.Add(1) <= 2 {
+			return dlock.ErrUnavailable
+		}
+		return nil
+	}
+	err := dlock.Do(context.Background(), m, "k", 200*time.Millisecond, func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(500 * time.Millisecond):
+			return nil
+		}
+	})
+	if err != nil {
+		t.Fatalf("Do: %v (extensions tried %d times)", err, calls.Load())
+	}
+	if calls.Load() < 3 {
+		t.Fatalf("extension tried %d times, want retries after the failures", calls.Load())
+	}
+}
+
+// A refused extension ends the lock at once, not at the deadline.
+func TestDoRefusedExtension(t *testing.T) {
+	m := newMem()
+	ttl := 400 * time.Millisecond
+	start := time.Now()
+	err := dlock.Do(context.Background(), m, "k", ttl, func(ctx context.Context) error {
+		m.free("k") // taken away behind the holder's back
+		<-ctx.Done()
+		if d := time.Since(start); d > ttl {
+			t.Errorf("refusal noticed after %v; the first extension is due at %v", d, ttl/2)
+		}
+		return nil
+	})
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do: %v, want ErrLockLost", err)
+	}
+}
+
+// A successful reply that arrives after the handle was declared lost must
+// not make it held again.
+func TestLateExtensionDoesNotRevive(t *testing.T) {
+	m := newMem()
+	release := make(chan struct{})
+	m.extend = func(context.Context) error { <-release; return nil }
+	lock, err := m.TryAcquire(context.Background(), "k", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- lock.Extend(context.Background(), time.Minute) }()
+	time.Sleep(150 * time.Millisecond) // validity runs out while the reply is late
+	close(release)
+	if err := <-done; !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("late extension: %v, want ErrLockLost", err)
+	}
+	if lock.Held() {
+		t.Fatal("handle held again after a late extension reply")
+	}
+	if err := lock.Extend(context.Background(), time.Minute); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("extension of a lost handle: %v, want ErrLockLost", err)
+	}
+}
+
+func TestAcquireRetryBudget(t *testing.T) {
+	m := newMem()
+	if _, err := m.TryAcquire(context.Background(), "k", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	m.attempts.Store(0)
+	_, err := dlock.Acquire(context.Background(), m, "k", time.Minute,
+		dlock.WithRetryCount(3), dlock.WithRetryDelay(time.Millisecond), dlock.WithRetryJitter(0))
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("got %v, want ErrNotAcquired", err)
+	}
+	if n := m.attempts.Load(); n != 4 {
+		t.Fatalf("%d attempts with a retry count of 3, want 4", n)
+	}
+}
+
+// notifyingMem announces releases like a ReleaseNotifier backend.
+type notifyingMem struct {
+	*memLocker
+	ch chan struct{}
+}
+
+func (n *notifyingMem) NotifyRelease(ctx context.Context, key string) (<-chan struct{}, func()) {
+	return n.ch, func() {}
+}
+
+func TestAcquireWakesOnRelease(t *testing.T) {
+	n := &notifyingMem{memLocker: newMem(), ch: make(chan struct{}, 1)}
+	if _, err := n.TryAcquire(context.Background(), "k", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(50*time.Millisecond, func() {
+		n.free("k")
+		n.ch <- struct{}{}
+	})
+	start := time.Now()
+	lock, err := dlock.Acquire(context.Background(), n, "k", time.Minute, dlock.WithRetryDelay(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(context.Background())
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("waiter took %v with a 10s poll interval; the release notification was ignored", d)
+	}
+}
+
+func TestOptionValidation(t *testing.T) {
+	m := newMem()
+	fn := func(context.Context) error { return nil }
+	for name, opt := range map[string]dlock.Option{
+		"retry count -2":     dlock.WithRetryCount(-2),
+		"negative delay":     dlock.WithRetryDelay(-time.Second),
+		"negative jitter":    dlock.WithRetryJitter(-time.Second),
+		"zero threshold":     dlock.WithExtendThreshold(0),
+		"threshold over ttl": dlock.WithExtendThreshold(2 * time.Second),
+		"zero max hold":      dlock.WithMaxHold(0),
+		"nil option":         nil,
+	} {
+		if err := dlock.Do(context.Background(), m, "k", time.Second, fn, opt); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+	if err := dlock.Do(context.Background(), nil, "k", time.Second, fn); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil locker: got %v", err)
+	}
+}
+
+func TestCheckTTLAndMilliseconds(t *testing.T) {
+	for _, tc := range []struct {
+		ttl    time.Duration
+		ok     bool
+		millis int64
+	}{
+		{time.Millisecond, true, 1},
+		{1500 * time.Microsecond, true, 2}, // rounded up, never down
+		{time.Second, true, 1000},
+		{0, false, 0},
+		{-time.Second, false, 0},
+		{time.Microsecond, false, 0},
+		{dlock.MaxTTL + 1, false, 0},
+	} {
+		err := dlock.CheckTTL(tc.ttl)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckTTL(%v) = %v, want ok=%v", tc.ttl, err, tc.ok)
+		}
+		if tc.ok && dlock.Milliseconds(tc.ttl) != tc.millis {
+			t.Errorf("Milliseconds(%v) = %d, want %d", tc.ttl, dlock.Milliseconds(tc.ttl), tc.millis)
+		}
+	}
+}
+
+func TestTokensAreUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for range 10000 {
+		tok := dlock.NewToken()
+		if len(tok) < 22 || seen[tok] {
+			t.Fatalf("token %q repeated or shorter than 128 bits", tok)
+		}
+		seen[tok] = true
+	}
+}
