@@ -1,0 +1,98 @@
+// Package dlock implements distributed locks for Go with one API over a
+// single Redis node (package redislock), Redlock across independent Redis
+// masters (package redlock) and PostgreSQL advisory locks (package pglock).
+// Every lock carries a fencing token, and Do keeps a lock alive while your
+// function runs and tells the function, through its context, the moment the
+// lock may be lost.
+//
+// This package holds what every backend shares: the Locker interface, the
+// Lock handle, waiting (Acquire), auto-extension (Do) and the errors. It
+// imports only the standard library.
+//
+// # Quick start
+//
+//	locker, err := redislock.New(redis.NewClient(&redis.Options{
+//		Addr:                  "localhost:6379",
+//		ContextTimeoutEnabled: true, // let context deadlines bound every call
+//	}))
+//	if err != nil { ... }
+//	err = locker.Do(ctx, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
+//		inv, err := loadInvoice(ctx, "4821")
+//		if err != nil {
+//			return err
+//		}
+//		if ctx.Err() != nil { // the lock may be lost: stop before the irreversible step
+//			return context.Cause(ctx)
+//		}
+//		return postToLedger(ctx, inv)
+//	})
+//
+// # The handle
+//
+// A *Lock has a key, a random token (128 bits from crypto/rand) that proves
+// ownership to the server, a fence, and a validity deadline measured on the
+// monotonic clock: ValidUntil is the send time of the last successful
+// acquire or extend, plus the TTL, minus a drift margin (1% of the TTL + 2
+// ms). Release and Extend act only while the server still holds the token,
+// so a holder whose lock expired can never delete or prolong the next
+// holder's lock; they report that with ErrNotHeld. A handle that was
+// released or declared lost is never held again, whatever a late reply says.
+//
+// # Waiting and Do
+//
+// TryAcquire (on every backend) makes one attempt. Acquire waits: it retries
+// after a delay with random jitter (WithRetryDelay, WithRetryJitter) until
+// the context ends or the retry budget (WithRetryCount) is spent; backends
+// that announce releases (ReleaseNotifier) wake waiters at once. Do acquires,
+// runs the function, extends the lock in the background when
+// WithExtendThreshold of its validity is left (half the TTL by default),
+// cancels the function's context with cause ErrLockLost as soon as an
+// extension is refused or the validity runs out (even while an extension
+// request still hangs), stops extending after WithMaxHold, and releases when
+// the function returns or panics.
+//
+// # Errors
+//
+// ErrNotAcquired: someone else holds the lock (a wait that ended with its
+// context also matches ctx.Err()). ErrNotHeld: your lock is gone. ErrLockLost:
+// Do's cause when the lock may have been lost. ErrUnavailable: the backend
+// could not be reached; the outcome may be unknown. ErrInvalid: a bad
+// argument, rejected before anything was sent. Which node said what is
+// available through errors.As with *NodeError (and the backends' own types).
+//
+// # What a lock can and cannot guarantee
+//
+// A lock with a TTL protects against a holder that crashed: the key expires
+// and others go on. It does not protect against a holder that is merely
+// slow — a GC pause, a stalled network, a suspended VM — because the holder
+// cannot tell that its TTL ran out while it was paused, and a pause can fall
+// between its last check and its write. Martin Kleppmann ("How to do
+// distributed locking", 2016) concludes that a lease lock alone is fine for
+// efficiency (avoiding duplicate work) but not for correctness, that Redlock
+// in particular relies on bounded network delay, pauses and clock drift, and
+// that correctness needs a fencing token: a number that grows with every
+// grant and that the protected resource checks, rejecting writes older than
+// the newest it has seen.
+//
+// Salvatore Sanfilippo (antirez, "Is Redlock safe?", 2016) answers that
+// Redlock needs clocks that tick at about the same rate, not synchronized
+// clocks; that delays during acquisition are caught by measuring the elapsed
+// time after the replies arrive; that a pause after acquisition hurts every
+// lease-based lock, ZooKeeper's included; and that a resource able to check
+// fences could just as well do a compare-and-set on the random token. Both
+// are right about something: dlock measures validity on the monotonic clock
+// and refuses locks whose validity is spent (antirez's step), and hands out a
+// fence with every grant, on every backend, so that a resource that takes
+// part (package fence) rejects a stale holder's late write (Kleppmann's
+// remedy). If overlap would corrupt data, use the fence.
+//
+// # Which backend
+//
+// One Redis node (redislock) is simple and fast, but a failover to a replica
+// that had not received the key can grant the lock twice; the fence counter
+// can go back with it, which the fence guards catch. Redlock (redlock)
+// survives the loss of a minority of independent masters, at the cost of
+// more servers and timing assumptions. A PostgreSQL advisory lock (pglock)
+// needs no extra infrastructure when the work already lives in one database,
+// and lives exactly as long as the session that holds it.
+package dlock

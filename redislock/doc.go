@@ -1,0 +1,51 @@
+// Package redislock implements dlock's lock on a single Redis deployment —
+// one node, a Sentinel group or a Cluster — through any go-redis v9
+// UniversalClient.
+//
+// # Protocol
+//
+// Acquire runs one Lua script, one round trip: SET key token NX PX ttl and,
+// only if that succeeded, INCR of the key's fence counter, whose value is the
+// lock's fence. Release is DELEX key IFEQ token on Redis 8.4+ and the
+// classic compare-and-delete script elsewhere; Extend is SET key token PX ttl
+// IFEQ token on 8.4+ and a compare-and-PEXPIRE script elsewhere. Support for
+// the 8.4 commands is probed once per Locker (WithNativeCommands forces
+// either path). Scripts run by SHA and fall back to EVAL when the server
+// answers NOSCRIPT, so SCRIPT FLUSH, a restart or a failover cost one extra
+// round trip, not an error.
+//
+// What was verified where: the script paths run against real redis-server
+// 7.0 in this package's tests, including a three-master Cluster started by
+// the test harness. No server that implements DELEX and SET IFEQ could be
+// installed here; the native release (DELEX IFEQ) runs against miniredis, an
+// in-process imitation that implements DELEX but not SET IFEQ, and the
+// native extension path (SET IFEQ) is exercised only by a test showing that
+// forcing it really sends the command. Treat NativeAlways on 8.4 as less
+// tested than the scripts.
+//
+// # Keys
+//
+// The lock key is exactly the resource name, plus an optional prefix
+// (WithPrefix), and its value is the token — the layout of node-redlock and
+// redsync, so a fleet that mixes them with dlock on the same names still
+// excludes each other. The fence counter lives in "dlock:fence:{key}" (or,
+// when the key already has a Cluster hash tag, "dlock:fence:"+key), in the
+// same Cluster slot as the lock key. Counters never expire: one small key
+// per resource name.
+//
+// # Guarantees and limits
+//
+// On one node a lock is exclusive as long as the key lives: the acquire is
+// atomic, release and extension only touch a key that still holds the
+// holder's token, and the validity deadline (the send time plus the TTL
+// minus 1% + 2 ms) ends before the server's expiry. It is not exclusive
+// across a failover: Redis replicates asynchronously, so a promoted replica
+// may lack both the key and the latest fence. Eviction under memory pressure
+// removes lock keys early too; the Locker warns when maxmemory-policy is not
+// noeviction. A holder that pauses past its TTL cannot be stopped by any
+// lease: pass Fence to the resource (package fence).
+//
+// Set ContextTimeoutEnabled on the go-redis client so that context deadlines
+// bound each call; without it a server that never answers holds a call for
+// the client's ReadTimeout (New logs a warning).
+package redislock
