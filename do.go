@@ -18,6 +18,9 @@ import (
 // WithExtendThreshold of its validity left (half the TTL by default) and
 // stops for good once WithMaxHold would be exceeded.
 //
+// The lock itself (its fence, its validity) is available to fn through
+// LockFromContext.
+//
 // Do returns fn's error joined with the loss cause, if the lock was lost, and
 // with the release error, if any. When the lock cannot be acquired fn is not
 // called and the acquire error is returned. Do starts one goroutine for the
@@ -47,7 +50,7 @@ func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ct
 		return err
 	}
 
-	fnCtx, cancel := context.WithCancelCause(ctx)
+	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, lock))
 	defer cancel(nil)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -72,6 +75,16 @@ func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ct
 		err = errors.Join(err, lost, relErr)
 	}()
 	return fn(fnCtx)
+}
+
+type lockKey struct{}
+
+// LockFromContext returns the lock that Do holds for the function it called
+// with ctx, or nil when ctx does not come from Do. The function uses it to
+// read the fence it must pass to the protected resource.
+func LockFromContext(ctx context.Context) *Lock {
+	l, _ := ctx.Value(lockKey{}).(*Lock)
+	return l
 }
 
 // lostCause returns the cause with which fn's context was cancelled if that

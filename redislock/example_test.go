@@ -57,12 +57,13 @@ func ExampleLocker_Do() {
 			// The lock may be lost: stop before any irreversible step.
 			return context.Cause(ctx)
 		}
-		fmt.Println("report written under the lock")
+		fence := dlock.LockFromContext(ctx).Fence() // pass it to the resource
+		fmt.Println("report written under the lock, fence > 0:", fence > 0)
 		return nil
 	})
 	fmt.Println("Do:", err)
 	// Output:
-	// report written under the lock
+	// report written under the lock, fence > 0: true
 	// Do: <nil>
 }
 
