@@ -319,7 +319,10 @@ func (s *suite) doExcludes(t *testing.T) {
 	for range 5 {
 		l := s.newLocker(t)
 		wg.Go(func() {
-			err := dlock.Do(ctx(t), l, key, 5*time.Second, func(context.Context) error {
+			err := dlock.Do(ctx(t), l, key, 5*time.Second, func(c context.Context) error {
+				if lock := dlock.LockFromContext(c); lock == nil || lock.Key() != key || !lock.Held() || lock.Fence() == 0 {
+					t.Errorf("LockFromContext in Do: %+v, want the held lock on %q with a fence", lock, key)
+				}
 				n := inside.Add(1)
 				for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
 				}
