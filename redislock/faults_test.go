@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/redislock"
 )
 
 // A server that is not there: a typed error naming the node, at once.
@@ -127,4 +128,44 @@ func TestConformanceCluster(t *testing.T) {
 	}
 	raw := newClient(t)
 	locktest.Run(t, func(t *testing.T) dlock.Locker { return newLocker(t, newClient(t)) }, delLapse(raw))
+}
+
+// F16: the acquire reaches the server but its reply is lost. The caller gets
+// an error, never a lock, and the library deletes the key it may have set,
+// so the next client does not wait a whole TTL.
+func TestLostReplyLeavesNoGhost(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	proxy := testsrv.StartProxy(t, srv.Addr)
+	opts := srv.Options()
+	opts.Addr = proxy.Addr
+	viaProxy := redis.NewClient(opts)
+	defer viaProxy.Close()
+	l := newLocker(t, viaProxy, redislock.WithNativeCommands(redislock.NativeNever))
+	direct := srv.Client(t)
+	key := locktest.Key(t)
+	ttl := 10 * time.Second
+
+	proxy.HoldReplies(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	lock, err := l.TryAcquire(ctx, key, ttl)
+	cancel()
+	if err == nil || lock != nil {
+		t.Fatalf("acquire with its reply lost returned a lock (%v)", err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want a deadline error", err)
+	}
+	// The SET landed: the key exists (or the cleanup already removed it).
+	start := time.Now()
+	for direct.Exists(testCtx(t), key).Val() == 1 {
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("ghost key still there %v after the failed acquire (ttl %v)", time.Since(start), ttl)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	proxy.Heal()
+	other := newLocker(t, direct)
+	if _, err := other.TryAcquire(testCtx(t), key, time.Second); err != nil {
+		t.Fatalf("next client after the ghost was removed: %v", err)
+	}
 }
