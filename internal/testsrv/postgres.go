@@ -1,0 +1,445 @@
+package testsrv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PostgresBinDir is where Debian's PostgreSQL 15 server binaries live. Other
+// versions under /usr/lib/postgresql/*/bin are used when it is missing.
+const PostgresBinDir = "/usr/lib/postgresql/15/bin"
+
+const postgresInstallHint = "PostgreSQL server binaries (initdb, postgres) not found under /usr/lib/postgresql/*/bin; install them with: apt-get install -y postgresql (or run `make test`, which does)"
+
+// Postgres is a throwaway PostgreSQL cluster: initdb into a temporary
+// directory, one postmaster on a free loopback port, trust authentication
+// for the superuser "postgres". Its methods are safe for concurrent use.
+type Postgres struct {
+	Port int
+	Dir  string // holds data/ and postgres.log
+
+	bin      string
+	settings []string // -c name=value pairs
+	cred     *syscall.Credential
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// PostgresOption changes a server setting, e.g.
+// PostgresSetting("max_locks_per_transaction", "10").
+type PostgresOption func(*Postgres)
+
+// PostgresSetting passes -c name=value to the postmaster; it overrides the
+// harness's defaults.
+func PostgresSetting(name, value string) PostgresOption {
+	return func(p *Postgres) { p.settings = append(p.settings, name+"="+value) }
+}
+
+// defaultSettings keep a test cluster small and fast, and make the server
+// notice a vanished client within a few seconds (F18).
+var defaultSettings = []string{
+	"listen_addresses=127.0.0.1",
+	"unix_socket_directories=", // TCP only: no socket in /var/run to own
+	"fsync=off",
+	"synchronous_commit=off",
+	"full_page_writes=off",
+	"max_connections=150",
+	"shared_buffers=16MB",
+	"tcp_keepalives_idle=2",
+	"tcp_keepalives_interval=1",
+	"tcp_keepalives_count=2",
+	"deadlock_timeout=100ms",
+	"log_min_messages=warning",
+	"log_min_error_statement=panic", // expected errors (busy, deadlock) would flood the log
+	"logging_collector=off",
+}
+
+// PostgresBin returns the directory holding initdb and postgres, or an error
+// saying how to install them.
+func PostgresBin() (string, error) {
+	ok := func(dir string) bool {
+		for _, b := range []string{"initdb", "postgres"} {
+			if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	if ok(PostgresBinDir) {
+		return PostgresBinDir, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
+	for _, d := range dirs {
+		if ok(d) {
+			return d, nil
+		}
+	}
+	return "", errors.New(postgresInstallHint)
+}
+
+// StartPostgres starts a fresh cluster for one test and stops it when the
+// test ends. It takes a second or two; packages with many tests share one
+// cluster from TestMain with NewPostgres instead.
+func StartPostgres(tb testing.TB, opts ...PostgresOption) *Postgres {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "testsrv-pg")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := NewPostgres(dir, opts...)
+	if err != nil {
+		os.RemoveAll(dir)
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		p.Stop()
+		os.RemoveAll(dir)
+	})
+	return p
+}
+
+// NewPostgres creates a cluster in dir (which must exist and be empty or
+// new) and starts it on a free loopback port. The caller must call Stop.
+// As root it runs initdb and postgres as the user "postgres", since
+// PostgreSQL refuses to run as root; dir is handed to that user.
+func NewPostgres(dir string, opts ...PostgresOption) (*Postgres, error) {
+	bin, err := PostgresBin()
+	if err != nil {
+		return nil, err
+	}
+	p := &Postgres{Dir: dir, bin: bin, settings: append([]string(nil), defaultSettings...)}
+	for _, o := range opts {
+		o(p)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() == 0 {
+		cred, err := postgresUser()
+		if err != nil {
+			return nil, err
+		}
+		p.cred = cred
+		if err := handOver(dir, cred); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.initdb(); err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 5 { // a freed port can be taken before the server binds it
+		if p.Port, err = FreePort(); err != nil {
+			return nil, err
+		}
+		if lastErr = p.start(); lastErr == nil {
+			return p, nil
+		}
+	}
+	return nil, lastErr
+}
+
+func postgresUser() (*syscall.Credential, error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root, and PostgreSQL will not: no user %q to run it as (%v); %s", "postgres", err, postgresInstallHint)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+}
+
+// handOver gives dir to the postgres user and lets it traverse dir's
+// parents (temporary directories are created 0700).
+func handOver(dir string, cred *syscall.Credential) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if err := os.Chown(abs, int(cred.Uid), int(cred.Gid)); err != nil {
+		return err
+	}
+	for d := filepath.Dir(abs); d != "/" && d != "."; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, fi.Mode().Perm()|0o001); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Postgres) dataDir() string { return filepath.Join(p.Dir, "data") }
+func (p *Postgres) logFile() string { return filepath.Join(p.Dir, "postgres.log") }
+
+func (p *Postgres) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(p.bin, name), args...)
+	cmd.Dir = p.Dir
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "TZ=UTC")
+	// Own process group; killed with the test binary (Pdeathsig is set
+	// after the credential switch, so it survives it).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: p.cred}
+	return cmd
+}
+
+func (p *Postgres) initdb() error {
+	cmd := p.command("initdb", "-D", p.dataDir(), "-U", "postgres", "--auth=trust",
+		"-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb in %s: %v\n%s", p.dataDir(), err, out)
+	}
+	return nil
+}
+
+func (p *Postgres) start() error {
+	args := []string{"-D", p.dataDir(), "-p", strconv.Itoa(p.Port)}
+	for _, s := range p.settings {
+		args = append(args, "-c", s)
+	}
+	cmd := p.command("postgres", args...)
+	logf, err := os.OpenFile(p.logFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	logf.Close() // the child has its own descriptor
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	p.mu.Lock()
+	p.cmd, p.exited = cmd, exited
+	p.mu.Unlock()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("postgres on port %d exited at start: %s", p.Port, p.logTail())
+		default:
+		}
+		if p.ping() == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.Kill()
+	return fmt.Errorf("postgres on port %d did not accept connections within 30s: %s", p.Port, p.logTail())
+}
+
+func (p *Postgres) ping() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, p.DSN())
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	return c.Ping(ctx)
+}
+
+func (p *Postgres) logTail() string {
+	b, _ := os.ReadFile(p.logFile())
+	s := strings.TrimSpace(string(b))
+	if len(s) > 1000 {
+		s = s[len(s)-1000:]
+	}
+	return s
+}
+
+// DSN returns a connection string for the superuser on database postgres.
+func (p *Postgres) DSN() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", p.Port)
+}
+
+// PoolConfig returns a pgxpool configuration for this server with at most
+// maxConns connections (0: pgxpool's default).
+func (p *Postgres) PoolConfig(maxConns int32) *pgxpool.Config {
+	cfg, err := pgxpool.ParseConfig(p.DSN())
+	if err != nil {
+		panic(err) // DSN is built above; it always parses
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	return cfg
+}
+
+// Pool returns a connection pool of at most maxConns connections (0:
+// pgxpool's default), closed when the test ends.
+func (p *Postgres) Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), p.PoolConfig(maxConns))
+	if err != nil {
+		tb.Fatalf("pgxpool: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// Exec runs one statement on a fresh connection (not from any pool), so
+// it works while pools are exhausted or their connections are killed.
+func (p *Postgres) Exec(ctx context.Context, sql string, args ...any) error {
+	c, err := pgx.Connect(ctx, p.DSN())
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	_, err = c.Exec(ctx, sql, args...)
+	return err
+}
+
+// Terminate ends the backend with the given pid (pg_terminate_backend): its
+// session locks are released at once; its client learns on its next
+// statement.
+func (p *Postgres) Terminate(ctx context.Context, pid uint32) error {
+	c, err := pgx.Connect(ctx, p.DSN())
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	var ok bool
+	if err := c.QueryRow(ctx, "SELECT pg_terminate_backend($1::int4)", int32(pid)).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("pg_terminate_backend(%d): no such backend", pid)
+	}
+	return nil
+}
+
+// AdvisoryLock is one row of pg_locks with locktype 'advisory'.
+type AdvisoryLock struct {
+	PID      uint32
+	ClassID  uint32 // high half of a bigint key, or the first int4 key
+	ObjID    uint32 // low half of a bigint key, or the second int4 key
+	ObjSubID int16  // 1: bigint key; 2: two int4 keys
+	Mode     string // ExclusiveLock or ShareLock
+	Granted  bool
+}
+
+// Int64 returns the bigint key of a lock taken with the one-argument form.
+func (a AdvisoryLock) Int64() int64 { return int64(uint64(a.ClassID)<<32 | uint64(a.ObjID)) }
+
+// AdvisoryLocks lists the advisory locks held or awaited in the cluster's
+// postgres database, as pg_locks shows them.
+func (p *Postgres) AdvisoryLocks(ctx context.Context) ([]AdvisoryLock, error) {
+	c, err := pgx.Connect(ctx, p.DSN())
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	rows, err := c.Query(ctx, `SELECT pid, classid::int8, objid::int8, objsubid, mode, granted
+		FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid() ORDER BY pid`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (AdvisoryLock, error) {
+		var a AdvisoryLock
+		var pid int32
+		var class, obj int64
+		err := r.Scan(&pid, &class, &obj, &a.ObjSubID, &a.Mode, &a.Granted)
+		a.PID, a.ClassID, a.ObjID = uint32(pid), uint32(class), uint32(obj)
+		return a, err
+	})
+}
+
+// WaitNoAdvisoryLocks waits until pg_locks shows no advisory lock (a closed
+// client's backend exits a moment after its socket closes) and returns the
+// ones still there when ctx ends.
+func (p *Postgres) WaitNoAdvisoryLocks(ctx context.Context) ([]AdvisoryLock, error) {
+	for {
+		locks, err := p.AdvisoryLocks(ctx)
+		if err == nil && len(locks) == 0 {
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = ctx.Err()
+			}
+			return locks, err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Kill sends SIGKILL to the postmaster and waits for it. Its backends exit
+// on their own when they notice; the cluster needs crash recovery on
+// Restart.
+func (p *Postgres) Kill() { p.signal(syscall.SIGKILL, true) }
+
+// Restart stops the server immediately (every session ends, every advisory
+// lock is released) and starts it again on the same port.
+func (p *Postgres) Restart() error {
+	p.Stop()
+	var err error
+	for range 50 { // the port may linger briefly
+		if err = p.start(); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
+}
+
+// Stop shuts the server down in immediate mode (SIGQUIT, like pg_ctl stop
+// -m immediate), falling back to SIGKILL, and waits for the postmaster to
+// exit. It is safe to call twice.
+func (p *Postgres) Stop() {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	if exited == nil {
+		return
+	}
+	p.signal(syscall.SIGCONT, false)
+	p.signal(syscall.SIGQUIT, false)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		p.Kill()
+	}
+}
+
+func (p *Postgres) signal(sig syscall.Signal, wait bool) {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	cmd.Process.Signal(sig)
+	if wait {
+		<-exited
+	}
+}

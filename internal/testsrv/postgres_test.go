@@ -1,0 +1,80 @@
+package testsrv
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// One cluster, every helper: a pool works, a session lock shows up in
+// pg_locks, Terminate ends the session and frees its lock, Restart brings the
+// server back on its port, and Stop leaves no process behind.
+func TestPostgres(t *testing.T) {
+	start := time.Now()
+	pg := StartPostgres(t)
+	t.Logf("initdb + start took %v", time.Since(start))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	pool := pg.Pool(t, 2)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer conn.Release()
+	var pid int32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock(42)) l").Scan(&pid); err != nil {
+		t.Fatalf("lock: %v", err)
+	}
+	locks, err := pg.AdvisoryLocks(ctx)
+	if err != nil {
+		t.Fatalf("AdvisoryLocks: %v", err)
+	}
+	if len(locks) != 1 || locks[0].Int64() != 42 || locks[0].PID != uint32(pid) || !locks[0].Granted || locks[0].ObjSubID != 1 {
+		t.Fatalf("pg_locks: %+v, want one granted lock on 42 by pid %d", locks, pid)
+	}
+
+	if err := pg.Terminate(ctx, uint32(pid)); err != nil {
+		t.Fatalf("Terminate: %v", err)
+	}
+	if left, err := pg.WaitNoAdvisoryLocks(ctx); err != nil {
+		t.Fatalf("lock still there after Terminate: %+v (%v)", left, err)
+	}
+	if err := conn.Ping(ctx); err == nil {
+		t.Fatal("a terminated session still answers")
+	}
+	if err := pg.Terminate(ctx, uint32(pid)); err == nil {
+		t.Fatal("Terminate of a gone backend reported success")
+	}
+
+	if err := pg.Restart(); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if err := pg.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("after Restart: %v", err)
+	}
+
+	pg.Stop()
+	pg.Stop() // twice is fine
+	pg.mu.Lock()
+	proc := pg.cmd.Process
+	pg.mu.Unlock()
+	if err := syscall.Kill(proc.Pid, 0); err == nil {
+		t.Fatalf("postmaster %d still running after Stop", proc.Pid)
+	}
+}
+
+func TestPostgresSetting(t *testing.T) {
+	pg := StartPostgres(t, PostgresSetting("max_locks_per_transaction", "17"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var v string
+	if err := pg.Pool(t, 1).QueryRow(ctx, "SHOW max_locks_per_transaction").Scan(&v); err != nil || v != "17" {
+		t.Fatalf("max_locks_per_transaction = %q (%v), want 17", v, err)
+	}
+}
