@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// backendFlags are the flags every command that talks to a backend takes.
+type backendFlags struct {
+	redis    []string
+	postgres string
+}
+
+func addBackendFlags(cmd *cobra.Command, f *backendFlags) {
+	cmd.Flags().StringArrayVar(&f.redis, "redis", nil,
+		"Redis `URL` (redis://, rediss:// for TLS, unix://); repeat it for Redlock across\nindependent nodes (default: $DLOCK_REDIS, comma-separated)")
+	cmd.Flags().StringVar(&f.postgres, "postgres", "",
+		"PostgreSQL `DSN` for an advisory lock (default: $DLOCK_POSTGRES)")
+}
+
+// A use says what a command needs from its backend.
+type use int
+
+const (
+	useRun     use = iota // a lock held by this process: every backend
+	useTokens             // a lock that outlives the process: Redis only
+	useInspect            // reading Redis keys: Redis only
+)
+
+// backend is the lock service a command talks to.
+type backend struct {
+	kind    string // "redis", "redlock" or "postgres"
+	locker  dlock.Locker
+	tokens  tokenLocker             // nil for postgres
+	clients []redis.UniversalClient // nil for postgres
+	nodes   []string                // addresses, for messages (never with passwords)
+	closers []func()
+}
+
+// tokenLocker is what acquire/extend/release need: operations on a lock
+// known only by its token.
+type tokenLocker interface {
+	ReleaseToken(ctx context.Context, key, token string) error
+	ExtendToken(ctx context.Context, key, token string, ttl time.Duration) error
+}
+
+func (b *backend) close() {
+	for _, c := range b.closers {
+		c()
+	}
+}
+
+// backendSpec returns the Redis URLs or the Postgres DSN to use: the flags
+// if any backend flag was given, the environment otherwise. It registers
+// every password with the redactor before anything can print it.
+func (a *app) backendSpec(cmd *cobra.Command, f *backendFlags) (urls []string, dsn string, err error) {
+	fl := cmd.Flags()
+	if fl.Changed("redis") || fl.Changed("postgres") {
+		urls, dsn = f.redis, f.postgres
+	} else {
+		for _, u := range strings.Split(a.lookupEnv("DLOCK_REDIS"), ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				urls = append(urls, u)
+			}
+		}
+		dsn = strings.TrimSpace(a.lookupEnv("DLOCK_POSTGRES"))
+	}
+	for _, u := range urls {
+		a.redact.addURL(u)
+	}
+	a.redact.addDSN(dsn)
+	switch {
+	case len(urls) > 0 && dsn != "":
+		return nil, "", usagef("choose one backend: Redis (--redis, DLOCK_REDIS) or PostgreSQL (--postgres, DLOCK_POSTGRES), not both")
+	case len(urls) == 0 && dsn == "":
+		return nil, "", usagef("no backend: give --redis URL or --postgres DSN, or set DLOCK_REDIS or DLOCK_POSTGRES")
+	}
+	return urls, dsn, nil
+}
+
+// openBackend builds the backend for a command. It sends nothing to any
+// server, so an unreachable one shows up at the first operation.
+func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFlags, u use) (*backend, error) {
+	urls, dsn, err := a.backendSpec(cmd, f)
+	if err != nil {
+		return nil, err
+	}
+	if dsn != "" {
+		if u != useRun {
+			return nil, usagef("%s needs Redis: a PostgreSQL advisory lock belongs to a database session and ends with the dlock process (use dlock run)", cmd.Name())
+		}
+		return a.openPostgres(ctx, dsn)
+	}
+	return a.openRedis(urls)
+}
+
+// quietLogger drops go-redis's internal log lines (dial retries and the
+// like): dlock reports failures itself, in one line.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quietLogger{}) }
+
+// logger is where backends' warnings (such as an eviction policy that can
+// drop lock keys) go: stderr, without timestamps.
+func (a *app) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{
+		ReplaceAttr: func(groups []string, attr slog.Attr) slog.Attr {
+			if len(groups) == 0 && attr.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return attr
+		},
+	}))
+}
+
+func (a *app) openRedis(urls []string) (*backend, error) {
+	b := &backend{kind: "redis"}
+	for i, u := range urls {
+		opt, err := redis.ParseURL(u)
+		if err != nil {
+			b.close()
+			return nil, usagef("Redis URL #%d: %v", i+1, err)
+		}
+		// Deadlines of the caller (--wait, the lock's validity) must bound
+		// every request, not only the client's own timeouts.
+		opt.ContextTimeoutEnabled = true
+		c := redis.NewClient(opt)
+		b.clients = append(b.clients, c)
+		b.nodes = append(b.nodes, opt.Addr)
+		b.closers = append(b.closers, func() { c.Close() })
+	}
+	if len(b.clients) == 1 {
+		l, err := redislock.New(b.clients[0], redislock.WithLogger(a.logger()))
+		if err != nil {
+			b.close()
+			return nil, err
+		}
+		b.locker, b.tokens = l, l
+		return b, nil
+	}
+	return a.openRedlock(b)
+}
+
+// recorder wraps a Locker to learn, after a failed wait, whether any attempt
+// found the lock actually held: a wait that only ever met an unreachable or
+// silent server is "unavailable" (69), not "busy" (75).
+//
+// It also bounds each attempt by until, when set: `dlock run` cannot give
+// dlock.Do a context with a deadline (the command's context derives from
+// it), and a cancellation alone does not interrupt a request to a server
+// that accepted the connection but does not answer.
+type recorder struct {
+	dlock.Locker
+	until time.Time
+
+	mu      sync.Mutex
+	sawBusy bool
+}
+
+func (r *recorder) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	if !r.until.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, r.until)
+		defer cancel()
+	}
+	lock, err := r.Locker.TryAcquire(ctx, key, ttl)
+	if err != nil && errors.Is(err, dlock.ErrNotAcquired) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		r.mu.Lock()
+		r.sawBusy = true
+		r.mu.Unlock()
+	}
+	return lock, err
+}
+
+// NotifyRelease passes the backend's wake-on-release through, so waiting
+// through the recorder is as fast as without it.
+func (r *recorder) NotifyRelease(ctx context.Context, key string) (<-chan struct{}, func()) {
+	if n, ok := r.Locker.(dlock.ReleaseNotifier); ok {
+		return n.NotifyRelease(ctx, key)
+	}
+	return nil, func() {} // a nil channel never fires: polling only
+}
+
+func (r *recorder) busy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sawBusy
+}
+
+// acquireError turns a failed acquisition into an exit code and message.
+func acquireError(err error, rec *recorder, key string, wait time.Duration) error {
+	switch {
+	case errors.Is(err, dlock.ErrInvalid):
+		return &usageError{err: err}
+	case errors.Is(err, dlock.ErrUnavailable):
+		return unreachable(err)
+	case errors.Is(err, dlock.ErrNotAcquired) && rec.busy():
+		if wait > 0 {
+			return exitf(exitBusy, "lock %q is busy: another owner held it for all of --wait %v", key, wait)
+		}
+		return exitf(exitBusy, "lock %q is busy: another owner holds it", key)
+	case errors.Is(err, dlock.ErrNotAcquired):
+		return exitf(exitUnavailable, "backend unreachable: no answer within --wait %v", wait)
+	}
+	return exitf(exitFailure, "%v", err)
+}
+
+// tokenError turns an error of extend or release into an exit code.
+func tokenError(err error, key string) error {
+	switch {
+	case errors.Is(err, dlock.ErrInvalid):
+		return &usageError{err: err}
+	case errors.Is(err, dlock.ErrNotHeld), errors.Is(err, dlock.ErrLockLost):
+		return exitf(exitLost, "lock %q is not held by this token (it expired, was released, or another owner holds it)", key)
+	case errors.Is(err, dlock.ErrUnavailable):
+		return unreachable(err)
+	}
+	return exitf(exitFailure, "%v", err)
+}
+
+// unreachable reports an unavailable backend, naming the node if the error
+// says which one failed.
+func unreachable(err error) error {
+	var ne *dlock.NodeError
+	if errors.As(err, &ne) {
+		return exitf(exitUnavailable, "backend unreachable: %v", ne)
+	}
+	return exitf(exitUnavailable, "backend unreachable: %v", err)
+}
+
+// addURL registers the password of a URL (as written and decoded), and
+// works on URLs that do not parse, whose error messages may quote them.
+func (r *redactor) addURL(raw string) {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok {
+			r.add(p)
+		}
+	}
+	if _, rest, ok := strings.Cut(raw, "://"); ok {
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if _, pass, ok := strings.Cut(rest[:at], ":"); ok {
+				r.add(pass)
+			}
+		}
+	}
+}
+
+var dsnPassword = regexp.MustCompile(`password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
+
+// addDSN registers the password of a PostgreSQL DSN in URL or key=value form.
+func (r *redactor) addDSN(dsn string) {
+	if dsn == "" {
+		return
+	}
+	if strings.Contains(dsn, "://") {
+		r.addURL(dsn)
+	}
+	for _, m := range dsnPassword.FindAllStringSubmatch(dsn, -1) {
+		r.add(m[1])
+		r.add(strings.Trim(m[1], "'"))
+	}
+}
+
+func (a *app) nodesString(b *backend) string {
+	return fmt.Sprintf("%s %s", b.kind, strings.Join(b.nodes, ","))
+}

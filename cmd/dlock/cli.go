@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes. The sysexits(3) values are what flock(1) and friends use, so
+// scripts can tell "try later" from "fix your setup".
+const (
+	exitOK          = 0
+	exitFailure     = 1   // anything else that went wrong
+	exitUsage       = 64  // EX_USAGE: bad flags or arguments
+	exitUnavailable = 69  // EX_UNAVAILABLE: the backend could not be reached
+	exitBusy        = 75  // EX_TEMPFAIL: the lock is held and --wait ran out
+	exitLost        = 76  // the lock was lost while held, or the token does not hold it
+	exitCannotExec  = 126 // the command was found but could not be started
+	exitNotFound    = 127 // the command was not found
+	exitSignalBase  = 128 // + N: the command (or dlock, while waiting) died of signal N
+)
+
+// exitCodesHelp is the table that every help text refers to.
+const exitCodesHelp = `Exit codes:
+  0        success (run: the command exited 0)
+  1        other failure
+  64       usage error: bad flag, argument or backend choice
+  69       backend unreachable (or it answered with an error)
+  75       lock busy: another owner held it until --wait ran out
+  76       lock lost: run: lost while the command ran (the command was
+           terminated); extend/release: the token no longer holds the lock
+  126      run: the command could not be started
+  127      run: the command was not found
+  128+N    run: the command died of signal N, or dlock got signal N
+           while waiting for the lock
+  other    run: the command's own exit status`
+
+// version is set at link time (-ldflags "-X main.version=v1.2.3"); without
+// it the module version from the build info is used.
+var version = ""
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v := bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " " + s.Value[:12]
+			}
+		}
+		return v
+	}
+	return "(devel)"
+}
+
+// exitError carries an exit code out of a command. A nil err exits quietly
+// (a command's own status); otherwise its message goes to stderr.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func exitf(code int, format string, args ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// usageError marks an error as the user's mistake (exit 64).
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...)}
+}
+
+// app is one invocation of dlock: its environment and standard streams.
+type app struct {
+	env    []string
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	redact redactor
+}
+
+// run executes dlock with args (without the program name) and returns the
+// exit code. env is the environment (os.Environ form) that backend variables
+// are read from and that a child of `dlock run` inherits.
+func run(ctx context.Context, args []string, env []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{env: env, stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code, msg := exitUsage, err.Error()
+	var ee *exitError
+	var ue *usageError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.code
+		if ee.err == nil {
+			return code
+		}
+	case errors.As(err, &ue):
+	default:
+		// Cobra's own errors (unknown command or flag, wrong number of
+		// arguments) are usage errors too.
+	}
+	if code == exitUsage && cmd != nil {
+		msg = fmt.Sprintf("%s (see '%s --help')", msg, cmd.CommandPath())
+	}
+	name := "dlock"
+	if cmd != nil {
+		name = cmd.CommandPath()
+	}
+	fmt.Fprintf(stderr, "%s: %s\n", name, a.redact.oneLine(msg))
+	return code
+}
+
+func (a *app) lookupEnv(name string) string {
+	for i := len(a.env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(a.env[i], "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "dlock",
+		Short: "Distributed locks for shell scripts and cron jobs",
+		Long: `dlock takes locks that exclude each other across machines, on one Redis node,
+on several independent Redis nodes (Redlock) or in PostgreSQL, and runs commands
+under them. It is flock(1) for a fleet: a job that fires on every replica runs on
+one at a time.
+
+Every lock carries a fencing token (DLOCK_FENCE for a command run under it): a
+number that grows with every acquisition of the key, which the protected resource
+can use to reject a stale holder's late writes.
+
+Backend (choose one; flags override the environment):
+  --redis URL        one URL: a single Redis node; repeated: Redlock across them.
+                     redis://[[user]:password@]host[:port][/db][?dial_timeout=3s...],
+                     rediss:// for TLS, unix:///path/to/socket
+  --postgres DSN     a PostgreSQL advisory lock (run only)
+  DLOCK_REDIS        comma-separated Redis URLs, when no backend flag is given
+  DLOCK_POSTGRES     a PostgreSQL DSN, when no backend flag is given
+Passwords never have to appear on the command line (use the variables) and are
+never printed.
+
+` + exitCodesHelp,
+		Example: `  # run a nightly job on one replica at a time
+  dlock run --redis redis://redis.internal:6379 nightly-billing -- ./bill.sh
+
+  # hold a lock across several shell commands
+  export DLOCK_REDIS=redis://:secret@redis.internal:6379
+  lock=$(dlock acquire deploy --ttl 5m) || exit
+  eval "$lock"   # sets DLOCK_KEY, DLOCK_TOKEN, DLOCK_FENCE
+  ./migrate && dlock extend deploy "$DLOCK_TOKEN" --ttl 5m && ./restart
+  dlock release deploy "$DLOCK_TOKEN"
+
+  # see who holds what
+  dlock inspect 'billing:*'
+
+  # watch the failure modes of distributed locks happen, on real servers
+  dlock demo`,
+		Version:       buildVersion(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usagef("missing command: run, acquire, extend, release, inspect or demo")
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
+	root.AddCommand(a.runCmd(), a.acquireCmd(), a.extendCmd(), a.releaseCmd(), a.inspectCmd(), a.demoCmd())
+	return root
+}
+
+// redactor replaces secrets (passwords from URLs and DSNs) in everything
+// dlock prints about its backend.
+type redactor struct{ secrets []string }
+
+func (r *redactor) add(secret string) {
+	if secret != "" {
+		r.secrets = append(r.secrets, secret)
+	}
+}
+
+func (r *redactor) string(s string) string {
+	for _, sec := range r.secrets {
+		s = strings.ReplaceAll(s, sec, "xxxxx")
+	}
+	return s
+}
+
+// oneLine redacts msg and folds it onto one line: errors.Join and cobra
+// separate their parts with newlines. The library's "dlock: " prefixes go:
+// the line has one already.
+func (r *redactor) oneLine(msg string) string {
+	msg = strings.ReplaceAll(r.string(msg), "dlock: ", "")
+	return strings.Join(strings.Fields(msg), " ")
+}
+
+// signalCode is the exit code for death by a signal, as shells report it.
+func signalCode(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return exitSignalBase + int(s)
+	}
+	return exitFailure
+}

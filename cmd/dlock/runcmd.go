@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock"
+)
+
+// forwardedSignals reach the command's process group while it runs; before
+// it starts they end the wait for the lock.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+func (a *app) runCmd() *cobra.Command {
+	var (
+		bf               backendFlags
+		ttl, wait, grace time.Duration
+		noHolder         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "run [flags] KEY -- COMMAND [ARG]...",
+		Short: "Run a command while holding a lock",
+		Long: `Run takes the lock on KEY, runs COMMAND while holding it, and releases it when
+COMMAND exits. Two dlock run on the same KEY, on any machines that share the
+backend, never run their commands at the same time.
+
+With --wait 0 (the default) run tries once and exits 75 if the lock is busy; with
+a duration it waits up to that long for the holder to let go.
+
+The command gets DLOCK_KEY, DLOCK_TOKEN and DLOCK_FENCE in its environment.
+DLOCK_FENCE grows with every acquisition of KEY: pass it to the resource you
+protect so it can reject the late writes of a holder that lost the lock. The
+command's stdin, stdout and stderr are dlock's. It runs in its own process group;
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
+forwarded to that group.
+
+While the command runs, dlock extends the lock before half of --ttl has passed.
+If the lock is lost (an extension is refused, or the backend stays unreachable
+until the validity runs out), dlock says why on stderr, sends SIGTERM to the
+command's process group, SIGKILL after --grace (or as soon as the command has
+exited, to whatever it left behind in its group), and exits 76. Otherwise it
+releases the lock and exits with the command's status: its exit code, or 128+N
+if it died of signal N.
+
+While it runs, dlock publishes who holds the lock (host, pid, since) for dlock
+inspect, in a key of its own that expires with the lock (--no-holder turns this
+off; PostgreSQL locks are never published).
+
+` + exitCodesHelp,
+		Example: `  # nightly billing runs on one replica at a time; the others exit 75 at once
+  dlock run --redis redis://redis.internal:6379 billing -- ./bill.sh --month=prev
+
+  # wait up to two minutes for the previous run, with a 1-minute lease
+  DLOCK_REDIS=redis://:secret@redis.internal:6379 \
+    dlock run --ttl 1m --wait 2m reindex -- ./reindex.sh
+
+  # Redlock across three independent Redis masters
+  dlock run --redis redis://r1:6379 --redis redis://r2:6379 --redis redis://r3:6379 \
+    payout -- ./payout.sh
+
+  # a PostgreSQL advisory lock; the command passes the fence on
+  dlock run --postgres 'postgres://app@db/app' ledger -- sh -c './post.sh --fence "$DLOCK_FENCE"'
+
+  # in cron: skip this run quietly if the last one is still going
+  */5 * * * * dlock run sync -- ./sync.sh; [ $? -eq 75 ] && exit 0`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key, argv, err := splitRunArgs(cmd, args)
+			if err != nil {
+				return err
+			}
+			if err := checkDurations(ttl, wait, grace); err != nil {
+				return err
+			}
+			be, err := a.openBackend(cmd.Context(), cmd, &bf, useRun)
+			if err != nil {
+				return err
+			}
+			defer be.close()
+			r := &runner{a: a, be: be, key: key, argv: argv, ttl: ttl, wait: wait, grace: grace, holder: !noHolder}
+			return r.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	addBackendFlags(cmd, &bf)
+	f.DurationVar(&ttl, "ttl", 30*time.Second, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
+	f.DurationVar(&wait, "wait", 0, "how long to wait while the lock is busy; 0 tries once")
+	f.DurationVar(&grace, "grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command")
+	f.BoolVar(&noHolder, "no-holder", false, "do not publish holder info (host, pid, since) for dlock inspect")
+	return cmd
+}
+
+// splitRunArgs checks the KEY -- COMMAND shape of run's arguments.
+func splitRunArgs(cmd *cobra.Command, args []string) (key string, argv []string, err error) {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case dash < 0 && len(args) == 0:
+		return "", nil, usagef("missing KEY and command: dlock run KEY -- COMMAND [ARG]...")
+	case dash < 0:
+		return "", nil, usagef(`missing "--" between KEY and the command`)
+	case dash == 0:
+		return "", nil, usagef(`missing KEY before "--"`)
+	case dash > 1:
+		return "", nil, usagef(`expected one KEY before "--", got %d arguments: %q`, dash, args[:dash])
+	case len(args) == dash:
+		return "", nil, usagef(`missing command after "--"`)
+	case args[1] == "":
+		return "", nil, usagef("empty command name")
+	}
+	if err := dlock.CheckKey(args[0]); err != nil {
+		return "", nil, &usageError{err: err}
+	}
+	return args[0], args[1:], nil
+}
+
+func checkDurations(ttl, wait, grace time.Duration) error {
+	if err := dlock.CheckTTL(ttl); err != nil {
+		return usagef("--ttl %v: %v", ttl, errors.Unwrap(err))
+	}
+	if wait < 0 {
+		return usagef("--wait %v: must not be negative", wait)
+	}
+	if grace < 0 {
+		return usagef("--grace %v: must not be negative", grace)
+	}
+	return nil
+}
+
+// runner is one `dlock run`: it waits for the lock, supervises the command
+// while the lock is held, and turns the outcome into an exit code.
+type runner struct {
+	a                *app
+	be               *backend
+	key              string
+	argv             []string
+	ttl, wait, grace time.Duration
+	holder           bool
+
+	mu         sync.Mutex
+	entered    bool      // the lock was granted and the command is being started
+	group      int       // the command's process group while it runs
+	waitSig    os.Signal // the signal that ended the wait, if one did
+	cancelWait context.CancelCauseFunc
+
+	// Written by hold, read after dlock.Do returned.
+	aborted   bool             // granted at the moment the wait ended
+	startErr  error            // the command could not be started
+	state     *os.ProcessState // how the command ended
+	lostCause error            // why the command was terminated, if the lock was lost
+}
+
+var errWaitOver = errors.New("--wait ran out")
+
+func (r *runner) run(ctx context.Context) error {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+
+	waitCtx, cancelWait := context.WithCancelCause(ctx)
+	defer cancelWait(nil)
+	r.cancelWait = cancelWait
+
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case sig := <-sigs:
+				r.signal(sig)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+
+	rec := &recorder{Locker: r.be.locker}
+	var opts []dlock.Option
+	if r.wait == 0 {
+		opts = append(opts, dlock.WithRetryCount(0))
+	} else {
+		t := time.AfterFunc(r.wait, func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if !r.entered {
+				cancelWait(errWaitOver)
+			}
+		})
+		defer t.Stop()
+		rec.until = time.Now().Add(r.wait)
+	}
+
+	err := dlock.Do(waitCtx, rec, r.key, r.ttl, r.hold, opts...)
+	return r.outcome(err, rec)
+}
+
+// signal forwards sig to the command's group, or ends the wait for the lock
+// if the command has not started.
+func (r *runner) signal(sig os.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.group != 0:
+		_ = syscall.Kill(-r.group, sig.(syscall.Signal))
+	case !r.entered && r.waitSig == nil:
+		r.waitSig = sig
+		r.cancelWait(fmt.Errorf("interrupted by %v", sig))
+	}
+}
+
+// hold is the function dlock.Do runs while the lock is held: it runs the
+// command and waits for it, or terminates it when ctx ends (lost lock).
+func (r *runner) hold(ctx context.Context) error {
+	r.mu.Lock()
+	if ctx.Err() != nil {
+		// The wait ended (timeout or signal) just as the lock was granted.
+		r.aborted = true
+		r.mu.Unlock()
+		return nil
+	}
+	r.entered = true
+	lock := dlock.LockFromContext(ctx)
+
+	var pub *holderPub
+	if r.holder && len(r.be.clients) > 0 {
+		pub = publishHolder(ctx, r.be.clients, r.key, r.ttl)
+	}
+	defer pub.stop()
+
+	cmd := exec.Command(r.argv[0], r.argv[1:]...)
+	cmd.Env = childEnv(r.a.env, lock)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.a.stdin, r.a.stdout, r.a.stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	tty := foregroundTTY(r.a.stdin)
+	if tty >= 0 {
+		// Interactive: the command's group takes the terminal, so it can
+		// read it and gets Ctrl-C directly.
+		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, tty
+	}
+	// Only matters when stdio are not files (tests): a grandchild holding
+	// a pipe open must not keep dlock waiting.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		r.startErr = err
+		r.mu.Unlock()
+		return nil
+	}
+	group := cmd.Process.Pid
+	r.group = group
+	r.mu.Unlock()
+
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // the status is in cmd.ProcessState
+		r.mu.Lock()
+		r.group = 0 // reaped: the pid may be reused
+		r.mu.Unlock()
+		close(exited)
+	}()
+
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		cause := context.Cause(ctx)
+		if errors.Is(cause, dlock.ErrLockLost) {
+			r.lostCause = cause
+			r.a.errorf("dlock run: lock %q lost: %v; sending SIGTERM to the command, SIGKILL after --grace %v", r.key, cause, r.grace)
+		}
+		r.terminate(group, exited)
+	}
+	restoreForeground(tty)
+	r.state = cmd.ProcessState
+	return nil
+}
+
+// terminate sends SIGTERM to the command's group and SIGKILL after the grace
+// period, or as soon as the command exited (to what it left in its group).
+func (r *runner) terminate(group int, exited <-chan struct{}) {
+	_ = syscall.Kill(-group, syscall.SIGTERM)
+	t := time.NewTimer(r.grace)
+	defer t.Stop()
+	select {
+	case <-exited:
+		_ = syscall.Kill(-group, syscall.SIGKILL)
+	case <-t.C:
+		r.a.errorf("dlock run: the command did not exit within --grace %v of SIGTERM; sending SIGKILL", r.grace)
+		_ = syscall.Kill(-group, syscall.SIGKILL)
+		<-exited
+	}
+}
+
+// outcome maps what happened to an exit code.
+func (r *runner) outcome(err error, rec *recorder) error {
+	r.mu.Lock()
+	waitSig, entered := r.waitSig, r.entered
+	r.mu.Unlock()
+	switch {
+	case waitSig != nil && !entered:
+		return exitf(signalCode(waitSig), "interrupted by %v while waiting for lock %q", waitSig, r.key)
+	case r.aborted:
+		return exitf(exitBusy, "lock %q is busy: --wait %v ran out", r.key, r.wait)
+	case !entered:
+		return acquireError(err, rec, r.key, r.wait)
+	case r.startErr != nil:
+		code := exitCannotExec
+		if errors.Is(r.startErr, exec.ErrNotFound) || errors.Is(r.startErr, os.ErrNotExist) {
+			code = exitNotFound
+		}
+		return exitf(code, "cannot run the command: %v", r.startErr)
+	case r.lostCause != nil:
+		return &exitError{code: exitLost} // said on stderr when it happened
+	case errors.Is(err, dlock.ErrLockLost):
+		return exitf(exitLost, "lock %q was lost as the command finished (%v): it may have overlapped another holder", r.key, err)
+	case errors.Is(err, dlock.ErrNotHeld):
+		return exitf(exitLost, "lock %q was gone when the command finished (it expired or was taken): the command may have overlapped another holder", r.key)
+	case r.state == nil:
+		return exitf(exitFailure, "the command was stopped: %v", err)
+	case err != nil:
+		// The command is done and the lock still expires with its TTL.
+		r.a.errorf("dlock run: releasing lock %q: %v (it expires within --ttl %v)", r.key, err, r.ttl)
+	}
+	if code := exitStatus(r.state); code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+// exitStatus reports a finished process's status as a shell does.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitSignalBase + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// childEnv is env with the lock's variables set.
+func childEnv(env []string, lock *dlock.Lock) []string {
+	out := make([]string, 0, len(env)+3)
+	for _, kv := range env {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "DLOCK_KEY", "DLOCK_TOKEN", "DLOCK_FENCE":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out,
+		"DLOCK_KEY="+lock.Key(),
+		"DLOCK_TOKEN="+lock.Token(),
+		"DLOCK_FENCE="+strconv.FormatUint(lock.Fence(), 10))
+}
+
+// errorf prints one redacted line on stderr.
+func (a *app) errorf(format string, args ...any) {
+	fmt.Fprintln(a.stderr, a.redact.oneLine(fmt.Sprintf(format, args...)))
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock"
+)
+
+func (a *app) acquireCmd() *cobra.Command {
+	var (
+		bf        backendFlags
+		ttl, wait time.Duration
+		asJSON    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "acquire [flags] KEY",
+		Short: "Take a lock that outlives this command (for shell scripts)",
+		Long: `Acquire takes the lock on KEY for --ttl and prints it. The lock stays held after
+dlock exits, until it is released, or --ttl passes without an extend. Keep the
+token: extend and release need it.
+
+Output, one variable per line, ready for eval (values are shell-quoted):
+  DLOCK_KEY=billing
+  DLOCK_TOKEN=M3ZKQ6XBL5RF2TQ7NW4JH5DAYE
+  DLOCK_FENCE=42
+With --json: {"key":"billing","token":"M3ZK...","fence":42,"ttl_ms":30000}
+
+Redis only: a PostgreSQL advisory lock ends with the session that took it, so
+it cannot outlive dlock (use dlock run).
+
+` + exitCodesHelp,
+		Example: `  export DLOCK_REDIS=redis://:secret@redis.internal:6379
+  lock=$(dlock acquire deploy --ttl 5m --wait 1m) || exit   # 75: busy, 69: unreachable
+  eval "$lock"
+  trap 'dlock release deploy "$DLOCK_TOKEN"' EXIT
+  ./migrate.sh --fence "$DLOCK_FENCE"
+  dlock extend deploy "$DLOCK_TOKEN" --ttl 5m || exit   # 76: the lock is gone, stop
+  ./restart.sh
+
+  # JSON for programs
+  dlock acquire deploy --ttl 5m --json | jq -r .token`,
+		Args: exactArgs("KEY"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key := args[0]
+			if err := dlock.CheckKey(key); err != nil {
+				return &usageError{err: err}
+			}
+			if err := checkDurations(ttl, wait, 0); err != nil {
+				return err
+			}
+			be, err := a.openBackend(cmd.Context(), cmd, &bf, useTokens)
+			if err != nil {
+				return err
+			}
+			defer be.close()
+
+			ctx, interrupted, stop := interruptible(cmd.Context())
+			defer stop()
+			opts := []dlock.Option{dlock.WithRetryCount(0)}
+			if wait > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, wait)
+				defer cancel()
+				opts = nil
+			}
+			rec := &recorder{Locker: be.locker}
+			lock, err := dlock.Acquire(ctx, rec, key, ttl, opts...)
+			if err != nil {
+				if sig := interrupted(); sig != nil {
+					return exitf(signalCode(sig), "interrupted by %v while waiting for lock %q", sig, key)
+				}
+				return acquireError(err, rec, key, wait)
+			}
+			if asJSON {
+				return json.NewEncoder(a.stdout).Encode(struct {
+					Key   string `json:"key"`
+					Token string `json:"token"`
+					Fence uint64 `json:"fence"`
+					TTLms int64  `json:"ttl_ms"`
+				}{lock.Key(), lock.Token(), lock.Fence(), dlock.Milliseconds(ttl)})
+			}
+			_, err = fmt.Fprintf(a.stdout, "DLOCK_KEY=%s\nDLOCK_TOKEN=%s\nDLOCK_FENCE=%d\n", shellQuote(lock.Key()), shellQuote(lock.Token()), lock.Fence())
+			return err
+		},
+	}
+	addBackendFlags(cmd, &bf)
+	f := cmd.Flags()
+	f.DurationVar(&ttl, "ttl", 30*time.Second, "lock lease: the lock expires this long after acquire or the last extend")
+	f.DurationVar(&wait, "wait", 0, "how long to wait while the lock is busy; 0 tries once")
+	f.BoolVar(&asJSON, "json", false, "print a JSON object instead of shell variables")
+	return cmd
+}
+
+func (a *app) extendCmd() *cobra.Command {
+	var (
+		bf  backendFlags
+		ttl time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "extend [flags] KEY TOKEN",
+		Short: "Reset the TTL of a lock taken with acquire",
+		Long: `Extend resets the lock on KEY to expire --ttl from now, if it still holds TOKEN.
+It exits 0 when it did, and 76 when the lock is no longer held by TOKEN (it
+expired, was released, or another owner took it): stop the work then.
+
+Redis only (see dlock acquire --help).
+
+` + exitCodesHelp,
+		Example: `  dlock extend deploy "$DLOCK_TOKEN" --ttl 5m || { echo "lost the deploy lock" >&2; exit 1; }`,
+		Args:    exactArgs("KEY", "TOKEN"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkDurations(ttl, 0, 0); err != nil {
+				return err
+			}
+			be, err := a.openBackend(cmd.Context(), cmd, &bf, useTokens)
+			if err != nil {
+				return err
+			}
+			defer be.close()
+			if err := be.tokens.ExtendToken(cmd.Context(), args[0], args[1], ttl); err != nil {
+				return tokenError(err, args[0])
+			}
+			return nil
+		},
+	}
+	addBackendFlags(cmd, &bf)
+	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "new lease, counted from now")
+	return cmd
+}
+
+func (a *app) releaseCmd() *cobra.Command {
+	var bf backendFlags
+	cmd := &cobra.Command{
+		Use:   "release [flags] KEY TOKEN",
+		Short: "Release a lock taken with acquire",
+		Long: `Release deletes the lock on KEY if it still holds TOKEN, and never touches a lock
+another owner took since. It exits 0 when it released the lock and 76 when the
+lock was no longer held by TOKEN.
+
+Redis only (see dlock acquire --help).
+
+` + exitCodesHelp,
+		Example: `  dlock release deploy "$DLOCK_TOKEN"`,
+		Args:    exactArgs("KEY", "TOKEN"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			be, err := a.openBackend(cmd.Context(), cmd, &bf, useTokens)
+			if err != nil {
+				return err
+			}
+			defer be.close()
+			if err := be.tokens.ReleaseToken(cmd.Context(), args[0], args[1]); err != nil {
+				return tokenError(err, args[0])
+			}
+			return nil
+		},
+	}
+	addBackendFlags(cmd, &bf)
+	return cmd
+}
+
+// exactArgs requires the named positional arguments, and says which are
+// missing.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		switch {
+		case len(args) < len(names):
+			return usagef("missing %s", strings.Join(names[len(args):], " and "))
+		case len(args) > len(names):
+			return usagef("too many arguments: want %s, got %q", strings.Join(names, " "), args)
+		}
+		return nil
+	}
+}
+
+// interruptible returns a context cancelled by SIGINT, SIGTERM or SIGHUP,
+// and a function that tells which signal it was.
+func interruptible(parent context.Context) (ctx context.Context, interrupted func() os.Signal, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, forwardedSignals...)
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case sig := <-sigs:
+			cancel(signalErr{sig})
+		case <-done:
+		}
+	}()
+	interrupted = func() os.Signal {
+		var se signalErr
+		if errors.As(context.Cause(ctx), &se) {
+			return se.sig
+		}
+		return nil
+	}
+	stop = func() {
+		signal.Stop(sigs)
+		close(done)
+		<-exited
+		cancel(nil)
+	}
+	return ctx, interrupted, stop
+}
+
+type signalErr struct{ sig os.Signal }
+
+func (e signalErr) Error() string { return "interrupted by " + e.sig.String() }
+
+// shellQuote quotes s for a POSIX shell unless it is plainly safe.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_-.,:/@%+=", c)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
