@@ -1,19 +1,242 @@
-// Package demo implements the narrated scenarios of `dlock demo`.
 package demo
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"net"
+	"strings"
+	"time"
 )
 
-// Options configures Run.
+// Options configures Run. The zero value starts temporary servers.
 type Options struct {
-	// RedisURLs are the servers to use; empty starts temporary ones.
+	// RedisURLs are servers to run on, as redis:// or rediss:// URLs
+	// (go-redis ParseURL syntax). The single-node scenarios run on the
+	// first; Redlock runs on all of them, plus temporary local servers
+	// when fewer than five are given. Empty (the default) starts five
+	// temporary redis-server processes, or embedded in-process servers
+	// where no redis-server is on PATH.
 	RedisURLs []string
 }
 
-// Run runs the narrated scenarios, writing to w.
-func Run(ctx context.Context, w io.Writer, opts Options) error {
-	_, _ = ctx, w
+// scenario is one lesson: what it runs and what it proves.
+type scenario struct {
+	title   string
+	short   string   // the title in the summary
+	summary string   // one line for the final summary
+	proves  []string // the paragraph printed after the results
+	run     func(ctx context.Context, e *env, s *section) error
+}
+
+func scenarios() []scenario {
+	return []scenario{
+		basicScenario,
+		expiryScenario,
+		luaScenario,
+		fencingScenario,
+		workersScenario,
+		redlockScenario,
+	}
+}
+
+// Run runs the narrated scenarios and writes them to w. Every outcome is
+// checked: when one is not what its lesson says, the line says FAILED and
+// Run returns an error after the remaining scenarios ran. When ctx ends, Run
+// stops, removes the servers it started and returns an error matching
+// ctx's error. Run is not safe to call concurrently with itself only in the
+// sense that each call starts its own servers; calls share nothing.
+func Run(ctx context.Context, w io.Writer, opts Options) (err error) {
+	if ctx == nil {
+		return errors.New("demo: nil context")
+	}
+	if w == nil {
+		w = io.Discard
+	}
+	p := &printer{w: w}
+	e, err := setup(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return interrupted(ctx)
+		}
+		return err
+	}
+	defer e.close()
+
+	if err := header(ctx, e, p); err != nil {
+		if ctx.Err() != nil {
+			return interrupted(ctx)
+		}
+		return err
+	}
+
+	type verdict struct {
+		title, summary string
+		failed         bool
+	}
+	var verdicts []verdict
+	var failed []string
+	for i, sc := range scenarios() {
+		p.printf("\n%d. %s\n", i+1, sc.title)
+		s := &section{p: p}
+		runErr := sc.run(ctx, e, s)
+		if ctx.Err() != nil {
+			p.printf("   (interrupted)\n")
+			return interrupted(ctx)
+		}
+		if runErr != nil {
+			s.fail("%v", runErr)
+		}
+		if len(s.failures) == 0 {
+			p.printf("   What it proves:\n")
+			for _, l := range sc.proves {
+				p.printf("     %s\n", l)
+			}
+		} else {
+			p.printf("   FAILED: this scenario did not behave as its lesson says.\n")
+			failed = append(failed, fmt.Sprintf("%d (%s): %s", i+1, sc.title, strings.Join(s.failures, "; ")))
+		}
+		verdicts = append(verdicts, verdict{sc.short, sc.summary, len(s.failures) > 0})
+	}
+
+	p.printf("\nSummary\n")
+	for i, v := range verdicts {
+		mark := "ok    "
+		if v.failed {
+			mark = "FAILED"
+		}
+		p.printf("  %d. %s %s  %s\n", i+1, pad(v.title, 24), mark, v.summary)
+	}
+	if len(failed) > 0 {
+		p.printf("%d of %d scenarios FAILED.\n", len(failed), len(verdicts))
+		return fmt.Errorf("demo: %d of %d scenarios failed: %s", len(failed), len(verdicts), strings.Join(failed, " | "))
+	}
+	p.printf("All %d scenarios behaved as described.\n", len(verdicts))
+	return p.err
+}
+
+func interrupted(ctx context.Context) error {
+	return fmt.Errorf("demo interrupted: %w", context.Cause(ctx))
+}
+
+// header says what runs where: which servers, which Redis version, which
+// release path.
+func header(ctx context.Context, e *env, p *printer) error {
+	infos := make([]serverInfo, len(e.nodes))
+	for i, n := range e.nodes {
+		si, err := probe(ctx, n.direct, e.prefix)
+		if err != nil {
+			return fmt.Errorf("demo: probe %s: %w", n.addr, err)
+		}
+		infos[i] = si
+	}
+	e.info = infos[0]
+
+	var yours, local []*node
+	var localInfo serverInfo
+	for i, n := range e.nodes {
+		if n.origin == "yours" {
+			yours = append(yours, n)
+		} else {
+			local = append(local, n)
+			localInfo = infos[i]
+		}
+	}
+	if e.embedded {
+		p.printf("dlock demo: no redis-server on PATH, so this runs on %d embedded in-process servers (miniredis, an\n", len(local))
+		p.printf("imitation of Redis) whose TTLs expire in real time. Install redis-server to see the real thing.\n")
+	}
+	if len(yours) > 0 {
+		p.printf("dlock demo on your server%s %s. Its keys start with %q and are deleted at the end.\n",
+			plural(len(yours)), addrs(yours), e.prefix)
+	}
+	if len(local) > 0 && !e.embedded {
+		what := "dlock demo: started"
+		if len(yours) > 0 {
+			what = "Redlock needs 5 independent servers, so the demo also started"
+		}
+		p.printf("%s %d temporary redis-server process%s (Redis %s) on %s;\n", what, len(local), pluralEs(len(local)), orUnknown(localInfo.version), addrs(local))
+		p.printf("they are stopped and their files removed when the demo ends, also on Ctrl-C.\n")
+	} else if len(local) > 0 && len(yours) > 0 {
+		p.printf("Redlock needs 5 independent servers; the other %d are embedded ones on %s.\n", len(local), addrs(local))
+	}
+
+	first := e.nodes[0]
+	kind := "Redis " + orUnknown(infos[0].version)
+	if first.origin == "embedded" {
+		kind = "miniredis"
+	}
+	p.printf("\nScenarios 1-5 run on %s (%s). %s\n", first.addr, kind, nativeSentence(infos[0]))
+	p.printf("A and B (and C) below are separate lock holders; in production they would be separate processes.\n")
 	return nil
+}
+
+func nativeSentence(si serverInfo) string {
+	switch {
+	case si.nativeDel && si.nativeSet:
+		return "It has DELEX and SET IFEQ (Redis 8.4+),\nso dlock releases and extends with those commands; scenario 3 forces the Lua scripts instead."
+	case si.nativeDel:
+		return "It has DELEX but not SET IFEQ,\nso dlock releases with DELEX and extends with a Lua script; scenario 3 forces the Lua scripts."
+	default:
+		return "It has neither DELEX nor SET IFEQ\n(both need Redis 8.4+), so dlock releases and extends with Lua scripts (the pre-8.4 path)."
+	}
+}
+
+func addrs(ns []*node) string {
+	if len(ns) == 0 {
+		return ""
+	}
+	// Temporary servers share a host: list it once, then the ports.
+	host, _, err := net.SplitHostPort(ns[0].addr)
+	same := err == nil
+	var ports []string
+	for _, n := range ns {
+		h, port, err := net.SplitHostPort(n.addr)
+		if err != nil || h != host {
+			same = false
+		}
+		ports = append(ports, port)
+	}
+	if same && len(ns) > 1 {
+		return host + " ports " + strings.Join(ports, ", ")
+	}
+	var all []string
+	for _, n := range ns {
+		all = append(all, n.addr)
+	}
+	return strings.Join(all, ", ")
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "version unknown"
+	}
+	return v
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func pluralEs(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "es"
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -1,0 +1,376 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testsrv"
+)
+
+// node is one Redis server the demo talks to.
+type node struct {
+	addr   string        // host:port the user knows it by (never a URL: no password)
+	origin string        // "temporary redis-server", "embedded", "yours"
+	direct *redis.Client // for the single-node scenarios and cleanup
+	client *redis.Client // for Redlock: direct, or through a relay it can cut
+
+	// lose takes the node away for the Redlock scenario; how says what it
+	// did, in words.
+	lose func()
+	how  string
+	lost bool
+
+	stop func() // ends what the demo started for this node
+}
+
+// env is everything Run set up and must take down again.
+type env struct {
+	nodes    []*node // nodes[0] runs the single-node scenarios
+	embedded bool    // no redis-server on PATH: in-process miniredis instead
+	dir      string  // working directories of temporary servers
+	prefix   string  // every demo key starts with it
+	userURLs bool
+	info     serverInfo // of nodes[0]
+}
+
+// clientOptions are the go-redis options the demo uses: context deadlines
+// bound every call, and a dead server is reported at once instead of after
+// retries.
+func clientOptions(o *redis.Options) *redis.Options {
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries = -1
+	if o.DialTimeout == 0 || o.DialTimeout > time.Second {
+		o.DialTimeout = time.Second
+	}
+	if o.ReadTimeout == 0 || o.ReadTimeout > 2*time.Second {
+		o.ReadTimeout = 2 * time.Second
+	}
+	if o.WriteTimeout == 0 || o.WriteTimeout > 2*time.Second {
+		o.WriteTimeout = 2 * time.Second
+	}
+	return o
+}
+
+// redlockNodes is how many servers the Redlock scenario uses when the user
+// gives fewer.
+const redlockNodes = 5
+
+// setup connects to the user's servers or starts temporary ones. On error
+// it has already undone whatever it started.
+func setup(ctx context.Context, opts Options) (e *env, err error) {
+	e = &env{prefix: "dlock-demo:" + dlock.NewToken()[:8] + ":"}
+	defer func() {
+		if err != nil {
+			e.close()
+			e = nil
+		}
+	}()
+
+	for i, u := range opts.RedisURLs {
+		o, perr := redis.ParseURL(u)
+		if perr != nil {
+			// The parse error may quote the URL, password included.
+			return nil, dlock.Invalidf("redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
+		}
+		n, err := connectUser(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		e.nodes = append(e.nodes, n)
+		e.userURLs = true
+	}
+
+	if _, lerr := testsrv.RedisBinary(); lerr != nil {
+		e.embedded = true
+	}
+	need := redlockNodes - len(e.nodes)
+	if need > 0 && !e.embedded {
+		e.dir, err = os.MkdirTemp("", "dlock-demo-")
+		if err != nil {
+			return nil, fmt.Errorf("demo: temporary directory: %w", err)
+		}
+	}
+	for range need {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var n *node
+		if e.embedded {
+			n, err = startEmbedded()
+		} else {
+			n, err = startRedis(e.dir)
+		}
+		if err != nil {
+			return nil, err
+		}
+		e.nodes = append(e.nodes, n)
+	}
+	return e, nil
+}
+
+// connectUser connects to a user-given server and checks it answers. The
+// Redlock scenario reaches it through an in-process TCP relay, so it can cut
+// the server off from the demo (a network partition) without touching the
+// server itself, which other clients may be using.
+func connectUser(ctx context.Context, o *redis.Options) (*node, error) {
+	n := &node{addr: o.Addr, origin: "yours"}
+	n.direct = redis.NewClient(clientOptions(o))
+	if err := ping(ctx, n.direct); err != nil {
+		n.direct.Close()
+		return nil, fmt.Errorf("demo: %w: redis server %s: %w", dlock.ErrUnavailable, n.addr, err)
+	}
+	r, err := newRelay(o.Addr, o.Dialer)
+	if err != nil {
+		n.direct.Close()
+		return nil, fmt.Errorf("demo: relay to %s: %w", n.addr, err)
+	}
+	ro := *o
+	ro.Addr = r.addr
+	ro.Dialer = nil
+	// TLS must still verify the real server's name, not the relay's.
+	if ro.TLSConfig != nil && ro.TLSConfig.ServerName == "" {
+		tc := ro.TLSConfig.Clone()
+		tc.ServerName, _, _ = net.SplitHostPort(o.Addr)
+		ro.TLSConfig = tc
+	}
+	n.client = redis.NewClient(clientOptions(&ro))
+	n.lose = r.cut
+	n.how = "cut off (the demo's relay to it stops forwarding; the server itself is untouched)"
+	n.stop = func() { n.client.Close(); n.direct.Close(); r.close() }
+	return n, nil
+}
+
+func ping(ctx context.Context, c *redis.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+func startRedis(dir string) (*node, error) {
+	sub, err := os.MkdirTemp(dir, "redis-")
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	r, err := testsrv.NewRedis(sub)
+	if err != nil {
+		return nil, fmt.Errorf("demo: start redis-server: %w", err)
+	}
+	c := redis.NewClient(clientOptions(r.Options()))
+	return &node{
+		addr: r.Addr, origin: "temporary redis-server", direct: c, client: c,
+		lose: r.Kill, how: "killed (SIGKILL)",
+		stop: func() { c.Close(); r.Stop() },
+	}, nil
+}
+
+func startEmbedded() (*node, error) {
+	m := miniredis.NewMiniRedis()
+	// miniredis only moves TTLs when told to; with ClockTTL they follow
+	// the real clock, which the expiry scenarios depend on.
+	m.ClockTTL(true)
+	if err := m.Start(); err != nil {
+		return nil, fmt.Errorf("demo: start embedded server: %w", err)
+	}
+	c := redis.NewClient(clientOptions(&redis.Options{Addr: m.Addr()}))
+	return &node{
+		addr: m.Addr(), origin: "embedded", direct: c, client: c,
+		lose: m.Close, how: "shut down",
+		stop: func() { c.Close(); m.Close() },
+	}, nil
+}
+
+// close stops every server and relay the demo started and removes their
+// files. Keys the demo wrote on the user's servers are deleted first.
+func (e *env) close() {
+	if e == nil {
+		return
+	}
+	if e.userURLs {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		for _, n := range e.nodes {
+			if n.origin == "yours" {
+				deleteKeys(ctx, n.direct, "*"+e.prefix+"*")
+			}
+		}
+		cancel()
+	}
+	for _, n := range e.nodes {
+		if n.stop != nil {
+			n.stop()
+		}
+	}
+	if e.dir != "" {
+		os.RemoveAll(e.dir)
+	}
+}
+
+// deleteKeys removes the keys matching pattern, found with SCAN (never KEYS,
+// which blocks a server that may be in use).
+func deleteKeys(ctx context.Context, c *redis.Client, pattern string) {
+	iter := c.Scan(ctx, 0, pattern, 500).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+	}
+	if len(batch) > 0 {
+		c.Del(ctx, batch...)
+	}
+}
+
+// relay forwards TCP connections to a server until cut.
+type relay struct {
+	addr   string
+	target string
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	ln     net.Listener
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	cutOff bool
+	wg     sync.WaitGroup
+}
+
+func newRelay(target string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*relay, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	if dial == nil {
+		d := &net.Dialer{Timeout: time.Second}
+		dial = d.DialContext
+	}
+	r := &relay{addr: ln.Addr().String(), target: target, dial: dial, ln: ln, conns: map[net.Conn]struct{}{}}
+	r.wg.Add(1)
+	go r.accept()
+	return r, nil
+}
+
+func (r *relay) accept() {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !r.track(c) {
+			c.Close()
+			continue
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer r.untrack(c)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			up, err := r.dial(ctx, "tcp", r.target)
+			cancel()
+			if err != nil {
+				return
+			}
+			if !r.track(up) {
+				up.Close()
+				return
+			}
+			defer r.untrack(up)
+			done := make(chan struct{}, 2)
+			go func() { io.Copy(up, c); up.Close(); done <- struct{}{} }()
+			go func() { io.Copy(c, up); c.Close(); done <- struct{}{} }()
+			<-done
+			<-done
+		}()
+	}
+}
+
+func (r *relay) track(c net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cutOff {
+		return false
+	}
+	r.conns[c] = struct{}{}
+	return true
+}
+
+func (r *relay) untrack(c net.Conn) {
+	c.Close()
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+}
+
+// cut closes the listener and every forwarded connection: from the demo's
+// side the server is gone (connection refused), as in a partition.
+func (r *relay) cut() {
+	r.mu.Lock()
+	if r.cutOff {
+		r.mu.Unlock()
+		return
+	}
+	r.cutOff = true
+	r.ln.Close()
+	for c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+}
+
+func (r *relay) close() {
+	r.cut()
+	r.wg.Wait()
+}
+
+// serverInfo describes a node for the header: its Redis version and which
+// release/extend path it supports.
+type serverInfo struct {
+	version   string // "7.0.15", or "" when INFO does not say
+	nativeDel bool   // DELEX key IFEQ token (Redis 8.4+)
+	nativeSet bool   // SET key value IFEQ current (Redis 8.4+)
+}
+
+func probe(ctx context.Context, c *redis.Client, prefix string) (serverInfo, error) {
+	var si serverInfo
+	info, err := c.Info(ctx, "server").Result()
+	if err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				si.version = v
+			}
+		}
+	} else if !isServerError(err) {
+		return si, err
+	}
+	key := prefix + "probe"
+	delErr := c.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: "x"}).Err()
+	setErr := c.SetIFEQ(ctx, key, "x", "y", time.Second).Err()
+	for _, err := range []error{delErr, setErr} {
+		if err != nil && err != redis.Nil && !isServerError(err) {
+			return si, err
+		}
+	}
+	si.nativeDel = delErr == nil || delErr == redis.Nil
+	si.nativeSet = setErr == nil || setErr == redis.Nil
+	return si, nil
+}
+
+func isServerError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && err != redis.Nil
+}
+
+// releasePath names the release path a NativeAuto locker takes on si.
+func (si serverInfo) releasePath() string {
+	if si.nativeDel {
+		return "native DELEX key IFEQ token"
+	}
+	return "Lua compare-and-delete script"
+}
