@@ -55,7 +55,9 @@ if it died of signal N.
 
 While it runs, dlock publishes who holds the lock (host, pid, since) for dlock
 inspect, in a key of its own that expires with the lock (--no-holder turns this
-off; PostgreSQL locks are never published).
+off; PostgreSQL locks are never published). If dlock itself is killed with
+SIGKILL, the command gets SIGKILL too (on Linux): its lock would expire while it
+ran.
 
 ` + exitCodesHelp,
 		Example: `  # nightly billing runs on one replica at a time; the others exit 75 at once
@@ -125,7 +127,7 @@ func splitRunArgs(cmd *cobra.Command, args []string) (key string, argv []string,
 
 func checkDurations(ttl, wait, grace time.Duration) error {
 	if err := dlock.CheckTTL(ttl); err != nil {
-		return usagef("--ttl %v: %v", ttl, errors.Unwrap(err))
+		return usagef("--ttl: %w", err)
 	}
 	if wait < 0 {
 		return usagef("--wait %v: must not be negative", wait)
@@ -241,6 +243,7 @@ func (r *runner) hold(ctx context.Context) error {
 	cmd.Env = childEnv(r.a.env, lock)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.a.stdin, r.a.stdout, r.a.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithParent(cmd.SysProcAttr)
 	tty := foregroundTTY(r.a.stdin)
 	if tty >= 0 {
 		// Interactive: the command's group takes the terminal, so it can

@@ -2,7 +2,13 @@
 
 package main
 
-import "io"
+import (
+	"io"
+	"syscall"
+)
+
+// dieWithParent has no portable equivalent outside Linux.
+func dieWithParent(*syscall.SysProcAttr) {}
 
 // foregroundTTY is only implemented on Linux; elsewhere an interactive
 // command runs in a background process group.

@@ -8,6 +8,10 @@ import (
 	"unsafe"
 )
 
+// dieWithParent makes the kernel SIGKILL the command if dlock dies without
+// cleaning up (SIGKILL, OOM killer): its lock would expire while it ran.
+func dieWithParent(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }
+
 // foregroundTTY returns the descriptor of in if it is a terminal whose
 // foreground process group is dlock's own (an interactive run), or -1.
 func foregroundTTY(in io.Reader) int {

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// dlockBin is the real binary, built once for the tests that run it.
+var dlockBin string
+
+// childEnv marks the test binary as started as a command under dlock run:
+// TestMain then plays one of the child roles below instead of testing.
+const childMarker = "DLOCK_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childMarker) == "1" {
+		os.Exit(child(os.Args[1:]))
+	}
+	dir, err := os.MkdirTemp("", "dlock-test-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	dlockBin = filepath.Join(dir, "dlock")
+	args := []string{"build", "-o", dlockBin}
+	if raceEnabled {
+		args = append(args, "-race") // catch races in the binary's own goroutines too
+	}
+	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { os.RemoveAll(dir) }))
+}
+
+// child is what the test binary does when dlock run starts it:
+//
+//	record FILE DUR        append "enter NANOS FENCE", sleep DUR, append "exit NANOS"
+//	env                    print DLOCK_KEY, DLOCK_TOKEN, DLOCK_FENCE
+//	exit N                 exit with status N
+//	hold READY DUR         write our pid to READY, sleep DUR (SIGTERM kills)
+//	hold-ignore READY DUR  the same, ignoring SIGTERM
+//	hold-trap READY DUR OUT  the same; on SIGTERM append "TERM" to OUT and exit 7
+//	cat                    copy stdin to stdout
+func child(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "child: no role")
+		return 2
+	}
+	switch args[0] {
+	case "record":
+		d, _ := time.ParseDuration(args[2])
+		appendLine(args[1], fmt.Sprintf("enter %d %s", time.Now().UnixNano(), os.Getenv("DLOCK_FENCE")))
+		time.Sleep(d)
+		appendLine(args[1], fmt.Sprintf("exit %d", time.Now().UnixNano()))
+	case "env":
+		for _, k := range []string{"DLOCK_KEY", "DLOCK_TOKEN", "DLOCK_FENCE"} {
+			fmt.Printf("%s=%s\n", k, os.Getenv(k))
+		}
+	case "exit":
+		n, _ := strconv.Atoi(args[1])
+		return n
+	case "hold", "hold-ignore", "hold-trap":
+		d, _ := time.ParseDuration(args[2])
+		term := make(chan os.Signal, 1)
+		switch args[0] {
+		case "hold-ignore":
+			signal.Ignore(syscall.SIGTERM)
+		case "hold-trap":
+			signal.Notify(term, syscall.SIGTERM)
+		}
+		tmp := args[1] + ".tmp"
+		os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())), 0o644)
+		os.Rename(tmp, args[1]) // appears complete or not at all
+		select {
+		case <-time.After(d):
+		case <-term:
+			appendLine(args[3], "TERM")
+			return 7
+		}
+	case "cat":
+		var b bytes.Buffer
+		b.ReadFrom(os.Stdin)
+		os.Stdout.Write(b.Bytes())
+	default:
+		fmt.Fprintf(os.Stderr, "child: unknown role %q\n", args[0])
+		return 2
+	}
+	return 0
+}
+
+func appendLine(path, line string) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close()
+	f.WriteString(line + "\n") // one write: O_APPEND keeps lines whole
+}
+
+// childArgv is the command line that makes dlock run start the test binary
+// in a child role.
+func childArgv(role ...string) []string {
+	exe, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	return append([]string{exe}, role...)
+}
+
+// binEnv is the environment for the binary: ours without any DLOCK_
+// settings, plus the child marker and extra.
+func binEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DLOCK_") {
+			env = append(env, kv)
+		}
+	}
+	// Race-enabled binaries otherwise sleep 1s at exit.
+	return append(append(env, childMarker+"=1", "GORACE=atexit_sleep_ms=0"), extra...)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+	elapsed        time.Duration
+}
+
+// proc is a running dlock binary.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	start          time.Time
+	done           chan struct{}
+	res            result
+}
+
+// startBin starts the binary with env (see binEnv) and args.
+func startBin(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(dlockBin, args...), done: make(chan struct{})}
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.start = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.done)
+		p.cmd.Wait()
+		p.res = result{code: p.cmd.ProcessState.ExitCode(), stdout: p.stdout.String(), stderr: p.stderr.String(), elapsed: time.Since(p.start)}
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			p.res.code = 128 + int(ws.Signal())
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// wait waits for the binary to exit, failing the test after 60s.
+func (p *proc) wait(t *testing.T) result {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.res
+	case <-time.After(60 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		t.Fatalf("dlock %q did not exit within 60s; stderr: %s", p.cmd.Args[1:], p.res.stderr)
+		return result{}
+	}
+}
+
+// runBin runs the binary to completion.
+func runBin(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	return startBin(t, env, args...).wait(t)
+}
+
+// waitFile waits for path to exist (a child signals it is running by
+// writing it) and returns its content.
+func waitFile(t *testing.T, path string, p *proc) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil {
+			return string(b)
+		}
+		if p != nil {
+			select {
+			case <-p.done:
+				t.Fatalf("dlock exited %d before %s appeared; stderr: %s", p.res.code, path, p.res.stderr)
+			default:
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s did not appear within 20s", path)
+	return ""
+}
+
+// runInProcess calls run with env and returns its code and output.
+func runInProcess(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code := run(ctx, args, env, nil, &stdout, &stderr)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String(), elapsed: time.Since(start)}
+}
+
+// oneLine checks that stderr is exactly one line.
+func oneLine(t *testing.T, stderr string) {
+	t.Helper()
+	if strings.Count(stderr, "\n") != 1 || !strings.HasSuffix(stderr, "\n") {
+		t.Errorf("stderr is not one line: %q", stderr)
+	}
+}
