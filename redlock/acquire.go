@@ -1,0 +1,363 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// nodeReply is one node's answer to the acquire (or read) script.
+type nodeReply struct {
+	err    error  // no answer, or a server error
+	status int64  // 1 granted, 0 busy, -1 busy without expiry, 2 read only
+	run    string // the server's run_id
+	epoch  string // the node marker's epoch ("" without marker or rule)
+	marker string // "ok", "none", "reset", "off"
+	trust  string // "all" or "own"
+	n      []int64
+	flag   []int64 // per key: 2 trusted and incremented, 1 trusted, 0 untrusted
+}
+
+func (r *nodeReply) granted() bool { return r.err == nil && r.status == 1 }
+
+// trusted reports whether the node's counter for every key can count toward
+// the fence majority.
+func (r *nodeReply) trusted() bool {
+	if r.err != nil {
+		return false
+	}
+	for _, f := range r.flag {
+		if f == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// current reports whether the node's counters already equal fence and are
+// trusted, so no write-back is needed.
+func (r *nodeReply) current(fence int64) bool {
+	if r.err != nil {
+		return false
+	}
+	for i, f := range r.flag {
+		if f != 2 || r.n[i] != fence {
+			return false
+		}
+	}
+	return true
+}
+
+// candidate is the smallest fence this node's counters allow: a counter the
+// acquisition incremented is already a new value; any other must be passed.
+func (r *nodeReply) candidate() int64 {
+	var c int64
+	if r.err != nil {
+		return 0
+	}
+	for i, n := range r.n {
+		if r.flag[i] != 2 {
+			n++
+		}
+		c = max(c, n)
+	}
+	return c
+}
+
+func (l *Locker) rule() string {
+	if l.amnesiaRule {
+		return "1"
+	}
+	return "0"
+}
+
+// round runs the acquire script on every node in mode ("acquire" or
+// "read").
+func (l *Locker) round(ctx context.Context, lockKeys, counters []string, token string, ttl time.Duration, mode string) []*nodeReply {
+	ks := make([]string, 0, 1+2*len(lockKeys))
+	ks = append(append(append(ks, MarkerKey), lockKeys...), counters...)
+	ms := dlock.Milliseconds(ttl)
+	return fanOut(ctx, l, func(ctx context.Context, n *node) *nodeReply {
+		v, err := scripts.RedlockAcquire.Run(ctx, n.client, ks, token, ms, l.rule(), dlock.NewToken(), mode).Slice()
+		if err != nil {
+			return &nodeReply{err: l.nodeErr(err)}
+		}
+		r, err := parseReply(v, len(lockKeys))
+		if err != nil {
+			return &nodeReply{err: err}
+		}
+		return r
+	})
+}
+
+func parseReply(v []any, m int) (*nodeReply, error) {
+	if len(v) != 5+2*m {
+		return nil, fmt.Errorf("unexpected reply of %d elements from the acquire script", len(v))
+	}
+	r := &nodeReply{n: make([]int64, m), flag: make([]int64, m)}
+	var ok [5 + 1]bool
+	r.status, ok[0] = v[0].(int64)
+	r.run, ok[1] = v[1].(string)
+	r.epoch, ok[2] = v[2].(string)
+	r.marker, ok[3] = v[3].(string)
+	r.trust, ok[4] = v[4].(string)
+	ok[5] = true
+	for i := range m {
+		var a, b bool
+		r.n[i], a = v[5+2*i].(int64)
+		r.flag[i], b = v[6+2*i].(int64)
+		ok[5] = ok[5] && a && b
+	}
+	for _, o := range ok {
+		if !o {
+			return nil, fmt.Errorf("unexpected reply %v from the acquire script", v)
+		}
+	}
+	return r, nil
+}
+
+func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
+	if ctx == nil {
+		return nil, dlock.Invalidf("nil context")
+	}
+	if err := l.checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = l.prefix + k
+	}
+	counters := fenceKeys(full)
+	token := dlock.NewToken()
+
+	start := time.Now()
+	replies := l.round(ctx, full, counters, token, ttl, "acquire")
+	if err := l.dedupe(replies); err != nil {
+		l.releaseEverywhere(ctx, full, token)
+		return nil, err
+	}
+	fail := func(sentinel error, reason string) (*dlock.Lock, error) {
+		l.releaseEverywhere(ctx, full, token)
+		qe := l.acquireError(replies, sentinel, reason)
+		if cerr := ctx.Err(); cerr != nil {
+			qe.sentinel = dlock.ErrNotAcquired
+			return nil, fmt.Errorf("dlock: acquire %q: %w", display, errors.Join(qe, cerr))
+		}
+		return nil, fmt.Errorf("dlock: acquire %q: %w", display, qe)
+	}
+
+	granted, answered := 0, 0
+	for _, r := range replies {
+		if r.err == nil {
+			answered++
+		}
+		if r.granted() {
+			granted++
+		}
+	}
+	if granted < l.quorum {
+		if answered < l.quorum {
+			return fail(dlock.ErrUnavailable, fmt.Sprintf("only %d nodes answered", answered))
+		}
+		return fail(dlock.ErrNotAcquired, "")
+	}
+
+	fence, reason := l.fence(ctx, full, counters, ttl, replies)
+	if fence == 0 {
+		return fail(ErrFenceUnavailable, reason)
+	}
+	if w := l.writeBack(ctx, full, counters, token, fence, replies); w < l.quorum {
+		return fail(dlock.ErrNotAcquired, fmt.Sprintf("the fence reached only %d nodes that still held the lock", w))
+	}
+
+	validUntil := dlock.ValidUntil(start, ttl, l.driftFactor)
+	if elapsed := time.Since(start); !validUntil.After(start.Add(elapsed)) {
+		return fail(dlock.ErrNotAcquired, fmt.Sprintf("the acquisition took %v: no validity left of ttl %v", elapsed.Round(time.Microsecond), ttl))
+	}
+	return dlock.NewLock(display, token, uint64(fence), validUntil, &grant{l: l, keys: full, token: token}), nil
+}
+
+// dedupe marks replies from a server that an earlier node already is (same
+// run_id) as failures, so one machine never votes twice. In strict mode it is
+// an error.
+func (l *Locker) dedupe(replies []*nodeReply) error {
+	seen := map[string]int{}
+	for i, r := range replies {
+		if r.err != nil || r.run == "" {
+			continue
+		}
+		j, dup := seen[r.run]
+		if !dup {
+			seen[r.run] = i
+			continue
+		}
+		if l.strict {
+			return dlock.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].name, l.nodes[i].name, r.run)
+		}
+		if l.nodes[i].dupOf.Swap(int32(j+1)) == 0 {
+			l.logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].name, "same_as", l.nodes[j].name, "run_id", r.run)
+		}
+		r.err = fmt.Errorf("same server as node %s (run_id %s): its vote does not count twice", l.nodes[j].name, r.run)
+	}
+	return nil
+}
+
+func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason string) *QuorumError {
+	qe := &QuorumError{Op: "acquire", Need: l.quorum, Reason: reason, sentinel: sentinel}
+	for i, r := range replies {
+		nr := NodeResult{Node: l.nodes[i].name, OK: r.granted(), Err: r.err}
+		switch {
+		case r.err != nil:
+		case r.status == 0:
+			nr.Err = errBusy
+		case r.status == -1:
+			nr.Err = fmt.Errorf("%w, and the key has no expiry (set by hand?)", errBusy)
+		}
+		if nr.OK {
+			qe.Got++
+		}
+		qe.Nodes = append(qe.Nodes, nr)
+	}
+	return qe
+}
+
+// fence computes the lock's fence from the replies: the largest candidate
+// over all nodes that answered, provided at least a majority of them have
+// trusted counters for every key. When the granting round does not have that
+// majority (after a node restarted empty), it gives marker-less nodes their
+// marker and reads the counters of every node once more. It returns 0 and a
+// reason when no safe fence exists.
+func (l *Locker) fence(ctx context.Context, full, counters []string, ttl time.Duration, replies []*nodeReply) (int64, string) {
+	fence, trusted := tallyFence(replies)
+	if trusted >= l.quorum {
+		return fence, ""
+	}
+	if l.amnesiaRule {
+		l.placeMarkers(ctx, replies)
+	}
+	reads := l.round(ctx, full, counters, "", ttl, "read")
+	for i, r := range reads {
+		if replies[i].err != nil || r.err != nil {
+			continue // a node that did not answer the acquisition stays out
+		}
+		// Keep what the acquisition saw (an incremented counter) and take
+		// the fresh trust and epoch from the read.
+		replies[i].epoch, replies[i].marker, replies[i].trust = r.epoch, r.marker, r.trust
+		for k := range r.n {
+			if replies[i].flag[k] == 2 && r.flag[k] != 0 {
+				continue
+			}
+			replies[i].flag[k] = r.flag[k]
+			replies[i].n[k] = max(replies[i].n[k], r.n[k])
+		}
+	}
+	fence, trusted = tallyFence(replies)
+	if trusted >= l.quorum {
+		return fence, ""
+	}
+	return 0, fmt.Sprintf("only %d nodes have trusted fence counters for the key; the others restarted without their data or did not answer (see Rejoin)", trusted)
+}
+
+func tallyFence(replies []*nodeReply) (fence int64, trusted int) {
+	for _, r := range replies {
+		if r.err != nil {
+			continue
+		}
+		fence = max(fence, r.candidate())
+		if r.trusted() {
+			trusted++
+		}
+	}
+	return fence, trusted
+}
+
+// placeMarkers gives every node that answered without a marker its marker:
+// "all" (a missing counter is 0) when every node answered and none had one —
+// a new cluster — and "own" (only counters written under the new epoch
+// count) when other nodes have markers, which means this one lost its data.
+func (l *Locker) placeMarkers(ctx context.Context, replies []*nodeReply) {
+	missing, bootstrap := 0, true
+	for _, r := range replies {
+		switch {
+		case r.err != nil:
+			bootstrap = false
+		case r.marker == "none":
+			missing++
+		default:
+			bootstrap = false
+		}
+	}
+	if missing == 0 {
+		return
+	}
+	trust := "own"
+	if bootstrap {
+		trust = "all"
+	}
+	fanOut(ctx, l, func(ctx context.Context, n *node) error {
+		r := replies[l.index(n)]
+		if r.err != nil || r.marker != "none" {
+			return nil
+		}
+		return scripts.RedlockMarker.Run(ctx, n.client, []string{MarkerKey}, dlock.NewToken(), trust, r.run).Err()
+	})
+}
+
+func (l *Locker) index(n *node) int {
+	for i, m := range l.nodes {
+		if m == n {
+			return i
+		}
+	}
+	return -1
+}
+
+// writeBack makes sure every granting node holds the fence in trusted
+// counters, writing it (set if greater, under the node's epoch, only while the
+// node still holds the lock) where it does not yet. It returns how many
+// granting nodes hold the fence afterwards. In the steady state every counter
+// was incremented to the fence by the acquisition and nothing is sent.
+func (l *Locker) writeBack(ctx context.Context, full, counters []string, token string, fence int64, replies []*nodeReply) int {
+	ks := make([]string, 0, 1+2*len(full))
+	ks = append(append(append(ks, MarkerKey), full...), counters...)
+	need := false
+	for _, r := range replies {
+		if r.granted() && !r.current(fence) {
+			need = true
+		}
+	}
+	if !need {
+		held := 0
+		for _, r := range replies {
+			if r.granted() {
+				held++
+			}
+		}
+		return held
+	}
+	res := fanOut(ctx, l, func(ctx context.Context, n *node) bool {
+		r := replies[l.index(n)]
+		if !r.granted() {
+			return false
+		}
+		if r.current(fence) {
+			return true
+		}
+		if l.amnesiaRule && r.epoch == "" {
+			return false // no marker (yet): nothing to tag the counter with
+		}
+		ok, err := scripts.RedlockWriteback.Run(ctx, n.client, ks, token, fence, l.rule(), r.epoch).Int64()
+		return err == nil && ok == 1
+	})
+	held := 0
+	for _, ok := range res {
+		if ok {
+			held++
+		}
+	}
+	return held
+}

@@ -1,0 +1,108 @@
+package redlock
+
+import (
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Option configures a Locker.
+type Option func(*Locker) error
+
+// DefaultNodeTimeout is how long one node may take to answer one request
+// before it counts as failed.
+const DefaultNodeTimeout = 50 * time.Millisecond
+
+// WithDriftFactor sets the share of the TTL set aside for clock drift when
+// computing validity (see dlock.Drift): node-redlock's driftFactor. It must be
+// in [0, 1). The default is dlock.DefaultDriftFactor (0.01).
+func WithDriftFactor(f float64) Option {
+	return func(l *Locker) error {
+		if math.IsNaN(f) || f < 0 || f >= 1 {
+			return dlock.Invalidf("drift factor %v: must be in [0, 1)", f)
+		}
+		l.driftFactor = f
+		return nil
+	}
+}
+
+// WithNodeTimeout bounds each request to one node, so that a dead or frozen
+// node costs at most d. It must be small against the TTL: a TTL that does not
+// exceed the node timeout plus the drift margin is rejected at acquire time,
+// since no validity could be left. The Redis documentation suggests 5-50ms
+// for a 10s TTL. The default is DefaultNodeTimeout (50ms).
+func WithNodeTimeout(d time.Duration) Option {
+	return func(l *Locker) error {
+		if d <= 0 {
+			return dlock.Invalidf("node timeout %v: must be positive", d)
+		}
+		l.nodeTimeout = d
+		return nil
+	}
+}
+
+// WithPrefix prepends prefix to every lock key, e.g. "locks:". The key
+// stored on each node is prefix+key; handles report key without the prefix.
+// The default is no prefix, so the key is exactly the resource name, as in
+// node-redlock.
+func WithPrefix(prefix string) Option {
+	return func(l *Locker) error {
+		l.prefix = prefix
+		return nil
+	}
+}
+
+// WithLogger sets where warnings go: an even number of nodes, fewer than
+// three, the same server given twice. The default is slog.Default().
+func WithLogger(logger *slog.Logger) Option {
+	return func(l *Locker) error {
+		if logger == nil {
+			return dlock.Invalidf("nil logger")
+		}
+		l.logger = logger
+		return nil
+	}
+}
+
+// WithStrict turns the configuration warnings (even N, N < 3, duplicate
+// nodes) into errors matching dlock.ErrInvalid: from New for what it can
+// see (N, equal addresses), from TryAcquire for servers found to be the same
+// by their run_id. The default is false: warn and go on (a duplicate server
+// then votes once).
+func WithStrict(strict bool) Option {
+	return func(l *Locker) error {
+		l.strict = strict
+		return nil
+	}
+}
+
+// WithFenceAmnesiaRule switches the rule that keeps fences monotonic when
+// nodes restart without their data (see the package documentation). With the
+// rule off every counter is trusted, which is only correct if no node ever
+// loses an acknowledged counter (appendfsync always on every node); it
+// exists as the negative control of the tests. The default is true.
+func WithFenceAmnesiaRule(on bool) Option {
+	return func(l *Locker) error {
+		l.amnesiaRule = on
+		return nil
+	}
+}
+
+// WithDefaults sets dlock options (retry count, delay and jitter, extension
+// threshold, hold limit) that Acquire and Do apply before their own, like
+// the settings of node-redlock's constructor. Without it they use dlock's
+// defaults: retry until the context ends, 50ms delay, 50ms jitter, extension
+// at half the TTL.
+func WithDefaults(opts ...dlock.Option) Option {
+	return func(l *Locker) error {
+		for _, o := range opts {
+			if o == nil {
+				return dlock.Invalidf("nil dlock option in WithDefaults")
+			}
+		}
+		l.defaults = append(l.defaults, opts...)
+		return nil
+	}
+}

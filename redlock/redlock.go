@@ -1,0 +1,446 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// MarkerKey is the key of the node marker that each node carries: a hash
+// with the node's epoch (a random id of its current memory), the run_id of
+// the server process that wrote it, and its trust ("all" or "own"). See the
+// package documentation.
+const MarkerKey = "dlock:redlock:node"
+
+// Locker takes Redlock locks over N independent Redis masters. It is safe
+// for concurrent use; create one per set of clients and share it.
+type Locker struct {
+	nodes       []*node
+	quorum      int
+	prefix      string
+	driftFactor float64
+	nodeTimeout time.Duration
+	logger      *slog.Logger
+	strict      bool
+	amnesiaRule bool
+	defaults    []dlock.Option
+}
+
+type node struct {
+	client redis.UniversalClient
+	name   string
+	// dupOf is 1+the index of an earlier node that turned out to be the same
+	// server (same run_id); 0 while none did. A duplicate's votes do not
+	// count: the quorum must count machines, not clients.
+	dupOf atomic.Int32
+}
+
+var _ dlock.Locker = (*Locker)(nil)
+
+// New returns a Locker over clients, one per independent Redis master (no
+// replication between them; replicas, Cluster and Ring clients are not
+// nodes). It sends nothing to the servers.
+//
+// It rejects no clients, a nil client, and Cluster or Ring clients with an
+// error matching dlock.ErrInvalid. It warns (through WithLogger) about an
+// even number of nodes (a split of N/2 and N/2 blocks everyone), fewer than
+// three (no failure is tolerated), and two clients with the same address;
+// with WithStrict(true) these are errors too.
+func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
+	if len(clients) == 0 {
+		return nil, dlock.Invalidf("no redis clients: Redlock needs N independent masters (5 is usual)")
+	}
+	l := &Locker{
+		quorum:      len(clients)/2 + 1,
+		driftFactor: dlock.DefaultDriftFactor,
+		nodeTimeout: DefaultNodeTimeout,
+		logger:      slog.Default(),
+		amnesiaRule: true,
+	}
+	for i, c := range clients {
+		switch c := c.(type) {
+		case nil:
+			return nil, dlock.Invalidf("redis client #%d is nil", i+1)
+		case *redis.Client:
+			if c == nil {
+				return nil, dlock.Invalidf("redis client #%d is nil", i+1)
+			}
+		case *redis.ClusterClient:
+			return nil, dlock.Invalidf("redis client #%d is a Cluster client: Redlock needs independent single masters, one client each", i+1)
+		case *redis.Ring:
+			return nil, dlock.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
+		}
+		l.nodes = append(l.nodes, &node{client: c, name: nodeName(c, i)})
+	}
+	for _, o := range opts {
+		if o == nil {
+			return nil, dlock.Invalidf("nil option")
+		}
+		if err := o(l); err != nil {
+			return nil, err
+		}
+	}
+	var problems []string
+	n := len(l.nodes)
+	if n < 3 {
+		problems = append(problems, fmt.Sprintf("%d nodes: Redlock tolerates no failed node below 3", n))
+	} else if n%2 == 0 {
+		problems = append(problems, fmt.Sprintf("%d nodes: an even number tolerates no more failures than %d, and splits can leave nobody a majority", n, n-1))
+	}
+	seen := map[string]int{}
+	for i, nd := range l.nodes {
+		if j, ok := seen[nd.name]; ok {
+			problems = append(problems, fmt.Sprintf("clients #%d and #%d both point to %s: one server would vote twice", j+1, i+1, nd.name))
+			nd.dupOf.Store(int32(j + 1))
+			continue
+		}
+		seen[nd.name] = i
+	}
+	for _, p := range problems {
+		if l.strict {
+			return nil, dlock.Invalidf("%s", p)
+		}
+		l.logger.Warn("dlock/redlock: "+p, "nodes", n)
+	}
+	return l, nil
+}
+
+// Quorum returns the number of nodes that must agree: N/2+1.
+func (l *Locker) Quorum() int { return l.quorum }
+
+// TryAcquire makes one attempt to take the lock on key on a majority of the
+// nodes for ttl, and issues its fence. It returns an error matching
+// dlock.ErrNotAcquired when the lock is held elsewhere, the vote split, or
+// the attempt took so long that no validity was left; dlock.ErrUnavailable
+// when fewer than a majority of nodes answered (ErrFenceUnavailable when no
+// safe fence could be issued); dlock.ErrInvalid for bad arguments. Failed
+// attempts are released on every node before TryAcquire returns. A
+// *QuorumError in the chain says what each node answered.
+func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	if err := dlock.CheckKey(key); err != nil {
+		return nil, err
+	}
+	return l.tryAcquire(ctx, []string{key}, key, ttl)
+}
+
+// TryAcquireMulti takes the locks on all keys at once, or none: on each node
+// one script sets every key or refuses them all, and the lock counts as held
+// when a majority of nodes granted all of them. The handle's Key is the keys
+// joined with commas; its fence is above the earlier fences of every one of
+// the keys, and Extend and Release act on all keys together. Errors are as
+// for TryAcquire; empty or repeated keys are rejected.
+func (l *Locker) TryAcquireMulti(ctx context.Context, keys []string, ttl time.Duration) (*dlock.Lock, error) {
+	if err := checkKeys(keys); err != nil {
+		return nil, err
+	}
+	return l.tryAcquire(ctx, keys, strings.Join(keys, ","), ttl)
+}
+
+// Acquire takes the lock on key, waiting while it is held (see dlock.Acquire
+// for the retry options and errors; WithDefaults sets defaults for them).
+func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
+	return dlock.Acquire(ctx, l, key, ttl, l.opts(opts)...)
+}
+
+// AcquireMulti is Acquire for several keys at once (see TryAcquireMulti).
+func (l *Locker) AcquireMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
+	if err := checkKeys(keys); err != nil {
+		return nil, err
+	}
+	return dlock.Acquire(ctx, multi{l, keys}, strings.Join(keys, ","), ttl, l.opts(opts)...)
+}
+
+// Do runs fn under the lock on key with auto-extension (see dlock.Do): fn's
+// context is cancelled with cause dlock.ErrLockLost when an extension fails
+// to reach a majority before the validity runs out.
+func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
+	return dlock.Do(ctx, l, key, ttl, fn, l.opts(opts)...)
+}
+
+// DoMulti is Do for several keys at once (see TryAcquireMulti).
+func (l *Locker) DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
+	if err := checkKeys(keys); err != nil {
+		return err
+	}
+	return dlock.Do(ctx, multi{l, keys}, strings.Join(keys, ","), ttl, fn, l.opts(opts)...)
+}
+
+func (l *Locker) opts(opts []dlock.Option) []dlock.Option {
+	if len(l.defaults) == 0 {
+		return opts
+	}
+	return append(append([]dlock.Option(nil), l.defaults...), opts...)
+}
+
+// multi adapts a fixed key set to dlock.Locker for Acquire and Do.
+type multi struct {
+	l    *Locker
+	keys []string
+}
+
+func (m multi) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dlock.Lock, error) {
+	return m.l.tryAcquire(ctx, m.keys, strings.Join(m.keys, ","), ttl)
+}
+
+// ReleaseToken releases the lock on key if it still holds token, on every
+// node. It is for holders that kept only the token, such as shell scripts
+// using `dlock acquire`. It returns an error matching dlock.ErrNotHeld when
+// no majority of nodes held key with token, and dlock.ErrUnavailable when too
+// few nodes answered to tell (call it again).
+func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
+	if err := checkToken(ctx, key, token); err != nil {
+		return err
+	}
+	g := &grant{l: l, keys: []string{l.prefix + key}, token: token}
+	if err := g.Release(ctx); err != nil {
+		return fmt.Errorf("dlock: release %q: %w", key, err)
+	}
+	return nil
+}
+
+// ExtendToken resets the TTL of the lock on key on every node that still
+// holds token; it succeeds when a majority did (see ReleaseToken for when to
+// use it). It returns an error matching dlock.ErrNotHeld when a majority no
+// longer holds key with token.
+func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := checkToken(ctx, key, token); err != nil {
+		return err
+	}
+	g := &grant{l: l, keys: []string{l.prefix + key}, token: token}
+	if _, err := g.Extend(ctx, ttl); err != nil {
+		return fmt.Errorf("dlock: extend %q: %w", key, err)
+	}
+	return nil
+}
+
+func checkKeys(ks []string) error {
+	if len(ks) == 0 {
+		return dlock.Invalidf("no keys")
+	}
+	seen := make(map[string]bool, len(ks))
+	for _, k := range ks {
+		if err := dlock.CheckKey(k); err != nil {
+			return err
+		}
+		if seen[k] {
+			return dlock.Invalidf("key %q given twice", k)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+func checkToken(ctx context.Context, key, token string) error {
+	if ctx == nil {
+		return dlock.Invalidf("nil context")
+	}
+	if err := dlock.CheckKey(key); err != nil {
+		return err
+	}
+	if token == "" {
+		return dlock.Invalidf("empty token")
+	}
+	return nil
+}
+
+// checkTTL rejects a TTL that leaves no validity: it must exceed the drift
+// margin plus one node timeout, the least an acquisition can take when a
+// node does not answer.
+func (l *Locker) checkTTL(ttl time.Duration) error {
+	if err := dlock.CheckTTL(ttl); err != nil {
+		return err
+	}
+	if d := dlock.Drift(ttl, l.driftFactor); ttl <= d+l.nodeTimeout {
+		return dlock.Invalidf("ttl %v: must exceed the drift margin %v plus the node timeout %v", ttl, d, l.nodeTimeout)
+	}
+	return nil
+}
+
+// grant is one held Redlock lock: its keys (with prefix) and token.
+type grant struct {
+	l     *Locker
+	keys  []string
+	token string
+}
+
+// Extend resets the TTL on every node that still holds the token, in
+// parallel; it succeeds with a majority and returns the new validity,
+// measured from before the requests were sent.
+func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	if err := g.l.checkTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	ms := dlock.Milliseconds(ttl)
+	start := time.Now()
+	res := fanOut(ctx, g.l, func(ctx context.Context, n *node) error {
+		ok, err := scripts.RedlockExtend.Run(ctx, n.client, g.keys, g.token, ms).Int64()
+		if err != nil {
+			return g.l.nodeErr(err)
+		}
+		if ok != 1 {
+			return errNotHeldHere
+		}
+		return nil
+	})
+	ok, refused, nodes := g.l.tally(res, errNotHeldHere)
+	if ok >= g.l.quorum {
+		return dlock.ValidUntil(start, ttl, g.l.driftFactor), nil
+	}
+	qe := &QuorumError{Op: "extend", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable}
+	if refused > len(g.l.nodes)-g.l.quorum {
+		qe.sentinel, qe.Reason = dlock.ErrNotHeld, "a majority no longer holds the lock"
+	}
+	return time.Time{}, g.l.withCtx(ctx, qe)
+}
+
+// Release deletes the keys on every node that still holds the token, in
+// parallel.
+func (g *grant) Release(ctx context.Context) error {
+	res := g.l.release(ctx, g.keys, g.token)
+	ok, refused, nodes := g.l.tally(res, errNotHeldHere)
+	if ok >= g.l.quorum {
+		return nil
+	}
+	qe := &QuorumError{Op: "release", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrNotHeld,
+		Reason: "the lock was no longer held by a majority"}
+	if failed := len(g.l.nodes) - ok - refused; ok+failed >= g.l.quorum && failed > 0 {
+		qe.sentinel, qe.Reason = dlock.ErrUnavailable, "too few nodes answered to tell; release again"
+	}
+	return g.l.withCtx(ctx, qe)
+}
+
+var errNotHeldHere = errors.New("does not hold the lock's token")
+
+// release deletes keys that hold token on every node, in parallel, and
+// returns each node's outcome (nil when it deleted).
+func (l *Locker) release(ctx context.Context, keys []string, token string) []error {
+	return fanOut(ctx, l, func(ctx context.Context, n *node) error {
+		deleted, err := scripts.RedlockRelease.Run(ctx, n.client, keys, token).Int64()
+		if err != nil {
+			return l.nodeErr(err)
+		}
+		if deleted == 0 {
+			return errNotHeldHere
+		}
+		return nil
+	})
+}
+
+// releaseEverywhere undoes a failed acquisition on every node, including
+// those whose reply was lost, and waits (at most one node timeout) so that
+// the attempt leaves nothing behind when TryAcquire returns.
+func (l *Locker) releaseEverywhere(ctx context.Context, keys []string, token string) {
+	l.release(context.WithoutCancel(ctx), keys, token)
+}
+
+// tally counts the nodes whose result is nil (each server once) and those
+// that answered with refused, and builds the per-node report.
+func (l *Locker) tally(res []error, refused error) (ok, ref int, nodes []NodeResult) {
+	nodes = make([]NodeResult, len(res))
+	for i, err := range res {
+		nd := l.nodes[i]
+		if d := nd.dupOf.Load(); d != 0 && err == nil {
+			err = fmt.Errorf("same server as node %s: its vote does not count twice", l.nodes[d-1].name)
+		}
+		nodes[i] = NodeResult{Node: nd.name, OK: err == nil, Err: err}
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, refused):
+			ref++
+		}
+	}
+	return ok, ref, nodes
+}
+
+// withCtx adds the caller's context error when the context ended during the
+// operation, so that a cancelled call matches context.Canceled or
+// context.DeadlineExceeded as well.
+func (l *Locker) withCtx(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	return err
+}
+
+// fanOut runs f on every node in parallel, each call bounded by the node
+// timeout, and returns the results in node order once all calls returned.
+// Network and timeout errors are rewritten so that they do not match the
+// caller's context errors: a node that did not answer in time is the node's
+// failure, not the caller's deadline.
+func fanOut[T any](ctx context.Context, l *Locker, f func(ctx context.Context, n *node) T) []T {
+	type result struct {
+		i int
+		v T
+	}
+	ch := make(chan result, len(l.nodes))
+	for i, n := range l.nodes {
+		go func() {
+			nctx, cancel := context.WithTimeout(ctx, l.nodeTimeout)
+			defer cancel()
+			ch <- result{i, f(nctx, n)}
+		}()
+	}
+	out := make([]T, len(l.nodes))
+	for range l.nodes {
+		r := <-ch
+		out[r.i] = r.v
+	}
+	return out
+}
+
+// nodeErr turns a client error into the node's error in a QuorumError.
+func (l *Locker) nodeErr(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) && err != redis.Nil {
+		return err // the server's own answer (READONLY, NOSCRIPT, WRONGTYPE...)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		return fmt.Errorf("no reply within the node timeout %v", l.nodeTimeout)
+	}
+	if errors.Is(err, context.Canceled) {
+		return errors.New("request cancelled")
+	}
+	return fmt.Errorf("unreachable: %s", err.Error())
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+func nodeName(c redis.UniversalClient, i int) string {
+	if c, ok := c.(*redis.Client); ok {
+		return c.Options().Addr
+	}
+	return fmt.Sprintf("client#%d", i+1)
+}
+
+// FenceKey returns the key of the fence counter beside the (prefixed) lock
+// key on each node: a hash {n: counter, e: epoch it was written under}, in
+// the same Cluster slot as the lock key. It differs from the single-node
+// counter (keys.Fence), which is a plain integer.
+func FenceKey(lockKey string) string {
+	if keys.HasHashTag(lockKey) {
+		return "dlock:redlock:fence:" + lockKey
+	}
+	return "dlock:redlock:fence:{" + lockKey + "}"
+}
+
+func fenceKeys(lockKeys []string) []string {
+	out := make([]string, len(lockKeys))
+	for i, k := range lockKeys {
+		out[i] = FenceKey(k)
+	}
+	return out
+}
