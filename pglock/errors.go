@@ -1,0 +1,101 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Errors specific to PostgreSQL. Each one comes joined with the dlock
+// sentinel that says what the caller can do (errors.Is matches both), so
+// code written against dlock's sentinels keeps working.
+var (
+	// ErrNotMigrated means the fence table does not exist: run Migrate (or
+	// the SQL in the package documentation) once. Comes with
+	// dlock.ErrUnavailable.
+	ErrNotMigrated = errors.New("pglock: fence table " + FenceTable + " does not exist (create it with pglock.Migrate)")
+
+	// ErrReadOnly means the server refused the fence update because it is
+	// a hot standby (in recovery) or the session is read-only. Advisory
+	// locks on a standby are invisible to the primary and to every other
+	// standby, so pglock refuses to lock there. Comes with
+	// dlock.ErrUnavailable.
+	ErrReadOnly = errors.New("pglock: server is read-only (a hot standby, or default_transaction_read_only): its advisory locks would exclude no one on the primary")
+
+	// ErrDeadlock means PostgreSQL aborted a waiting lock request to break
+	// a deadlock (SQLSTATE 40P01): the lock is not held and the
+	// transaction is aborted; roll it back and retry. Comes with
+	// dlock.ErrNotAcquired.
+	ErrDeadlock = errors.New("pglock: deadlock detected (40P01)")
+
+	// ErrOutOfLocks means the server's shared lock table is full (SQLSTATE
+	// 53200, "out of shared memory"): too many locks at once for
+	// max_locks_per_transaction × max_connections. The lock is not held.
+	// Comes with dlock.ErrUnavailable.
+	ErrOutOfLocks = errors.New("pglock: server lock table full (53200 out of shared memory; raise max_locks_per_transaction)")
+
+	// ErrPoolExhausted means every connection of the pool is pinned by a
+	// lock this Locker holds, so no connection is left to take another.
+	// Comes with dlock.ErrUnavailable.
+	ErrPoolExhausted = errors.New("pglock: connection pool exhausted by held locks")
+
+	// ErrSessionChanged means the server-side session behind a held
+	// lock's connection is not the one that took the lock: a transaction
+	// pooler (pgbouncer in transaction mode) sits in between, and
+	// session-level advisory locks cannot work through it. Comes with
+	// dlock.ErrLockLost.
+	ErrSessionChanged = errors.New("pglock: the backend behind the lock's connection changed (a transaction-mode pooler?)")
+)
+
+// SQLSTATE codes pglock tells apart.
+const (
+	codeUndefinedTable = "42P01"
+	codeReadOnly       = "25006"
+	codeDeadlock       = "40P01"
+	codeOutOfMemory    = "53200"
+	codeLockTimeout    = "55P03"
+	codeQueryCanceled  = "57014"
+)
+
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// serverErr wraps err, naming the server, in a dlock.NodeError.
+func (l *Locker) serverErr(err error) error { return &dlock.NodeError{Node: l.node, Err: err} }
+
+// acquireErr classifies an error of an acquisition attempt (session or
+// transaction level). The attempt did not produce a lock.
+func acquireErr(ctx context.Context, key string, node string, err error) error {
+	nerr := &dlock.NodeError{Node: node, Err: err}
+	switch sqlState(err) {
+	case codeUndefinedTable:
+		if strings.Contains(err.Error(), FenceTable) {
+			return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrNotMigrated, nerr)
+		}
+	case codeReadOnly:
+		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrReadOnly, nerr)
+	case codeDeadlock:
+		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrNotAcquired, ErrDeadlock, nerr)
+	case codeOutOfMemory:
+		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrOutOfLocks, nerr)
+	case codeLockTimeout:
+		return fmt.Errorf("dlock: acquire %q: %w (lock_timeout ran out): %w", key, dlock.ErrNotAcquired, nerr)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("dlock: acquire %q: %w", key, errors.Join(dlock.ErrNotAcquired, cerr, nerr))
+	}
+	if sqlState(err) == codeQueryCanceled {
+		return fmt.Errorf("dlock: acquire %q: %w (statement cancelled, e.g. by statement_timeout): %w", key, dlock.ErrNotAcquired, nerr)
+	}
+	return fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, nerr)
+}

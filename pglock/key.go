@@ -1,0 +1,90 @@
+package pglock
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+)
+
+// Key is a position in PostgreSQL's advisory-lock key space: either one
+// bigint (the one-argument pg_advisory_lock form) or a pair of int4 (the
+// two-argument form). The two forms are separate key spaces in PostgreSQL:
+// HashKey("x") never collides with any KeyPair. A Key is a small value,
+// safe to copy and to use concurrently.
+type Key struct {
+	name   string // names the key in the fence table and in messages
+	n      int64  // the bigint form
+	a, b   int32  // the pair form
+	pair   bool
+	hashed bool
+}
+
+// HashKey maps a lock name to a bigint advisory key: the first 8 bytes of
+// the SHA-256 of the name's UTF-8 bytes, read as a big-endian two's
+// complement int64. SQL computes the same key, so psql and other languages
+// can take the same lock:
+//
+//	('x' || left(encode(sha256(convert_to(name, 'UTF8')), 'hex'), 16))::bit(64)::bigint
+//
+// Two different names share a lock when their hashes collide. With n names
+// in use the probability that any two collide is about n²/2^65: 3·10⁻⁸ for a
+// million names. A collision only makes two names exclude each other; it
+// never lets two holders of one name in. The fence counter is kept per name.
+func HashKey(name string) Key {
+	sum := sha256.Sum256([]byte(name))
+	return Key{name: name, n: int64(binary.BigEndian.Uint64(sum[:8])), hashed: true}
+}
+
+// Int64Key is the bigint advisory key n, for schemes that already number
+// their locks. Its fence-counter name is "int64:<n>".
+func Int64Key(n int64) Key {
+	return Key{name: "int64:" + strconv.FormatInt(n, 10), n: n}
+}
+
+// KeyPair is the two-int4 advisory key (a, b), as taken by
+// pg_advisory_lock(a, b) — for example a table's oid and a row id. Its
+// fence-counter name is "pair:<a>,<b>".
+func KeyPair(a, b int32) Key {
+	return Key{name: fmt.Sprintf("pair:%d,%d", a, b), a: a, b: b, pair: true}
+}
+
+// String returns the name the key goes by in the fence table: the lock name
+// for HashKey, "int64:<n>" or "pair:<a>,<b>" otherwise.
+func (k Key) String() string { return k.name }
+
+// Int64 returns the bigint key, and false for a pair.
+func (k Key) Int64() (int64, bool) { return k.n, !k.pair }
+
+// Pair returns the two int4 keys, and false for a bigint key.
+func (k Key) Pair() (a, b int32, ok bool) { return k.a, k.b, k.pair }
+
+func (k Key) valid() bool { return k.name != "" }
+
+// call returns the SQL call of an advisory-lock function fn on k, with the
+// key's parameters numbered from $1, and the arguments to pass. The fence
+// name, if needed, goes in the next parameter, numbered next.
+func (k Key) call(fn string) (sql string, args []any, next int) {
+	if k.pair {
+		return fn + "($1::int4, $2::int4)", []any{k.a, k.b}, 3
+	}
+	return fn + "($1::int8)", []any{k.n}, 2
+}
+
+// lockID returns how pg_locks shows the key: classid, objid and objsubid.
+func (k Key) lockID() (classid, objid int64, objsubid int16) {
+	if k.pair {
+		return int64(uint32(k.a)), int64(uint32(k.b)), 2
+	}
+	u := uint64(k.n)
+	return int64(u >> 32), int64(u & 0xffffffff), 1
+}
+
+// notifyID names the key in release notifications: short and fixed-size,
+// whatever the length of the lock name.
+func (k Key) notifyID() string {
+	if k.pair {
+		return "p" + strconv.FormatInt(int64(k.a), 10) + "," + strconv.FormatInt(int64(k.b), 10)
+	}
+	return "i" + strconv.FormatInt(k.n, 10)
+}

@@ -1,0 +1,217 @@
+package pglock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Wake-on-release
+//
+// Release runs its pg_advisory_unlock together with pg_notify on the channel
+// notifyChannel, with the key's notifyID as payload; PostgreSQL delivers it
+// when the statement's transaction commits, after the unlock. A Locker with
+// waiting acquisitions keeps one pooled connection LISTENing on that channel
+// (opened when a waiting attempt first finds its key busy, closed when the
+// last waiter leaves) and wakes its earliest waiter for the released key,
+// which retries at once instead of at its next poll.
+//
+// A notification is only a hint: the woken waiter must still win
+// pg_try_advisory_lock, so it cannot cause a double grant. Releases that
+// send none (a session that died, a peer without notifications, a lost
+// listener connection) are found by polling at dlock.WithRetryDelay.
+
+const notifyChannel = "dlock_release"
+
+var _ dlock.ReleaseNotifier = (*Locker)(nil)
+
+// listener is a Locker's LISTEN connection and the registry of its waiters.
+type listener struct {
+	l *Locker
+
+	mu      sync.Mutex
+	byKey   map[string][]*waiter // notifyID → waiters in arrival order
+	cancel  context.CancelFunc   // stops the running loop; nil when none runs
+	running sync.WaitGroup
+	closed  bool
+}
+
+type waiter struct{ ch chan struct{} }
+
+func (l *Locker) lst() *listener {
+	l.lmu.Lock()
+	defer l.lmu.Unlock()
+	if l.listeners == nil {
+		l.listeners = &listener{l: l, byKey: make(map[string][]*waiter)}
+	}
+	return l.listeners
+}
+
+// NotifyRelease implements dlock.ReleaseNotifier: the channel receives a
+// value when the lock on key may have been released. It sends nothing to
+// the server itself. stop must be called exactly once. With notifications
+// off (WithReleaseNotify(false)), for keys the key function rejects, and
+// after Close the channel never fires and waits poll.
+func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func()) {
+	if !l.notify || dlock.CheckKey(key) != nil {
+		return nil, func() {}
+	}
+	k, err := l.keyFunc(key)
+	if err != nil || !k.valid() {
+		return nil, func() {}
+	}
+	n := l.lst()
+	id := k.notifyID()
+	w := &waiter{ch: make(chan struct{}, 1)}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, func() {}
+	}
+	n.byKey[id] = append(n.byKey[id], w)
+	n.mu.Unlock()
+	var once sync.Once
+	return w.ch, func() { once.Do(func() { n.leave(id, w) }) }
+}
+
+// Close stops the Locker's release listener (a goroutine and one pooled
+// connection that exist only while acquisitions wait) and waits for it.
+// Waits in progress and later ones poll. Held locks, TryAcquire and Release
+// keep working. Close does not close the pool, is safe to call more than
+// once, and returns nil.
+func (l *Locker) Close() error {
+	n := l.lst()
+	n.mu.Lock()
+	n.closed = true
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.mu.Unlock()
+	n.running.Wait()
+	return nil
+}
+
+// busy is called when an attempt on k found it held: if anyone waits for
+// k, make sure the listener runs.
+func (l *Locker) busy(k Key) {
+	if !l.notify {
+		return
+	}
+	n := l.lst()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || n.cancel != nil || len(n.byKey[k.notifyID()]) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	n.running.Add(1)
+	go n.run(ctx)
+}
+
+// leave ends w's wait. A wake-up w did not use passes to the next waiter
+// for the key; the last waiter of all stops the listener.
+func (n *listener) leave(id string, w *waiter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ws := n.byKey[id]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(n.byKey, id)
+	} else {
+		n.byKey[id] = ws
+		select {
+		case <-w.ch:
+			signal(ws[0])
+		default:
+		}
+	}
+	if len(n.byKey) == 0 && n.cancel != nil {
+		n.cancel()
+		n.cancel = nil
+	}
+}
+
+// run owns the LISTEN connection until ctx ends, reconnecting with a
+// backoff when it breaks.
+func (n *listener) run(ctx context.Context) {
+	defer n.running.Done()
+	var backoff time.Duration
+	for ctx.Err() == nil {
+		if err := n.listen(ctx); err == nil || ctx.Err() != nil {
+			return
+		}
+		backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// listen takes a pool connection, LISTENs, wakes every waiter once (a
+// release may have come before the LISTEN), and dispatches notifications
+// until ctx ends (nil) or the connection fails.
+func (n *listener) listen(ctx context.Context) error {
+	conn, err := n.l.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The session is LISTENing (and pgx closes it when ctx interrupts a
+	// wait): never hand it back to the pool.
+	defer func() {
+		c := conn.Hijack()
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c.Close(cctx)
+		cancel()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return err
+	}
+	n.wakeAll()
+	for {
+		msg, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			n.wakeAll() // notifications may be lost until we listen again
+			return err
+		}
+		n.released(msg.Payload)
+	}
+}
+
+func (n *listener) wakeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ws := range n.byKey {
+		for _, w := range ws {
+			signal(w)
+		}
+	}
+}
+
+func (n *listener) released(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ws := n.byKey[id]; len(ws) > 0 {
+		signal(ws[0])
+	}
+}
+
+// signal wakes w unless a wake-up is already pending.
+func signal(w *waiter) {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}

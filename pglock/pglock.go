@@ -1,0 +1,350 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Locker takes session-level advisory locks through a pgxpool.Pool. Every
+// held lock pins one connection of the pool until it is released or lost;
+// a connection is never shared by two holders (PostgreSQL's session locks
+// are reentrant, so a shared connection would let a second holder in).
+// A Locker is safe for concurrent use; create one per pool and share it.
+type Locker struct {
+	pool     *pgxpool.Pool
+	node     string // host:port, for dlock.NodeError
+	maxConns int32
+	keyFunc  func(name string) (Key, error)
+	notify   bool
+
+	held atomic.Int32 // connections pinned by this Locker's locks
+
+	lmu       sync.Mutex
+	listeners *listener
+}
+
+var _ dlock.Locker = (*Locker)(nil)
+
+// releaseBound limits clean-up statements (rollbacks, closes) that must run
+// after the caller's context ended.
+const releaseBound = 5 * time.Second
+
+// Option configures a Locker.
+type Option func(*Locker) error
+
+// WithKeyFunc sets how lock names map to advisory keys, for example to put
+// names of the form "tenant:42" in the two-int4 key space with KeyPair. An
+// error from f is returned, matching dlock.ErrInvalid, before anything is
+// sent. The default is HashKey.
+func WithKeyFunc(f func(name string) (Key, error)) Option {
+	return func(l *Locker) error {
+		if f == nil {
+			return dlock.Invalidf("nil key function")
+		}
+		l.keyFunc = f
+		return nil
+	}
+}
+
+// WithReleaseNotify turns wake-on-release on or off. When on, Release sends
+// a NOTIFY on the channel "dlock_release" and waiting acquisitions LISTEN on
+// it (through one extra pooled connection per Locker while anyone waits), so
+// a waiter retries within about a round trip of a release instead of at its
+// next poll. The default is on.
+func WithReleaseNotify(on bool) Option {
+	return func(l *Locker) error {
+		l.notify = on
+		return nil
+	}
+}
+
+// New returns a Locker over pool. It sends nothing to the server. The fence
+// table must exist (see Migrate) before the first acquisition.
+//
+// Give the Locker a pool whose size allows for the locks you hold at once
+// plus one connection for release notifications; a pool of its own keeps
+// held locks from starving the rest of the application.
+func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
+	if pool == nil {
+		return nil, dlock.Invalidf("nil pgxpool.Pool")
+	}
+	cfg := pool.Config()
+	l := &Locker{
+		pool:     pool,
+		node:     net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))),
+		maxConns: cfg.MaxConns,
+		keyFunc:  func(name string) (Key, error) { return HashKey(name), nil },
+		notify:   true,
+	}
+	for _, o := range opts {
+		if o == nil {
+			return nil, dlock.Invalidf("nil option")
+		}
+		if err := o(l); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// TryAcquire makes one attempt to take the session-level advisory lock on
+// key (mapped by HashKey, or WithKeyFunc) and to draw its fence, in one
+// statement on a connection it pins for the life of the lock.
+//
+// The lock does not expire on the server: it lasts as long as the session.
+// ttl is how long the handle trusts the lock without a successful health
+// check: Lock.Extend checks that the session is alive and still holds the
+// lock and moves ValidUntil to ttl after the check was sent, and Do runs that
+// check when WithExtendThreshold of the ttl is left (half, by default). A
+// shorter ttl notices a killed session sooner.
+//
+// It returns an error matching dlock.ErrNotAcquired when another session
+// holds the lock, dlock.ErrUnavailable when the server could not be reached
+// or refused (with ErrNotMigrated, ErrReadOnly, ErrOutOfLocks or
+// ErrPoolExhausted where that is the reason), and dlock.ErrInvalid for bad
+// arguments. A wait for a free pool connection ends with ctx, matching
+// dlock.ErrNotAcquired and ctx.Err().
+func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	if err := l.checkArgs(ctx, key, ttl); err != nil {
+		return nil, err
+	}
+	k, err := l.keyFunc(key)
+	if err != nil {
+		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrInvalid, err)
+	}
+	if !k.valid() {
+		return nil, dlock.Invalidf("key function returned the zero Key for %q", key)
+	}
+	return l.tryAcquire(ctx, key, k, ttl)
+}
+
+// TryAcquireKey is TryAcquire for a Key chosen by the caller, such as a
+// KeyPair. The handle's Key() is k.String().
+func (l *Locker) TryAcquireKey(ctx context.Context, k Key, ttl time.Duration) (*dlock.Lock, error) {
+	if !k.valid() {
+		return nil, dlock.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+	}
+	if err := l.checkArgs(ctx, k.String(), ttl); err != nil {
+		return nil, err
+	}
+	return l.tryAcquire(ctx, k.String(), k, ttl)
+}
+
+// Acquire takes the lock on key, waiting while another session holds it
+// (see dlock.Acquire for the retry options and errors). With release
+// notifications on (the default), a release wakes the waiter at once.
+func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
+	return dlock.Acquire(ctx, l, key, ttl, opts...)
+}
+
+// Do runs fn under the lock on key (see dlock.Do). Its background check of
+// the lock's session runs when WithExtendThreshold of ttl is left (ttl/2 by
+// default); when the session dies, fn's context is cancelled with
+// dlock.ErrLockLost.
+func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
+	return dlock.Do(ctx, l, key, ttl, fn, opts...)
+}
+
+func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) error {
+	if ctx == nil {
+		return dlock.Invalidf("nil context")
+	}
+	if err := dlock.CheckKey(key); err != nil {
+		return err
+	}
+	return dlock.CheckTTL(ttl)
+}
+
+func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Duration) (*dlock.Lock, error) {
+	conn, err := l.pin(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	call, args, next := k.call("pg_try_advisory_lock")
+	sql := fenceSQL("SELECT "+call+" AS ok", next) + ", pg_backend_pid() FROM l"
+	args = append(args, k.String())
+
+	start := time.Now()
+	var ok bool
+	var fence int64
+	var pid int32
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&ok, &fence, &pid); err != nil {
+		// The lock may have been granted before the error: closing the
+		// session is the one sure way to give it back.
+		discard(conn)
+		return nil, acquireErr(ctx, name, l.node, err)
+	}
+	if !ok {
+		conn.Release()
+		l.busy(k)
+		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
+	}
+	validUntil := start.Add(ttl)
+	if elapsed := time.Since(start); elapsed >= ttl {
+		discard(conn)
+		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
+	}
+	l.held.Add(1)
+	g := &grant{l: l, key: k, name: name, conn: conn, pid: pid}
+	return dlock.NewLock(name, dlock.NewToken(), uint64(fence), validUntil, g), nil
+}
+
+// pin takes a connection from the pool for an attempt, refusing at once
+// when the Locker's own held locks pin every connection of the pool.
+func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
+	if n := l.held.Load(); n >= l.maxConns {
+		return nil, fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
+			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)
+	}
+	conn, err := l.pool.Acquire(ctx)
+	if err != nil {
+		detail := fmt.Errorf("no pool connection (%d of %d pinned by this Locker's locks, %d in use in all): %w",
+			l.held.Load(), l.maxConns, l.pool.Stat().AcquiredConns(), err)
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("dlock: acquire %q: %w", name, errors.Join(dlock.ErrNotAcquired, cerr, detail))
+		}
+		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(detail))
+	}
+	return conn, nil
+}
+
+// discard closes a connection whose session may hold a lock, so the server
+// releases everything the session had, and takes it out of the pool.
+func discard(conn *pgxpool.Conn) {
+	c := conn.Hijack()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	c.Close(ctx) // sends Terminate; the socket is closed even if that fails
+	cancel()
+}
+
+// fenceSQL returns the first part of a statement that takes an advisory
+// lock with lockSelect (a SELECT yielding one row with the boolean column
+// ok, "granted") and, only if it was granted, bumps the key's fence counter
+// (parameter $next is the key's name). The caller appends further
+// select-list items and "FROM l".
+//
+// The lock CTE is materialized (it calls a volatile function), so the lock
+// is attempted exactly once, and the data-modifying CTE always runs.
+func fenceSQL(lockSelect string, next int) string {
+	return `WITH l AS (` + lockSelect + `),
+f AS (INSERT INTO ` + FenceTable + ` AS t (key, fence) SELECT $` + strconv.Itoa(next) + `::text, 1 FROM l WHERE l.ok
+      ON CONFLICT (key) DO UPDATE SET fence = t.fence + 1 RETURNING t.fence)
+SELECT l.ok, COALESCE((SELECT fence FROM f), 0)`
+}
+
+// grant is one held session lock: the pinned connection and what the
+// session must still show.
+type grant struct {
+	l    *Locker
+	key  Key
+	name string
+	pid  int32 // pg_backend_pid() at acquisition
+
+	mu   sync.Mutex // a pgx connection serves one statement at a time
+	conn *pgxpool.Conn
+}
+
+// Extend checks that the lock's session is alive, is the one that took the
+// lock, and still holds it; the new validity runs ttl from when the check
+// was sent.
+func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	if err := dlock.CheckTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.conn == nil {
+		return time.Time{}, fmt.Errorf("%w (the lock's session already ended)", dlock.ErrNotHeld)
+	}
+	classid, objid, objsubid := g.key.lockID()
+	start := time.Now()
+	var pid int32
+	var held bool
+	err := g.conn.QueryRow(ctx, `SELECT pg_backend_pid(), EXISTS (SELECT 1 FROM pg_locks
+		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND mode = 'ExclusiveLock'
+		AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3)`, classid, objid, objsubid).Scan(&pid, &held)
+	if err != nil {
+		return time.Time{}, g.connErr(err)
+	}
+	switch {
+	case pid != g.pid:
+		g.drop(false)
+		return time.Time{}, fmt.Errorf("%w: %w (pid %d, was %d)", dlock.ErrLockLost, ErrSessionChanged, pid, g.pid)
+	case !held:
+		g.drop(false)
+		return time.Time{}, fmt.Errorf("%w (the session no longer holds the advisory lock)", dlock.ErrNotHeld)
+	}
+	return start.Add(ttl), nil
+}
+
+// Release unlocks on the pinned connection and gives it back to the pool.
+func (g *grant) Release(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.conn == nil {
+		return fmt.Errorf("%w (the lock's session already ended)", dlock.ErrNotHeld)
+	}
+	call, args, next := g.key.call("pg_advisory_unlock")
+	sql := "SELECT " + call
+	if g.l.notify {
+		// NOTIFY is delivered when the statement's implicit transaction
+		// commits, after the unlock. It is a hint: waiters still have to
+		// win the lock.
+		sql += " FROM pg_notify('" + notifyChannel + "', $" + strconv.Itoa(next) + "::text)"
+		args = append(args, g.key.notifyID())
+	}
+	var unlocked bool
+	if err := g.conn.QueryRow(ctx, sql, args...).Scan(&unlocked); err != nil {
+		return g.connErr(err)
+	}
+	if !unlocked {
+		// Should not happen while the session lives; do not hand a
+		// session in an unknown state to the next pool user.
+		g.drop(false)
+		return fmt.Errorf("%w (the session did not hold the advisory lock)", dlock.ErrNotHeld)
+	}
+	g.drop(true)
+	return nil
+}
+
+// connErr classifies an error of a statement on the pinned connection.
+// When pgx closed the connection, the session is over for this client: the
+// lock ends with it (at once if the server saw the close; after its TCP
+// keepalive detection in a partition). The connection is then dropped.
+func (g *grant) connErr(err error) error {
+	nerr := g.l.serverErr(err)
+	if !g.conn.Conn().IsClosed() {
+		// A statement error on a live session: the lock is still held.
+		return fmt.Errorf("%w: %w", dlock.ErrUnavailable, nerr)
+	}
+	g.drop(false)
+	if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// We gave up on the connection; whether the server has noticed yet
+		// is unknown.
+		return fmt.Errorf("%w: connection closed after a timeout; the server frees the lock when it notices the session ended: %w", dlock.ErrUnavailable, nerr)
+	}
+	return fmt.Errorf("%w (the lock's session ended: %w)", dlock.ErrNotHeld, nerr)
+}
+
+// drop ends the grant's hold on its connection: back to the pool when the
+// session is known to hold nothing (reuse), closed otherwise.
+func (g *grant) drop(reuse bool) {
+	if reuse {
+		g.conn.Release()
+	} else {
+		discard(g.conn)
+	}
+	g.conn = nil
+	g.l.held.Add(-1)
+}

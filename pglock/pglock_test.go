@@ -1,0 +1,379 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/pglock"
+)
+
+// shared is the cluster every test of the package uses; tests never run in
+// parallel, and each leaves no advisory lock behind (TestMain checks).
+var shared *testsrv.Postgres
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "pglock-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	shared, err = testsrv.NewPostgres(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer shared.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := shared.Exec(ctx, pglock.MigrateSQL); err != nil {
+		fmt.Fprintln(os.Stderr, "migrate:", err)
+		return 1
+	}
+
+	code := m.Run()
+
+	// G10: no test may leave an advisory lock (or a waiter) behind.
+	if left, err := shared.WaitNoAdvisoryLocks(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "advisory locks left in pg_locks after the tests: %+v (%v)\n", left, err)
+		code = 1
+	}
+	shared.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var keySeq atomic.Int64
+
+func uniqueKey(t *testing.T) string {
+	return fmt.Sprintf("pglock:%s:%d", t.Name(), keySeq.Add(1))
+}
+
+// newLocker returns a Locker over a pool of its own (maxConns connections),
+// as a separate process would have.
+func newLocker(t *testing.T, maxConns int32, opts ...pglock.Option) *pglock.Locker {
+	t.Helper()
+	l, err := pglock.New(shared.Pool(t, maxConns), opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func mustAcquire(t *testing.T, l *pglock.Locker, key string, ttl time.Duration) *dlock.Lock {
+	t.Helper()
+	lock, err := l.TryAcquire(testCtx(t), key, ttl)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q): %v", key, err)
+	}
+	t.Cleanup(func() { lock.Release(context.Background()) })
+	return lock
+}
+
+func wantIs(t *testing.T, err error, targets ...error) {
+	t.Helper()
+	for _, target := range targets {
+		if !errors.Is(err, target) {
+			t.Fatalf("got error %v, want one matching %v", err, target)
+		}
+	}
+}
+
+// holderPID returns the pid of the session holding the advisory lock k.
+func holderPID(t *testing.T, k pglock.Key) uint32 {
+	t.Helper()
+	locks, err := shared.AdvisoryLocks(testCtx(t))
+	if err != nil {
+		t.Fatalf("pg_locks: %v", err)
+	}
+	for _, a := range locks {
+		if !a.Granted {
+			continue
+		}
+		if n, ok := k.Int64(); ok && a.ObjSubID == 1 && a.Int64() == n {
+			return a.PID
+		}
+		if x, y, ok := k.Pair(); ok && a.ObjSubID == 2 && a.ClassID == uint32(x) && a.ObjID == uint32(y) {
+			return a.PID
+		}
+	}
+	t.Fatalf("no session holds %v; pg_locks: %+v", k, locks)
+	return 0
+}
+
+// terminate ends the session that holds the lock on key (F17).
+func terminate(t *testing.T, k pglock.Key) {
+	t.Helper()
+	if err := shared.Terminate(testCtx(t), holderPID(t, k)); err != nil {
+		t.Fatalf("pg_terminate_backend: %v", err)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	factory := func(t *testing.T) dlock.Locker { return newLocker(t, 4) }
+	lapse := locktest.WithLapse(func(t *testing.T, key string) { terminate(t, pglock.HashKey(key)) })
+	t.Run("Notify", func(t *testing.T) { locktest.Run(t, factory, lapse) })
+	t.Run("Poll", func(t *testing.T) {
+		locktest.Run(t, func(t *testing.T) dlock.Locker { return newLocker(t, 4, pglock.WithReleaseNotify(false)) }, lapse)
+	})
+}
+
+// F17: a killed session is noticed by Do's next check, within one check
+// interval (ttl minus the extend threshold), and the lock is free for others
+// at once, with a higher fence.
+func TestDoNoticesTerminatedSession(t *testing.T) {
+	const ttl = time.Second // checks every 500ms
+	a, b := newLocker(t, 2), newLocker(t, 2)
+	key := uniqueKey(t)
+	var lostAfter time.Duration
+	var cause error
+	var fenceA uint64
+	err := a.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+		fenceA = dlock.LockFromContext(ctx).Fence()
+		terminate(t, pglock.HashKey(key))
+		killed := time.Now()
+
+		// The server released the lock with the session: B gets it now,
+		// while A has not been told yet.
+		lb, err := b.TryAcquire(ctx, key, ttl)
+		if err != nil {
+			t.Errorf("B after the kill: %v", err)
+		} else {
+			if lb.Fence() <= fenceA {
+				t.Errorf("B's fence %d not above A's %d", lb.Fence(), fenceA)
+			}
+			lb.Release(context.Background())
+		}
+
+		select {
+		case <-ctx.Done():
+			lostAfter, cause = time.Since(killed), context.Cause(ctx)
+		case <-time.After(3 * ttl):
+			t.Error("Do's context not cancelled within 3 ttl of the kill")
+		}
+		return nil
+	})
+	wantIs(t, cause, dlock.ErrLockLost)
+	wantIs(t, err, dlock.ErrLockLost)
+	if lostAfter > ttl/2+300*time.Millisecond {
+		t.Fatalf("loss noticed %v after the kill; want within one check interval (%v) plus slack", lostAfter, ttl/2)
+	}
+	t.Logf("loss noticed %v after the kill", lostAfter)
+}
+
+// The handle of a killed session: Extend reports ErrNotHeld and the handle
+// is dead; Release reports ErrNotHeld, twice.
+func TestHandleAfterTerminate(t *testing.T) {
+	l := newLocker(t, 2)
+	key := uniqueKey(t)
+	lock := mustAcquire(t, l, key, 10*time.Second)
+	terminate(t, pglock.HashKey(key))
+	wantIs(t, lock.Extend(testCtx(t), 10*time.Second), dlock.ErrNotHeld)
+	if lock.Held() {
+		t.Fatal("handle of a killed session reports held")
+	}
+	wantIs(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
+	wantIs(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
+
+	// Release without an Extend first: the dead session is found there.
+	lock2 := mustAcquire(t, l, key, 10*time.Second)
+	terminate(t, pglock.HashKey(key))
+	err := lock2.Release(testCtx(t))
+	wantIs(t, err, dlock.ErrNotHeld)
+	if !strings.Contains(err.Error(), "session ended") {
+		t.Fatalf("release error does not say why: %v", err)
+	}
+	// The pool replaced the dead connections.
+	lock3 := mustAcquire(t, l, key, time.Second)
+	if err := lock3.Release(testCtx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// Session locks are reentrant per session, so a Locker must never give a
+// second holder the connection of the first: with one connection in the
+// pool the second acquisition is refused at once with a clear error, and
+// with more it is an ordinary contender.
+func TestOneConnectionPerHolder(t *testing.T) {
+	l := newLocker(t, 1)
+	key := uniqueKey(t)
+	lock := mustAcquire(t, l, key, 10*time.Second)
+
+	start := time.Now()
+	_, err := l.TryAcquire(testCtx(t), key, 10*time.Second)
+	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrPoolExhausted)
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("pool exhaustion reported as busy: %v", err)
+	}
+	if !strings.Contains(err.Error(), "1 held locks pin all 1 connections") {
+		t.Fatalf("message does not count the pinned connections: %v", err)
+	}
+	_, err = l.TryAcquire(testCtx(t), uniqueKey(t), 10*time.Second)
+	wantIs(t, err, pglock.ErrPoolExhausted)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("exhausted pool took %v to refuse", d)
+	}
+	// Acquire does not wait on a full pool either.
+	_, err = l.Acquire(testCtx(t), key, time.Second)
+	wantIs(t, err, pglock.ErrPoolExhausted)
+
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	again := mustAcquire(t, l, key, 10*time.Second)
+
+	wide := newLocker(t, 3)
+	mustAcquire(t, wide, uniqueKey(t), 10*time.Second)
+	other := uniqueKey(t)
+	mustAcquire(t, wide, other, 10*time.Second)
+	_, err = wide.TryAcquire(testCtx(t), other, 10*time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+	_ = again
+}
+
+// A release wakes a waiter at once through NOTIFY, long before its next
+// poll; without notifications the waiter polls.
+func TestReleaseWakesWaiter(t *testing.T) {
+	for _, notify := range []bool{true, false} {
+		t.Run(fmt.Sprintf("notify=%v", notify), func(t *testing.T) {
+			a, b := newLocker(t, 2), newLocker(t, 2, pglock.WithReleaseNotify(notify))
+			key := uniqueKey(t)
+			la := mustAcquire(t, a, key, 10*time.Second)
+			got := make(chan time.Time, 1)
+			go func() {
+				lock, err := b.Acquire(testCtx(t), key, 10*time.Second,
+					dlock.WithRetryDelay(2*time.Second), dlock.WithRetryJitter(time.Millisecond))
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+					got <- time.Time{}
+					return
+				}
+				got <- time.Now()
+				lock.Release(context.Background())
+			}()
+			time.Sleep(300 * time.Millisecond) // B is waiting, listener up
+			released := time.Now()
+			if err := la.Release(testCtx(t)); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			at := <-got
+			if at.IsZero() {
+				return
+			}
+			wait := at.Sub(released)
+			t.Logf("waiter acquired %v after the release", wait)
+			if notify && wait > 500*time.Millisecond {
+				t.Fatalf("notified waiter took %v; want well under its 2s poll", wait)
+			}
+			if !notify && wait < 500*time.Millisecond {
+				t.Fatalf("a polling waiter acquired %v after the release, before its poll: is the test measuring anything?", wait)
+			}
+		})
+	}
+}
+
+// Bad input is refused before anything is sent, with ErrInvalid.
+func TestBadInput(t *testing.T) {
+	if _, err := pglock.New(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("New(nil): %v", err)
+	}
+	pool := shared.Pool(t, 1)
+	if _, err := pglock.New(pool, nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil option: %v", err)
+	}
+	if _, err := pglock.New(pool, pglock.WithKeyFunc(nil)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil key func: %v", err)
+	}
+	l, err := pglock.New(pool, pglock.WithKeyFunc(func(name string) (pglock.Key, error) {
+		var a, b int32
+		if _, err := fmt.Sscanf(name, "tenant:%d:%d", &a, &b); err != nil {
+			return pglock.Key{}, fmt.Errorf("lock name %q is not tenant:A:B", name)
+		}
+		return pglock.KeyPair(a, b), nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = l.TryAcquire(testCtx(t), "invoice-7", time.Second)
+	wantIs(t, err, dlock.ErrInvalid)
+	if !strings.Contains(err.Error(), "invoice-7") {
+		t.Errorf("message does not name the key: %v", err)
+	}
+	if _, err := l.TryAcquireKey(testCtx(t), pglock.Key{}, time.Second); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("zero Key: %v", err)
+	}
+	if _, err := l.TryAcquireKey(testCtx(t), pglock.KeyPair(1, 2), 0); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("zero ttl: %v", err)
+	}
+	if err := pglock.Migrate(testCtx(t), nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Migrate(nil): %v", err)
+	}
+	var nilPool *pgxpool.Pool
+	if err := pglock.Migrate(testCtx(t), nilPool); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Migrate(typed nil): %v", err)
+	}
+	if left := pool.Stat().AcquiredConns(); left != 0 {
+		t.Fatalf("bad input left %d connections acquired", left)
+	}
+}
+
+// WithKeyFunc maps names into the two-int4 key space; the lock is the same
+// one psql takes with pg_advisory_lock(a, b).
+func TestKeyFuncPairInterop(t *testing.T) {
+	l := newLocker(t, 2, pglock.WithKeyFunc(func(name string) (pglock.Key, error) {
+		var a, b int32
+		if _, err := fmt.Sscanf(name, "tenant:%d:%d", &a, &b); err != nil {
+			return pglock.Key{}, err
+		}
+		return pglock.KeyPair(a, b), nil
+	}))
+	lock := mustAcquire(t, l, "tenant:7:42", 10*time.Second)
+	if lock.Key() != "tenant:7:42" {
+		t.Fatalf("Key() = %q, want the caller's name", lock.Key())
+	}
+	holderPID(t, pglock.KeyPair(7, 42)) // fails unless pg_locks shows (7, 42)
+
+	var got bool
+	if err := shared.Pool(t, 1).QueryRow(testCtx(t), "SELECT pg_try_advisory_lock(7, 42)").Scan(&got); err != nil || got {
+		t.Fatalf("psql-style pg_try_advisory_lock(7, 42) = %v, %v; want false (held)", got, err)
+	}
+	_, err := l.TryAcquireKey(testCtx(t), pglock.KeyPair(7, 42), time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+	// The bigint key with the same halves lives in a separate key space.
+	same, err := l.TryAcquireKey(testCtx(t), pglock.Int64Key(7<<32|42), time.Second)
+	if err != nil {
+		t.Fatalf("bigint key (7<<32|42) while the pair (7, 42) is held: %v", err)
+	}
+	if err := same.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+}

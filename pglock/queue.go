@@ -1,0 +1,184 @@
+package pglock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Queue is a job table from which many workers claim distinct jobs with
+// SELECT ... FOR UPDATE SKIP LOCKED. A claim deletes the jobs inside the
+// worker's transaction: when it commits they are done, exactly once; when
+// it rolls back (or its session dies) they are back in the queue and another
+// worker claims them. No advisory lock and no fence is involved; the row
+// locks are the mutual exclusion, and they cannot outlive the transaction.
+//
+// The jobs' effects must be written in the same transaction for "exactly
+// once" to hold; a side effect outside the database (an e-mail) can happen
+// again when a transaction fails after it. A Queue is a description of a
+// table and safe for concurrent use.
+type Queue struct {
+	table string // quoted, possibly schema-qualified
+	name  string // as given, for messages
+}
+
+// Job is one claimed job.
+type Job struct {
+	ID      int64
+	Payload []byte
+}
+
+// NewQueue returns the queue kept in table ("jobs" or "schema.jobs"). Create
+// the table with Migrate, or yourself with the columns id bigint primary key
+// and payload bytea.
+func NewQueue(table string) (*Queue, error) {
+	parts := strings.Split(table, ".")
+	if table == "" || len(parts) > 2 || strings.ContainsRune(table, 0) {
+		return nil, dlock.Invalidf("queue table %q: want name or schema.name", table)
+	}
+	for _, p := range parts {
+		if p == "" {
+			return nil, dlock.Invalidf("queue table %q: empty name part", table)
+		}
+	}
+	return &Queue{table: pgx.Identifier(parts).Sanitize(), name: table}, nil
+}
+
+// Migrate creates the queue table if it does not exist.
+func (q *Queue) Migrate(ctx context.Context, db Execer) error {
+	if ctx == nil || isNil(db) {
+		return dlock.Invalidf("nil context or database handle")
+	}
+	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+q.table+` (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		payload bytea NOT NULL,
+		enqueued_at timestamptz NOT NULL DEFAULT now()
+	)`)
+	if err != nil {
+		return fmt.Errorf("pglock: queue %s: migrate: %w: %w", q.name, dlock.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Querier is what Enqueue needs: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Enqueue adds jobs with the given payloads in one statement and returns
+// their ids, in order. Inside a transaction the jobs become claimable when
+// it commits.
+func (q *Queue) Enqueue(ctx context.Context, db Querier, payloads ...[]byte) ([]int64, error) {
+	if ctx == nil || isNil(db) {
+		return nil, dlock.Invalidf("nil context or database handle")
+	}
+	if len(payloads) == 0 {
+		return nil, nil
+	}
+	for i, p := range payloads {
+		if p == nil {
+			payloads[i] = []byte{} // bytea NOT NULL: an empty payload is fine
+		}
+	}
+	rows, err := db.Query(ctx, `INSERT INTO `+q.table+` (payload)
+		SELECT p FROM unnest($1::bytea[]) WITH ORDINALITY AS u(p, n) ORDER BY n RETURNING id`, payloads)
+	if err != nil {
+		return nil, q.err("enqueue", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, q.err("enqueue", err)
+	}
+	return ids, nil
+}
+
+// Claim takes up to n jobs that no other transaction has claimed, oldest
+// first, and deletes them inside tx. It does not wait for jobs other
+// workers hold: it skips them, and returns an empty slice when nothing is
+// free. The jobs are done when tx commits; a rollback returns them to the
+// queue.
+func (q *Queue) Claim(ctx context.Context, tx pgx.Tx, n int) ([]Job, error) {
+	switch {
+	case ctx == nil || isNil(tx):
+		return nil, dlock.Invalidf("nil context or transaction")
+	case n <= 0:
+		return nil, dlock.Invalidf("claim batch size %d: must be positive", n)
+	}
+	// MATERIALIZED: the locking subquery runs once, whatever the plan.
+	rows, err := tx.Query(ctx, `WITH c AS MATERIALIZED (
+		SELECT id FROM `+q.table+` ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+		DELETE FROM `+q.table+` t USING c WHERE t.id = c.id
+		RETURNING t.id, t.payload`, n)
+	if err != nil {
+		return nil, q.err("claim", err)
+	}
+	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Job])
+	if err != nil {
+		return nil, q.err("claim", err)
+	}
+	slices.SortFunc(jobs, func(a, b Job) int { return cmp.Compare(a.ID, b.ID) })
+	return jobs, nil
+}
+
+// TxBeginner is what Work needs: a *pgxpool.Pool or *pgx.Conn.
+type TxBeginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Work claims up to n jobs in a new transaction and calls fn with them and
+// the transaction, in which fn should write the jobs' effects. When fn
+// returns nil the transaction commits and the jobs are done; when it
+// returns an error (or panics) the transaction rolls back and the jobs go
+// back to the queue. Work returns how many jobs were done: 0 with a nil
+// error when no job was free (fn is not called then).
+func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx context.Context, tx pgx.Tx, jobs []Job) error) (done int, err error) {
+	if ctx == nil || isNil(db) || fn == nil {
+		return 0, dlock.Invalidf("nil context, database handle or function")
+	}
+	if n <= 0 {
+		return 0, dlock.Invalidf("claim batch size %d: must be positive", n)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, q.err("begin", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// The rollback must happen even when ctx is why fn gave up.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseBound)
+			_ = tx.Rollback(rctx)
+			cancel()
+		}
+	}()
+	jobs, err := q.Claim(ctx, tx, n)
+	if err != nil || len(jobs) == 0 {
+		return 0, err
+	}
+	if err := fn(ctx, tx, jobs); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// A lost commit reply leaves the outcome unknown; the jobs' effects
+		// and their deletion are atomic either way.
+		return 0, q.err("commit", err)
+	}
+	committed = true
+	return len(jobs), nil
+}
+
+func (q *Queue) err(op string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == codeUndefinedTable {
+		return fmt.Errorf("pglock: queue %s: %s: %w: table missing (create it with Queue.Migrate): %w", q.name, op, dlock.ErrUnavailable, err)
+	}
+	return fmt.Errorf("pglock: queue %s: %s: %w: %w", q.name, op, dlock.ErrUnavailable, err)
+}
