@@ -26,6 +26,7 @@ type Locker struct {
 	driftFactor float64
 	native      NativeMode
 	logger      *slog.Logger
+	notify      *notifier // wake-on-release (notify.go); nil for clients without usable pub/sub
 
 	probeMu   sync.Mutex
 	probed    bool
@@ -41,7 +42,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, dlock.Invalidf("nil redis client")
 	}
-	l := &Locker{client: client, node: nodeName(client), driftFactor: dlock.DefaultDriftFactor, logger: slog.Default()}
+	l := &Locker{client: client, node: nodeName(client), driftFactor: dlock.DefaultDriftFactor, logger: slog.Default(), notify: newNotifier(client)}
 	for _, o := range opts {
 		if o == nil {
 			return nil, dlock.Invalidf("nil option")
@@ -70,7 +71,13 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	full := l.prefix + key
 	token := dlock.NewToken()
 	start := time.Now()
-	fence, err := scripts.Acquire.Run(ctx, l.client, []string{full, keys.Fence(full)}, token, dlock.Milliseconds(ttl)).Int64()
+	var fence int64
+	var err error
+	if l.notify != nil {
+		fence, err = l.notify.acquire(ctx, full, token, ttl) // joins the waiter queue when a local Acquire waits
+	} else {
+		fence, err = scripts.Acquire.Run(ctx, l.client, []string{full, keys.Fence(full)}, token, dlock.Milliseconds(ttl)).Int64()
+	}
 	if err != nil {
 		if !isServerReply(err) {
 			// The reply was lost, not the request: the key may be ours
@@ -160,9 +167,10 @@ func (l *Locker) release(ctx context.Context, key, token string) error {
 	var n int64
 	var err error
 	if del, _ := l.features(ctx); del {
-		n, err = l.client.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token}).Result()
+		n, err = l.releaseNative(ctx, key, token)
 	} else {
-		n, err = scripts.Release.Run(ctx, l.client, []string{key}, token).Int64()
+		// With the waiter queue, the script also wakes its head (notify.go).
+		n, err = scripts.Release.Run(ctx, l.client, []string{key, queueKey(key)}, token).Int64()
 	}
 	if err != nil {
 		return l.opErr(ctx, err)

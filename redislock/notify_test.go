@@ -1,0 +1,532 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// waitQueued waits until the waiter queue of key holds n Lockers: a waiting
+// Acquire joins it only once its Locker's subscription is confirmed, so
+// this is the signal that a release will be announced to it.
+func waitQueued(t *testing.T, raw redis.UniversalClient, key string, n int64) {
+	t.Helper()
+	q := "dlock:waiters:{" + key + "}"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := raw.ZCard(context.Background(), q).Result()
+		if err != nil {
+			t.Fatalf("ZCARD %s: %v", q, err)
+		}
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiter queue %s holds %d Lockers after 10s, want %d", q, got, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+type acquired struct {
+	lock *dlock.Lock
+	err  error
+	at   time.Time
+}
+
+// waitFor starts a waiting Acquire in the background.
+func waitFor(ctx context.Context, l *redislock.Locker, key string, opts ...dlock.Option) <-chan acquired {
+	done := make(chan acquired, 1)
+	go func() {
+		lock, err := l.Acquire(ctx, key, 10*time.Second, opts...)
+		done <- acquired{lock, err, time.Now()}
+	}()
+	return done
+}
+
+func closeLocker(t *testing.T, l *redislock.Locker) {
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+}
+
+// A release wakes a waiter whose poll interval is 2s within a few
+// milliseconds: the hand-off does not wait for the poll.
+func TestWakeOnRelease(t *testing.T) {
+	raw := shared.Client(t)
+	holder := newLocker(t, shared.Client(t))
+	waiter := newLocker(t, shared.Client(t))
+	closeLocker(t, holder)
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+	var lat []time.Duration
+	for range 5 {
+		lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(2*time.Second), dlock.WithRetryJitter(0))
+		waitQueued(t, raw, key, 1)
+		start := time.Now()
+		if err := lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		got := <-done
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		lat = append(lat, got.at.Sub(start))
+		if err := got.lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(lat)
+	t.Logf("hand-off latencies with a 2s poll interval: %v", lat)
+	if lat[len(lat)/2] > 50*time.Millisecond || lat[len(lat)-1] > 500*time.Millisecond {
+		t.Fatalf("hand-off latencies %v: want a median under 50ms and none near the 2s poll interval", lat)
+	}
+	if n := raw.ZCard(testCtx(t), "dlock:waiters:{"+key+"}").Val(); n != 0 {
+		t.Fatalf("waiter queue left with %d entries after every waiter acquired", n)
+	}
+}
+
+// A peer that releases with a plain DEL, or a lock that just expires,
+// announces nothing: the waiter still gets the lock by polling.
+func TestPollingFallback(t *testing.T) {
+	raw := shared.Client(t)
+	holder := newLocker(t, shared.Client(t))
+	waiter := newLocker(t, shared.Client(t))
+	closeLocker(t, holder)
+	closeLocker(t, waiter)
+	poll := []dlock.Option{dlock.WithRetryDelay(100 * time.Millisecond), dlock.WithRetryJitter(20 * time.Millisecond)}
+
+	t.Run("PlainDEL", func(t *testing.T) {
+		key := locktest.Key(t)
+		if _, err := holder.TryAcquire(testCtx(t), key, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		done := waitFor(testCtx(t), waiter, key, poll...)
+		waitQueued(t, raw, key, 1)
+		if err := raw.Del(testCtx(t), key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		got := <-done
+		if got.err != nil {
+			t.Fatalf("waiter after a plain DEL: %v", got.err)
+		}
+		defer got.lock.Release(context.Background())
+		if d := got.at.Sub(start); d > 2*time.Second {
+			t.Fatalf("waiter took %v after a plain DEL with a 100ms poll", d)
+		}
+	})
+	t.Run("Expiry", func(t *testing.T) {
+		key := locktest.Key(t)
+		ttl := 300 * time.Millisecond
+		if _, err := holder.TryAcquire(testCtx(t), key, ttl); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		done := waitFor(testCtx(t), waiter, key, poll...)
+		got := <-done
+		if got.err != nil {
+			t.Fatalf("waiter after expiry: %v", got.err)
+		}
+		defer got.lock.Release(context.Background())
+		if d := got.at.Sub(start); d < ttl-50*time.Millisecond || d > ttl+2*time.Second {
+			t.Fatalf("waiter got a %v lock %v after it was taken; want about the TTL", ttl, d)
+		}
+	})
+}
+
+// The waiter's subscription is cut (CLIENT KILL TYPE pubsub) and refused on
+// reconnect (an ACL without channels): the waiter still gets the lock by
+// polling. Once subscribing is allowed again, its Locker resubscribes by
+// itself and releases wake it again.
+func TestDroppedSubscription(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	raw := srv.Client(t)
+	ctx := testCtx(t)
+	if err := raw.Do(ctx, "ACL", "SETUSER", "waiter", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := srv.Options()
+	opts.Username, opts.Password = "waiter", "pw"
+	wc := redis.NewClient(opts)
+	t.Cleanup(func() { wc.Close() })
+	holder := newLocker(t, srv.Client(t))
+	waiter := newLocker(t, wc)
+	closeLocker(t, holder)
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+
+	lock, err := holder.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := waitFor(ctx, waiter, key, dlock.WithRetryDelay(300*time.Millisecond), dlock.WithRetryJitter(0))
+	waitQueued(t, raw, key, 1)
+	if err := raw.Do(ctx, "ACL", "SETUSER", "waiter", "resetchannels").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil { // announced to a dead connection
+		t.Fatal(err)
+	}
+	start := time.Now()
+	got := <-done
+	if got.err != nil {
+		t.Fatalf("waiter with its subscription cut: %v", got.err)
+	}
+	if d := got.at.Sub(start); d > 3*time.Second {
+		t.Fatalf("waiter took %v to poll with a 300ms interval", d)
+	}
+	if err := got.lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Subscribing is allowed again: the Locker's receive loop retries, and a
+	// waiter joins the queue only once the subscription is confirmed.
+	if err := raw.Do(ctx, "ACL", "SETUSER", "waiter", "allchannels").Err(); err != nil {
+		t.Fatal(err)
+	}
+	lock, err = holder.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done = waitFor(ctx, waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+	waitQueued(t, raw, key, 1)
+	start = time.Now()
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got = <-done
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	defer got.lock.Release(context.Background())
+	if d := got.at.Sub(start); d > time.Second {
+		t.Fatalf("after resubscribing, the hand-off took %v with a 5s poll interval", d)
+	}
+}
+
+// 16 Lockers, each with its own client, take turns on one key; a holder
+// steps aside after its release until another one holds the lock, so every
+// acquisition is a hand-off to a parked waiter. Never two holders at once,
+// fences strictly increase, everyone gets its turns, and with a 3s poll
+// interval the run is fast only because releases wake the next waiter.
+func TestSixteenWaiters(t *testing.T) {
+	const waiters, rounds = 16, 5
+	key := locktest.Key(t)
+	var holders, maxHolders, finished atomic.Int32
+	var last atomic.Int64 // the latest holder, 1-based
+	var mu sync.Mutex
+	var lastFence uint64
+	var fenceErr error
+	counts := make([]int, waiters)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range waiters {
+		l := newLocker(t, shared.Client(t))
+		closeLocker(t, l)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer finished.Add(1)
+			for range rounds {
+				lock, err := l.Acquire(testCtx(t), key, 10*time.Second, dlock.WithRetryDelay(3*time.Second), dlock.WithRetryJitter(100*time.Millisecond))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if h := holders.Add(1); h > maxHolders.Load() {
+					maxHolders.Store(h)
+				}
+				last.Store(int64(i + 1))
+				mu.Lock()
+				if lock.Fence() <= lastFence && fenceErr == nil {
+					fenceErr = errors.New("fence did not increase")
+				}
+				lastFence = lock.Fence()
+				counts[i]++
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				holders.Add(-1)
+				if err := lock.Release(testCtx(t)); err != nil {
+					t.Error(err)
+					return
+				}
+				for last.Load() == int64(i+1) && finished.Load() < waiters-1 {
+					time.Sleep(50 * time.Microsecond) // step aside
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	t.Logf("%d hand-offs among %d waiters in %v", waiters*rounds, waiters, took)
+	if m := maxHolders.Load(); m != 1 {
+		t.Fatalf("%d holders at once", m)
+	}
+	if fenceErr != nil {
+		t.Fatal(fenceErr)
+	}
+	for i, c := range counts {
+		if c != rounds {
+			t.Fatalf("waiter %d acquired %d times, want %d", i, c, rounds)
+		}
+	}
+	// Polling alone (a poll every 3-3.1s per waiter) would need about 15s.
+	if took > 5*time.Second {
+		t.Fatalf("%d hand-offs took %v: releases did not wake the waiters", waiters*rounds, took)
+	}
+}
+
+// Waiters that queued one after another get the lock in that order.
+func TestArrivalOrder(t *testing.T) {
+	raw := shared.Client(t)
+	holder := newLocker(t, shared.Client(t))
+	closeLocker(t, holder)
+	key := locktest.Key(t)
+	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		l := newLocker(t, shared.Client(t))
+		closeLocker(t, l)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lock, err := l.Acquire(testCtx(t), key, 10*time.Second, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			time.Sleep(5 * time.Millisecond)
+			if err := lock.Release(testCtx(t)); err != nil {
+				t.Error(err)
+			}
+		}()
+		waitQueued(t, raw, key, int64(i+1))
+	}
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	var got []int
+	for i := range order {
+		got = append(got, i)
+	}
+	if !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Fatalf("acquisition order %v, want arrival order [0 1 2 3]", got)
+	}
+}
+
+// One Locker waiting on many keys at once uses one pub/sub connection, and
+// Close (or closing the client) leaves no goroutine behind.
+func TestOneSubscriptionPerLocker(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	raw := srv.Client(t)
+	ignore := goleak.IgnoreCurrent()
+	c := srv.Client(t)
+	holder, waiter := newLocker(t, srv.Client(t)), newLocker(t, c)
+	closeLocker(t, holder)
+	const keys = 8
+	ctx, cancel := context.WithCancel(testCtx(t))
+	var wg sync.WaitGroup
+	var locks []*dlock.Lock
+	for range keys {
+		key := locktest.Key(t)
+		lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, lock)
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := waiter.Acquire(ctx, key, time.Second, dlock.WithRetryDelay(5*time.Second))
+				if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+					t.Errorf("cancelled wait: %v", err)
+				}
+			}()
+		}
+		waitQueued(t, raw, key, 1)
+	}
+	clients, err := raw.ClientList(testCtx(t)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countPubSub(clients); n != 1 {
+		t.Fatalf("%d pub/sub connections for one Locker waiting on %d keys, want 1\n%s", n, keys, clients)
+	}
+	cancel()
+	wg.Wait()
+	// The waiters gave up: their queue entries are removed, so no release
+	// is announced to nobody.
+	for _, lock := range locks {
+		q := "dlock:waiters:{" + lock.Key() + "}"
+		deadline := time.Now().Add(5 * time.Second)
+		for raw.ZCard(testCtx(t), q).Val() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("queue %s not cleaned up after its waiters gave up", q)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waiter.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := goleak.Find(ignore); err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	// A closed Locker still works; its waits poll.
+	if _, err := waiter.Acquire(testCtx(t), locks[0].Key(), time.Second, dlock.WithRetryCount(1), dlock.WithRetryDelay(time.Millisecond)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("Acquire on a closed Locker while held: %v", err)
+	}
+
+	// Without Close, closing the client ends the subscription goroutine.
+	c2 := redis.NewClient(srv.Options())
+	other := newLocker(t, c2)
+	ctx2, cancel2 := context.WithCancel(testCtx(t))
+	done := waitFor(ctx2, other, locks[0].Key(), dlock.WithRetryDelay(5*time.Second))
+	waitQueued(t, raw, locks[0].Key(), 1)
+	cancel2()
+	<-done
+	c2.Close()
+	if err := goleak.Find(ignore); err != nil {
+		t.Fatalf("after closing the client: %v", err)
+	}
+}
+
+func countPubSub(clientList string) int {
+	n := 0
+	for _, line := range strings.Split(clientList, "\n") {
+		if slices.Contains(strings.Fields(line), "flags=P") {
+			n++
+		}
+	}
+	return n
+}
+
+// Through a ClusterClient the release script's PUBLISH is broadcast over
+// the cluster bus, so a waiter subscribed on any node is woken.
+func TestWakeOnReleaseCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster start-up takes a few seconds")
+	}
+	addrs := testsrv.StartRedisCluster(t, 3)
+	newClient := func() *redis.ClusterClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	raw := newClient()
+	holder, waiter := newLocker(t, newClient()), newLocker(t, newClient())
+	closeLocker(t, holder)
+	closeLocker(t, waiter)
+	for _, key := range []string{locktest.Key(t), "{tagged}" + locktest.Key(t), locktest.Key(t) + "-x"} {
+		lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+		q := "dlock:waiters:{" + key + "}"
+		if key[0] == '{' {
+			q = "dlock:waiters:" + key
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for raw.ZCard(testCtx(t), q).Val() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter never queued in %s", q)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		start := time.Now()
+		if err := lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		got := <-done
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		if d := got.at.Sub(start); d > time.Second {
+			t.Fatalf("cluster hand-off of %q took %v with a 5s poll interval", key, d)
+		}
+		if err := got.lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The native release (DELEX IFEQ, here on miniredis) wakes the waiter
+// through the wake script pipelined with it.
+func TestWakeOnReleaseNative(t *testing.T) {
+	m := miniredis.RunT(t)
+	newClient := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	raw := newClient()
+	holder, waiter := newLocker(t, newClient()), newLocker(t, newClient())
+	closeLocker(t, holder)
+	closeLocker(t, waiter)
+	if del, _ := holder.Features(testCtx(t)); !del {
+		t.Fatal("miniredis should support DELEX")
+	}
+	key := locktest.Key(t)
+	for round := range 2 {
+		if round == 1 {
+			raw.ScriptFlush(testCtx(t)) // the pipelined EVALSHA gets NOSCRIPT
+		}
+		lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+		waitQueued(t, raw, key, 1)
+		start := time.Now()
+		if err := lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		got := <-done
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		if d := got.at.Sub(start); d > time.Second {
+			t.Fatalf("round %d: native hand-off took %v with a 5s poll interval", round, d)
+		}
+		if err := got.lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
