@@ -157,6 +157,57 @@ func NewPostgres(dir string, opts ...PostgresOption) (*Postgres, error) {
 	return nil, lastErr
 }
 
+// NewStandby creates a hot standby of p in dir (pg_basebackup with
+// streaming replication) and starts it on a free loopback port. Its
+// pg_is_in_recovery() is true and it refuses writes. The caller must call
+// Stop.
+func (p *Postgres) NewStandby(dir string) (*Postgres, error) {
+	s := &Postgres{Dir: dir, bin: p.bin, cred: p.cred, settings: append([]string(nil), p.settings...)}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if s.cred != nil {
+		if err := handOver(dir, s.cred); err != nil {
+			return nil, err
+		}
+	}
+	cmd := s.command("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", "postgres",
+		"-D", s.dataDir(), "-R", "-X", "stream", "--no-sync")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pg_basebackup from port %d: %v\n%s", p.Port, err, out)
+	}
+	var err, lastErr error
+	for range 5 {
+		if s.Port, err = FreePort(); err != nil {
+			return nil, err
+		}
+		if lastErr = s.start(); lastErr == nil {
+			return s, nil
+		}
+	}
+	return nil, lastErr
+}
+
+// StartStandby starts a hot standby of p for one test and stops it when the
+// test ends.
+func (p *Postgres) StartStandby(tb testing.TB) *Postgres {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "testsrv-pg-standby")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := p.NewStandby(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		s.Stop()
+		os.RemoveAll(dir)
+	})
+	return s
+}
+
 func postgresUser() (*syscall.Credential, error) {
 	u, err := user.Lookup("postgres")
 	if err != nil {

@@ -78,3 +78,17 @@ func TestPostgresSetting(t *testing.T) {
 		t.Fatalf("max_locks_per_transaction = %q (%v), want 17", v, err)
 	}
 }
+
+func TestPostgresStandby(t *testing.T) {
+	pg := StartPostgres(t)
+	standby := pg.StartStandby(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var recovering bool
+	if err := standby.Pool(t, 1).QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering); err != nil || !recovering {
+		t.Fatalf("standby pg_is_in_recovery() = %v, %v; want true", recovering, err)
+	}
+	if err := standby.Exec(ctx, "CREATE TABLE t (x int)"); err == nil {
+		t.Fatal("the standby accepted a write")
+	}
+}
