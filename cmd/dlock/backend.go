@@ -16,12 +16,14 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // backendFlags are the flags every command that talks to a backend takes.
 type backendFlags struct {
 	redis    []string
 	postgres string
+	ttl      time.Duration // the command's --ttl, if it has one (sizes Redlock's node timeout)
 }
 
 func addBackendFlags(cmd *cobra.Command, f *backendFlags) {
@@ -104,7 +106,7 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFla
 		}
 		return a.openPostgres(ctx, dsn)
 	}
-	return a.openRedis(urls)
+	return a.openRedis(urls, f.ttl)
 }
 
 // quietLogger drops go-redis's internal log lines (dial retries and the
@@ -128,7 +130,7 @@ func (a *app) logger() *slog.Logger {
 	}))
 }
 
-func (a *app) openRedis(urls []string) (*backend, error) {
+func (a *app) openRedis(urls []string, ttl time.Duration) (*backend, error) {
 	b := &backend{kind: "redis"}
 	for i, u := range urls {
 		opt, err := redis.ParseURL(u)
@@ -153,7 +155,7 @@ func (a *app) openRedis(urls []string) (*backend, error) {
 		b.locker, b.tokens = l, l
 		return b, nil
 	}
-	return a.openRedlock(b)
+	return a.openRedlock(b, ttl)
 }
 
 // recorder wraps a Locker to learn, after a failed wait, whether any attempt
@@ -237,7 +239,11 @@ func tokenError(err error, key string) error {
 // unreachable reports an unavailable backend, naming the node if the error
 // says which one failed.
 func unreachable(err error) error {
+	var qe *redlock.QuorumError
 	var ne *dlock.NodeError
+	if errors.As(err, &qe) {
+		return exitf(exitUnavailable, "backend unreachable: Redlock %s", strings.TrimPrefix(qe.Error(), dlock.ErrUnavailable.Error()+": "))
+	}
 	if errors.As(err, &ne) {
 		return exitf(exitUnavailable, "backend unreachable: %v", ne)
 	}

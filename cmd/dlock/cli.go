@@ -163,7 +163,8 @@ number that grows with every acquisition of the key, which the protected resourc
 can use to reject a stale holder's late writes.
 
 Backend (choose one; flags override the environment):
-  --redis URL        one URL: a single Redis node; repeated: Redlock across them.
+  --redis URL        one URL: a single Redis node; repeated: Redlock across them
+                     (each node gets --ttl/10, within 100ms..1s, to answer).
                      redis://[[user]:password@]host[:port][/db][?dial_timeout=3s...],
                      rediss:// for TLS, unix:///path/to/socket
   --postgres DSN     a PostgreSQL advisory lock (run only)

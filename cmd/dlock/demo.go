@@ -5,6 +5,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock/internal/demo"
 )
 
 func (a *app) demoCmd() *cobra.Command {
@@ -20,12 +22,18 @@ resource rejecting a stale holder's late write; five workers taking turns
 through the Do helper; and Redlock on five servers, surviving the loss of two
 and refusing to lock with three lost.
 
-Without --redis it starts temporary redis-server processes (found on PATH) on
-free loopback ports and removes them when it ends, even on Ctrl-C. Only where no
-redis-server exists it falls back to an embedded in-process server, and says so
-in its first line. With --redis it uses your servers (give five for the
-Redlock part) and writes keys under "dlock-demo:". DLOCK_REDIS is ignored:
-the demo never touches a server you did not name on its command line.
+Every outcome is checked against what the lesson says: a mismatch prints FAILED
+on its line and dlock demo exits 1 after the other scenarios ran.
+
+Without --redis it starts five temporary redis-server processes (found on PATH)
+on free loopback ports and removes them when it ends, even on Ctrl-C. Only where
+no redis-server exists it falls back to an embedded in-process server, and says
+so in its first line. With --redis the single-node scenarios run on the first
+server, under keys with a random "dlock-demo:XXXXXXXX:" prefix that are deleted
+at the end; Redlock uses every server given, plus temporary local ones when
+fewer than five are given. A server you name is never stopped: the demo "loses"
+it by cutting an in-process relay to it. DLOCK_REDIS is ignored: the demo only
+touches servers named on its command line.
 
 ` + exitCodesHelp,
 		Example: `  dlock demo
@@ -45,7 +53,7 @@ the demo never touches a server you did not name on its command line.
 			}
 			ctx, interrupted, stop := interruptible(cmd.Context())
 			defer stop()
-			err := runDemo(ctx, a.stdout, urls)
+			err := demo.Run(ctx, a.stdout, demo.Options{RedisURLs: urls})
 			if sig := interrupted(); sig != nil {
 				return exitf(signalCode(sig), "demo interrupted by %v", sig)
 			}
@@ -59,6 +67,6 @@ the demo never touches a server you did not name on its command line.
 			return nil
 		},
 	}
-	cmd.Flags().StringArrayVar(&urls, "redis", nil, "use this Redis `URL` instead of temporary servers; repeat it (five) for the Redlock part")
+	cmd.Flags().StringArrayVar(&urls, "redis", nil, "run on this Redis `URL` instead of temporary servers; repeat it for more Redlock nodes")
 	return cmd
 }

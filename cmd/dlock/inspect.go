@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // lockRow is one held lock on one node, as inspect reports it. The JSON
@@ -40,7 +41,8 @@ func (a *app) inspectCmd() *cobra.Command {
 		Short: "List held locks: key, remaining TTL, fence, holder",
 		Long: `Inspect lists the locks held in Redis whose keys match PATTERN (a Redis glob,
 default "*"): each key's remaining TTL, its current fence (the highest handed
-out so far, if dlock took the lock at least once) and, when the holder is a
+out so far, if dlock took the lock at least once; with Redlock, that node's
+counter) and, when the holder is a
 dlock run that published itself, the holder's host, pid and start time.
 
 Any string key with a TTL is listed, because a lock taken by another client
@@ -142,13 +144,14 @@ func scanLocks(ctx context.Context, c redis.UniversalClient, node, pattern strin
 // describe reads the TTL, fence and holder of keys in one round trip.
 func describe(ctx context.Context, c redis.UniversalClient, node string, found []string) ([]lockRow, error) {
 	type reply struct {
-		ttl           *redis.DurationCmd
-		fence, holder *redis.StringCmd
+		ttl                    *redis.DurationCmd
+		fence, rlFence, holder *redis.StringCmd
 	}
 	replies := make([]reply, len(found))
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range found {
-			replies[i] = reply{p.PTTL(ctx, k), p.Get(ctx, keys.Fence(k)), p.Get(ctx, keys.Holder(k))}
+			replies[i] = reply{p.PTTL(ctx, k), p.Get(ctx, keys.Fence(k)),
+				p.HGet(ctx, redlock.FenceKey(k), "n"), p.Get(ctx, keys.Holder(k))}
 		}
 		return nil
 	})
@@ -162,9 +165,12 @@ func describe(ctx context.Context, c redis.UniversalClient, node string, found [
 			continue // no expiry (not a lock) or gone since the scan
 		}
 		row := lockRow{Key: k, Node: node, TTLms: ttl.Milliseconds()}
-		if s, err := replies[i].fence.Result(); err == nil {
-			if f, err := strconv.ParseUint(s, 10, 64); err == nil {
-				row.Fence = &f
+		// The single-node counter, or this node's Redlock counter.
+		for _, fc := range []*redis.StringCmd{replies[i].fence, replies[i].rlFence} {
+			if s, err := fc.Result(); err == nil && row.Fence == nil {
+				if f, err := strconv.ParseUint(s, 10, 64); err == nil {
+					row.Fence = &f
+				}
 			}
 		}
 		if s, err := replies[i].holder.Result(); err == nil {

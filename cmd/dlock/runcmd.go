@@ -84,6 +84,7 @@ ran.
 			if err := checkDurations(ttl, wait, grace); err != nil {
 				return err
 			}
+			bf.ttl = ttl
 			be, err := a.openBackend(cmd.Context(), cmd, &bf, useRun)
 			if err != nil {
 				return err

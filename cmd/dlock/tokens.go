@@ -57,6 +57,7 @@ it cannot outlive dlock (use dlock run).
 			if err := checkDurations(ttl, wait, 0); err != nil {
 				return err
 			}
+			bf.ttl = ttl
 			be, err := a.openBackend(cmd.Context(), cmd, &bf, useTokens)
 			if err != nil {
 				return err
@@ -121,6 +122,7 @@ Redis only (see dlock acquire --help).
 			if err := checkDurations(ttl, 0, 0); err != nil {
 				return err
 			}
+			bf.ttl = ttl
 			be, err := a.openBackend(cmd.Context(), cmd, &bf, useTokens)
 			if err != nil {
 				return err

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/pglock"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// redlockNodeTimeout bounds each request to one Redlock node: a tenth of the
+// TTL, within [100ms, 1s]. The library's default (50ms) suits a warm pool; a
+// CLI dials every node afresh on each invocation.
+func redlockNodeTimeout(ttl time.Duration) time.Duration {
+	if ttl == 0 {
+		return time.Second
+	}
+	return min(max(ttl/10, 100*time.Millisecond), time.Second)
+}
+
+// openRedlock makes b, which holds several Redis clients, a Redlock backend.
+func (a *app) openRedlock(b *backend, ttl time.Duration) (*backend, error) {
+	seen := map[string]int{}
+	for i, n := range b.nodes {
+		if j, ok := seen[n]; ok {
+			b.close()
+			return nil, usagef("Redis URLs #%d and #%d both point to %s: one server would vote twice in Redlock", j+1, i+1, n)
+		}
+		seen[n] = i
+	}
+	l, err := redlock.New(b.clients, redlock.WithLogger(a.logger()), redlock.WithNodeTimeout(redlockNodeTimeout(ttl)))
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	b.kind, b.locker, b.tokens = "redlock", l, l
+	return b, nil
+}
+
+// openPostgres builds a PostgreSQL advisory-lock backend. It connects
+// lazily, like the Redis ones.
+func (a *app) openPostgres(ctx context.Context, dsn string) (*backend, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, usagef("PostgreSQL DSN: %v", err)
+	}
+	a.redact.add(cfg.ConnConfig.Password)
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// Without one a dead host blocks until the kernel gives up.
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, usagef("PostgreSQL DSN: %v", err)
+	}
+	l, err := pglock.New(pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	node := net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
+	return &backend{
+		kind:    "postgres",
+		locker:  &autoMigrate{Locker: l, pool: pool},
+		nodes:   []string{node},
+		closers: []func(){func() { l.Close() }, pool.Close},
+	}, nil
+}
+
+// autoMigrate creates pglock's fence table the first time an acquisition
+// finds it missing, so `dlock run --postgres` works on a fresh database
+// without needing CREATE rights on one that already has it.
+type autoMigrate struct {
+	*pglock.Locker
+	pool *pgxpool.Pool
+}
+
+func (m *autoMigrate) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	lock, err := m.Locker.TryAcquire(ctx, key, ttl)
+	if errors.Is(err, pglock.ErrNotMigrated) {
+		if merr := pglock.Migrate(ctx, m.pool); merr != nil {
+			return nil, fmt.Errorf("%w (creating it: %w)", err, merr)
+		}
+		lock, err = m.Locker.TryAcquire(ctx, key, ttl)
+	}
+	return lock, err
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/testsrv"
+)
+
+// TestRedlock: several --redis URLs make a Redlock: runs serialize with
+// growing fences, the token commands work across the nodes, inspect lists
+// every node, one lost node of three is survived and two are not.
+func TestRedlock(t *testing.T) {
+	t.Parallel()
+	srvs := testsrv.StartRedisN(t, 3)
+	var flags, urls []string
+	for _, s := range srvs {
+		flags = append(flags, "--redis", s.URL())
+		urls = append(urls, s.URL())
+	}
+	env := binEnv()
+
+	log := filepath.Join(t.TempDir(), "log")
+	a := startBin(t, env, runArgs(append([]string{"--wait", "30s"}, flags...), "rl:serial", "record", log, "200ms")...)
+	b := startBin(t, env, runArgs(append([]string{"--wait", "30s"}, flags...), "rl:serial", "record", log, "200ms")...)
+	for _, p := range []*proc{a, b} {
+		if r := p.wait(t); r.code != 0 {
+			t.Fatalf("Redlock run: exit %d; stderr: %s", r.code, r.stderr)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(readFile(t, log)), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "enter") || !strings.HasPrefix(lines[1], "exit") ||
+		!strings.HasPrefix(lines[2], "enter") || !strings.HasPrefix(lines[3], "exit") {
+		t.Fatalf("the two commands overlapped or did not run:\n%s", strings.Join(lines, "\n"))
+	}
+	f1, _ := strconv.ParseUint(strings.Fields(lines[0])[2], 10, 64)
+	f2, _ := strconv.ParseUint(strings.Fields(lines[2])[2], 10, 64)
+	if f1 == 0 || f2 <= f1 {
+		t.Errorf("Redlock fences %d then %d: want growing", f1, f2)
+	}
+
+	// The token commands, with the nodes from the environment.
+	renv := binEnv("DLOCK_REDIS=" + strings.Join(urls, ","))
+	r := runBin(t, renv, "acquire", "rl:tokens", "--ttl", "20s")
+	if r.code != 0 {
+		t.Fatalf("acquire: exit %d; stderr: %s", r.code, r.stderr)
+	}
+	vars := parseVars(t, r.stdout)
+	if r := runBin(t, renv, "acquire", "rl:tokens"); r.code != exitBusy {
+		t.Errorf("second acquire: exit %d, want %d", r.code, exitBusy)
+	}
+	r = runBin(t, renv, "inspect", "rl:*", "--json")
+	var got struct{ Locks []lockRow }
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got.Locks) != 3 {
+		t.Fatalf("inspect on 3 nodes: exit %d, %v\n%s", r.code, err, r.stdout)
+	}
+	for i, l := range got.Locks {
+		if l.Key != "rl:tokens" || l.Fence == nil || !containsNode(got.Locks, srvs[i].Addr) {
+			t.Errorf("inspect row %+v; want rl:tokens with a fence on every node", l)
+		}
+	}
+	if r := runBin(t, renv, "extend", "rl:tokens", vars["DLOCK_TOKEN"], "--ttl", "20s"); r.code != 0 {
+		t.Errorf("extend: exit %d; stderr: %s", r.code, r.stderr)
+	}
+	if r := runBin(t, renv, "release", "rl:tokens", vars["DLOCK_TOKEN"]); r.code != 0 {
+		t.Errorf("release: exit %d; stderr: %s", r.code, r.stderr)
+	}
+	if r := runBin(t, renv, "release", "rl:tokens", vars["DLOCK_TOKEN"]); r.code != exitLost {
+		t.Errorf("second release: exit %d, want %d", r.code, exitLost)
+	}
+
+	srvs[0].Kill()
+	if r := runBin(t, env, runArgs(flags, "rl:faults", "exit", "0")...); r.code != 0 {
+		t.Errorf("with 1 of 3 nodes down: exit %d, want 0; stderr: %s", r.code, r.stderr)
+	}
+	srvs[1].Kill()
+	r = runBin(t, env, runArgs(flags, "rl:faults", "exit", "0")...)
+	if r.code != exitUnavailable {
+		t.Errorf("with 2 of 3 nodes down: exit %d, want %d; stderr: %s", r.code, exitUnavailable, r.stderr)
+	}
+	oneLine(t, r.stderr)
+}
+
+func containsNode(rows []lockRow, node string) bool {
+	for _, r := range rows {
+		if r.Node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPostgres: --postgres runs under an advisory lock (creating the fence
+// table on first use), with growing fences; a busy lock exits 75; a killed
+// session is a lost lock: the command is terminated and dlock exits 76.
+func TestPostgres(t *testing.T) {
+	t.Parallel()
+	pg := testsrv.StartPostgres(t)
+	env := binEnv("DLOCK_POSTGRES=" + pg.DSN())
+	var last uint64
+	for i := range 2 {
+		r := runBin(t, env, runArgs(nil, "pg:fence", "env")...)
+		if r.code != 0 {
+			t.Fatalf("run %d: exit %d; stderr: %s", i, r.code, r.stderr)
+		}
+		fence, _ := strconv.ParseUint(parseVars(t, r.stdout)["DLOCK_FENCE"], 10, 64)
+		if fence <= last {
+			t.Fatalf("run %d: fence %d after %d", i, fence, last)
+		}
+		last = fence
+	}
+
+	ready := filepath.Join(t.TempDir(), "ready")
+	holder := startBin(t, env, runArgs([]string{"--ttl", "1s", "--grace", "1s"}, "pg:lost", "hold", ready, "60s")...)
+	waitFile(t, ready, holder)
+	if r := runBin(t, env, runArgs(nil, "pg:lost", "exit", "0")...); r.code != exitBusy {
+		t.Fatalf("second run on a held key: exit %d, want %d; stderr: %s", r.code, exitBusy, r.stderr)
+	}
+	ctx := context.Background()
+	locks, err := pg.AdvisoryLocks(ctx)
+	if err != nil || len(locks) != 1 || !locks[0].Granted {
+		t.Fatalf("advisory locks %+v, %v: want the holder's one", locks, err)
+	}
+	if err := pg.Terminate(ctx, locks[0].PID); err != nil {
+		t.Fatal(err)
+	}
+	r := holder.wait(t)
+	if r.code != exitLost || !strings.Contains(r.stderr, "lost") {
+		t.Fatalf("after the session was killed: exit %d, want %d; stderr: %s", r.code, exitLost, r.stderr)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
