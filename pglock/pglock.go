@@ -211,10 +211,7 @@ func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 	if err != nil {
 		detail := fmt.Errorf("no pool connection (%d of %d pinned by this Locker's locks, %d in use in all): %w",
 			l.held.Load(), l.maxConns, l.pool.Stat().AcquiredConns(), err)
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, fmt.Errorf("dlock: acquire %q: %w", name, errors.Join(dlock.ErrNotAcquired, cerr, detail))
-		}
-		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(detail))
+		return nil, acquireErr(ctx, name, l.node, detail)
 	}
 	return conn, nil
 }

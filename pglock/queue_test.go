@@ -1,0 +1,195 @@
+package pglock_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/pglock"
+)
+
+var errFlaky = errors.New("worker gave up on its batch")
+
+// 8 workers claim 1,000 jobs in batches; a third of the batches roll back
+// (an error from the worker, or a panic). Every job's effect is written
+// exactly once, rolled-back jobs are done by someone later, and nothing is
+// left in the queue.
+func TestQueueExactlyOnce(t *testing.T) {
+	ctx := testCtx(t)
+	pool := shared.Pool(t, 12)
+	table := "jobs_" + strings.ToLower(t.Name())
+	q, err := pglock.NewQueue(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Migrate(ctx, pool); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	t.Cleanup(func() {
+		shared.Exec(context.Background(), "DROP TABLE IF EXISTS "+table+", "+table+"_done")
+	})
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+table+"_done (job bigint NOT NULL, worker int NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+
+	const jobs = 1000
+	payloads := make([][]byte, jobs)
+	for i := range payloads {
+		payloads[i] = binary.BigEndian.AppendUint64(nil, uint64(i))
+	}
+	ids, err := q.Enqueue(ctx, pool, payloads...)
+	if err != nil || len(ids) != jobs {
+		t.Fatalf("Enqueue: %d ids, %v", len(ids), err)
+	}
+	payloadOf := make(map[int64]uint64, jobs)
+	for i, id := range ids {
+		payloadOf[id] = uint64(i)
+	}
+
+	var committed, rolledBack atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for {
+				n, err := func() (n int, err error) {
+					defer func() {
+						if r := recover(); r != nil {
+							if r != "worker panicked" {
+								panic(r)
+							}
+							n, err = 0, errFlaky
+						}
+					}()
+					return q.Work(ctx, pool, 1+rng.IntN(20), func(ctx context.Context, tx pgx.Tx, batch []pglock.Job) error {
+						for _, j := range batch {
+							if got := binary.BigEndian.Uint64(j.Payload); got != payloadOf[j.ID] {
+								return fmt.Errorf("job %d: payload %d, want %d", j.ID, got, payloadOf[j.ID])
+							}
+							if _, err := tx.Exec(ctx, "INSERT INTO "+table+"_done (job, worker) VALUES ($1, $2)", j.ID, w); err != nil {
+								return err
+							}
+						}
+						switch rng.IntN(6) {
+						case 0:
+							return errFlaky
+						case 1:
+							panic("worker panicked")
+						}
+						return nil
+					})
+				}()
+				switch {
+				case errors.Is(err, errFlaky):
+					rolledBack.Add(1)
+				case err != nil:
+					t.Errorf("worker %d: %v", w, err)
+					return
+				case n > 0:
+					committed.Add(int64(n))
+				default:
+					// Nothing free: done unless others hold jobs that
+					// may still roll back.
+					var left int
+					if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&left); err != nil {
+						t.Errorf("count: %v", err)
+						return
+					}
+					if left == 0 {
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	var rows, distinct, workers int
+	if err := pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT job), count(DISTINCT worker) FROM "+table+"_done").Scan(&rows, &distinct, &workers); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d jobs done by %d workers; %d batches rolled back and redone", distinct, workers, rolledBack.Load())
+	if rows != jobs || distinct != jobs || committed.Load() != jobs || left != 0 {
+		t.Fatalf("effects %d rows for %d distinct jobs, %d committed, %d left; want %d, %d, %d, 0", rows, distinct, committed.Load(), left, jobs, jobs, jobs)
+	}
+	if rolledBack.Load() == 0 || workers < 2 {
+		t.Fatalf("%d rollbacks over %d workers: the test did not exercise what it claims", rolledBack.Load(), workers)
+	}
+}
+
+// Claim skips rows other transactions hold instead of waiting for them.
+func TestQueueClaimSkipsLocked(t *testing.T) {
+	ctx := testCtx(t)
+	pool := shared.Pool(t, 3)
+	table := "jobs_" + strings.ToLower(t.Name())
+	q, err := pglock.NewQueue("public." + table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shared.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+	if _, err := q.Enqueue(ctx, pool, []byte("a"), []byte("b"), nil); err != nil {
+		t.Fatal(err)
+	}
+	tx1, tx2 := begin(t, pool), begin(t, pool)
+	first, err := q.Claim(ctx, tx1, 2)
+	if err != nil || len(first) != 2 || string(first[0].Payload) != "a" || string(first[1].Payload) != "b" {
+		t.Fatalf("first claim: %+v, %v; want jobs a and b, oldest first", first, err)
+	}
+	start := time.Now()
+	second, err := q.Claim(ctx, tx2, 10)
+	if err != nil || len(second) != 1 || len(second[0].Payload) != 0 {
+		t.Fatalf("second claim: %+v, %v; want the one free job (empty payload)", second, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("second claim waited %v for locked rows", d)
+	}
+	tx1.Rollback(ctx) // a and b are back
+	third, err := q.Claim(ctx, tx2, 10)
+	if err != nil || len(third) != 2 {
+		t.Fatalf("claim after the rollback: %+v, %v; want a and b again", third, err)
+	}
+	tx2.Commit(ctx)
+}
+
+func TestQueueBadInput(t *testing.T) {
+	for _, name := range []string{"", "a.b.c", ".x", "x."} {
+		if _, err := pglock.NewQueue(name); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("NewQueue(%q): %v", name, err)
+		}
+	}
+	q, err := pglock.NewQueue(`odd "name"`) // quoted, not injected
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := shared.Pool(t, 1)
+	tx := begin(t, pool)
+	if _, err := q.Claim(testCtx(t), tx, 0); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Claim(0): %v", err)
+	}
+	if _, err := q.Work(testCtx(t), pool, 1, nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Work(nil fn): %v", err)
+	}
+	_, err = q.Claim(testCtx(t), tx, 1)
+	wantIs(t, err, dlock.ErrUnavailable)
+	if !strings.Contains(err.Error(), "Queue.Migrate") {
+		t.Errorf("missing table not explained: %v", err)
+	}
+}

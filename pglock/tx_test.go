@@ -1,0 +1,408 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/pglock"
+)
+
+func begin(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(testCtx(t))
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	return tx
+}
+
+// A transaction lock excludes other transactions and session locks, is
+// released by commit and by rollback, and its fences increase with every
+// committed grant.
+func TestTxLock(t *testing.T) {
+	pool := shared.Pool(t, 4)
+	name := uniqueKey(t)
+	k := pglock.HashKey(name)
+
+	tx1 := begin(t, pool)
+	f1, err := pglock.TryLockTx(testCtx(t), tx1, k)
+	if err != nil {
+		t.Fatalf("TryLockTx: %v", err)
+	}
+	tx2 := begin(t, pool)
+	_, err = pglock.TryLockTx(testCtx(t), tx2, k)
+	wantIs(t, err, dlock.ErrNotAcquired)
+	locker := newLocker(t, 2)
+	_, err = locker.TryAcquire(testCtx(t), name, time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+
+	if err := tx1.Commit(testCtx(t)); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	// tx2 is still usable after a refused try (no error was raised).
+	f2, err := pglock.TryLockTx(testCtx(t), tx2, k)
+	if err != nil {
+		t.Fatalf("TryLockTx after the holder committed: %v", err)
+	}
+	if f2 <= f1 {
+		t.Fatalf("fence %d after commit not above %d", f2, f1)
+	}
+	if err := tx2.Rollback(testCtx(t)); err != nil {
+		t.Fatalf("Rollback: %v", err)
+	}
+
+	// Rolled back: the lock is free, and the fence drawn in tx2 was undone
+	// with it (documented), so a session lock's fence follows f1's.
+	lock := mustAcquire(t, locker, name, time.Second)
+	if lock.Fence() != f2 {
+		t.Fatalf("session fence after a rolled-back tx lock: %d, want %d (the undone number reused)", lock.Fence(), f2)
+	}
+	tx3 := begin(t, pool)
+	_, err = pglock.TryLockTx(testCtx(t), tx3, k)
+	wantIs(t, err, dlock.ErrNotAcquired)
+	tx3.Rollback(testCtx(t))
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The two-int4 form works inside transactions too.
+	tx4 := begin(t, pool)
+	if _, err := pglock.LockTx(testCtx(t), tx4, pglock.KeyPair(3, 4)); err != nil {
+		t.Fatalf("LockTx(KeyPair): %v", err)
+	}
+	holderPID(t, pglock.KeyPair(3, 4))
+	tx4.Commit(testCtx(t))
+}
+
+// LockTx waits in the server's queue and gets the lock as soon as the holder
+// commits; a wait that ends with its context leaves no waiter behind.
+func TestLockTxWaits(t *testing.T) {
+	pool := shared.Pool(t, 4)
+	k := pglock.HashKey(uniqueKey(t))
+	holder := begin(t, pool)
+	if _, err := pglock.LockTx(testCtx(t), holder, k); err != nil {
+		t.Fatalf("LockTx: %v", err)
+	}
+
+	// The context ends the wait.
+	waiter := begin(t, pool)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	start := time.Now()
+	_, err := pglock.LockTx(ctx, waiter, k)
+	cancel()
+	wantIs(t, err, dlock.ErrNotAcquired, context.DeadlineExceeded)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a 200ms wait took %v", d)
+	}
+	waitFor(t, "the cancelled waiter to leave pg_locks", func() bool {
+		locks, err := shared.AdvisoryLocks(testCtx(t))
+		return err == nil && len(locks) == 1 && locks[0].Granted
+	})
+
+	// lock_timeout in the transaction ends it too, as ErrNotAcquired.
+	waiter2 := begin(t, pool)
+	if _, err := waiter2.Exec(testCtx(t), "SET LOCAL lock_timeout = '100ms'"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pglock.LockTx(testCtx(t), waiter2, k)
+	wantIs(t, err, dlock.ErrNotAcquired)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("lock_timeout reported as a context error: %v", err)
+	}
+	waiter2.Rollback(testCtx(t))
+
+	// A waiter is granted the lock when the holder commits.
+	got := make(chan error, 1)
+	waiter3 := begin(t, pool)
+	go func() {
+		_, err := pglock.LockTx(testCtx(t), waiter3, k)
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	committed := time.Now()
+	if err := holder.Commit(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiting LockTx: %v", err)
+	}
+	t.Logf("waiter granted %v after the commit", time.Since(committed))
+	waiter3.Commit(testCtx(t))
+}
+
+// F22: two transactions take keys in opposite order; PostgreSQL aborts one
+// of them after deadlock_timeout, and pglock says so with ErrDeadlock.
+func TestDeadlock(t *testing.T) {
+	pool := shared.Pool(t, 4)
+	k1, k2 := pglock.HashKey(uniqueKey(t)), pglock.HashKey(uniqueKey(t))
+	txA, txB := begin(t, pool), begin(t, pool)
+	if _, err := pglock.LockTx(testCtx(t), txA, k1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pglock.LockTx(testCtx(t), txB, k2); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		tx pgx.Tx
+		k  pglock.Key
+	}{{txA, k2}, {txB, k1}} {
+		wg.Go(func() {
+			_, err := pglock.LockTx(testCtx(t), c.tx, c.k)
+			if err != nil {
+				c.tx.Rollback(context.Background()) // lets the other through
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	var deadlocks, ok int
+	for err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, pglock.ErrDeadlock):
+			wantIs(t, err, dlock.ErrNotAcquired)
+			deadlocks++
+		default:
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	if deadlocks != 1 || ok != 1 {
+		t.Fatalf("opposite-order locking: %d deadlock errors, %d grants; want 1 and 1", deadlocks, ok)
+	}
+	txA.Rollback(testCtx(t))
+	txB.Rollback(testCtx(t))
+}
+
+// Bad input to the transaction functions is refused before anything is
+// sent.
+func TestTxBadInput(t *testing.T) {
+	pool := shared.Pool(t, 1)
+	tx := begin(t, pool)
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := pglock.TryLockTx(nil, tx, pglock.Int64Key(1)); !errors.Is(err, dlock.ErrInvalid) { //nolint:staticcheck
+		t.Errorf("nil ctx: %v", err)
+	}
+	if _, err := pglock.TryLockTx(testCtx(t), nil, pglock.Int64Key(1)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil tx: %v", err)
+	}
+	if _, err := pglock.LockTx(testCtx(t), tx, pglock.Key{}); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("zero key: %v", err)
+	}
+	// Nothing was sent: the transaction is still usable.
+	if _, err := pglock.TryLockTx(testCtx(t), tx, pglock.Int64Key(1)); err != nil {
+		t.Fatalf("TryLockTx after refused input: %v", err)
+	}
+}
+
+// F21: cancel at random moments, many times; whatever raced with the grant,
+// pg_locks ends up with no advisory lock and no waiter.
+func TestCancellationRaces(t *testing.T) {
+	// MinConns: the pool replaces a discarded connection in the background,
+	// so most attempts start on a warm connection and the cancellation
+	// points fall around the statement, not the dial.
+	cfg := shared.PoolConfig(6)
+	cfg.MinConns = 6
+	lpool, err := pgxpool.NewWithConfig(testCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lpool.Close)
+	l, err := pglock.New(lpool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	name := uniqueKey(t)
+	pool := shared.Pool(t, 4)
+	// Calibrate: cancel around the time one attempt takes, so that some
+	// attempts are cut before, some during and some after the grant.
+	var cycle time.Duration
+	for range 20 {
+		start := time.Now()
+		lock := mustAcquire(t, l, name, 10*time.Second)
+		cycle += time.Since(start)
+		lock.Release(testCtx(t))
+	}
+	cycle /= 20
+	const rounds = 120
+	var granted, cancelled, busy int
+	for range rounds {
+		ctx, cancel := context.WithTimeout(context.Background(), rand.N(2*cycle))
+		lock, err := l.TryAcquire(ctx, name, 10*time.Second)
+		cancel()
+		switch {
+		case err == nil:
+			granted++
+			if err := lock.Release(testCtx(t)); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		case errors.Is(err, dlock.ErrNotAcquired) && errors.Is(err, context.DeadlineExceeded):
+			cancelled++
+		case errors.Is(err, dlock.ErrNotAcquired):
+			// The session of an attempt cancelled just after its grant
+			// holds the lock until the server sees its connection close.
+			busy++
+		default:
+			t.Fatalf("TryAcquire: %v", err)
+		}
+	}
+	if granted == 0 || cancelled == 0 {
+		t.Fatalf("%d granted, %d cut short: the cancellation points missed the window (cycle %v)", granted, cancelled, cycle)
+	}
+	t.Logf("session locks: %d granted, %d cut short, %d busy (a cut-short grant not yet freed)", granted, cancelled, busy)
+
+	// Blocking waits in a transaction, cancelled while the holder lets go.
+	k := pglock.HashKey(name)
+	for i := range 30 {
+		holder := begin(t, pool)
+		if _, err := pglock.LockTx(testCtx(t), holder, k); err != nil {
+			t.Fatalf("round %d: holder: %v", i, err)
+		}
+		waiter := begin(t, pool)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.N(5000))*time.Microsecond)
+		done := make(chan error, 1)
+		go func() {
+			_, err := pglock.LockTx(ctx, waiter, k)
+			done <- err
+		}()
+		time.Sleep(time.Duration(rand.N(5000)) * time.Microsecond)
+		holder.Commit(testCtx(t))
+		err := <-done
+		cancel()
+		if err != nil && !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("round %d: waiter: %v", i, err)
+		}
+		waiter.Rollback(testCtx(t))
+	}
+	if left, err := shared.WaitNoAdvisoryLocks(testCtx(t)); err != nil {
+		t.Fatalf("advisory locks left after cancelled acquisitions: %+v (%v)", left, err)
+	}
+}
+
+// The fence table is never created behind the user's back: without it, an
+// acquisition fails with ErrNotMigrated and holds nothing; Migrate fixes it
+// and is idempotent.
+func TestNotMigrated(t *testing.T) {
+	ctx := testCtx(t)
+	db := strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name()))
+	if err := shared.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	cfg := shared.PoolConfig(2)
+	cfg.ConnConfig.Database = db
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		shared.Exec(context.Background(), "DROP DATABASE "+db+" WITH (FORCE)")
+	})
+	l, err := pglock.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = l.TryAcquire(ctx, "x", time.Second)
+	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrNotMigrated)
+	tx := begin(t, pool)
+	_, err = pglock.TryLockTx(ctx, tx, pglock.HashKey("x"))
+	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrNotMigrated)
+	tx.Rollback(ctx)
+	if left, err := shared.WaitNoAdvisoryLocks(ctx); err != nil {
+		t.Fatalf("a failed acquisition left a lock: %+v (%v)", left, err)
+	}
+
+	for range 2 {
+		if err := pglock.Migrate(ctx, pool); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+	}
+	lock, err := l.TryAcquire(ctx, "x", time.Second)
+	if err != nil {
+		t.Fatalf("after Migrate: %v", err)
+	}
+	if lock.Fence() != 1 {
+		t.Fatalf("first fence in a fresh table: %d, want 1", lock.Fence())
+	}
+	lock.Release(ctx)
+}
+
+// A hot standby's advisory locks exclude no one on the primary: pglock
+// refuses to lock there, with ErrReadOnly.
+func TestStandbyRefused(t *testing.T) {
+	standby := shared.StartStandby(t)
+	pool := standby.Pool(t, 2)
+	l, err := pglock.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = l.TryAcquire(testCtx(t), uniqueKey(t), time.Second)
+	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrReadOnly)
+	tx := begin(t, pool)
+	_, err = pglock.TryLockTx(testCtx(t), tx, pglock.HashKey(uniqueKey(t)))
+	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrReadOnly)
+	tx.Rollback(testCtx(t))
+	if locks, err := standby.AdvisoryLocks(testCtx(t)); err != nil || len(locks) != 0 {
+		t.Fatalf("standby pg_locks after refused acquisitions: %+v (%v)", locks, err)
+	}
+}
+
+// F22: a full server lock table is reported as ErrOutOfLocks, not as busy.
+func TestOutOfLocks(t *testing.T) {
+	ctx := testCtx(t)
+	l := newLocker(t, 2)
+	// Connect first: a new session cannot even start with the table full.
+	mustAcquire(t, l, uniqueKey(t), time.Second).Release(ctx)
+	filler, err := pgx.Connect(ctx, shared.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close(context.Background()) // ends the session: frees its locks
+	// Session locks survive the failing statement: the table stays full.
+	start := time.Now()
+	_, err = filler.Exec(ctx, "SELECT count(pg_advisory_lock(g)) FROM generate_series(1000000001, 1010000000) g")
+	if !strings.Contains(errString(err), "53200") {
+		t.Fatalf("filling the lock table: got %v, want SQLSTATE 53200", err)
+	}
+	t.Logf("lock table filled in %v", time.Since(start))
+	_, err = l.TryAcquire(ctx, uniqueKey(t), time.Second)
+	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrOutOfLocks)
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("a full lock table reported as busy: %v", err)
+	}
+	filler.Close(ctx)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
