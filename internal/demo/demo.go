@@ -132,6 +132,9 @@ func header(ctx context.Context, e *env, p *printer) error {
 		infos[i] = si
 	}
 	e.info = infos[0]
+	for i, n := range e.nodes {
+		n.version = infos[i].version
+	}
 
 	var yours, local []*node
 	var localInfo serverInfo
@@ -148,8 +151,8 @@ func header(ctx context.Context, e *env, p *printer) error {
 		p.printf("imitation of Redis) whose TTLs expire in real time. Install redis-server to see the real thing.\n")
 	}
 	if len(yours) > 0 {
-		p.printf("dlock demo on your server%s %s. Its keys start with %q and are deleted at the end.\n",
-			plural(len(yours)), addrs(yours), e.prefix)
+		p.printf("dlock demo on your server%s %s.\n", plural(len(yours)), addrs(yours))
+		p.printf("Its keys start with %q and are deleted at the end; your data is not touched.\n", e.prefix)
 	}
 	if len(local) > 0 && !e.embedded {
 		what := "dlock demo: started"

@@ -25,8 +25,14 @@ const (
 
 func (e *env) key(name string) string { return e.prefix + name }
 
+// locker returns a new single-node Locker on the first server; close
+// closes it (its release subscription) with the rest.
 func (e *env) locker(opts ...redislock.Option) (*redislock.Locker, error) {
-	return redislock.New(e.nodes[0].direct, opts...)
+	l, err := redislock.New(e.nodes[0].direct, opts...)
+	if err == nil {
+		e.lockers = append(e.lockers, l)
+	}
+	return l, err
 }
 
 // holds reports whether key on the single node holds token right now.
@@ -41,7 +47,7 @@ func (e *env) holds(ctx context.Context, key, token string) (bool, error) {
 var basicScenario = scenario{
 	title:   "Basic acquire and release",
 	short:   "basic acquire/release",
-	summary: "one winner; a wrong token cannot release or extend, the right one can",
+	summary: "one winner; a wrong token cannot release, the right one can",
 	proves: []string{
 		"One winner: the second acquirer gets ErrNotAcquired. Release and extension check the token",
 		"on the server, so a wrong token changes nothing (ErrNotHeld) and the holder's token works.",
@@ -108,7 +114,7 @@ func acquired(err error) string {
 var expiryScenario = scenario{
 	title:   "The expiry bug: plain DEL vs token-checked release",
 	short:   "expiry bug, both ways",
-	summary: "plain DEL let C in beside B; dlock's release refused A and kept C out",
+	summary: "plain DEL: two holders; token-checked release: one",
 	proves: []string{
 		"A's 200ms lock expired while A was still working; B then acquired it legitimately.",
 		"With plain DEL, A deleted B's lock, so C acquired it while B was still inside its critical",
@@ -197,7 +203,7 @@ func expiry(ctx context.Context, e *env, s *section, plainDEL bool) error {
 var luaScenario = scenario{
 	title:   "The Lua release (the pre-8.4 path)",
 	short:   "Lua release",
-	summary: "the Lua scripts check the token exactly like DELEX / SET IFEQ",
+	summary: "the Lua scripts check the token like DELEX / SET IFEQ",
 	proves: []string{
 		"The compare-and-delete and compare-and-expire scripts behave like DELEX and SET IFEQ, so the",
 		"same lock is safe on servers older than 8.4 and on Valkey. dlock picks the path per server.",
@@ -205,15 +211,14 @@ var luaScenario = scenario{
 	run: func(ctx context.Context, e *env, s *section) error {
 		switch {
 		case e.info.nativeDel && e.info.nativeSet:
-			s.say("This server has DELEX and SET IFEQ, so scenario 1 used them. Here dlock is told to use")
+			s.say("This server has DELEX and SET IFEQ (Redis 8.4+), so scenario 1 used those commands.")
 		case e.info.nativeDel:
-			s.say("This server has DELEX but not SET IFEQ, so scenario 1 released with DELEX. Here dlock is")
-			s.say("told to use")
+			s.say("This server has DELEX but not SET IFEQ, so scenario 1 released with DELEX and extended")
+			s.say("with a script.")
 		default:
-			s.say("This server has no DELEX or SET IFEQ, so scenario 1 already ran the Lua scripts. Here")
-			s.say("dlock is also told explicitly to use")
+			s.say("This server has neither DELEX nor SET IFEQ, so scenario 1 already ran the Lua scripts.")
 		}
-		s.say("the Lua scripts for release and extension: redislock.WithNativeCommands(redislock.NativeNever).")
+		s.say("Here the Lua path is forced: redislock.WithNativeCommands(redislock.NativeNever).")
 		l, err := e.locker(redislock.WithNativeCommands(redislock.NativeNever))
 		if err != nil {
 			return err
@@ -246,11 +251,12 @@ const workers = 5
 var workersScenario = scenario{
 	title:   "5 workers through Do",
 	short:   "5 workers through Do",
-	summary: "Do waited, extended and released: never two inside at once",
+	summary: "never two inside at once (max inside = 1)",
 	proves: []string{
-		"Do waits for the lock (retrying with jitter), runs the function, keeps",
-		"the lock extended while it runs and always releases it: the workers never overlapped, and",
-		"each got a larger fence than the one before. Keep the TTL longer than a stall you accept.",
+		"Do waits for the lock (a release wakes the next waiter; polling with jitter is the fallback),",
+		"runs the function, keeps the lock extended while it runs and always releases it: the workers",
+		"never overlapped, and each got a larger fence than the one before. Keep the TTL longer than",
+		"any stall you are willing to accept.",
 	},
 	run: func(ctx context.Context, e *env, s *section) error {
 		const work = 30 * time.Millisecond

@@ -12,24 +12,32 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // node is one Redis server the demo talks to.
 type node struct {
-	addr   string        // host:port the user knows it by (never a URL: no password)
-	origin string        // "temporary redis-server", "embedded", "yours"
-	direct *redis.Client // for the single-node scenarios and cleanup
-	client *redis.Client // for Redlock: direct, or through a relay it can cut
+	addr    string        // host:port the user knows it by (never a URL: no password)
+	origin  string        // "temporary redis-server", "embedded", "yours"
+	version string        // the server's redis_version, when it says
+	direct  *redis.Client // for the single-node scenarios and cleanup
+	client  *redis.Client // for Redlock: direct, or through a relay it can cut
 
 	// lose takes the node away for the Redlock scenario; how says what it
 	// did, in words.
 	lose func()
 	how  string
 	lost bool
+
+	// dropMarker: Redlock's node marker was not on this (user's) server
+	// before the demo, so close deletes it.
+	dropMarker bool
 
 	stop func() // ends what the demo started for this node
 }
@@ -42,6 +50,7 @@ type env struct {
 	prefix   string  // every demo key starts with it
 	userURLs bool
 	info     serverInfo // of nodes[0]
+	lockers  []*redislock.Locker
 }
 
 // clientOptions are the go-redis options the demo uses: context deadlines
@@ -50,6 +59,7 @@ type env struct {
 func clientOptions(o *redis.Options) *redis.Options {
 	o.ContextTimeoutEnabled = true
 	o.MaxRetries = -1
+	o.DialerRetries = 1 // the default 5 tries with 100ms pauses hide a dead node for 400ms
 	if o.DialTimeout == 0 || o.DialTimeout > time.Second {
 		o.DialTimeout = time.Second
 	}
@@ -182,6 +192,16 @@ func startEmbedded() (*node, error) {
 	if err := m.Start(); err != nil {
 		return nil, fmt.Errorf("demo: start embedded server: %w", err)
 	}
+	// miniredis has no INFO server section; Redlock's scripts read the
+	// run_id from it to tell servers apart, so answer with one.
+	info := "# Server\r\nrun_id:" + dlock.NewToken() + "\r\n"
+	m.Server().SetPreHook(func(p *server.Peer, cmd string, args ...string) bool {
+		if cmd == "INFO" && len(args) == 1 && strings.EqualFold(args[0], "server") {
+			p.WriteBulk(info)
+			return true
+		}
+		return false
+	})
 	c := redis.NewClient(clientOptions(&redis.Options{Addr: m.Addr()}))
 	return &node{
 		addr: m.Addr(), origin: "embedded", direct: c, client: c,
@@ -196,11 +216,17 @@ func (e *env) close() {
 	if e == nil {
 		return
 	}
+	for _, l := range e.lockers {
+		l.Close()
+	}
 	if e.userURLs {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		for _, n := range e.nodes {
 			if n.origin == "yours" {
 				deleteKeys(ctx, n.direct, "*"+e.prefix+"*")
+				if n.dropMarker {
+					n.direct.Del(ctx, redlock.MarkerKey)
+				}
 			}
 		}
 		cancel()

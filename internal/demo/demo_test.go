@@ -1,0 +1,408 @@
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testsrv"
+)
+
+// helperEnv makes the test binary act as a small `dlock demo` for the
+// Ctrl-C test: Run under a context cancelled by SIGINT/SIGTERM, as the CLI
+// does.
+const helperEnv = "DLOCK_DEMO_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		os.Exit(helperMain())
+	}
+	// Killed Redlock nodes make go-redis log every failed dial.
+	redis.SetLogger(quietLogger{})
+	goleak.VerifyTestMain(m)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func helperMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var out bytes.Buffer
+	err := Run(ctx, io.MultiWriter(os.Stdout, &out), Options{})
+	// Report what is left before exiting: after exit the servers would
+	// die anyway (Pdeathsig), which would hide a missing cleanup.
+	fmt.Printf("\nleftover redis-server processes: %d\n", len(redisProcesses(ports(out.String()))))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func run(t *testing.T, opts Options) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	start := time.Now()
+	err := Run(ctx, &out, opts)
+	t.Logf("Run took %v; output:\n%s", time.Since(start), out.String())
+	return out.String(), err
+}
+
+// checkLessons asserts the key lines of every scenario.
+func checkLessons(t *testing.T, out string) {
+	t.Helper()
+	plain, checked, ok := strings.Cut(out, "Released with dlock's token-checked release")
+	if !ok {
+		t.Fatalf("no token-checked half in scenario 2")
+	}
+	_, plain, _ = strings.Cut(plain, "Released with a plain DEL")
+	mustMatch(t, plain, `C acquires while B is still inside its critical section:\s+true\n`)
+	mustMatch(t, plain, `B still holds the lock:\s+false\n`)
+	mustMatch(t, plain, `A releases with DEL:\s+deleted 1 key \(B's lock\)\n`)
+	checked, _, _ = strings.Cut(checked, "\n3. ")
+	mustMatch(t, checked, `A releases with its token:\s+refused \(ErrNotHeld\)\n`)
+	mustMatch(t, checked, `C acquires while B is still inside its critical section:\s+false\n`)
+	mustMatch(t, checked, `B still holds the lock:\s+true\n`)
+
+	mustMatch(t, out, `B acquires while A holds it:\s+false \(ErrNotAcquired\)\n`)
+	mustMatch(t, out, `release with the token "wrong-token":\s+refused \(ErrNotHeld\)\n`)
+	mustMatch(t, out, `A releases with its own token:\s+ok\n`)
+	mustMatch(t, out, `Lua release with the token "nope":\s+refused \(ErrNotHeld\)\n`)
+	mustMatch(t, out, `Lua release with the holder's token:\s+ok\n`)
+	mustMatch(t, out, `B writes with fence (\d+):\s+accepted\n`)
+	mustMatch(t, out, `A wakes up and writes with fence (\d+):\s+rejected`)
+	mustMatch(t, out, `value of the resource:\s+"B"\n`)
+	mustMatch(t, out, `max inside the critical section at once:\s+1\n`)
+	mustMatch(t, out, `acquire with 5 of 5 nodes up:\s+ok`)
+	mustMatch(t, out, `acquire with 3 of 5 nodes up:\s+ok`)
+	mustMatch(t, out, `extend with 3 of 5 nodes up:\s+ok`)
+	mustMatch(t, out, `B tries while A holds it \(3 of 5 up\):\s+false \(ErrNotAcquired\)`)
+	// Fewer than a majority answered: redlock says unavailable, not busy.
+	mustMatch(t, out, `acquire with 2 of 5 nodes up:\s+refused \(ErrUnavailable\)`)
+	mustMatch(t, out, `2 granted, 3 needed`)
+	if strings.Contains(out, "FAILED") {
+		t.Errorf("output says FAILED")
+	}
+	mustMatch(t, out, `All 6 scenarios behaved as described.\n$`)
+}
+
+func mustMatch(t *testing.T, s, pattern string) {
+	t.Helper()
+	if !regexp.MustCompile(pattern).MatchString(s) {
+		t.Errorf("output lacks %q", pattern)
+	}
+}
+
+func TestRunOnTemporaryServers(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	out, err := run(t, Options{})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	first, _, _ := strings.Cut(out, "\n")
+	if !strings.Contains(first, "temporary redis-server processes (Redis 7") {
+		t.Errorf("first line %q does not say it started redis-server", first)
+	}
+	mustMatch(t, out, `It has neither DELEX nor SET IFEQ`)
+	checkLessons(t, out)
+	if ps := ports(out); len(ps) != 5 {
+		t.Errorf("header names ports %v, want 5", ps)
+	} else if left := redisProcesses(ps); len(left) > 0 {
+		t.Errorf("redis-server processes left running: %v", left)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("temporary files left in TMPDIR: %v", left)
+	}
+}
+
+// Where no redis-server is on PATH the demo runs on embedded servers whose
+// TTLs expire in real time, and says so first.
+func TestRunEmbeddedFallback(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	if _, err := testsrv.RedisBinary(); err == nil {
+		t.Fatal("redis-server still found with an empty PATH")
+	}
+	out, err := run(t, Options{})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	first, _, _ := strings.Cut(out, "\n")
+	if !strings.Contains(first, "no redis-server on PATH") || !strings.Contains(out, "embedded in-process servers (miniredis") {
+		t.Errorf("the output does not start by saying it runs on embedded servers:\n%s", first)
+	}
+	mustMatch(t, out, `It has DELEX but not SET IFEQ`)
+	checkLessons(t, out)
+}
+
+// Five user-given servers: nothing is started; losing nodes is simulated by
+// cutting the demo's relay, the servers stay up, and the demo's keys are
+// gone afterwards. The first URL's password never shows.
+func TestRunOnGivenServers(t *testing.T) {
+	const password = "s3cret-pw"
+	rs := testsrv.StartRedisN(t, 5)
+	// testsrv pings without a password, so set it once the server is up.
+	c := newClient(rs[0].Options())
+	err := c.ConfigSet(context.Background(), "requirepass", password).Err()
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	urls := []string{"redis://:" + password + "@" + rs[0].Addr}
+	for _, r := range rs[1:] {
+		urls = append(urls, r.URL())
+	}
+	out, err := run(t, Options{RedisURLs: urls})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if strings.Contains(out, password) {
+		t.Errorf("the output shows the password")
+	}
+	if strings.Contains(out, "temporary redis-server") {
+		t.Errorf("the demo started servers although 5 were given")
+	}
+	mustMatch(t, out, `dlock demo on your servers `)
+	mustMatch(t, out, `cut off`)
+	checkLessons(t, out)
+
+	ctx := context.Background()
+	for i, r := range rs {
+		o := r.Options()
+		if i == 0 {
+			o.Password = password
+		}
+		c := newClient(o)
+		n, err := c.DBSize(ctx).Result()
+		c.Close()
+		if err != nil {
+			t.Errorf("server %d after the demo: %v", i, err)
+		} else if n != 0 {
+			t.Errorf("server %d keeps %d keys after the demo", i, n)
+		}
+	}
+}
+
+// With one server given, the other four Redlock nodes are temporary ones,
+// and those are the ones the demo kills.
+func TestRunOnOneGivenServer(t *testing.T) {
+	r := testsrv.StartRedis(t)
+	out, err := run(t, Options{RedisURLs: []string{r.URL()}})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mustMatch(t, out, `dlock demo on your server `+regexp.QuoteMeta(r.Addr))
+	mustMatch(t, out, `also started 4 temporary redis-server processes`)
+	mustMatch(t, out, `killed \(SIGKILL\)`)
+	checkLessons(t, out)
+	if left := redisProcesses(ports(out)); len(left) > 0 {
+		t.Errorf("redis-server processes left running: %v", left)
+	}
+}
+
+func TestRunBadInput(t *testing.T) {
+	ctx := context.Background()
+	err := Run(ctx, io.Discard, Options{RedisURLs: []string{"http://user:hunter2@example.com"}})
+	if !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("bad URL: got %v, want ErrInvalid", err)
+	}
+	if err != nil && strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("the error shows the password: %v", err)
+	}
+	port, _ := testsrv.FreePort()
+	err = Run(ctx, io.Discard, Options{RedisURLs: []string{fmt.Sprintf("redis://127.0.0.1:%d", port)}})
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Errorf("closed port: got %v, want ErrUnavailable", err)
+	}
+}
+
+// signalWriter reports on a channel when the output contains a string.
+type signalWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	hit  chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if w.hit != nil && strings.Contains(w.buf.String(), w.want) {
+		close(w.hit)
+		w.hit = nil
+	}
+	return len(p), nil
+}
+
+func (w *signalWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// Cancelling the context mid-scenario (what the CLI does on Ctrl-C) stops
+// the demo at once and removes the servers and their files.
+func TestRunCancelledCleansUp(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hit := make(chan struct{})
+	w := &signalWriter{want: "Released with a plain DEL", hit: hit}
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, w, Options{}) }()
+	select {
+	case <-hit:
+	case err := <-errc:
+		t.Fatalf("Run returned before scenario 2: %v\n%s", err, w.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("scenario 2 did not start:\n%s", w.String())
+	}
+	ps := ports(w.String())
+	if len(redisProcesses(ps)) != 5 {
+		t.Fatalf("expected 5 running servers on %v before the cancel", ps)
+	}
+	start := time.Now()
+	cancel()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of the cancel")
+	}
+	t.Logf("Run returned %v after %v", err, time.Since(start))
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v, want context.Canceled", err)
+	}
+	if left := redisProcesses(ps); len(left) > 0 {
+		t.Errorf("redis-server processes left running: %v", left)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("temporary files left in TMPDIR: %v", left)
+	}
+	if strings.Contains(w.String(), "FAILED") {
+		t.Errorf("an interruption was reported as a failure:\n%s", w.String())
+	}
+}
+
+// A real SIGINT to a process running the demo the way the CLI does.
+func TestCtrlCLeavesNoServers(t *testing.T) {
+	tmp := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1", "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+
+	var out strings.Builder
+	sc := bufio.NewScanner(stdout)
+	found := false
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if strings.HasPrefix(sc.Text(), "1. ") {
+			found = true
+			break
+		}
+	}
+	if !found {
+		t.Fatalf("the demo did not reach scenario 1:\n%s\n%s", out.String(), stderr.String())
+	}
+	ps := ports(out.String())
+	if len(redisProcesses(ps)) != 5 {
+		t.Fatalf("expected 5 running servers on %v before Ctrl-C", ps)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(stdout)
+	out.Write(rest)
+	err = cmd.Wait()
+	t.Logf("output:\n%s\nstderr: %s", out.String(), stderr.String())
+	if err == nil {
+		t.Errorf("the interrupted demo exited 0")
+	}
+	if !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("stderr does not say the demo was interrupted")
+	}
+	if !strings.Contains(out.String(), "leftover redis-server processes: 0\n") {
+		t.Errorf("the demo did not stop its servers before exiting")
+	}
+	if left := redisProcesses(ps); len(left) > 0 {
+		t.Errorf("redis-server processes left running: %v", left)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("temporary files left in TMPDIR: %v", left)
+	}
+}
+
+// ports returns the temporary servers' ports named in the demo's header.
+func ports(out string) []int {
+	m := regexp.MustCompile(`redis-server process(?:es)? \(Redis [^)]*\) on (?:127\.0\.0\.1 ports ([\d, ]+)|127\.0\.0\.1:(\d+))`).FindStringSubmatch(out)
+	if m == nil {
+		return nil
+	}
+	var ps []int
+	for _, f := range strings.Split(m[1]+m[2], ",") {
+		if p, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// redisProcesses returns the pids of live redis-server processes listening
+// on one of ports, from /proc. redis-server rewrites its command line to
+// "redis-server 127.0.0.1:PORT".
+func redisProcesses(ports []int) []int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	var pids []int
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || !bytes.Contains(b, []byte("redis-server")) {
+			continue
+		}
+		fields := strings.FieldsFunc(string(b), func(r rune) bool { return r == 0 || r == ' ' })
+		for _, p := range ports {
+			ps := strconv.Itoa(p)
+			for i, f := range fields {
+				if strings.HasSuffix(f, ":"+ps) || (f == "--port" && i+1 < len(fields) && fields[i+1] == ps) {
+					pid, _ := strconv.Atoi(filepath.Base(d))
+					pids = append(pids, pid)
+				}
+			}
+		}
+	}
+	return pids
+}
+
+func newClient(o *redis.Options) *redis.Client { return redis.NewClient(o) }
