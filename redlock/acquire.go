@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -18,6 +19,7 @@ type nodeReply struct {
 	epoch  string // the node marker's epoch ("" without marker or rule)
 	marker string // "ok", "none", "reset", "off"
 	trust  string // "all" or "own"
+	holder string // the token that made the node refuse
 	n      []int64
 	flag   []int64 // per key: 2 trusted and incremented, 1 trusted, 0 untrusted
 }
@@ -81,10 +83,11 @@ func (l *Locker) round(ctx context.Context, lockKeys, counters []string, token s
 	ks := make([]string, 0, 1+2*len(lockKeys))
 	ks = append(append(append(ks, MarkerKey), lockKeys...), counters...)
 	ms := dlock.Milliseconds(ttl)
-	return fanOut(ctx, l, func(ctx context.Context, n *node) *nodeReply {
+	timeout := l.timeout(ttl)
+	return fanOut(ctx, l, timeout, func(ctx context.Context, n *node) *nodeReply {
 		v, err := scripts.RedlockAcquire.Run(ctx, n.client, ks, token, ms, l.rule(), dlock.NewToken(), mode).Slice()
 		if err != nil {
-			return &nodeReply{err: l.nodeErr(err)}
+			return &nodeReply{err: l.nodeErr(err, timeout)}
 		}
 		r, err := parseReply(v, len(lockKeys))
 		if err != nil {
@@ -95,22 +98,24 @@ func (l *Locker) round(ctx context.Context, lockKeys, counters []string, token s
 }
 
 func parseReply(v []any, m int) (*nodeReply, error) {
-	if len(v) != 5+2*m {
+	const head = 6
+	if len(v) != head+2*m {
 		return nil, fmt.Errorf("unexpected reply of %d elements from the acquire script", len(v))
 	}
 	r := &nodeReply{n: make([]int64, m), flag: make([]int64, m)}
-	var ok [5 + 1]bool
+	var ok [head + 1]bool
 	r.status, ok[0] = v[0].(int64)
 	r.run, ok[1] = v[1].(string)
 	r.epoch, ok[2] = v[2].(string)
 	r.marker, ok[3] = v[3].(string)
 	r.trust, ok[4] = v[4].(string)
-	ok[5] = true
+	r.holder, ok[5] = v[5].(string)
+	ok[head] = true
 	for i := range m {
 		var a, b bool
-		r.n[i], a = v[5+2*i].(int64)
-		r.flag[i], b = v[6+2*i].(int64)
-		ok[5] = ok[5] && a && b
+		r.n[i], a = v[head+2*i].(int64)
+		r.flag[i], b = v[head+1+2*i].(int64)
+		ok[head] = ok[head] && a && b
 	}
 	for _, o := range ok {
 		if !o {
@@ -134,43 +139,43 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 	counters := fenceKeys(full)
 	token := dlock.NewToken()
 
-	start := time.Now()
-	replies := l.round(ctx, full, counters, token, ttl, "acquire")
-	if err := l.dedupe(replies); err != nil {
+	var start time.Time
+	var replies []*nodeReply
+	for attempt := 0; ; attempt++ {
+		start = time.Now()
+		replies = l.round(ctx, full, counters, token, ttl, "acquire")
+		if err := l.dedupe(replies); err != nil {
+			l.releaseEverywhere(ctx, full, token)
+			return nil, err
+		}
+		if l.count(replies, (*nodeReply).granted) >= l.quorum {
+			break
+		}
+		if attempt >= maxSplitRetries || !l.splitVote(replies) || ctx.Err() != nil {
+			answered := l.count(replies, func(r *nodeReply) bool { return r.err == nil })
+			if answered < l.quorum {
+				return l.fail(ctx, display, full, token, replies, dlock.ErrUnavailable, fmt.Sprintf("only %d nodes answered", answered))
+			}
+			return l.fail(ctx, display, full, token, replies, dlock.ErrNotAcquired, "")
+		}
+		// Nobody can hold a majority: the contenders split the vote. Undo
+		// this attempt everywhere and try again after a random pause that
+		// grows with each split, so one contender ends up alone.
 		l.releaseEverywhere(ctx, full, token)
-		return nil, err
+		base := max(time.Since(start), time.Millisecond)
+		if !sleep(ctx, rand.N(base<<(attempt+1))) {
+			return l.fail(ctx, display, full, token, replies, dlock.ErrNotAcquired, "")
+		}
 	}
 	fail := func(sentinel error, reason string) (*dlock.Lock, error) {
-		l.releaseEverywhere(ctx, full, token)
-		qe := l.acquireError(replies, sentinel, reason)
-		if cerr := ctx.Err(); cerr != nil {
-			qe.sentinel = dlock.ErrNotAcquired
-			return nil, fmt.Errorf("dlock: acquire %q: %w", display, errors.Join(qe, cerr))
-		}
-		return nil, fmt.Errorf("dlock: acquire %q: %w", display, qe)
-	}
-
-	granted, answered := 0, 0
-	for _, r := range replies {
-		if r.err == nil {
-			answered++
-		}
-		if r.granted() {
-			granted++
-		}
-	}
-	if granted < l.quorum {
-		if answered < l.quorum {
-			return fail(dlock.ErrUnavailable, fmt.Sprintf("only %d nodes answered", answered))
-		}
-		return fail(dlock.ErrNotAcquired, "")
+		return l.fail(ctx, display, full, token, replies, sentinel, reason)
 	}
 
 	fence, reason := l.fence(ctx, full, counters, ttl, replies)
 	if fence == 0 {
 		return fail(ErrFenceUnavailable, reason)
 	}
-	if w := l.writeBack(ctx, full, counters, token, fence, replies); w < l.quorum {
+	if w := l.writeBack(ctx, full, counters, token, ttl, fence, replies); w < l.quorum {
 		return fail(dlock.ErrNotAcquired, fmt.Sprintf("the fence reached only %d nodes that still held the lock", w))
 	}
 
@@ -179,6 +184,68 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 		return fail(dlock.ErrNotAcquired, fmt.Sprintf("the acquisition took %v: no validity left of ttl %v", elapsed.Round(time.Microsecond), ttl))
 	}
 	return dlock.NewLock(display, token, uint64(fence), validUntil, &grant{l: l, keys: full, token: token}), nil
+}
+
+// maxSplitRetries bounds how often one TryAcquire tries again after a split
+// vote.
+const maxSplitRetries = 6
+
+// fail releases a failed attempt on every node and builds its error.
+func (l *Locker) fail(ctx context.Context, display string, full []string, token string, replies []*nodeReply, sentinel error, reason string) (*dlock.Lock, error) {
+	l.releaseEverywhere(ctx, full, token)
+	qe := l.acquireError(replies, sentinel, reason)
+	if cerr := ctx.Err(); cerr != nil {
+		qe.sentinel = dlock.ErrNotAcquired
+		return nil, fmt.Errorf("dlock: acquire %q: %w", display, errors.Join(qe, cerr))
+	}
+	return nil, fmt.Errorf("dlock: acquire %q: %w", display, qe)
+}
+
+func (l *Locker) count(replies []*nodeReply, pred func(*nodeReply) bool) int {
+	n := 0
+	for _, r := range replies {
+		if pred(r) {
+			n++
+		}
+	}
+	return n
+}
+
+// splitVote reports whether no other owner can hold a majority: the nodes
+// that refused name different holders, and even with every silent node on
+// its side no single holder reaches N/2+1. Then the lock is free and the
+// attempt lost only to other contenders of the same moment.
+func (l *Locker) splitVote(replies []*nodeReply) bool {
+	silent := 0
+	holders := map[string]int{}
+	for _, r := range replies {
+		switch {
+		case r.err != nil:
+			silent++
+		case r.status == 0 || r.status == -1:
+			holders[r.holder]++
+		}
+	}
+	if len(holders) == 0 {
+		return false // nobody else holds anything: too few nodes answered
+	}
+	for _, n := range holders {
+		if n+silent >= l.quorum {
+			return false
+		}
+	}
+	return true
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // dedupe marks replies from a server that an earlier node already is (same
@@ -237,7 +304,7 @@ func (l *Locker) fence(ctx context.Context, full, counters []string, ttl time.Du
 		return fence, ""
 	}
 	if l.amnesiaRule {
-		l.placeMarkers(ctx, replies)
+		l.placeMarkers(ctx, ttl, replies)
 	}
 	reads := l.round(ctx, full, counters, "", ttl, "read")
 	for i, r := range reads {
@@ -279,7 +346,7 @@ func tallyFence(replies []*nodeReply) (fence int64, trusted int) {
 // "all" (a missing counter is 0) when every node answered and none had one —
 // a new cluster — and "own" (only counters written under the new epoch
 // count) when other nodes have markers, which means this one lost its data.
-func (l *Locker) placeMarkers(ctx context.Context, replies []*nodeReply) {
+func (l *Locker) placeMarkers(ctx context.Context, ttl time.Duration, replies []*nodeReply) {
 	missing, bootstrap := 0, true
 	for _, r := range replies {
 		switch {
@@ -298,7 +365,7 @@ func (l *Locker) placeMarkers(ctx context.Context, replies []*nodeReply) {
 	if bootstrap {
 		trust = "all"
 	}
-	fanOut(ctx, l, func(ctx context.Context, n *node) error {
+	fanOut(ctx, l, l.timeout(ttl), func(ctx context.Context, n *node) error {
 		r := replies[l.index(n)]
 		if r.err != nil || r.marker != "none" {
 			return nil
@@ -321,7 +388,7 @@ func (l *Locker) index(n *node) int {
 // node still holds the lock) where it does not yet. It returns how many
 // granting nodes hold the fence afterwards. In the steady state every counter
 // was incremented to the fence by the acquisition and nothing is sent.
-func (l *Locker) writeBack(ctx context.Context, full, counters []string, token string, fence int64, replies []*nodeReply) int {
+func (l *Locker) writeBack(ctx context.Context, full, counters []string, token string, ttl time.Duration, fence int64, replies []*nodeReply) int {
 	ks := make([]string, 0, 1+2*len(full))
 	ks = append(append(append(ks, MarkerKey), full...), counters...)
 	need := false
@@ -339,7 +406,7 @@ func (l *Locker) writeBack(ctx context.Context, full, counters []string, token s
 		}
 		return held
 	}
-	res := fanOut(ctx, l, func(ctx context.Context, n *node) bool {
+	res := fanOut(ctx, l, l.timeout(ttl), func(ctx context.Context, n *node) bool {
 		r := replies[l.index(n)]
 		if !r.granted() {
 			return false

@@ -29,10 +29,12 @@ func WithDriftFactor(f float64) Option {
 }
 
 // WithNodeTimeout bounds each request to one node, so that a dead or frozen
-// node costs at most d. It must be small against the TTL: a TTL that does not
-// exceed the node timeout plus the drift margin is rejected at acquire time,
-// since no validity could be left. The Redis documentation suggests 5-50ms
-// for a 10s TTL. The default is DefaultNodeTimeout (50ms).
+// node costs at most d. It should be small against the TTL (the Redis
+// documentation suggests 5-50ms for a 10s TTL): every round of an
+// acquisition may take up to d, and all of it is subtracted from the
+// validity. For a TTL too short for it, the timeout shrinks to the TTL minus
+// the drift margin, since a later reply could leave no validity. The default
+// is DefaultNodeTimeout (50ms).
 func WithNodeTimeout(d time.Duration) Option {
 	return func(l *Locker) error {
 		if d <= 0 {

@@ -253,17 +253,23 @@ func checkToken(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// checkTTL rejects a TTL that leaves no validity: it must exceed the drift
-// margin plus one node timeout, the least an acquisition can take when a
-// node does not answer.
+// checkTTL rejects a TTL that leaves no validity at all (not above the drift
+// margin).
 func (l *Locker) checkTTL(ttl time.Duration) error {
 	if err := dlock.CheckTTL(ttl); err != nil {
 		return err
 	}
-	if d := dlock.Drift(ttl, l.driftFactor); ttl <= d+l.nodeTimeout {
-		return dlock.Invalidf("ttl %v: must exceed the drift margin %v plus the node timeout %v", ttl, d, l.nodeTimeout)
+	if d := dlock.Drift(ttl, l.driftFactor); ttl <= d {
+		return dlock.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
 	}
 	return nil
+}
+
+// timeout is the per-node timeout for an operation with ttl: the node
+// timeout, but never beyond the TTL's validity, since a later reply could not
+// leave any.
+func (l *Locker) timeout(ttl time.Duration) time.Duration {
+	return min(l.nodeTimeout, ttl-dlock.Drift(ttl, l.driftFactor))
 }
 
 // grant is one held Redlock lock: its keys (with prefix) and token.
@@ -282,10 +288,14 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	}
 	ms := dlock.Milliseconds(ttl)
 	start := time.Now()
-	res := fanOut(ctx, g.l, func(ctx context.Context, n *node) error {
+	timeout := g.l.timeout(ttl)
+	res := fanOut(ctx, g.l, timeout, func(ctx context.Context, n *node) error {
+		if err := g.l.dupErr(n); err != nil {
+			return err
+		}
 		ok, err := scripts.RedlockExtend.Run(ctx, n.client, g.keys, g.token, ms).Int64()
 		if err != nil {
-			return g.l.nodeErr(err)
+			return g.l.nodeErr(err, timeout)
 		}
 		if ok != 1 {
 			return errNotHeldHere
@@ -319,15 +329,28 @@ func (g *grant) Release(ctx context.Context) error {
 	return g.l.withCtx(ctx, qe)
 }
 
+// dupErr returns an error for a node that is the same server as an earlier
+// one: extend and release skip it, since the earlier node does the work and
+// a second answer from the same server would count twice.
+func (l *Locker) dupErr(n *node) error {
+	if d := n.dupOf.Load(); d != 0 {
+		return fmt.Errorf("same server as node %s: skipped, its vote does not count twice", l.nodes[d-1].name)
+	}
+	return nil
+}
+
 var errNotHeldHere = errors.New("does not hold the lock's token")
 
 // release deletes keys that hold token on every node, in parallel, and
 // returns each node's outcome (nil when it deleted).
 func (l *Locker) release(ctx context.Context, keys []string, token string) []error {
-	return fanOut(ctx, l, func(ctx context.Context, n *node) error {
+	return fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, n *node) error {
+		if err := l.dupErr(n); err != nil {
+			return err
+		}
 		deleted, err := scripts.RedlockRelease.Run(ctx, n.client, keys, token).Int64()
 		if err != nil {
-			return l.nodeErr(err)
+			return l.nodeErr(err, l.nodeTimeout)
 		}
 		if deleted == 0 {
 			return errNotHeldHere
@@ -349,9 +372,6 @@ func (l *Locker) tally(res []error, refused error) (ok, ref int, nodes []NodeRes
 	nodes = make([]NodeResult, len(res))
 	for i, err := range res {
 		nd := l.nodes[i]
-		if d := nd.dupOf.Load(); d != 0 && err == nil {
-			err = fmt.Errorf("same server as node %s: its vote does not count twice", l.nodes[d-1].name)
-		}
 		nodes[i] = NodeResult{Node: nd.name, OK: err == nil, Err: err}
 		switch {
 		case err == nil:
@@ -378,7 +398,7 @@ func (l *Locker) withCtx(ctx context.Context, err error) error {
 // Network and timeout errors are rewritten so that they do not match the
 // caller's context errors: a node that did not answer in time is the node's
 // failure, not the caller's deadline.
-func fanOut[T any](ctx context.Context, l *Locker, f func(ctx context.Context, n *node) T) []T {
+func fanOut[T any](ctx context.Context, l *Locker, timeout time.Duration, f func(ctx context.Context, n *node) T) []T {
 	type result struct {
 		i int
 		v T
@@ -386,7 +406,7 @@ func fanOut[T any](ctx context.Context, l *Locker, f func(ctx context.Context, n
 	ch := make(chan result, len(l.nodes))
 	for i, n := range l.nodes {
 		go func() {
-			nctx, cancel := context.WithTimeout(ctx, l.nodeTimeout)
+			nctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			ch <- result{i, f(nctx, n)}
 		}()
@@ -400,13 +420,13 @@ func fanOut[T any](ctx context.Context, l *Locker, f func(ctx context.Context, n
 }
 
 // nodeErr turns a client error into the node's error in a QuorumError.
-func (l *Locker) nodeErr(err error) error {
+func (l *Locker) nodeErr(err error, timeout time.Duration) error {
 	var re redis.Error
 	if errors.As(err, &re) && err != redis.Nil {
 		return err // the server's own answer (READONLY, NOSCRIPT, WRONGTYPE...)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-		return fmt.Errorf("no reply within the node timeout %v", l.nodeTimeout)
+		return fmt.Errorf("no reply within the node timeout %v", timeout)
 	}
 	if errors.Is(err, context.Canceled) {
 		return errors.New("request cancelled")

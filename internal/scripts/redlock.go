@@ -26,7 +26,7 @@ var (
 var (
 	// RedlockAcquire: KEYS marker, lock keys, counter keys; ARGV token, ttl
 	// ms, rule "1"/"0", new epoch, "acquire"/"read". Returns {status, run_id,
-	// epoch, marker state, trust, n1, flag1, ...}.
+	// epoch, marker state, trust, holder, n1, flag1, ...}.
 	RedlockAcquire = redis.NewScript(redlockAcquireSrc)
 	// RedlockWriteback: KEYS marker, lock keys, counter keys; ARGV token,
 	// fence, rule, epoch. Returns 1 when written.

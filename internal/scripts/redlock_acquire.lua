@@ -3,11 +3,12 @@
 -- KEYS[1] node marker; KEYS[2..m+1] lock keys; KEYS[m+2..2m+1] counter keys
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] "1" amnesia rule on / "0" off,
 -- ARGV[4] epoch to use if the marker must be renewed, ARGV[5] "acquire"/"read"
--- Returns {status, run_id, epoch, marker state, trust, n1, f1, ..., nm, fm}:
+-- Returns {status, run_id, epoch, marker state, trust, holder, n1, f1, ...}:
 -- status 1 granted, 0 busy, -1 busy with a key that never expires, 2 read;
 -- marker state "ok", "none" (no marker: restarted empty or never seen),
 -- "reset" (marker from an earlier server process: renewed, trust "own"),
--- "off" (rule off); per key the counter n and a flag: 2 trusted and
+-- "off" (rule off); holder: the token that made the node refuse ("" when
+-- granted); per key the counter n and a flag: 2 trusted and
 -- incremented by this grant, 1 trusted, 0 untrusted.
 local m = (#KEYS - 1) / 2
 local run = string.match(redis.call('info', 'server'), 'run_id:(%w+)') or ''
@@ -29,12 +30,14 @@ if rule then
 end
 
 local status = 2
+local holder = ''
 local fresh = {}
 if ARGV[5] == 'acquire' then
   status = 1
   for i = 1, m do
     local v = redis.call('get', KEYS[1 + i])
     if v and v ~= ARGV[1] then
+      holder = v
       if redis.call('pttl', KEYS[1 + i]) == -1 then status = -1 else status = 0 end
       break
     end
@@ -51,7 +54,7 @@ if ARGV[5] == 'acquire' then
   end
 end
 
-local out = {status, run, epoch, mstate, trust}
+local out = {status, run, epoch, mstate, trust, holder}
 for i = 1, m do
   local ck = KEYS[1 + m + i]
   local c = redis.call('hmget', ck, 'n', 'e')
