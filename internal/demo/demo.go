@@ -45,8 +45,8 @@ func scenarios() []scenario {
 // checked: when one is not what its lesson says, the line says FAILED and
 // Run returns an error after the remaining scenarios ran. When ctx ends, Run
 // stops, removes the servers it started and returns an error matching
-// ctx's error. Run is not safe to call concurrently with itself only in the
-// sense that each call starts its own servers; calls share nothing.
+// ctx's error. Concurrent calls share nothing: each starts its own servers
+// and uses its own key prefix.
 func Run(ctx context.Context, w io.Writer, opts Options) (err error) {
 	if ctx == nil {
 		return errors.New("demo: nil context")
@@ -155,12 +155,12 @@ func header(ctx context.Context, e *env, p *printer) error {
 		p.printf("Its keys start with %q and are deleted at the end; your data is not touched.\n", e.prefix)
 	}
 	if len(local) > 0 && !e.embedded {
-		what := "dlock demo: started"
+		lead := "dlock demo: %d temporary redis-server process%s (Redis %s), started for this run on\n"
 		if len(yours) > 0 {
-			what = "Redlock needs 5 independent servers, so the demo also started"
+			lead = "Redlock needs 5 independent servers, so the demo also started %d temporary redis-server\nprocess%s (Redis %s) on "
 		}
-		p.printf("%s %d temporary redis-server process%s (Redis %s) on %s;\n", what, len(local), pluralEs(len(local)), orUnknown(localInfo.version), addrs(local))
-		p.printf("they are stopped and their files removed when the demo ends, also on Ctrl-C.\n")
+		p.printf(lead, len(local), pluralEs(len(local)), orUnknown(localInfo.version))
+		p.printf("%s; stopped and removed at the end, even on Ctrl-C.\n", addrs(local))
 	} else if len(local) > 0 && len(yours) > 0 {
 		p.printf("Redlock needs 5 independent servers; the other %d are embedded ones on %s.\n", len(local), addrs(local))
 	}

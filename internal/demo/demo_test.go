@@ -214,7 +214,7 @@ func TestRunOnOneGivenServer(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	mustMatch(t, out, `dlock demo on your server `+regexp.QuoteMeta(r.Addr))
-	mustMatch(t, out, `also started 4 temporary redis-server processes`)
+	mustMatch(t, out, `also started 4 temporary redis-server\nprocesses`)
 	mustMatch(t, out, `killed \(SIGKILL\)`)
 	checkLessons(t, out)
 	if left := redisProcesses(ports(out)); len(left) > 0 {
@@ -365,9 +365,10 @@ func TestCtrlCLeavesNoServers(t *testing.T) {
 	}
 }
 
-// ports returns the temporary servers' ports named in the demo's header.
+// ports returns the temporary servers' ports named in the demo's header:
+// "127.0.0.1 ports P1, P2, ...;" or "127.0.0.1:P;".
 func ports(out string) []int {
-	m := regexp.MustCompile(`redis-server process(?:es)? \(Redis [^)]*\) on (?:127\.0\.0\.1 ports ([\d, ]+)|127\.0\.0\.1:(\d+))`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`127\.0\.0\.1(?: ports ([\d, ]+)|:(\d+));`).FindStringSubmatch(out)
 	if m == nil {
 		return nil
 	}

@@ -17,7 +17,7 @@ const (
 	redlockTTL = 5 * time.Second
 	// The per-node timeout is above redlock's 50ms default: the demo may
 	// run on a busy laptop or against servers across a network.
-	redlockNodeTimeout = 250 * time.Millisecond
+	redlockNodeTimeout = 500 * time.Millisecond
 )
 
 var redlockScenario = scenario{
