@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -465,5 +468,57 @@ func TestInspect(t *testing.T) {
 	r = runBin(t, env, "inspect", "nothing:*", "--json")
 	if r.code != 0 || strings.TrimSpace(r.stdout) != `{"locks":[]}` {
 		t.Errorf("inspect with no match: exit %d, %q", r.code, r.stdout)
+	}
+}
+
+// TestDemoInterrupted: Ctrl-C during `dlock demo` ends it with 130 and
+// leaves neither its temporary servers nor their files behind.
+func TestDemoInterrupted(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	cmd := exec.Command(dlockBin, "demo")
+	cmd.Env = binEnv("TMPDIR=" + tmp)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		first <- line
+		io.Copy(io.Discard, out)
+	}()
+	var line string
+	select {
+	case line = <-first:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("dlock demo printed nothing within 30s")
+	}
+	if entries, _ := os.ReadDir(tmp); len(entries) == 0 {
+		t.Errorf("the demo's first line came before its servers' directory existed: %q", line)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	err = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGINT) {
+		t.Fatalf("demo after SIGINT: exit %d (%v), want 130; stderr: %s", code, err, stderr.String())
+	}
+	if entries, _ := os.ReadDir(tmp); len(entries) != 0 {
+		t.Errorf("the demo left %d entries in TMPDIR, e.g. %s", len(entries), entries[0].Name())
+	}
+	// The ports named on the first line are closed again.
+	for _, f := range strings.FieldsFunc(line, func(r rune) bool { return r < '0' || r > '9' }) {
+		if p, _ := strconv.Atoi(f); p > 1024 && p < 65536 {
+			if c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", f), time.Second); err == nil {
+				c.Close()
+				t.Errorf("port %d from %q still accepts connections after the demo ended", p, line)
+			}
+		}
 	}
 }

@@ -40,7 +40,8 @@ const exitCodesHelp = `Exit codes:
   127      run: the command was not found
   128+N    run: the command died of signal N, or dlock got signal N
            while waiting for the lock
-  other    run: the command's own exit status`
+  other    run: the command's own exit status (which may coincide with a
+           code above: have the command avoid 64-76 if that matters)`
 
 // version is set at link time (-ldflags "-X main.version=v1.2.3"); without
 // it the module version from the build info is used.

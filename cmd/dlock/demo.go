@@ -6,6 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/demo"
 )
 
@@ -57,14 +58,15 @@ touches servers named on its command line.
 			if sig := interrupted(); sig != nil {
 				return exitf(signalCode(sig), "demo interrupted by %v", sig)
 			}
-			if err != nil {
-				var ue *usageError
-				if errors.As(err, &ue) {
-					return err
-				}
-				return exitf(exitFailure, "demo: %v", err)
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, dlock.ErrInvalid):
+				return &usageError{err: err}
+			case errors.Is(err, dlock.ErrUnavailable):
+				return exitf(exitUnavailable, "demo: %v", err)
 			}
-			return nil
+			return exitf(exitFailure, "demo: %v", err)
 		},
 	}
 	cmd.Flags().StringArrayVar(&urls, "redis", nil, "run on this Redis `URL` instead of temporary servers; repeat it for more Redlock nodes")

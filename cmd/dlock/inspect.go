@@ -48,8 +48,8 @@ dlock run that published itself, the holder's host, pid and start time.
 Any string key with a TTL is listed, because a lock taken by another client
 (node-redlock, redsync, a plain SET NX PX) looks exactly like that: narrow the
 listing with PATTERN. dlock's own keys (dlock:*) are skipped unless PATTERN
-starts with "dlock:". The keys are found with SCAN, never KEYS, so a large
-database is not blocked; a lock taken or released during the scan may be
+starts with "dlock:". The keys are found with SCAN, never KEYS (SCAN ... TYPE
+needs Redis 6 or later), so a large database is not blocked; a lock taken or released during the scan may be
 missed or reported. With several --redis URLs (Redlock) every node is listed
 separately.
 
