@@ -30,7 +30,9 @@ type scenario struct {
 	run     func(ctx context.Context, e *env, s *section) error
 }
 
-func scenarios() []scenario {
+// scenarios lists the lessons in order (a variable so that tests can check
+// how Run reports a lesson that does not hold).
+var scenarios = func() []scenario {
 	return []scenario{
 		basicScenario,
 		expiryScenario,
@@ -146,23 +148,26 @@ func header(ctx context.Context, e *env, p *printer) error {
 			localInfo = infos[i]
 		}
 	}
-	if e.embedded {
+	switch {
+	case len(yours) == 0 && e.embedded:
 		p.printf("dlock demo: no redis-server on PATH, so this runs on %d embedded in-process servers (miniredis, an\n", len(local))
 		p.printf("imitation of Redis) whose TTLs expire in real time. Install redis-server to see the real thing.\n")
-	}
-	if len(yours) > 0 {
+	case len(yours) == 0:
+		p.printf("dlock demo: %d temporary redis-server process%s (Redis %s), started for this run on\n",
+			len(local), pluralEs(len(local)), orUnknown(localInfo.version))
+		p.printf("%s; stopped and removed at the end, even on Ctrl-C.\n", addrs(local))
+	default:
 		p.printf("dlock demo on your server%s %s.\n", plural(len(yours)), addrs(yours))
 		p.printf("Its keys start with %q and are deleted at the end; your data is not touched.\n", e.prefix)
-	}
-	if len(local) > 0 && !e.embedded {
-		lead := "dlock demo: %d temporary redis-server process%s (Redis %s), started for this run on\n"
-		if len(yours) > 0 {
-			lead = "Redlock needs 5 independent servers, so the demo also started %d temporary redis-server\nprocess%s (Redis %s) on "
+		switch {
+		case len(local) > 0 && e.embedded:
+			p.printf("Redlock needs 5 independent servers and no redis-server is on PATH, so the other %d are\n", len(local))
+			p.printf("embedded in-process servers (miniredis, an imitation of Redis; TTLs in real time) on\n%s.\n", addrs(local))
+		case len(local) > 0:
+			p.printf("Redlock needs 5 independent servers, so the demo also started %d temporary redis-server\n", len(local))
+			p.printf("process%s (Redis %s) on %s; stopped and removed at the end, even on Ctrl-C.\n",
+				pluralEs(len(local)), orUnknown(localInfo.version), addrs(local))
 		}
-		p.printf(lead, len(local), pluralEs(len(local)), orUnknown(localInfo.version))
-		p.printf("%s; stopped and removed at the end, even on Ctrl-C.\n", addrs(local))
-	} else if len(local) > 0 && len(yours) > 0 {
-		p.printf("Redlock needs 5 independent servers; the other %d are embedded ones on %s.\n", len(local), addrs(local))
 	}
 
 	first := e.nodes[0]

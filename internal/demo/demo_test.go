@@ -222,6 +222,56 @@ func TestRunOnOneGivenServer(t *testing.T) {
 	}
 }
 
+// One server given and no redis-server on PATH: the other Redlock nodes are
+// embedded, and the header says so without claiming everything is.
+func TestRunOnOneGivenServerEmbeddedRest(t *testing.T) {
+	r := testsrv.StartRedis(t)
+	t.Setenv("PATH", t.TempDir())
+	out, err := run(t, Options{RedisURLs: []string{r.URL()}})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	first, _, _ := strings.Cut(out, "\n")
+	if first != "dlock demo on your server "+r.Addr+"." {
+		t.Errorf("first line %q", first)
+	}
+	mustMatch(t, out, `no redis-server is on PATH, so the other 4 are\nembedded in-process servers`)
+	mustMatch(t, out, `Scenarios 1-5 run on `+regexp.QuoteMeta(r.Addr)+` \(Redis 7`)
+	mustMatch(t, out, `is shut down\.`)
+	checkLessons(t, out)
+}
+
+// A lesson that does not hold is reported on its line, in the summary and
+// in Run's error, and the other scenarios still run.
+func TestRunReportsFailures(t *testing.T) {
+	orig := scenarios
+	t.Cleanup(func() { scenarios = orig })
+	scenarios = func() []scenario {
+		wrong := scenario{title: "Arithmetic", short: "arithmetic", summary: "sums", proves: []string{"PROVES-ARITHMETIC"},
+			run: func(ctx context.Context, e *env, s *section) error {
+				s.result("one plus one", "3", false, "2")
+				return nil
+			}}
+		broken := scenario{title: "Broken", short: "broken", summary: "breaks", proves: []string{"PROVES-BROKEN"},
+			run: func(ctx context.Context, e *env, s *section) error { return errors.New("boom") }}
+		return []scenario{wrong, basicScenario, broken}
+	}
+	out, err := run(t, Options{})
+	if err == nil || !strings.Contains(err.Error(), "2 of 3 scenarios failed") {
+		t.Fatalf("Run: got %v, want an error saying 2 of 3 scenarios failed", err)
+	}
+	mustMatch(t, out, `one plus one:\s+3   <- FAILED, expected 2\n`)
+	mustMatch(t, out, `FAILED: boom\n`)
+	mustMatch(t, out, `1\. arithmetic\s+FAILED`)
+	mustMatch(t, out, `2\. basic acquire/release\s+ok`)
+	mustMatch(t, out, `3\. broken\s+FAILED`)
+	mustMatch(t, out, `2 of 3 scenarios FAILED\.\n$`)
+	if strings.Contains(out, "PROVES-") {
+		t.Errorf("a failed scenario still claims what it proves")
+	}
+	mustMatch(t, out, `B acquires while A holds it:\s+false \(ErrNotAcquired\)`)
+}
+
 func TestRunBadInput(t *testing.T) {
 	ctx := context.Background()
 	err := Run(ctx, io.Discard, Options{RedisURLs: []string{"http://user:hunter2@example.com"}})

@@ -17,7 +17,7 @@ const (
 	redlockTTL = 5 * time.Second
 	// The per-node timeout is above redlock's 50ms default: the demo may
 	// run on a busy laptop or against servers across a network.
-	redlockNodeTimeout = 500 * time.Millisecond
+	redlockNodeTimeout = time.Second
 )
 
 var redlockScenario = scenario{
@@ -86,11 +86,18 @@ func runRedlock(ctx context.Context, e *env, s *section) error {
 	defer lock.Release(context.WithoutCancel(ctx))
 	err = lock.Extend(ctx, redlockTTL)
 	s.result(label("extend"), outcome(err), err == nil, "ok")
+	if err != nil {
+		showNodes(e, s, err)
+	}
 	other, err := l.TryAcquire(ctx, key, redlockTTL)
 	if other != nil {
 		other.Release(ctx)
 	}
-	s.result(fmt.Sprintf("B tries while A holds it (%d of %d up)", up, n), acquired(err), errors.Is(err, dlock.ErrNotAcquired), "false (ErrNotAcquired)")
+	busy := errors.Is(err, dlock.ErrNotAcquired)
+	s.result(fmt.Sprintf("B tries while A holds it (%d of %d up)", up, n), acquired(err), busy, "false (ErrNotAcquired)")
+	if !busy && err != nil {
+		showNodes(e, s, err)
+	}
 	err = lock.Release(ctx)
 	s.result(label("release"), outcome(err), err == nil, "ok")
 

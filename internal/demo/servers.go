@@ -45,7 +45,7 @@ type node struct {
 // env is everything Run set up and must take down again.
 type env struct {
 	nodes    []*node // nodes[0] runs the single-node scenarios
-	embedded bool    // no redis-server on PATH: in-process miniredis instead
+	embedded bool    // servers to start, but no redis-server on PATH: in-process miniredis
 	dir      string  // working directories of temporary servers
 	prefix   string  // every demo key starts with it
 	userURLs bool
@@ -101,10 +101,10 @@ func setup(ctx context.Context, opts Options) (e *env, err error) {
 		e.userURLs = true
 	}
 
-	if _, lerr := testsrv.RedisBinary(); lerr != nil {
+	need := redlockNodes - len(e.nodes)
+	if _, lerr := testsrv.RedisBinary(); lerr != nil && need > 0 {
 		e.embedded = true
 	}
-	need := redlockNodes - len(e.nodes)
 	if need > 0 && !e.embedded {
 		e.dir, err = os.MkdirTemp("", "dlock-demo-")
 		if err != nil {
