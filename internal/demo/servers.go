@@ -78,55 +78,58 @@ const redlockNodes = 5
 
 // setup connects to the user's servers or starts temporary ones. On error
 // it has already undone whatever it started.
-func setup(ctx context.Context, opts Options) (e *env, err error) {
-	e = &env{prefix: "dlock-demo:" + dlock.NewToken()[:8] + ":"}
-	defer func() {
-		if err != nil {
-			e.close()
-			e = nil
-		}
-	}()
+func setup(ctx context.Context, opts Options) (*env, error) {
+	e := &env{prefix: "dlock-demo:" + dlock.NewToken()[:8] + ":"}
+	if err := e.start(ctx, opts); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
 
+func (e *env) start(ctx context.Context, opts Options) error {
 	for i, u := range opts.RedisURLs {
-		o, perr := redis.ParseURL(u)
-		if perr != nil {
+		o, err := redis.ParseURL(u)
+		if err != nil {
 			// The parse error may quote the URL, password included.
-			return nil, dlock.Invalidf("redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
+			return dlock.Invalidf("redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
 		}
 		n, err := connectUser(ctx, o)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		e.nodes = append(e.nodes, n)
 		e.userURLs = true
 	}
 
 	need := redlockNodes - len(e.nodes)
-	if _, lerr := testsrv.RedisBinary(); lerr != nil && need > 0 {
+	if _, err := testsrv.RedisBinary(); err != nil && need > 0 {
 		e.embedded = true
 	}
 	if need > 0 && !e.embedded {
-		e.dir, err = os.MkdirTemp("", "dlock-demo-")
+		dir, err := os.MkdirTemp("", "dlock-demo-")
 		if err != nil {
-			return nil, fmt.Errorf("demo: temporary directory: %w", err)
+			return fmt.Errorf("demo: temporary directory: %w", err)
 		}
+		e.dir = dir
 	}
 	for range need {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		var n *node
+		var err error
 		if e.embedded {
 			n, err = startEmbedded()
 		} else {
 			n, err = startRedis(e.dir)
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		e.nodes = append(e.nodes, n)
 	}
-	return e, nil
+	return nil
 }
 
 // connectUser connects to a user-given server and checks it answers. The
