@@ -141,6 +141,16 @@ func (a *app) openRedis(urls []string, ttl time.Duration) (*backend, error) {
 		// Deadlines of the caller (--wait, the lock's validity) must bound
 		// every request, not only the client's own timeouts.
 		opt.ContextTimeoutEnabled = true
+		// A refused connection is not retried five times with pauses: a
+		// dead server must cost one short attempt, not a second of the
+		// wait or of Redlock's per-node budget.
+		opt.DialerRetries = 1
+		if !strings.Contains(u, "max_retries=") {
+			opt.MaxRetries = 1 // one retry; the acquire script is idempotent for a token
+			if len(urls) > 1 {
+				opt.MaxRetries = -1 // Redlock: the quorum absorbs a failed node
+			}
+		}
 		c := redis.NewClient(opt)
 		b.clients = append(b.clients, c)
 		b.nodes = append(b.nodes, opt.Addr)
@@ -242,7 +252,7 @@ func unreachable(err error) error {
 	var qe *redlock.QuorumError
 	var ne *dlock.NodeError
 	if errors.As(err, &qe) {
-		return exitf(exitUnavailable, "backend unreachable: Redlock %s", strings.TrimPrefix(qe.Error(), dlock.ErrUnavailable.Error()+": "))
+		return exitf(exitUnavailable, "backend unavailable (Redlock): %s", strings.TrimPrefix(qe.Error(), dlock.ErrUnavailable.Error()+": "))
 	}
 	if errors.As(err, &ne) {
 		return exitf(exitUnavailable, "backend unreachable: %v", ne)

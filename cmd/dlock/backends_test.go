@@ -44,17 +44,18 @@ func TestRedlock(t *testing.T) {
 		t.Errorf("Redlock fences %d then %d: want growing", f1, f2)
 	}
 
-	// The token commands, with the nodes from the environment.
-	renv := binEnv("DLOCK_REDIS=" + strings.Join(urls, ","))
-	r := runBin(t, renv, "acquire", "rl:tokens", "--ttl", "20s")
+	// The token commands, with the nodes from the environment (in-process:
+	// the binary paths are the same as for a single node).
+	renv := []string{"DLOCK_REDIS=" + strings.Join(urls, ",")}
+	r := runInProcess(t, renv, "acquire", "rl:tokens", "--ttl", "20s")
 	if r.code != 0 {
 		t.Fatalf("acquire: exit %d; stderr: %s", r.code, r.stderr)
 	}
 	vars := parseVars(t, r.stdout)
-	if r := runBin(t, renv, "acquire", "rl:tokens"); r.code != exitBusy {
+	if r := runInProcess(t, renv, "acquire", "rl:tokens"); r.code != exitBusy {
 		t.Errorf("second acquire: exit %d, want %d", r.code, exitBusy)
 	}
-	r = runBin(t, renv, "inspect", "rl:*", "--json")
+	r = runInProcess(t, renv, "inspect", "rl:*", "--json")
 	var got struct{ Locks []lockRow }
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got.Locks) != 3 {
 		t.Fatalf("inspect on 3 nodes: exit %d, %v\n%s", r.code, err, r.stdout)
@@ -64,13 +65,13 @@ func TestRedlock(t *testing.T) {
 			t.Errorf("inspect row %+v; want rl:tokens with a fence on every node", l)
 		}
 	}
-	if r := runBin(t, renv, "extend", "rl:tokens", vars["DLOCK_TOKEN"], "--ttl", "20s"); r.code != 0 {
+	if r := runInProcess(t, renv, "extend", "rl:tokens", vars["DLOCK_TOKEN"], "--ttl", "20s"); r.code != 0 {
 		t.Errorf("extend: exit %d; stderr: %s", r.code, r.stderr)
 	}
-	if r := runBin(t, renv, "release", "rl:tokens", vars["DLOCK_TOKEN"]); r.code != 0 {
+	if r := runInProcess(t, renv, "release", "rl:tokens", vars["DLOCK_TOKEN"]); r.code != 0 {
 		t.Errorf("release: exit %d; stderr: %s", r.code, r.stderr)
 	}
-	if r := runBin(t, renv, "release", "rl:tokens", vars["DLOCK_TOKEN"]); r.code != exitLost {
+	if r := runInProcess(t, renv, "release", "rl:tokens", vars["DLOCK_TOKEN"]); r.code != exitLost {
 		t.Errorf("second release: exit %d, want %d", r.code, exitLost)
 	}
 

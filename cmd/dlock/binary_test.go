@@ -171,7 +171,7 @@ func TestRunLostLock(t *testing.T) {
 			t.Parallel()
 			key := fmt.Sprintf("lost:%d", i)
 			ready := filepath.Join(t.TempDir(), "ready")
-			p := startBin(t, env, runArgs([]string{"--ttl", "1s", "--grace", grace.String()}, key, tc.role, ready, "60s")...)
+			p := startBin(t, env, runArgs([]string{"--ttl", "2s", "--grace", grace.String()}, key, tc.role, ready, "60s")...)
 			pid, _ := strconv.Atoi(waitFile(t, ready, p))
 			stolen := time.Now()
 			if err := tc.steal(key); err != nil {

@@ -36,7 +36,10 @@ COMMAND exits. Two dlock run on the same KEY, on any machines that share the
 backend, never run their commands at the same time.
 
 With --wait 0 (the default) run tries once and exits 75 if the lock is busy; with
-a duration it waits up to that long for the holder to let go.
+a duration it waits up to that long for the holder to let go. An unreachable
+backend exits 69 at once, or when --wait runs out for one that does not answer
+(a single try is bounded by the URL's dial_timeout and read_timeout, 5s and 3s
+by default, or the DSN's connect_timeout).
 
 The command gets DLOCK_KEY, DLOCK_TOKEN and DLOCK_FENCE in its environment.
 DLOCK_FENCE grows with every acquisition of KEY: pass it to the resource you
