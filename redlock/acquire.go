@@ -295,14 +295,21 @@ func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason strin
 // fence computes the lock's fence from the replies: the largest candidate
 // over all nodes that answered, provided at least a majority of them have
 // trusted counters for every key. When the granting round does not have that
-// majority (after a node restarted empty), it gives marker-less nodes their
+// majority, or a granting node has no marker (both only after a node
+// restarted empty, or on a new cluster), it gives marker-less nodes their
 // marker and reads the counters of every node once more. It returns 0 and a
 // reason when no safe fence exists.
 func (l *Locker) fence(ctx context.Context, full, counters []string, ttl time.Duration, replies []*nodeReply) (int64, string) {
 	fence, trusted := tallyFence(replies)
-	if trusted >= l.quorum {
+	unmarked := false
+	for _, r := range replies {
+		unmarked = unmarked || (r.granted() && r.marker == "none")
+	}
+	if trusted >= l.quorum && !unmarked {
 		return fence, ""
 	}
+	// A granting node without a marker needs one before its counter can be
+	// written back (and trusted again).
 	if l.amnesiaRule {
 		l.placeMarkers(ctx, ttl, replies)
 	}

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -64,14 +65,37 @@ func testCtx(t *testing.T) context.Context {
 func clients(t *testing.T, rs []*testsrv.Redis) []redis.UniversalClient {
 	cs := make([]redis.UniversalClient, len(rs))
 	for i, r := range rs {
-		cs[i] = r.Client(t)
+		cs[i] = client(t, r.Addr)
 	}
 	return cs
 }
 
-// testTimeout is the node timeout of most tests: generous, because the
-// machine is small and shared and the tests run with -race.
-const testTimeout = 150 * time.Millisecond
+// client returns a client for addr that dials once per attempt: go-redis
+// otherwise retries a refused dial 5 times, 100ms apart, so a killed node
+// would cost every round the full node timeout.
+func client(t *testing.T, addr string, opts ...func(*redis.Options)) *redis.Client {
+	o := &redis.Options{
+		Addr:                  addr,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+	}
+	for _, f := range opts {
+		f(o)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// testTimeout is the node timeout of most tests: generous (production would
+// use tens of milliseconds), because the machine is small and shared with
+// other test runs (load averages above 10 on 2 cores) and -race slows
+// everything.
+const testTimeout = 500 * time.Millisecond
 
 func newLocker(t *testing.T, rs []*testsrv.Redis, opts ...redlock.Option) *redlock.Locker {
 	t.Helper()
@@ -119,9 +143,19 @@ func keysOn(t *testing.T, rs []*testsrv.Redis, pattern string) map[string][]stri
 	return out
 }
 
+// transient reports an error of nodes that were too slow to answer on this
+// busy machine, which a test of something else may retry.
+func transient(err error) bool {
+	return errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, redlock.ErrFenceUnavailable)
+}
+
 func mustAcquire(t *testing.T, l dlock.Locker, key string, ttl time.Duration) *dlock.Lock {
 	t.Helper()
 	lock, err := l.TryAcquire(testCtx(t), key, ttl)
+	for try := 0; try < 5 && transient(err); try++ {
+		t.Logf("TryAcquire(%q), retrying: %v", key, err)
+		lock, err = l.TryAcquire(testCtx(t), key, ttl)
+	}
 	if err != nil {
 		t.Fatalf("TryAcquire(%q): %v", key, err)
 	}

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -69,17 +70,22 @@ func runHelper(v string) error {
 		defer c.Close()
 		cs = append(cs, c)
 	}
-	l, err := redlock.New(cs, redlock.WithNodeTimeout(testTimeout))
+	l, err := redlock.New(cs, redlock.WithNodeTimeout(500*time.Millisecond))
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for range s.rounds {
+	for i := 0; i < s.rounds; {
 		err := l.Do(ctx, s.key, 2*time.Second, func(ctx context.Context) error {
 			return criticalSection(s.dir, s.name, dlock.LockFromContext(ctx).Fence())
 		}, dlock.WithRetryDelay(5*time.Millisecond), dlock.WithRetryJitter(10*time.Millisecond))
-		if err != nil {
+		switch {
+		case err == nil:
+			i++
+		case errors.Is(err, dlock.ErrUnavailable) && ctx.Err() == nil:
+			// Nodes too slow on this busy machine: not entered, try again.
+		default:
 			return err
 		}
 	}
