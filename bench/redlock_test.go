@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// BenchmarkB: one goroutine takes and releases a Redlock over five
+// independent redis-servers. raw: SET NX PX on every node in parallel,
+// held when a majority said OK, then the compare-and-delete on every node
+// in parallel — the protocol's floor (no fence, no validity bookkeeping).
+func BenchmarkB(b *testing.B) {
+	clients := func(b *testing.B) []*redis.Client {
+		cs := make([]*redis.Client, len(redlockAddrs))
+		for i, a := range redlockAddrs {
+			cs[i] = newClient(b, a)
+		}
+		return cs
+	}
+	b.Run("raw-fanout", func(b *testing.B) {
+		cs := clients(b)
+		key := freshKey("B")
+		quorum := len(cs)/2 + 1
+		measure(b, func(ctx context.Context) error {
+			tok := token()
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			granted := 0
+			for _, c := range cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if ok, err := c.SetNX(ctx, key, tok, ttl).Result(); err == nil && ok {
+						mu.Lock()
+						granted++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			for _, c := range cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = rawRelease.Run(ctx, c, []string{key}, tok).Err()
+				}()
+			}
+			wg.Wait()
+			if granted < quorum {
+				return errBusy
+			}
+			return nil
+		})
+	})
+	b.Run("dlock", func(b *testing.B) {
+		cs := clients(b)
+		ucs := make([]redis.UniversalClient, len(cs))
+		for i, c := range cs {
+			ucs[i] = c
+		}
+		l, err := redlock.New(ucs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		key := freshKey("B")
+		measure(b, func(ctx context.Context) error {
+			lock, err := l.TryAcquire(ctx, key, ttl)
+			if err != nil {
+				return err
+			}
+			return lock.Release(ctx)
+		})
+	})
+	b.Run("redsync", func(b *testing.B) {
+		cs := clients(b)
+		pools := make([]redsyncredis.Pool, len(cs))
+		for i, c := range cs {
+			pools[i] = goredis.NewPool(c)
+		}
+		m := redsync.New(pools...).NewMutex(freshKey("B"), redsync.WithExpiry(ttl), redsync.WithTries(1))
+		measure(b, func(ctx context.Context) error {
+			if err := m.LockContext(ctx); err != nil {
+				return err
+			}
+			if ok, err := m.UnlockContext(ctx); !ok {
+				return errors.Join(errBusy, err)
+			}
+			return nil
+		})
+	})
+}

@@ -1,0 +1,200 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
+
+	dlockredis "github.com/dlock-go/dlock/redislock"
+)
+
+var errBusy = errors.New("bench: lock unexpectedly busy")
+
+// cycleFunc takes and releases one lock on its key.
+type cycleFunc func(ctx context.Context) error
+
+// single is one implementation of a single-node lock: setup runs once per
+// client and returns a constructor of cycles on a key.
+type single struct {
+	name  string
+	setup func(tb testing.TB, c *redis.Client) func(key string) cycleFunc
+}
+
+var singles = []single{
+	{"raw", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
+		return func(key string) cycleFunc {
+			return func(ctx context.Context) error {
+				tok := token()
+				ok, err := c.SetNX(ctx, key, tok, ttl).Result()
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return errBusy
+				}
+				return rawRelease.Run(ctx, c, []string{key}, tok).Err()
+			}
+		}
+	}},
+	{"dlock", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
+		l := newDlock(tb, c)
+		return func(key string) cycleFunc {
+			return func(ctx context.Context) error {
+				lock, err := l.TryAcquire(ctx, key, ttl)
+				if err != nil {
+					return err
+				}
+				return lock.Release(ctx)
+			}
+		}
+	}},
+	{"dlock-wait", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
+		// The waiting form (Acquire), which registers for wake-ups first.
+		l := newDlock(tb, c)
+		return func(key string) cycleFunc {
+			return func(ctx context.Context) error {
+				lock, err := l.Acquire(ctx, key, ttl)
+				if err != nil {
+					return err
+				}
+				return lock.Release(ctx)
+			}
+		}
+	}},
+	{"redsync", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
+		rs := redsync.New(goredis.NewPool(c))
+		return func(key string) cycleFunc {
+			m := rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1))
+			return func(ctx context.Context) error {
+				if err := m.LockContext(ctx); err != nil {
+					return err
+				}
+				if ok, err := m.UnlockContext(ctx); !ok {
+					return errors.Join(errBusy, err)
+				}
+				return nil
+			}
+		}
+	}},
+	{"bsm", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
+		lc := redislock.New(c)
+		return func(key string) cycleFunc {
+			return func(ctx context.Context) error {
+				lock, err := lc.Obtain(ctx, key, ttl, nil)
+				if err != nil {
+					return err
+				}
+				return lock.Release(ctx)
+			}
+		}
+	}},
+}
+
+func newDlock(tb testing.TB, c redis.UniversalClient) *dlockredis.Locker {
+	l, err := dlockredis.New(c)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	return l
+}
+
+// measure runs b.N cycles after a warm-up and reports cycles/s, p50/p99
+// and (through b.ReportAllocs) allocations per cycle.
+func measure(b *testing.B, cycle cycleFunc) {
+	ctx := context.Background()
+	for range 200 {
+		if err := cycle(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		t0 := time.Now()
+		if err := cycle(ctx); err != nil {
+			b.Fatal(err)
+		}
+		lat[i] = time.Since(t0)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	reportLatency(b, lat, elapsed)
+}
+
+// BenchmarkA: one goroutine, one client, one key; acquire then release.
+func BenchmarkA(b *testing.B) {
+	for _, s := range singles {
+		b.Run(s.name, func(b *testing.B) {
+			c := newClient(b, redisAddr)
+			measure(b, s.setup(b, c)(freshKey("A")))
+		})
+	}
+	b.Run("rueidislock", func(b *testing.B) {
+		l := newRueidislock(b, redisAddr)
+		key := freshKey("A")
+		measure(b, func(ctx context.Context) error {
+			_, cancel, err := l.TryWithContext(ctx, key)
+			if err != nil {
+				return err
+			}
+			cancel() // releases, and returns once the key is deleted
+			return nil
+		})
+	})
+}
+
+// newRueidislock returns a single-key rueidislock locker (KeyMajority 1: one
+// key per lock, as the others use; its default is three keys).
+func newRueidislock(tb testing.TB, addr string) rueidislock.Locker {
+	l, err := rueidislock.NewLocker(rueidislock.LockerOption{
+		ClientOption: rueidis.ClientOption{InitAddress: []string{addr}},
+		KeyMajority:  1,
+		KeyValidity:  ttl,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(l.Close)
+	return l
+}
+
+// BenchmarkD: 64 goroutines, each on its own key, share one client (and
+// one Locker): the library's own overhead under parallel load.
+func BenchmarkD(b *testing.B) {
+	for _, s := range singles {
+		b.Run(s.name, func(b *testing.B) {
+			c := newClient(b, redisAddr)
+			mk := s.setup(b, c)
+			var mu sync.Mutex
+			b.ReportAllocs()
+			b.SetParallelism(32) // 32 x GOMAXPROCS(2) = 64 goroutines
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				mu.Lock()
+				cycle := mk(freshKey("D"))
+				mu.Unlock()
+				ctx := context.Background()
+				for pb.Next() {
+					if err := cycle(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
+		})
+	}
+}
