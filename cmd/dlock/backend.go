@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/url"
 	"regexp"
@@ -101,8 +100,11 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFla
 		return nil, err
 	}
 	if dsn != "" {
-		if u != useRun {
+		switch u {
+		case useTokens:
 			return nil, usagef("%s needs Redis: a PostgreSQL advisory lock belongs to a database session and ends with the dlock process (use dlock run)", cmd.Name())
+		case useInspect:
+			return nil, usagef("inspect needs Redis: for PostgreSQL, SELECT * FROM pg_locks WHERE locktype = 'advisory'")
 		}
 		return a.openPostgres(ctx, dsn)
 	}
@@ -291,8 +293,4 @@ func (r *redactor) addDSN(dsn string) {
 		r.add(m[1])
 		r.add(strings.Trim(m[1], "'"))
 	}
-}
-
-func (a *app) nodesString(b *backend) string {
-	return fmt.Sprintf("%s %s", b.kind, strings.Join(b.nodes, ","))
 }

@@ -39,19 +39,19 @@ func (a *app) inspectCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect [flags] [PATTERN]",
 		Short: "List held locks: key, remaining TTL, fence, holder",
-		Long: `Inspect lists the locks held in Redis whose keys match PATTERN (a Redis glob,
-default "*"): each key's remaining TTL, its current fence (the highest handed
-out so far, if dlock took the lock at least once; with Redlock, that node's
-counter) and, when the holder is a
-dlock run that published itself, the holder's host, pid and start time.
+		Long: `Inspect lists the locks held in Redis whose keys match PATTERN (a Redis
+glob, default "*"): each key's remaining TTL, its current fence (the highest
+handed out so far, if dlock took the lock at least once; with Redlock, that
+node's counter) and, when the holder is a dlock run that published itself, the
+holder's host, pid and start time.
 
 Any string key with a TTL is listed, because a lock taken by another client
 (node-redlock, redsync, a plain SET NX PX) looks exactly like that: narrow the
 listing with PATTERN. dlock's own keys (dlock:*) are skipped unless PATTERN
-starts with "dlock:". The keys are found with SCAN, never KEYS (SCAN ... TYPE
-needs Redis 6 or later), so a large database is not blocked; a lock taken or released during the scan may be
-missed or reported. With several --redis URLs (Redlock) every node is listed
-separately.
+starts with "dlock:". The keys are found with SCAN, never KEYS, so a large
+database is not blocked (SCAN ... TYPE needs Redis 6 or later); a lock taken or
+released during the scan may be missed or reported. With several --redis URLs
+(Redlock) every node is listed separately.
 
 With --json the output is one object:
   {"locks":[{"key":"billing","node":"10.0.0.5:6379","ttl_ms":28500,
