@@ -1,0 +1,135 @@
+package redlock_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// proxied returns a Locker whose connections to the nodes in slow go
+// through a toxiproxy in front of the server, plus those proxies.
+func proxied(t *testing.T, rs []*testsrv.Redis, slow []int, opts ...redlock.Option) (*redlock.Locker, map[int]*testsrv.Proxy) {
+	t.Helper()
+	ps := map[int]*testsrv.Proxy{}
+	cs := make([]redis.UniversalClient, len(rs))
+	for i, r := range rs {
+		addr := r.Addr
+		for _, s := range slow {
+			if s == i {
+				ps[i] = testsrv.StartProxy(t, r.Addr)
+				addr = ps[i].Addr
+			}
+		}
+		cs[i] = client(t, addr)
+	}
+	opts = append([]redlock.Option{redlock.WithLogger(quietLogger())}, opts...)
+	l, err := redlock.New(cs, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, ps
+}
+
+// waitNoKeys waits until no node has key (late writes land after the
+// replies were given up on), or fails.
+func waitNoKeys(t *testing.T, rs []*testsrv.Redis, key string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ks := keysOn(t, rs, key)
+		if len(ks) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keys left on the nodes: %v", ks)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// F7: one node slower than the node timeout counts as failed; the lock is
+// taken on the others, with the whole elapsed time taken off the validity.
+// The key the slow node set is gone within its TTL: the release cannot reach
+// it in time (a new connection's handshake is as slow as the node), so it
+// expires.
+func TestSlowNodeBeyondTimeout(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 5)
+	l, ps := proxied(t, rs, []int{4}, redlock.WithNodeTimeout(200*time.Millisecond))
+	warm(t, l)
+	ps[4].Latency(t, 600*time.Millisecond, 0)
+	key := locktest.Key(t)
+	const ttl = time.Second
+	lock := mustAcquire(t, l, key, ttl)
+	// The round waited 200ms for the slow node: that is not validity.
+	if left, limit := lock.Remaining(), ttl-200*time.Millisecond-dlock.Drift(ttl, dlock.DefaultDriftFactor); left > limit {
+		t.Fatalf("validity left %v, more than ttl - node timeout - drift = %v", left, limit)
+	}
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if ks := keysOn(t, rs[:4], key); len(ks) != 0 {
+		t.Fatalf("keys left on the nodes that answered: %v", ks)
+	}
+	waitNoKeys(t, rs, key, ttl+time.Second)
+}
+
+// F2/G9: an acquisition that takes longer than the TTL's validity is
+// refused even though every node granted it, and is undone on every node.
+// Three nodes answer after 250ms (within the node timeout); their counters
+// disagree with the others, so the fence must be written back, which takes a
+// second slow round: 500ms of a 400ms TTL.
+func TestAcquisitionExceedingTTLRefused(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 5)
+	l, ps := proxied(t, rs, []int{0, 1, 2}, redlock.WithNodeTimeout(390*time.Millisecond))
+	warm(t, l)
+	key := locktest.Key(t)
+	for range 2 { // a fence history for the key, on every node
+		lock := mustAcquire(t, l, key, 5*time.Second)
+		lock.Release(testCtx(t))
+	}
+	// Node 3 saw more grants than the others (written by hand here).
+	if err := client(t, rs[3].Addr).HSet(testCtx(t), redlock.FenceKey(key), "n", 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		p.Latency(t, 250*time.Millisecond, 0)
+	}
+	const ttl = 400 * time.Millisecond
+	start := time.Now()
+	_, err := l.TryAcquire(testCtx(t), key, ttl)
+	took := time.Since(start)
+	if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "no validity left") {
+		t.Fatalf("acquisition of %v with a 400ms TTL: got %v, want ErrNotAcquired for lack of validity", took, err)
+	}
+	if ks := keysOn(t, rs[3:], key); len(ks) != 0 { // released at once, not expired
+		t.Fatalf("refused acquisition left keys on the fast nodes: %v", ks)
+	}
+	waitNoKeys(t, rs, key, 2*time.Second)
+
+	// The control: the same slow nodes with agreeing counters need one
+	// round, and the lock is granted with what is left of the TTL.
+	for _, p := range ps {
+		p.Heal()
+	}
+	lock := mustAcquire(t, l, key, 5*time.Second) // write the fence back everywhere
+	lock.Release(testCtx(t))
+	for _, p := range ps {
+		p.Latency(t, 250*time.Millisecond, 0)
+	}
+	lock, err = l.TryAcquire(testCtx(t), key, ttl)
+	if err != nil {
+		t.Fatalf("one slow round of a 400ms TTL: %v", err)
+	}
+	if left, limit := lock.Remaining(), ttl-250*time.Millisecond-dlock.Drift(ttl, dlock.DefaultDriftFactor); left <= 0 || left > limit {
+		t.Fatalf("validity left %v, want positive and at most ttl - 250ms - drift = %v", left, limit)
+	}
+	lock.Release(testCtx(t))
+}
