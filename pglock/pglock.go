@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,7 @@ type Locker struct {
 	maxConns int32
 	keyFunc  func(name string) (Key, error)
 	notify   bool
+	lease    time.Duration // WithSessionLease margin; < 0: off
 
 	held atomic.Int32 // connections pinned by this Locker's locks
 
@@ -69,6 +71,36 @@ func WithReleaseNotify(on bool) Option {
 	}
 }
 
+// WithSessionLease makes the server free a lock whose holder stops checking
+// it, as a Redis TTL would: the lock's session gets idle_session_timeout =
+// ttl + margin at acquisition and at every Extend (PostgreSQL ends a session
+// idle that long, and its locks with it), and its previous value back at
+// release. A paused, hung or cut-off holder then blocks others for about
+// ttl + margin instead of until its session dies some other way. The
+// holder's own validity (ttl from when its last check was sent) always ends
+// first, so a holder that resumes finds its handle expired before anyone
+// else can have the lock; its late writes still need a fence.
+//
+// With a lease, a lock held without Do must be extended (Lock.Extend)
+// within every ttl + margin. margin must not be negative; keep it above a
+// round trip and a scheduling delay. Needs PostgreSQL 14 or later. The
+// default is no lease: a lock lasts as long as its session.
+func WithSessionLease(margin time.Duration) Option {
+	return func(l *Locker) error {
+		if margin < 0 {
+			return dlock.Invalidf("session lease margin %v: must not be negative", margin)
+		}
+		l.lease = margin
+		return nil
+	}
+}
+
+// leaseMS returns the idle_session_timeout for ttl, in whole milliseconds,
+// rounded up.
+func (l *Locker) leaseMS(ttl time.Duration) string {
+	return strconv.FormatInt(dlock.Milliseconds(ttl+l.lease), 10)
+}
+
 // New returns a Locker over pool. It sends nothing to the server. The fence
 // table must exist (see Migrate) before the first acquisition.
 //
@@ -86,6 +118,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		maxConns: cfg.MaxConns,
 		keyFunc:  func(name string) (Key, error) { return HashKey(name), nil },
 		notify:   true,
+		lease:    -1,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -172,14 +205,28 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 		return nil, err
 	}
 	call, args, next := k.call("pg_try_advisory_lock")
-	sql := fenceSQL("SELECT "+call+" AS ok", next) + ", pg_backend_pid() FROM l"
+	lockSel := "SELECT " + call + " AS ok"
+	sql := ", pg_backend_pid()"
 	args = append(args, k.String())
+	if l.lease >= 0 {
+		// The lease is set only when the lock was granted; prev is read
+		// (in the materialized CTE) before it changes.
+		lockSel += ", current_setting('idle_session_timeout') AS prev"
+		sql += ", CASE WHEN l.ok THEN set_config('idle_session_timeout', $" + strconv.Itoa(next+1) + "::text, false) END IS NOT NULL, l.prev"
+		args = append(args, l.leaseMS(ttl))
+	}
+	sql = fenceSQL(lockSel, next) + sql + " FROM l"
 
 	start := time.Now()
-	var ok bool
+	var ok, leased bool
 	var fence int64
 	var pid int32
-	if err := conn.QueryRow(ctx, sql, args...).Scan(&ok, &fence, &pid); err != nil {
+	var prev string
+	dest := []any{&ok, &fence, &pid}
+	if l.lease >= 0 {
+		dest = append(dest, &leased, &prev)
+	}
+	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
@@ -196,7 +243,7 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
 	}
 	l.held.Add(1)
-	g := &grant{l: l, key: k, name: name, conn: conn, pid: pid}
+	g := &grant{l: l, key: k, name: name, conn: conn, pid: pid, prevTimeout: prev}
 	return dlock.NewLock(name, dlock.NewToken(), uint64(fence), validUntil, g), nil
 }
 
@@ -247,6 +294,9 @@ type grant struct {
 	key  Key
 	name string
 	pid  int32 // pg_backend_pid() at acquisition
+	// prevTimeout is the session's idle_session_timeout before a lease
+	// changed it, restored at release.
+	prevTimeout string
 
 	mu   sync.Mutex // a pgx connection serves one statement at a time
 	conn *pgxpool.Conn
@@ -267,10 +317,18 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	classid, objid, objsubid := g.key.lockID()
 	start := time.Now()
 	var pid int32
-	var held bool
-	err := g.conn.QueryRow(ctx, `SELECT pg_backend_pid(), EXISTS (SELECT 1 FROM pg_locks
+	var held, leased bool
+	sql := `SELECT pg_backend_pid(), EXISTS (SELECT 1 FROM pg_locks
 		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND mode = 'ExclusiveLock'
-		AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3)`, classid, objid, objsubid).Scan(&pid, &held)
+		AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3)`
+	args := []any{classid, objid, objsubid}
+	dest := []any{&pid, &held}
+	if g.l.lease >= 0 {
+		sql += `, set_config('idle_session_timeout', $4::text, false) IS NOT NULL`
+		args = append(args, g.l.leaseMS(ttl))
+		dest = append(dest, &leased)
+	}
+	err := g.conn.QueryRow(ctx, sql, args...).Scan(dest...)
 	if err != nil {
 		return time.Time{}, g.connErr(err)
 	}
@@ -301,8 +359,14 @@ func (g *grant) Release(ctx context.Context) error {
 		sql += " FROM pg_notify('" + notifyChannel + "', $" + strconv.Itoa(next) + "::text)"
 		args = append(args, g.key.notifyID())
 	}
-	var unlocked bool
-	if err := g.conn.QueryRow(ctx, sql, args...).Scan(&unlocked); err != nil {
+	var unlocked, restored bool
+	dest := []any{&unlocked}
+	if g.l.lease >= 0 {
+		sql = strings.Replace(sql, "SELECT "+call, "SELECT "+call+", set_config('idle_session_timeout', $"+strconv.Itoa(len(args)+1)+"::text, false) IS NOT NULL", 1)
+		args = append(args, g.prevTimeout)
+		dest = append(dest, &restored)
+	}
+	if err := g.conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
 		return g.connErr(err)
 	}
 	if !unlocked {

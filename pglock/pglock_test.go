@@ -50,7 +50,9 @@ func testMain(m *testing.M) int {
 	code := m.Run()
 
 	// G10: no test may leave an advisory lock (or a waiter) behind.
-	if left, err := shared.WaitNoAdvisoryLocks(ctx); err != nil {
+	endCtx, endCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer endCancel()
+	if left, err := shared.WaitNoAdvisoryLocks(endCtx); err != nil {
 		fmt.Fprintf(os.Stderr, "advisory locks left in pg_locks after the tests: %+v (%v)\n", left, err)
 		code = 1
 	}
@@ -375,5 +377,78 @@ func TestKeyFuncPairInterop(t *testing.T) {
 	}
 	if err := same.Release(testCtx(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// F19 with a lease: a holder that stops checking (paused) loses the lock on
+// the server after ttl + margin, never before its own validity ended; the
+// next holder gets a higher fence and the paused handle is dead. A holder
+// that keeps checking (Do) keeps the lock; after release the pooled
+// connection is back to its own idle_session_timeout.
+func TestSessionLease(t *testing.T) {
+	const ttl, margin = 400 * time.Millisecond, 800 * time.Millisecond
+	pool := shared.Pool(t, 1)
+	a, err := pglock.New(pool, pglock.WithSessionLease(margin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := newLocker(t, 2)
+	key := uniqueKey(t)
+
+	lock, err := a.TryAcquire(testCtx(t), key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(context.Background())
+	// The holder "pauses": no Extend. The server frees the lock.
+	var freedAt time.Time
+	waitFor(t, "the server to end the idle lock session", func() bool {
+		locks, err := shared.AdvisoryLocks(testCtx(t))
+		if err != nil || len(locks) != 0 {
+			return false
+		}
+		freedAt = time.Now()
+		return true
+	})
+	if freedAt.Before(lock.ValidUntil()) {
+		t.Fatalf("server freed the lock %v before the holder's validity ended", lock.ValidUntil().Sub(freedAt))
+	}
+	lb := mustAcquire(t, b, key, time.Second)
+	if lb.Fence() <= lock.Fence() {
+		t.Fatalf("fence after the lease ran out: %d, not above %d", lb.Fence(), lock.Fence())
+	}
+	if lock.Held() {
+		t.Fatal("the paused holder's handle still reports held")
+	}
+	err = lock.Extend(testCtx(t), ttl)
+	if !errors.Is(err, dlock.ErrLockLost) && !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Extend after the lease ran out: %v", err)
+	}
+	// The dead handle still pins its (closed) connection until released.
+	wantIs(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
+	if err := lb.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Do keeps checking, so the lease never runs out.
+	err = a.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+		for range 8 { // 4 leases long
+			time.Sleep(ttl / 2)
+			if _, err := b.TryAcquire(ctx, key, time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
+				return fmt.Errorf("another holder got in during Do: %v", err)
+			}
+		}
+		return ctx.Err()
+	})
+	if err != nil {
+		t.Fatalf("Do with a lease: %v", err)
+	}
+	var timeout string
+	if err := pool.QueryRow(testCtx(t), "SHOW idle_session_timeout").Scan(&timeout); err != nil || timeout != "0" {
+		t.Fatalf("pooled connection after release: idle_session_timeout = %q (%v), want 0 again", timeout, err)
+	}
+	if _, err := pglock.New(pool, pglock.WithSessionLease(-time.Second)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("negative margin: %v", err)
 	}
 }

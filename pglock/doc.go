@@ -1,0 +1,157 @@
+// Package pglock implements dlock's locks with PostgreSQL advisory locks,
+// through pgx v5: session-level locks behind the common dlock.Locker API
+// (TryAcquire, Acquire, Do, fences), transaction-level locks for work inside
+// a transaction of yours (TryLockTx, LockTx), and a job queue whose workers
+// claim distinct jobs with SELECT ... FOR UPDATE SKIP LOCKED (Queue).
+//
+// # When PostgreSQL is the better choice
+//
+// If the work already lives in one PostgreSQL database, the database can
+// coordinate it without a second datastore whose failures you must reason
+// about separately:
+//
+//	                        Redis, one node      Redlock (N masters)        PostgreSQL (this package)
+//	infrastructure          one Redis            N independent Redis        the database you run
+//	fault tolerance         none                 a minority of nodes        that of the database
+//	lock ends when          the TTL runs out     the TTL runs out           the session (or tx) ends
+//	atomic with the data    no                   no                         yes, for a tx lock or a
+//	                                                                        claimed queue row
+//	best fit                efficiency locks     resources across services  work inside one Postgres
+//
+// Use a Redis backend when the resource spans services that share no
+// database. With either, when a double run would corrupt data, pass the
+// lock's fence to the resource (package fence/pgfence for tables in
+// PostgreSQL).
+//
+// # What a session lock guarantees, and what it does not
+//
+// A Locker takes pg_try_advisory_lock on a connection it takes from your
+// pgxpool.Pool and pins for the life of the lock: no other user of the pool
+// gets that connection until the lock is released. PostgreSQL holds the
+// lock for exactly as long as that session lives. So:
+//
+//   - No lease. The server never expires the lock. A holder that is paused
+//     (GC, SIGSTOP, a suspended VM) keeps it, however long the pause; nobody
+//     else gets it meanwhile, so there is no double grant, but there is no
+//     progress either. Server-side idle_session_timeout turns this into a
+//     lease if you want one.
+//   - A session that ends releases the lock at once: pg_terminate_backend,
+//     a server restart, idle_session_timeout, a failover. The holder learns
+//     only when it next talks on that connection. Do does that
+//     periodically (see "TTL" below) and cancels its function's context
+//     with dlock.ErrLockLost.
+//   - A silent network partition keeps the lock held on the server until
+//     the server notices the dead connection (tcp_keepalives_idle +
+//     tcp_keepalives_interval × tcp_keepalives_count, or tcp_user_timeout;
+//     the defaults take hours). Set them well below anything you rely on,
+//     and keep the ttl below them, so that the holder's handle expires
+//     before the server frees the lock for someone else.
+//   - The lock does not make writes on other connections atomic with it:
+//     a holder whose session was killed can still write through another
+//     connection before it notices. Fence those writes (package
+//     fence/pgfence), or do them in a transaction that holds a
+//     transaction-level lock (TryLockTx), where lock and writes commit or
+//     vanish together.
+//   - Advisory locks are not replicated: a hot standby knows nothing of the
+//     primary's, and a promoted standby starts with none. pglock refuses to
+//     lock on a standby (ErrReadOnly). Transaction-mode poolers
+//     (pgbouncer's pool_mode=transaction) break session locks; Extend
+//     notices a changed backend (ErrSessionChanged) but cannot prevent it.
+//
+// # TTL
+//
+// The server does not expire these locks, so the ttl passed to
+// TryAcquire, Acquire and Do does not reach the server. It is how long the
+// handle trusts the lock without a successful health check: a Lock is
+// valid until ttl after its acquisition (or last Extend) was sent, and
+// Lock.Extend is the health check: it verifies that the pinned connection
+// is alive, that its backend is still the one that took the lock, and that
+// pg_locks shows the lock granted to it, and then moves the validity to ttl
+// from then. Do calls it when WithExtendThreshold of the validity is left
+// (half the ttl by default), so a killed session is noticed within about
+// ttl/2, and within ttl at most. The ttl is therefore the knob for how
+// quickly a lost lock is noticed; there is no other health interval.
+//
+// # Keys
+//
+// PostgreSQL's advisory locks are named by one bigint or by two int4. A
+// lock name maps to a bigint with HashKey: the first 8 bytes of the name's
+// SHA-256, big-endian. SQL computes the same number, so a psql session or
+// a program in another language takes the same lock:
+//
+//	SELECT pg_advisory_lock(('x' || left(encode(sha256(convert_to('invoice:42', 'UTF8')), 'hex'), 16))::bit(64)::bigint);
+//
+// With n distinct names the chance that any two share a bigint is about
+// n²/2^65 (3·10⁻⁸ for a million names); a collision makes the two names
+// exclude each other, never lets two holders of one name in. Int64Key and
+// KeyPair take numbered locks directly, and WithKeyFunc maps names to them;
+// the pair form is a key space of its own.
+//
+// # Fences
+//
+// Every acquisition returns a fence: the next value of a per-key counter in
+// the table dlock_fences, bumped in the same statement that takes the lock
+// (an INSERT ... ON CONFLICT DO UPDATE ... RETURNING, run only when the lock
+// was granted). It grows by one with every grant of the key. pglock never
+// creates tables on its own: run Migrate once, or this SQL (MigrateSQL):
+//
+//	CREATE TABLE IF NOT EXISTS dlock_fences (
+//		key   text PRIMARY KEY,
+//		fence bigint NOT NULL CHECK (fence > 0)
+//	);
+//
+// Without it acquisitions fail with ErrNotMigrated. Restoring the table from
+// an old backup moves fences back; guards then refuse the repeated fences
+// (safe, but the holders cannot write until the counters pass the old
+// values).
+//
+// # Transaction locks
+//
+// TryLockTx and LockTx take pg_try_advisory_xact_lock / pg_advisory_xact_lock
+// inside your pgx.Tx and draw a fence in the same statement. The lock ends
+// with the transaction, commit or rollback, and cannot end earlier. The
+// fence bump is part of the transaction too, so a rollback hands the number
+// out again: right for writes inside that transaction, which were undone as
+// well; use session locks to fence anything outside the database. LockTx
+// waits in the server's queue and honours its context (pgx cancels the
+// statement and closes the connection), lock_timeout, and deadlock
+// detection (ErrDeadlock).
+//
+// # Waiting
+//
+// Acquire and Do retry TryAcquire (dlock.Acquire's jittered polling). A
+// release also sends NOTIFY dlock_release, and a Locker with waiters keeps
+// one pooled connection listening, so a waiter retries as soon as the
+// holder lets go (WithReleaseNotify; Close stops the listener). A lock
+// freed by a dying session sends nothing and is found by the next poll.
+//
+// # Connections
+//
+// Each held lock pins one connection, and waiting listeners take one more;
+// size the pool for that (a pool of its own keeps held locks from starving
+// the application). When this Locker's locks pin every connection,
+// TryAcquire fails at once with ErrPoolExhausted instead of waiting for a
+// connection that only a release can free. A pool's Close waits for pinned
+// connections: release locks first.
+//
+// # Job queues
+//
+// For "each job exactly once", a lock per job is the wrong tool: let the
+// row locks do it. Queue.Claim deletes up to n jobs no other transaction
+// holds (FOR UPDATE SKIP LOCKED) inside the worker's transaction; if the
+// transaction commits, the jobs are done, and if it rolls back or its
+// session dies, they are back for another worker. Queue.Work wraps one
+// batch in a transaction. The same pattern works on your own tables:
+//
+//	WITH c AS MATERIALIZED (
+//		SELECT id FROM jobs ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED)
+//	DELETE FROM jobs j USING c WHERE j.id = c.id RETURNING j.*;
+//
+// # Errors
+//
+// Errors match dlock's sentinels (dlock.ErrNotAcquired, ErrNotHeld,
+// ErrLockLost, ErrUnavailable, ErrInvalid) and, where PostgreSQL said more,
+// one of ErrNotMigrated, ErrReadOnly, ErrDeadlock, ErrOutOfLocks,
+// ErrPoolExhausted or ErrSessionChanged. Server errors are wrapped in a
+// *dlock.NodeError carrying the *pgconn.PgError.
+package pglock
