@@ -1,0 +1,65 @@
+// A node-redlock contender for dlock's interoperability test
+// (redlock/interop_test.go). It takes the lock on RESOURCE ROUNDS times with
+// node-redlock over the given Redis nodes and, inside it, increments a
+// counter file slowly and appends "NAME ENTER_NS EXIT_NS 0" to a log, as the
+// Go contenders do. Overlapping holders lose increments.
+//
+// usage: node contend.js ADDR[,ADDR...] RESOURCE ROUNDS DIR NAME
+"use strict";
+const fs = require("fs");
+const path = require("path");
+const Redis = require("ioredis");
+const { default: Redlock } = require("redlock");
+
+const [addrs, resource, rounds, dir, name] = process.argv.slice(2);
+
+function nowNs() {
+  return BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
+}
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+async function main() {
+  const clients = addrs.split(",").map((a) => {
+    const [host, port] = a.split(":");
+    return new Redis({ host, port: Number(port), maxRetriesPerRequest: 1, enableOfflineQueue: true });
+  });
+  const redlock = new Redlock(clients, {
+    driftFactor: 0.01,
+    retryCount: -1,
+    retryDelay: 10,
+    retryJitter: 10,
+  });
+  const counter = path.join(dir, "counter");
+  const log = path.join(dir, "log");
+  try {
+    for (let i = 0; i < Number(rounds); ) {
+      const lock = await redlock.acquire([resource], 2000);
+      if (lock.expiration <= Date.now()) {
+        // node-redlock can return a lock whose validity is already spent.
+        await lock.release().catch(() => {});
+        continue;
+      }
+      const enter = nowNs();
+      let n = 0;
+      try {
+        n = parseInt(fs.readFileSync(counter, "utf8").trim(), 10) || 0;
+      } catch (e) {}
+      await sleep(2);
+      fs.writeFileSync(counter, String(n + 1));
+      const exit = nowNs();
+      fs.appendFileSync(log, `${name} ${enter} ${exit} 0\n`);
+      await lock.release();
+      i++;
+    }
+  } finally {
+    await redlock.quit();
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
