@@ -48,6 +48,7 @@ const (
 	receiveTick  = 5 * time.Second  // silence after which the connection is pinged
 	idleClose    = 30 * time.Second // no waiters this long: drop the connection
 	maxReconnect = time.Second      // cap of the reconnect backoff
+	maxFree      = 64               // recycled interests kept
 )
 
 // queueKey returns the key of lockKey's waiter queue, in the same Cluster
@@ -134,12 +135,14 @@ func (l *Locker) Close() error {
 type notifier struct {
 	client redis.UniversalClient
 	id     string // the Locker's member name in waiter queues
+	idArg  any    // id, boxed once for the script
 	wake   string // its channel: wakePrefix + id
 
 	mu         sync.Mutex
 	ps         *redis.PubSub // nil while there is no connection
 	subscribed bool          // the subscription is confirmed and unbroken
 	byKey      map[string]*interest
+	free       []*interest // recycled, so an uncontended Acquire allocates less
 	idleSince  time.Time
 	closed     bool
 	done       chan struct{}  // closed by close
@@ -152,7 +155,16 @@ type interest struct {
 	place   int64     // the Locker's place in the key's queue; 0 = not queued
 }
 
-type waiter struct{ ch chan struct{} }
+// waiter is one waiting Acquire.
+type waiter struct {
+	ch   chan struct{}
+	n    *notifier
+	full string
+	in   *interest
+	left bool // stop was called; guarded by n.mu
+}
+
+func (w *waiter) stop() { w.n.leave(w) }
 
 // newNotifier returns nil for clients whose pub/sub cannot follow the
 // release script's PUBLISH: a Ring subscribes on one shard, chosen by
@@ -165,7 +177,7 @@ func newNotifier(c redis.UniversalClient) *notifier {
 		return nil
 	}
 	id := dlock.NewToken()
-	return &notifier{client: c, id: id, wake: wakePrefix + id, byKey: make(map[string]*interest), done: make(chan struct{})}
+	return &notifier{client: c, id: id, idArg: id, wake: wakePrefix + id, byKey: make(map[string]*interest), done: make(chan struct{})}
 }
 
 // NotifyRelease implements dlock.ReleaseNotifier: the channel receives a
@@ -180,30 +192,38 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 	if n == nil || dlock.CheckKey(key) != nil {
 		return nil, func() {}
 	}
-	full := l.prefix + key
-	w := &waiter{ch: make(chan struct{}, 1)}
+	w := &waiter{ch: make(chan struct{}, 1), n: n, full: l.prefix + key}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
 		return nil, func() {}
 	}
-	in := n.byKey[full]
+	in := n.byKey[w.full]
 	if in == nil {
-		in = &interest{}
-		n.byKey[full] = in
+		if k := len(n.free); k > 0 {
+			in, n.free = n.free[k-1], n.free[:k-1]
+		} else {
+			in = &interest{}
+		}
+		n.byKey[w.full] = in
 	}
+	w.in = in
 	in.waiters = append(in.waiters, w)
 	n.mu.Unlock()
-	var once sync.Once
-	return w.ch, func() { once.Do(func() { n.leave(full, in, w) }) }
+	return w.ch, w.stop
 }
 
 // leave ends w's interest in key. A wake-up w did not use passes to the next
 // local waiter; when the last waiter gives up while the Locker is queued,
 // the queue entry is removed so no later release is announced to nobody.
-func (n *notifier) leave(full string, in *interest, w *waiter) {
+func (n *notifier) leave(w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if w.left {
+		return
+	}
+	w.left = true
+	full, in := w.full, w.in
 	for i, x := range in.waiters {
 		if x == w {
 			in.waiters = append(in.waiters[:i], in.waiters[i+1:]...)
@@ -224,7 +244,13 @@ func (n *notifier) leave(full string, in *interest, w *waiter) {
 	if len(n.byKey) == 0 {
 		n.idleSince = time.Now()
 	}
-	if in.place != 0 && !n.closed {
+	queued := in.place != 0
+	if len(n.free) < maxFree {
+		clear(in.waiters[:cap(in.waiters)])
+		in.waiters, in.place = in.waiters[:0], 0
+		n.free = append(n.free, in)
+	}
+	if queued && !n.closed {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -235,19 +261,24 @@ func (n *notifier) leave(full string, in *interest, w *waiter) {
 	}
 }
 
-// acquire makes one attempt on full. With a local waiter and a confirmed
-// subscription it runs the queueing script; otherwise the plain one, and a
-// busy reply with a waiter present opens the subscription.
-func (n *notifier) acquire(ctx context.Context, full, token string, ttl time.Duration) (int64, error) {
+// acquire makes one attempt to take g's key. With a local waiter on the key
+// and a confirmed subscription it runs the queueing script; otherwise the
+// plain one, and a busy reply with a waiter present opens the subscription.
+func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration) (int64, error) {
+	n := l.notify
+	if n == nil {
+		return scripts.Acquire.Run(ctx, l.client, g.acqKeys[:2], g.tokenArg, l.ttlArg(ttl)).Int64()
+	}
+	full := g.key
 	n.mu.Lock()
 	in := n.byKey[full]
 	if in == nil || len(in.waiters) == 0 || n.closed {
 		n.mu.Unlock()
-		return scripts.Acquire.Run(ctx, n.client, []string{full, keys.Fence(full)}, token, dlock.Milliseconds(ttl)).Int64()
+		return scripts.Acquire.Run(ctx, l.client, g.acqKeys[:2], g.tokenArg, l.ttlArg(ttl)).Int64()
 	}
 	if !n.subscribed {
 		n.mu.Unlock()
-		fence, err := scripts.Acquire.Run(ctx, n.client, []string{full, keys.Fence(full)}, token, dlock.Milliseconds(ttl)).Int64()
+		fence, err := scripts.Acquire.Run(ctx, l.client, g.acqKeys[:2], g.tokenArg, l.ttlArg(ttl)).Int64()
 		if err == nil && fence <= 0 {
 			n.listen()
 		}
@@ -259,8 +290,7 @@ func (n *notifier) acquire(ctx context.Context, full, token string, ttl time.Dur
 	}
 	n.mu.Unlock()
 
-	res, err := acquireWaiting.Run(ctx, n.client, []string{full, keys.Fence(full), queueKey(full)},
-		token, dlock.Milliseconds(ttl), n.id, place, keep, queueTTL).Int64Slice()
+	res, err := acquireWaiting.Run(ctx, l.client, g.acqKeys[:], g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL).Int64Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -268,7 +298,9 @@ func (n *notifier) acquire(ctx context.Context, full, token string, ttl time.Dur
 		return 0, redis.Nil // a malformed reply: reported as a failed attempt
 	}
 	n.mu.Lock()
-	in.place = res[1]
+	if n.byKey[full] == in { // not recycled meanwhile
+		in.place = res[1]
+	}
 	n.mu.Unlock()
 	return res[0], nil
 }
@@ -432,12 +464,29 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// releaseNative deletes key with DELEX IFEQ and, in the same pipeline (one
-// round trip), wakes the head of its waiter queue.
-func (l *Locker) releaseNative(ctx context.Context, key, token string) (int64, error) {
+// ttlArg returns ttl in milliseconds as a script argument, boxed once for
+// the TTL a Locker is used with most: one allocation less per attempt.
+func (l *Locker) ttlArg(ttl time.Duration) any {
+	ms := dlock.Milliseconds(ttl)
+	if b := l.lastTTL.Load(); b != nil && b.ms == ms {
+		return b.arg
+	}
+	b := &boxedTTL{ms: ms, arg: ms}
+	l.lastTTL.Store(b)
+	return b.arg
+}
+
+type boxedTTL struct {
+	ms  int64
+	arg any
+}
+
+// releaseNative deletes g's key with DELEX IFEQ and, in the same pipeline
+// (one round trip), wakes the head of its waiter queue.
+func (l *Locker) releaseNative(ctx context.Context, g *grant) (int64, error) {
 	pipe := l.client.Pipeline()
-	del := pipe.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token})
-	qk := []string{key, queueKey(key)}
+	del := pipe.DelExArgs(ctx, g.key, redis.DelExArgs{Mode: "IFEQ", MatchValue: g.token})
+	qk := g.relKeys[:]
 	wake := wakeAfterDelex.EvalSha(ctx, pipe, qk)
 	_, _ = pipe.Exec(ctx)
 	n, err := del.Result()

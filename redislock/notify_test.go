@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/redislock"
@@ -528,5 +529,43 @@ func TestWakeOnReleaseNative(t *testing.T) {
 		if err := got.lock.Release(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The fence counter and the waiter queue sit where internal/keys says,
+// for keys with and without a Cluster hash tag.
+func TestDerivedKeys(t *testing.T) {
+	raw := shared.Client(t)
+	l := newLocker(t, shared.Client(t), redislock.WithPrefix("p:"))
+	w := newLocker(t, shared.Client(t), redislock.WithPrefix("p:"))
+	closeLocker(t, w)
+	for _, key := range []string{locktest.Key(t), "{tag}" + locktest.Key(t), "x{}" + locktest.Key(t), "{}{t}" + locktest.Key(t)} {
+		full := "p:" + key
+		lock, err := l.TryAcquire(testCtx(t), key, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := raw.Exists(testCtx(t), keys.Fence(full)).Val(); n != 1 {
+			t.Fatalf("%q: no fence counter at %q", key, keys.Fence(full))
+		}
+		ctx, cancel := context.WithCancel(testCtx(t))
+		done := waitFor(ctx, w, key, dlock.WithRetryDelay(5*time.Second))
+		queue := "dlock:waiters:" + strings.TrimPrefix(keys.Fence(full), "dlock:fence:")
+		deadline := time.Now().Add(10 * time.Second)
+		for raw.ZCard(testCtx(t), queue).Val() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%q: waiter never queued at %q", key, queue)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if err := lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		got := <-done
+		cancel()
+		if got.err != nil {
+			t.Fatalf("%q: %v", key, got.err)
+		}
+		got.lock.Release(testCtx(t))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,7 @@ type Locker struct {
 	native      NativeMode
 	logger      *slog.Logger
 	notify      *notifier // wake-on-release (notify.go); nil for clients without usable pub/sub
+	lastTTL     atomic.Pointer[boxedTTL]
 
 	probeMu   sync.Mutex
 	probed    bool
@@ -68,21 +70,14 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := l.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	full := l.prefix + key
-	token := dlock.NewToken()
+	g := newGrant(l, l.prefix+key, dlock.NewToken())
 	start := time.Now()
-	var fence int64
-	var err error
-	if l.notify != nil {
-		fence, err = l.notify.acquire(ctx, full, token, ttl) // joins the waiter queue when a local Acquire waits
-	} else {
-		fence, err = scripts.Acquire.Run(ctx, l.client, []string{full, keys.Fence(full)}, token, dlock.Milliseconds(ttl)).Int64()
-	}
+	fence, err := l.acquire(ctx, g, ttl) // notify.go: joins the waiter queue when a local Acquire waits
 	if err != nil {
 		if !isServerReply(err) {
 			// The reply was lost, not the request: the key may be ours
 			// now. Remove it so it does not block others for a whole TTL.
-			l.cleanup(ctx, full, token, ttl)
+			l.cleanup(ctx, g, ttl)
 		}
 		if cerr := ctxErr(ctx); cerr != nil {
 			return nil, fmt.Errorf("dlock: acquire %q: %w", key, errors.Join(dlock.ErrNotAcquired, cerr, l.nodeErr(err)))
@@ -97,10 +92,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	validUntil := dlock.ValidUntil(start, ttl, l.driftFactor)
 	if elapsed := time.Since(start); !validUntil.After(start.Add(elapsed)) {
-		l.cleanup(ctx, full, token, ttl)
+		l.cleanup(ctx, g, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
 	}
-	return dlock.NewLock(key, token, uint64(fence), validUntil, &grant{l: l, key: full, token: token}), nil
+	return dlock.NewLock(key, g.token, uint64(fence), validUntil, g), nil
 }
 
 // Acquire takes the lock on key, waiting while it is held (see dlock.Acquire
@@ -122,7 +117,7 @@ func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := l.checkToken(ctx, key, token); err != nil {
 		return err
 	}
-	if err := l.release(ctx, l.prefix+key, token); err != nil {
+	if err := l.release(ctx, newGrant(l, l.prefix+key, token)); err != nil {
 		return fmt.Errorf("dlock: release %q: %w", key, err)
 	}
 	return nil
@@ -144,10 +139,45 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 	return nil
 }
 
-// grant is one held lock's connection to the server.
+// grant is one held lock's connection to the server. It is allocated
+// before the attempt and carries everything the scripts take, so that an
+// acquire+release cycle allocates little beyond what go-redis does.
 type grant struct {
 	l          *Locker
 	key, token string
+	tokenArg   any       // token, boxed once for both scripts
+	acqKeys    [3]string // lock key, fence counter, waiter queue
+	relKeys    [2]string // lock key, waiter queue
+}
+
+func newGrant(l *Locker, full, token string) *grant {
+	g := &grant{l: l, key: full, token: token, tokenArg: token}
+	fence, queue := derivedKeys(full)
+	g.acqKeys = [3]string{full, fence, queue}
+	g.relKeys = [2]string{full, queue}
+	return g
+}
+
+// derivedKeys returns keys.Fence(full) and queueKey(full), built in one
+// allocation.
+func derivedKeys(full string) (fence, queue string) {
+	const fp, qp = "dlock:fence:", "dlock:waiters:"
+	tagged := keys.HasHashTag(full)
+	var b strings.Builder
+	b.Grow(len(fp) + len(qp) + 2*len(full) + 4)
+	for _, p := range [2]string{fp, qp} {
+		b.WriteString(p)
+		if tagged {
+			b.WriteString(full)
+		} else {
+			b.WriteByte('{')
+			b.WriteString(full)
+			b.WriteByte('}')
+		}
+	}
+	s := b.String()
+	n := len(fp) + (len(s)-len(fp)-len(qp))/2 // fp + the tagged key
+	return s[:n], s[n:]
 }
 
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
@@ -161,16 +191,16 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	return dlock.ValidUntil(start, ttl, g.l.driftFactor), nil
 }
 
-func (g *grant) Release(ctx context.Context) error { return g.l.release(ctx, g.key, g.token) }
+func (g *grant) Release(ctx context.Context) error { return g.l.release(ctx, g) }
 
-func (l *Locker) release(ctx context.Context, key, token string) error {
+func (l *Locker) release(ctx context.Context, g *grant) error {
 	var n int64
 	var err error
 	if del, _ := l.features(ctx); del {
-		n, err = l.releaseNative(ctx, key, token)
+		n, err = l.releaseNative(ctx, g)
 	} else {
-		// With the waiter queue, the script also wakes its head (notify.go).
-		n, err = scripts.Release.Run(ctx, l.client, []string{key, queueKey(key)}, token).Int64()
+		// Given the waiter queue, the script also wakes its head (notify.go).
+		n, err = scripts.Release.Run(ctx, l.client, g.relKeys[:], g.tokenArg).Int64()
 	}
 	if err != nil {
 		return l.opErr(ctx, err)
@@ -203,13 +233,13 @@ func (l *Locker) extend(ctx context.Context, key, token string, ttl time.Duratio
 	return nil
 }
 
-// cleanup deletes key if it holds token, in the background and within a
-// short bound: the caller has already given up on the attempt.
-func (l *Locker) cleanup(ctx context.Context, key, token string, ttl time.Duration) {
+// cleanup deletes g's key if it holds g's token, in the background and
+// within a short bound: the caller has already given up on the attempt.
+func (l *Locker) cleanup(ctx context.Context, g *grant, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
 	go func() {
 		defer cancel()
-		_ = l.release(ctx, key, token)
+		_ = l.release(ctx, g)
 	}()
 }
 
