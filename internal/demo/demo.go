@@ -2,12 +2,13 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock"
 )
 
 // Options configures Run. The zero value starts temporary servers.
@@ -49,9 +50,9 @@ var scenarios = func() []scenario {
 // stops, removes the servers it started and returns an error matching
 // ctx's error. Concurrent calls share nothing: each starts its own servers
 // and uses its own key prefix.
-func Run(ctx context.Context, w io.Writer, opts Options) (err error) {
+func Run(ctx context.Context, w io.Writer, opts Options) error {
 	if ctx == nil {
-		return errors.New("demo: nil context")
+		return dlock.Invalidf("demo: nil context")
 	}
 	if w == nil {
 		w = io.Discard
@@ -100,6 +101,10 @@ func Run(ctx context.Context, w io.Writer, opts Options) (err error) {
 			failed = append(failed, fmt.Sprintf("%d (%s): %s", i+1, sc.title, strings.Join(s.failures, "; ")))
 		}
 		verdicts = append(verdicts, verdict{sc.short, sc.summary, len(s.failures) > 0})
+		if p.err != nil {
+			// Nobody reads the narration any more (a closed pipe).
+			return fmt.Errorf("demo: writing the output: %w", p.err)
+		}
 	}
 
 	p.printf("\nSummary\n")
@@ -115,11 +120,20 @@ func Run(ctx context.Context, w io.Writer, opts Options) (err error) {
 		return fmt.Errorf("demo: %d of %d scenarios failed: %s", len(failed), len(verdicts), strings.Join(failed, " | "))
 	}
 	p.printf("All %d scenarios behaved as described.\n", len(verdicts))
-	return p.err
+	if p.err != nil {
+		return fmt.Errorf("demo: writing the output: %w", p.err)
+	}
+	return nil
 }
 
+// interrupted is Run's error when ctx ended: it matches ctx.Err() and, when
+// the context was cancelled with a cause, the cause too.
 func interrupted(ctx context.Context) error {
-	return fmt.Errorf("demo interrupted: %w", context.Cause(ctx))
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("demo interrupted: %w (%w)", err, cause)
+	}
+	return fmt.Errorf("demo interrupted: %w", err)
 }
 
 // header says what runs where: which servers, which Redis version, which

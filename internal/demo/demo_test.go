@@ -272,8 +272,28 @@ func TestRunReportsFailures(t *testing.T) {
 	mustMatch(t, out, `B acquires while A holds it:\s+false \(ErrNotAcquired\)`)
 }
 
+// failingWriter fails like a closed pipe (`dlock demo | head`).
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, syscall.EPIPE }
+
+// When nobody reads the output any more, Run stops after the scenario in
+// progress instead of running the rest for nobody.
+func TestRunStopsOnWriteError(t *testing.T) {
+	start := time.Now()
+	err := Run(context.Background(), failingWriter{}, Options{})
+	if !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("got %v, want EPIPE", err)
+	}
+	t.Logf("returned after %v", time.Since(start))
+}
+
 func TestRunBadInput(t *testing.T) {
 	ctx := context.Background()
+	var nilCtx context.Context // the bad input under test
+	if err := Run(nilCtx, io.Discard, Options{}); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil context: got %v, want ErrInvalid", err)
+	}
 	err := Run(ctx, io.Discard, Options{RedisURLs: []string{"http://user:hunter2@example.com"}})
 	if !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("bad URL: got %v, want ErrInvalid", err)

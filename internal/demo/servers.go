@@ -143,13 +143,13 @@ func connectUser(ctx context.Context, o *redis.Options) (*node, error) {
 		n.direct.Close()
 		return nil, fmt.Errorf("demo: %w: redis server %s: %w", dlock.ErrUnavailable, n.addr, err)
 	}
-	r, err := newRelay(o.Addr, o.Dialer)
+	r, err := newRelay(o.Network, o.Addr, o.Dialer)
 	if err != nil {
 		n.direct.Close()
 		return nil, fmt.Errorf("demo: relay to %s: %w", n.addr, err)
 	}
 	ro := *o
-	ro.Addr = r.addr
+	ro.Network, ro.Addr = "tcp", r.addr
 	ro.Dialer = nil
 	// TLS must still verify the real server's name, not the relay's.
 	if ro.TLSConfig != nil && ro.TLSConfig.ServerName == "" {
@@ -259,10 +259,11 @@ func deleteKeys(ctx context.Context, c *redis.Client, pattern string) {
 
 // relay forwards TCP connections to a server until cut.
 type relay struct {
-	addr   string
-	target string
-	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
-	ln     net.Listener
+	addr    string
+	network string
+	target  string
+	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	ln      net.Listener
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -270,7 +271,10 @@ type relay struct {
 	wg     sync.WaitGroup
 }
 
-func newRelay(target string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*relay, error) {
+func newRelay(network, target string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*relay, error) {
+	if network == "" {
+		network = "tcp"
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -279,7 +283,7 @@ func newRelay(target string, dial func(ctx context.Context, network, addr string
 		d := &net.Dialer{Timeout: time.Second}
 		dial = d.DialContext
 	}
-	r := &relay{addr: ln.Addr().String(), target: target, dial: dial, ln: ln, conns: map[net.Conn]struct{}{}}
+	r := &relay{addr: ln.Addr().String(), network: network, target: target, dial: dial, ln: ln, conns: map[net.Conn]struct{}{}}
 	r.wg.Add(1)
 	go r.accept()
 	return r, nil
@@ -301,7 +305,7 @@ func (r *relay) accept() {
 			defer r.wg.Done()
 			defer r.untrack(c)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			up, err := r.dial(ctx, "tcp", r.target)
+			up, err := r.dial(ctx, r.network, r.target)
 			cancel()
 			if err != nil {
 				return
