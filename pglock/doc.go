@@ -30,11 +30,13 @@
 // gets that connection until the lock is released. PostgreSQL holds the
 // lock for exactly as long as that session lives. So:
 //
-//   - No lease. The server never expires the lock. A holder that is paused
-//     (GC, SIGSTOP, a suspended VM) keeps it, however long the pause; nobody
-//     else gets it meanwhile, so there is no double grant, but there is no
-//     progress either. Server-side idle_session_timeout turns this into a
-//     lease if you want one.
+//   - No lease, by default. The server never expires the lock. A holder
+//     that is paused (GC, SIGSTOP, a suspended VM) keeps it, however long
+//     the pause; nobody else gets it meanwhile, so there is no double
+//     grant, but there is no progress either. WithSessionLease makes it a
+//     lease: the server ends a lock session that has been idle for ttl +
+//     margin (idle_session_timeout), which frees the lock, and the holder's
+//     own validity always ends first.
 //   - A session that ends releases the lock at once: pg_terminate_backend,
 //     a server restart, idle_session_timeout, a failover. The holder learns
 //     only when it next talks on that connection. Do does that
@@ -43,9 +45,12 @@
 //   - A silent network partition keeps the lock held on the server until
 //     the server notices the dead connection (tcp_keepalives_idle +
 //     tcp_keepalives_interval × tcp_keepalives_count, or tcp_user_timeout;
-//     the defaults take hours). Set them well below anything you rely on,
-//     and keep the ttl below them, so that the holder's handle expires
-//     before the server frees the lock for someone else.
+//     the defaults take hours; behind a proxy that keeps its own side of
+//     the connection open, never). The holder's handle expires within its
+//     ttl either way, since its health check cannot complete. With
+//     WithSessionLease the server frees the lock after ttl + margin; without
+//     it, keep the ttl below the server's keepalive detection, so that the
+//     holder is told before anyone else can get the lock.
 //   - The lock does not make writes on other connections atomic with it:
 //     a holder whose session was killed can still write through another
 //     connection before it notices. Fence those writes (package
@@ -70,7 +75,9 @@
 // from then. Do calls it when WithExtendThreshold of the validity is left
 // (half the ttl by default), so a killed session is noticed within about
 // ttl/2, and within ttl at most. The ttl is therefore the knob for how
-// quickly a lost lock is noticed; there is no other health interval.
+// quickly a lost lock is noticed; there is no other health interval. With
+// WithSessionLease it is also, plus the margin, how long the server lets a
+// silent holder keep the lock.
 //
 // # Keys
 //

@@ -1,0 +1,113 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/pglock"
+)
+
+// proxiedLocker returns a Locker whose connections go through a proxy that
+// can cut the network silently.
+func proxiedLocker(t *testing.T, opts ...pglock.Option) (*pglock.Locker, *testsrv.Proxy) {
+	t.Helper()
+	proxy := testsrv.StartProxy(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(shared.Port)))
+	cfg := shared.PoolConfig(2)
+	host, port, _ := net.SplitHostPort(proxy.Addr)
+	p, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l, err := pglock.New(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, proxy
+}
+
+// F18: the holder's network goes silent while Do runs. The holder is told
+// (ErrLockLost) within its ttl, because its health check cannot complete.
+// Without a lease the server keeps the session, so nobody else gets the lock
+// while the partition lasts (no double grant, no progress); once the link
+// comes back the dead session is dropped and the lock is free. With a lease
+// (WithSessionLease) the server frees it after ttl + margin, and always
+// after the holder was told: the ordering that makes the handoff safe.
+func TestSilentPartition(t *testing.T) {
+	const ttl, margin = 500 * time.Millisecond, 500 * time.Millisecond
+	for _, lease := range []bool{false, true} {
+		name := "server-keeps-lock"
+		if lease {
+			name = "lease"
+		}
+		t.Run(name, func(t *testing.T) {
+			var opts []pglock.Option
+			if lease {
+				opts = append(opts, pglock.WithSessionLease(margin))
+			}
+			a, proxy := proxiedLocker(t, opts...)
+			b := newLocker(t, 2)
+			key := uniqueKey(t)
+			var cut, lostAt, grantedAt time.Time
+			err := a.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+				proxy.Blackhole(t)
+				cut = time.Now()
+				// B polls from the moment of the cut.
+				deadline := cut.Add(2 * time.Second)
+				for time.Now().Before(deadline) {
+					if lb, err := b.TryAcquire(testCtx(t), key, time.Second); err == nil {
+						grantedAt = time.Now()
+						lb.Release(context.Background())
+						break
+					} else if !errors.Is(err, dlock.ErrNotAcquired) {
+						t.Errorf("B: %v", err)
+						break
+					}
+					if lostAt.IsZero() && ctx.Err() != nil {
+						lostAt = time.Now()
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				<-ctx.Done()
+				if lostAt.IsZero() {
+					lostAt = time.Now()
+				}
+				return nil
+			})
+			wantIs(t, err, dlock.ErrLockLost)
+			if d := lostAt.Sub(cut); d > ttl+300*time.Millisecond {
+				t.Fatalf("holder told %v after the cut; want within its ttl %v (+ slack)", d, ttl)
+			}
+			if !lease {
+				if !grantedAt.IsZero() {
+					t.Fatalf("B got the lock %v after the cut while the server still had A's session", grantedAt.Sub(cut))
+				}
+				proxy.Heal()
+				lb, err := dlock.Acquire(testCtx(t), b, key, time.Second, dlock.WithRetryDelay(20*time.Millisecond))
+				if err != nil {
+					t.Fatalf("B after the link came back: %v", err)
+				}
+				lb.Release(testCtx(t))
+				return
+			}
+			if grantedAt.IsZero() {
+				t.Fatal("with a lease, the server never freed the partitioned holder's lock")
+			}
+			if !grantedAt.After(lostAt) {
+				t.Fatalf("B got the lock %v before A was told it lost it", lostAt.Sub(grantedAt))
+			}
+			t.Logf("A told after %v, B granted after %v", lostAt.Sub(cut), grantedAt.Sub(cut))
+		})
+	}
+}
