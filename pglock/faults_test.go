@@ -111,3 +111,46 @@ func TestSilentPartition(t *testing.T) {
 		})
 	}
 }
+
+// G11 negative controls: the two mistakes a PostgreSQL lock library can make
+// with a pool, done by hand, and caught by the checks this package's tests
+// rely on. A session lock is reentrant, so a second "holder" on the same
+// connection is let in; and an unlock sent on another pooled connection
+// unlocks nothing, leaving the lock held in pg_locks.
+func TestNaiveMistakesAreCaught(t *testing.T) {
+	ctx := testCtx(t)
+	pool := shared.Pool(t, 2)
+	k, _ := pglock.HashKey(uniqueKey(t)).Int64()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var first, second bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&second); err != nil {
+		t.Fatal(err)
+	}
+	if !first || !second {
+		t.Fatalf("same session locked twice: %v, %v; the reentrancy trap did not show", first, second)
+	}
+
+	var unlocked bool
+	if err := pool.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", k).Scan(&unlocked); err != nil {
+		t.Fatal(err)
+	}
+	if unlocked {
+		t.Fatal("an unlock on another pooled connection released the lock")
+	}
+	if locks, err := shared.AdvisoryLocks(ctx); err != nil || len(locks) != 1 {
+		t.Fatalf("pg_locks after the misplaced unlock: %+v (%v); want the lock still there", locks, err)
+	}
+	// Clean up on the right session: two unlocks for two locks.
+	for range 2 {
+		if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", k).Scan(&unlocked); err != nil || !unlocked {
+			t.Fatalf("unlock on the holding session: %v, %v", unlocked, err)
+		}
+	}
+}
