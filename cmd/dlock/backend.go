@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -23,6 +24,9 @@ type backendFlags struct {
 	redis    []string
 	postgres string
 	ttl      time.Duration // the command's --ttl, if it has one (sizes Redlock's node timeout)
+	// createTable lets `run` create PostgreSQL's fence table when it is
+	// missing; without it dlock never changes a database's schema.
+	createTable bool
 }
 
 func addBackendFlags(cmd *cobra.Command, f *backendFlags) {
@@ -106,7 +110,7 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFla
 		case useInspect:
 			return nil, usagef("inspect needs Redis: for PostgreSQL, SELECT * FROM pg_locks WHERE locktype = 'advisory'")
 		}
-		return a.openPostgres(ctx, dsn)
+		return a.openPostgres(ctx, dsn, f.createTable)
 	}
 	return a.openRedis(urls, f.ttl)
 }
@@ -222,6 +226,8 @@ func acquireError(err error, rec *recorder, key string, wait time.Duration) erro
 	switch {
 	case errors.Is(err, dlock.ErrInvalid):
 		return &usageError{err: err}
+	case errors.Is(err, pglock.ErrNotMigrated):
+		return exitf(exitUnavailable, "the database has no dlock_fences table: run once with --create-fence-table, or create it with the SQL of pglock.MigrateSQL")
 	case errors.Is(err, dlock.ErrUnavailable):
 		return unreachable(err)
 	case errors.Is(err, dlock.ErrNotAcquired) && rec.busy():

@@ -46,7 +46,7 @@ func (a *app) openRedlock(b *backend, ttl time.Duration) (*backend, error) {
 
 // openPostgres builds a PostgreSQL advisory-lock backend. It connects
 // lazily, like the Redis ones.
-func (a *app) openPostgres(ctx context.Context, dsn string) (*backend, error) {
+func (a *app) openPostgres(ctx context.Context, dsn string, createTable bool) (*backend, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, usagef("PostgreSQL DSN: %v", err)
@@ -68,23 +68,28 @@ func (a *app) openPostgres(ctx context.Context, dsn string) (*backend, error) {
 	node := net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
 	return &backend{
 		kind:    "postgres",
-		locker:  &autoMigrate{Locker: l, pool: pool},
+		locker:  &fenceTable{Locker: l, pool: pool, create: createTable},
 		nodes:   []string{node},
 		closers: []func(){func() { l.Close() }, pool.Close},
 	}, nil
 }
 
-// autoMigrate creates pglock's fence table the first time an acquisition
-// finds it missing, so `dlock run --postgres` works on a fresh database
-// without needing CREATE rights on one that already has it.
-type autoMigrate struct {
+// fenceTable handles pglock's fence table being missing: with
+// --create-fence-table it creates the table (once, only when missing, so
+// CREATE rights are needed only on a fresh database); without it dlock
+// changes no schema and says how to proceed.
+type fenceTable struct {
 	*pglock.Locker
-	pool *pgxpool.Pool
+	pool   *pgxpool.Pool
+	create bool
 }
 
-func (m *autoMigrate) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+func (m *fenceTable) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	lock, err := m.Locker.TryAcquire(ctx, key, ttl)
 	if errors.Is(err, pglock.ErrNotMigrated) {
+		if !m.create {
+			return nil, err // acquireError says how to proceed
+		}
 		if merr := pglock.Migrate(ctx, m.pool); merr != nil {
 			return nil, fmt.Errorf("%w (creating it: %w)", err, merr)
 		}

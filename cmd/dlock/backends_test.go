@@ -96,16 +96,20 @@ func containsNode(rows []lockRow, node string) bool {
 	return false
 }
 
-// TestPostgres: --postgres runs under an advisory lock (creating the fence
-// table on first use), with growing fences; a busy lock exits 75; a killed
+// TestPostgres: --postgres refuses to change the schema unless asked
+// (--create-fence-table creates the fence table), runs under an advisory
+// lock with growing fences; a busy lock exits 75; a killed
 // session is a lost lock: the command is terminated and dlock exits 76.
 func TestPostgres(t *testing.T) {
 	t.Parallel()
 	pg := testsrv.StartPostgres(t)
 	env := binEnv("DLOCK_POSTGRES=" + pg.DSN())
+	if r := runBin(t, env, runArgs(nil, "pg:fence", "env")...); r.code != exitUnavailable || !strings.Contains(r.stderr, "--create-fence-table") {
+		t.Fatalf("run on a database without the fence table: exit %d, want %d naming --create-fence-table; stderr: %s", r.code, exitUnavailable, r.stderr)
+	}
 	var last uint64
 	for i := range 2 {
-		r := runBin(t, env, runArgs(nil, "pg:fence", "env")...)
+		r := runBin(t, env, runArgs([]string{"--create-fence-table"}, "pg:fence", "env")...)
 		if r.code != 0 {
 			t.Fatalf("run %d: exit %d; stderr: %s", i, r.code, r.stderr)
 		}
