@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -140,7 +141,7 @@ type notifier struct {
 
 	mu         sync.Mutex
 	ps         *redis.PubSub // nil while there is no connection
-	subscribed bool          // the subscription is confirmed and unbroken
+	subscribed atomic.Bool   // the subscription is confirmed and unbroken; set under mu
 	byKey      map[string]*interest
 	free       []*interest // recycled, so an uncontended Acquire allocates less
 	idleSince  time.Time
@@ -269,20 +270,21 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration) (int6
 	if n == nil {
 		return scripts.Acquire.Run(ctx, l.client, g.acqKeys[:2], g.tokenArg, l.ttlArg(ttl)).Int64()
 	}
+	if !n.subscribed.Load() {
+		// Nobody can be queued yet: the plain script, without taking
+		// n.mu on the uncontended path.
+		fence, err := scripts.Acquire.Run(ctx, l.client, g.acqKeys[:2], g.tokenArg, l.ttlArg(ttl)).Int64()
+		if err == nil && fence <= 0 {
+			n.listen(g.key)
+		}
+		return fence, err
+	}
 	full := g.key
 	n.mu.Lock()
 	in := n.byKey[full]
 	if in == nil || len(in.waiters) == 0 || n.closed {
 		n.mu.Unlock()
 		return scripts.Acquire.Run(ctx, l.client, g.acqKeys[:2], g.tokenArg, l.ttlArg(ttl)).Int64()
-	}
-	if !n.subscribed {
-		n.mu.Unlock()
-		fence, err := scripts.Acquire.Run(ctx, l.client, g.acqKeys[:2], g.tokenArg, l.ttlArg(ttl)).Int64()
-		if err == nil && fence <= 0 {
-			n.listen()
-		}
-		return fence, err
 	}
 	place, keep := in.place, "0"
 	if len(in.waiters) > 1 {
@@ -305,12 +307,13 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration) (int6
 	return res[0], nil
 }
 
-// listen opens the shared subscription unless it is open or opening. The
-// receive loop subscribes, so no call here waits on the network.
-func (n *notifier) listen() {
+// listen opens the shared subscription, unless it is open or opening, when
+// a local Acquire waits for full. The receive loop subscribes, so no call
+// here waits on the network.
+func (n *notifier) listen(full string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ps != nil || n.closed || len(n.byKey) == 0 {
+	if in := n.byKey[full]; n.ps != nil || n.closed || in == nil || len(in.waiters) == 0 {
 		return
 	}
 	ps := n.client.Subscribe(context.Background()) // no channel yet: no I/O
@@ -375,8 +378,8 @@ func (n *notifier) run(ps *redis.PubSub) {
 func (n *notifier) setSubscribed(ok bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.subscribed = ok && !n.closed
-	if n.subscribed {
+	n.subscribed.Store(ok && !n.closed)
+	if n.subscribed.Load() {
 		for _, in := range n.byKey {
 			for _, w := range in.waiters {
 				signal(w)
@@ -404,7 +407,8 @@ func (n *notifier) idle(ps *redis.PubSub) bool {
 	if n.ps != ps || len(n.byKey) > 0 || time.Since(n.idleSince) < idleClose {
 		return n.ps != ps
 	}
-	n.ps, n.subscribed = nil, false
+	n.ps = nil
+	n.subscribed.Store(false)
 	return true
 }
 
@@ -413,7 +417,8 @@ func (n *notifier) drop(ps *redis.PubSub) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ps == ps {
-		n.ps, n.subscribed = nil, false
+		n.ps = nil
+		n.subscribed.Store(false)
 	}
 }
 
@@ -440,7 +445,8 @@ func (n *notifier) close() {
 		n.wg.Wait()
 		return
 	}
-	n.closed, n.subscribed = true, false
+	n.closed = true
+	n.subscribed.Store(false)
 	close(n.done)
 	ps := n.ps
 	n.ps = nil

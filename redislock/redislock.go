@@ -32,8 +32,9 @@ type Locker struct {
 
 	probeMu   sync.Mutex
 	probed    bool
-	nativeDel bool // DELEX key IFEQ token
-	nativeSet bool // SET key token PX ttl IFEQ token
+	probedOK  atomic.Bool // probed, readable without probeMu on the hot path
+	nativeDel bool        // DELEX key IFEQ token
+	nativeSet bool        // SET key token PX ttl IFEQ token
 }
 
 var _ dlock.Locker = (*Locker)(nil)
@@ -251,6 +252,9 @@ func (l *Locker) features(ctx context.Context) (del, set bool) {
 	case NativeNever:
 		return false, false
 	}
+	if l.probedOK.Load() {
+		return l.nativeDel, l.nativeSet // written before probedOK was set
+	}
 	l.probeMu.Lock()
 	defer l.probeMu.Unlock()
 	if l.probed {
@@ -265,6 +269,7 @@ func (l *Locker) features(ctx context.Context) (del, set bool) {
 	l.probed = true
 	l.nativeDel = delErr == nil || delErr == redis.Nil
 	l.nativeSet = setErr == nil || setErr == redis.Nil
+	l.probedOK.Store(true)
 	l.warnEviction(ctx)
 	return l.nativeDel, l.nativeSet
 }
