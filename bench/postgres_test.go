@@ -79,6 +79,37 @@ func BenchmarkE(b *testing.B) {
 			return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key).Scan(&ok)
 		})
 	})
+	b.Run("raw-fenced", func(b *testing.B) {
+		// The statement pglock sends (the lock and the fence counter's
+		// upsert in one round trip), written by hand: the protocol's cost
+		// without the library.
+		pool := newPool(b)
+		if err := pglock.Migrate(context.Background(), pool); err != nil {
+			b.Fatal(err)
+		}
+		const key = int64(0x5eee)
+		name := freshKey("E")
+		sql := `WITH l AS (SELECT pg_try_advisory_lock($1) AS ok),
+f AS (INSERT INTO ` + pglock.FenceTable + ` AS t (key, fence) SELECT $2::text, 1 FROM l WHERE l.ok
+      ON CONFLICT (key) DO UPDATE SET fence = t.fence + 1 RETURNING t.fence)
+SELECT l.ok, COALESCE((SELECT fence FROM f), 0) FROM l`
+		measure(b, func(ctx context.Context) error {
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			var ok bool
+			var fence int64
+			if err := conn.QueryRow(ctx, sql, key, name).Scan(&ok, &fence); err != nil {
+				return err
+			}
+			if !ok {
+				return errBusy
+			}
+			return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key).Scan(&ok)
+		})
+	})
 	for _, notify := range []bool{true, false} {
 		name := "dlock"
 		if !notify {

@@ -14,6 +14,8 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
 
+	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/scripts"
 	dlockredis "github.com/dlock-go/dlock/redislock"
 )
 
@@ -39,6 +41,48 @@ var singles = []single{
 					return err
 				}
 				if !ok {
+					return errBusy
+				}
+				return rawRelease.Run(ctx, c, []string{key}, tok).Err()
+			}
+		}
+	}},
+	{"raw-lua", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
+		// dlock's acquire script (SET NX PX and the fence INCR, atomically)
+		// called straight through go-redis: the protocol dlock speaks,
+		// without the library around it.
+		return func(key string) cycleFunc {
+			ks := []string{key, keys.Fence(key)}
+			return func(ctx context.Context) error {
+				tok := token()
+				fence, err := scripts.Acquire.Run(ctx, c, ks, tok, ttl.Milliseconds()).Int64()
+				if err != nil {
+					return err
+				}
+				if fence <= 0 {
+					return errBusy
+				}
+				return rawRelease.Run(ctx, c, ks[:1], tok).Err()
+			}
+		}
+	}},
+	{"raw-multi", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
+		// A fence without Lua: MULTI, SET NX PX, INCR, EXEC in one round
+		// trip. The counter then grows on failed attempts too, which keeps
+		// fences increasing but gives up the script's other checks.
+		return func(key string) cycleFunc {
+			fk := keys.Fence(key)
+			return func(ctx context.Context) error {
+				tok := token()
+				var set *redis.BoolCmd
+				if _, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					set = p.SetNX(ctx, key, tok, ttl)
+					p.Incr(ctx, fk)
+					return nil
+				}); err != nil {
+					return err
+				}
+				if !set.Val() {
 					return errBusy
 				}
 				return rawRelease.Run(ctx, c, []string{key}, tok).Err()
