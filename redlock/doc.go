@@ -164,7 +164,7 @@
 // noeviction); (b) the nodes never all lose their data at once: the cluster
 // then looks new and fences start over — the guards at the resources reject
 // the lower fences, and an operator must raise the counters above the highest
-// fence the resources have seen; (c) the decision that a cluster is new is
+// fence the resources have seen (Reseed); (c) the decision that a cluster is new is
 // taken from one round of replies, and a node that restarts empty within that
 // very round while another client issues a fence is not covered; (d) a node
 // does not crash, restart and get written back while an acquisition that it
@@ -178,7 +178,10 @@
 // untrusted on it; if more than a minority of nodes rejoined, such a key gets
 // ErrFenceUnavailable until Rejoin has copied every counter from a trusted
 // majority to the rejoined nodes and marked them trusted. Run Rejoin after
-// restarting nodes without persistence (after the delayed-restart wait). The
+// restarting nodes without persistence (after the delayed-restart wait).
+// When more than a minority lost their data at once, Rejoin refuses (a fence
+// may be lost with them) and Reseed(floor) is the way out: every counter
+// starts at a floor the operator knows to be above every fence issued. The
 // alternative is to never lose an acknowledged write: appendonly yes with
 // appendfsync always on every node; a restart is still detected (the run_id
 // changes) and costs one write-back per key, but counters are not lost.

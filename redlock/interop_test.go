@@ -54,7 +54,7 @@ func TestInteropNodeRedlock(t *testing.T) {
 	for _, r := range shared {
 		addrs = append(addrs, r.Addr)
 	}
-	const jsProcs, goWorkers, rounds = 2, 2, 20
+	const jsProcs, goWorkers, rounds = 2, 2, 15
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -73,9 +73,9 @@ func TestInteropNodeRedlock(t *testing.T) {
 		l := newLocker(t, shared)
 		wg.Go(func() {
 			for n := 0; n < rounds; {
-				err := l.Do(ctx, key, 2*time.Second, func(ctx context.Context) error {
+				err := l.Do(ctx, key, 500*time.Millisecond, func(ctx context.Context) error {
 					return criticalSection(dir, fmt.Sprintf("dlock%d", i), dlock.LockFromContext(ctx).Fence())
-				}, dlock.WithRetryDelay(10*time.Millisecond), dlock.WithRetryJitter(10*time.Millisecond))
+				}, dlock.WithRetryDelay(20*time.Millisecond), dlock.WithRetryJitter(20*time.Millisecond))
 				switch {
 				case err == nil:
 					n++

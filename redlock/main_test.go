@@ -26,6 +26,8 @@ func TestMain(m *testing.M) {
 	if helperMain() {
 		return
 	}
+	// go-redis logs every refused dial; the tests kill nodes on purpose.
+	redis.SetLogger(quietRedisLogger{})
 	dir, err := os.MkdirTemp("", "redlock-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -106,6 +108,10 @@ func newLocker(t *testing.T, rs []*testsrv.Redis, opts ...redlock.Option) *redlo
 	}
 	return l
 }
+
+type quietRedisLogger struct{}
+
+func (quietRedisLogger) Printf(context.Context, string, ...any) {}
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 

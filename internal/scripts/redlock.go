@@ -17,6 +17,8 @@ var (
 	redlockExtendSrc string
 	//go:embed redlock_release.lua
 	redlockReleaseSrc string
+	//go:embed redlock_rejoin.lua
+	redlockRejoinSrc string
 )
 
 // Redlock scripts: one per node and operation, each handling one or several
@@ -38,4 +40,7 @@ var (
 	RedlockExtend = redis.NewScript(redlockExtendSrc)
 	// RedlockRelease: KEYS lock keys; ARGV token. Returns the keys deleted.
 	RedlockRelease = redis.NewScript(redlockReleaseSrc)
+	// RedlockRejoin: KEYS marker, counter keys; ARGV epoch, "seed" and
+	// values, or "promote" and floor. Returns 1, or 0 if the node changed.
+	RedlockRejoin = redis.NewScript(redlockRejoinSrc)
 )

@@ -14,9 +14,9 @@ local m = (#KEYS - 1) / 2
 local run = string.match(redis.call('info', 'server'), 'run_id:(%w+)') or ''
 local rule = ARGV[3] == '1'
 
-local epoch, trust, mstate = '', '', 'off'
+local epoch, trust, mstate, floor = '', '', 'off', '0'
 if rule then
-  local mk = redis.call('hmget', KEYS[1], 'epoch', 'run', 'trust')
+  local mk = redis.call('hmget', KEYS[1], 'epoch', 'run', 'trust', 'floor')
   if not mk[1] then
     mstate = 'none'
   elseif mk[2] ~= run then
@@ -26,6 +26,7 @@ if rule then
     epoch, trust, mstate = ARGV[4], 'own', 'reset'
   else
     epoch, trust, mstate = mk[1], mk[3], 'ok'
+    floor = mk[4] or '0'
   end
 end
 
@@ -63,7 +64,14 @@ for i = 1, m do
   if not rule or (mstate == 'ok' and (trust == 'all' or c[2] == epoch)) then
     flag = 1
   end
+  local raise = flag == 1 and trust == 'all' and n < tonumber(floor)
+  if raise then
+    n = tonumber(floor) -- reseeded node: every counter starts at the floor
+  end
   if flag == 1 and fresh[i] then
+    if raise then
+      redis.call('hset', ck, 'n', floor)
+    end
     n = redis.call('hincrby', ck, 'n', 1)
     if rule and not c[2] then
       redis.call('hset', ck, 'e', epoch)

@@ -29,14 +29,16 @@ async function main() {
   const redlock = new Redlock(clients, {
     driftFactor: 0.01,
     retryCount: -1,
-    retryDelay: 10,
-    retryJitter: 10,
+    retryDelay: 20,
+    retryJitter: 20,
   });
   const counter = path.join(dir, "counter");
   const log = path.join(dir, "log");
   try {
     for (let i = 0; i < Number(rounds); ) {
-      const lock = await redlock.acquire([resource], 2000);
+      // A short TTL: node-redlock keeps the partial keys of a split vote
+      // until they expire, and cannot win those nodes back before then.
+      const lock = await redlock.acquire([resource], 500);
       if (lock.expiration <= Date.now()) {
         // node-redlock can return a lock whose validity is already spent.
         await lock.release().catch(() => {});
