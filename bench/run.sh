@@ -112,15 +112,14 @@ cat <<EOF
 
 Reproduce with \`bash bench/run.sh\` (from the repository root). Figures are
 ratios within one run on a shared machine; absolute numbers drift between
-runs, ratios much less. Medians of $count alternating passes for A, B, D
-and E; one
-${BENCH_WINDOW} window per implementation for C1 and C2.
+runs, ratios much less. Medians of $count alternating passes for A, B, D and E;
+one ${BENCH_WINDOW} window per implementation for C1 and C2.
 
 - date: $(date -u +%Y-%m-%dT%H:%MZ)
 - CPU: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)
 - $(go version | cut -d' ' -f3-4), $(redis-server --version | awk '{print $1, $2, $3}')
 - server ceiling: redis-benchmark -c 1 -t set = ${ceiling:-?} requests/s, i.e. $(awk -v r="${ceiling:-0}" 'BEGIN {printf "%.0f", r/2}') two-request cycles/s
-- peers: $(grep -E 'redsync/v4 |bsm/redislock |redis/rueidis ' go.mod | awk '{printf "%s %s; ", $1, $2}')
+- peers: $(grep -E 'redsync/v4 |bsm/redislock |redis/rueidis ' go.mod | awk '{printf "%s%s %s", sep, $1, $2; sep="; "}')
 
 EOF
 go run ./cmd/benchtable <"$out"
