@@ -143,7 +143,9 @@
 //     a new epoch with trust "own" (TestFenceSnapshotRestore).
 //   - every node answered and none has a marker: a new cluster. All get
 //     trust "all": a missing counter is trusted as 0, since no fence was ever
-//     issued. Nodes that did not answer then get their marker later, as "own".
+//     issued. A cluster first used while a node was down cannot tell that it
+//     is new: its nodes get trust "own" and no fence is issued until Rejoin
+//     (with every node up) or Reseed has run.
 //
 // The fence is computed only from at least N/2+1 nodes with trusted counters
 // for the key (from the whole acquisition round, not only the granting

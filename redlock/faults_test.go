@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -210,4 +211,56 @@ func TestNodeRestartDuringHold(t *testing.T) {
 			}
 		})
 	}
+}
+
+// F21: a context cancelled at any moment of an acquisition leaves no key on
+// any node (the attempt is undone, or the lock it returned is released).
+func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	l := newLocker(t, shared)
+	key := locktest.Key(t)
+	got := 0
+	for i := range 200 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%40)*100*time.Microsecond)
+		lock, err := l.TryAcquire(ctx, key, 10*time.Second)
+		cancel()
+		if err == nil {
+			got++
+			if err := lock.Release(testCtx(t)); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+		} else if !errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("cancelled acquisition: %v", err)
+		}
+		if ks := keysOn(t, shared, key); len(ks) != 0 {
+			t.Fatalf("attempt %d (%v) left keys: %v", i, err, ks)
+		}
+	}
+	t.Logf("%d of 200 attempts won before their context ended", got)
+}
+
+// A replica is not a node: it refuses the script's writes (READONLY), so
+// it counts as failed and the error says so. A cluster whose nodes never all
+// answered cannot tell a new cluster from amnesia and issues no fence until
+// an operator reseeds it.
+func TestReplicaCountsAsFailed(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 2)
+	replica := testsrv.StartRedis(t, testsrv.RedisArgs("--replicaof", "127.0.0.1", strconv.Itoa(rs[0].Port)))
+	l := newLocker(t, []*testsrv.Redis{rs[0], rs[1], replica})
+	key := locktest.Key(t)
+	_, err := l.TryAcquire(testCtx(t), key, 10*time.Second)
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) || qe.Nodes[2].Err == nil || !strings.Contains(qe.Nodes[2].Err.Error(), "READONLY") {
+		t.Fatalf("got %v, want a QuorumError with READONLY from the replica", err)
+	}
+	if !errors.Is(err, redlock.ErrFenceUnavailable) {
+		t.Fatalf("never bootstrapped: got %v, want ErrFenceUnavailable", err)
+	}
+	if n, err := l.Reseed(testCtx(t), 1); err != nil || n != 2 {
+		t.Fatalf("Reseed with 2 of 3 nodes answering: %d, %v", n, err)
+	}
+	lock := mustAcquire(t, l, key, 10*time.Second)
+	if lock.Fence() != 2 {
+		t.Fatalf("fence %d after Reseed(1), want 2", lock.Fence())
+	}
+	lock.Release(testCtx(t))
 }

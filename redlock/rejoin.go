@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -36,7 +37,7 @@ func (l *Locker) Rejoin(ctx context.Context) (int, error) {
 	if !l.amnesiaRule {
 		return 0, nil
 	}
-	markers, err := l.markers(ctx)
+	markers, err := l.markers(ctx, len(l.nodes))
 	if err != nil {
 		return 0, err
 	}
@@ -105,7 +106,9 @@ func (l *Locker) Rejoin(ctx context.Context) (int, error) {
 // fence your resources have seen, or a value safely above it such as the
 // current Unix time in microseconds — and be below 2^53. A floor that is too
 // low lets fences go back; the resources' guards then reject the lower ones.
-// Every node must answer. It returns how many nodes it reseeded.
+// A majority of nodes must answer; those that do not get their marker (and
+// untrusted counters) when they come back. It returns how many nodes it
+// reseeded.
 func (l *Locker) Reseed(ctx context.Context, floor uint64) (int, error) {
 	if ctx == nil {
 		return 0, dlock.Invalidf("nil context")
@@ -116,36 +119,55 @@ func (l *Locker) Reseed(ctx context.Context, floor uint64) (int, error) {
 	if !l.amnesiaRule {
 		return 0, dlock.Invalidf("reseed with the amnesia rule off: there are no markers to reseed")
 	}
-	markers, err := l.markers(ctx)
+	markers, err := l.markers(ctx, l.quorum)
 	if err != nil {
 		return 0, err
 	}
+	n := 0
 	for i, r := range markers {
-		if err := l.rejoinNode(ctx, i, r.epoch, []string{MarkerKey}, []any{r.epoch, "promote", strconv.FormatUint(floor, 10)}); err != nil {
-			return 0, err
+		if r.err != nil {
+			continue
 		}
+		if err := l.rejoinNode(ctx, i, r.epoch, []string{MarkerKey}, []any{r.epoch, "promote", strconv.FormatUint(floor, 10)}); err != nil {
+			return n, err
+		}
+		n++
 	}
-	return len(markers), nil
+	return n, nil
 }
 
 // markers reads every node's marker (giving marker-less nodes theirs first)
-// and fails unless every node answered.
-func (l *Locker) markers(ctx context.Context) ([]*nodeReply, error) {
-	for range 2 {
-		reads := l.readCounters(ctx, nil)
+// and fails unless at least need nodes answered with a marker. A node that
+// still has none afterwards (a replica refuses the write) counts as failed.
+func (l *Locker) markers(ctx context.Context, need int) ([]*nodeReply, error) {
+	var reads []*nodeReply
+	for try := range 2 {
+		reads = l.readCounters(ctx, nil)
 		missing := false
-		for i, r := range reads {
-			if r.err != nil {
-				return nil, fmt.Errorf("dlock: %w: every node must answer: node %s: %v", dlock.ErrUnavailable, l.nodes[i].name, r.err)
-			}
-			missing = missing || r.marker == "none"
+		for _, r := range reads {
+			missing = missing || (r.err == nil && r.marker == "none")
 		}
-		if !missing {
-			return reads, nil
+		if !missing || try == 1 {
+			break
 		}
 		l.placeMarkers(ctx, l.adminTimeout(), reads)
 	}
-	return nil, fmt.Errorf("dlock: %w: node markers keep disappearing", dlock.ErrUnavailable)
+	answered := 0
+	var failed error
+	for i, r := range reads {
+		if r.err == nil && r.marker == "none" {
+			r.err = errors.New("has no node marker and could not be given one (a replica?)")
+		}
+		if r.err != nil {
+			failed = fmt.Errorf("node %s: %v", l.nodes[i].name, r.err)
+			continue
+		}
+		answered++
+	}
+	if answered < need {
+		return nil, fmt.Errorf("dlock: %w: %d of %d nodes answered, need %d: %v", dlock.ErrUnavailable, answered, len(reads), need, failed)
+	}
+	return reads, nil
 }
 
 // readCounters reads the given counters and the marker of every node.
