@@ -311,7 +311,7 @@ func (l *Locker) fence(ctx context.Context, full, counters []string, ttl time.Du
 	// A granting node without a marker needs one before its counter can be
 	// written back (and trusted again).
 	if l.amnesiaRule {
-		l.placeMarkers(ctx, ttl, replies)
+		l.placeMarkers(ctx, ttl, replies, false)
 	}
 	reads := l.round(ctx, full, counters, "", ttl, "read")
 	for i, r := range reads {
@@ -353,24 +353,33 @@ func tallyFence(replies []*nodeReply) (fence int64, trusted int) {
 // "all" (a missing counter is 0) when every node answered and none had one —
 // a new cluster — and "own" (only counters written under the new epoch
 // count) when other nodes have markers, which means this one lost its data.
-func (l *Locker) placeMarkers(ctx context.Context, ttl time.Duration, replies []*nodeReply) {
-	missing, bootstrap := 0, true
+//
+// When some nodes did not answer and none of those that did has a marker,
+// it cannot tell a new cluster from one whose answering nodes all lost their
+// data, and places nothing (unless force: Reseed follows), so that the next
+// attempt with every node answering can still recognise a new cluster.
+func (l *Locker) placeMarkers(ctx context.Context, ttl time.Duration, replies []*nodeReply, force bool) {
+	missing, marked, silent := 0, 0, 0
 	for _, r := range replies {
 		switch {
 		case r.err != nil:
-			bootstrap = false
+			silent++
 		case r.marker == "none":
 			missing++
 		default:
-			bootstrap = false
+			marked++
 		}
 	}
-	if missing == 0 {
+	var trust string
+	switch {
+	case missing == 0:
 		return
-	}
-	trust := "own"
-	if bootstrap {
+	case marked == 0 && silent == 0:
 		trust = "all"
+	case marked > 0 || force:
+		trust = "own"
+	default:
+		return
 	}
 	fanOut(ctx, l, l.timeout(ttl), func(ctx context.Context, n *node) error {
 		r := replies[l.index(n)]

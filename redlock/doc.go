@@ -143,9 +143,9 @@
 //     a new epoch with trust "own" (TestFenceSnapshotRestore).
 //   - every node answered and none has a marker: a new cluster. All get
 //     trust "all": a missing counter is trusted as 0, since no fence was ever
-//     issued. A cluster first used while a node was down cannot tell that it
-//     is new: its nodes get trust "own" and no fence is issued until Rejoin
-//     (with every node up) or Reseed has run.
+//     issued. While some node does not answer and none of those that do has
+//     a marker, nothing is decided and no fence is issued: a new cluster
+//     needs every node to answer once (or Reseed).
 //
 // The fence is computed only from at least N/2+1 nodes with trusted counters
 // for the key (from the whole acquisition round, not only the granting

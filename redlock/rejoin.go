@@ -37,7 +37,7 @@ func (l *Locker) Rejoin(ctx context.Context) (int, error) {
 	if !l.amnesiaRule {
 		return 0, nil
 	}
-	markers, err := l.markers(ctx, len(l.nodes))
+	markers, err := l.markers(ctx, len(l.nodes), false)
 	if err != nil {
 		return 0, err
 	}
@@ -119,7 +119,7 @@ func (l *Locker) Reseed(ctx context.Context, floor uint64) (int, error) {
 	if !l.amnesiaRule {
 		return 0, dlock.Invalidf("reseed with the amnesia rule off: there are no markers to reseed")
 	}
-	markers, err := l.markers(ctx, l.quorum)
+	markers, err := l.markers(ctx, l.quorum, true)
 	if err != nil {
 		return 0, err
 	}
@@ -139,7 +139,7 @@ func (l *Locker) Reseed(ctx context.Context, floor uint64) (int, error) {
 // markers reads every node's marker (giving marker-less nodes theirs first)
 // and fails unless at least need nodes answered with a marker. A node that
 // still has none afterwards (a replica refuses the write) counts as failed.
-func (l *Locker) markers(ctx context.Context, need int) ([]*nodeReply, error) {
+func (l *Locker) markers(ctx context.Context, need int, force bool) ([]*nodeReply, error) {
 	var reads []*nodeReply
 	for try := range 2 {
 		reads = l.readCounters(ctx, nil)
@@ -150,7 +150,7 @@ func (l *Locker) markers(ctx context.Context, need int) ([]*nodeReply, error) {
 		if !missing || try == 1 {
 			break
 		}
-		l.placeMarkers(ctx, l.adminTimeout(), reads)
+		l.placeMarkers(ctx, l.adminTimeout(), reads, force)
 	}
 	answered := 0
 	var failed error

@@ -81,3 +81,22 @@ func TestRejoinAndReseed(t *testing.T) {
 		t.Fatalf("Rejoin with a node down: got %v, want ErrUnavailable", err)
 	}
 }
+
+// A new cluster used for the first time while a node is down cannot tell
+// that it is new (it could be a majority that lost its data while the node
+// holding the fences is away): no fence yet, and no decision either, so
+// that once every node answers the cluster is recognised as new.
+func TestNewClusterWithNodeDown(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 5)
+	l := newLocker(t, rs)
+	rs[4].Kill()
+	key := "first-key"
+	if _, err := l.TryAcquire(testCtx(t), key, time.Second); !errors.Is(err, redlock.ErrFenceUnavailable) {
+		t.Fatalf("first use with a node down: got %v, want ErrFenceUnavailable", err)
+	}
+	restart(t, rs[4])
+	lock := mustAcquire(t, l, key, time.Second)
+	if lock.Fence() != 1 {
+		t.Fatalf("first fence of a new cluster: %d, want 1", lock.Fence())
+	}
+}
