@@ -33,6 +33,19 @@
 // same Cluster slot as the lock key. Counters never expire: one small key
 // per resource name.
 //
+// # Waiting
+//
+// Acquire and Do wait with wake-on-release: a waiting attempt that finds the
+// key busy queues its Locker beside the key, in "dlock:waiters:{key}" (a
+// sorted set in the key's slot, expiring 60 s after the last waiter
+// refreshed it), and the release that frees the key pops the longest waiter
+// and publishes to that Locker's own channel, in the same round trip. So one
+// release wakes one waiter, in arrival order. Each Locker keeps one pub/sub
+// connection for all its keys; Close ends it. A wake-up is only a hint — the
+// grant still goes through the acquire script — and a release by a peer that
+// does not publish, an expiry, or a lost message is picked up by polling at
+// the retry delay plus jitter.
+//
 // # Guarantees and limits
 //
 // On one node a lock is exclusive as long as the key lives: the acquire is
