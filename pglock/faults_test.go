@@ -11,15 +11,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/pglock"
 )
 
 // proxiedLocker returns a Locker whose connections go through a proxy that
 // can cut the network silently.
-func proxiedLocker(t *testing.T, opts ...pglock.Option) (*pglock.Locker, *testsrv.Proxy) {
+func proxiedLocker(t *testing.T, opts ...pglock.Option) (*pglock.Locker, *testproxy.Proxy) {
 	t.Helper()
-	proxy := testsrv.StartProxy(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(shared.Port)))
+	proxy := testproxy.Start(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(shared.Port)))
 	cfg := shared.PoolConfig(2)
 	host, port, _ := net.SplitHostPort(proxy.Addr)
 	p, _ := strconv.Atoi(port)

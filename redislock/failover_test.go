@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
 )
 
@@ -22,7 +23,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 	master := testsrv.StartRedis(t, testsrv.RedisArgs("--repl-diskless-sync-delay", "0"))
 	// The replica reaches its master through a proxy, so the test can stall
 	// replication without the kernel buffering the stream for later.
-	link := testsrv.StartProxy(t, master.Addr)
+	link := testproxy.Start(t, master.Addr)
 	host, port, _ := net.SplitHostPort(link.Addr)
 	replica := testsrv.StartRedis(t, testsrv.RedisArgs("--replicaof", host, port))
 	mc, rc := master.Client(t), replica.Client(t)

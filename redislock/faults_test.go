@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -135,7 +136,7 @@ func TestConformanceCluster(t *testing.T) {
 // so the next client does not wait a whole TTL.
 func TestLostReplyLeavesNoGhost(t *testing.T) {
 	srv := testsrv.StartRedis(t)
-	proxy := testsrv.StartProxy(t, srv.Addr)
+	proxy := testproxy.Start(t, srv.Addr)
 	opts := srv.Options()
 	opts.Addr = proxy.Addr
 	viaProxy := redis.NewClient(opts)

@@ -10,21 +10,22 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/redlock"
 )
 
 // proxied returns a Locker whose connections to the nodes in slow go
 // through a toxiproxy in front of the server, plus those proxies.
-func proxied(t *testing.T, rs []*testsrv.Redis, slow []int, opts ...redlock.Option) (*redlock.Locker, map[int]*testsrv.Proxy) {
+func proxied(t *testing.T, rs []*testsrv.Redis, slow []int, opts ...redlock.Option) (*redlock.Locker, map[int]*testproxy.Proxy) {
 	t.Helper()
-	ps := map[int]*testsrv.Proxy{}
+	ps := map[int]*testproxy.Proxy{}
 	cs := make([]redis.UniversalClient, len(rs))
 	for i, r := range rs {
 		addr := r.Addr
 		for _, s := range slow {
 			if s == i {
-				ps[i] = testsrv.StartProxy(t, r.Addr)
+				ps[i] = testproxy.Start(t, r.Addr)
 				addr = ps[i].Addr
 			}
 		}

@@ -1,4 +1,8 @@
-package testsrv
+// Package testproxy puts an in-process TCP proxy (toxiproxy, used as a
+// library) in front of a test server, to inject latency, silent partitions
+// and lost replies. It is its own package so that the dlock binary, which
+// uses testsrv to start demo servers, does not carry toxiproxy.
+package testproxy
 
 import (
 	"context"
@@ -12,6 +16,8 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
+
+	"github.com/dlock-go/dlock/internal/testsrv"
 )
 
 // Proxy is an in-process TCP proxy (toxiproxy used as a library) in front of
@@ -23,14 +29,14 @@ type Proxy struct {
 
 var proxySeq atomic.Int64
 
-// StartProxy starts a proxy on a free loopback port that forwards to
-// upstream, and stops it when the test ends.
-func StartProxy(tb testing.TB, upstream string) *Proxy {
+// Start starts a proxy on a free loopback port that forwards to upstream,
+// and stops it when the test ends.
+func Start(tb testing.TB, upstream string) *Proxy {
 	tb.Helper()
 	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	var lastErr error
 	for range 5 {
-		port, err := FreePort()
+		port, err := testsrv.FreePort()
 		if err != nil {
 			tb.Fatal(err)
 		}
