@@ -15,6 +15,19 @@ func CheckKey(key string) error {
 	return nil
 }
 
+// CheckToken rejects an empty key or token, with an error that matches
+// ErrInvalid. It is for the operations that take a token instead of a handle
+// (a lock held across shell commands).
+func CheckToken(key, token string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if token == "" {
+		return Invalidf("empty token")
+	}
+	return nil
+}
+
 // CheckTTL rejects a TTL that no backend can honour: not positive, under one
 // millisecond (Redis's PX would round it to zero) or above MaxTTL. TTLs that
 // are not whole milliseconds are accepted; backends round them up.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -42,10 +43,10 @@ var _ dlock.Locker = (*Locker)(nil)
 // New returns a Locker over client. It sends nothing to the server; support
 // for the Redis 8.4 commands is detected on first use.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
-	if isNil(client) {
+	if rclient.IsNil(client) {
 		return nil, dlock.Invalidf("nil redis client")
 	}
-	l := &Locker{client: client, node: nodeName(client), driftFactor: dlock.DefaultDriftFactor, logger: slog.Default(), notify: newNotifier(client)}
+	l := &Locker{client: client, node: rclient.Name(client), driftFactor: dlock.DefaultDriftFactor, logger: slog.Default(), notify: newNotifier(client)}
 	for _, o := range opts {
 		if o == nil {
 			return nil, dlock.Invalidf("nil option")
@@ -54,7 +55,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
-	if !contextTimeouts(client) {
+	if !rclient.ContextTimeouts(client) {
 		l.logger.Warn("dlock: the redis client ignores context deadlines (ContextTimeoutEnabled is false): a call to a server that does not answer returns only after ReadTimeout",
 			"node", l.node)
 	}
@@ -80,7 +81,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 			// now. Remove it so it does not block others for a whole TTL.
 			l.cleanup(ctx, g, ttl)
 		}
-		if cerr := ctxErr(ctx); cerr != nil {
+		if cerr := rclient.CtxErr(ctx); cerr != nil {
 			return nil, fmt.Errorf("dlock: acquire %q: %w", key, errors.Join(dlock.ErrNotAcquired, cerr, l.nodeErr(err)))
 		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, l.nodeErr(err))
@@ -115,7 +116,7 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 // acquire`; code with a *dlock.Lock should call its Release. It returns an
 // error matching dlock.ErrNotHeld when key does not hold token.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
-	if err := l.checkToken(ctx, key, token); err != nil {
+	if err := checkToken(ctx, key, token); err != nil {
 		return err
 	}
 	if err := l.release(ctx, newGrant(l, l.prefix+key, token)); err != nil {
@@ -128,7 +129,7 @@ func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 // ReleaseToken for when to use it). It returns an error matching
 // dlock.ErrNotHeld when key does not hold token.
 func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := l.checkToken(ctx, key, token); err != nil {
+	if err := checkToken(ctx, key, token); err != nil {
 		return err
 	}
 	if err := l.checkTTL(ttl); err != nil {
@@ -307,39 +308,13 @@ func (l *Locker) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-func (l *Locker) checkToken(ctx context.Context, key, token string) error {
-	if ctx == nil {
-		return dlock.Invalidf("nil context")
-	}
-	if err := dlock.CheckKey(key); err != nil {
-		return err
-	}
-	if token == "" {
-		return dlock.Invalidf("empty token")
-	}
-	return nil
-}
-
 // opErr classifies an error of an extend or release: the context's own
 // error when it ended, otherwise an unreachable or failing server.
 func (l *Locker) opErr(ctx context.Context, err error) error {
-	if cerr := ctxErr(ctx); cerr != nil {
+	if cerr := rclient.CtxErr(ctx); cerr != nil {
 		return errors.Join(cerr, l.nodeErr(err))
 	}
 	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, l.nodeErr(err))
-}
-
-// ctxErr returns the context's error, counting a deadline that has passed
-// but whose timer has not fired yet: go-redis sets the socket deadline to the
-// context's, so the read times out a moment before ctx.Err() turns non-nil.
-func ctxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
 }
 
 func (l *Locker) nodeErr(err error) error { return &dlock.NodeError{Node: l.node, Err: err} }
@@ -353,40 +328,11 @@ func isServerReply(err error) bool {
 	return errors.As(err, &re) && err != redis.Nil
 }
 
-func nodeName(c redis.UniversalClient) string {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().Addr
-	case *redis.ClusterClient:
-		return "cluster(" + strings.Join(c.Options().Addrs, ",") + ")"
-	case *redis.Ring:
-		return "ring"
+// checkToken validates the arguments of the operations that take a token
+// instead of a handle.
+func checkToken(ctx context.Context, key, token string) error {
+	if ctx == nil {
+		return dlock.Invalidf("nil context")
 	}
-	return "redis"
-}
-
-// contextTimeouts reports whether the client lets context deadlines bound
-// its socket reads; without it a frozen server holds a call for ReadTimeout.
-func contextTimeouts(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return true // unknown kinds: nothing to say
-}
-
-func isNil(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case nil:
-		return true
-	case *redis.Client:
-		return c == nil
-	case *redis.ClusterClient:
-		return c == nil
-	case *redis.Ring:
-		return c == nil
-	}
-	return false
+	return dlock.CheckToken(key, token)
 }

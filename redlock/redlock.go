@@ -240,19 +240,6 @@ func checkKeys(ks []string) error {
 	return nil
 }
 
-func checkToken(ctx context.Context, key, token string) error {
-	if ctx == nil {
-		return dlock.Invalidf("nil context")
-	}
-	if err := dlock.CheckKey(key); err != nil {
-		return err
-	}
-	if token == "" {
-		return dlock.Invalidf("empty token")
-	}
-	return nil
-}
-
 // checkTTL rejects a TTL that leaves no validity at all (not above the drift
 // margin).
 func (l *Locker) checkTTL(ttl time.Duration) error {
@@ -450,12 +437,7 @@ func nodeName(c redis.UniversalClient, i int) string {
 // key on each node: a hash {n: counter, e: epoch it was written under}, in
 // the same Cluster slot as the lock key. It differs from the single-node
 // counter (keys.Fence), which is a plain integer.
-func FenceKey(lockKey string) string {
-	if keys.HasHashTag(lockKey) {
-		return "dlock:redlock:fence:" + lockKey
-	}
-	return "dlock:redlock:fence:{" + lockKey + "}"
-}
+func FenceKey(lockKey string) string { return keys.RedlockFence(lockKey) }
 
 func fenceKeys(lockKeys []string) []string {
 	out := make([]string, len(lockKeys))
@@ -463,4 +445,13 @@ func fenceKeys(lockKeys []string) []string {
 		out[i] = FenceKey(k)
 	}
 	return out
+}
+
+// checkToken validates the arguments of the operations that take a token
+// instead of a handle.
+func checkToken(ctx context.Context, key, token string) error {
+	if ctx == nil {
+		return dlock.Invalidf("nil context")
+	}
+	return dlock.CheckToken(key, token)
 }

@@ -7,16 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 //go:embed guard.lua
@@ -41,10 +38,10 @@ type Guard struct {
 // deadlines bound every call. New returns an error matching dlock.ErrInvalid
 // for a nil client.
 func New(client redis.Scripter) (*Guard, error) {
-	if isNil(client) {
+	if rclient.IsNil(client) {
 		return nil, dlock.Invalidf("redisfence: nil redis client")
 	}
-	return &Guard{client: client, node: nodeName(client)}, nil
+	return &Guard{client: client, node: rclient.Name(client)}, nil
 }
 
 // Register raises the highest fence of the value at key to fence, claiming
@@ -172,7 +169,7 @@ func holder(token string) string {
 // matches the context's error.
 func (g *Guard) fail(ctx context.Context, op, key string, err error) error {
 	ne := &dlock.NodeError{Node: g.node, Err: err}
-	if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
+	if cerr := rclient.CtxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("redisfence: %s %q: %w: %w: %w", op, key, dlock.ErrUnavailable, cerr, ne)
 	}
 	return fmt.Errorf("redisfence: %s %q: %w: %w", op, key, dlock.ErrUnavailable, ne)
@@ -182,41 +179,5 @@ func (g *Guard) unexpected(ctx context.Context, op, key string, reply []any) err
 	return g.fail(ctx, op, key, fmt.Errorf("unexpected script reply %v", reply))
 }
 
-// ctxErr returns the context's error, counting a deadline that has passed
-// but whose timer has not fired yet (go-redis's socket deadline can expire
-// a moment before ctx.Err() turns non-nil).
-func ctxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
 
-func nodeName(c redis.Scripter) string {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().Addr
-	case *redis.ClusterClient:
-		return "cluster(" + strings.Join(c.Options().Addrs, ",") + ")"
-	case *redis.Ring:
-		return "ring(" + strings.Join(slices.Sorted(maps.Values(c.Options().Addrs)), ",") + ")"
-	}
-	return "redis"
-}
 
-func isNil(c redis.Scripter) bool {
-	switch c := c.(type) {
-	case nil:
-		return true
-	case *redis.Client:
-		return c == nil
-	case *redis.ClusterClient:
-		return c == nil
-	case *redis.Ring:
-		return c == nil
-	}
-	return false
-}

@@ -16,6 +16,11 @@ import "strings"
 // tagged this way; on a Cluster their scripts fail with CROSSSLOT.
 func Fence(lockKey string) string { return derive("dlock:fence:", lockKey) }
 
+// RedlockFence returns the key of Redlock's per-node fence counter for
+// lockKey: a hash of the counter and the epoch it was written under, so it
+// is a different key from the single-node counter (a plain integer).
+func RedlockFence(lockKey string) string { return derive("dlock:redlock:fence:", lockKey) }
+
 // Holder returns the key where a holder may publish who it is (host, pid,
 // since) for `dlock inspect`.
 func Holder(lockKey string) string { return derive("dlock:holder:", lockKey) }

@@ -335,20 +335,14 @@ func (p *Postgres) start() error {
 	p.cmd, p.exited = cmd, exited
 	p.mu.Unlock()
 
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return fmt.Errorf("postgres on port %d exited at start: %s", p.Port, p.logTail())
-		default:
-		}
-		if p.ping() == nil {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
+	switch waitReady(exited, 30*time.Second, 20*time.Millisecond, p.ping) {
+	case errExited:
+		return fmt.Errorf("postgres on port %d exited at start: %s", p.Port, p.logTail())
+	case errNotReady:
+		p.Kill()
+		return fmt.Errorf("postgres on port %d did not accept connections within 30s: %s", p.Port, p.logTail())
 	}
-	p.Kill()
-	return fmt.Errorf("postgres on port %d did not accept connections within 30s: %s", p.Port, p.logTail())
+	return nil
 }
 
 func (p *Postgres) ping() error {

@@ -7,6 +7,7 @@ package testsrv
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -134,20 +135,39 @@ func (r *Redis) start() error {
 	r.cmd, r.exited = cmd, exited
 	r.mu.Unlock()
 
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	switch waitReady(exited, 10*time.Second, 10*time.Millisecond, r.ping) {
+	case errExited:
+		return fmt.Errorf("redis-server on port %d exited at start: %s", r.Port, r.logTail())
+	case errNotReady:
+		r.Kill()
+		return fmt.Errorf("redis-server on port %d did not answer within 10s: %s", r.Port, r.logTail())
+	}
+	return nil
+}
+
+var (
+	errExited   = errors.New("exited")
+	errNotReady = errors.New("not ready")
+)
+
+// waitReady polls ready every interval until it succeeds (nil), the process
+// exits (errExited) or timeout passes (errNotReady).
+func waitReady(exited <-chan struct{}, timeout, every time.Duration, ready func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
 		select {
 		case <-exited:
-			return fmt.Errorf("redis-server on port %d exited at start: %s", r.Port, r.logTail())
+			return errExited
 		default:
 		}
-		if r.ping() == nil {
+		if ready() == nil {
 			return nil
 		}
-		time.Sleep(10 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return errNotReady
+		}
+		time.Sleep(every)
 	}
-	r.Kill()
-	return fmt.Errorf("redis-server on port %d did not answer within 10s: %s", r.Port, r.logTail())
 }
 
 func (r *Redis) ping() error {
