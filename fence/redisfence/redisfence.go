@@ -178,6 +178,3 @@ func (g *Guard) fail(ctx context.Context, op, key string, err error) error {
 func (g *Guard) unexpected(ctx context.Context, op, key string, reply []any) error {
 	return g.fail(ctx, op, key, fmt.Errorf("unexpected script reply %v", reply))
 }
-
-
-
