@@ -84,8 +84,18 @@ func (l *Locker) round(ctx context.Context, lockKeys, counters []string, token s
 	ks = append(append(append(ks, MarkerKey), lockKeys...), counters...)
 	ms := dlock.Milliseconds(ttl)
 	timeout := l.timeout(ttl)
+	var wp *waitPlan
+	if mode == "acquire" && len(lockKeys) == 1 {
+		wp = l.notify.plan(lockKeys[0]) // a local Acquire waits: queue for a wake-up (notify.go)
+	}
 	return fanOut(ctx, l, timeout, func(ctx context.Context, n *node) *nodeReply {
-		v, err := scripts.RedlockAcquire.Run(ctx, n.client, ks, token, ms, l.rule(), dlock.NewToken(), mode).Slice()
+		var v []any
+		var err error
+		if wp != nil {
+			v, err = l.notify.attempt(ctx, l.index(n), wp, lockKeys[0], ks, token, ms, l.rule(), dlock.NewToken())
+		} else {
+			v, err = scripts.RedlockAcquire.Run(ctx, n.client, ks, token, ms, l.rule(), dlock.NewToken(), mode).Slice()
+		}
 		if err != nil {
 			return &nodeReply{err: l.nodeErr(err, timeout)}
 		}

@@ -64,6 +64,24 @@
 // granted all, and extension and release act on all together. The handle's
 // Key is the keys joined with commas.
 //
+// # Waiting
+//
+// A waiting Acquire or Do on one key does not only poll: the Locker
+// implements dlock.ReleaseNotifier. When an attempt finds the key busy on a
+// node, the Locker subscribes there (one pub/sub connection per node, shared
+// by all its keys) and its next attempts queue its id in a FIFO beside the
+// key, "dlock:waiters:{key}" (60s expiry, refreshed while waiting), in the
+// same pipeline as the acquire script. Release deletes the key on each node
+// and, in the same script, pops that node's queue head and publishes the key
+// on the head's channel "dlock:wake:<id>"; the first such message from any
+// node wakes the Locker's earliest waiter, which retries at once, usually
+// within a round trip of the release. A wake-up is only a hint: the retry
+// must still win a majority. Releases that announce nothing (node-redlock
+// or other peers, expiries, dead nodes, lost messages) are found by polling
+// at the retry delay plus jitter. Close ends the subscriptions (they also end
+// when the clients are closed, or after 30s without waiters); AcquireMulti
+// and DoMulti only poll. The lock key's format is unchanged.
+//
 // # Keys on each node
 //
 // The lock key is the resource name (plus WithPrefix) holding the token, as

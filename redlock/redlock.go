@@ -14,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/wake"
 )
 
 // MarkerKey is the key of the node marker that each node carries: a hash
@@ -34,6 +35,7 @@ type Locker struct {
 	strict      bool
 	amnesiaRule bool
 	defaults    []dlock.Option
+	notify      *notifier // wake-on-release (notify.go)
 }
 
 type node struct {
@@ -90,6 +92,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
+	l.notify = newNotifier(l)
 	var problems []string
 	n := len(l.nodes)
 	if n < 3 {
@@ -303,7 +306,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 // Release deletes the keys on every node that still holds the token, in
 // parallel.
 func (g *grant) Release(ctx context.Context) error {
-	res := g.l.release(ctx, g.keys, g.token)
+	res := g.l.release(ctx, g.keys, g.token, true)
 	ok, refused, nodes := g.l.tally(res, errNotHeldHere)
 	if ok >= g.l.quorum {
 		return nil
@@ -329,13 +332,23 @@ func (l *Locker) dupErr(n *node) error {
 var errNotHeldHere = errors.New("does not hold the lock's token")
 
 // release deletes keys that hold token on every node, in parallel, and
-// returns each node's outcome (nil when it deleted).
-func (l *Locker) release(ctx context.Context, keys []string, token string) []error {
+// returns each node's outcome (nil when it deleted). With wakeUp, each node
+// also announces the release to the head of each key's waiter queue.
+func (l *Locker) release(ctx context.Context, keys []string, token string, wakeUp bool) []error {
+	ks, args := keys, []any{token}
+	if wakeUp {
+		ks = make([]string, 0, 2*len(keys))
+		ks = append(ks, keys...)
+		for _, k := range keys {
+			ks = append(ks, wake.QueueKey(k))
+		}
+		args = append(args, len(keys))
+	}
 	return fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, n *node) error {
 		if err := l.dupErr(n); err != nil {
 			return err
 		}
-		deleted, err := scripts.RedlockRelease.Run(ctx, n.client, keys, token).Int64()
+		deleted, err := scripts.RedlockRelease.Run(ctx, n.client, ks, args...).Int64()
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)
 		}
@@ -348,9 +361,11 @@ func (l *Locker) release(ctx context.Context, keys []string, token string) []err
 
 // releaseEverywhere undoes a failed acquisition on every node, including
 // those whose reply was lost, and waits (at most one node timeout) so that
-// the attempt leaves nothing behind when TryAcquire returns.
+// the attempt leaves nothing behind when TryAcquire returns. It announces
+// nothing: the lock was never held, and waking a waiter (maybe this Locker
+// itself) would only make it retry against the same holder.
 func (l *Locker) releaseEverywhere(ctx context.Context, keys []string, token string) {
-	l.release(context.WithoutCancel(ctx), keys, token)
+	l.release(context.WithoutCancel(ctx), keys, token, false)
 }
 
 // tally counts the nodes whose result is nil (each server once) and those

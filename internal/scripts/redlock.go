@@ -38,7 +38,9 @@ var (
 	RedlockMarker = redis.NewScript(redlockMarkerSrc)
 	// RedlockExtend: KEYS lock keys; ARGV token, ttl ms. Returns 1 or 0.
 	RedlockExtend = redis.NewScript(redlockExtendSrc)
-	// RedlockRelease: KEYS lock keys; ARGV token. Returns the keys deleted.
+	// RedlockRelease: KEYS lock keys [, their waiter queues]; ARGV token [,
+	// number of lock keys when queues follow: each deletion then wakes its
+	// queue's head]. Returns the keys deleted.
 	RedlockRelease = redis.NewScript(redlockReleaseSrc)
 	// RedlockRejoin: KEYS marker, counter keys; ARGV epoch, "seed" and
 	// values, or "promote" and floor. Returns 1, or 0 if the node changed.

@@ -1,0 +1,169 @@
+// Package wake implements the shared part of wake-on-release waiting for the
+// Redis backends: the names of the waiter queue and wake-up channel, and Sub,
+// one Locker's subscription to its own wake-up channel on one server, with
+// the reconnect and idle handling.
+//
+// The scheme (see redislock/notify.go and redlock/notify.go): a waiting
+// Locker puts its id in a per-key FIFO sorted set beside the lock key; the
+// release script deletes the lock, pops the queue's head and PUBLISHes the
+// lock key on the head's channel. A wake-up is only a hint; waiters poll as
+// well.
+package wake
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/keys"
+)
+
+const (
+	// ChannelPrefix + Locker id is a Locker's wake-up channel. The release
+	// scripts spell it out ('dlock:wake:').
+	ChannelPrefix = "dlock:wake:"
+	// QueuePrefix + {lock key} is the waiter queue of a lock key.
+	QueuePrefix = "dlock:waiters:"
+	// QueueTTL (ms) is the queue's expiry, refreshed by every waiting
+	// attempt, so a queue of crashed Lockers goes away.
+	QueueTTL = 60_000
+	// IdleClose is how long a Locker keeps its subscription without
+	// waiters.
+	IdleClose = 30 * time.Second
+
+	receiveTick  = 5 * time.Second // silence after which the connection is pinged
+	maxReconnect = time.Second     // cap of the reconnect backoff
+)
+
+// QueueKey returns the key of lockKey's waiter queue, in the same Cluster
+// slot as lockKey (the derivation of keys.Fence).
+func QueueKey(lockKey string) string {
+	if keys.HasHashTag(lockKey) {
+		return QueuePrefix + lockKey
+	}
+	return QueuePrefix + "{" + lockKey + "}"
+}
+
+// Handler receives a Sub's events. Its methods are called from the Sub's
+// goroutine, one at a time, and must not call s.Close.
+type Handler interface {
+	// Subscribed reports that the subscription was confirmed (ok) or
+	// broke (!ok). A confirmation after a break means announcements may
+	// have been lost.
+	Subscribed(s *Sub, ok bool)
+	// Message delivers a payload published on the channel.
+	Message(s *Sub, payload string)
+	// Idle is asked after a quiet receiveTick; true ends the Sub (the
+	// handler has forgotten it).
+	Idle(s *Sub) bool
+	// Gone reports that the Sub ended by itself: the client was closed.
+	Gone(s *Sub)
+}
+
+// Sub is a subscription to one channel on one client, run by one goroutine
+// until Close, until the client is closed, or until its Handler reports it
+// idle. go-redis redials a broken connection and resubscribes.
+type Sub struct {
+	ps         *redis.PubSub
+	channel    string
+	h          Handler
+	subscribed atomic.Bool
+	done       chan struct{}
+	once       sync.Once
+	wg         sync.WaitGroup
+}
+
+// Start opens the subscription. It does not wait on the network: the
+// goroutine subscribes.
+func Start(c redis.UniversalClient, channel string, h Handler) *Sub {
+	s := &Sub{ps: c.Subscribe(context.Background()), channel: channel, h: h, done: make(chan struct{})}
+	s.wg.Add(1)
+	go s.run()
+	return s
+}
+
+// Subscribed reports whether the subscription is confirmed and unbroken.
+func (s *Sub) Subscribed() bool { return s.subscribed.Load() }
+
+// Close ends the subscription and waits for its goroutine. It is safe to
+// call more than once.
+func (s *Sub) Close() {
+	s.once.Do(func() {
+		s.subscribed.Store(false)
+		close(s.done)
+		_ = s.ps.Close()
+	})
+	s.wg.Wait()
+}
+
+func (s *Sub) run() {
+	defer s.wg.Done()
+	ctx := context.Background()
+	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
+	_ = s.ps.Subscribe(ctx, s.channel)
+	var backoff time.Duration
+	for {
+		msg, err := s.ps.ReceiveTimeout(ctx, receiveTick)
+		if err != nil {
+			select {
+			case <-s.done:
+				return
+			default:
+			}
+			if errors.Is(err, redis.ErrClosed) {
+				s.subscribed.Store(false)
+				s.h.Gone(s)
+				return
+			}
+			if isTimeout(err) {
+				if s.h.Idle(s) {
+					s.subscribed.Store(false)
+					_ = s.ps.Close()
+					return
+				}
+				_ = s.ps.Ping(ctx) // a dead connection fails here and is redialled
+				continue
+			}
+			if s.subscribed.Swap(false) {
+				s.h.Subscribed(s, false)
+			}
+			backoff = min(max(2*backoff, 10*time.Millisecond), maxReconnect)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.done:
+				t.Stop()
+				return
+			}
+			var re redis.Error
+			if errors.As(err, &re) && err != redis.Nil {
+				// The server refused the SUBSCRIBE (an ACL, say) on a
+				// healthy connection, so no reconnect will repeat it.
+				_ = s.ps.Subscribe(ctx, s.channel)
+			}
+			continue
+		}
+		backoff = 0
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" && m.Channel == s.channel {
+				s.subscribed.Store(true)
+				s.h.Subscribed(s, true)
+			}
+		case *redis.Message:
+			if m.Channel == s.channel {
+				s.h.Message(s, m.Payload)
+			}
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

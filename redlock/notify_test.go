@@ -1,0 +1,240 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/wake"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// slowPoll is the retry delay of the waiters below: a hand-off well under
+// it can only come from a wake-up.
+const slowPoll = 2 * time.Second
+
+// waitQueued waits until key's waiter queue holds someone on at least want
+// of the servers: the waiter is parked and queued for a wake-up.
+func waitQueued(t *testing.T, rs []*testsrv.Redis, key string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := 0
+		for _, r := range rs {
+			c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+			if n, err := c.ZCard(context.Background(), wake.QueueKey(key)).Result(); err == nil && n > 0 {
+				got++
+			}
+			c.Close()
+		}
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter did not queue on %d servers within 10s (queued on %d)", want, got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// handoffs has a waiter with a 2s poll interval wait for a lock that
+// another Locker holds, releases it once the waiter is queued, and returns
+// the time from the release call to the waiter's Acquire returning.
+func handoffs(t *testing.T, rs []*testsrv.Redis, holder, waiter *redlock.Locker, rounds, queued int) []time.Duration {
+	t.Helper()
+	key := locktest.Key(t)
+	var out []time.Duration
+	for range rounds {
+		lock := mustAcquire(t, holder, key, 5*time.Second)
+		got := make(chan time.Time, 1)
+		errc := make(chan error, 1)
+		go func() {
+			l, err := waiter.Acquire(testCtx(t), key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(10*time.Millisecond))
+			got <- time.Now()
+			if err == nil {
+				err = l.Release(context.Background())
+			}
+			errc <- err
+		}()
+		waitQueued(t, rs, key, queued)
+		start := time.Now()
+		if err := lock.Release(context.Background()); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		d := (<-got).Sub(start)
+		if err := <-errc; err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// A waiter polling every 2s takes the lock within about a round trip of
+// its release: the release script on each node wakes the queue's head.
+func TestWakeOnRelease(t *testing.T) {
+	holder, waiter := newLocker(t, shared), newLocker(t, shared)
+	defer waiter.Close()
+	ds := handoffs(t, shared, holder, waiter, 7, len(shared))
+	t.Logf("hand-offs: %v (median %v)", ds, median(ds))
+	if m := median(ds); m >= 100*time.Millisecond {
+		t.Fatalf("median hand-off %v; want under 100ms (poll interval %v)", m, slowPoll)
+	}
+}
+
+// With 2 of 5 nodes down the three left still announce the release.
+func TestWakeWithTwoNodesDown(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 5)
+	holder, waiter := newLocker(t, rs), newLocker(t, rs)
+	defer waiter.Close()
+	// A new cluster gets its node markers while every node answers (see
+	// TestNewClusterWithNodeDown).
+	if err := mustAcquire(t, holder, locktest.Key(t)+":init", time.Second).Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rs[0].Kill()
+	rs[3].Kill()
+	ds := handoffs(t, rs, holder, waiter, 5, 3)
+	t.Logf("hand-offs with 2 nodes down: %v (median %v)", ds, median(ds))
+	if m := median(ds); m >= 100*time.Millisecond {
+		t.Fatalf("median hand-off %v with 2 of 5 nodes down; want under 100ms", m)
+	}
+}
+
+// A release that announces nothing (a peer's plain DEL on every node, as
+// other Redlock clients release) is still seen by polling.
+func TestWakeFallsBackToPolling(t *testing.T) {
+	holder, waiter := newLocker(t, shared), newLocker(t, shared)
+	defer waiter.Close()
+	key := locktest.Key(t)
+	mustAcquire(t, holder, key, 10*time.Second)
+	const poll = 300 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(testCtx(t), key, 5*time.Second, dlock.WithRetryDelay(poll), dlock.WithRetryJitter(50*time.Millisecond))
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		done <- err
+	}()
+	waitQueued(t, shared, key, len(shared))
+	for _, c := range clients(t, shared) {
+		if err := c.Del(context.Background(), key).Err(); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+	}
+	start := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+		t.Logf("acquired %v after a silent DEL (poll %v)", time.Since(start), poll)
+	case <-time.After(10 * poll):
+		t.Fatalf("the waiter did not take a lock deleted without announcement within %v", 10*poll)
+	}
+}
+
+// 8 contenders, each polling only every second and woken by releases,
+// never hold the lock two at once (a wake-up is only a hint: the woken
+// waiter still has to win a majority).
+func TestWakeEightContenders(t *testing.T) {
+	const (
+		contenders = 8
+		poll       = time.Second
+		run        = 3 * time.Second
+	)
+	key := locktest.Key(t)
+	type hold struct{ enter, exit time.Time }
+	var mu sync.Mutex
+	var holds []hold
+	ctx, cancel := context.WithTimeout(context.Background(), run)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range contenders {
+		l := newLocker(t, shared)
+		defer l.Close()
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				lock, err := l.Acquire(ctx, key, 2*time.Second, dlock.WithRetryDelay(poll), dlock.WithRetryJitter(poll/10))
+				if err != nil {
+					if ctx.Err() == nil && !transient(err) {
+						t.Errorf("Acquire: %v", err)
+					}
+					continue
+				}
+				enter := time.Now()
+				time.Sleep(2 * time.Millisecond)
+				exit := time.Now()
+				if err := lock.Release(context.Background()); err != nil && !errors.Is(err, dlock.ErrUnavailable) {
+					t.Errorf("Release: %v", err)
+				}
+				mu.Lock()
+				holds = append(holds, hold{enter, exit})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(holds, func(a, b hold) int { return a.enter.Compare(b.enter) })
+	for i := 1; i < len(holds); i++ {
+		if holds[i].enter.Before(holds[i-1].exit) {
+			t.Fatalf("two holders at once: %v-%v and %v-%v", holds[i-1].enter, holds[i-1].exit, holds[i].enter, holds[i].exit)
+		}
+	}
+	t.Logf("%d holds in %v by %d contenders polling every %v", len(holds), run, contenders, poll)
+	if len(holds) < 20 {
+		t.Fatalf("only %d holds in %v", len(holds), run)
+	}
+}
+
+// Close ends every subscription; so does closing the clients without
+// Close.
+func TestWakeNoGoroutineLeft(t *testing.T) {
+	for _, viaClose := range []bool{true, false} {
+		before := goleak.IgnoreCurrent()
+		cs := make([]redis.UniversalClient, len(shared))
+		for i, r := range shared {
+			cs[i] = redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
+		}
+		waiter, err := redlock.New(cs, redlock.WithNodeTimeout(testTimeout), redlock.WithLogger(quietLogger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder := newLocker(t, shared)
+		ds := handoffs(t, shared, holder, waiter, 1, len(shared))
+		if ds[0] >= slowPoll {
+			t.Fatalf("hand-off took %v: no wake-up", ds[0])
+		}
+		if viaClose {
+			if err := waiter.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := goleak.Find(before); err != nil {
+				t.Fatalf("after Close: %v", err)
+			}
+		}
+		for _, c := range cs {
+			c.Close()
+		}
+		if err := goleak.Find(before); err != nil {
+			t.Fatalf("after closing the clients (Close called: %v): %v", viaClose, err)
+		}
+		waiter.Close()
+	}
+}
