@@ -2,8 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/wake"
 )
 
 // Wake-on-release
@@ -42,24 +40,17 @@ import (
 // lost, the queue's head crashed), waiters fall back to polling at
 // dlock.WithRetryDelay plus jitter.
 
+// The channel and queue names, the queue's TTL and the subscription loop
+// (reconnects, idle close) are shared with redlock in internal/wake.
 const (
-	wakePrefix   = "dlock:wake:"    // + Locker id: a Locker's wake-up channel
-	queuePrefix  = "dlock:waiters:" // + {lock key}: the waiter queue
-	queueTTL     = 60_000           // ms; refreshed by every waiting attempt
-	receiveTick  = 5 * time.Second  // silence after which the connection is pinged
-	idleClose    = 30 * time.Second // no waiters this long: drop the connection
-	maxReconnect = time.Second      // cap of the reconnect backoff
-	maxFree      = 64               // recycled interests kept
+	queueTTL  = wake.QueueTTL  // ms; refreshed by every waiting attempt
+	idleClose = wake.IdleClose // no waiters this long: drop the connection
+	maxFree   = 64             // recycled interests kept
 )
 
 // queueKey returns the key of lockKey's waiter queue, in the same Cluster
 // slot as lockKey (the same derivation as keys.Fence).
-func queueKey(lockKey string) string {
-	if keys.HasHashTag(lockKey) {
-		return queuePrefix + lockKey
-	}
-	return queuePrefix + "{" + lockKey + "}"
-}
+func queueKey(lockKey string) string { return wake.QueueKey(lockKey) }
 
 // acquireWaiting is the acquire script of a Locker that has a waiter on the
 // key: the same grant as scripts.Acquire, plus the waiter queue. It never
@@ -137,17 +128,16 @@ type notifier struct {
 	client redis.UniversalClient
 	id     string // the Locker's member name in waiter queues
 	idArg  any    // id, boxed once for the script
-	wake   string // its channel: wakePrefix + id
+	wake   string // its channel: wake.ChannelPrefix + id
 
 	mu         sync.Mutex
-	ps         *redis.PubSub // nil while there is no connection
-	subscribed atomic.Bool   // the subscription is confirmed and unbroken; set under mu
+	sub        *wake.Sub   // nil while there is no connection
+	subscribed atomic.Bool // the subscription is confirmed and unbroken; set under mu
 	byKey      map[string]*interest
 	free       []*interest // recycled, so an uncontended Acquire allocates less
 	idleSince  time.Time
 	closed     bool
-	done       chan struct{}  // closed by close
-	wg         sync.WaitGroup // the receive loop and give-up cleanups
+	wg         sync.WaitGroup // give-up cleanups
 }
 
 // interest is this Locker's wait for one lock key.
@@ -178,7 +168,7 @@ func newNotifier(c redis.UniversalClient) *notifier {
 		return nil
 	}
 	id := dlock.NewToken()
-	return &notifier{client: c, id: id, idArg: id, wake: wakePrefix + id, byKey: make(map[string]*interest), done: make(chan struct{})}
+	return &notifier{client: c, id: id, idArg: id, wake: wake.ChannelPrefix + id, byKey: make(map[string]*interest)}
 }
 
 // NotifyRelease implements dlock.ReleaseNotifier: the channel receives a
@@ -308,76 +298,30 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration) (int6
 }
 
 // listen opens the shared subscription, unless it is open or opening, when
-// a local Acquire waits for full. The receive loop subscribes, so no call
-// here waits on the network.
+// a local Acquire waits for full. The subscription's goroutine subscribes,
+// so no call here waits on the network.
 func (n *notifier) listen(full string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if in := n.byKey[full]; n.ps != nil || n.closed || in == nil || len(in.waiters) == 0 {
+	if in := n.byKey[full]; n.sub != nil || n.closed || in == nil || len(in.waiters) == 0 {
 		return
 	}
-	ps := n.client.Subscribe(context.Background()) // no channel yet: no I/O
-	n.ps = ps
-	n.wg.Add(1)
-	go n.run(ps)
+	n.sub = wake.Start(n.client, n.wake, subHandler{n})
 }
 
-// run owns ps: it subscribes to the Locker's channel and turns messages
-// into wake-ups until ps is closed or the Locker goes idle.
-func (n *notifier) run(ps *redis.PubSub) {
-	defer n.wg.Done()
-	ctx := context.Background()
-	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
-	_ = ps.Subscribe(ctx, n.wake)
-	var backoff time.Duration
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, receiveTick)
-		if err != nil {
-			if errors.Is(err, redis.ErrClosed) {
-				n.drop(ps)
-				return
-			}
-			if isTimeout(err) {
-				if n.idle(ps) {
-					_ = ps.Close()
-					return
-				}
-				_ = ps.Ping(ctx) // a dead connection fails here and is redialled
-				continue
-			}
-			n.setSubscribed(false)
-			backoff = min(max(2*backoff, 10*time.Millisecond), maxReconnect)
-			if !n.sleep(ps, backoff) {
-				_ = ps.Close()
-				return
-			}
-			if isServerReply(err) {
-				// The server refused the SUBSCRIBE (an ACL, say) on a
-				// healthy connection, so no reconnect will repeat it.
-				_ = ps.Subscribe(ctx, n.wake)
-			}
-			continue
-		}
-		backoff = 0
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" && m.Channel == n.wake {
-				n.setSubscribed(true)
-			}
-		case *redis.Message:
-			if m.Channel == n.wake {
-				n.released(m.Payload)
-			}
-		}
-	}
-}
+// subHandler turns the subscription's events into wake-ups (wake.Handler).
+type subHandler struct{ n *notifier }
 
-// setSubscribed records the subscription's state. Confirmation (the first,
-// or after a reconnect) wakes every waiter once: they were not queued yet,
-// or announcements may have been lost while the connection was down.
-func (n *notifier) setSubscribed(ok bool) {
+// Subscribed records the subscription's state. Confirmation (the first, or
+// after a reconnect) wakes every waiter once: they were not queued yet, or
+// announcements may have been lost while the connection was down.
+func (h subHandler) Subscribed(s *wake.Sub, ok bool) {
+	n := h.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.sub != s {
+		return
+	}
 	n.subscribed.Store(ok && !n.closed)
 	if n.subscribed.Load() {
 		for _, in := range n.byKey {
@@ -388,9 +332,10 @@ func (n *notifier) setSubscribed(ok bool) {
 	}
 }
 
-// released wakes the earliest local waiter for the lock key full: the
+// Message wakes the earliest local waiter for the lock key full: the
 // Locker was the head of its queue.
-func (n *notifier) released(full string) {
+func (h subHandler) Message(_ *wake.Sub, full string) {
+	n := h.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if in := n.byKey[full]; in != nil && len(in.waiters) > 0 {
@@ -398,61 +343,42 @@ func (n *notifier) released(full string) {
 	}
 }
 
-// idle reports whether the Locker has had no waiters for idleClose; if so
-// the subscription is forgotten (the caller closes ps) and the next busy
+// Idle reports whether the Locker has had no waiters for idleClose; if so
+// the subscription is forgotten (it closes itself) and the next busy
 // waiting attempt opens a new one.
-func (n *notifier) idle(ps *redis.PubSub) bool {
+func (h subHandler) Idle(s *wake.Sub) bool {
+	n := h.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ps != ps || len(n.byKey) > 0 || time.Since(n.idleSince) < idleClose {
-		return n.ps != ps
+	if n.sub != s || len(n.byKey) > 0 || time.Since(n.idleSince) < idleClose {
+		return n.sub != s
 	}
-	n.ps = nil
+	n.sub = nil
 	n.subscribed.Store(false)
 	return true
 }
 
-// drop forgets ps after it was closed (by Close, or by closing the client).
-func (n *notifier) drop(ps *redis.PubSub) {
+// Gone forgets the subscription after the client was closed.
+func (h subHandler) Gone(s *wake.Sub) {
+	n := h.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ps == ps {
-		n.ps = nil
+	if n.sub == s {
+		n.sub = nil
 		n.subscribed.Store(false)
 	}
-}
-
-// sleep waits d before the next reconnect attempt; it reports false when
-// the Locker was closed meanwhile.
-func (n *notifier) sleep(ps *redis.PubSub, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-n.done:
-		return false
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.ps == ps && !n.closed
 }
 
 // close stops the subscription and waits for the notifier's goroutines.
 func (n *notifier) close() {
 	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		n.wg.Wait()
-		return
-	}
 	n.closed = true
 	n.subscribed.Store(false)
-	close(n.done)
-	ps := n.ps
-	n.ps = nil
+	sub := n.sub
+	n.sub = nil
 	n.mu.Unlock()
-	if ps != nil {
-		_ = ps.Close()
+	if sub != nil {
+		sub.Close()
 	}
 	n.wg.Wait()
 }
@@ -463,11 +389,6 @@ func signal(w *waiter) {
 	case w.ch <- struct{}{}:
 	default:
 	}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // ttlArg returns ttl in milliseconds as a script argument, boxed once for
