@@ -95,3 +95,32 @@ func ExampleQuorumError() {
 	// held by another owner
 	// true
 }
+
+// A waiting Acquire is woken by the holder's release (on any node), so a
+// long retry delay costs no latency; it only bounds how late a release
+// that announces nothing (an expiry, another Redlock client) is noticed.
+// Close ends the Locker's pub/sub connections when it is no longer needed.
+func ExampleLocker_Close() {
+	var clients []redis.UniversalClient
+	for _, addr := range []string{"redis-a:6379", "redis-b:6379", "redis-c:6379", "redis-d:6379", "redis-e:6379"} {
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	locker, err := redlock.New(clients)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lock, err := locker.Acquire(ctx, "report:daily", 30*time.Second, dlock.WithRetryDelay(2*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lock.Release(context.Background())
+	// ... the work ...
+}

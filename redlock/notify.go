@@ -179,6 +179,9 @@ func (n *notifier) leave(w *waiter) {
 	if len(n.byKey) == 0 {
 		n.idle = time.Now()
 	}
+	if n.closed {
+		return // no goroutine after Close; the entries expire with the queue
+	}
 	queue := wake.QueueKey(w.full)
 	for i, p := range in.place {
 		if p == 0 {
