@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/pglock"
 )
@@ -58,7 +59,7 @@ func testMain(m *testing.M) int {
 	}
 	shared.Stop()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(testproxy.IgnoreLeaks); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 	shared.Stop()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(testproxy.IgnoreLeaks); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -49,7 +50,7 @@ func TestMain(m *testing.M) {
 	}
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(testproxy.IgnoreLeaks); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

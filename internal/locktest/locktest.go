@@ -228,6 +228,11 @@ func (s *suite) hundredGoroutinesOneWinner(t *testing.T) {
 		lockers[i] = s.newLocker(t)
 	}
 	key := Key(t)
+	// Warm the lockers up first (connections, scripts, a backend's first-use
+	// checks), so the race below is between contenders, not dial storms.
+	for _, l := range lockers {
+		mustAcquire(t, l, Key(t), 10*time.Second).Release(ctx(t))
+	}
 	var wins, busy atomic.Int64
 	var mu sync.Mutex
 	var won []*dlock.Lock

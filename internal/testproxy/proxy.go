@@ -16,6 +16,7 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/internal/testsrv"
 )
@@ -28,6 +29,11 @@ type Proxy struct {
 }
 
 var proxySeq atomic.Int64
+
+// IgnoreLeaks is the goleak option for toxiproxy's own link goroutines,
+// which can outlive Stop by a moment while a toxic finishes a pipe write
+// that nobody reads any more. They belong to the test tool, not to dlock.
+var IgnoreLeaks = goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run")
 
 // Start starts a proxy on a free loopback port that forwards to upstream,
 // and stops it when the test ends.
