@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,9 +36,7 @@ type Postgres struct {
 	settings []string // -c name=value pairs
 	cred     *syscall.Credential
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	process
 }
 
 // PostgresOption changes a server setting, e.g.
@@ -329,11 +326,7 @@ func (p *Postgres) start() error {
 		return fmt.Errorf("start postgres: %w", err)
 	}
 	logf.Close() // the child has its own descriptor
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	p.mu.Lock()
-	p.cmd, p.exited = cmd, exited
-	p.mu.Unlock()
+	exited := p.track(cmd)
 
 	switch waitReady(exited, 30*time.Second, 20*time.Millisecond, p.ping) {
 	case errExited:
@@ -505,9 +498,7 @@ func (p *Postgres) Restart() error {
 // -m immediate), falling back to SIGKILL, and waits for the postmaster to
 // exit. It is safe to call twice.
 func (p *Postgres) Stop() {
-	p.mu.Lock()
-	exited := p.exited
-	p.mu.Unlock()
+	exited := p.exitedChan()
 	if exited == nil {
 		return
 	}
@@ -517,23 +508,5 @@ func (p *Postgres) Stop() {
 	case <-exited:
 	case <-time.After(10 * time.Second):
 		p.Kill()
-	}
-}
-
-func (p *Postgres) signal(sig syscall.Signal, wait bool) {
-	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
-	p.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	select {
-	case <-exited:
-		return
-	default:
-	}
-	cmd.Process.Signal(sig)
-	if wait {
-		<-exited
 	}
 }

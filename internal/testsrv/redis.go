@@ -7,7 +7,6 @@ package testsrv
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,9 +28,7 @@ type Redis struct {
 	Dir  string // working directory (AOF, RDB)
 
 	extraArgs []string
-	mu        sync.Mutex
-	cmd       *exec.Cmd
-	exited    chan struct{}
+	process
 }
 
 // RedisOption adds redis-server command-line arguments, e.g.
@@ -129,11 +125,7 @@ func (r *Redis) start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	r.mu.Lock()
-	r.cmd, r.exited = cmd, exited
-	r.mu.Unlock()
+	exited := r.track(cmd)
 
 	switch waitReady(exited, 10*time.Second, 10*time.Millisecond, r.ping) {
 	case errExited:
@@ -143,31 +135,6 @@ func (r *Redis) start() error {
 		return fmt.Errorf("redis-server on port %d did not answer within 10s: %s", r.Port, r.logTail())
 	}
 	return nil
-}
-
-var (
-	errExited   = errors.New("exited")
-	errNotReady = errors.New("not ready")
-)
-
-// waitReady polls ready every interval until it succeeds (nil), the process
-// exits (errExited) or timeout passes (errNotReady).
-func waitReady(exited <-chan struct{}, timeout, every time.Duration, ready func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		select {
-		case <-exited:
-			return errExited
-		default:
-		}
-		if ready() == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errNotReady
-		}
-		time.Sleep(every)
-	}
 }
 
 func (r *Redis) ping() error {
@@ -232,24 +199,6 @@ func (r *Redis) Pause() { r.signal(syscall.SIGSTOP, false) }
 
 // Resume continues a paused server (SIGCONT).
 func (r *Redis) Resume() { r.signal(syscall.SIGCONT, false) }
-
-func (r *Redis) signal(sig syscall.Signal, wait bool) {
-	r.mu.Lock()
-	cmd, exited := r.cmd, r.exited
-	r.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	select {
-	case <-exited:
-		return
-	default:
-	}
-	cmd.Process.Signal(sig)
-	if wait {
-		<-exited
-	}
-}
 
 // Restart starts the server again on the same port after Kill (or Stop). It
 // comes back empty unless persistence was configured.
