@@ -20,7 +20,21 @@ func TestConformance(t *testing.T) {
 	// The suite's 100 simultaneous contenders on fresh clients queue up for
 	// seconds on this small machine under -race; the timeout shrinks to the
 	// validity for the suite's short TTLs.
-	locktest.Run(t, func(t *testing.T) dlock.Locker { return newLocker(t, shared, redlock.WithNodeTimeout(5*time.Second)) },
+	// The clients' own socket timeouts must not undercut that node timeout.
+	patient := func(o *redis.Options) {
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 5*time.Second, 5*time.Second, 5*time.Second
+	}
+	locktest.Run(t, func(t *testing.T) dlock.Locker {
+		cs := make([]redis.UniversalClient, len(shared))
+		for i, r := range shared {
+			cs[i] = client(t, r.Addr, patient)
+		}
+		l, err := redlock.New(cs, redlock.WithNodeTimeout(5*time.Second), redlock.WithLogger(quietLogger()))
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return l
+	},
 		locktest.WithLapse(func(t *testing.T, key string) {
 			for _, c := range raw {
 				if err := c.Del(context.Background(), key).Err(); err != nil {
