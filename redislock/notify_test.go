@@ -18,6 +18,7 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/wake"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -26,7 +27,7 @@ import (
 // this is the signal that a release will be announced to it.
 func waitQueued(t *testing.T, raw redis.UniversalClient, key string, n int64) {
 	t.Helper()
-	q := "dlock:waiters:{" + key + "}"
+	q := wake.QueueKey(key)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got, err := raw.ZCard(context.Background(), q).Result()
@@ -59,6 +60,24 @@ func waitFor(ctx context.Context, l *redislock.Locker, key string, opts ...dlock
 	return done
 }
 
+// handOff releases lock, waits for the waiter behind done to get the lock,
+// releases that too, and returns the time from release to the waiter's grant.
+func handOff(t *testing.T, lock *dlock.Lock, done <-chan acquired) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if got.err != nil {
+		t.Fatalf("waiter: %v", got.err)
+	}
+	if err := got.lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	return got.at.Sub(start)
+}
+
 func closeLocker(t *testing.T, l *redislock.Locker) {
 	t.Cleanup(func() {
 		if err := l.Close(); err != nil {
@@ -84,18 +103,7 @@ func TestWakeOnRelease(t *testing.T) {
 		}
 		done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(2*time.Second), dlock.WithRetryJitter(0))
 		waitQueued(t, raw, key, 1)
-		start := time.Now()
-		if err := lock.Release(testCtx(t)); err != nil {
-			t.Fatal(err)
-		}
-		got := <-done
-		if got.err != nil {
-			t.Fatal(got.err)
-		}
-		lat = append(lat, got.at.Sub(start))
-		if err := got.lock.Release(testCtx(t)); err != nil {
-			t.Fatal(err)
-		}
+		lat = append(lat, handOff(t, lock, done))
 	}
 	slices.Sort(lat)
 	t.Logf("hand-off latencies with a 2s poll interval: %v", lat)
@@ -460,30 +468,9 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
-		q := "dlock:waiters:{" + key + "}"
-		if key[0] == '{' {
-			q = "dlock:waiters:" + key
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for raw.ZCard(testCtx(t), q).Val() != 1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiter never queued in %s", q)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		start := time.Now()
-		if err := lock.Release(testCtx(t)); err != nil {
-			t.Fatal(err)
-		}
-		got := <-done
-		if got.err != nil {
-			t.Fatal(got.err)
-		}
-		if d := got.at.Sub(start); d > time.Second {
+		waitQueued(t, raw, key, 1)
+		if d := handOff(t, lock, done); d > time.Second {
 			t.Fatalf("cluster hand-off of %q took %v with a 5s poll interval", key, d)
-		}
-		if err := got.lock.Release(testCtx(t)); err != nil {
-			t.Fatal(err)
 		}
 	}
 }
@@ -515,19 +502,8 @@ func TestWakeOnReleaseNative(t *testing.T) {
 		}
 		done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
 		waitQueued(t, raw, key, 1)
-		start := time.Now()
-		if err := lock.Release(testCtx(t)); err != nil {
-			t.Fatal(err)
-		}
-		got := <-done
-		if got.err != nil {
-			t.Fatal(got.err)
-		}
-		if d := got.at.Sub(start); d > time.Second {
+		if d := handOff(t, lock, done); d > time.Second {
 			t.Fatalf("round %d: native hand-off took %v with a 5s poll interval", round, d)
-		}
-		if err := got.lock.Release(testCtx(t)); err != nil {
-			t.Fatal(err)
 		}
 	}
 }
