@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -78,8 +80,14 @@ func (l *Locker) rule() string {
 }
 
 // round runs the acquire script on every node in mode ("acquire" or
-// "read").
+// "read") and returns every node's reply.
 func (l *Locker) round(ctx context.Context, lockKeys, counters []string, token string, ttl time.Duration, mode string) []*nodeReply {
+	return l.sendRound(ctx, lockKeys, counters, token, ttl, mode, nil).all()
+}
+
+// sendRound sends the acquire script to every node, each node's after
+// after[i] is closed (when not nil), and returns at once.
+func (l *Locker) sendRound(ctx context.Context, lockKeys, counters []string, token string, ttl time.Duration, mode string, after []chan struct{}) *inflight[*nodeReply] {
 	ks := make([]string, 0, 1+2*len(lockKeys))
 	ks = append(append(append(ks, MarkerKey), lockKeys...), counters...)
 	ms := dlock.Milliseconds(ttl)
@@ -88,13 +96,22 @@ func (l *Locker) round(ctx context.Context, lockKeys, counters []string, token s
 	if mode == "acquire" && len(lockKeys) == 1 {
 		wp = l.notify.plan(lockKeys[0]) // a local Acquire waits: queue for a wake-up (notify.go)
 	}
-	return fanOut(ctx, l, timeout, func(ctx context.Context, n *node) *nodeReply {
+	// A node whose marker must be renewed gets a new epoch: one random
+	// value per round, made unique per node by the node's index.
+	epoch := dlock.NewToken() + "."
+	argv := scripts.Argv(scripts.RedlockAcquire, ks, token, ms, l.rule(), "", mode)
+	// An acquisition may return before every node answered; its grant
+	// then orders later requests after the late ones (each).
+	return send(ctx, l, sending{timeout: timeout, after: after, track: mode == "acquire"}, func(ctx context.Context, n *node) *nodeReply {
 		var v []any
 		var err error
+		i := l.index(n)
 		if wp != nil {
-			v, err = l.notify.attempt(ctx, l.index(n), wp, lockKeys[0], ks, token, ms, l.rule(), dlock.NewToken())
+			v, err = l.notify.attempt(ctx, i, wp, lockKeys[0], ks, token, ms, l.rule(), epoch+strconv.Itoa(i))
 		} else {
-			v, err = scripts.RedlockAcquire.Run(ctx, n.client, ks, token, ms, l.rule(), dlock.NewToken(), mode).Slice()
+			argv := slices.Clone(argv)
+			argv[len(argv)-2] = epoch + strconv.Itoa(i)
+			v, err = scripts.RunArgv(ctx, n.client, scripts.RedlockAcquire, argv).Slice()
 		}
 		if err != nil {
 			return &nodeReply{err: l.nodeErr(err, timeout)}
@@ -153,7 +170,15 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 	var replies []*nodeReply
 	for attempt := 0; ; attempt++ {
 		start = time.Now()
-		replies = l.round(ctx, full, counters, token, ttl, "acquire")
+		c := l.sendRound(ctx, full, counters, token, ttl, "acquire", l.releasingOn(full))
+		if fence, ok := l.awaitMajority(c); ok {
+			validUntil := dlock.ValidUntil(start, ttl, l.driftFactor)
+			if time.Now().Before(validUntil) {
+				return dlock.NewLock(display, token, uint64(fence), validUntil, &grant{l: l, keys: full, token: token, acquiring: c.each}), nil
+			}
+			// No validity left: the general path below refuses it.
+		}
+		replies = c.all()
 		if err := l.dedupe(replies); err != nil {
 			l.releaseEverywhere(ctx, full, token)
 			return nil, err
@@ -194,6 +219,58 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 		return fail(dlock.ErrNotAcquired, fmt.Sprintf("the acquisition took %v: no validity left of ttl %v", elapsed.Round(time.Microsecond), ttl))
 	}
 	return dlock.NewLock(display, token, uint64(fence), validUntil, &grant{l: l, keys: full, token: token}), nil
+}
+
+// awaitMajority takes replies as they arrive until a majority of distinct
+// servers has granted the lock in the steady state: every one of them
+// incremented trusted counters to the same fence, the largest any answering
+// node allows, so there is nothing to write back and no marker to place.
+// It then returns that fence without waiting for the other nodes, whose
+// replies arrive while the lock is held (the grant waits for them before
+// it extends or releases). The fence is safe with only a majority heard:
+// every earlier lock's fence is held by the counters of its own granting
+// majority, which shares a node with this one, whose counter this grant
+// incremented past it. Anything else (a refusal that leaves the outcome
+// open, a node without marker, counters that differ, two nodes that are
+// the same server, or a Locker that has not yet heard every node answer
+// with a run_id of its own) waits for every reply and takes the general
+// path.
+func (l *Locker) awaitMajority(c *inflight[*nodeReply]) (int64, bool) {
+	if !l.distinct.Load() {
+		return 0, false // dedupe has not yet seen every node answer as itself
+	}
+	runs := make([]string, 0, len(l.nodes))
+	for c.left > 0 {
+		c.next()
+		var fence int64
+		for i, r := range c.out {
+			if !c.got[i] {
+				continue
+			}
+			if r.granted() && r.marker == "none" {
+				return 0, false // the general path places the marker
+			}
+			fence = max(fence, r.candidate())
+		}
+		runs = runs[:0]
+		ok := 0
+		for i, r := range c.out {
+			if !c.got[i] || r.err != nil {
+				continue
+			}
+			if slices.Contains(runs, r.run) {
+				return 0, false // one server behind two nodes: dedupe says so
+			}
+			runs = append(runs, r.run)
+			if r.granted() && r.current(fence) {
+				ok++
+			}
+		}
+		if ok >= l.quorum {
+			return fence, true
+		}
+	}
+	return 0, false
 }
 
 // maxSplitRetries bounds how often one TryAcquire tries again after a split
@@ -279,6 +356,9 @@ func (l *Locker) dedupe(replies []*nodeReply) error {
 			l.logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].name, "same_as", l.nodes[j].name, "run_id", r.run)
 		}
 		r.err = fmt.Errorf("same server as node %s (run_id %s): its vote does not count twice", l.nodes[j].name, r.run)
+	}
+	if len(seen) == len(l.nodes) {
+		l.distinct.Store(true)
 	}
 	return nil
 }

@@ -54,6 +54,10 @@ func handoffs(t *testing.T, rs []*testsrv.Redis, holder, waiter *redlock.Locker,
 	key := locktest.Key(t)
 	var out []time.Duration
 	for range rounds {
+		// The waiter's release of the round before returned once a
+		// majority deleted; let the rest finish, so the holder holds the
+		// lock on every node that answers.
+		waitNoKeys(t, rs, key, time.Second)
 		lock := mustAcquire(t, holder, key, 5*time.Second)
 		got := make(chan time.Time, 1)
 		errc := make(chan error, 1)

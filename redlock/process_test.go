@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sys/unix"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/locktest"
@@ -94,7 +95,7 @@ func runHelper(v string) error {
 
 // criticalSection increments the counter file slowly and logs the interval.
 func criticalSection(dir, name string, fence uint64) error {
-	enter := time.Now().UnixNano()
+	enter := monotonicNS()
 	path := filepath.Join(dir, "counter")
 	b, _ := os.ReadFile(path)
 	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
@@ -102,8 +103,21 @@ func criticalSection(dir, name string, fence uint64) error {
 	if err := os.WriteFile(path, []byte(strconv.Itoa(n+1)), 0o644); err != nil {
 		return err
 	}
-	exit := time.Now().UnixNano()
+	exit := monotonicNS()
 	return appendLine(filepath.Join(dir, "log"), fmt.Sprintf("%s %d %d %d", name, enter, exit, fence))
+}
+
+// monotonicNS reads CLOCK_MONOTONIC, the clock node-redlock's contender
+// (testdata/contend.js, process.hrtime) reads too: one clock for every
+// process on the machine, unlike wall-clock readings, which Node derives
+// from a start-up offset that can be a few milliseconds off and made
+// back-to-back sections of two processes look overlapped.
+func monotonicNS() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
 }
 
 func appendLine(path, line string) error {

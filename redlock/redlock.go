@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,13 @@ type Locker struct {
 	amnesiaRule bool
 	defaults    []dlock.Option
 	notify      *notifier // wake-on-release (notify.go)
+	// distinct is set once one round heard every node answer, each with a
+	// run_id of its own: from then on an acquisition may return on a
+	// majority's grants without hearing the rest (awaitMajority).
+	distinct atomic.Bool
+	// releasing maps the keys of each release still under way on some
+	// node to its *releaseState (see releasingOn).
+	releasing sync.Map
 }
 
 type node struct {
@@ -267,6 +275,24 @@ type grant struct {
 	l     *Locker
 	keys  []string
 	token string
+	// acquiring[i] is closed when node i has answered the acquisition,
+	// which returned as soon as a majority granted; nil when nothing was
+	// in flight. Later requests to node i wait for it, so that they are not
+	// overtaken by the acquisition (which would leave a key behind until
+	// its TTL).
+	acquiring []chan struct{}
+}
+
+// settle waits until every node has answered the acquisition (at most one
+// node timeout after it was sent) or ctx ends.
+func (g *grant) settle(ctx context.Context) {
+	for _, ch := range g.acquiring {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Extend resets the TTL on every node that still holds the token, in
@@ -276,10 +302,11 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if err := g.l.checkTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
+	g.settle(ctx)
 	ms := dlock.Milliseconds(ttl)
 	start := time.Now()
 	timeout := g.l.timeout(ttl)
-	res := fanOut(ctx, g.l, timeout, func(ctx context.Context, n *node) error {
+	c := send(ctx, g.l, sending{timeout: timeout}, func(ctx context.Context, n *node) error {
 		if err := g.l.dupErr(n); err != nil {
 			return err
 		}
@@ -292,7 +319,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		}
 		return nil
 	})
-	ok, refused, nodes := g.l.tally(res, errNotHeldHere)
+	ok, refused, nodes := g.l.tally(c.all(), c.got, errNotHeldHere)
 	if ok >= g.l.quorum {
 		return dlock.ValidUntil(start, ttl, g.l.driftFactor), nil
 	}
@@ -304,13 +331,25 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 }
 
 // Release deletes the keys on every node that still holds the token, in
-// parallel.
+// parallel. It returns as soon as a majority has deleted them: the lock is
+// then released, and the other nodes' deletions finish within the node
+// timeout. It also returns when ctx ends, with the deletions still under way.
 func (g *grant) Release(ctx context.Context) error {
-	res := g.l.release(ctx, g.keys, g.token, true)
-	ok, refused, nodes := g.l.tally(res, errNotHeldHere)
-	if ok >= g.l.quorum {
-		return nil
+	c := g.l.release(ctx, g.keys, g.token, true, g.acquiring)
+	ok := 0
+	for c.left > 0 {
+		i := c.nextCtx(ctx)
+		if i < 0 {
+			break
+		}
+		if c.out[i] == nil {
+			ok++
+		}
+		if ok >= g.l.quorum {
+			return nil
+		}
 	}
+	ok, refused, nodes := g.l.tally(c.out, c.got, errNotHeldHere)
 	qe := &QuorumError{Op: "release", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrNotHeld,
 		Reason: "the lock was no longer held by a majority"}
 	if failed := len(g.l.nodes) - ok - refused; ok+failed >= g.l.quorum && failed > 0 {
@@ -329,12 +368,20 @@ func (l *Locker) dupErr(n *node) error {
 	return nil
 }
 
-var errNotHeldHere = errors.New("does not hold the lock's token")
+var (
+	errNotHeldHere = errors.New("does not hold the lock's token")
+	errNoAnswerYet = errors.New("no answer yet when the caller's context ended")
+)
 
-// release deletes keys that hold token on every node, in parallel, and
-// returns each node's outcome (nil when it deleted). With wakeUp, each node
-// also announces the release to the head of each key's waiter queue.
-func (l *Locker) release(ctx context.Context, keys []string, token string, wakeUp bool) []error {
+// release sends the deletion of keys that hold token to every node, in
+// parallel, each node's after its answer to the acquisition (after[i], when
+// not nil), and returns at once; each node's outcome is nil when it deleted.
+// The deletions run to the end even when ctx is cancelled (each within the
+// node timeout), so that giving up on a release leaves no key behind; until
+// they have, the Locker's next acquisition of the same keys waits for them
+// (releasingOn). With wakeUp, each node also announces the release to the
+// head of each key's waiter queue.
+func (l *Locker) release(ctx context.Context, keys []string, token string, wakeUp bool, after []chan struct{}) *inflight[error] {
 	ks, args := keys, []any{token}
 	if wakeUp {
 		ks = make([]string, 0, 2*len(keys))
@@ -344,11 +391,17 @@ func (l *Locker) release(ctx context.Context, keys []string, token string, wakeU
 		}
 		args = append(args, len(keys))
 	}
-	return fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, n *node) error {
+	argv := scripts.Argv(scripts.RedlockRelease, ks, args...)
+	// Registered before the deletions are sent, so that the last of them
+	// always finds its entry to remove.
+	id, state := pendingID(keys), &releaseState{each: newEach(len(l.nodes))}
+	l.releasing.Store(id, state)
+	finally := func() { l.releasing.CompareAndDelete(id, state) }
+	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, each: state.each, finally: finally}, func(ctx context.Context, n *node) error {
 		if err := l.dupErr(n); err != nil {
 			return err
 		}
-		deleted, err := scripts.RedlockRelease.Run(ctx, n.client, ks, args...).Int64()
+		deleted, err := scripts.RunArgv(ctx, n.client, scripts.RedlockRelease, argv).Int64()
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)
 		}
@@ -359,21 +412,49 @@ func (l *Locker) release(ctx context.Context, keys []string, token string, wakeU
 	})
 }
 
+// releaseState is a release under way: each[i] is closed once node i
+// answered it.
+type releaseState struct{ each []chan struct{} }
+
+// releasing returns, for this Locker's release of keys still under way on
+// some node, the channels closed as each node answered it (nil when none
+// is). Release returns once a majority deleted; a Locker taking the same
+// lock again at once sends its attempt to each node after that node's
+// deletion, or it would find its own old key on the late nodes and lose
+// them from its majority (and their fence counters would fall behind).
+func (l *Locker) releasingOn(keys []string) []chan struct{} {
+	v, ok := l.releasing.Load(pendingID(keys))
+	if !ok {
+		return nil
+	}
+	return v.(*releaseState).each
+}
+
+func pendingID(keys []string) string {
+	if len(keys) == 1 {
+		return keys[0]
+	}
+	return strings.Join(keys, "\x00")
+}
+
 // releaseEverywhere undoes a failed acquisition on every node, including
 // those whose reply was lost, and waits (at most one node timeout) so that
 // the attempt leaves nothing behind when TryAcquire returns. It announces
 // nothing: the lock was never held, and waking a waiter (maybe this Locker
 // itself) would only make it retry against the same holder.
 func (l *Locker) releaseEverywhere(ctx context.Context, keys []string, token string) {
-	l.release(context.WithoutCancel(ctx), keys, token, false)
+	l.release(ctx, keys, token, false, nil).all()
 }
 
 // tally counts the nodes whose result is nil (each server once) and those
 // that answered with refused, and builds the per-node report.
-func (l *Locker) tally(res []error, refused error) (ok, ref int, nodes []NodeResult) {
+func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nodes []NodeResult) {
 	nodes = make([]NodeResult, len(res))
 	for i, err := range res {
 		nd := l.nodes[i]
+		if !got[i] {
+			err = errNoAnswerYet
+		}
 		nodes[i] = NodeResult{Node: nd.name, OK: err == nil, Err: err}
 		switch {
 		case err == nil:
@@ -393,32 +474,6 @@ func (l *Locker) withCtx(ctx context.Context, err error) error {
 		return errors.Join(err, cerr)
 	}
 	return err
-}
-
-// fanOut runs f on every node in parallel, each call bounded by the node
-// timeout, and returns the results in node order once all calls returned.
-// Network and timeout errors are rewritten so that they do not match the
-// caller's context errors: a node that did not answer in time is the node's
-// failure, not the caller's deadline.
-func fanOut[T any](ctx context.Context, l *Locker, timeout time.Duration, f func(ctx context.Context, n *node) T) []T {
-	type result struct {
-		i int
-		v T
-	}
-	ch := make(chan result, len(l.nodes))
-	for i, n := range l.nodes {
-		go func() {
-			nctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			ch <- result{i, f(nctx, n)}
-		}()
-	}
-	out := make([]T, len(l.nodes))
-	for range l.nodes {
-		r := <-ch
-		out[r.i] = r.v
-	}
-	return out
 }
 
 // nodeErr turns a client error into the node's error in a QuorumError.

@@ -57,10 +57,10 @@ func waitNoKeys(t *testing.T, rs []*testsrv.Redis, key string, within time.Durat
 }
 
 // F7: one node slower than the node timeout counts as failed; the lock is
-// taken on the others, with the whole elapsed time taken off the validity.
-// The key the slow node set is gone within its TTL: the release cannot reach
-// it in time (a new connection's handshake is as slow as the node), so it
-// expires.
+// taken on the others as soon as they granted, without waiting for the slow
+// node. The key the slow node set is gone within its TTL: the release cannot
+// reach it in time (a new connection's handshake is as slow as the node), so
+// it expires.
 func TestSlowNodeBeyondTimeout(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 5)
 	l, ps := proxied(t, rs, []int{4}, redlock.WithNodeTimeout(200*time.Millisecond))
@@ -69,16 +69,17 @@ func TestSlowNodeBeyondTimeout(t *testing.T) {
 	key := locktest.Key(t)
 	const ttl = time.Second
 	lock := mustAcquire(t, l, key, ttl)
-	// The round waited 200ms for the slow node: that is not validity.
-	if left, limit := lock.Remaining(), ttl-200*time.Millisecond-dlock.Drift(ttl, dlock.DefaultDriftFactor); left > limit {
-		t.Fatalf("validity left %v, more than ttl - node timeout - drift = %v", left, limit)
+	// The majority answered at once: the round did not wait out the slow
+	// node's 200ms timeout, and the validity shows it.
+	if left, limit := lock.Remaining(), ttl-200*time.Millisecond-dlock.Drift(ttl, dlock.DefaultDriftFactor); left <= limit {
+		t.Fatalf("validity left %v, not more than ttl - node timeout - drift = %v: the acquisition waited for the slow node", left, limit)
 	}
 	if err := lock.Release(testCtx(t)); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	if ks := keysOn(t, rs[:4], key); len(ks) != 0 {
-		t.Fatalf("keys left on the nodes that answered: %v", ks)
-	}
+	// Release returns once a majority deleted; the fourth fast node
+	// follows within a round trip.
+	waitNoKeys(t, rs[:4], key, 500*time.Millisecond)
 	waitNoKeys(t, rs, key, ttl+time.Second)
 }
 
@@ -107,7 +108,9 @@ func TestAcquisitionExceedingTTLRefused(t *testing.T) {
 	start := time.Now()
 	_, err := l.TryAcquire(testCtx(t), key, ttl)
 	took := time.Since(start)
-	if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "no validity left") {
+	// Refused for lack of validity, or, when the machine is so slow that
+	// the keys expired before the fence was written back, for that.
+	if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "no validity left") && !strings.Contains(err.Error(), "still held the lock") {
 		t.Fatalf("acquisition of %v with a 400ms TTL: got %v, want ErrNotAcquired for lack of validity", took, err)
 	}
 	if ks := keysOn(t, rs[3:], key); len(ks) != 0 { // released at once, not expired

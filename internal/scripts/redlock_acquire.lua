@@ -11,7 +11,11 @@
 -- granted); per key the counter n and a flag: 2 trusted and
 -- incremented by this grant, 1 trusted, 0 untrusted.
 local m = (#KEYS - 1) / 2
-local run = string.match(redis.call('info', 'server'), 'run_id:(%w+)') or ''
+-- The run_id (40 hex digits): a plain find is much cheaper than a pattern.
+local info = redis.call('info', 'server')
+local at = string.find(info, 'run_id:', 1, true)
+local run = ''
+if at then run = string.sub(info, at + 7, at + 46) end
 local rule = ARGV[3] == '1'
 
 local epoch, trust, mstate, floor = '', '', 'off', '0'
