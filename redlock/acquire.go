@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -85,9 +84,9 @@ func (l *Locker) round(ctx context.Context, lockKeys, counters []string, token s
 	return l.sendRound(ctx, lockKeys, counters, token, ttl, mode, nil).all()
 }
 
-// sendRound sends the acquire script to every node, each node's after
-// after[i] is closed (when not nil), and returns at once.
-func (l *Locker) sendRound(ctx context.Context, lockKeys, counters []string, token string, ttl time.Duration, mode string, after []chan struct{}) *inflight[*nodeReply] {
+// sendRound sends the acquire script to every node, each node's after the
+// earlier fan-out after (when not nil) returned there, and returns at once.
+func (l *Locker) sendRound(ctx context.Context, lockKeys, counters []string, token string, ttl time.Duration, mode string, after *progress) *inflight[*nodeReply] {
 	ks := make([]string, 0, 1+2*len(lockKeys))
 	ks = append(append(append(ks, MarkerKey), lockKeys...), counters...)
 	ms := dlock.Milliseconds(ttl)
@@ -97,20 +96,18 @@ func (l *Locker) sendRound(ctx context.Context, lockKeys, counters []string, tok
 		wp = l.notify.plan(lockKeys[0]) // a local Acquire waits: queue for a wake-up (notify.go)
 	}
 	// A node whose marker must be renewed gets a new epoch: one random
-	// value per round, made unique per node by the node's index.
-	epoch := dlock.NewToken() + "."
-	argv := scripts.Argv(scripts.RedlockAcquire, ks, token, ms, l.rule(), "", mode)
+	// value per round, which the script makes the node's own by appending
+	// its run_id.
+	epoch := dlock.NewToken()
+	argv := scripts.Argv(scripts.RedlockAcquire, ks, token, ms, l.rule(), epoch, mode)
 	// An acquisition may return before every node answered; its grant
-	// then orders later requests after the late ones (each).
+	// then orders later requests after the late ones (progress).
 	return send(ctx, l, sending{timeout: timeout, after: after, track: mode == "acquire"}, func(ctx context.Context, n *node) *nodeReply {
 		var v []any
 		var err error
-		i := l.index(n)
 		if wp != nil {
-			v, err = l.notify.attempt(ctx, i, wp, lockKeys[0], ks, token, ms, l.rule(), epoch+strconv.Itoa(i))
+			v, err = l.notify.attempt(ctx, l.index(n), wp, lockKeys[0], ks, token, ms, l.rule(), epoch)
 		} else {
-			argv := slices.Clone(argv)
-			argv[len(argv)-2] = epoch + strconv.Itoa(i)
 			v, err = scripts.RunArgv(ctx, n.client, scripts.RedlockAcquire, argv).Slice()
 		}
 		if err != nil {
@@ -174,7 +171,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 		if fence, ok := l.awaitMajority(c); ok {
 			validUntil := dlock.ValidUntil(start, ttl, l.driftFactor)
 			if time.Now().Before(validUntil) {
-				return dlock.NewLock(display, token, uint64(fence), validUntil, &grant{l: l, keys: full, token: token, acquiring: c.each}), nil
+				return dlock.NewLock(display, token, uint64(fence), validUntil, &grant{l: l, keys: full, token: token, acquiring: c.progress}), nil
 			}
 			// No validity left: the general path below refuses it.
 		}

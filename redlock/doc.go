@@ -42,6 +42,22 @@
 // every node — including those whose reply was lost — before TryAcquire
 // returns, so it leaves nothing behind that would split the next vote.
 //
+// An attempt does not wait for the slowest nodes when it need not: once a
+// majority of distinct servers has granted it in the steady state (each of
+// them incremented its fence counter to the same value, the highest any
+// answering node allows, so there is nothing to write back), TryAcquire
+// returns, and the other nodes' replies arrive while the lock is held. The
+// fence is still above every earlier lock's: that lock's granting majority
+// holds its fence and shares a node with this one's. Anything else (a
+// refusal, a node without marker, counters that differ, a Locker that has
+// not yet heard every node answer with a run_id of its own) waits for every
+// reply. Likewise Release returns as soon as a majority has deleted the key
+// (the lock is then free); the other nodes' deletions finish within the
+// node timeout, even if ctx is cancelled. A request to a node is never sent
+// before the same lock's previous request there has returned (a release
+// after a late acquisition, or the same Locker's next attempt after a late
+// release), so a late reply never leaves a key behind.
+//
 // When the vote split (the nodes that refused name different holders, and no
 // single holder can have a majority even counting the silent nodes), nobody
 // holds the lock; TryAcquire then retries by itself after a random pause that

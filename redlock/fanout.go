@@ -14,12 +14,12 @@ type inflight[T any] struct {
 	out  []T    // per node, valid where got is set
 	got  []bool // which nodes have answered (or failed)
 	left int    // replies not yet taken
-	// each[i] is closed once node i's call has returned (with
-	// sending.each or track), so that a later request to the same node can
-	// wait for it: a release must not overtake a late acquisition on some
-	// node, which would leave the key there until its TTL.
-	each []chan struct{}
-	stop context.CancelFunc
+	// progress records which nodes' calls have returned (with
+	// sending.track), so that a later request to the same node can wait
+	// for it: a release must not overtake a late acquisition on some node,
+	// which would leave the key there until its TTL.
+	progress *progress
+	stop     context.CancelFunc
 }
 
 type indexed[T any] struct {
@@ -27,55 +27,92 @@ type indexed[T any] struct {
 	v T
 }
 
-// sending says how send sends.
-type sending struct {
-	timeout time.Duration   // for each node's call
-	after   []chan struct{} // if set, node i's call starts once after[i] is closed
-	track   bool            // make inflight.each
-	each    []chan struct{} // or use these (from newEach) as inflight.each
-	finally func()          // if set, runs once every call returned
+// progress tells which nodes' calls of one fan-out have returned.
+type progress struct {
+	returned atomic.Uint64 // bit i: node i's call returned (nodes 0-63)
+	done     chan struct{} // closed when every call returned
 }
 
-// send runs f on every node in parallel and returns at once. Without
-// after, the calls share one context with the timeout, cancelled by the last
-// of them to return, so that taking only some replies cancels nothing. f
-// rewrites network and timeout errors so that they do not match the
-// caller's context errors: a node that did not answer in time is the
-// node's failure, not the caller's deadline.
+func newProgress() *progress { return &progress{done: make(chan struct{})} }
+
+// wait returns once node i's call has returned.
+func (p *progress) wait(i int) {
+	if i < 64 && p.returned.Load()&(1<<i) != 0 {
+		return
+	}
+	<-p.done // beyond 64 nodes, or still running: wait for them all
+}
+
+// returnedAll reports whether every call has returned.
+func (p *progress) returnedAll() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// sending says how send sends.
+type sending struct {
+	timeout time.Duration // for each node's call
+	// after, if set, is an earlier fan-out whose call to node i must have
+	// returned before node i's call here starts.
+	after    *progress
+	track    bool      // record this fan-out's progress (inflight.progress)
+	progress *progress // or record it here
+	finally  func()    // if set, runs once every call returned
+}
+
+// send runs f on every node in parallel and returns at once. The calls
+// share one context with the timeout (see below for those that first wait
+// for after), cancelled by the last of them to return, so that taking
+// only some replies cancels nothing. f rewrites network and timeout errors
+// so that they do not match the caller's context errors: a node that did
+// not answer in time is the node's failure, not the caller's deadline.
 func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.Context, n *node) T) *inflight[T] {
 	c := &inflight[T]{
-		ch:   make(chan indexed[T], len(l.nodes)),
-		out:  make([]T, len(l.nodes)),
-		got:  make([]bool, len(l.nodes)),
-		left: len(l.nodes),
+		ch:       make(chan indexed[T], len(l.nodes)),
+		out:      make([]T, len(l.nodes)),
+		got:      make([]bool, len(l.nodes)),
+		left:     len(l.nodes),
+		progress: s.progress,
 	}
-	c.each = s.each
-	if s.track && c.each == nil {
-		c.each = newEach(len(l.nodes))
+	if s.track && c.progress == nil {
+		c.progress = newProgress()
 	}
-	shared := ctx
-	if s.after == nil {
-		shared, c.stop = context.WithTimeout(ctx, s.timeout)
+	shared, stop := context.WithTimeout(ctx, s.timeout)
+	c.stop = stop
+	// Calls that must first wait for the earlier fan-out share a second
+	// context, with twice the timeout: the earlier call ends within its
+	// own timeout, which leaves this one at least a whole timeout.
+	after, late := s.after, shared
+	if after != nil && after.returnedAll() {
+		after = nil
+	}
+	if after != nil {
+		var stopLate context.CancelFunc
+		late, stopLate = context.WithTimeout(ctx, 2*s.timeout)
+		c.stop = func() { stop(); stopLate() }
 	}
 	var running atomic.Int32
 	running.Store(int32(len(l.nodes)))
 	for i, n := range l.nodes {
 		go func() {
 			nctx := shared
-			if s.after != nil {
-				<-s.after[i]
-				var stop context.CancelFunc
-				nctx, stop = context.WithTimeout(ctx, s.timeout)
-				defer stop()
+			if after != nil && (i >= 64 || after.returned.Load()&(1<<i) == 0) {
+				after.wait(i)
+				nctx = late
 			}
 			v := f(nctx, n)
-			if c.each != nil {
-				close(c.each[i])
+			if p := c.progress; p != nil && i < 64 {
+				p.returned.Or(1 << i)
 			}
 			c.ch <- indexed[T]{i, v}
 			if running.Add(-1) == 0 {
-				if c.stop != nil {
-					c.stop()
+				c.stop()
+				if c.progress != nil {
+					close(c.progress.done)
 				}
 				if s.finally != nil {
 					s.finally()
@@ -84,14 +121,6 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 		}()
 	}
 	return c
-}
-
-func newEach(n int) []chan struct{} {
-	each := make([]chan struct{}, n)
-	for i := range each {
-		each[i] = make(chan struct{})
-	}
-	return each
 }
 
 // next takes the next reply to arrive and returns its node's index.

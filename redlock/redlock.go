@@ -42,7 +42,7 @@ type Locker struct {
 	// majority's grants without hearing the rest (awaitMajority).
 	distinct atomic.Bool
 	// releasing maps the keys of each release still under way on some
-	// node to its *releaseState (see releasingOn).
+	// node to its *progress (see releasingOn).
 	releasing sync.Map
 }
 
@@ -275,23 +275,23 @@ type grant struct {
 	l     *Locker
 	keys  []string
 	token string
-	// acquiring[i] is closed when node i has answered the acquisition,
-	// which returned as soon as a majority granted; nil when nothing was
-	// in flight. Later requests to node i wait for it, so that they are not
-	// overtaken by the acquisition (which would leave a key behind until
-	// its TTL).
-	acquiring []chan struct{}
+	// acquiring tells which nodes have answered the acquisition, which
+	// returned as soon as a majority granted; nil when nothing was in
+	// flight. A later request to node i waits for node i's answer, so that
+	// the acquisition cannot overtake it there (which would leave a key
+	// behind until its TTL).
+	acquiring *progress
 }
 
 // settle waits until every node has answered the acquisition (at most one
 // node timeout after it was sent) or ctx ends.
 func (g *grant) settle(ctx context.Context) {
-	for _, ch := range g.acquiring {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return
-		}
+	if g.acquiring == nil {
+		return
+	}
+	select {
+	case <-g.acquiring.done:
+	case <-ctx.Done():
 	}
 }
 
@@ -374,14 +374,14 @@ var (
 )
 
 // release sends the deletion of keys that hold token to every node, in
-// parallel, each node's after its answer to the acquisition (after[i], when
-// not nil), and returns at once; each node's outcome is nil when it deleted.
+// parallel, each node's after that node answered the acquisition (after,
+// when not nil), and returns at once; each node's outcome is nil when it deleted.
 // The deletions run to the end even when ctx is cancelled (each within the
 // node timeout), so that giving up on a release leaves no key behind; until
 // they have, the Locker's next acquisition of the same keys waits for them
 // (releasingOn). With wakeUp, each node also announces the release to the
 // head of each key's waiter queue.
-func (l *Locker) release(ctx context.Context, keys []string, token string, wakeUp bool, after []chan struct{}) *inflight[error] {
+func (l *Locker) release(ctx context.Context, keys []string, token string, wakeUp bool, after *progress) *inflight[error] {
 	ks, args := keys, []any{token}
 	if wakeUp {
 		ks = make([]string, 0, 2*len(keys))
@@ -394,10 +394,10 @@ func (l *Locker) release(ctx context.Context, keys []string, token string, wakeU
 	argv := scripts.Argv(scripts.RedlockRelease, ks, args...)
 	// Registered before the deletions are sent, so that the last of them
 	// always finds its entry to remove.
-	id, state := pendingID(keys), &releaseState{each: newEach(len(l.nodes))}
-	l.releasing.Store(id, state)
-	finally := func() { l.releasing.CompareAndDelete(id, state) }
-	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, each: state.each, finally: finally}, func(ctx context.Context, n *node) error {
+	id, p := pendingID(keys), newProgress()
+	l.releasing.Store(id, p)
+	finally := func() { l.releasing.CompareAndDelete(id, p) }
+	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, n *node) error {
 		if err := l.dupErr(n); err != nil {
 			return err
 		}
@@ -412,22 +412,17 @@ func (l *Locker) release(ctx context.Context, keys []string, token string, wakeU
 	})
 }
 
-// releaseState is a release under way: each[i] is closed once node i
-// answered it.
-type releaseState struct{ each []chan struct{} }
-
-// releasing returns, for this Locker's release of keys still under way on
-// some node, the channels closed as each node answered it (nil when none
-// is). Release returns once a majority deleted; a Locker taking the same
+// releasingOn returns the progress of this Locker's release of keys while
+// it is still under way on some node (nil when none is). Release returns once a majority deleted; a Locker taking the same
 // lock again at once sends its attempt to each node after that node's
 // deletion, or it would find its own old key on the late nodes and lose
 // them from its majority (and their fence counters would fall behind).
-func (l *Locker) releasingOn(keys []string) []chan struct{} {
+func (l *Locker) releasingOn(keys []string) *progress {
 	v, ok := l.releasing.Load(pendingID(keys))
 	if !ok {
 		return nil
 	}
-	return v.(*releaseState).each
+	return v.(*progress)
 }
 
 func pendingID(keys []string) string {

@@ -137,3 +137,36 @@ func TestAcquisitionExceedingTTLRefused(t *testing.T) {
 	}
 	lock.Release(testCtx(t))
 }
+
+// Two slow nodes (within the node timeout) hold up neither the acquisition
+// nor the release: both return on the three fast nodes' answers. The slow
+// nodes' requests still run, in order: the release reaches each slow node
+// after its late grant, so no key is left there until the 10s TTL, and
+// another Locker takes the lock on all five nodes right after.
+func TestSlowMinorityDoesNotDelay(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 5)
+	l, ps := proxied(t, rs, []int{3, 4}, redlock.WithNodeTimeout(2*time.Second))
+	warm(t, l)
+	warm(t, l) // the first round heard every node; this one may not wait
+	for _, i := range []int{3, 4} {
+		ps[i].Latency(t, 300*time.Millisecond, 0)
+	}
+	key := locktest.Key(t)
+	start := time.Now()
+	lock := mustAcquire(t, l, key, 10*time.Second)
+	acquired := time.Since(start)
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	took := time.Since(start)
+	if took >= 300*time.Millisecond {
+		t.Fatalf("acquire (%v) and release took %v: they waited for the slow nodes (300ms each way)", acquired, took)
+	}
+	waitNoKeys(t, rs, key, 3*time.Second)
+	other := newLocker(t, rs)
+	lock = mustAcquire(t, other, key, 10*time.Second)
+	if ks := keysOn(t, rs, key); len(ks) != 5 {
+		t.Fatalf("the next holder holds %d nodes, want all 5: %v", len(ks), ks)
+	}
+	lock.Release(testCtx(t))
+}

@@ -2,7 +2,8 @@
 -- the node's fence counters, or (mode "read") only report the counters.
 -- KEYS[1] node marker; KEYS[2..m+1] lock keys; KEYS[m+2..2m+1] counter keys
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] "1" amnesia rule on / "0" off,
--- ARGV[4] epoch to use if the marker must be renewed, ARGV[5] "acquire"/"read"
+-- ARGV[4] epoch to use if the marker must be renewed (random per attempt;
+-- the run_id is appended, so it is this node's own), ARGV[5] "acquire"/"read"
 -- Returns {status, run_id, epoch, marker state, trust, holder, n1, f1, ...}:
 -- status 1 granted, 0 busy, -1 busy with a key that never expires, 2 read;
 -- marker state "ok", "none" (no marker: restarted empty or never seen),
@@ -26,8 +27,9 @@ if rule then
   elseif mk[2] ~= run then
     -- Restarted from a snapshot or an AOF that may have missed writes:
     -- its counters may be behind, so none of them is trusted any more.
-    redis.call('hset', KEYS[1], 'epoch', ARGV[4], 'run', run, 'trust', 'own')
-    epoch, trust, mstate = ARGV[4], 'own', 'reset'
+    local fresh = ARGV[4] .. '.' .. run
+    redis.call('hset', KEYS[1], 'epoch', fresh, 'run', run, 'trust', 'own')
+    epoch, trust, mstate = fresh, 'own', 'reset'
   else
     epoch, trust, mstate = mk[1], mk[3], 'ok'
     floor = mk[4] or '0'
