@@ -130,9 +130,17 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 // pub/sub connection and goroutine per node, opened by waiting Acquires,
 // and otherwise closed when the clients are closed or after 30s without
 // waiters). Waits in progress and later ones fall back to polling; locks
-// keep working. Close does not close the clients. It is safe to call more
-// than once and concurrently with other methods, and returns nil.
+// keep working. Close also waits for releases still under way on some nodes
+// (Release returns once a majority deleted; see the package documentation),
+// at most about two node timeouts: a program that exits right after
+// releasing should call Close first, or the slower nodes keep the key until
+// its TTL. Close does not close the clients. It is safe to call more than
+// once and concurrently with other methods, and returns nil.
 func (l *Locker) Close() error {
+	l.releasing.Range(func(_, v any) bool {
+		<-v.(*progress).done
+		return true
+	})
 	n := l.notify
 	n.mu.Lock()
 	n.closed = true

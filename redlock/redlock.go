@@ -204,15 +204,16 @@ func (m multi) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dl
 }
 
 // ReleaseToken releases the lock on key if it still holds token, on every
-// node. It is for holders that kept only the token, such as shell scripts
-// using `dlock acquire`. It returns an error matching dlock.ErrNotHeld when
+// node, and waits for every node's answer (unlike Lock.Release, which
+// returns on a majority's). It is for holders that kept only the token,
+// such as shell scripts using `dlock acquire`. It returns an error matching dlock.ErrNotHeld when
 // no majority of nodes held key with token, and dlock.ErrUnavailable when too
 // few nodes answered to tell (call it again).
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := checkToken(ctx, key, token); err != nil {
 		return err
 	}
-	g := &grant{l: l, keys: []string{l.prefix + key}, token: token}
+	g := &grant{l: l, keys: []string{l.prefix + key}, token: token, waitAll: true}
 	if err := g.Release(ctx); err != nil {
 		return fmt.Errorf("dlock: release %q: %w", key, err)
 	}
@@ -281,6 +282,9 @@ type grant struct {
 	// the acquisition cannot overtake it there (which would leave a key
 	// behind until its TTL).
 	acquiring *progress
+	// waitAll makes Release wait for every node's answer, for callers that
+	// may exit right after it (ReleaseToken: shell scripts, the CLI).
+	waitAll bool
 }
 
 // settle waits until every node has answered the acquisition (at most one
@@ -345,9 +349,12 @@ func (g *grant) Release(ctx context.Context) error {
 		if c.out[i] == nil {
 			ok++
 		}
-		if ok >= g.l.quorum {
+		if ok >= g.l.quorum && !g.waitAll {
 			return nil
 		}
+	}
+	if ok >= g.l.quorum {
+		return nil
 	}
 	ok, refused, nodes := g.l.tally(c.out, c.got, errNotHeldHere)
 	qe := &QuorumError{Op: "release", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrNotHeld,
