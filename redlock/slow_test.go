@@ -141,8 +141,9 @@ func TestAcquisitionExceedingTTLRefused(t *testing.T) {
 // Two slow nodes (within the node timeout) hold up neither the acquisition
 // nor the release: both return on the three fast nodes' answers. The slow
 // nodes' requests still run, in order: the release reaches each slow node
-// after its late grant, so no key is left there until the 10s TTL, and
-// another Locker takes the lock on all five nodes right after.
+// after its late grant, so no key is left there until the 10s TTL (Close
+// waits for those deletions), and another Locker takes the lock on all five
+// nodes right after.
 func TestSlowMinorityDoesNotDelay(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 5)
 	l, ps := proxied(t, rs, []int{3, 4}, redlock.WithNodeTimeout(2*time.Second))
@@ -162,7 +163,11 @@ func TestSlowMinorityDoesNotDelay(t *testing.T) {
 	if took >= 300*time.Millisecond {
 		t.Fatalf("acquire (%v) and release took %v: they waited for the slow nodes (300ms each way)", acquired, took)
 	}
-	waitNoKeys(t, rs, key, 3*time.Second)
+	// Close waits for the deletions still under way on the slow nodes.
+	l.Close()
+	if ks := keysOn(t, rs, key); len(ks) != 0 {
+		t.Fatalf("keys left after Close: %v", ks)
+	}
 	other := newLocker(t, rs)
 	lock = mustAcquire(t, other, key, 10*time.Second)
 	if ks := keysOn(t, rs, key); len(ks) != 5 {
