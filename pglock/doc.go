@@ -92,49 +92,95 @@
 // n²/2^65 (3·10⁻⁸ for a million names); a collision makes the two names
 // exclude each other, never lets two holders of one name in. Int64Key and
 // KeyPair take numbered locks directly, and WithKeyFunc maps names to them;
-// the pair form is a key space of its own.
+// the pair form is a key space of its own. pglock itself uses one bigint
+// key, WaitKey, for its waiters; do not lock it.
 //
 // # Fences
 //
-// Every acquisition returns a fence: the next value of a per-key counter in
-// the table dlock_fences, bumped in the same statement that takes the lock
-// (an INSERT ... ON CONFLICT DO UPDATE ... RETURNING, run only when the lock
-// was granted). It grows by one with every grant of the key. pglock never
-// creates tables on its own: run Migrate once, or this SQL (MigrateSQL):
+// Every acquisition returns a fence: the next value of the sequence
+// dlock_fence, drawn in the same statement that takes the lock and only if
+// it was granted (CASE WHEN pg_try_advisory_lock(...) THEN nextval(...)).
+// One sequence serves every key, so fences increase across all keys, which
+// is more than fencing needs: a later holder of a key gets a larger fence
+// than every earlier holder of it, because each draws its number while it
+// holds the lock, after the previous holder drew its own. The numbers of
+// one key have gaps (the other keys' grants, failed statements). pglock
+// never creates schema objects on its own: run Migrate once, or this SQL
+// (MigrateSQL):
 //
-//	CREATE TABLE IF NOT EXISTS dlock_fences (
-//		key   text PRIMARY KEY,
-//		fence bigint NOT NULL CHECK (fence > 0)
-//	);
+//	CREATE SEQUENCE IF NOT EXISTS dlock_fence
+//		AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE
 //
-// Without it acquisitions fail with ErrNotMigrated. Restoring the table from
-// an old backup moves fences back; guards then refuse the repeated fences
-// (safe, but the holders cannot write until the counters pass the old
-// values).
+// Without it acquisitions fail with ErrNotMigrated. Keep CACHE 1: with a
+// per-session cache, sessions hand out numbers from different ranges and a
+// later holder can get a smaller fence (Migrate checks it). The same holds
+// for setval, ALTER SEQUENCE ... RESTART and restoring an old backup: they
+// move fences back; guards then refuse the repeated fences (safe, but the
+// holders cannot write until the sequence passes the old values).
+//
+// Why a sequence: the per-key counter row it replaces cost a row update and
+// a commit that flushes the WAL on every acquisition. nextval writes WAL
+// once per 32 values and otherwise changes only a shared buffer.
+//
+// Durability. A fence must not come again after a crash. PostgreSQL's
+// nextval logs a value 32 ahead and, when it does, takes an xid so that its
+// transaction's commit flushes that record (sequence.c); the 31 calls after
+// it write nothing, and their transactions, writing no WAL, commit without
+// a flush. Their values are on disk only once the covering record is, which
+// may belong to a transaction that has not committed yet (PostgreSQL's
+// manual: make sure the nextval call has been committed before using the
+// value outside the database, which for these calls is not enough). So the
+// acquiring statement checks, after nextval, whether the WAL is flushed up
+// to its insert position; if not (or if synchronous standbys are
+// configured), it writes a small transactional WAL record (a logical
+// message with the prefix "dlock", which the logical decoding of your
+// database shows), so that its commit flushes, and waits for synchronous
+// standbys, past the covering record. In the common case of no other
+// writes in flight, nothing is written and nothing waits. A fence returned
+// by TryAcquire is then as durable as a committed transaction: it survives
+// a crash of the server with fsync on and synchronous_commit not off; with
+// synchronous_commit = off the last moments of fences can be lost in a
+// crash, as can any committed data, and with fsync = off nothing survives
+// an operating-system crash. A failover to an asynchronous standby can
+// lose the latest fences as it loses the latest commits; with synchronous
+// replication the standby has every fence handed out.
+//
+// Clients in other languages can take the same locks with the same fences:
+//
+//	SELECT CASE WHEN pg_try_advisory_lock($1) THEN nextval('dlock_fence') END
+//
+// and, before using the fence outside the database, make sure the WAL is
+// flushed as above (or simply write anything in the same transaction with
+// synchronous_commit on).
 //
 // # Transaction locks
 //
 // TryLockTx and LockTx take pg_try_advisory_xact_lock / pg_advisory_xact_lock
-// inside your pgx.Tx and draw a fence in the same statement. The lock ends
-// with the transaction, commit or rollback, and cannot end earlier. The
-// fence bump is part of the transaction too, so a rollback hands the number
-// out again: right for writes inside that transaction, which were undone as
-// well; use session locks to fence anything outside the database. LockTx
-// waits in the server's queue and honours its context (pgx cancels the
-// statement and closes the connection), lock_timeout, and deadlock
-// detection (ErrDeadlock).
+// inside your pgx.Tx and draw a fence in the same statement, from the same
+// sequence. The lock ends with the transaction, commit or rollback, and
+// cannot end earlier. Sequences are not transactional: a rollback does not
+// give the number back, so no fence is handed out twice; the fence is on
+// disk once the transaction has committed (after a crash before that, it
+// can come again, like everything else the transaction did). LockTx waits
+// in the server's queue and honours its context (pgx cancels the statement
+// and closes the connection), lock_timeout, and deadlock detection
+// (ErrDeadlock).
 //
 // # Waiting
 //
 // Acquire and Do retry TryAcquire (dlock.Acquire's jittered polling). A
-// release also sends NOTIFY dlock_release, and a Locker with waiters keeps
-// one pooled connection listening, so a waiter retries as soon as the
-// holder lets go (WithReleaseNotify; Close stops the listener). A lock
-// freed by a dying session sends nothing and is found by the next poll.
+// Locker with waiters keeps one pooled connection that LISTENs on the
+// channel dlock_release and holds the reserved advisory key WaitKey in
+// share mode; a release sends NOTIFY dlock_release only when it cannot take
+// WaitKey exclusively, that is when some Locker on the database has a
+// waiter (WithReleaseNotify; Close stops the listener). So an uncontended
+// release sends nothing, and a waiter retries as soon as the holder lets
+// go. A lock freed by a dying session sends nothing and is found by the
+// next poll.
 //
 // # Connections
 //
-// Each held lock pins one connection, and waiting listeners take one more;
+// Each held lock pins one connection, and a Locker's waiters take one more;
 // size the pool for that (a pool of its own keeps held locks from starving
 // the application). When this Locker's locks pin every connection,
 // TryAcquire fails at once with ErrPoolExhausted instead of waiting for a

@@ -15,12 +15,11 @@ import (
 // sentinel that says what the caller can do (errors.Is matches both), so
 // code written against dlock's sentinels keeps working.
 var (
-	// ErrNotMigrated means the fence table does not exist: run Migrate (or
-	// the SQL in the package documentation) once. Comes with
-	// dlock.ErrUnavailable.
-	ErrNotMigrated = errors.New("pglock: fence table " + FenceTable + " does not exist (create it with pglock.Migrate)")
+	// ErrNotMigrated means the fence sequence does not exist: run Migrate
+	// (or MigrateSQL) once. Comes with dlock.ErrUnavailable.
+	ErrNotMigrated = errors.New("pglock: fence sequence " + FenceSequence + " does not exist (create it with pglock.Migrate)")
 
-	// ErrReadOnly means the server refused the fence update because it is
+	// ErrReadOnly means the server refused to draw a fence because it is
 	// a hot standby (in recovery) or the session is read-only. Advisory
 	// locks on a standby are invisible to the primary and to every other
 	// standby, so pglock refuses to lock there. Comes with
@@ -79,7 +78,7 @@ func acquireErr(ctx context.Context, key string, node string, err error) error {
 	nerr := &dlock.NodeError{Node: node, Err: err}
 	switch sqlState(err) {
 	case codeUndefinedTable:
-		if strings.Contains(err.Error(), FenceTable) {
+		if strings.Contains(err.Error(), `"`+FenceSequence+`"`) {
 			return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrNotMigrated, nerr)
 		}
 	case codeReadOnly:

@@ -13,12 +13,22 @@ import (
 // HashKey("x") never collides with any KeyPair. A Key is a small value,
 // safe to copy and to use concurrently.
 type Key struct {
-	name   string // names the key in the fence table and in messages
+	name   string // names the key in handles and messages
 	n      int64  // the bigint form
 	a, b   int32  // the pair form
 	pair   bool
 	hashed bool
 }
+
+// WaitKey is the one bigint advisory key pglock reserves: a Locker's
+// release listener holds it in share mode while any of its acquisitions
+// waits, and a release sends its NOTIFY only when it cannot take WaitKey
+// exclusively (see WithReleaseNotify). It is bytes 8 to 15 of the SHA-256 of
+// "pglock waiters", so no HashKey name maps to it except by the same 2^-64
+// chance as any other collision. Do not lock it yourself: a session holding
+// it exclusively makes waiters poll, and one holding it in share mode makes
+// every release send a NOTIFY.
+const WaitKey int64 = -3089797466993508641
 
 // HashKey maps a lock name to a bigint advisory key: the first 8 bytes of
 // the SHA-256 of the name's UTF-8 bytes, read as a big-endian two's
@@ -30,27 +40,27 @@ type Key struct {
 // Two different names share a lock when their hashes collide. With n names
 // in use the probability that any two collide is about n²/2^65: 3·10⁻⁸ for a
 // million names. A collision only makes two names exclude each other; it
-// never lets two holders of one name in. The fence counter is kept per name.
+// never lets two holders of one name in.
 func HashKey(name string) Key {
 	sum := sha256.Sum256([]byte(name))
 	return Key{name: name, n: int64(binary.BigEndian.Uint64(sum[:8])), hashed: true}
 }
 
 // Int64Key is the bigint advisory key n, for schemes that already number
-// their locks. Its fence-counter name is "int64:<n>".
+// their locks. Its name (String) is "int64:<n>".
 func Int64Key(n int64) Key {
 	return Key{name: "int64:" + strconv.FormatInt(n, 10), n: n}
 }
 
 // KeyPair is the two-int4 advisory key (a, b), as taken by
 // pg_advisory_lock(a, b) — for example a table's oid and a row id. Its
-// fence-counter name is "pair:<a>,<b>".
+// name (String) is "pair:<a>,<b>".
 func KeyPair(a, b int32) Key {
 	return Key{name: fmt.Sprintf("pair:%d,%d", a, b), a: a, b: b, pair: true}
 }
 
-// String returns the name the key goes by in the fence table: the lock name
-// for HashKey, "int64:<n>" or "pair:<a>,<b>" otherwise.
+// String returns the name the key goes by in handles and messages: the lock
+// name for HashKey, "int64:<n>" or "pair:<a>,<b>" otherwise.
 func (k Key) String() string { return k.name }
 
 // Int64 returns the bigint key, and false for a pair.
@@ -61,14 +71,21 @@ func (k Key) Pair() (a, b int32, ok bool) { return k.a, k.b, k.pair }
 
 func (k Key) valid() bool { return k.name != "" }
 
-// call returns the SQL call of an advisory-lock function fn on k, with the
-// key's parameters numbered from $1, and the arguments to pass. The fence
-// name, if needed, goes in the next parameter, numbered next.
-func (k Key) call(fn string) (sql string, args []any, next int) {
+// form indexes a Locker's statements: 0 for a bigint key, 1 for a pair.
+func (k Key) form() int {
 	if k.pair {
-		return fn + "($1::int4, $2::int4)", []any{k.a, k.b}, 3
+		return 1
 	}
-	return fn + "($1::int8)", []any{k.n}, 2
+	return 0
+}
+
+// args returns the key's statement arguments ($1, or $1 and $2), with room
+// for two more.
+func (k Key) args() []any {
+	if k.pair {
+		return append(make([]any, 0, 4), k.a, k.b)
+	}
+	return append(make([]any, 0, 3), k.n)
 }
 
 // lockID returns how pg_locks shows the key: classid, objid and objsubid.
@@ -81,7 +98,8 @@ func (k Key) lockID() (classid, objid int64, objsubid int16) {
 }
 
 // notifyID names the key in release notifications: short and fixed-size,
-// whatever the length of the lock name.
+// whatever the length of the lock name. The release statement computes the
+// same text in SQL (sql.go).
 func (k Key) notifyID() string {
 	if k.pair {
 		return "p" + strconv.FormatInt(int64(k.a), 10) + "," + strconv.FormatInt(int64(k.b), 10)

@@ -10,24 +10,32 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// FenceTable is the table that holds one fence counter per lock key. It is
-// looked up through the session's search_path.
-const FenceTable = "dlock_fences"
+// FenceSequence is the sequence every acquisition draws its fence from, one
+// for all keys. It is looked up through the session's search_path.
+const FenceSequence = "dlock_fence"
 
-// MigrateSQL creates the fence table. Migrate runs it; run it yourself where
-// schema changes go through a migration tool.
-const MigrateSQL = `CREATE TABLE IF NOT EXISTS ` + FenceTable + ` (
-	key   text PRIMARY KEY,
-	fence bigint NOT NULL CHECK (fence > 0)
-)`
+// MigrateSQL creates the fence sequence. Migrate runs it (and checks the
+// sequence's settings); run it yourself where schema changes go through a
+// migration tool. CACHE 1 matters: with a per-session cache two sessions
+// would hand out numbers from different ranges, and a later holder could
+// get a smaller fence.
+const MigrateSQL = `CREATE SEQUENCE IF NOT EXISTS ` + FenceSequence + `
+	AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE`
+
+// checkSequenceSQL reads the settings that fences depend on.
+const checkSequenceSQL = `SELECT seqincrement, seqmin, seqcache, seqcycle
+	FROM pg_sequence WHERE seqrelid = '` + FenceSequence + `'::regclass`
 
 // Execer is what Migrate needs: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Migrate creates the fence table if it does not exist (MigrateSQL). pglock
-// never creates it on its own: a Locker whose database lacks it fails with
+// Migrate creates the fence sequence if it does not exist (MigrateSQL) and
+// checks that an existing one counts up by one, from at least 1, without a
+// per-session cache and without wrapping around, as fences need; otherwise
+// it returns an error matching dlock.ErrInvalid. pglock never creates the
+// sequence on its own: a Locker whose database lacks it fails with
 // ErrNotMigrated. Migrate is idempotent; lock traffic may run while it does.
 func Migrate(ctx context.Context, db Execer) error {
 	if ctx == nil {
@@ -38,6 +46,36 @@ func Migrate(ctx context.Context, db Execer) error {
 	}
 	if _, err := db.Exec(ctx, MigrateSQL); err != nil {
 		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+	}
+	return checkSequence(ctx, db)
+}
+
+// checkSequence verifies the fence sequence's settings, when db can also run
+// a query (every pgx handle can).
+func checkSequence(ctx context.Context, db Execer) error {
+	qr, ok := db.(Querier)
+	if !ok {
+		return nil
+	}
+	rows, err := qr.Query(ctx, checkSequenceSQL)
+	if err != nil {
+		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+	}
+	defer rows.Close()
+	var inc, minv, cache int64
+	var cycle bool
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+		}
+		return fmt.Errorf("pglock: migrate: %w: %s is not a sequence", dlock.ErrInvalid, FenceSequence)
+	}
+	if err := rows.Scan(&inc, &minv, &cache, &cycle); err != nil {
+		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+	}
+	if inc != 1 || minv < 1 || cache != 1 || cycle {
+		return fmt.Errorf("pglock: migrate: %w: sequence %s has INCREMENT %d, MINVALUE %d, CACHE %d, CYCLE %v; fences need INCREMENT 1, MINVALUE >= 1, CACHE 1 and NO CYCLE (ALTER SEQUENCE %s INCREMENT 1 CACHE 1 NO CYCLE)",
+			dlock.ErrInvalid, FenceSequence, inc, minv, cache, cycle, FenceSequence)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +28,8 @@ type Locker struct {
 	keyFunc  func(name string) (Key, error)
 	notify   bool
 	lease    time.Duration // WithSessionLease margin; < 0: off
+
+	stmts statements
 
 	held atomic.Int32 // connections pinned by this Locker's locks
 
@@ -59,11 +60,13 @@ func WithKeyFunc(f func(name string) (Key, error)) Option {
 	}
 }
 
-// WithReleaseNotify turns wake-on-release on or off. When on, Release sends
-// a NOTIFY on the channel "dlock_release" and waiting acquisitions LISTEN on
-// it (through one extra pooled connection per Locker while anyone waits), so
-// a waiter retries within about a round trip of a release instead of at its
-// next poll. The default is on.
+// WithReleaseNotify turns wake-on-release on or off. When on, waiting
+// acquisitions LISTEN on the channel "dlock_release" (through one extra
+// pooled connection per Locker while anyone waits, which also holds WaitKey
+// in share mode), and Release sends a NOTIFY there when some Locker on the
+// database has a waiter, so a waiter retries within about a round trip of
+// a release instead of at its next poll. With nobody waiting a release
+// sends nothing. The default is on.
 func WithReleaseNotify(on bool) Option {
 	return func(l *Locker) error {
 		l.notify = on
@@ -102,7 +105,7 @@ func (l *Locker) leaseMS(ttl time.Duration) string {
 }
 
 // New returns a Locker over pool. It sends nothing to the server. The fence
-// table must exist (see Migrate) before the first acquisition.
+// sequence must exist (see Migrate) before the first acquisition.
 //
 // Give the Locker a pool whose size allows for the locks you hold at once
 // plus one connection for release notifications; a pool of its own keeps
@@ -128,6 +131,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
+	l.buildStatements()
 	return l, nil
 }
 
@@ -204,35 +208,25 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 	if err != nil {
 		return nil, err
 	}
-	call, args, next := k.call("pg_try_advisory_lock")
-	lockSel := "SELECT " + call + " AS ok"
-	sql := ", pg_backend_pid()"
-	args = append(args, k.String())
+	// The grant is made first: it holds the statement's arguments and
+	// results, for this statement and the release (fewer allocations).
+	g := &grant{l: l, key: k, name: name}
+	args := g.keyArgs()
+	r := &g.row
+	dest := append(g.dest[:0], &r.ok, &r.fence, &r.flushed, &r.pid)
 	if l.lease >= 0 {
-		// The lease is set only when the lock was granted; prev is read
-		// (in the materialized CTE) before it changes.
-		lockSel += ", current_setting('idle_session_timeout') AS prev"
-		sql += ", CASE WHEN l.ok THEN set_config('idle_session_timeout', $" + strconv.Itoa(next+1) + "::text, false) END IS NOT NULL, l.prev"
 		args = append(args, l.leaseMS(ttl))
+		dest = append(dest, &r.leased, &g.prevTimeout)
 	}
-	sql = fenceSQL(lockSel, next) + sql + " FROM l"
 
 	start := time.Now()
-	var ok, leased bool
-	var fence int64
-	var pid int32
-	var prev string
-	dest := []any{&ok, &fence, &pid}
-	if l.lease >= 0 {
-		dest = append(dest, &leased, &prev)
-	}
-	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+	if err := conn.QueryRow(ctx, l.stmts.acquire[k.form()], args...).Scan(dest...); err != nil {
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
 		return nil, acquireErr(ctx, name, l.node, err)
 	}
-	if !ok {
+	if !r.ok {
 		conn.Release()
 		l.busy(k)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
@@ -243,8 +237,16 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
 	}
 	l.held.Add(1)
-	g := &grant{l: l, key: k, name: name, conn: conn, pid: pid, prevTimeout: prev}
-	return dlock.NewLock(name, dlock.NewToken(), uint64(fence), validUntil, g), nil
+	g.conn, g.pid = conn, r.pid
+	return dlock.NewLock(name, dlock.NewToken(), uint64(r.fence), validUntil, g), nil
+}
+
+// acquireRow is what the acquiring statement returns (the lease's previous
+// idle_session_timeout goes to grant.prevTimeout).
+type acquireRow struct {
+	ok, flushed, leased bool
+	fence               int64
+	pid                 int32
 }
 
 // pin takes a connection from the pool for an attempt, refusing at once
@@ -272,21 +274,6 @@ func discard(conn *pgxpool.Conn) {
 	cancel()
 }
 
-// fenceSQL returns the first part of a statement that takes an advisory
-// lock with lockSelect (a SELECT yielding one row with the boolean column
-// ok, "granted") and, only if it was granted, bumps the key's fence counter
-// (parameter $next is the key's name). The caller appends further
-// select-list items and "FROM l".
-//
-// The lock CTE is materialized (it calls a volatile function), so the lock
-// is attempted exactly once, and the data-modifying CTE always runs.
-func fenceSQL(lockSelect string, next int) string {
-	return `WITH l AS (` + lockSelect + `),
-f AS (INSERT INTO ` + FenceTable + ` AS t (key, fence) SELECT $` + strconv.Itoa(next) + `::text, 1 FROM l WHERE l.ok
-      ON CONFLICT (key) DO UPDATE SET fence = t.fence + 1 RETURNING t.fence)
-SELECT l.ok, COALESCE((SELECT fence FROM f), 0)`
-}
-
 // grant is one held session lock: the pinned connection and what the
 // session must still show.
 type grant struct {
@@ -300,11 +287,33 @@ type grant struct {
 
 	mu   sync.Mutex // a pgx connection serves one statement at a time
 	conn *pgxpool.Conn
+
+	// Arguments and results of the acquiring and the releasing statement.
+	// The key arguments point into key, so passing them allocates nothing.
+	args    [4]any
+	dest    [6]any
+	row     acquireRow
+	outcome int32
+}
+
+// keyArgs returns the key's statement arguments ($1, or $1 and $2), in
+// g.args.
+func (g *grant) keyArgs() []any {
+	if g.key.pair {
+		return append(g.args[:0], &g.key.a, &g.key.b)
+	}
+	return append(g.args[:0], &g.key.n)
 }
 
 // Extend checks that the lock's session is alive, is the one that took the
 // lock, and still holds it; the new validity runs ttl from when the check
 // was sent.
+//
+// A cancellation of ctx does not interrupt a check in flight: pgx would
+// close the connection, and with it end the lock (dlock.Do cancels its
+// last check when its function returns, just before releasing). ctx's
+// deadline does interrupt it, and without one the check gives up after
+// releaseBound.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := dlock.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
@@ -314,6 +323,12 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if g.conn == nil {
 		return time.Time{}, fmt.Errorf("%w (the lock's session already ended)", dlock.ErrNotHeld)
 	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(releaseBound)
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
 	classid, objid, objsubid := g.key.lockID()
 	start := time.Now()
 	var pid int32
@@ -350,26 +365,20 @@ func (g *grant) Release(ctx context.Context) error {
 	if g.conn == nil {
 		return fmt.Errorf("%w (the lock's session already ended)", dlock.ErrNotHeld)
 	}
-	call, args, next := g.key.call("pg_advisory_unlock")
-	sql := "SELECT " + call
-	if g.l.notify {
-		// NOTIFY is delivered when the statement's implicit transaction
-		// commits, after the unlock. It is a hint: waiters still have to
-		// win the lock.
-		sql += " FROM pg_notify('" + notifyChannel + "', $" + strconv.Itoa(next) + "::text)"
-		args = append(args, g.key.notifyID())
-	}
-	var unlocked, restored bool
-	dest := []any{&unlocked}
+	// With notifications on, the statement sends a NOTIFY (a hint; waiters
+	// still have to win the lock) when someone waits. It is delivered when
+	// the statement's implicit transaction commits, after the unlock.
+	args := g.keyArgs()
+	dest := append(g.dest[:0], &g.outcome)
+	var restored bool
 	if g.l.lease >= 0 {
-		sql = strings.Replace(sql, "SELECT "+call, "SELECT "+call+", set_config('idle_session_timeout', $"+strconv.Itoa(len(args)+1)+"::text, false) IS NOT NULL", 1)
 		args = append(args, g.prevTimeout)
 		dest = append(dest, &restored)
 	}
-	if err := g.conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+	if err := g.conn.QueryRow(ctx, g.l.stmts.release[g.key.form()], args...).Scan(dest...); err != nil {
 		return g.connErr(err)
 	}
-	if !unlocked {
+	if unlocked := g.outcome != 0; !unlocked {
 		// Should not happen while the session lives; do not hand a
 		// session in an unknown state to the next pool user.
 		g.drop(false)

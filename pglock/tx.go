@@ -10,16 +10,17 @@ import (
 )
 
 // TryLockTx takes the transaction-level advisory lock on k inside tx, if no
-// other session holds it, and draws the key's next fence in the same
-// statement. The lock is released when tx commits or rolls back; there is
-// no way to release it earlier and no handle to extend.
+// other session holds it, and draws a fence in the same statement. The lock
+// is released when tx commits or rolls back; there is no way to release it
+// earlier and no handle to extend.
 //
-// The fence counter update is part of tx: a rollback undoes it, so the next
-// holder gets the same number again. That is right for what tx locks are
-// for, writes in the same transaction (they were undone too, and a fenced
-// row written in tx still carries the older fence). To fence a resource
-// outside the database, use a session lock (Locker), whose fences are never
-// handed out twice.
+// The fence comes from the same sequence as session locks' fences, which is
+// not transactional: a rollback does not give the number back, so it is
+// never handed out twice. It is on disk once tx has committed (pglock makes
+// the commit flush when it has to, see the package documentation); after a
+// crash before that commit the number may come again, like everything else
+// tx did. Fence the writes tx makes itself; to fence a resource outside the
+// database, use a session lock (Locker).
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds k, and dlock.ErrUnavailable (with ErrNotMigrated or ErrReadOnly
@@ -29,16 +30,7 @@ func TryLockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) 
 	if err := checkTx(ctx, tx, k); err != nil {
 		return 0, err
 	}
-	call, args, next := k.call("pg_try_advisory_xact_lock")
-	var ok bool
-	var f int64
-	if err := tx.QueryRow(ctx, fenceSQL("SELECT "+call+" AS ok", next)+" FROM l", append(args, k.String())...).Scan(&ok, &f); err != nil {
-		return 0, acquireErr(ctx, k.String(), txNode(tx), err)
-	}
-	if !ok {
-		return 0, fmt.Errorf("dlock: acquire %q: %w (held by another session)", k.String(), dlock.ErrNotAcquired)
-	}
-	return uint64(f), nil
+	return lockTx(ctx, tx, k, txTrySQL[k.form()])
 }
 
 // LockTx is TryLockTx that waits, in the server's lock queue, while another
@@ -54,14 +46,30 @@ func LockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
 	if err := checkTx(ctx, tx, k); err != nil {
 		return 0, err
 	}
-	// pg_advisory_xact_lock returns void: in FROM it yields one row once
-	// the lock is granted.
-	call, args, next := k.call("pg_advisory_xact_lock")
-	var ok bool
+	return lockTx(ctx, tx, k, txWaitSQL[k.form()])
+}
+
+// The transaction-lock statements, for bigint keys and pairs. The waiting
+// form calls pg_advisory_xact_lock (void) in FROM: the row, and with it the
+// fence, exists once the lock is granted.
+var txTrySQL, txWaitSQL [2]string
+
+func init() {
+	for i, pair := range []bool{false, true} {
+		p, _ := keyParams(pair)
+		txTrySQL[i] = fenceSQL(tryLockCTE("pg_try_advisory_xact_lock", pair), "")
+		txWaitSQL[i] = fenceSQL(`SELECT `+nextvalSQL+` AS fence FROM pg_advisory_xact_lock`+p, "")
+	}
+}
+
+func lockTx(ctx context.Context, tx pgx.Tx, k Key, sql string) (uint64, error) {
+	var ok, flushed bool
 	var f int64
-	sql := fenceSQL("SELECT true AS ok FROM "+call, next) + " FROM l"
-	if err := tx.QueryRow(ctx, sql, append(args, k.String())...).Scan(&ok, &f); err != nil {
+	if err := tx.QueryRow(ctx, sql, k.args()...).Scan(&ok, &f, &flushed); err != nil {
 		return 0, acquireErr(ctx, k.String(), txNode(tx), err)
+	}
+	if !ok {
+		return 0, fmt.Errorf("dlock: acquire %q: %w (held by another session)", k.String(), dlock.ErrNotAcquired)
 	}
 	return uint64(f), nil
 }
