@@ -10,13 +10,29 @@ import (
 
 // Wake-on-release
 //
-// Release runs its pg_advisory_unlock together with pg_notify on the channel
-// notifyChannel, with the key's notifyID as payload; PostgreSQL delivers it
-// when the statement's transaction commits, after the unlock. A Locker with
-// waiting acquisitions keeps one pooled connection LISTENing on that channel
-// (opened when a waiting attempt first finds its key busy, closed when the
-// last waiter leaves) and wakes its earliest waiter for the released key,
-// which retries at once instead of at its next poll.
+// A Locker with waiting acquisitions keeps one pooled connection that
+// LISTENs on notifyChannel and holds WaitKey in share mode (opened when a
+// waiting attempt first finds its key busy, closed when the last waiter
+// leaves). Release runs pg_advisory_unlock and then, in the same statement,
+// pg_try_advisory_xact_lock(WaitKey): if that fails, some Locker's listener
+// holds WaitKey, so someone may wait, and the statement sends pg_notify
+// with the key's notifyID as payload, delivered when its transaction
+// commits, after the unlock. If it succeeds, nobody waits anywhere: no
+// NOTIFY (which would cost an xid and a WAL flush at commit), and the
+// exclusive WaitKey lock ends with the statement. The listener wakes its
+// earliest waiter for the released key, which retries at once instead of
+// at its next poll.
+//
+// No release is missed. The listener wakes every waiter once after its
+// LISTEN and its WaitKey lock are both in place. A release whose unlock
+// comes before that wake-up is found by the waiter's retry. A release whose
+// unlock comes after it looks for WaitKey after the unlock (CASE evaluates
+// in order), so after the wake-up, finds it held, and NOTIFYs after the
+// LISTEN. A waiter that registers while the listener runs is covered too:
+// it registers before its attempt, and the listener holds WaitKey for as
+// long as anyone is registered. A release that finds WaitKey held only by
+// another releaser's short exclusive lock sends a NOTIFY nobody needed;
+// that costs, but is harmless.
 //
 // A notification is only a hint: the woken waiter must still win
 // pg_try_advisory_lock, so it cannot cause a double grant. Releases that
@@ -157,9 +173,10 @@ func (n *listener) run(ctx context.Context) {
 	}
 }
 
-// listen takes a pool connection, LISTENs, wakes every waiter once (a
-// release may have come before the LISTEN), and dispatches notifications
-// until ctx ends (nil) or the connection fails.
+// listen takes a pool connection, LISTENs and takes WaitKey in share mode,
+// wakes every waiter once (a release may have come before both were in
+// place), and dispatches notifications until ctx ends (nil) or the
+// connection fails.
 func (n *listener) listen(ctx context.Context) error {
 	conn, err := n.l.pool.Acquire(ctx)
 	if err != nil {
@@ -173,7 +190,9 @@ func (n *listener) listen(ctx context.Context) error {
 		c.Close(cctx)
 		cancel()
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+	// The share lock waits only for a release that holds WaitKey for the
+	// length of its statement. It ends with the session.
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel+"; SELECT pg_advisory_lock_shared("+waitKeySQL+")"); err != nil {
 		return err
 	}
 	n.wakeAll()

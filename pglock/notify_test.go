@@ -1,0 +1,166 @@
+package pglock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/pglock"
+)
+
+const notifyChannel = "dlock_release" // as the package sends it
+
+// waitKeyHolders counts the sessions holding pglock.WaitKey in share mode:
+// release listeners of Lockers with waiters.
+func waitKeyHolders(t *testing.T) int {
+	t.Helper()
+	locks, err := shared.AdvisoryLocks(testCtx(t))
+	if err != nil {
+		t.Fatalf("pg_locks: %v", err)
+	}
+	n := 0
+	for _, a := range locks {
+		if a.ObjSubID == 1 && a.Int64() == pglock.WaitKey && a.Granted && a.Mode == "ShareLock" {
+			n++
+		}
+	}
+	return n
+}
+
+// listenRaw LISTENs on the release channel on a connection of its own, as
+// an observer of every NOTIFY the releases send.
+func listenRaw(t *testing.T) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(testCtx(t), shared.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	if _, err := c.Exec(testCtx(t), "LISTEN "+notifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// nextPayloads sends a sentinel NOTIFY and returns the payloads c receives up
+// to it. Notifications arrive in commit order, so the list holds exactly
+// what was sent on the channel before the sentinel.
+func nextPayloads(t *testing.T, c *pgx.Conn) []string {
+	t.Helper()
+	sentinel := fmt.Sprintf("sentinel-%d", keySeq.Add(1))
+	if err := shared.Exec(testCtx(t), "SELECT pg_notify($1, $2)", notifyChannel, sentinel); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		n, err := c.WaitForNotification(testCtx(t))
+		if err != nil {
+			t.Fatalf("waiting for the sentinel NOTIFY: %v (got %q)", err, got)
+		}
+		if n.Payload == sentinel {
+			return got
+		}
+		got = append(got, n.Payload)
+	}
+}
+
+// A release sends a NOTIFY only when some Locker has a waiter: with nobody
+// waiting the channel stays silent (no xid, no WAL flush for the release);
+// with a waiter (of another Locker, on another pool) the release of its key
+// is announced and wakes it at once.
+func TestReleaseNotifiesOnlyWhenWaited(t *testing.T) {
+	waitFor(t, "earlier tests' listeners to end", func() bool { return waitKeyHolders(t) == 0 })
+	raw := listenRaw(t)
+	a, b := newLocker(t, 2), newLocker(t, 2)
+	key := uniqueKey(t)
+	n, _ := pglock.HashKey(key).Int64()
+	payload := fmt.Sprintf("i%d", n)
+
+	for range 3 {
+		lock := mustAcquire(t, a, key, 10*time.Second)
+		if err := lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := nextPayloads(t, raw); len(got) != 0 {
+		t.Fatalf("releases with nobody waiting sent NOTIFYs %q", got)
+	}
+
+	lock := mustAcquire(t, a, key, 10*time.Second)
+	got := make(chan error, 1)
+	go func() {
+		lb, err := b.Acquire(testCtx(t), key, 10*time.Second,
+			dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(time.Millisecond))
+		if err == nil {
+			err = lb.Release(context.Background())
+		}
+		got <- err
+	}()
+	waitFor(t, "the waiter's listener to hold WaitKey", func() bool { return waitKeyHolders(t) == 1 })
+	released := time.Now()
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if d := time.Since(released); d > 2*time.Second {
+		t.Fatalf("the waiter acquired %v after the release; want well under its 5s poll", d)
+	}
+	if got := nextPayloads(t, raw); len(got) == 0 || got[0] != payload {
+		t.Fatalf("NOTIFYs after a release with a waiter: %q, want %q first", got, payload)
+	}
+
+	// The last waiter gone, the listener lets WaitKey go, and releases are
+	// silent again.
+	b.Close()
+	waitFor(t, "the listener to end", func() bool { return waitKeyHolders(t) == 0 })
+	mustAcquire(t, a, key, 10*time.Second).Release(testCtx(t))
+	if got := nextPayloads(t, raw); len(got) != 0 {
+		t.Fatalf("a release after the waiters left sent NOTIFYs %q", got)
+	}
+}
+
+// No missed wake-up: whenever the holder lets go — before the waiter's
+// first attempt, between its failed attempt and its listener's start, or
+// while it waits — the waiter gets the lock long before its next poll. A
+// release that skipped its NOTIFY while the waiter was not yet covered
+// would leave it waiting the whole 10s retry delay.
+func TestNoMissedWakeup(t *testing.T) {
+	a, b := newLocker(t, 2), newLocker(t, 2)
+	const rounds = 40
+	for i := range rounds {
+		key := uniqueKey(t)
+		lock := mustAcquire(t, a, key, 10*time.Second)
+		got := make(chan error, 1)
+		start := make(chan struct{})
+		go func() {
+			<-start
+			lb, err := b.Acquire(testCtx(t), key, 10*time.Second,
+				dlock.WithRetryDelay(10*time.Second), dlock.WithRetryJitter(time.Millisecond))
+			if err == nil {
+				err = lb.Release(context.Background())
+			}
+			got <- err
+		}()
+		close(start)
+		// Spread the release over the waiter's first attempt and its
+		// listener's start (a round trip or two each).
+		time.Sleep(time.Duration(i%8) * 250 * time.Microsecond)
+		if err := lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("round %d: waiter: %v", i, err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatalf("round %d: the waiter missed the release (still waiting 3s later)", i)
+		}
+	}
+}
