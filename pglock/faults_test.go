@@ -154,3 +154,23 @@ func TestNaiveMistakesAreCaught(t *testing.T) {
 		}
 	}
 }
+
+// A health check cancelled in flight (dlock.Do cancels its last one when its
+// function returns, right before releasing) finishes instead of closing the
+// lock's session: the lock is still held, and the release succeeds.
+func TestCancelledExtendKeepsLock(t *testing.T) {
+	l, proxy := proxiedLocker(t)
+	key := uniqueKey(t)
+	lock := mustAcquire(t, l, key, 10*time.Second)
+	proxy.Latency(t, 200*time.Millisecond, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel) // while the check is in flight
+	if err := lock.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatalf("Extend cancelled in flight: %v", err)
+	}
+	proxy.Heal()
+	holderPID(t, pglock.HashKey(key)) // fails unless the session still holds it
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatalf("Release after a cancelled check: %v", err)
+	}
+}
