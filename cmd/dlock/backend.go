@@ -24,8 +24,9 @@ type backendFlags struct {
 	redis    []string
 	postgres string
 	ttl      time.Duration // the command's --ttl, if it has one (sizes Redlock's node timeout)
-	// createTable lets `run` create PostgreSQL's fence table when it is
-	// missing; without it dlock never changes a database's schema.
+	// createTable lets `run` create PostgreSQL's fence sequence when it is
+	// missing; without it dlock never changes a database's schema. (The
+	// flag's name, --create-fence-table, predates the sequence.)
 	createTable bool
 }
 
@@ -108,7 +109,7 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFla
 		case useTokens:
 			return nil, usagef("%s needs Redis: a PostgreSQL advisory lock belongs to a database session and ends with the dlock process (use dlock run)", cmd.Name())
 		case useInspect:
-			return nil, usagef("inspect needs Redis: for PostgreSQL, SELECT * FROM pg_locks WHERE locktype = 'advisory'")
+			return nil, usagef("inspect needs Redis: for PostgreSQL, SELECT * FROM pg_locks WHERE locktype = 'advisory' (fences come from one sequence for all keys: SELECT last_value FROM dlock_fence)")
 		}
 		return a.openPostgres(ctx, dsn, f.createTable)
 	}
@@ -227,7 +228,7 @@ func acquireError(err error, rec *recorder, key string, wait time.Duration) erro
 	case errors.Is(err, dlock.ErrInvalid):
 		return &usageError{err: err}
 	case errors.Is(err, pglock.ErrNotMigrated):
-		return exitf(exitUnavailable, "the database has no dlock_fences table: run once with --create-fence-table, or create it with the SQL of pglock.MigrateSQL")
+		return exitf(exitUnavailable, "the database has no dlock_fence sequence: run once with --create-fence-table, or create it with the SQL of pglock.MigrateSQL")
 	case errors.Is(err, dlock.ErrUnavailable):
 		return unreachable(err)
 	case errors.Is(err, dlock.ErrNotAcquired) && rec.busy():

@@ -40,6 +40,9 @@ func (a *app) openRedlock(b *backend, ttl time.Duration) (*backend, error) {
 		b.close()
 		return nil, err
 	}
+	// Close first: it lets releases still under way on the slower nodes
+	// finish before the clients close.
+	b.closers = append([]func(){func() { l.Close() }}, b.closers...)
 	b.kind, b.locker, b.tokens = "redlock", l, l
 	return b, nil
 }
@@ -74,8 +77,8 @@ func (a *app) openPostgres(ctx context.Context, dsn string, createTable bool) (*
 	}, nil
 }
 
-// fenceTable handles pglock's fence table being missing: with
-// --create-fence-table it creates the table (once, only when missing, so
+// fenceTable handles pglock's fence sequence being missing: with
+// --create-fence-table it creates the sequence (once, only when missing, so
 // CREATE rights are needed only on a fresh database); without it dlock
 // changes no schema and says how to proceed.
 type fenceTable struct {

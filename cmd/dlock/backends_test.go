@@ -97,7 +97,7 @@ func containsNode(rows []lockRow, node string) bool {
 }
 
 // TestPostgres: --postgres refuses to change the schema unless asked
-// (--create-fence-table creates the fence table), runs under an advisory
+// (--create-fence-table creates the fence sequence), runs under an advisory
 // lock with growing fences; a busy lock exits 75; a killed
 // session is a lost lock: the command is terminated and dlock exits 76.
 func TestPostgres(t *testing.T) {
@@ -105,7 +105,7 @@ func TestPostgres(t *testing.T) {
 	pg := testsrv.StartPostgres(t)
 	env := binEnv("DLOCK_POSTGRES=" + pg.DSN())
 	if r := runBin(t, env, runArgs(nil, "pg:fence", "env")...); r.code != exitUnavailable || !strings.Contains(r.stderr, "--create-fence-table") {
-		t.Fatalf("run on a database without the fence table: exit %d, want %d naming --create-fence-table; stderr: %s", r.code, exitUnavailable, r.stderr)
+		t.Fatalf("run on a database without the fence sequence: exit %d, want %d naming --create-fence-table; stderr: %s", r.code, exitUnavailable, r.stderr)
 	}
 	var last uint64
 	for i := range 2 {

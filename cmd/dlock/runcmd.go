@@ -100,7 +100,7 @@ ran.
 	f := cmd.Flags()
 	addBackendFlags(cmd, &bf)
 	cmd.Flags().BoolVar(&bf.createTable, "create-fence-table", false,
-		"with --postgres: create the dlock_fences table if it is missing (needs CREATE rights)")
+		"with --postgres: create the dlock_fence sequence that fences come from if it is\nmissing (needs CREATE rights)")
 	f.DurationVar(&ttl, "ttl", 30*time.Second, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
 	f.DurationVar(&wait, "wait", 0, "how long to wait while the lock is busy; 0 tries once")
 	f.DurationVar(&grace, "grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command")
