@@ -3,6 +3,7 @@ package pglock_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,38 @@ import (
 )
 
 const notifyChannel = "dlock_release" // as the package sends it
+
+// counting counts a Locker's attempts, passing its release notifications
+// through, so a test can wait until a waiter has made its retry after its
+// listener started and is left with nothing but the NOTIFY (or its poll).
+type counting struct {
+	*pglock.Locker
+	attempts atomic.Int32
+}
+
+func (c *counting) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	defer c.attempts.Add(1)
+	return c.Locker.TryAcquire(ctx, key, ttl)
+}
+
+// waitParked starts an Acquire of key through c with a 5s poll and returns
+// its outcome channel once the waiter has made its first attempt and the
+// retry that its listener's start triggers: from then on only a NOTIFY
+// wakes it before its poll.
+func waitParked(t *testing.T, c *counting, key string) <-chan error {
+	t.Helper()
+	got := make(chan error, 1)
+	go func() {
+		lb, err := dlock.Acquire(testCtx(t), c, key, 10*time.Second,
+			dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(time.Millisecond))
+		if err == nil {
+			err = lb.Release(context.Background())
+		}
+		got <- err
+	}()
+	waitFor(t, "the waiter to park", func() bool { return c.attempts.Load() >= 2 && waitKeyHolders(t) >= 1 })
+	return got
+}
 
 // waitKeyHolders counts the sessions holding pglock.WaitKey in share mode:
 // release listeners of Lockers with waiters.
@@ -91,16 +124,7 @@ func TestReleaseNotifiesOnlyWhenWaited(t *testing.T) {
 	}
 
 	lock := mustAcquire(t, a, key, 10*time.Second)
-	got := make(chan error, 1)
-	go func() {
-		lb, err := b.Acquire(testCtx(t), key, 10*time.Second,
-			dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(time.Millisecond))
-		if err == nil {
-			err = lb.Release(context.Background())
-		}
-		got <- err
-	}()
-	waitFor(t, "the waiter's listener to hold WaitKey", func() bool { return waitKeyHolders(t) == 1 })
+	got := waitParked(t, &counting{Locker: b}, key)
 	released := time.Now()
 	if err := lock.Release(testCtx(t)); err != nil {
 		t.Fatal(err)
@@ -162,5 +186,30 @@ func TestNoMissedWakeup(t *testing.T) {
 		case <-time.After(3 * time.Second):
 			t.Fatalf("round %d: the waiter missed the release (still waiting 3s later)", i)
 		}
+	}
+}
+
+// The release statement builds the NOTIFY payload in SQL; for the pair form
+// it must match what the waiting Locker listens for, or the waiter would
+// sit out its poll.
+func TestPairReleaseWakesWaiter(t *testing.T) {
+	pairs := pglock.WithKeyFunc(func(name string) (pglock.Key, error) {
+		var a, b int32
+		_, err := fmt.Sscanf(name, "tenant:%d:%d", &a, &b)
+		return pglock.KeyPair(a, b), err
+	})
+	a, b := newLocker(t, 2, pairs), newLocker(t, 2, pairs)
+	const key = "tenant:-7:42"
+	lock := mustAcquire(t, a, key, 10*time.Second)
+	got := waitParked(t, &counting{Locker: b}, key)
+	released := time.Now()
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if d := time.Since(released); d > 2*time.Second {
+		t.Fatalf("the waiter acquired %v after the release; want well under its 5s poll", d)
 	}
 }
