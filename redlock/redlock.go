@@ -206,9 +206,9 @@ func (m multi) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dl
 // ReleaseToken releases the lock on key if it still holds token, on every
 // node, and waits for every node's answer (unlike Lock.Release, which
 // returns on a majority's). It is for holders that kept only the token,
-// such as shell scripts using `dlock acquire`. It returns an error matching dlock.ErrNotHeld when
-// no majority of nodes held key with token, and dlock.ErrUnavailable when too
-// few nodes answered to tell (call it again).
+// such as shell scripts using `dlock acquire`. It returns an error matching
+// dlock.ErrNotHeld when no majority of nodes held key with token, and
+// dlock.ErrUnavailable when too few nodes answered to tell (call it again).
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := checkToken(ctx, key, token); err != nil {
 		return err
@@ -382,8 +382,8 @@ var (
 
 // release sends the deletion of keys that hold token to every node, in
 // parallel, each node's after that node answered the acquisition (after,
-// when not nil), and returns at once; each node's outcome is nil when it deleted.
-// The deletions run to the end even when ctx is cancelled (each within the
+// when not nil), and returns at once; each node's outcome is nil when it
+// deleted. The deletions run to the end even when ctx is cancelled (each within the
 // node timeout), so that giving up on a release leaves no key behind; until
 // they have, the Locker's next acquisition of the same keys waits for them
 // (releasingOn). With wakeUp, each node also announces the release to the
@@ -420,10 +420,11 @@ func (l *Locker) release(ctx context.Context, keys []string, token string, wakeU
 }
 
 // releasingOn returns the progress of this Locker's release of keys while
-// it is still under way on some node (nil when none is). Release returns once a majority deleted; a Locker taking the same
-// lock again at once sends its attempt to each node after that node's
-// deletion, or it would find its own old key on the late nodes and lose
-// them from its majority (and their fence counters would fall behind).
+// it is still under way on some node (nil when none is). Release returns
+// once a majority deleted; a Locker taking the same lock again at once sends
+// its attempt to each node after that node's deletion, or it would find its
+// own old key on the late nodes and lose them from its majority (and their
+// fence counters would fall behind).
 func (l *Locker) releasingOn(keys []string) *progress {
 	v, ok := l.releasing.Load(pendingID(keys))
 	if !ok {
