@@ -38,13 +38,22 @@
 // Acquire and Do wait with wake-on-release: a waiting attempt that finds the
 // key busy queues its Locker beside the key, in "dlock:waiters:{key}" (a
 // sorted set in the key's slot, expiring 60 s after the last waiter
-// refreshed it), and the release that frees the key pops the longest waiter
-// and publishes to that Locker's own channel, in the same round trip. So one
-// release wakes one waiter, in arrival order. Each Locker keeps one pub/sub
-// connection for all its keys; Close ends it. A wake-up is only a hint — the
-// grant still goes through the acquire script — and a release by a peer that
-// does not publish, an expiry, or a lost message is picked up by polling at
-// the retry delay plus jitter.
+// refreshed it), and the release that frees the key pops the longest waiter,
+// reserves the free lock for it and publishes to that Locker's own channel,
+// in the same round trip. So one release wakes one waiter, in arrival order.
+// A holder that re-takes the lock at once (a loop over the lock) may do so
+// while the longest waiter has been first in line for less than 3ms; such
+// releases skip the queue, and after that the waiter is woken or retries by
+// itself and has the lock's first claim, so no waiter starves (the policy
+// and its bound are described in notify.go). The reservation lasts until
+// the woken waiter takes the lock or gives up, and at most 500ms if it
+// crashed; TryAcquire honours it, reporting the lock busy meanwhile.
+// Each Locker keeps one pub/sub connection for all its keys; Close ends it.
+// A wake-up is only a hint — the grant still goes through the acquire
+// script — and a release by a peer that does not publish, an expiry, or a
+// lost message is picked up by polling at the retry delay plus jitter. The
+// queue's state is kept in "dlock:turn:{key}", a small hash expiring with
+// the queue. Neither key is ever part of a grant: the lock key alone is.
 //
 // # Guarantees and limits
 //

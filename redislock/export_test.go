@@ -1,6 +1,13 @@
 package redislock
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Features exposes which native commands the Locker chose, for tests.
 func (l *Locker) Features(ctx context.Context) (del, set bool) { return l.features(ctx) }
+
+// SetPolicy changes the hand-off threshold T and the reservation R of a new
+// Locker, for tests that need them long or short.
+func (l *Locker) SetPolicy(handoff, reserve time.Duration) { l.setPolicy(handoff, reserve) }

@@ -2,6 +2,8 @@ package redislock
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,12 +20,66 @@ import (
 // A waiting Acquire (dlock.Acquire, Do) that finds a key busy puts its Locker
 // in a queue beside the lock key: a sorted set, "dlock:waiters:{key}", whose
 // members are Locker ids in arrival order. The release script deletes the
-// lock, pops the head of that queue and publishes the lock key on the
-// head's own channel, "dlock:wake:<id>". So a release wakes exactly one
-// Locker, the one that has waited longest, and costs no extra round trip;
-// that Locker wakes its earliest local waiter, which retries at once. A
-// woken waiter that loses the race (to a poll or a newcomer) goes back to
-// its old place in the queue, so it is not pushed behind later arrivals.
+// lock and hands it on to the queue's head by publishing the lock key on
+// the head's own channel, "dlock:wake:<id>", in the same round trip; that
+// Locker wakes its earliest local waiter, which retries at once. So a
+// release wakes at most one Locker, the one that has waited longest.
+//
+// When to wake the head (the hand-off policy; the scripts are
+// internal/scripts/acquire_waiting.lua, release.lua and queue.lua), in the
+// spirit of sync.Mutex's normal and starvation modes. Waking costs the
+// woken waiter a round trip, wasted if the releaser takes the lock again
+// first, which a holder looping over a lock does at once; and handing the
+// lock to a parked waiter costs both machines more than the holder's own
+// re-take. So a holder may re-take ("barge") while the queue's head is
+// young, for at most handoffAfter (T) of server time after the head came to
+// the front:
+//
+//   - A waiting attempt that takes the free lock over another Locker at the
+//     head, while that head has headed the queue for less than T, is told
+//     how much of the head's T is left ("quiet"); it also tells the head,
+//     once, in a deferred announcement ("key\x00µs"), to retry by itself
+//     when its T is up plus T of slack. A release within the quiet time
+//     skips the queue: a plain compare-and-delete, 2 round trips per
+//     acquisition as for a lock without a queue.
+//   - Any other release hands the lock on: it pops the head, reserves the
+//     free lock for that Locker for reserveFor (R) and publishes to it.
+//     Attempts by others are refused until it takes the lock, gives up (its
+//     Locker passes the reservation on to the next head at once) or R
+//     passes. The one exception: if newcomers were refused at the last
+//     reservation (the lock is being re-taken at once) and the new head is
+//     young, the release defers it as above instead of waking it.
+//
+// The queue's state (the head and since when, whether it was told, the
+// reservation, the refused-newcomer mark) is a hash beside the queue,
+// "dlock:turn:{key}" (statePrefix), expiring with it.
+//
+// Fairness bound: while anyone waits, a holder re-takes the lock for at most
+// about T (plus one hold) before the head is woken or retries by itself,
+// and then the head has the lock's first claim. With k Lockers queued
+// ahead, a waiter gets the lock within about k times (T + a hold + a
+// hand-off): with 15 parked waiters and the default T of 3ms, under about
+// 50ms on a local server, against 1-2s of starvation for retry-and-back-off
+// clients. Holders that do not re-take at once (every hand-off to a parked
+// waiter) wake the head in the release itself, as before, so a plain queue
+// of waiters is served in arrival order at one round trip per hand-off.
+// TryAcquire, and the first attempts of a Locker not yet subscribed, run
+// the plain acquire script: it honours reservations, but such a grant is
+// never quiet. A woken waiter that loses anyway (its reservation ran out, or
+// a client that ignores reservations took the lock) goes back to its old
+// place at the front, counting as old enough to be woken by the next
+// release. A woken Locker that crashed holds the others off for at most R
+// (500ms); they get the lock at their next poll after that.
+//
+// Why it stays safe: the queue, the state hash and the reservation never
+// grant a lock. A grant still needs the acquire script to find the lock key
+// absent (SET NX), atomically, exactly as without a queue; a reservation
+// only refuses, and only for R; a quiet release is the plain
+// compare-and-delete. Fences come from the same INCR. The lock key's value
+// is still the token alone, so node-redlock and redsync clients on the
+// same keys are still excluded (they ignore reservations, which only costs
+// fairness). Scripts that read the server clock (TIME) replicate their
+// effects, so a replica applies the same writes.
 //
 // Every Locker has one pub/sub connection for all its keys (one SUBSCRIBE
 // to its own channel), opened the first time a waiting Acquire finds a key
@@ -32,7 +88,9 @@ import (
 // waiter join a queue, so a release cannot be announced to a Locker that is
 // not listening yet. go-redis reconnects and resubscribes a dropped
 // connection; when the subscription is confirmed again, every waiter retries
-// once, since announcements may have been lost in between.
+// once, since announcements may have been lost in between. A Locker woken
+// for a key it no longer waits for (its waiter gave up meanwhile) passes the
+// reservation on.
 //
 // An announcement is only a hint: the woken waiter still has to win the
 // acquire script, so it cannot cause a double grant. When no announcement
@@ -46,65 +104,32 @@ const (
 	queueTTL  = wake.QueueTTL  // ms; refreshed by every waiting attempt
 	idleClose = wake.IdleClose // no waiters this long: drop the connection
 	maxFree   = 64             // recycled interests kept
+
+	// statePrefix + {lock key} is the queue's state (queue.lua).
+	statePrefix = "dlock:turn:"
+	// handoffAfter (T) is how long the queue's head lets a holder re-take
+	// the lock before it is woken: a few dozen hold-0 cycles on a local
+	// server, so that hand-offs are a few percent of them (bench C1), and
+	// short against anyone's patience.
+	handoffAfter = 3 * time.Millisecond
+	// reserveFor (R) is how long a woken waiter's Locker has the free lock's
+	// first claim: far above a round trip, and the most a crashed waiter
+	// delays the others before their polls take over.
+	reserveFor = 500 * time.Millisecond
 )
 
-// queueKey returns the key of lockKey's waiter queue, in the same Cluster
-// slot as lockKey (the same derivation as keys.Fence).
-func queueKey(lockKey string) string { return wake.QueueKey(lockKey) }
-
-// acquireWaiting is the acquire script of a Locker that has a waiter on the
-// key: the same grant as scripts.Acquire, plus the waiter queue. It never
-// reads the clock, so it runs on any Redis from 5.0 (ZPOPMIN) and replicates
-// as it is.
-//
-// KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] waiter queue
-// ARGV[1] token, ARGV[2] ttl ms, ARGV[3] Locker id, ARGV[4] the Locker's
-// earlier place in the queue (0 = none), ARGV[5] "1" when more of the
-// Locker's waiters wait after a win, ARGV[6] queue ttl ms.
-// Returns {fence (> 0), 0 busy or -1 busy without expiry; the Locker's place
-// in the queue now, 0 when not queued}.
-var acquireWaiting = redis.NewScript(`
-local function enqueue(place)
-  if place == 0 then
-    local last = redis.call('zrevrange', KEYS[3], 0, 0, 'withscores')
-    place = 1
-    if last[2] then place = tonumber(last[2]) + 1 end
-  end
-  redis.call('zadd', KEYS[3], 'nx', place, ARGV[3])
-  redis.call('pexpire', KEYS[3], ARGV[6])
-  return tonumber(redis.call('zscore', KEYS[3], ARGV[3]))
-end
-local v = redis.call('get', KEYS[1])
-if not v then
-  redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
-  local fence = redis.call('incr', KEYS[2])
-  redis.call('zrem', KEYS[3], ARGV[3])
-  if ARGV[5] == '1' then
-    return {fence, enqueue(0)}
-  end
-  return {fence, 0}
-end
-if v == ARGV[1] then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {tonumber(redis.call('get', KEYS[2]) or '0'), tonumber(ARGV[4])}
-end
-local busy = 0
-if redis.call('pttl', KEYS[1]) == -1 then busy = -1 end
-return {busy, enqueue(tonumber(ARGV[4]))}
-`)
-
-// wakeAfterDelex is the announcement half of a native (DELEX) release, sent
-// in the same pipeline: it wakes the queue's head if the lock key is gone.
-// KEYS[1] lock key, KEYS[2] waiter queue. Returns 1 when it woke someone.
-var wakeAfterDelex = redis.NewScript(`
-if redis.call('exists', KEYS[1]) == 1 then return 0 end
-local head = redis.call('zpopmin', KEYS[2])
-if head[1] then
-  redis.call('publish', 'dlock:wake:' .. head[1], KEYS[1])
-  return 1
-end
-return 0
-`)
+// setPolicy sets the hand-off threshold and the reservation (tests shorten
+// them), boxed once as script arguments in µs.
+func (l *Locker) setPolicy(handoff, reserve time.Duration) {
+	l.handoffArg = handoff.Microseconds()
+	l.reserveArg = reserve.Microseconds()
+	l.idArg = ""
+	if l.notify != nil {
+		l.idArg = l.notify.idArg
+		l.notify.handoff = handoff
+		l.notify.reserve = l.reserveArg
+	}
+}
 
 var _ dlock.ReleaseNotifier = (*Locker)(nil)
 
@@ -125,16 +150,19 @@ func (l *Locker) Close() error {
 // notifier is a Locker's shared subscription to release announcements and
 // the registry of its waiting Acquires. It is safe for concurrent use.
 type notifier struct {
-	client redis.UniversalClient
-	id     string // the Locker's member name in waiter queues
-	idArg  any    // id, boxed once for the script
-	wake   string // its channel: wake.ChannelPrefix + id
+	client  redis.UniversalClient
+	id      string // the Locker's member name in waiter queues
+	idArg   any    // id, boxed once for the script
+	wake    string // its channel: wake.ChannelPrefix + id
+	handoff time.Duration
+	reserve any // reservation µs, boxed (Locker.reserveArg)
 
 	mu         sync.Mutex
 	sub        *wake.Sub   // nil while there is no connection
 	subscribed atomic.Bool // the subscription is confirmed and unbroken; set under mu
 	byKey      map[string]*interest
-	free       []*interest // recycled, so an uncontended Acquire allocates less
+	leaving    map[string]int // keys with a queue clean-up in flight
+	free       []*interest    // recycled, so an uncontended Acquire allocates less
 	idleSince  time.Time
 	closed     bool
 	wg         sync.WaitGroup // give-up cleanups
@@ -144,6 +172,43 @@ type notifier struct {
 type interest struct {
 	waiters []*waiter // in arrival order
 	place   int64     // the Locker's place in the key's queue; 0 = not queued
+	retry   *time.Timer
+	armed   bool // retry is pending; guarded by n.mu
+}
+
+// arm makes the earliest local waiter retry after d, unless a retry is
+// already pending: the Locker heads the queue and was told to try by
+// itself. Called with n.mu held.
+func (in *interest) arm(n *notifier, d time.Duration) {
+	if in.armed {
+		return
+	}
+	in.armed = true
+	if in.retry == nil {
+		in.retry = time.AfterFunc(d, func() { n.retryNow(in) })
+	} else {
+		in.retry.Reset(d)
+	}
+}
+
+// disarm cancels a pending retry. Called with n.mu held.
+func (in *interest) disarm() {
+	if in.armed {
+		in.armed = false
+		in.retry.Stop()
+	}
+}
+
+// retryNow fires a deferred retry.
+func (n *notifier) retryNow(in *interest) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if in.armed {
+		in.armed = false
+		if len(in.waiters) > 0 {
+			signal(in.waiters[0])
+		}
+	}
 }
 
 // waiter is one waiting Acquire.
@@ -168,7 +233,7 @@ func newNotifier(c redis.UniversalClient) *notifier {
 		return nil
 	}
 	id := dlock.NewToken()
-	return &notifier{client: c, id: id, idArg: id, wake: wake.ChannelPrefix + id, byKey: make(map[string]*interest)}
+	return &notifier{client: c, id: id, idArg: id, wake: wake.ChannelPrefix + id, byKey: make(map[string]*interest), leaving: make(map[string]int)}
 }
 
 // NotifyRelease implements dlock.ReleaseNotifier: the channel receives a
@@ -236,34 +301,58 @@ func (n *notifier) leave(w *waiter) {
 		n.idleSince = time.Now()
 	}
 	queued := in.place != 0
+	in.disarm()
 	if len(n.free) < maxFree {
 		clear(in.waiters[:cap(in.waiters)])
 		in.waiters, in.place = in.waiters[:0], 0
 		n.free = append(n.free, in)
 	}
-	if queued && !n.closed {
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = n.client.ZRem(ctx, queueKey(full), n.id).Err() // best effort
-		}()
+	if queued {
+		n.leaveQueue(full)
 	}
+}
+
+// leaveQueue removes the Locker from full's queue in the background, and
+// passes on a reservation it holds there (it was woken but will not take
+// the lock). Called with n.mu held. The queue holds one entry per Locker, so
+// until the removal is done a new waiter for full does not join the queue
+// (it would be the entry removed): its attempts use the plain script, and
+// it retries once the removal is done.
+func (n *notifier) leaveQueue(full string) {
+	if n.closed {
+		return
+	}
+	n.leaving[full]++
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, queue, state := derivedKeys(full)
+		_ = scripts.Leave.Run(ctx, n.client, []string{full, queue, state}, n.idArg, n.reserve).Err() // best effort
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.leaving[full]--; n.leaving[full] == 0 {
+			delete(n.leaving, full)
+			if in := n.byKey[full]; in != nil && len(in.waiters) > 0 {
+				signal(in.waiters[0])
+			}
+		}
+	}()
 }
 
 // acquire makes one attempt to take g's key. With a local waiter on the key
 // and a confirmed subscription it runs the queueing script; otherwise the
 // plain one, and a busy reply with a waiter present opens the subscription.
-func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration) (int64, error) {
+func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start time.Time) (int64, error) {
 	n := l.notify
 	if n == nil {
-		return scripts.Acquire.Run(ctx, l.client, g.acqKeys[:2], g.tokenArg, l.ttlArg(ttl)).Int64()
+		return scripts.Acquire.Run(ctx, l.client, g.acqKeys[:3], g.tokenArg, l.ttlArg(ttl), l.idArg).Int64()
 	}
 	if !n.subscribed.Load() {
 		// Nobody can be queued yet: the plain script, without taking
 		// n.mu on the uncontended path.
-		fence, err := scripts.Acquire.Run(ctx, l.client, g.acqKeys[:2], g.tokenArg, l.ttlArg(ttl)).Int64()
+		fence, err := scripts.Acquire.Run(ctx, l.client, g.acqKeys[:3], g.tokenArg, l.ttlArg(ttl), l.idArg).Int64()
 		if err == nil && fence <= 0 {
 			n.listen(g.key)
 		}
@@ -272,9 +361,9 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration) (int6
 	full := g.key
 	n.mu.Lock()
 	in := n.byKey[full]
-	if in == nil || len(in.waiters) == 0 || n.closed {
+	if in == nil || len(in.waiters) == 0 || n.closed || n.leaving[full] > 0 {
 		n.mu.Unlock()
-		return scripts.Acquire.Run(ctx, l.client, g.acqKeys[:2], g.tokenArg, l.ttlArg(ttl)).Int64()
+		return scripts.Acquire.Run(ctx, l.client, g.acqKeys[:3], g.tokenArg, l.ttlArg(ttl), l.idArg).Int64()
 	}
 	place, keep := in.place, "0"
 	if len(in.waiters) > 1 {
@@ -282,12 +371,15 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration) (int6
 	}
 	n.mu.Unlock()
 
-	res, err := acquireWaiting.Run(ctx, l.client, g.acqKeys[:], g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL).Int64Slice()
+	res, err := scripts.AcquireWaiting.Run(ctx, l.client, g.acqKeys[:], g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL, l.handoffArg).Int64Slice()
 	if err != nil {
 		return 0, err
 	}
-	if len(res) != 2 {
+	if len(res) != 3 {
 		return 0, redis.Nil // a malformed reply: reported as a failed attempt
+	}
+	if res[0] > 0 && res[2] > 0 {
+		g.quietUntil = start.Add(time.Duration(res[2]) * time.Microsecond)
 	}
 	n.mu.Lock()
 	if n.byKey[full] == in { // not recycled meanwhile
@@ -332,15 +424,46 @@ func (h subHandler) Subscribed(s *wake.Sub, ok bool) {
 	}
 }
 
-// Message wakes the earliest local waiter for the lock key full: the
-// Locker was the head of its queue.
-func (h subHandler) Message(_ *wake.Sub, full string) {
+// Message handles an announcement for a lock key. The payload is the key
+// when the Locker was woken (the lock is free and reserved for it): its
+// earliest local waiter retries at once. It is the key, a NUL and a number
+// of µs when the Locker heads the queue but a holder may re-take the lock
+// (deferred): the waiter retries by itself that long plus T later, unless
+// a wake-up comes first. A Locker without a waiter for the key leaves the
+// queue, passing the reservation on.
+func (h subHandler) Message(_ *wake.Sub, payload string) {
 	n := h.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if in := n.byKey[full]; in != nil && len(in.waiters) > 0 {
+	if in := n.byKey[payload]; in != nil && len(in.waiters) > 0 {
+		in.disarm()
 		signal(in.waiters[0])
+		return
 	}
+	full, after, deferred := parseDeferred(payload)
+	if !deferred {
+		full = payload
+	}
+	in := n.byKey[full]
+	switch {
+	case in == nil || len(in.waiters) == 0:
+		n.leaveQueue(full)
+	case deferred:
+		in.arm(n, after+n.handoff)
+	}
+}
+
+// parseDeferred splits a deferred announcement, "key\x00µs".
+func parseDeferred(payload string) (full string, after time.Duration, ok bool) {
+	i := strings.LastIndexByte(payload, 0)
+	if i < 0 {
+		return "", 0, false
+	}
+	us, err := strconv.ParseInt(payload[i+1:], 10, 64)
+	if err != nil || us < 0 {
+		return "", 0, false
+	}
+	return payload[:i], time.Duration(us) * time.Microsecond, true
 }
 
 // Idle reports whether the Locker has had no waiters for idleClose; if so
@@ -376,6 +499,9 @@ func (n *notifier) close() {
 	n.subscribed.Store(false)
 	sub := n.sub
 	n.sub = nil
+	for _, in := range n.byKey {
+		in.disarm()
+	}
 	n.mu.Unlock()
 	if sub != nil {
 		sub.Close()
@@ -409,22 +535,26 @@ type boxedTTL struct {
 }
 
 // releaseNative deletes g's key with DELEX IFEQ and, in the same pipeline
-// (one round trip), wakes the head of its waiter queue.
+// (one round trip), hands it on as the release script does, unless the
+// release is quiet.
 func (l *Locker) releaseNative(ctx context.Context, g *grant) (int64, error) {
+	if g.quiet() {
+		return l.client.DelExArgs(ctx, g.key, redis.DelExArgs{Mode: "IFEQ", MatchValue: g.token}).Result()
+	}
 	pipe := l.client.Pipeline()
 	del := pipe.DelExArgs(ctx, g.key, redis.DelExArgs{Mode: "IFEQ", MatchValue: g.token})
 	qk := g.relKeys[:]
-	wake := wakeAfterDelex.EvalSha(ctx, pipe, qk)
+	wake := scripts.Wake.EvalSha(ctx, pipe, qk, l.reserveArg, l.handoffArg)
 	_, _ = pipe.Exec(ctx)
 	n, err := del.Result()
 	if err != nil {
 		return 0, err
 	}
 	if werr := wake.Err(); werr != nil && n == 1 && redis.HasErrorPrefix(werr, "NOSCRIPT") {
-		// The server lost its script cache: announce with a second round
+		// The server lost its script cache: hand on with a second round
 		// trip (EVALSHA, then EVAL). Other errors only cost the waiters a
 		// poll.
-		_ = wakeAfterDelex.Run(ctx, l.client, qk).Err()
+		_ = scripts.Wake.Run(ctx, l.client, qk, l.reserveArg, l.handoffArg).Err()
 	}
 	return n, nil
 }

@@ -29,6 +29,9 @@ type Locker struct {
 	native      NativeMode
 	logger      *slog.Logger
 	notify      *notifier // wake-on-release (notify.go); nil for clients without usable pub/sub
+	idArg       any       // the Locker's id in waiter queues ("" without notify), boxed once
+	handoffArg  any       // handoffAfter in µs, boxed once for the scripts
+	reserveArg  any       // reserveFor in µs
 	lastTTL     atomic.Pointer[boxedTTL]
 
 	probeMu   sync.Mutex
@@ -47,6 +50,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, dlock.Invalidf("nil redis client")
 	}
 	l := &Locker{client: client, node: rclient.Name(client), driftFactor: dlock.DefaultDriftFactor, logger: slog.Default(), notify: newNotifier(client)}
+	l.setPolicy(handoffAfter, reserveFor)
 	for _, o := range opts {
 		if o == nil {
 			return nil, dlock.Invalidf("nil option")
@@ -74,7 +78,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	g := newGrant(l, l.prefix+key, dlock.NewToken())
 	start := time.Now()
-	fence, err := l.acquire(ctx, g, ttl) // notify.go: joins the waiter queue when a local Acquire waits
+	fence, err := l.acquire(ctx, g, ttl, start) // notify.go: joins the waiter queue when a local Acquire waits
 	if err != nil {
 		if !isServerReply(err) {
 			// The reply was lost, not the request: the key may be ours
@@ -148,26 +152,39 @@ type grant struct {
 	l          *Locker
 	key, token string
 	tokenArg   any       // token, boxed once for both scripts
-	acqKeys    [3]string // lock key, fence counter, waiter queue
-	relKeys    [2]string // lock key, waiter queue
+	acqKeys    [4]string // lock key, fence counter, queue state, waiter queue
+	relKeys    [3]string // lock key, waiter queue, queue state
+	// quietUntil: the lock was taken by barging while the queue's head
+	// was young; a release before then need not hand it on (notify.go).
+	quietUntil time.Time
+}
+
+// quiet reports whether g's release may skip the waiter queue.
+func (g *grant) quiet() bool {
+	return !g.quietUntil.IsZero() && time.Now().Before(g.quietUntil)
 }
 
 func newGrant(l *Locker, full, token string) *grant {
 	g := &grant{l: l, key: full, token: token, tokenArg: token}
-	fence, queue := derivedKeys(full)
-	g.acqKeys = [3]string{full, fence, queue}
-	g.relKeys = [2]string{full, queue}
+	fence, queue, state := derivedKeys(full)
+	g.acqKeys = [4]string{full, fence, state, queue}
+	g.relKeys = [3]string{full, queue, state}
 	return g
 }
 
-// derivedKeys returns keys.Fence(full) and queueKey(full), built in one
+// derivedKeys returns keys.Fence(full), wake.QueueKey(full) and the queue's
+// state key (statePrefix), all in full's Cluster slot, built in one
 // allocation.
-func derivedKeys(full string) (fence, queue string) {
-	const fp, qp = "dlock:fence:", "dlock:waiters:"
+func derivedKeys(full string) (fence, queue, state string) {
+	const fp, qp, sp = "dlock:fence:", "dlock:waiters:", statePrefix
 	tagged := keys.HasHashTag(full)
+	tag := len(full)
+	if !tagged {
+		tag += 2
+	}
 	var b strings.Builder
-	b.Grow(len(fp) + len(qp) + 2*len(full) + 4)
-	for _, p := range [2]string{fp, qp} {
+	b.Grow(len(fp) + len(qp) + len(sp) + 3*tag)
+	for _, p := range [3]string{fp, qp, sp} {
 		b.WriteString(p)
 		if tagged {
 			b.WriteString(full)
@@ -178,8 +195,8 @@ func derivedKeys(full string) (fence, queue string) {
 		}
 	}
 	s := b.String()
-	n := len(fp) + (len(s)-len(fp)-len(qp))/2 // fp + the tagged key
-	return s[:n], s[n:]
+	f, q := len(fp)+tag, len(fp)+len(qp)+2*tag
+	return s[:f], s[f:q], s[q:]
 }
 
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
@@ -201,8 +218,13 @@ func (l *Locker) release(ctx context.Context, g *grant) error {
 	if del, _ := l.features(ctx); del {
 		n, err = l.releaseNative(ctx, g)
 	} else {
-		// Given the waiter queue, the script also wakes its head (notify.go).
-		n, err = scripts.Release.Run(ctx, l.client, g.relKeys[:], g.tokenArg).Int64()
+		// Given the waiter queue, the script also hands the lock on to
+		// its head (notify.go).
+		keys, args := g.relKeys[:], []any{g.tokenArg, l.reserveArg, l.handoffArg}
+		if g.quiet() {
+			keys, args = keys[:1], args[:1]
+		}
+		n, err = scripts.Release.Run(ctx, l.client, keys, args...).Int64()
 	}
 	if err != nil {
 		return l.opErr(ctx, err)

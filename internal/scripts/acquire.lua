@@ -1,10 +1,27 @@
 -- Take a lock and issue its fence in one atomic step.
--- KEYS[1] lock key, KEYS[2] fence counter key (same Cluster slot)
--- ARGV[1] token, ARGV[2] ttl in ms
+-- KEYS[1] lock key, KEYS[2] fence counter key [, KEYS[3] redislock's
+-- waiter queue state] (all in one Cluster slot)
+-- ARGV[1] token, ARGV[2] ttl in ms [, ARGV[3] the caller's Locker id]
 -- Returns the fence (> 0) when the lock is ours; 0 when another owner holds
--- it; -1 when another owner holds it with no expiry (set by hand?).
+-- it, or it is free but reserved for another Locker's woken waiter (see
+-- queue.lua); -1 when another owner holds it with no expiry (set by hand?).
 local v = redis.call('get', KEYS[1])
 if not v then
+  local S = KEYS[3]
+  if S then
+    local s = redis.call('hmget', S, 'r', 'u')
+    if s[1] then
+      if s[1] ~= ARGV[3] then
+        if redis.replicate_commands then redis.replicate_commands() end -- see queue.lua
+        local t = redis.call('time')
+        if tonumber(s[2]) > t[1] * 1000000 + t[2] then
+          redis.call('hset', S, 'b', '1') -- a newcomer refused: see queue.lua
+          return 0
+        end
+      end
+      redis.call('hdel', S, 'r', 'u')
+    end
+  end
   redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
   return redis.call('incr', KEYS[2])
 end

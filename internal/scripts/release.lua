@@ -1,16 +1,25 @@
 -- Delete the lock only if it still holds our token (pre-8.4 DELEX IFEQ).
--- KEYS[1] lock key [, KEYS[2] its waiter queue]; ARGV[1] token.
--- Returns 1 if deleted, 0 otherwise. With KEYS[2], a deletion also pops the
--- queue's head (a redislock Locker id) and announces the release on that
--- Locker's channel, dlock:wake:<id> (see redislock/notify.go).
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  redis.call('del', KEYS[1])
-  if KEYS[2] then
-    local head = redis.call('zpopmin', KEYS[2])
-    if head[1] then
-      redis.call('publish', 'dlock:wake:' .. head[1], KEYS[1])
-    end
-  end
+-- KEYS[1] lock key [, KEYS[2] its waiter queue, KEYS[3] the queue's state]
+-- ARGV[1] token [, ARGV[2] reservation µs, ARGV[3] hand-off threshold T µs]
+-- Returns 1 if deleted, 0 otherwise. With the queue, a deletion also hands
+-- the lock on to the queue's head (queue.lua's freed). A holder that took
+-- the lock by barging while the head was young releases without the queue
+-- (acquire_waiting.lua's quiet).
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+-- The clock is read below, before more writes: replicate effects, not the
+-- script (the default from Redis 5, the only way from 7; this asks for it
+-- where a 5 or 6 server is configured otherwise).
+if redis.replicate_commands then redis.replicate_commands() end
+redis.call('del', KEYS[1])
+if not KEYS[3] then
   return 1
 end
-return 0
+local head = redis.call('zrange', KEYS[2], 0, 0)[1]
+if not head then
+  return 1
+end
+-- @queue.lua
+freed(KEYS[2], KEYS[3], KEYS[1], head, tonumber(ARGV[2]), tonumber(ARGV[3]))
+return 1

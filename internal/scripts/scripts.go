@@ -6,6 +6,7 @@ package scripts
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,16 +18,54 @@ var (
 	releaseSrc string
 	//go:embed extend.lua
 	extendSrc string
+	//go:embed queue.lua
+	queueSrc string
+	//go:embed acquire_waiting.lua
+	acquireWaitingSrc string
+	//go:embed wake.lua
+	wakeSrc string
+	//go:embed leave.lua
+	leaveSrc string
 )
 
 // Single-key lock scripts, shared by redislock and redlock (which runs them
 // on every node).
 var (
-	// Acquire: KEYS lock, fence counter; ARGV token, ttl ms. Returns the
-	// fence, 0 when busy, -1 when busy with a key that never expires.
+	// Acquire: KEYS lock, fence counter [, redislock queue state]; ARGV
+	// token, ttl ms [, Locker id]. Returns the fence, 0 when busy (or
+	// reserved for another Locker), -1 when busy with a key that never
+	// expires.
 	Acquire = redis.NewScript(acquireSrc)
-	// Release: KEYS lock; ARGV token. Returns 1 when deleted, else 0.
-	Release = redis.NewScript(releaseSrc)
+	// Release: KEYS lock [, waiter queue, queue state]; ARGV token [,
+	// hand-off threshold µs, reservation µs]. Returns 1 when deleted, else
+	// 0; with the queue it also hands the lock on (queue.lua).
+	Release = redis.NewScript(withQueue(releaseSrc))
 	// Extend: KEYS lock; ARGV token, ttl ms. Returns 1 when extended, else 0.
 	Extend = redis.NewScript(extendSrc)
 )
+
+// redislock's waiter queue (queue.lua; the design is in redislock/notify.go).
+var (
+	// AcquireWaiting: KEYS lock, fence counter, queue state, waiter queue;
+	// ARGV token, ttl ms, Locker id, earlier place, keep ("1"), queue ttl
+	// ms. Returns {fence | 0 | -1, place in the queue}.
+	AcquireWaiting = redis.NewScript(withQueue(acquireWaitingSrc))
+	// Wake: KEYS lock, waiter queue, queue state; ARGV hand-off threshold
+	// µs, reservation µs. Hands the lock on if the key is gone (pipelined
+	// after DELEX). Returns 1 woken, 2 deferred, 0 nobody.
+	Wake = redis.NewScript(withQueue(wakeSrc))
+	// Leave: KEYS lock, waiter queue, queue state; ARGV Locker id,
+	// reservation µs. Removes the Locker from the queue and passes on a
+	// reservation it did not use. Returns 1 when it woke the next head.
+	Leave = redis.NewScript(withQueue(leaveSrc))
+)
+
+// withQueue splices queue.lua's functions into src where it says so, after
+// the paths that return without them (or in front, without the mark).
+func withQueue(src string) string {
+	before, after, ok := strings.Cut(src, "-- @queue.lua\n")
+	if !ok {
+		return queueSrc + src
+	}
+	return before + queueSrc + after
+}

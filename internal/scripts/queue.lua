@@ -1,0 +1,76 @@
+-- The waiter queue of a redislock lock key and its hand-off policy:
+-- functions shared by release.lua, acquire_waiting.lua, wake.lua and
+-- leave.lua, which scripts.go splices in where they say "-- @queue.lua",
+-- after their common paths have returned (defining the functions costs
+-- each run). The design and the argument for it are in
+-- redislock/notify.go.
+--
+-- Q, a sorted set: the ids of the Lockers waiting for the key, scored by
+-- arrival.
+-- S, a hash, the queue's state:
+--   h, t  the Locker at Q's head and since when (server time, µs);
+--   d     '1' once h was told to retry by itself (deferred);
+--   r, u  the Locker the free lock is reserved for, and until when (µs);
+--   b     '1' when a newcomer (a Locker not in the queue, typically the
+--         releaser coming back at once) was refused while the lock was
+--         reserved: the lock is being re-taken at once.
+-- S expires a minute after it was last written, as Q does after its last
+-- waiter came by. Neither ever grants a lock: the lock key alone does.
+
+local function now_us()
+  local t = redis.call('time')
+  return t[1] * 1000000 + t[2]
+end
+
+local function touch(S)
+  redis.call('pexpire', S, 60000)
+end
+
+-- new_head records Q's head, if any, as the head from now.
+local function new_head(Q, S, now)
+  local h = redis.call('zrange', Q, 0, 0)[1]
+  if h then
+    redis.call('hset', S, 'h', h, 't', now, 'd', '0')
+    touch(S)
+  else
+    redis.call('hdel', S, 'h', 't', 'd')
+  end
+end
+
+-- wake pops Q's head, reserves the free lock for it for R µs and tells it
+-- on its channel.
+local function wake(Q, S, lock, head, now, R)
+  redis.call('zpopmin', Q)
+  redis.call('hset', S, 'r', head, 'u', now + R, 'b', '0')
+  touch(S)
+  redis.call('publish', 'dlock:wake:' .. head, lock)
+  new_head(Q, S, now)
+end
+
+-- defer tells the head, once, to retry by itself in left µs (plus T, its
+-- own slack), unless it was told already.
+local function defer(S, lock, head, told, left)
+  if told ~= '1' then
+    redis.call('hset', S, 'd', '1')
+    redis.call('publish', 'dlock:wake:' .. head, lock .. '\0' .. left)
+  end
+end
+
+-- freed hands the lock on after a release that was not quiet: it wakes the
+-- head, unless newcomers were refused since the last wake-up (the lock is
+-- being re-taken at once, b) and the head has headed the queue for less
+-- than T µs; then it defers the head instead. Returns 1 when the head was
+-- woken, 2 when deferred.
+local function freed(Q, S, lock, head, R, T)
+  local s = redis.call('hmget', S, 'h', 't', 'd', 'b')
+  local now = now_us()
+  if s[1] == head and s[4] == '1' then
+    local left = tonumber(s[2] or 0) + T - now
+    if left > 0 then
+      defer(S, lock, head, s[3], math.floor(math.min(left, T)))
+      return 2
+    end
+  end
+  wake(Q, S, lock, head, now, R)
+  return 1
+end
