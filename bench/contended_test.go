@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
 )
 
 const contenders = 16
@@ -276,13 +280,14 @@ func contend(b *testing.B, impl contended, hold time.Duration) {
 	b.StopTimer()
 	time.Sleep(window / 4) // warm-up: connections, subscriptions
 	a.reset()
-	r0 := reads(b, admin)
+	s0, c0 := serverCPU(b, admin), processCPU()
+	r0 := reads(b, admin) // after INFO cpu, which is not one of the reads counted
 	b.StartTimer()
 	t0 := time.Now()
 	time.Sleep(window)
 	elapsed := time.Since(t0)
 	b.StopTimer()
-	r1 := reads(b, admin)
+	r1, s1, c1 := reads(b, admin), serverCPU(b, admin), processCPU()
 	a.mu.Lock()
 	acq, handoffs, overlaps, errs := a.acquisitions, a.handoffs, a.overlaps, a.errs
 	counts := slices.Clone(a.counts)
@@ -310,9 +315,46 @@ func contend(b *testing.B, impl contended, hold time.Duration) {
 	if acq > 0 {
 		b.ReportMetric(float64(r1-r0-1)/float64(acq), "rt/acq")
 	}
+	if acq > 0 {
+		// Where C1's time goes on a machine whose cores the clients and
+		// the server share: CPU per acquisition on each side.
+		b.ReportMetric(us(c1-c0)/float64(acq), "client-cpu-us/acq")
+		b.ReportMetric(us(s1-s0)/float64(acq), "server-cpu-us/acq")
+	}
 	b.ReportMetric(float64(overlaps), "overlaps")
 	b.ReportMetric(float64(errs), "errors")
 	if overlaps > 0 {
 		b.Errorf("%s: %d overlapping holders", impl.name, overlaps)
 	}
+}
+
+// processCPU returns the CPU time (user + system) this process has used: the
+// benchmark's clients.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU returns the CPU time the Redis server has used (INFO cpu).
+func serverCPU(tb testing.TB, c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					tb.Fatal(err)
+				}
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
