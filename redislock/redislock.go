@@ -33,6 +33,7 @@ type Locker struct {
 	handoffArg  any       // handoffAfter in µs, boxed once for the scripts
 	reserveArg  any       // reserveFor in µs
 	lastTTL     atomic.Pointer[boxedTTL]
+	lastKeys    atomic.Pointer[[4]string] // the derived keys of the key used last
 
 	probeMu   sync.Mutex
 	probed    bool
@@ -166,9 +167,16 @@ func (g *grant) quiet() bool {
 
 func newGrant(l *Locker, full, token string) *grant {
 	g := &grant{l: l, key: full, token: token, tokenArg: token}
-	fence, queue, state := derivedKeys(full)
-	g.acqKeys = [4]string{full, fence, state, queue}
-	g.relKeys = [3]string{full, queue, state}
+	// A lock key is usually taken again and again: its derived keys are
+	// built once and kept for the next grant.
+	ks := l.lastKeys.Load()
+	if ks == nil || ks[0] != full {
+		fence, queue, state := derivedKeys(full)
+		ks = &[4]string{full, fence, state, queue}
+		l.lastKeys.Store(ks)
+	}
+	g.acqKeys = *ks
+	g.relKeys = [3]string{full, ks[3], ks[2]}
 	return g
 }
 
