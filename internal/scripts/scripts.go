@@ -37,7 +37,7 @@ var (
 	// expires.
 	Acquire = redis.NewScript(acquireSrc)
 	// Release: KEYS lock [, waiter queue, queue state]; ARGV token [,
-	// hand-off threshold µs, reservation µs]. Returns 1 when deleted, else
+	// reservation µs, hand-off threshold µs]. Returns 1 when deleted, else
 	// 0; with the queue it also hands the lock on (queue.lua).
 	Release = redis.NewScript(withQueue(releaseSrc))
 	// Extend: KEYS lock; ARGV token, ttl ms. Returns 1 when extended, else 0.
@@ -48,11 +48,12 @@ var (
 var (
 	// AcquireWaiting: KEYS lock, fence counter, queue state, waiter queue;
 	// ARGV token, ttl ms, Locker id, earlier place, keep ("1"), queue ttl
-	// ms. Returns {fence | 0 | -1, place in the queue}.
+	// ms, hand-off threshold µs. Returns {fence | 0 | -1, place in the
+	// queue, quiet µs (a release that soon may skip the queue)}.
 	AcquireWaiting = redis.NewScript(withQueue(acquireWaitingSrc))
-	// Wake: KEYS lock, waiter queue, queue state; ARGV hand-off threshold
-	// µs, reservation µs. Hands the lock on if the key is gone (pipelined
-	// after DELEX). Returns 1 woken, 2 deferred, 0 nobody.
+	// Wake: KEYS lock, waiter queue, queue state; ARGV reservation µs,
+	// hand-off threshold µs. Hands the lock on if the key is gone
+	// (pipelined after DELEX). Returns 1 woken, 2 deferred, 0 nobody.
 	Wake = redis.NewScript(withQueue(wakeSrc))
 	// Leave: KEYS lock, waiter queue, queue state; ARGV Locker id,
 	// reservation µs. Removes the Locker from the queue and passes on a
