@@ -34,6 +34,7 @@ type Locker struct {
 	reserveArg  any       // reserveFor in µs
 	lastTTL     atomic.Pointer[boxedTTL]
 	lastKeys    atomic.Pointer[[4]string] // the derived keys of the key used last
+	retake      atomic.Pointer[quietHint] // the last quiet release (notify.go)
 
 	probeMu   sync.Mutex
 	probed    bool
@@ -239,6 +240,9 @@ func (l *Locker) release(ctx context.Context, g *grant) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
+	}
+	if g.quiet() {
+		l.retake.Store(&quietHint{key: g.key, until: g.quietUntil})
 	}
 	return nil
 }
