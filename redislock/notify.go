@@ -40,8 +40,10 @@ import (
 //     how much of the head's T is left ("quiet"); it also tells the head,
 //     once, in a deferred announcement ("key\x00µs"), to retry by itself
 //     when its T is up plus T of slack. A release within the quiet time
-//     skips the queue: a plain compare-and-delete, 2 round trips per
-//     acquisition as for a lock without a queue.
+//     skips the queue (a plain compare-and-delete), and the releaser's
+//     next attempt within it is the plain acquire script (quietHint): 2
+//     round trips and the same calls per acquisition as a lock without a
+//     queue.
 //   - Any other release hands the lock on: it pops the head, reserves the
 //     free lock for that Locker for reserveFor (R) and publishes to it.
 //     Attempts by others are refused until it takes the lock, gives up (its

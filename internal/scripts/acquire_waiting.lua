@@ -46,7 +46,8 @@ if not reserved and redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) the
       end
     end
   end
-  if place == 0 and ARGV[5] ~= '1' then
+  if (place == 0 or mine) and ARGV[5] ~= '1' then
+    -- Not in the queue (a newcomer, or woken: popped): done.
     return {fence, 0, quiet}
   end
   -- More to do, with the queue's functions below.

@@ -37,14 +37,19 @@ local function new_head(Q, S, now)
   end
 end
 
--- wake pops Q's head, reserves the free lock for it for R µs and tells it
--- on its channel.
+-- wake pops Q's head, reserves the free lock for it for R µs, records the
+-- next head, and tells the woken one on its channel.
 local function wake(Q, S, lock, head, now, R)
   redis.call('zpopmin', Q)
-  redis.call('hset', S, 'r', head, 'u', now + R, 'b', '0')
+  local h = redis.call('zrange', Q, 0, 0)[1]
+  if h then
+    redis.call('hset', S, 'r', head, 'u', now + R, 'b', '0', 'h', h, 't', now, 'd', '0')
+  else
+    redis.call('hset', S, 'r', head, 'u', now + R, 'b', '0')
+    redis.call('hdel', S, 'h', 't', 'd')
+  end
   touch(S)
   redis.call('publish', 'dlock:wake:' .. head, lock)
-  new_head(Q, S, now)
 end
 
 -- defer tells the head, once, to retry by itself in left µs (plus T, its
