@@ -6,7 +6,7 @@
 -- client saw when it found the marker missing ("all" is refused if the server
 -- restarted since).
 -- Returns 1 when created, 0 when a marker exists or the server restarted.
-local run = string.match(redis.call('info', 'server'), 'run_id:(%w+)') or ''
+local run = string.match(redis.call('info', 'server'), 'run_id:([^\r\n]*)') or ''
 if redis.call('exists', KEYS[1]) == 1 then
   return 0
 end

@@ -7,7 +7,7 @@
 --   "promote": set the marker's trust to "all" and its floor to ARGV[3]
 --           (a missing counter then counts as the floor).
 -- Returns 1, or 0 when the node restarted or its epoch changed meanwhile.
-local run = string.match(redis.call('info', 'server'), 'run_id:(%w+)') or ''
+local run = string.match(redis.call('info', 'server'), 'run_id:([^\r\n]*)') or ''
 local mk = redis.call('hmget', KEYS[1], 'epoch', 'run')
 if mk[1] ~= ARGV[1] or mk[2] ~= run then
   return 0

@@ -7,7 +7,7 @@
 -- Returns 1 when written, 0 when the lock or the node's epoch changed.
 local m = (#KEYS - 1) / 2
 if ARGV[3] == '1' then
-  local run = string.match(redis.call('info', 'server'), 'run_id:(%w+)') or ''
+  local run = string.match(redis.call('info', 'server'), 'run_id:([^\r\n]*)') or ''
   local mk = redis.call('hmget', KEYS[1], 'epoch', 'run')
   if mk[1] ~= ARGV[4] or mk[2] ~= run then
     return 0
