@@ -47,7 +47,10 @@
 // itself and has the lock's first claim, so no waiter starves (the policy
 // and its bound are described in notify.go). The reservation lasts until
 // the woken waiter takes the lock or gives up, and at most 500ms if it
-// crashed; TryAcquire honours it, reporting the lock busy meanwhile.
+// crashed; TryAcquire honours it, reporting the lock busy meanwhile. A
+// program that gives up a wait and exits should call Close first: it takes
+// the Locker out of the queues it waited in, so no release is reserved for
+// a process that is gone (the dlock command does).
 // Each Locker keeps one pub/sub connection for all its keys; Close ends it.
 // A wake-up is only a hint — the grant still goes through the acquire
 // script — and a release by a peer that does not publish, an expiry, or a
