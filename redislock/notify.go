@@ -118,6 +118,9 @@ const (
 	// first claim: far above a round trip, and the most a crashed waiter
 	// delays the others before their polls take over.
 	reserveFor = 500 * time.Millisecond
+	// reservedReply is the acquire scripts' answer for a free lock that
+	// is reserved for another Locker's woken waiter.
+	reservedReply = -2
 )
 
 // setPolicy sets the hand-off threshold and the reservation (tests shorten

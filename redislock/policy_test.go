@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,6 +246,10 @@ func TestGoneHeadBounded(t *testing.T) {
 		start := time.Now()
 		if err := lock.Release(testCtx(t)); err != nil { // wakes "crashed"
 			t.Fatal(err)
+		}
+		// Meanwhile a newcomer is told why a free lock refuses it.
+		if _, err := h.TryAcquire(testCtx(t), key, 10*time.Second); !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "reserved") {
+			t.Fatalf("TryAcquire during the reservation: got %v, want ErrNotAcquired saying the lock is reserved", err)
 		}
 		got := <-done
 		if got.err != nil {

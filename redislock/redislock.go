@@ -95,6 +95,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	switch {
 	case fence == 0:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
+	case fence == reservedReply:
+		return nil, fmt.Errorf("dlock: acquire %q: %w (free, but reserved for the waiter its last release woke, for at most %v)", key, dlock.ErrNotAcquired, reserveFor)
 	case fence < 0:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner, and the key has no expiry: was it set by hand?)", key, dlock.ErrNotAcquired)
 	}

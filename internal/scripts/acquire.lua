@@ -3,8 +3,8 @@
 -- waiter queue state] (all in one Cluster slot)
 -- ARGV[1] token, ARGV[2] ttl in ms [, ARGV[3] the caller's Locker id]
 -- Returns the fence (> 0) when the lock is ours; 0 when another owner holds
--- it, or it is free but reserved for another Locker's woken waiter (see
--- queue.lua); -1 when another owner holds it with no expiry (set by hand?).
+-- it; -1 when another owner holds it with no expiry (set by hand?); -2 when
+-- it is free but reserved for another Locker's woken waiter (see queue.lua).
 local v = redis.call('get', KEYS[1])
 if not v then
   local S = KEYS[3]
@@ -16,7 +16,7 @@ if not v then
         local t = redis.call('time')
         if tonumber(s[2]) > t[1] * 1000000 + t[2] then
           redis.call('hset', S, 'b', '1') -- a newcomer refused: see queue.lua
-          return 0
+          return -2
         end
       end
       redis.call('hdel', S, 'r', 'u')

@@ -6,7 +6,8 @@
 -- earlier place in the queue (0 = none), ARGV[5] '1' when more of the
 -- Locker's waiters wait after a win, ARGV[6] queue ttl ms, ARGV[7] hand-off
 -- threshold T µs
--- Returns {fence (> 0), 0 busy or -1 busy without expiry; the Locker's place
+-- Returns {fence (> 0), 0 busy, -1 busy without expiry or -2 free but
+-- reserved for another Locker's woken waiter; the Locker's place
 -- in the queue now, 0 when not queued; quiet}. quiet > 0 (µs) when a won
 -- lock was taken by barging while the head has headed the queue for less
 -- than T: a release within quiet µs need not hand the lock on (the head has
@@ -91,7 +92,7 @@ end
 if reserved then
   -- Free, but reserved for another Locker's woken waiter: refused.
   if place == 0 then redis.call('hset', S, 'b', '1') end -- see queue.lua
-  return {0, enqueue(place), 0}
+  return {-2, enqueue(place), 0}
 end
 local v = redis.call('get', KEYS[1])
 if v == ARGV[1] then
