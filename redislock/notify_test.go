@@ -60,6 +60,19 @@ func waitFor(ctx context.Context, l *redislock.Locker, key string, opts ...dlock
 	return done
 }
 
+// queuedHandOff has holder take key, waits until waiter (polling every 5s)
+// is queued for it, and returns handOff's duration.
+func queuedHandOff(t *testing.T, raw redis.UniversalClient, holder, waiter *redislock.Locker, key string) time.Duration {
+	t.Helper()
+	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+	waitQueued(t, raw, key, 1)
+	return handOff(t, lock, done)
+}
+
 // handOff releases lock, waits for the waiter behind done to get the lock,
 // releases that too, and returns the time from release to the waiter's grant.
 func handOff(t *testing.T, lock *dlock.Lock, done <-chan acquired) time.Duration {
@@ -463,13 +476,7 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
 	for _, key := range []string{locktest.Key(t), "{tagged}" + locktest.Key(t), locktest.Key(t) + "-x"} {
-		lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
-		waitQueued(t, raw, key, 1)
-		if d := handOff(t, lock, done); d > time.Second {
+		if d := queuedHandOff(t, raw, holder, waiter, key); d > time.Second {
 			t.Fatalf("cluster hand-off of %q took %v with a 5s poll interval", key, d)
 		}
 	}
@@ -496,13 +503,7 @@ func TestWakeOnReleaseNative(t *testing.T) {
 		if round == 1 {
 			raw.ScriptFlush(testCtx(t)) // the pipelined EVALSHA gets NOSCRIPT
 		}
-		lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
-		waitQueued(t, raw, key, 1)
-		if d := handOff(t, lock, done); d > time.Second {
+		if d := queuedHandOff(t, raw, holder, waiter, key); d > time.Second {
 			t.Fatalf("round %d: native hand-off took %v with a 5s poll interval", round, d)
 		}
 	}

@@ -102,23 +102,31 @@ func (l *Locker) sendRound(ctx context.Context, lockKeys, counters []string, tok
 	argv := scripts.Argv(scripts.RedlockAcquire, ks, token, ms, l.rule(), epoch, mode)
 	// An acquisition may return before every node answered; its grant
 	// then orders later requests after the late ones (progress).
-	return send(ctx, l, sending{timeout: timeout, after: after, track: mode == "acquire"}, func(ctx context.Context, n *node) *nodeReply {
-		var v []any
-		var err error
+	var p *progress
+	if mode == "acquire" {
+		p = newProgress()
+	}
+	return send(ctx, l, sending{timeout: timeout, after: after, progress: p}, func(ctx context.Context, n *node) *nodeReply {
 		if wp != nil {
-			v, err = l.notify.attempt(ctx, l.index(n), wp, lockKeys[0], ks, token, ms, l.rule(), epoch)
-		} else {
-			v, err = scripts.RunArgv(ctx, n.client, scripts.RedlockAcquire, argv).Slice()
+			v, err := l.notify.attempt(ctx, l.index(n), wp, lockKeys[0], ks, token, ms, l.rule(), epoch)
+			return l.reply(v, err, len(lockKeys), timeout)
 		}
-		if err != nil {
-			return &nodeReply{err: l.nodeErr(err, timeout)}
-		}
-		r, err := parseReply(v, len(lockKeys))
-		if err != nil {
-			return &nodeReply{err: err}
-		}
-		return r
+		v, err := scripts.RunArgv(ctx, n.client, scripts.RedlockAcquire, argv).Slice()
+		return l.reply(v, err, len(lockKeys), timeout)
 	})
+}
+
+// reply turns one node's answer to the acquire script (for m keys) into a
+// nodeReply.
+func (l *Locker) reply(v []any, err error, m int, timeout time.Duration) *nodeReply {
+	if err != nil {
+		return &nodeReply{err: l.nodeErr(err, timeout)}
+	}
+	r, err := parseReply(v, m)
+	if err != nil {
+		return &nodeReply{err: err}
+	}
+	return r
 }
 
 func parseReply(v []any, m int) (*nodeReply, error) {

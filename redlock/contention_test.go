@@ -24,48 +24,10 @@ func TestEightContendersNoStall(t *testing.T) {
 		jitter     = 20 * time.Millisecond
 		run        = 3 * time.Second
 	)
-	key := locktest.Key(t)
-	type hold struct{ enter, exit time.Time }
-	var mu sync.Mutex
-	var holds []hold
-	ctx, cancel := context.WithTimeout(context.Background(), run)
-	defer cancel()
-	var wg sync.WaitGroup
-	for range contenders {
-		l := newLocker(t, shared)
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				lock, err := l.Acquire(ctx, key, 2*time.Second, dlock.WithRetryDelay(retryDelay), dlock.WithRetryJitter(jitter))
-				if err != nil {
-					if ctx.Err() == nil && !transient(err) {
-						t.Errorf("Acquire: %v", err)
-					}
-					continue
-				}
-				enter := time.Now()
-				time.Sleep(2 * time.Millisecond)
-				exit := time.Now()
-				if err := lock.Release(context.Background()); err != nil {
-					t.Errorf("Release: %v", err)
-				}
-				mu.Lock()
-				holds = append(holds, hold{enter, exit})
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	slices.SortFunc(holds, func(a, b hold) int { return a.enter.Compare(b.enter) })
-	var longest time.Duration
-	for i := 1; i < len(holds); i++ {
-		if holds[i].enter.Before(holds[i-1].exit) {
-			t.Fatalf("two holders at once: %v-%v and %v-%v", holds[i-1].enter, holds[i-1].exit, holds[i].enter, holds[i].exit)
-		}
-		longest = max(longest, holds[i].enter.Sub(holds[i-1].exit))
-	}
-	t.Logf("%d holds in %v by %d contenders; longest time unheld %v", len(holds), run, contenders, longest)
-	if len(holds) < 20 {
-		t.Fatalf("only %d holds in %v", len(holds), run)
+	holds, longest := contend(t, contenders, run, false, dlock.WithRetryDelay(retryDelay), dlock.WithRetryJitter(jitter))
+	t.Logf("%d holds in %v by %d contenders; longest time unheld %v", holds, run, contenders, longest)
+	if holds < 20 {
+		t.Fatalf("only %d holds in %v", holds, run)
 	}
 	// The gap includes a release and an acquisition round under -race on a
 	// loaded machine; node-redlock left the lock unheld for 1-10 s.
@@ -169,4 +131,53 @@ func TestTokenOperations(t *testing.T) {
 	if err := l.ReleaseToken(testCtx(t), key, lock.Token()); !errors.As(err, &qe) || qe.Op != "release" || qe.Got != 0 {
 		t.Fatalf("ReleaseToken error %v carries no QuorumError", err)
 	}
+}
+
+// contend runs n Lockers, each taking the same key with Acquire(opts) in a
+// loop and holding it 2ms, for run. It fails the test if two ever held it
+// at once, and returns the number of holds and the longest time between
+// one release and the next grant. With allowUnavailable a release that
+// could not tell (dlock.ErrUnavailable) is not an error.
+func contend(t *testing.T, n int, run time.Duration, allowUnavailable bool, opts ...dlock.Option) (holds int, longest time.Duration) {
+	t.Helper()
+	key := locktest.Key(t)
+	type hold struct{ enter, exit time.Time }
+	var mu sync.Mutex
+	var hs []hold
+	ctx, cancel := context.WithTimeout(context.Background(), run)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range n {
+		l := newLocker(t, shared)
+		defer l.Close()
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				lock, err := l.Acquire(ctx, key, 2*time.Second, opts...)
+				if err != nil {
+					if ctx.Err() == nil && !transient(err) {
+						t.Errorf("Acquire: %v", err)
+					}
+					continue
+				}
+				enter := time.Now()
+				time.Sleep(2 * time.Millisecond) // the critical section
+				exit := time.Now()
+				if err := lock.Release(context.Background()); err != nil && !(allowUnavailable && errors.Is(err, dlock.ErrUnavailable)) {
+					t.Errorf("Release: %v", err)
+				}
+				mu.Lock()
+				hs = append(hs, hold{enter, exit})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(hs, func(a, b hold) int { return a.enter.Compare(b.enter) })
+	for i := 1; i < len(hs); i++ {
+		if hs[i].enter.Before(hs[i-1].exit) {
+			t.Fatalf("two holders at once: %v-%v and %v-%v", hs[i-1].enter, hs[i-1].exit, hs[i].enter, hs[i].exit)
+		}
+		longest = max(longest, hs[i].enter.Sub(hs[i-1].exit))
+	}
+	return len(hs), longest
 }

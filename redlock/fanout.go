@@ -14,8 +14,8 @@ type inflight[T any] struct {
 	out  []T    // per node, valid where got is set
 	got  []bool // which nodes have answered (or failed)
 	left int    // replies not yet taken
-	// progress records which nodes' calls have returned (with
-	// sending.track), so that a later request to the same node can wait
+	// progress records which nodes' calls have returned (when
+	// sending.progress is set), so that a later request to the same node can wait
 	// for it: a release must not overtake a late acquisition on some node,
 	// which would leave the key there until its TTL.
 	progress *progress
@@ -35,12 +35,10 @@ type progress struct {
 
 func newProgress() *progress { return &progress{done: make(chan struct{})} }
 
-// wait returns once node i's call has returned.
-func (p *progress) wait(i int) {
-	if i < 64 && p.returned.Load()&(1<<i) != 0 {
-		return
-	}
-	<-p.done // beyond 64 nodes, or still running: wait for them all
+// returnedOn reports whether node i's call is known to have returned
+// (beyond 64 nodes only once all have).
+func (p *progress) returnedOn(i int) bool {
+	return i < 64 && p.returned.Load()&(1<<i) != 0 || p.returnedAll()
 }
 
 // returnedAll reports whether every call has returned.
@@ -59,8 +57,7 @@ type sending struct {
 	// after, if set, is an earlier fan-out whose call to node i must have
 	// returned before node i's call here starts.
 	after    *progress
-	track    bool      // record this fan-out's progress (inflight.progress)
-	progress *progress // or record it here
+	progress *progress // if set, records this fan-out's progress
 	finally  func()    // if set, runs once every call returned
 }
 
@@ -77,9 +74,6 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 		got:      make([]bool, len(l.nodes)),
 		left:     len(l.nodes),
 		progress: s.progress,
-	}
-	if s.track && c.progress == nil {
-		c.progress = newProgress()
 	}
 	shared, stop := context.WithTimeout(ctx, s.timeout)
 	c.stop = stop
@@ -100,8 +94,8 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 	for i, n := range l.nodes {
 		go func() {
 			nctx := shared
-			if after != nil && (i >= 64 || after.returned.Load()&(1<<i) == 0) {
-				after.wait(i)
+			if after != nil && !after.returnedOn(i) {
+				<-after.done // beyond 64 nodes, waits for them all
 				nctx = late
 			}
 			v := f(nctx, n)

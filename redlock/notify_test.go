@@ -2,9 +2,7 @@ package redlock_test
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -163,47 +161,10 @@ func TestWakeEightContenders(t *testing.T) {
 		poll       = time.Second
 		run        = 3 * time.Second
 	)
-	key := locktest.Key(t)
-	type hold struct{ enter, exit time.Time }
-	var mu sync.Mutex
-	var holds []hold
-	ctx, cancel := context.WithTimeout(context.Background(), run)
-	defer cancel()
-	var wg sync.WaitGroup
-	for range contenders {
-		l := newLocker(t, shared)
-		defer l.Close()
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				lock, err := l.Acquire(ctx, key, 2*time.Second, dlock.WithRetryDelay(poll), dlock.WithRetryJitter(poll/10))
-				if err != nil {
-					if ctx.Err() == nil && !transient(err) {
-						t.Errorf("Acquire: %v", err)
-					}
-					continue
-				}
-				enter := time.Now()
-				time.Sleep(2 * time.Millisecond)
-				exit := time.Now()
-				if err := lock.Release(context.Background()); err != nil && !errors.Is(err, dlock.ErrUnavailable) {
-					t.Errorf("Release: %v", err)
-				}
-				mu.Lock()
-				holds = append(holds, hold{enter, exit})
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	slices.SortFunc(holds, func(a, b hold) int { return a.enter.Compare(b.enter) })
-	for i := 1; i < len(holds); i++ {
-		if holds[i].enter.Before(holds[i-1].exit) {
-			t.Fatalf("two holders at once: %v-%v and %v-%v", holds[i-1].enter, holds[i-1].exit, holds[i].enter, holds[i].exit)
-		}
-	}
-	t.Logf("%d holds in %v by %d contenders polling every %v", len(holds), run, contenders, poll)
-	if len(holds) < 20 {
-		t.Fatalf("only %d holds in %v", len(holds), run)
+	holds, _ := contend(t, contenders, run, true, dlock.WithRetryDelay(poll), dlock.WithRetryJitter(poll/10))
+	t.Logf("%d holds in %v by %d contenders polling every %v", holds, run, contenders, poll)
+	if holds < 20 {
+		t.Fatalf("only %d holds in %v", holds, run)
 	}
 }
 

@@ -176,14 +176,7 @@ func (l *Locker) readCounters(ctx context.Context, counters []string) []*nodeRep
 	timeout := l.adminTimeout()
 	return fanOut(ctx, l, timeout, func(ctx context.Context, n *node) *nodeReply {
 		v, err := scripts.RedlockAcquire.Run(ctx, n.client, ks, "", 1, "1", dlock.NewToken(), "read").Slice()
-		if err != nil {
-			return &nodeReply{err: l.nodeErr(err, timeout)}
-		}
-		r, err := parseReply(v, len(counters))
-		if err != nil {
-			return &nodeReply{err: err}
-		}
-		return r
+		return l.reply(v, err, len(counters), timeout)
 	})
 }
 
