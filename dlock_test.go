@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -265,6 +266,15 @@ func TestCheckTTLAndMilliseconds(t *testing.T) {
 		}
 		if tc.ok && dlock.Milliseconds(tc.ttl) != tc.millis {
 			t.Errorf("Milliseconds(%v) = %d, want %d", tc.ttl, dlock.Milliseconds(tc.ttl), tc.millis)
+		}
+	}
+}
+
+func TestCheckDriftFactor(t *testing.T) {
+	for f, ok := range map[float64]bool{0: true, 0.01: true, 0.999: true, 1: false, -0.1: false, math.NaN(): false, math.Inf(1): false} {
+		err := dlock.CheckDriftFactor(f)
+		if (err == nil) != ok || (err != nil && !errors.Is(err, dlock.ErrInvalid)) {
+			t.Errorf("CheckDriftFactor(%v) = %v, want ok=%v", f, err, ok)
 		}
 	}
 }

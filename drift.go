@@ -7,6 +7,15 @@ import "time"
 // documentation's reference clients.
 const DefaultDriftFactor = 0.01
 
+// CheckDriftFactor rejects a drift factor outside [0, 1) (or NaN) with an
+// error that matches ErrInvalid.
+func CheckDriftFactor(f float64) error {
+	if !(f >= 0 && f < 1) {
+		return Invalidf("drift factor %v: must be in [0, 1)", f)
+	}
+	return nil
+}
+
 // Drift returns the safety margin subtracted from a TTL when computing a
 // lock's validity: ttl × factor plus 2 ms (1 ms for Redis's expiry precision
 // and 1 ms as a floor), as in antirez's reference implementation.

@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"log/slog"
-	"math"
 
 	"github.com/dlock-go/dlock"
 )
@@ -52,8 +51,8 @@ func WithPrefix(prefix string) Option {
 // dlock.DefaultDriftFactor (0.01).
 func WithDriftFactor(f float64) Option {
 	return func(l *Locker) error {
-		if math.IsNaN(f) || f < 0 || f >= 1 {
-			return dlock.Invalidf("drift factor %v: must be in [0, 1)", f)
+		if err := dlock.CheckDriftFactor(f); err != nil {
+			return err
 		}
 		l.driftFactor = f
 		return nil
