@@ -352,12 +352,12 @@ func (n *notifier) leaveQueue(full string) {
 func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start time.Time) (int64, error) {
 	n := l.notify
 	if n == nil {
-		return scripts.Acquire.Run(ctx, l.client, g.acqKeys[:3], g.tokenArg, l.ttlArg(ttl), l.idArg).Int64()
+		return l.acquirePlain(ctx, g, ttl)
 	}
 	if !n.subscribed.Load() {
 		// Nobody can be queued yet: the plain script, without taking
 		// n.mu on the uncontended path.
-		fence, err := scripts.Acquire.Run(ctx, l.client, g.acqKeys[:3], g.tokenArg, l.ttlArg(ttl), l.idArg).Int64()
+		fence, err := l.acquirePlain(ctx, g, ttl)
 		if err == nil && fence <= 0 {
 			n.listen(g.key)
 		}
@@ -368,7 +368,7 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 		// This Locker released the key quietly and comes back within the
 		// same quiet time: re-take it with the plain script, skipping the
 		// queue's state (quietHint says why that is fair enough).
-		fence, err := scripts.Acquire.Run(ctx, l.client, g.acqKeys[:2], g.tokenArg, l.ttlArg(ttl)).Int64()
+		fence, err := scripts.Acquire.Run(ctx, l.client, g.acquireKeys(2), g.tokenArg, l.ttlArg(ttl)).Int64()
 		if err != nil || fence > 0 {
 			g.quietUntil = h.until
 			return fence, err
@@ -379,7 +379,7 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	in := n.byKey[full]
 	if in == nil || len(in.waiters) == 0 || n.closed || n.leaving[full] > 0 {
 		n.mu.Unlock()
-		return scripts.Acquire.Run(ctx, l.client, g.acqKeys[:3], g.tokenArg, l.ttlArg(ttl), l.idArg).Int64()
+		return l.acquirePlain(ctx, g, ttl)
 	}
 	place, keep := in.place, "0"
 	if len(in.waiters) > 1 {
@@ -387,7 +387,7 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	}
 	n.mu.Unlock()
 
-	res, err := scripts.AcquireWaiting.Run(ctx, l.client, g.acqKeys[:], g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL, l.handoffArg).Int64Slice()
+	res, err := scripts.AcquireWaiting.Run(ctx, l.client, g.acquireKeys(4), g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL, l.handoffArg).Int64Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -403,6 +403,17 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	}
 	n.mu.Unlock()
 	return res[0], nil
+}
+
+// acquirePlain runs the acquire script with the queue's state (a free lock
+// reserved for a woken waiter of another Locker is refused) but without
+// queueing: one attempt of a Locker with no local waiter on the key.
+func (l *Locker) acquirePlain(ctx context.Context, g *grant, ttl time.Duration) (int64, error) {
+	ks := g.keys
+	g.acquireArgv = [9]any{"evalsha", scripts.Acquire.Hash(), 3,
+		ks.boxed[0], ks.boxed[1], ks.boxed[2], // lock, fence, state
+		g.tokenArg, l.ttlArg(ttl), l.idArg}
+	return scripts.RunArgv(ctx, l.client, scripts.Acquire, g.acquireArgv[:]).Int64()
 }
 
 // quietHint records a quiet release: until the head it let wait is due,
@@ -571,7 +582,7 @@ func (l *Locker) releaseNative(ctx context.Context, g *grant) (int64, error) {
 	}
 	pipe := l.client.Pipeline()
 	del := pipe.DelExArgs(ctx, g.key, redis.DelExArgs{Mode: "IFEQ", MatchValue: g.token})
-	qk := g.relKeys[:]
+	qk := g.releaseKeys()
 	wake := scripts.Wake.EvalSha(ctx, pipe, qk, l.reserveArg, l.handoffArg)
 	_, _ = pipe.Exec(ctx)
 	n, err := del.Result()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"strings"
 	"sync"
@@ -33,7 +34,7 @@ type Locker struct {
 	handoffArg  any       // handoffAfter in µs, boxed once for the scripts
 	reserveArg  any       // reserveFor in µs
 	lastTTL     atomic.Pointer[boxedTTL]
-	lastKeys    atomic.Pointer[[4]string] // the derived keys of the key used last
+	keySets     keyCache                  // the derived keys of keys used lately
 	retake      atomic.Pointer[quietHint] // the last quiet release (notify.go)
 
 	probeMu   sync.Mutex
@@ -52,6 +53,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, dlock.Invalidf("nil redis client")
 	}
 	l := &Locker{client: client, node: rclient.Name(client), driftFactor: dlock.DefaultDriftFactor, logger: slog.Default(), notify: newNotifier(client)}
+	l.keySets.seed = maphash.MakeSeed()
 	l.setPolicy(handoffAfter, reserveFor)
 	for _, o := range opts {
 		if o == nil {
@@ -151,13 +153,19 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 
 // grant is one held lock's connection to the server. It is allocated
 // before the attempt and carries everything the scripts take, so that an
-// acquire+release cycle allocates little beyond what go-redis does.
+// acquire+release cycle allocates little beyond what go-redis does: the
+// common calls' EVALSHA arguments are built here, once, from values boxed
+// once (a string or int64 put in an interface allocates).
 type grant struct {
 	l          *Locker
 	key, token string
-	tokenArg   any       // token, boxed once for both scripts
-	acqKeys    [4]string // lock key, fence counter, queue state, waiter queue
-	relKeys    [3]string // lock key, waiter queue, queue state
+	keys       *keySet
+	tokenArg   any // token, boxed once for every script
+	// acquireArgv: the plain acquire script (keys lock, fence, queue
+	// state), filled in by the attempt, which knows the ttl.
+	acquireArgv [9]any
+	// releaseArgv: the release script with the waiter queue.
+	releaseArgv [9]any
 	// quietUntil: the lock was taken by barging while the queue's head
 	// was young; a release before then need not hand it on (notify.go).
 	quietUntil time.Time
@@ -169,18 +177,53 @@ func (g *grant) quiet() bool {
 }
 
 func newGrant(l *Locker, full, token string) *grant {
-	g := &grant{l: l, key: full, token: token, tokenArg: token}
-	// A lock key is usually taken again and again: its derived keys are
-	// built once and kept for the next grant.
-	ks := l.lastKeys.Load()
-	if ks == nil || ks[0] != full {
-		fence, queue, state := derivedKeys(full)
-		ks = &[4]string{full, fence, state, queue}
-		l.lastKeys.Store(ks)
-	}
-	g.acqKeys = *ks
-	g.relKeys = [3]string{full, ks[3], ks[2]}
+	ks := l.keySets.get(full)
+	g := &grant{l: l, key: full, token: token, keys: ks, tokenArg: token}
+	g.releaseArgv = [9]any{"evalsha", scripts.Release.Hash(), 3,
+		ks.boxed[0], ks.boxed[3], ks.boxed[2], // lock, queue, state
+		g.tokenArg, l.reserveArg, l.handoffArg}
 	return g
+}
+
+// acquireKeys returns the first n of g's acquire keys: lock, fence
+// counter, queue state, waiter queue.
+func (g *grant) acquireKeys(n int) []string { return g.keys.strs[:n] }
+
+// releaseKeys returns the release script's keys: lock, waiter queue, queue
+// state.
+func (g *grant) releaseKeys() []string {
+	return []string{g.keys.strs[0], g.keys.strs[3], g.keys.strs[2]}
+}
+
+// keySet is a lock key with its derived keys (the fence counter, the
+// waiter queue's state, the waiter queue), as strings and boxed once as
+// script arguments.
+type keySet struct {
+	strs  [4]string
+	boxed [4]any
+}
+
+// keyCache keeps the keySets of recently used keys, so that a key taken
+// again and again (the usual case, also with many keys in turn) builds its
+// derived keys once: a fixed array indexed by the key's hash, where a
+// colliding key replaces the older one.
+type keyCache struct {
+	seed  maphash.Seed
+	slots [256]atomic.Pointer[keySet]
+}
+
+func (c *keyCache) get(full string) *keySet {
+	slot := &c.slots[maphash.String(c.seed, full)%uint64(len(c.slots))]
+	if ks := slot.Load(); ks != nil && ks.strs[0] == full {
+		return ks
+	}
+	fence, queue, state := derivedKeys(full)
+	ks := &keySet{strs: [4]string{full, fence, state, queue}}
+	for i, k := range ks.strs {
+		ks.boxed[i] = k
+	}
+	slot.Store(ks)
+	return ks
 }
 
 // derivedKeys returns keys.Fence(full), wake.QueueKey(full) and the queue's
@@ -231,11 +274,11 @@ func (l *Locker) release(ctx context.Context, g *grant) error {
 	} else {
 		// Given the waiter queue, the script also hands the lock on to
 		// its head (notify.go).
-		keys, args := g.relKeys[:], []any{g.tokenArg, l.reserveArg, l.handoffArg}
 		if g.quiet() {
-			keys, args = keys[:1], args[:1]
+			n, err = scripts.Release.Run(ctx, l.client, g.acquireKeys(1), g.tokenArg).Int64()
+		} else {
+			n, err = scripts.RunArgv(ctx, l.client, scripts.Release, g.releaseArgv[:]).Int64()
 		}
-		n, err = scripts.Release.Run(ctx, l.client, keys, args...).Int64()
 	}
 	if err != nil {
 		return l.opErr(ctx, err)
