@@ -99,7 +99,7 @@ func (l *Locker) sendRound(ctx context.Context, lockKeys, counters []string, tok
 	// value per round, which the script makes the node's own by appending
 	// its run_id.
 	epoch := dlock.NewToken()
-	argv := scripts.Argv(scripts.RedlockAcquire, ks, token, ms, l.rule(), epoch, mode)
+	argv := scripts.RedlockAcquire.Argv(ks, token, ms, l.rule(), epoch, mode)
 	// An acquisition may return before every node answered; its grant
 	// then orders later requests after the late ones (progress).
 	var p *progress
@@ -108,10 +108,10 @@ func (l *Locker) sendRound(ctx context.Context, lockKeys, counters []string, tok
 	}
 	return send(ctx, l, sending{timeout: timeout, after: after, progress: p}, func(ctx context.Context, n *node) *nodeReply {
 		if wp != nil {
-			v, err := l.notify.attempt(ctx, l.index(n), wp, lockKeys[0], ks, token, ms, l.rule(), epoch)
+			v, err := l.notify.attempt(ctx, l.index(n), wp, lockKeys[0], token, argv)
 			return l.reply(v, err, len(lockKeys), timeout)
 		}
-		v, err := scripts.RunArgv(ctx, n.client, scripts.RedlockAcquire, argv).Slice()
+		v, err := scripts.RedlockAcquire.Run(ctx, n.client, &n.funcs, argv).Slice()
 		return l.reply(v, err, len(lockKeys), timeout)
 	})
 }

@@ -165,7 +165,14 @@
 // How a lost memory is detected. Each node carries a marker (MarkerKey): a
 // random epoch, the run_id of the server process that wrote it, and a trust
 // level. Counters are tagged with the epoch they were written under. The
-// scripts read the server's run_id (INFO server) and compare:
+// scripts read the server's run_id (INFO server) and compare. On Redis 7.0
+// and later the acquire script runs as a Redis Function, whose library
+// reads INFO once per server process and keeps the run_id (INFO was about
+// half the script's time on the server); dlock loads the library, named
+// dlock_redlock_acquire_<hash of its code>, on first use, and Redis keeps
+// it in its RDB and AOF files. A restart starts the library afresh, so the
+// run_id is never stale. Where functions are not available (older
+// servers, a user not allowed FUNCTION LOAD) the plain script runs:
 //
 //   - marker missing while other nodes have theirs: the node restarted empty
 //     (or is new). It gets a new epoch with trust "own": only counters written

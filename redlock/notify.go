@@ -240,10 +240,11 @@ func (n *notifier) plan(full string) *waitPlan {
 // attempt runs the acquire script on node i for a waiting Acquire: with
 // the queue scripts around it in one pipeline when subscribed there, else
 // alone; a busy reply then opens the subscription.
-func (n *notifier) attempt(ctx context.Context, i int, p *waitPlan, full string, ks []string, token string, ms int64, rule, epoch string) ([]any, error) {
-	c := n.l.nodes[i].client
+// argv is the acquire script's (scripts.Function.Argv).
+func (n *notifier) attempt(ctx context.Context, i int, p *waitPlan, full, token string, argv []any) ([]any, error) {
+	c, fs := n.l.nodes[i].client, &n.l.nodes[i].funcs
 	if p.place[i] < 0 {
-		v, err := scripts.RedlockAcquire.Run(ctx, c, ks, token, ms, rule, epoch, "acquire").Slice()
+		v, err := scripts.RedlockAcquire.Run(ctx, c, fs, argv).Slice()
 		if err == nil && len(v) > 0 {
 			if st, _ := v[0].(int64); st != 1 {
 				n.listen(i, full)
@@ -253,13 +254,14 @@ func (n *notifier) attempt(ctx context.Context, i int, p *waitPlan, full string,
 	}
 	pipe := c.Pipeline()
 	enq := enqueue.Eval(ctx, pipe, []string{p.queue}, n.id, p.place[i], wake.QueueTTL)
-	acq := scripts.RedlockAcquire.EvalSha(ctx, pipe, ks, token, ms, rule, epoch, "acquire")
+	acq := scripts.RedlockAcquire.Pipe(ctx, pipe, fs, argv)
 	deq := dequeue.Eval(ctx, pipe, []string{full, p.queue}, token, n.id, p.keep, wake.QueueTTL)
 	_, _ = pipe.Exec(ctx)
 	v, err := acq.Slice()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// The server lost its script cache: EVAL it, then unqueue.
-		v, err = scripts.RedlockAcquire.Run(ctx, c, ks, token, ms, rule, epoch, "acquire").Slice()
+	if scripts.Missing(err) {
+		// The server lost its functions or its script cache: load and
+		// call again, then unqueue.
+		v, err = scripts.RedlockAcquire.Run(ctx, c, fs, argv).Slice()
 		if err == nil {
 			deq = dequeue.Eval(ctx, c, []string{full, p.queue}, token, n.id, p.keep, wake.QueueTTL)
 		}

@@ -53,6 +53,7 @@ type node struct {
 	// server (same run_id); 0 while none did. A duplicate's votes do not
 	// count: the quorum must count machines, not clients.
 	dupOf atomic.Int32
+	funcs scripts.Functions // whether RedlockAcquire runs as a function there
 }
 
 var _ dlock.Locker = (*Locker)(nil)

@@ -174,8 +174,9 @@ func (l *Locker) markers(ctx context.Context, need int, force bool) ([]*nodeRepl
 func (l *Locker) readCounters(ctx context.Context, counters []string) []*nodeReply {
 	ks := append(append([]string{MarkerKey}, counters...), counters...) // lock-key slots unused when reading
 	timeout := l.adminTimeout()
+	argv := scripts.RedlockAcquire.Argv(ks, "", 1, "1", dlock.NewToken(), "read")
 	return fanOut(ctx, l, timeout, func(ctx context.Context, n *node) *nodeReply {
-		v, err := scripts.RedlockAcquire.Run(ctx, n.client, ks, "", 1, "1", dlock.NewToken(), "read").Slice()
+		v, err := scripts.RedlockAcquire.Run(ctx, n.client, &n.funcs, argv).Slice()
 		return l.reply(v, err, len(counters), timeout)
 	})
 }

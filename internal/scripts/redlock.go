@@ -28,8 +28,9 @@ var (
 var (
 	// RedlockAcquire: KEYS marker, lock keys, counter keys; ARGV token, ttl
 	// ms, rule "1"/"0", new epoch, "acquire"/"read". Returns {status, run_id,
-	// epoch, marker state, trust, holder, n1, flag1, ...}.
-	RedlockAcquire = redis.NewScript(redlockAcquireSrc)
+	// epoch, marker state, trust, holder, n1, flag1, ...}. A Function: it
+	// needs the run_id on every run, which a function reads once.
+	RedlockAcquire = newFunction("redlock_acquire", redlockAcquireSrc)
 	// RedlockWriteback: KEYS marker, lock keys, counter keys; ARGV token,
 	// fence, rule, epoch. Returns 1 when written.
 	RedlockWriteback = redis.NewScript(redlockWritebackSrc)

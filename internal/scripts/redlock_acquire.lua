@@ -12,15 +12,7 @@
 -- granted); per key the counter n and a flag: 2 trusted and
 -- incremented by this grant, 1 trusted, 0 untrusted.
 local m = (#KEYS - 1) / 2
--- The run_id, up to the end of its line: plain finds are much cheaper than
--- a pattern over the whole section.
-local info = redis.call('info', 'server')
-local at = string.find(info, 'run_id:', 1, true)
-local run = ''
-if at then
-  local stop = string.find(info, '\r', at, true) or (#info + 1)
-  run = string.sub(info, at + 7, stop - 1)
-end
+local run = run_id()
 local rule = ARGV[3] == '1'
 
 local epoch, trust, mstate, floor = '', '', 'off', '0'
