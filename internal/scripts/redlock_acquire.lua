@@ -35,7 +35,22 @@ end
 local status = 2
 local holder = ''
 local fresh = {}
-if ARGV[5] == 'acquire' then
+if ARGV[5] == 'acquire' and m == 1 then
+  -- One key, the usual case: try it at once.
+  status = 1
+  if redis.call('set', KEYS[2], ARGV[1], 'nx', 'px', ARGV[2]) then
+    fresh[1] = true
+  else
+    local v = redis.call('get', KEYS[2])
+    if v == ARGV[1] then
+      -- Already ours (an earlier attempt with this token landed).
+      redis.call('pexpire', KEYS[2], ARGV[2])
+    else
+      holder = v or ''
+      if redis.call('pttl', KEYS[2]) == -1 then status = -1 else status = 0 end
+    end
+  end
+elseif ARGV[5] == 'acquire' then
   status = 1
   for i = 1, m do
     local v = redis.call('get', KEYS[1 + i])
