@@ -368,7 +368,8 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 		// This Locker released the key quietly and comes back within the
 		// same quiet time: re-take it with the plain script, skipping the
 		// queue's state (quietHint says why that is fair enough).
-		fence, err := scripts.Acquire.Run(ctx, l.client, g.acquireKeys(2), g.tokenArg, l.ttlArg(ttl)).Int64()
+		argv := g.argv(scripts.Acquire, g.keys.boxed[:2], g.tokenArg, l.ttlArg(ttl))
+		fence, err := scripts.RunArgv(ctx, l.client, scripts.Acquire, argv).Int64()
 		if err != nil || fence > 0 {
 			g.quietUntil = h.until
 			return fence, err
@@ -387,7 +388,8 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	}
 	n.mu.Unlock()
 
-	res, err := scripts.AcquireWaiting.Run(ctx, l.client, g.acquireKeys(4), g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL, l.handoffArg).Int64Slice()
+	argv := g.argv(scripts.AcquireWaiting, g.keys.boxed[:4], g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL, l.handoffArg)
+	res, err := scripts.RunArgv(ctx, l.client, scripts.AcquireWaiting, argv).Int64Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -409,11 +411,8 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 // reserved for a woken waiter of another Locker is refused) but without
 // queueing: one attempt of a Locker with no local waiter on the key.
 func (l *Locker) acquirePlain(ctx context.Context, g *grant, ttl time.Duration) (int64, error) {
-	ks := g.keys
-	g.acquireArgv = [9]any{"evalsha", scripts.Acquire.Hash(), 3,
-		ks.boxed[0], ks.boxed[1], ks.boxed[2], // lock, fence, state
-		g.tokenArg, l.ttlArg(ttl), l.idArg}
-	return scripts.RunArgv(ctx, l.client, scripts.Acquire, g.acquireArgv[:]).Int64()
+	argv := g.argv(scripts.Acquire, g.keys.boxed[:3], g.tokenArg, l.ttlArg(ttl), l.idArg) // lock, fence, state
+	return scripts.RunArgv(ctx, l.client, scripts.Acquire, argv).Int64()
 }
 
 // quietHint records a quiet release: until the head it let wait is due,

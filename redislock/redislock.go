@@ -153,22 +153,28 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 
 // grant is one held lock's connection to the server. It is allocated
 // before the attempt and carries everything the scripts take, so that an
-// acquire+release cycle allocates little beyond what go-redis does: the
-// common calls' EVALSHA arguments are built here, once, from values boxed
-// once (a string or int64 put in an interface allocates).
+// acquire+release cycle allocates little beyond what go-redis does: each
+// call's EVALSHA arguments are built in args (see argv) from values boxed
+// once (a string put in an interface allocates).
 type grant struct {
 	l          *Locker
 	key, token string
 	keys       *keySet
-	tokenArg   any // token, boxed once for every script
-	// acquireArgv: the plain acquire script (keys lock, fence, queue
-	// state), filled in by the attempt, which knows the ttl.
-	acquireArgv [9]any
-	// releaseArgv: the release script with the waiter queue.
-	releaseArgv [9]any
+	tokenArg   any     // token, boxed once for every script
+	args       [14]any // the arguments of the grant's current call
 	// quietUntil: the lock was taken by barging while the queue's head
 	// was young; a release before then need not hand it on (notify.go).
 	quietUntil time.Time
+}
+
+// argv returns the arguments of an EVALSHA of s on keys with args, built in
+// g.args. A grant's calls never overlap: its attempt comes first, and
+// dlock.Lock runs one Release at a time (a failed attempt's cleanup has no
+// Lock).
+func (g *grant) argv(s *redis.Script, keys []any, args ...any) []any {
+	a := append(g.args[:0], "evalsha", s.Hash(), len(keys))
+	a = append(a, keys...)
+	return append(a, args...)
 }
 
 // quiet reports whether g's release may skip the waiter queue.
@@ -178,16 +184,8 @@ func (g *grant) quiet() bool {
 
 func newGrant(l *Locker, full, token string) *grant {
 	ks := l.keySets.get(full)
-	g := &grant{l: l, key: full, token: token, keys: ks, tokenArg: token}
-	g.releaseArgv = [9]any{"evalsha", scripts.Release.Hash(), 3,
-		ks.boxed[0], ks.boxed[3], ks.boxed[2], // lock, queue, state
-		g.tokenArg, l.reserveArg, l.handoffArg}
-	return g
+	return &grant{l: l, key: full, token: token, keys: ks, tokenArg: token}
 }
-
-// acquireKeys returns the first n of g's acquire keys: lock, fence
-// counter, queue state, waiter queue.
-func (g *grant) acquireKeys(n int) []string { return g.keys.strs[:n] }
 
 // releaseKeys returns the release script's keys: lock, waiter queue, queue
 // state.
@@ -274,11 +272,14 @@ func (l *Locker) release(ctx context.Context, g *grant) error {
 	} else {
 		// Given the waiter queue, the script also hands the lock on to
 		// its head (notify.go).
+		ks := &g.keys.boxed
+		var argv []any
 		if g.quiet() {
-			n, err = scripts.Release.Run(ctx, l.client, g.acquireKeys(1), g.tokenArg).Int64()
+			argv = g.argv(scripts.Release, ks[:1], g.tokenArg)
 		} else {
-			n, err = scripts.RunArgv(ctx, l.client, scripts.Release, g.releaseArgv[:]).Int64()
+			argv = g.argv(scripts.Release, []any{ks[0], ks[3], ks[2]}, g.tokenArg, l.reserveArg, l.handoffArg) // lock, queue, state
 		}
+		n, err = scripts.RunArgv(ctx, l.client, scripts.Release, argv).Int64()
 	}
 	if err != nil {
 		return l.opErr(ctx, err)
