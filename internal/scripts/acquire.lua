@@ -5,25 +5,30 @@
 -- Returns the fence (> 0) when the lock is ours; 0 when another owner holds
 -- it; -1 when another owner holds it with no expiry (set by hand?); -2 when
 -- it is free but reserved for another Locker's woken waiter (see queue.lua).
-local v = redis.call('get', KEYS[1])
-if not v then
-  local S = KEYS[3]
-  if S then
-    local s = redis.call('hmget', S, 'r', 'u')
-    if s[1] then
-      if s[1] ~= ARGV[3] then
-        if redis.replicate_commands then redis.replicate_commands() end -- see queue.lua
-        local t = redis.call('time')
-        if tonumber(s[2]) > t[1] * 1000000 + t[2] then
-          redis.call('hset', S, 'b', '1') -- a newcomer refused: see queue.lua
-          return -2
-        end
+local S = KEYS[3]
+local s = S and redis.call('hmget', S, 'r', 'u')
+local v
+if s and s[1] then
+  -- The lock may be reserved for a woken waiter.
+  v = redis.call('get', KEYS[1])
+  if not v then
+    if s[1] ~= ARGV[3] then
+      if redis.replicate_commands then redis.replicate_commands() end -- see queue.lua
+      local t = redis.call('time')
+      if tonumber(s[2]) > t[1] * 1000000 + t[2] then
+        redis.call('hset', S, 'b', '1') -- a newcomer refused: see queue.lua
+        return -2
       end
-      redis.call('hdel', S, 'r', 'u')
     end
+    redis.call('hdel', S, 'r', 'u')
+    redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
+    return redis.call('incr', KEYS[2])
   end
-  redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
+elseif redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
+  -- Nothing reserved, and the lock was free: the usual case.
   return redis.call('incr', KEYS[2])
+else
+  v = redis.call('get', KEYS[1])
 end
 if v == ARGV[1] then
   -- Our own earlier attempt landed (its reply was lost): it is ours, and

@@ -8,18 +8,18 @@
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return 0
 end
+if not KEYS[3] then
+  return redis.call('del', KEYS[1])
+end
+local head = redis.call('zrange', KEYS[2], 0, 0)[1]
+if not head then
+  return redis.call('del', KEYS[1])
+end
 -- The clock is read below, before more writes: replicate effects, not the
 -- script (the default from Redis 5, the only way from 7; this asks for it
 -- where a 5 or 6 server is configured otherwise).
 if redis.replicate_commands then redis.replicate_commands() end
 redis.call('del', KEYS[1])
-if not KEYS[3] then
-  return 1
-end
-local head = redis.call('zrange', KEYS[2], 0, 0)[1]
-if not head then
-  return 1
-end
 -- @queue.lua
 freed(KEYS[2], KEYS[3], KEYS[1], head, tonumber(ARGV[2]), tonumber(ARGV[3]))
 return 1
