@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -92,7 +93,7 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 	var running atomic.Int32
 	running.Store(int32(len(l.nodes)))
 	for i, n := range l.nodes {
-		go func() {
+		l.workers.run(func() {
 			nctx := shared
 			if after != nil && !after.returnedOn(i) {
 				<-after.done // beyond 64 nodes, waits for them all
@@ -112,7 +113,7 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 					s.finally()
 				}
 			}
-		}()
+		})
 	}
 	return c
 }
@@ -151,3 +152,50 @@ func (c *inflight[T]) all() []T {
 func fanOut[T any](ctx context.Context, l *Locker, timeout time.Duration, f func(ctx context.Context, n *node) T) []T {
 	return send(ctx, l, sending{timeout: timeout}, f).all()
 }
+
+// workers runs the calls of fan-outs on goroutines kept between them. A
+// fresh goroutine grows its stack through go-redis's call path on every
+// call (those stack copies were a tenth of a Redlock cycle's CPU in the
+// client); a kept one grew it once. An idle worker exits after workerIdle
+// (long against the gap between a lock's calls, short against a program's
+// life: a Locker nobody closes leaves nothing running for long), or at
+// once after Close.
+type workers struct {
+	calls chan func()
+	stop  chan struct{}
+	once  sync.Once
+}
+
+const workerIdle = 100 * time.Millisecond
+
+func newWorkers() workers {
+	return workers{calls: make(chan func()), stop: make(chan struct{})}
+}
+
+// run runs f on an idle worker, or on a new one.
+func (w *workers) run(f func()) {
+	select {
+	case w.calls <- f:
+	default:
+		go w.work(f)
+	}
+}
+
+func (w *workers) work(f func()) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		f()
+		idle.Reset(workerIdle)
+		select {
+		case f = <-w.calls:
+		case <-idle.C:
+			return
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+// close makes idle workers exit, and busy ones once their call returns.
+func (w *workers) close() { w.once.Do(func() { close(w.stop) }) }

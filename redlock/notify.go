@@ -153,6 +153,7 @@ func (l *Locker) Close() error {
 		}
 	}
 	n.wg.Wait()
+	l.workers.close()
 	return nil
 }
 

@@ -37,6 +37,7 @@ type Locker struct {
 	amnesiaRule bool
 	defaults    []dlock.Option
 	notify      *notifier // wake-on-release (notify.go)
+	workers     workers   // the goroutines of the fan-outs (fanout.go)
 	// distinct is set once one round heard every node answer, each with a
 	// run_id of its own: from then on an acquisition may return on a
 	// majority's grants without hearing the rest (awaitMajority).
@@ -72,6 +73,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, dlock.Invalidf("no redis clients: Redlock needs N independent masters (5 is usual)")
 	}
 	l := &Locker{
+		workers:     newWorkers(),
 		quorum:      len(clients)/2 + 1,
 		driftFactor: dlock.DefaultDriftFactor,
 		nodeTimeout: DefaultNodeTimeout,
