@@ -187,6 +187,12 @@
 // connection that only a release can free. A pool's Close waits for pinned
 // connections: release locks first.
 //
+// With pgx's default query mode (prepared statements) and no tracer, the
+// acquiring and releasing statements are prepared once per connection and
+// their few values are encoded by hand, past pgx's type mapping; with any
+// other QueryExecMode, or a Tracer, they go through QueryRow, so a pool set
+// up for a proxy, or traced, sees them as before.
+//
 // # Job queues
 //
 // For "each job exactly once", a lock per job is the wrong tool: let the

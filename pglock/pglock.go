@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
@@ -30,6 +31,7 @@ type Locker struct {
 	lease    time.Duration // WithSessionLease margin; < 0: off
 
 	stmts statements
+	exec  rowExec
 
 	held atomic.Int32 // connections pinned by this Locker's locks
 
@@ -122,6 +124,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		keyFunc:  func(name string) (Key, error) { return HashKey(name), nil },
 		notify:   true,
 		lease:    -1,
+		exec:     newRowExec(cfg.ConnConfig),
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -213,20 +216,20 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 	g := &grant{l: l, key: k, name: name}
 	args := g.keyArgs()
 	r := &g.row
-	dest := append(g.dest[:0], &r.ok, &r.fence, &r.flushed, &r.pid)
+	dest := append(g.dest[:0], &r.fence, &r.pid)
 	if l.lease >= 0 {
 		args = append(args, l.leaseMS(ttl))
 		dest = append(dest, &r.leased, &g.prevTimeout)
 	}
 
 	start := time.Now()
-	if err := conn.QueryRow(ctx, l.stmts.acquire[k.form()], args...).Scan(dest...); err != nil {
+	if err := l.exec.queryRow(ctx, conn.Conn(), l.stmts.acquire[k.form()], &g.bufs, args, dest); err != nil {
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
 		return nil, acquireErr(ctx, name, l.node, err)
 	}
-	if !r.ok {
+	if !r.fence.Valid {
 		conn.Release()
 		l.busy(k)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
@@ -238,15 +241,16 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 	}
 	l.held.Add(1)
 	g.conn, g.pid = conn, r.pid
-	return dlock.NewLock(name, dlock.NewToken(), uint64(r.fence), validUntil, g), nil
+	return dlock.NewLock(name, dlock.NewToken(), uint64(r.fence.Int64), validUntil, g), nil
 }
 
 // acquireRow is what the acquiring statement returns (the lease's previous
-// idle_session_timeout goes to grant.prevTimeout).
+// idle_session_timeout goes to grant.prevTimeout). The fence is NULL when
+// the lock was not granted.
 type acquireRow struct {
-	ok, flushed, leased bool
-	fence               int64
-	pid                 int32
+	fence  pgtype.Int8
+	pid    int32
+	leased bool
 }
 
 // pin takes a connection from the pool for an attempt, refusing at once
@@ -294,6 +298,7 @@ type grant struct {
 	dest    [6]any
 	row     acquireRow
 	outcome int32
+	bufs    rowBufs
 }
 
 // keyArgs returns the key's statement arguments ($1, or $1 and $2), in
@@ -375,7 +380,7 @@ func (g *grant) Release(ctx context.Context) error {
 		args = append(args, g.prevTimeout)
 		dest = append(dest, &restored)
 	}
-	if err := g.conn.QueryRow(ctx, g.l.stmts.release[g.key.form()], args...).Scan(dest...); err != nil {
+	if err := g.l.exec.queryRow(ctx, g.conn.Conn(), g.l.stmts.release[g.key.form()], &g.bufs, args, dest); err != nil {
 		return g.connErr(err)
 	}
 	if unlocked := g.outcome != 0; !unlocked {

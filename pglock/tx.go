@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/dlock-go/dlock"
 )
@@ -49,29 +50,29 @@ func LockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
 	return lockTx(ctx, tx, k, txWaitSQL[k.form()])
 }
 
-// The transaction-lock statements, for bigint keys and pairs. The waiting
-// form calls pg_advisory_xact_lock (void) in FROM: the row, and with it the
-// fence, exists once the lock is granted.
+// The transaction-lock statements, for bigint keys and pairs; each yields
+// the fence, NULL when the lock was not granted. The waiting form calls
+// pg_advisory_xact_lock (void) in FROM: the row, and with it the fence,
+// exists once the lock is granted.
 var txTrySQL, txWaitSQL [2]string
 
 func init() {
 	for i, pair := range []bool{false, true} {
 		p, _ := keyParams(pair)
-		txTrySQL[i] = fenceSQL(tryLockCTE("pg_try_advisory_xact_lock", pair), "")
-		txWaitSQL[i] = fenceSQL(`SELECT `+nextvalSQL+` AS fence FROM pg_advisory_xact_lock`+p, "")
+		txTrySQL[i] = `SELECT ` + fenceExpr(`pg_try_advisory_xact_lock`+p)
+		txWaitSQL[i] = `SELECT ` + fenceExpr("") + ` FROM pg_advisory_xact_lock` + p
 	}
 }
 
 func lockTx(ctx context.Context, tx pgx.Tx, k Key, sql string) (uint64, error) {
-	var ok, flushed bool
-	var f int64
-	if err := tx.QueryRow(ctx, sql, k.args()...).Scan(&ok, &f, &flushed); err != nil {
+	var f pgtype.Int8
+	if err := tx.QueryRow(ctx, sql, k.args()...).Scan(&f); err != nil {
 		return 0, acquireErr(ctx, k.String(), txNode(tx), err)
 	}
-	if !ok {
+	if !f.Valid {
 		return 0, fmt.Errorf("dlock: acquire %q: %w (held by another session)", k.String(), dlock.ErrNotAcquired)
 	}
-	return uint64(f), nil
+	return uint64(f.Int64), nil
 }
 
 func checkTx(ctx context.Context, tx pgx.Tx, k Key) error {
