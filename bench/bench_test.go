@@ -41,6 +41,9 @@ func run(m *testing.M) int {
 		}
 		window = d
 	}
+	// go-redis's own log lines would split the benchmark's result lines,
+	// which benchtable parses.
+	redis.SetLogger(quietRedisLogger{})
 	redisAddr = os.Getenv("BENCH_REDIS")
 	if s := os.Getenv("BENCH_REDLOCK"); s != "" {
 		redlockAddrs = strings.Split(s, ",")
@@ -157,3 +160,7 @@ func reportLatency(b *testing.B, lat []time.Duration, elapsed time.Duration) {
 	b.ReportMetric(us(pct(lat, 50)), "p50-us")
 	b.ReportMetric(us(pct(lat, 99)), "p99-us")
 }
+
+type quietRedisLogger struct{}
+
+func (quietRedisLogger) Printf(context.Context, string, ...any) {}

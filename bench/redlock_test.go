@@ -71,6 +71,7 @@ func BenchmarkB(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.Cleanup(func() { l.Close() }) // before the clients: lets the last release finish
 		key := freshKey("B")
 		measure(b, func(ctx context.Context) error {
 			lock, err := l.TryAcquire(ctx, key, ttl)

@@ -10,8 +10,8 @@
 # free loopback ports, and a throwaway PostgreSQL cluster (bench/cmd/pgserver,
 # through internal/testsrv), and stops them on exit. Takes about 3 minutes.
 # Environment: BENCH_WINDOW (each contended window, default 2s), BENCH_ONLY
-# (a -bench regexp, default all groups), BENCH_COUNT (repetitions of the
-# uncontended groups, default 3; the tables show medians).
+# (a -bench regexp, default all groups), BENCH_COUNT (passes over the
+# uncontended groups, default 11; the tables show medians).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -88,7 +88,7 @@ export BENCH_REDIS=$single
 BENCH_REDLOCK=$(IFS=,; echo "${redlock[*]}")
 export BENCH_REDLOCK
 export BENCH_WINDOW=${BENCH_WINDOW:-2s}
-count=${BENCH_COUNT:-5}
+count=${BENCH_COUNT:-11}
 only=${BENCH_ONLY:-.}
 export GOFLAGS=-mod=mod
 
@@ -96,14 +96,17 @@ go test -c -o "$tmp/bench.test" . >&2
 out=$tmp/bench.txt
 bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -test.benchtime "$2"; }
 {
-	# Passes over each group alternate the implementations, so that a
-	# burst of load from elsewhere on the machine hits them all alike.
-	for _ in $(seq "$count"); do bench A 3000x; done
-	for _ in $(seq "$count"); do bench B 600x; done
+	# Many short passes over each group alternate the implementations, so
+	# that a burst of load from elsewhere on the machine, or a change of
+	# how the scheduler places client and server (which can halve or
+	# double a round trip for seconds), hits them all alike; benchtable
+	# compares each implementation with the baseline of the same pass.
+	for _ in $(seq "$count"); do bench A 1500x; done
+	for _ in $(seq "$count"); do bench B 400x; done
 	bench 'C[12]' 1x
-	for _ in $(seq "$count"); do bench D 10000x; done
+	for _ in $(seq "$count"); do bench D 5000x; done
 	if [ "${only_e:-}" != skip ]; then
-		for _ in $(seq "$count"); do bench E 2000x; done
+		for _ in $(seq "$count"); do bench E 1000x; done
 	fi
 } 2>&1 | tee "$out" >&2
 
@@ -112,8 +115,9 @@ cat <<EOF
 
 Reproduce with \`bash bench/run.sh\` (from the repository root). Figures are
 ratios within one run on a shared machine; absolute numbers drift between
-runs, ratios much less. Medians of $count alternating passes for A, B, D and E;
-one ${BENCH_WINDOW} window per implementation for C1 and C2.
+runs, ratios much less. Medians of $count alternating passes for A, B, D and E,
+where each ratio is the median of the passes' own ratios (the middle half of
+them in brackets); one ${BENCH_WINDOW} window per implementation for C1 and C2.
 
 - date: $(date -u +%Y-%m-%dT%H:%MZ)
 - CPU: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)

@@ -1,8 +1,11 @@
 // Command benchtable reads `go test -bench` output of package bench on
 // stdin and prints markdown tables of the figures, with every row's ratio
 // to the raw baseline measured in the same run and a check of the targets
-// of issue 6. When a benchmark ran several times (-count), each figure is
-// the median of its runs.
+// of issue 6. When a benchmark ran several times (run.sh's passes, which
+// alternate the implementations), each figure is the median of its runs,
+// and each ratio the median of the passes' own ratios: an implementation
+// is compared with the baseline measured moments before it, which cancels
+// most of the machine's drift between passes.
 package main
 
 import (
@@ -30,6 +33,45 @@ func (r *row) get(unit string) (float64, bool) {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2], true
+}
+
+// versus returns the median over passes of r's unit divided by base's in
+// the same pass, and the interquartile range of those ratios; without a
+// value per pass on both sides, the ratio of the medians.
+func (r *row) versus(base *row, unit string) (mid, lo, hi float64) {
+	v, b := r.metrics[unit], base.metrics[unit]
+	if len(v) == 0 || len(v) != len(b) {
+		x, _ := r.get(unit)
+		y, _ := base.get(unit)
+		if y == 0 {
+			return 0, 0, 0
+		}
+		return x / y, x / y, x / y
+	}
+	q := make([]float64, 0, len(v))
+	for i := range v {
+		if b[i] != 0 {
+			q = append(q, v[i]/b[i])
+		}
+	}
+	if len(q) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(q)
+	return q[len(q)/2], q[len(q)/4], q[(3*len(q))/4]
+}
+
+// versusCell formats versus for a table: the ratio and, over several
+// passes, the range of the middle half of them.
+func versusCell(r, base *row, unit string) string {
+	mid, lo, hi := r.versus(base, unit)
+	if mid == 0 {
+		return "—"
+	}
+	if len(r.metrics[unit]) < 4 || r == base {
+		return fmt.Sprintf("%.2fx", mid)
+	}
+	return fmt.Sprintf("%.2fx (%.2f–%.2f)", mid, lo, hi)
 }
 
 type group struct {
@@ -153,17 +195,15 @@ func check(ok bool, format string, args ...any) string {
 func cycleTable(g *group) []string {
 	base := baseline(g)
 	fmt.Printf("### %s\n\n", titles[g.name])
-	fmt.Println("| implementation | cycles/s | vs " + base.impl + " | p50 µs | p99 µs | allocs/cycle | B/cycle |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
-	bc, _ := base.get("cycles/s")
-	bp50, _ := base.get("p50-us")
+	fmt.Println("| implementation | cycles/s | vs " + base.impl + " (middle half of passes) | p50 µs | p50 vs " + base.impl + " | p99 µs | allocs/cycle | B/cycle |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range g.rows {
 		c, _ := r.get("cycles/s")
 		p50, _ := r.get("p50-us")
 		p99, _ := r.get("p99-us")
 		allocs, _ := r.get("allocs/op")
 		bytes, _ := r.get("B/op")
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.impl, num(c), ratio(c, bc), num(p50), num(p99), num(allocs), num(bytes))
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.impl, num(c), versusCell(r, base, "cycles/s"), num(p50), versusCell(r, base, "p50-us"), num(p99), num(allocs), num(bytes))
 	}
 	fmt.Println()
 	var out []string
@@ -171,27 +211,26 @@ func cycleTable(g *group) []string {
 	case "A":
 		for _, impl := range []string{"dlock", "dlock-wait"} {
 			if r := g.find(impl); r != nil {
-				c, _ := r.get("cycles/s")
+				c, _, _ := r.versus(base, "cycles/s")
 				a, _ := r.get("allocs/op")
 				out = append(out,
-					check(c >= 0.95*bc, "A %s cycles/s %.2fx raw (>= 0.95x)", impl, c/bc),
+					check(c >= 0.95, "A %s cycles/s %.2fx raw (>= 0.95x)", impl, c),
 					check(a <= 30, "A %s %.0f allocs/cycle (<= 30)", impl, a))
 			}
 		}
 	case "B":
 		if r := g.find("dlock"); r != nil {
-			p50, _ := r.get("p50-us")
-			rs := g.find("redsync")
-			rsp50 := p50
-			if rs != nil {
-				rsp50, _ = rs.get("p50-us")
+			vsRaw, _, _ := r.versus(base, "p50-us")
+			vsRedsync := vsRaw
+			if rs := g.find("redsync"); rs != nil {
+				vsRedsync, _, _ = r.versus(rs, "p50-us")
 			}
-			out = append(out, check(p50 <= bp50 && p50 <= rsp50, "B dlock p50 %.0fµs vs raw fan-out %.0fµs and redsync %.0fµs (<= both)", p50, bp50, rsp50))
+			out = append(out, check(vsRaw <= 1 && vsRedsync <= 1, "B dlock p50 %.2fx the raw fan-out's and %.2fx redsync's (<= both)", vsRaw, vsRedsync))
 		}
 	case "E":
 		if r := g.find("dlock"); r != nil {
-			c, _ := r.get("cycles/s")
-			out = append(out, check(c >= 0.9*bc, "E dlock cycles/s %.2fx raw (within 10%%)", c/bc))
+			c, _, _ := r.versus(base, "cycles/s")
+			out = append(out, check(c >= 0.9, "E dlock cycles/s %.2fx raw (within 10%%)", c))
 		}
 	}
 	return out
@@ -200,18 +239,17 @@ func cycleTable(g *group) []string {
 func parallelTable(g *group) []string {
 	base := baseline(g)
 	fmt.Printf("### %s\n\n", titles[g.name])
-	fmt.Println("| implementation | cycles/s | vs raw | allocs/cycle |")
+	fmt.Println("| implementation | cycles/s | vs raw (middle half of passes) | allocs/cycle |")
 	fmt.Println("|---|---:|---:|---:|")
-	bc, _ := base.get("cycles/s")
 	for _, r := range g.rows {
 		c, _ := r.get("cycles/s")
 		a, _ := r.get("allocs/op")
-		fmt.Printf("| %s | %s | %s | %s |\n", r.impl, num(c), ratio(c, bc), num(a))
+		fmt.Printf("| %s | %s | %s | %s |\n", r.impl, num(c), versusCell(r, base, "cycles/s"), num(a))
 	}
 	fmt.Println()
 	if r := g.find("dlock"); r != nil {
-		c, _ := r.get("cycles/s")
-		return []string{check(c >= 0.95*bc, "D dlock cycles/s %.2fx raw (>= 0.95x)", c/bc)}
+		c, _, _ := r.versus(base, "cycles/s")
+		return []string{check(c >= 0.95, "D dlock cycles/s %.2fx raw (>= 0.95x)", c)}
 	}
 	return nil
 }
