@@ -24,8 +24,8 @@ func keyParams(pair bool) (params string, next int) {
 // nextval (see below), then currval, the value nextval just drew in this
 // session (nextval never returns NULL, so its branch only draws). No CTE:
 // a materialized CTE, the other way to order the steps, costs the executor
-// a subplan and a tuplestore per execution, about 2% of an uncontended
-// acquire-and-release cycle (bench E).
+// a subplan and a tuplestore per execution, 1-2% of an uncontended
+// acquire-and-release cycle (bench E; pgbench with both forms interleaved).
 //
 // Durability: the commit must flush the WAL when the fence just drawn
 // might not be on disk yet. nextval writes WAL only once per 32 values:
