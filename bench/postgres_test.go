@@ -61,10 +61,20 @@ func newPool(tb testing.TB) *pgxpool.Pool {
 // notifications on (the default), checks for waiters in the unlocking one
 // (nobody waits here, so no NOTIFY goes out).
 func BenchmarkE(b *testing.B) {
-	b.Run("raw", func(b *testing.B) {
-		pool := newPool(b)
+	for _, impl := range pgImpls {
+		b.Run(impl.name, func(b *testing.B) { measure(b, impl.setup(b)) })
+	}
+}
+
+// pgImpls are the PostgreSQL lock cycles of BenchmarkE, the baseline first.
+var pgImpls = []struct {
+	name  string
+	setup func(tb testing.TB) cycleFunc
+}{
+	{"raw", func(tb testing.TB) cycleFunc {
+		pool := newPool(tb)
 		const key = int64(0x5eed)
-		measure(b, func(ctx context.Context) error {
+		return func(ctx context.Context) error {
 			conn, err := pool.Acquire(ctx)
 			if err != nil {
 				return err
@@ -78,18 +88,18 @@ func BenchmarkE(b *testing.B) {
 				return errBusy
 			}
 			return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key).Scan(&ok)
-		})
-	})
-	b.Run("raw-fenced", func(b *testing.B) {
+		}
+	}},
+	{"raw-fenced", func(tb testing.TB) cycleFunc {
 		// The lock and the fence in one round trip, written by hand: the
 		// protocol's cost without the library (and without its checks).
-		pool := newPool(b)
+		pool := newPool(tb)
 		if err := pglock.Migrate(context.Background(), pool); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		const key = int64(0x5eee)
 		sql := `SELECT CASE WHEN pg_try_advisory_lock($1) THEN nextval('` + pglock.FenceSequence + `') END`
-		measure(b, func(ctx context.Context) error {
+		return func(ctx context.Context) error {
 			conn, err := pool.Acquire(ctx)
 			if err != nil {
 				return err
@@ -104,30 +114,27 @@ func BenchmarkE(b *testing.B) {
 			}
 			var ok bool
 			return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key).Scan(&ok)
-		})
-	})
-	for _, notify := range []bool{true, false} {
-		name := "dlock"
-		if !notify {
-			name = "dlock-nonotify"
 		}
-		b.Run(name, func(b *testing.B) {
-			pool := newPool(b)
-			if err := pglock.Migrate(context.Background(), pool); err != nil {
-				b.Fatal(err)
-			}
-			l, err := pglock.New(pool, pglock.WithReleaseNotify(notify))
-			if err != nil {
-				b.Fatal(err)
-			}
-			key := freshKey("E")
-			measure(b, func(ctx context.Context) error {
-				lock, err := l.TryAcquire(ctx, key, ttl)
-				if err != nil {
-					return err
-				}
-				return lock.Release(ctx)
-			})
-		})
+	}},
+	{"dlock", func(tb testing.TB) cycleFunc { return pglockCycle(tb, true) }},
+	{"dlock-nonotify", func(tb testing.TB) cycleFunc { return pglockCycle(tb, false) }},
+}
+
+func pglockCycle(tb testing.TB, notify bool) cycleFunc {
+	pool := newPool(tb)
+	if err := pglock.Migrate(context.Background(), pool); err != nil {
+		tb.Fatal(err)
+	}
+	l, err := pglock.New(pool, pglock.WithReleaseNotify(notify))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	key := freshKey("E")
+	return func(ctx context.Context) error {
+		lock, err := l.TryAcquire(ctx, key, ttl)
+		if err != nil {
+			return err
+		}
+		return lock.Release(ctx)
 	}
 }

@@ -102,11 +102,13 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -t
 	# double a round trip for seconds), hits them all alike; benchtable
 	# compares each implementation with the baseline of the same pass.
 	for _ in $(seq "$count"); do bench A 1500x; done
+	for _ in $(seq "$count"); do bench IA 1000x; done
 	for _ in $(seq "$count"); do bench B 400x; done
 	bench 'C[12]' 1x
 	for _ in $(seq "$count"); do bench D 5000x; done
 	if [ "${only_e:-}" != skip ]; then
 		for _ in $(seq "$count"); do bench E 1000x; done
+		for _ in $(seq "$count"); do bench IE 700x; done
 	fi
 } 2>&1 | tee "$out" >&2
 
