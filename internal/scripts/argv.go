@@ -11,8 +11,13 @@ import (
 // not build them for each: the slice is only read, so concurrent sends may
 // share it.
 func Argv(s *redis.Script, keys []string, args ...any) []any {
+	return buildArgv("evalsha", s.Hash(), keys, args)
+}
+
+// buildArgv returns cmd (EVALSHA or FCALL) of name on keys with args.
+func buildArgv(cmd, name string, keys []string, args []any) []any {
 	argv := make([]any, 0, 3+len(keys)+len(args))
-	argv = append(argv, "evalsha", s.Hash(), len(keys))
+	argv = append(argv, cmd, name, len(keys))
 	for _, k := range keys {
 		argv = append(argv, k)
 	}
@@ -25,12 +30,8 @@ func Argv(s *redis.Script, keys []string, args ...any) []any {
 func RunArgv(ctx context.Context, c redis.UniversalClient, s *redis.Script, argv []any) *redis.Cmd {
 	cmd := c.Do(ctx, argv...)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		n := argv[2].(int)
-		keys := make([]string, n)
-		for i := range keys {
-			keys[i] = argv[3+i].(string)
-		}
-		return s.Eval(ctx, c, keys, argv[3+n:]...)
+		keys, args := split(argv)
+		return s.Eval(ctx, c, keys, args...)
 	}
 	return cmd
 }

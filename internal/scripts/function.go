@@ -70,12 +70,7 @@ type Functions struct{ off atomic.Bool }
 // Argv returns the arguments of an FCALL of f, built once for several
 // servers (see the package's Argv).
 func (f *Function) Argv(keys []string, args ...any) []any {
-	argv := make([]any, 0, 3+len(keys)+len(args))
-	argv = append(argv, "fcall", f.name, len(keys))
-	for _, k := range keys {
-		argv = append(argv, k)
-	}
-	return append(argv, args...)
+	return buildArgv("fcall", f.name, keys, args)
 }
 
 // Run sends argv (from f.Argv) to c as an FCALL, loading the library first
