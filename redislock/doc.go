@@ -4,15 +4,19 @@
 //
 // # Protocol
 //
-// Acquire runs one Lua script, one round trip: SET key token NX PX ttl and,
-// only if that succeeded, INCR of the key's fence counter, whose value is the
-// lock's fence. Release is DELEX key IFEQ token on Redis 8.4+ and the
-// classic compare-and-delete script elsewhere; Extend is SET key token PX ttl
-// IFEQ token on 8.4+ and a compare-and-PEXPIRE script elsewhere. Support for
-// the 8.4 commands is probed once per Locker (WithNativeCommands forces
-// either path). Scripts run by SHA and fall back to EVAL when the server
-// answers NOSCRIPT, so SCRIPT FLUSH, a restart or a failover cost one extra
-// round trip, not an error.
+// An attempt sends SET key token NX PX ttl and INCR of the key's fence counter
+// in one pipeline, one round trip: plain commands, which cost the server less
+// than a script. The INCR's value is the lock's fence when the SET succeeded;
+// a refused SET's INCR leaves a gap, and a second round trip runs the acquire
+// script to say why (held, reserved, no expiry). A waiting attempt of a Locker
+// already queued for the key runs one script instead (see Waiting). Release is
+// DELEX key IFEQ token on Redis 8.4+ and a compare-and-delete script elsewhere
+// that also checks for waiters; Extend is SET key token PX ttl IFEQ token on
+// 8.4+ and a compare-and-PEXPIRE script elsewhere. Support for the 8.4
+// commands is probed once per Locker (WithNativeCommands forces either path).
+// Scripts run by SHA and fall back to EVAL when the server answers NOSCRIPT,
+// so SCRIPT FLUSH, a restart or a failover cost one extra round trip, not an
+// error.
 //
 // What was verified where: the script paths run against real redis-server
 // 7.0 in this package's tests, including a three-master Cluster started by
@@ -28,47 +32,54 @@
 // The lock key is exactly the resource name, plus an optional prefix
 // (WithPrefix), and its value is the token — the layout of node-redlock and
 // redsync, so a fleet that mixes them with dlock on the same names still
-// excludes each other. The fence counter lives in "dlock:fence:{key}" (or,
-// when the key already has a Cluster hash tag, "dlock:fence:"+key), in the
-// same Cluster slot as the lock key. Counters never expire: one small key
+// excludes each other. Only while a release hands the lock to a woken
+// waiter does the key hold "dlock:reserved:<Locker id>" instead, for at
+// most 500ms (see Waiting). The fence counter lives in "dlock:fence:{key}"
+// (or, when the key already has a Cluster hash tag, "dlock:fence:"+key), in
+// the same Cluster slot as the lock key. Counters never expire: one small key
 // per resource name.
 //
 // # Waiting
 //
 // Acquire and Do wait with wake-on-release: a waiting attempt that finds the
 // key busy queues its Locker beside the key, in "dlock:waiters:{key}" (a
-// sorted set in the key's slot, expiring 60 s after the last waiter
-// refreshed it), and the release that frees the key pops the longest waiter,
-// reserves the free lock for it and publishes to that Locker's own channel,
-// in the same round trip. So one release wakes one waiter, in arrival order.
-// A holder that re-takes the lock at once (a loop over the lock) may do so
-// while the longest waiter has been first in line for less than 3ms; such
-// releases skip the queue, and after that the waiter is woken or retries by
-// itself and has the lock's first claim, so no waiter starves (the policy
-// and its bound are described in notify.go). The reservation lasts until
-// the woken waiter takes the lock or gives up, and at most 500ms if it
-// crashed; TryAcquire honours it, reporting the lock busy meanwhile. A
-// program that gives up a wait and exits should call Close first: it takes
-// the Locker out of the queues it waited in, so no release is reserved for
-// a process that is gone (the dlock command does).
-// Each Locker keeps one pub/sub connection for all its keys; Close ends it.
-// A wake-up is only a hint — the grant still goes through the acquire
-// script — and a release by a peer that does not publish, an expiry, or a
-// lost message is picked up by polling at the retry delay plus jitter. The
-// queue's state is kept in "dlock:turn:{key}", a small hash expiring with
-// the queue. Neither key is ever part of a grant: the lock key alone is.
+// sorted set in the key's slot, expiring 60 s after the last waiter refreshed
+// it), and the release that frees the key pops the longest waiter, reserves
+// the lock for it (in the lock key, see Keys) and publishes to that Locker's
+// own channel, in the same round trip. So one release wakes one waiter, in
+// arrival order. A holder that re-takes the lock at once (a loop over the
+// lock) may do so while the longest waiter has been first in line for less
+// than 3ms; such releases skip the queue, and after that the waiter is woken
+// or retries by itself and has the lock's first claim, so no waiter starves
+// (the policy and its bound are described in notify.go). The reservation lasts
+// until the woken waiter takes the lock or gives up, and at most 500ms if it
+// crashed; TryAcquire honours it, reporting the lock reserved meanwhile, and
+// so does every other client's SET NX. A program that gives up a wait and
+// exits should call Close first: it takes the Locker out of the queues it
+// waited in, so no release is reserved for a process that is gone (the dlock
+// command does). Each Locker keeps one pub/sub connection for all its keys;
+// Close ends it. A wake-up is only a hint — the grant still needs the lock key
+// free or reserved for the woken Locker — and a release by a peer that does
+// not publish, an expiry, or a lost message is picked up by polling at the
+// retry delay plus jitter. The queue's state is kept in "dlock:turn:{key}", a
+// small hash expiring with the queue. Neither key is ever part of a grant: the
+// lock key alone is.
 //
 // # Guarantees and limits
 //
-// On one node a lock is exclusive as long as the key lives: the acquire is
-// atomic, release and extension only touch a key that still holds the
-// holder's token, and the validity deadline (the send time plus the TTL
-// minus 1% + 2 ms) ends before the server's expiry. It is not exclusive
-// across a failover: Redis replicates asynchronously, so a promoted replica
-// may lack both the key and the latest fence. Eviction under memory pressure
-// removes lock keys early too; the Locker warns when maxmemory-policy is not
-// noeviction. A holder that pauses past its TTL cannot be stopped by any
-// lease: pass Fence to the resource (package fence).
+// On one node a lock is exclusive as long as the key lives: only a SET NX (or
+// the reserved Locker's own script) grants it, release and extension only
+// touch a key that still holds the holder's token, and the validity deadline
+// (the send time plus the TTL minus 1% + 2 ms) ends before the server's
+// expiry. Fences increase from holder to holder: a granted SET's INCR runs
+// while the lock is held (if the key expired in between, the attempt took
+// longer than its TTL and is refused), and the next holder's SET comes after
+// the release. It is not exclusive across a failover: Redis replicates
+// asynchronously, so a promoted replica may lack both the key and the latest
+// fence. Eviction under memory pressure removes lock keys early too; the
+// Locker warns when maxmemory-policy is not noeviction. A holder that pauses
+// past its TTL cannot be stopped by any lease: pass Fence to the resource
+// (package fence).
 //
 // Set ContextTimeoutEnabled on the go-redis client so that context deadlines
 // bound each call; without it a server that never answers holds a call for

@@ -45,15 +45,18 @@ import (
 //     round trips and the same calls per acquisition as a lock without a
 //     queue.
 //   - Any other release hands the lock on: it pops the head, reserves the
-//     free lock for that Locker for reserveFor (R) and publishes to it.
-//     Attempts by others are refused until it takes the lock, gives up (its
-//     Locker passes the reservation on to the next head at once) or R
-//     passes. The one exception: if newcomers were refused at the last
-//     reservation (the lock is being re-taken at once) and the new head is
-//     young, the release defers it as above instead of waking it.
+//     lock for that Locker for reserveFor (R) and publishes to it. The
+//     reservation is a value in the lock key itself,
+//     "dlock:reserved:<Locker id>" with a TTL of R, so every other attempt
+//     is refused (a node-redlock or redsync client's SET NX too) until that
+//     Locker replaces it with its token, gives up (its Locker passes the
+//     reservation on to the next head at once) or R passes. The one
+//     exception: if newcomers were refused at the last reservation (the
+//     lock is being re-taken at once) and the new head is young, the
+//     release defers it as above instead of waking it.
 //
 // The queue's state (the head and since when, whether it was told, the
-// reservation, the refused-newcomer mark) is a hash beside the queue,
+// refused-newcomer mark, the waiters' R and T) is a hash beside the queue,
 // "dlock:turn:{key}" (statePrefix), expiring with it.
 //
 // Fairness bound: while anyone waits, a holder re-takes the lock for at most
@@ -65,23 +68,26 @@ import (
 // clients. Holders that do not re-take at once (every hand-off to a parked
 // waiter) wake the head in the release itself, as before, so a plain queue
 // of waiters is served in arrival order at one round trip per hand-off.
-// TryAcquire, and the first attempts of a Locker not yet subscribed, run
-// the plain acquire script: it honours reservations, but such a grant is
+// TryAcquire, and the first attempts of a Locker not yet subscribed, make
+// the plain attempt (acquirePlain): a reservation refuses it like any
+// held lock, but it does not mark newcomers refused, and its grant is
 // never quiet. A woken waiter that loses anyway (its reservation ran out, or
 // a client that ignores reservations took the lock) goes back to its old
 // place at the front, counting as old enough to be woken by the next
 // release. A woken Locker that crashed holds the others off for at most R
 // (500ms); they get the lock at their next poll after that.
 //
-// Why it stays safe: the queue, the state hash and the reservation never
-// grant a lock. A grant still needs the acquire script to find the lock key
-// absent (SET NX), atomically, exactly as without a queue; a reservation
-// only refuses, and only for R; a quiet release is the plain
-// compare-and-delete. Fences come from the same INCR. The lock key's value
-// is still the token alone, so node-redlock and redsync clients on the
-// same keys are still excluded (they ignore reservations, which only costs
-// fairness). Scripts that read the server clock (TIME) replicate their
-// effects, so a replica applies the same writes.
+// Why it stays safe: the queue and the state hash never grant a lock, and a
+// reservation only refuses, for at most R. A grant still needs a SET NX to
+// find the lock key absent, exactly as without a queue, with one exception:
+// the waiting attempt of the Locker a reservation names replaces that
+// reservation with its token, in the script that checked it, so no one
+// else can hold the key then. A quiet release is the plain
+// compare-and-delete. Fences come from the same INCR. A held lock key's
+// value is still the token alone, so node-redlock and redsync clients on
+// the same keys are still excluded, and they wait out reservations too.
+// Scripts that read the server clock (TIME) replicate their effects, so a
+// replica applies the same writes.
 //
 // Every Locker has one pub/sub connection for all its keys (one SUBSCRIBE
 // to its own channel), opened the first time a waiting Acquire finds a key
@@ -124,15 +130,14 @@ const (
 )
 
 // setPolicy sets the hand-off threshold and the reservation (tests shorten
-// them), boxed once as script arguments in µs.
+// them), boxed once as script arguments in µs. A Locker's waiting attempts
+// record them in the queue's state, where releases and the Lockers leaving
+// the queue read them (queue.lua).
 func (l *Locker) setPolicy(handoff, reserve time.Duration) {
 	l.handoffArg = handoff.Microseconds()
 	l.reserveArg = reserve.Microseconds()
-	l.idArg = ""
 	if l.notify != nil {
-		l.idArg = l.notify.idArg
 		l.notify.handoff = handoff
-		l.notify.reserve = l.reserveArg
 	}
 }
 
@@ -160,7 +165,6 @@ type notifier struct {
 	idArg   any    // id, boxed once for the script
 	wake    string // its channel: wake.ChannelPrefix + id
 	handoff time.Duration
-	reserve any // reservation µs, boxed (Locker.reserveArg)
 
 	mu         sync.Mutex
 	sub        *wake.Sub   // nil while there is no connection
@@ -334,7 +338,7 @@ func (n *notifier) leaveQueue(full string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, queue, state := derivedKeys(full)
-		_ = scripts.Leave.Run(ctx, n.client, []string{full, queue, state}, n.idArg, n.reserve).Err() // best effort
+		_ = scripts.Leave.Run(ctx, n.client, []string{full, queue, state}, n.idArg).Err() // best effort
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if n.leaving[full]--; n.leaving[full] == 0 {
@@ -367,9 +371,8 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	if h := l.retake.Load(); h != nil && h.key == full && time.Now().Before(h.until) {
 		// This Locker released the key quietly and comes back within the
 		// same quiet time: re-take it with the plain script, skipping the
-		// queue's state (quietHint says why that is fair enough).
-		argv := g.argv(scripts.Acquire, g.keys.boxed[:2], g.tokenArg, l.ttlArg(ttl))
-		fence, err := scripts.RunArgv(ctx, l.client, scripts.Acquire, argv).Int64()
+		// queue (quietHint says why that is fair enough).
+		fence, err := l.acquirePlain(ctx, g, ttl)
 		if err != nil || fence > 0 {
 			g.quietUntil = h.until
 			return fence, err
@@ -388,7 +391,7 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	}
 	n.mu.Unlock()
 
-	argv := g.argv(scripts.AcquireWaiting, g.keys.boxed[:4], g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL, l.handoffArg)
+	argv := g.argv(scripts.AcquireWaiting, g.keys.boxed[:4], g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL, l.handoffArg, l.reserveArg)
 	res, err := scripts.RunArgv(ctx, l.client, scripts.AcquireWaiting, argv).Int64Slice()
 	if err != nil {
 		return 0, err
@@ -407,12 +410,41 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	return res[0], nil
 }
 
-// acquirePlain runs the acquire script with the queue's state (a free lock
-// reserved for a woken waiter of another Locker is refused) but without
-// queueing: one attempt of a Locker with no local waiter on the key.
+// acquirePlain makes one attempt without the queue: one of a Locker with
+// no local waiter on the key. It sends SET NX PX and the fence counter's
+// INCR in one pipeline, plain commands that cost the server less than a
+// script. Only a refused SET (the key is held, or holds a reservation for a
+// woken waiter) costs a second round trip: the acquire script, which tells
+// why and takes the lock if it was freed meanwhile.
+//
+// The INCR of a refused SET draws a fence nobody uses, which leaves a gap.
+// A granted SET's INCR runs while the lock is held (right after the SET,
+// unless the lock expired in between, and then the attempt took more than
+// its TTL and TryAcquire refuses it), and the next holder's SET comes
+// after the release, so fences still increase from holder to holder.
 func (l *Locker) acquirePlain(ctx context.Context, g *grant, ttl time.Duration) (int64, error) {
-	argv := g.argv(scripts.Acquire, g.keys.boxed[:3], g.tokenArg, l.ttlArg(ttl), l.idArg) // lock, fence, state
-	return scripts.RunArgv(ctx, l.client, scripts.Acquire, argv).Int64()
+	ks := &g.keys.boxed
+	a := append(g.args[:0], "set", ks[0], g.tokenArg, "px", l.ttlArg(ttl), "nx", "incr", ks[1])
+	pipe := l.client.Pipeline()
+	set := pipe.Do(ctx, a[:6]...)
+	incr := pipe.Do(ctx, a[6:]...)
+	_, _ = pipe.Exec(ctx)
+	switch err := set.Err(); {
+	case err == redis.Nil:
+		// Refused: ask the script why (g.args is free again).
+		argv := g.argv(scripts.Acquire, ks[:2], g.tokenArg, l.ttlArg(ttl))
+		return scripts.RunArgv(ctx, l.client, scripts.Acquire, argv).Int64()
+	case err != nil:
+		return 0, err
+	}
+	fence, err := incr.Int64()
+	if err != nil {
+		// The lock is ours but has no fence (a fence key of the wrong
+		// type?): give it back rather than hold it for a whole TTL.
+		l.cleanup(ctx, g, ttl)
+		return 0, err
+	}
+	return fence, nil
 }
 
 // quietHint records a quiet release: until the head it let wait is due,
@@ -582,7 +614,7 @@ func (l *Locker) releaseNative(ctx context.Context, g *grant) (int64, error) {
 	pipe := l.client.Pipeline()
 	del := pipe.DelExArgs(ctx, g.key, redis.DelExArgs{Mode: "IFEQ", MatchValue: g.token})
 	qk := g.releaseKeys()
-	wake := scripts.Wake.EvalSha(ctx, pipe, qk, l.reserveArg, l.handoffArg)
+	wake := scripts.Wake.EvalSha(ctx, pipe, qk)
 	_, _ = pipe.Exec(ctx)
 	n, err := del.Result()
 	if err != nil {
@@ -592,7 +624,7 @@ func (l *Locker) releaseNative(ctx context.Context, g *grant) (int64, error) {
 		// The server lost its script cache: hand on with a second round
 		// trip (EVALSHA, then EVAL). Other errors only cost the waiters a
 		// poll.
-		_ = scripts.Wake.Run(ctx, l.client, qk, l.reserveArg, l.handoffArg).Err()
+		_ = scripts.Wake.Run(ctx, l.client, qk).Err()
 	}
 	return n, nil
 }

@@ -224,9 +224,10 @@ func TestNoStarvationTightLoop(t *testing.T) {
 }
 
 // (d) A woken head that is gone holds the others off for at most the
-// reservation R: a crashed Locker (an id in the queue that nobody answers
-// for) delays the next waiter by about R, and a live Locker that no longer
-// waits (its waiter gave up) passes the reservation on at once.
+// reservation R (which refuses every client's SET NX): a crashed Locker (an id
+// in the queue that nobody answers for) delays the next waiter by about R, and
+// a live Locker that no longer waits (its waiter gave up) passes the
+// reservation on at once.
 func TestGoneHeadBounded(t *testing.T) {
 	raw := shared.Client(t)
 	const R = 400 * time.Millisecond
@@ -250,6 +251,14 @@ func TestGoneHeadBounded(t *testing.T) {
 		// Meanwhile a newcomer is told why a free lock refuses it.
 		if _, err := h.TryAcquire(testCtx(t), key, 10*time.Second); !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "reserved") {
 			t.Fatalf("TryAcquire during the reservation: got %v, want ErrNotAcquired saying the lock is reserved", err)
+		}
+		// The reservation is in the lock key, so it refuses the plain SET
+		// NX of other clients (redsync, node-redlock) too.
+		if ok, err := raw.SetNX(testCtx(t), key, "another-client", 10*time.Second).Result(); err != nil || ok {
+			t.Fatalf("SET NX during the reservation: got %v, %v; want refused", ok, err)
+		}
+		if v := raw.Get(testCtx(t), key).Val(); v != "dlock:reserved:crashed" {
+			t.Fatalf("lock key during the reservation holds %q, want dlock:reserved:crashed", v)
 		}
 		got := <-done
 		if got.err != nil {

@@ -30,7 +30,6 @@ type Locker struct {
 	native      NativeMode
 	logger      *slog.Logger
 	notify      *notifier // wake-on-release (notify.go); nil for clients without usable pub/sub
-	idArg       any       // the Locker's id in waiter queues ("" without notify), boxed once
 	handoffArg  any       // handoffAfter in µs, boxed once for the scripts
 	reserveArg  any       // reserveFor in µs
 	lastTTL     atomic.Pointer[boxedTTL]
@@ -71,11 +70,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 }
 
 // TryAcquire makes one attempt to take the lock on key for ttl: SET key token
-// NX PX ttl and the fence counter's INCR, atomically in one script and one
-// round trip. It returns an error matching dlock.ErrNotAcquired when another
-// owner holds key, dlock.ErrUnavailable when the server could not be reached
-// (a SET that may have landed is then deleted again, best effort), and
-// dlock.ErrInvalid for bad arguments.
+// NX PX ttl and the fence counter's INCR, pipelined in one round trip (a
+// refused SET costs a second one, which says why). It returns an error
+// matching dlock.ErrNotAcquired when another owner holds key or it is
+// reserved for a woken waiter, dlock.ErrUnavailable when the server could
+// not be reached (a SET that may have landed is then deleted again, best
+// effort), and dlock.ErrInvalid for bad arguments.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	if err := l.check(ctx, key, ttl); err != nil {
 		return nil, err
@@ -277,7 +277,7 @@ func (l *Locker) release(ctx context.Context, g *grant) error {
 		if g.quiet() {
 			argv = g.argv(scripts.Release, ks[:1], g.tokenArg)
 		} else {
-			argv = g.argv(scripts.Release, []any{ks[0], ks[3], ks[2]}, g.tokenArg, l.reserveArg, l.handoffArg) // lock, queue, state
+			argv = g.argv(scripts.Release, []any{ks[0], ks[3], ks[2]}, g.tokenArg) // lock, queue, state
 		}
 		n, err = scripts.RunArgv(ctx, l.client, scripts.Release, argv).Int64()
 	}

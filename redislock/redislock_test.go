@@ -426,4 +426,18 @@ func TestForeignKeys(t *testing.T) {
 	if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "no expiry") {
 		t.Fatalf("key without TTL: got %v, want ErrNotAcquired mentioning no expiry", err)
 	}
+	// A fence counter of the wrong type: the SET lands but no fence can be
+	// drawn, so the attempt fails and gives the key back at once.
+	key3 := locktest.Key(t)
+	raw.LPush(testCtx(t), keys.Fence(key3), "x")
+	if _, err := l.TryAcquire(testCtx(t), key3, time.Minute); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("WRONGTYPE fence counter: got %v, want ErrUnavailable", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for raw.Exists(testCtx(t), key3).Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the lock key of an attempt without a fence was left for its TTL")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

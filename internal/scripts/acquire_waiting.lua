@@ -5,13 +5,13 @@
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] Locker id, ARGV[4] the Locker's
 -- earlier place in the queue (0 = none), ARGV[5] '1' when more of the
 -- Locker's waiters wait after a win, ARGV[6] queue ttl ms, ARGV[7] hand-off
--- threshold T µs
--- Returns {fence (> 0), 0 busy, -1 busy without expiry or -2 free but
--- reserved for another Locker's woken waiter; the Locker's place
--- in the queue now, 0 when not queued; quiet}. quiet > 0 (µs) when a won
--- lock was taken by barging while the head has headed the queue for less
--- than T: a release within quiet µs need not hand the lock on (the head has
--- been told to retry by itself), so it can skip the queue.
+-- threshold T µs, ARGV[8] reservation R µs
+-- Returns {fence (> 0), 0 busy, -1 busy without expiry or -2 reserved for
+-- another Locker's woken waiter; the Locker's place in the queue now, 0
+-- when not queued; quiet}. quiet > 0 (µs) when a won lock was taken by
+-- barging while the head has headed the queue for less than T: a release
+-- within quiet µs need not hand the lock on (the head has been told to
+-- retry by itself), so it can skip the queue.
 local S, Q, id = KEYS[3], KEYS[4], ARGV[3]
 local place = tonumber(ARGV[4])
 -- The clock may be read before writes: replicate effects, not the script
@@ -19,31 +19,41 @@ local place = tonumber(ARGV[4])
 -- 5 or 6 server is configured otherwise).
 if redis.replicate_commands then redis.replicate_commands() end
 
-local s = redis.call('hmget', S, 'r', 'u', 'h', 't', 'd', 'b')
-local mine = s[1] == id
+local s = redis.call('hmget', S, 'h', 't', 'd', 'b')
 local now
-if s[1] or s[3] then
+if s[1] then
   local clock = redis.call('time')
   now = clock[1] * 1000000 + clock[2]
 end
-local reserved = s[1] and not mine and tonumber(s[2] or 0) > now
-local fence
-if not reserved and redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
+-- A free lock is taken; one reserved for this Locker (queue.lua's wake
+-- left its id in the key) is taken over; any other value refuses.
+local fence, mine, v
+if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
+  fence = true
+else
+  v = redis.call('get', KEYS[1])
+  mine = v == 'dlock:reserved:' .. id
+  if mine then
+    redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
+    fence = true
+  end
+end
+local reserved = not fence and string.sub(v, 1, 15) == 'dlock:reserved:'
+if fence then
   fence = redis.call('incr', KEYS[2])
-  if s[1] then redis.call('hdel', S, 'r', 'u') end
   -- Barging: taken over another Locker at the head, or on a turn (the
   -- reservation) while newcomers were refused. Then, while the head is
   -- young, the holder may re-take the lock at once: the head is told to
   -- retry by itself, once, and the release need not wake it.
   local quiet = 0
-  if s[3] and s[3] ~= id and ((not mine) or s[6] == '1') then
+  if s[1] and s[1] ~= id and ((not mine) or s[4] == '1') then
     local T = tonumber(ARGV[7])
-    local left = tonumber(s[4] or 0) + T - now
+    local left = tonumber(s[2] or 0) + T - now
     if left > 0 then
       quiet = math.floor(math.min(left, T))
-      if s[5] ~= '1' then -- as queue.lua's defer, which is not defined yet
+      if s[3] ~= '1' then -- as queue.lua's defer, which is not defined yet
         redis.call('hset', S, 'd', '1')
-        redis.call('publish', 'dlock:wake:' .. s[3], KEYS[1] .. '\0' .. quiet)
+        redis.call('publish', 'dlock:wake:' .. s[1], KEYS[1] .. '\0' .. quiet)
       end
     end
   end
@@ -59,7 +69,8 @@ end
 -- enqueue puts the Locker at place, or at the back when place is 0, and
 -- returns its place. A Locker that arrives at an empty queue heads it from
 -- now; one that comes back to its old place at the front (it was woken but
--- lost its turn) counts as having been the head long enough.
+-- lost its turn) counts as having been the head long enough. Each new
+-- entry records the waiters' policy.
 local function enqueue(place)
   local fresh = place == 0
   if fresh then
@@ -69,10 +80,14 @@ local function enqueue(place)
   end
   local added = redis.call('zadd', Q, 'nx', place, id)
   redis.call('pexpire', Q, ARGV[6])
-  if added == 1 and redis.call('zrange', Q, 0, 0)[1] == id then
-    local since = 0
-    if fresh then since = now_us() end
-    redis.call('hset', S, 'h', id, 't', since, 'd', '0')
+  if added == 1 then
+    if redis.call('zrange', Q, 0, 0)[1] == id then
+      local since = 0
+      if fresh then since = now_us() end
+      redis.call('hset', S, 'h', id, 't', since, 'd', '0', 'R', ARGV[8], 'T', ARGV[7])
+    else
+      redis.call('hset', S, 'R', ARGV[8], 'T', ARGV[7])
+    end
     touch(S)
   end
   return tonumber(redis.call('zscore', Q, id))
@@ -81,7 +96,7 @@ end
 if fence then
   -- Won, by a Locker that was queued or has more waiters.
   local was, quiet = place[1], place[2]
-  if was ~= 0 and redis.call('zrem', Q, id) == 1 and s[3] == id then
+  if was ~= 0 and redis.call('zrem', Q, id) == 1 and s[1] == id then
     new_head(Q, S, now_us())
   end
   if ARGV[5] == '1' then
@@ -90,11 +105,10 @@ if fence then
   return {fence, 0, quiet}
 end
 if reserved then
-  -- Free, but reserved for another Locker's woken waiter: refused.
+  -- Reserved for another Locker's woken waiter: refused.
   if place == 0 then redis.call('hset', S, 'b', '1') end -- see queue.lua
   return {-2, enqueue(place), 0}
 end
-local v = redis.call('get', KEYS[1])
 if v == ARGV[1] then
   -- Our own earlier attempt landed (its reply was lost).
   redis.call('pexpire', KEYS[1], ARGV[2])

@@ -10,12 +10,20 @@
 -- S, a hash, the queue's state:
 --   h, t  the Locker at Q's head and since when (server time, µs);
 --   d     '1' once h was told to retry by itself (deferred);
---   r, u  the Locker the free lock is reserved for, and until when (µs);
---   b     '1' when a newcomer (a Locker not in the queue, typically the
---         releaser coming back at once) was refused while the lock was
---         reserved: the lock is being re-taken at once.
+--   b     '1' when a waiting attempt of a Locker not in the queue
+--         (typically the releaser coming back at once) was refused while
+--         the lock was reserved: the lock is being re-taken at once;
+--   R, T  the waiters' policy, in µs: how long a woken waiter's reservation
+--         lasts, and how long the head lets a holder re-take the lock.
 -- S expires a minute after it was last written, as Q does after its last
 -- waiter came by. Neither ever grants a lock: the lock key alone does.
+--
+-- A reservation lives in the lock key itself: a release that wakes the
+-- head leaves RESERVED .. <its Locker id> there for R. Every SET NX is
+-- refused meanwhile, also a node-redlock or redsync client's; only the
+-- woken Locker's waiting attempt replaces it with a token.
+
+local RESERVED = 'dlock:reserved:'
 
 local function now_us()
   local t = redis.call('time')
@@ -37,15 +45,22 @@ local function new_head(Q, S, now)
   end
 end
 
+-- policy returns the queue's reservation R and hand-off threshold T (µs)
+-- from S's fields R and T, or the defaults where the waiters wrote none.
+local function policy(R, T)
+  return tonumber(R) or 500000, tonumber(T) or 3000
+end
+
 -- wake pops Q's head, reserves the free lock for it for R µs, records the
 -- next head, and tells the woken one on its channel.
 local function wake(Q, S, lock, head, now, R)
   redis.call('zpopmin', Q)
+  redis.call('set', lock, RESERVED .. head, 'px', math.max(1, math.ceil(R / 1000)))
   local h = redis.call('zrange', Q, 0, 0)[1]
   if h then
-    redis.call('hset', S, 'r', head, 'u', now + R, 'b', '0', 'h', h, 't', now, 'd', '0')
+    redis.call('hset', S, 'b', '0', 'h', h, 't', now, 'd', '0')
   else
-    redis.call('hset', S, 'r', head, 'u', now + R, 'b', '0')
+    redis.call('hset', S, 'b', '0')
     redis.call('hdel', S, 'h', 't', 'd')
   end
   touch(S)
@@ -66,8 +81,9 @@ end
 -- being re-taken at once, b) and the head has headed the queue for less
 -- than T µs; then it defers the head instead. Returns 1 when the head was
 -- woken, 2 when deferred.
-local function freed(Q, S, lock, head, R, T)
-  local s = redis.call('hmget', S, 'h', 't', 'd', 'b')
+local function freed(Q, S, lock, head)
+  local s = redis.call('hmget', S, 'h', 't', 'd', 'b', 'R', 'T')
+  local R, T = policy(s[5], s[6])
   local now = now_us()
   if s[1] == head and s[4] == '1' then
     local left = tonumber(s[2] or 0) + T - now

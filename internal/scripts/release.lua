@@ -1,6 +1,6 @@
 -- Delete the lock only if it still holds our token (pre-8.4 DELEX IFEQ).
 -- KEYS[1] lock key [, KEYS[2] its waiter queue, KEYS[3] the queue's state]
--- ARGV[1] token [, ARGV[2] reservation µs, ARGV[3] hand-off threshold T µs]
+-- ARGV[1] token
 -- Returns 1 if deleted, 0 otherwise. With the queue, a deletion also hands
 -- the lock on to the queue's head (queue.lua's freed). A holder that took
 -- the lock by barging while the head was young releases without the queue
@@ -8,11 +8,7 @@
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-if not KEYS[3] then
-  return redis.call('del', KEYS[1])
-end
-local head = redis.call('zrange', KEYS[2], 0, 0)[1]
-if not head then
+if not KEYS[2] or redis.call('exists', KEYS[2]) == 0 then
   return redis.call('del', KEYS[1])
 end
 -- The clock is read below, before more writes: replicate effects, not the
@@ -21,5 +17,5 @@ end
 if redis.replicate_commands then redis.replicate_commands() end
 redis.call('del', KEYS[1])
 -- @queue.lua
-freed(KEYS[2], KEYS[3], KEYS[1], head, tonumber(ARGV[2]), tonumber(ARGV[3]))
+freed(KEYS[2], KEYS[3], KEYS[1], redis.call('zrange', KEYS[2], 0, 0)[1])
 return 1

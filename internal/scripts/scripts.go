@@ -31,14 +31,13 @@ var (
 // Single-key lock scripts, shared by redislock and redlock (which runs them
 // on every node).
 var (
-	// Acquire: KEYS lock, fence counter [, redislock queue state]; ARGV
-	// token, ttl ms [, Locker id]. Returns the fence, 0 when busy (or
-	// reserved for another Locker), -1 when busy with a key that never
-	// expires.
+	// Acquire: KEYS lock, fence counter; ARGV token, ttl ms. Returns the
+	// fence, 0 when busy, -1 when busy with a key that never expires, -2
+	// when reserved for a woken waiter (redislock's queue).
 	Acquire = redis.NewScript(acquireSrc)
-	// Release: KEYS lock [, waiter queue, queue state]; ARGV token [,
-	// reservation µs, hand-off threshold µs]. Returns 1 when deleted, else
-	// 0; with the queue it also hands the lock on (queue.lua).
+	// Release: KEYS lock [, waiter queue, queue state]; ARGV token.
+	// Returns 1 when deleted, else 0; with the queue it also hands the
+	// lock on (queue.lua).
 	Release = redis.NewScript(withQueue(releaseSrc))
 	// Extend: KEYS lock; ARGV token, ttl ms. Returns 1 when extended, else 0.
 	Extend = redis.NewScript(extendSrc)
@@ -48,16 +47,17 @@ var (
 var (
 	// AcquireWaiting: KEYS lock, fence counter, queue state, waiter queue;
 	// ARGV token, ttl ms, Locker id, earlier place, keep ("1"), queue ttl
-	// ms, hand-off threshold µs. Returns {fence | 0 | -1, place in the
-	// queue, quiet µs (a release that soon may skip the queue)}.
+	// ms, hand-off threshold µs, reservation µs. Returns {fence | 0 | -1 |
+	// -2, place in the queue, quiet µs (a release that soon may skip the
+	// queue)}.
 	AcquireWaiting = redis.NewScript(withQueue(acquireWaitingSrc))
-	// Wake: KEYS lock, waiter queue, queue state; ARGV reservation µs,
-	// hand-off threshold µs. Hands the lock on if the key is gone
-	// (pipelined after DELEX). Returns 1 woken, 2 deferred, 0 nobody.
+	// Wake: KEYS lock, waiter queue, queue state. Hands the lock on if the
+	// key is gone (pipelined after DELEX). Returns 1 woken, 2 deferred, 0
+	// nobody.
 	Wake = redis.NewScript(withQueue(wakeSrc))
-	// Leave: KEYS lock, waiter queue, queue state; ARGV Locker id,
-	// reservation µs. Removes the Locker from the queue and passes on a
-	// reservation it did not use. Returns 1 when it woke the next head.
+	// Leave: KEYS lock, waiter queue, queue state; ARGV Locker id. Removes
+	// the Locker from the queue and passes on a reservation it did not
+	// use. Returns 1 when it woke the next head.
 	Leave = redis.NewScript(withQueue(leaveSrc))
 )
 

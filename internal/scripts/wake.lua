@@ -1,7 +1,6 @@
 -- The hand-off half of a native (DELEX) release, pipelined after it: if the
 -- lock key is gone, hand it on as release.lua does.
 -- KEYS[1] lock key, KEYS[2] waiter queue, KEYS[3] queue state
--- ARGV[1] reservation µs, ARGV[2] hand-off threshold T µs
 -- Returns 1 when it woke the head, 2 when it deferred it, 0 otherwise.
 if redis.call('exists', KEYS[1]) == 1 then
   return 0
@@ -12,4 +11,4 @@ if not head then
 end
 if redis.replicate_commands then redis.replicate_commands() end -- see release.lua
 -- @queue.lua
-return freed(KEYS[2], KEYS[3], KEYS[1], head, tonumber(ARGV[1]), tonumber(ARGV[2]))
+return freed(KEYS[2], KEYS[3], KEYS[1], head)
