@@ -49,8 +49,7 @@ var singles = []single{
 	}},
 	{"raw-lua", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
 		// dlock's acquire script (SET NX PX and the fence INCR, atomically)
-		// called straight through go-redis: the protocol dlock speaks,
-		// without the library around it.
+		// called straight through go-redis: a fence drawn by a script.
 		return func(key string) cycleFunc {
 			ks := []string{key, keys.Fence(key)}
 			return func(ctx context.Context) error {
@@ -80,6 +79,28 @@ var singles = []single{
 					p.Incr(ctx, fk)
 					return nil
 				}); err != nil {
+					return err
+				}
+				if !set.Val() {
+					return errBusy
+				}
+				return rawRelease.Run(ctx, c, []string{key}, tok).Err()
+			}
+		}
+	}},
+	{"raw-fenced", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
+		// The least a fenced lock can send: SET NX PX and the counter's
+		// INCR as plain commands in one pipeline (no script), then the
+		// classic compare-and-delete. dlock's uncontended cycle is this
+		// plus the release's check for waiters.
+		return func(key string) cycleFunc {
+			fk := keys.Fence(key)
+			return func(ctx context.Context) error {
+				tok := token()
+				p := c.Pipeline()
+				set := p.SetNX(ctx, key, tok, ttl)
+				p.Incr(ctx, fk)
+				if _, err := p.Exec(ctx); err != nil {
 					return err
 				}
 				if !set.Val() {

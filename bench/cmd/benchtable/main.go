@@ -264,6 +264,13 @@ func cycleTable(g, ig *group) []string {
 					check(a <= 30, "A %s %.0f allocs/cycle (<= 30)", impl, a))
 			}
 		}
+		// For scale: what a fence costs any lock (raw-fenced is the least
+		// a fenced lock can send), and how close dlock comes to that.
+		if f, how := cycleRatio(g, ig, "raw-fenced"); f > 0 {
+			if c, _ := cycleRatio(g, ig, "dlock"); c > 0 {
+				out = append(out, fmt.Sprintf("A for scale: raw-fenced %.2fx raw, %s; dlock %.2fx raw-fenced", f, how, c/f))
+			}
+		}
 	case "B":
 		if r := g.find("dlock"); r != nil {
 			vsRaw, _, _ := r.versus(base, "p50-us")
