@@ -425,10 +425,14 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 func (l *Locker) acquirePlain(ctx context.Context, g *grant, ttl time.Duration) (int64, error) {
 	ks := &g.keys.boxed
 	a := append(g.args[:0], "set", ks[0], g.tokenArg, "px", l.ttlArg(ttl), "nx", "incr", ks[1])
-	pipe := l.client.Pipeline()
+	pipe, _ := l.pipes.Get().(redis.Pipeliner)
+	if pipe == nil {
+		pipe = l.client.Pipeline()
+	}
 	set := pipe.Do(ctx, a[:6]...)
 	incr := pipe.Do(ctx, a[6:]...)
-	_, _ = pipe.Exec(ctx)
+	_, _ = pipe.Exec(ctx) // empties pipe for its next use
+	l.pipes.Put(pipe)
 	switch err := set.Err(); {
 	case err == redis.Nil:
 		// Refused: ask the script why (g.args is free again).

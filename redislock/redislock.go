@@ -35,6 +35,7 @@ type Locker struct {
 	lastTTL     atomic.Pointer[boxedTTL]
 	keySets     keyCache                  // the derived keys of keys used lately
 	retake      atomic.Pointer[quietHint] // the last quiet release (notify.go)
+	pipes       sync.Pool                 // redis.Pipeliners, reused: each costs a few allocations
 
 	probeMu   sync.Mutex
 	probed    bool
@@ -172,9 +173,20 @@ type grant struct {
 // dlock.Lock runs one Release at a time (a failed attempt's cleanup has no
 // Lock).
 func (g *grant) argv(s *redis.Script, keys []any, args ...any) []any {
-	a := append(g.args[:0], "evalsha", s.Hash(), len(keys))
+	h, ok := scriptHashes[s]
+	if !ok {
+		h = s.Hash()
+	}
+	a := append(g.args[:0], "evalsha", h, len(keys))
 	a = append(a, keys...)
 	return append(a, args...)
+}
+
+// scriptHashes holds the SHAs of the scripts a grant runs, boxed once.
+var scriptHashes = map[*redis.Script]any{
+	scripts.Acquire:        scripts.Acquire.Hash(),
+	scripts.AcquireWaiting: scripts.AcquireWaiting.Hash(),
+	scripts.Release:        scripts.Release.Hash(),
 }
 
 // quiet reports whether g's release may skip the waiter queue.
@@ -195,10 +207,12 @@ func (g *grant) releaseKeys() []string {
 
 // keySet is a lock key with its derived keys (the fence counter, the
 // waiter queue's state, the waiter queue), as strings and boxed once as
-// script arguments.
+// script arguments: in that order, and in the release script's (lock,
+// queue, state).
 type keySet struct {
-	strs  [4]string
-	boxed [4]any
+	strs    [4]string
+	boxed   [4]any
+	release [3]any
 }
 
 // keyCache keeps the keySets of recently used keys, so that a key taken
@@ -220,6 +234,7 @@ func (c *keyCache) get(full string) *keySet {
 	for i, k := range ks.strs {
 		ks.boxed[i] = k
 	}
+	ks.release = [3]any{ks.boxed[0], ks.boxed[3], ks.boxed[2]}
 	slot.Store(ks)
 	return ks
 }
@@ -272,13 +287,11 @@ func (l *Locker) release(ctx context.Context, g *grant) error {
 	} else {
 		// Given the waiter queue, the script also hands the lock on to
 		// its head (notify.go).
-		ks := &g.keys.boxed
-		var argv []any
+		keys := g.keys.release[:] // lock, queue, state
 		if g.quiet() {
-			argv = g.argv(scripts.Release, ks[:1], g.tokenArg)
-		} else {
-			argv = g.argv(scripts.Release, []any{ks[0], ks[3], ks[2]}, g.tokenArg) // lock, queue, state
+			keys = keys[:1]
 		}
+		argv := g.argv(scripts.Release, keys, g.tokenArg)
 		n, err = scripts.RunArgv(ctx, l.client, scripts.Release, argv).Int64()
 	}
 	if err != nil {
