@@ -370,14 +370,15 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	full := g.key
 	if h := l.retake.Load(); h != nil && h.key == full && time.Now().Before(h.until) {
 		// This Locker released the key quietly and comes back within the
-		// same quiet time: re-take it with the plain script, skipping the
+		// same quiet time: re-take it with the plain attempt, skipping the
 		// queue (quietHint says why that is fair enough).
-		fence, err := l.acquirePlain(ctx, g, ttl)
-		if err != nil || fence > 0 {
+		fence, refused, err := l.setAndDraw(ctx, g, ttl)
+		if !refused {
 			g.quietUntil = h.until
 			return fence, err
 		}
-		// Busy: wait as usual, which queues this Locker.
+		// Refused: wait as usual, which queues this Locker (the waiting
+		// attempt says why, so the plain one need not).
 	}
 	n.mu.Lock()
 	in := n.byKey[full]
@@ -423,6 +424,17 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 // its TTL and TryAcquire refuses it), and the next holder's SET comes
 // after the release, so fences still increase from holder to holder.
 func (l *Locker) acquirePlain(ctx context.Context, g *grant, ttl time.Duration) (int64, error) {
+	fence, refused, err := l.setAndDraw(ctx, g, ttl)
+	if !refused {
+		return fence, err
+	}
+	argv := g.argv(scripts.Acquire, g.keys.boxed[:2], g.tokenArg, l.ttlArg(ttl))
+	return scripts.RunArgv(ctx, l.client, scripts.Acquire, argv).Int64()
+}
+
+// setAndDraw sends SET NX PX and INCR in one pipeline and returns the
+// fence, or refused when the SET was.
+func (l *Locker) setAndDraw(ctx context.Context, g *grant, ttl time.Duration) (fence int64, refused bool, err error) {
 	ks := &g.keys.boxed
 	a := append(g.args[:0], "set", ks[0], g.tokenArg, "px", l.ttlArg(ttl), "nx", "incr", ks[1])
 	pipe, _ := l.pipes.Get().(redis.Pipeliner)
@@ -435,20 +447,17 @@ func (l *Locker) acquirePlain(ctx context.Context, g *grant, ttl time.Duration) 
 	l.pipes.Put(pipe)
 	switch err := set.Err(); {
 	case err == redis.Nil:
-		// Refused: ask the script why (g.args is free again).
-		argv := g.argv(scripts.Acquire, ks[:2], g.tokenArg, l.ttlArg(ttl))
-		return scripts.RunArgv(ctx, l.client, scripts.Acquire, argv).Int64()
+		return 0, true, nil
 	case err != nil:
-		return 0, err
+		return 0, false, err
 	}
-	fence, err := incr.Int64()
-	if err != nil {
+	if fence, err = incr.Int64(); err != nil {
 		// The lock is ours but has no fence (a fence key of the wrong
 		// type?): give it back rather than hold it for a whole TTL.
 		l.cleanup(ctx, g, ttl)
-		return 0, err
+		return 0, false, err
 	}
-	return fence, nil
+	return fence, false, nil
 }
 
 // quietHint records a quiet release: until the head it let wait is due,
