@@ -8,10 +8,11 @@
 #
 # It starts its own redis-server processes (one, plus five for Redlock) on
 # free loopback ports, and a throwaway PostgreSQL cluster (bench/cmd/pgserver,
-# through internal/testsrv), and stops them on exit. Takes about 3 minutes.
+# through internal/testsrv), and stops them on exit. Takes about 5 minutes.
 # Environment: BENCH_WINDOW (each contended window, default 2s), BENCH_ONLY
 # (a -bench regexp, default all groups), BENCH_COUNT (passes over the
-# uncontended groups, default 11; the tables show medians).
+# uncontended groups, default 11), BENCH_CPASSES (passes over the contended
+# groups, default 3); the tables show medians.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -89,6 +90,7 @@ BENCH_REDLOCK=$(IFS=,; echo "${redlock[*]}")
 export BENCH_REDLOCK
 export BENCH_WINDOW=${BENCH_WINDOW:-2s}
 count=${BENCH_COUNT:-11}
+cpasses=${BENCH_CPASSES:-3}
 only=${BENCH_ONLY:-.}
 export GOFLAGS=-mod=mod
 
@@ -104,7 +106,7 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -t
 	for _ in $(seq "$count"); do bench A 1500x; done
 	for _ in $(seq "$count"); do bench IA 1000x; done
 	for _ in $(seq "$count"); do bench B 400x; done
-	bench 'C[12]' 1x
+	for _ in $(seq "$cpasses"); do bench 'C[12]' 1x; done
 	for _ in $(seq "$count"); do bench D 5000x; done
 	if [ "${only_e:-}" != skip ]; then
 		for _ in $(seq "$count"); do bench E 1000x; done
@@ -119,7 +121,8 @@ Reproduce with \`bash bench/run.sh\` (from the repository root). Figures are
 ratios within one run on a shared machine; absolute numbers drift between
 runs, ratios much less. Medians of $count alternating passes for A, B, D and E,
 where each ratio is the median of the passes' own ratios (the middle half of
-them in brackets); one ${BENCH_WINDOW} window per implementation for C1 and C2.
+them in brackets); medians of $cpasses passes of one ${BENCH_WINDOW} window per
+implementation for C1 and C2, each ratio again the median of the passes' own.
 
 - date: $(date -u +%Y-%m-%dT%H:%MZ)
 - CPU: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)
