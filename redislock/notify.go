@@ -41,8 +41,8 @@ import (
 //     once, in a deferred announcement ("key\x00µs"), to retry by itself
 //     when its T is up plus T of slack. A release within the quiet time
 //     skips the queue (a plain compare-and-delete), and the releaser's
-//     next attempt within it is the plain acquire script (quietHint): 2
-//     round trips and the same calls per acquisition as a lock without a
+//     next attempt within it is the plain attempt (quietHint): 2 round
+//     trips and the same commands per acquisition as a lock without a
 //     queue.
 //   - Any other release hands the lock on: it pops the head, reserves the
 //     lock for that Locker for reserveFor (R) and publishes to it. The
@@ -325,7 +325,7 @@ func (n *notifier) leave(w *waiter) {
 // passes on a reservation it holds there (it was woken but will not take
 // the lock). Called with n.mu held. The queue holds one entry per Locker, so
 // until the removal is done a new waiter for full does not join the queue
-// (it would be the entry removed): its attempts use the plain script, and
+// (it would be the entry removed): its attempts are plain ones, and
 // it retries once the removal is done.
 func (n *notifier) leaveQueue(full string) {
 	if n.closed {
@@ -359,7 +359,7 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 		return l.acquirePlain(ctx, g, ttl)
 	}
 	if !n.subscribed.Load() {
-		// Nobody can be queued yet: the plain script, without taking
+		// Nobody can be queued yet: the plain attempt, without taking
 		// n.mu on the uncontended path.
 		fence, err := l.acquirePlain(ctx, g, ttl)
 		if err == nil && fence <= 0 {
@@ -452,21 +452,24 @@ func (l *Locker) setAndDraw(ctx context.Context, g *grant, ttl time.Duration) (f
 		return 0, false, err
 	}
 	if fence, err = incr.Int64(); err != nil {
-		// The lock is ours but has no fence (a fence key of the wrong
-		// type?): give it back rather than hold it for a whole TTL.
-		l.cleanup(ctx, g, ttl)
+		if isServerReply(err) {
+			// The lock is ours but has no fence (a fence key of the
+			// wrong type?): give it back rather than hold it for a
+			// whole TTL. (TryAcquire cleans up after a lost reply.)
+			l.cleanup(ctx, g, ttl)
+		}
 		return 0, false, err
 	}
 	return fence, false, nil
 }
 
 // quietHint records a quiet release: until the head it let wait is due,
-// the releaser's next attempt on the key re-takes it with the plain script
-// (no queue state: one call and two keys less per cycle) and its grant is
-// quiet until the same time. Within that time no release wakes anyone
-// unless the head itself took the lock meanwhile, so a reservation the
-// plain script would not see is rare, and a Locker it is taken from goes
-// back to the front of the queue: the head's wait grows by at most T.
+// the releaser's next attempt on the key re-takes it with the plain
+// attempt (no script, no queue state) and its grant is quiet until the same
+// time. Within that time no release wakes anyone unless the head itself
+// took the lock meanwhile; a reservation then refuses the re-take like any
+// holder, and the releaser waits as usual. The head's wait grows by at
+// most T.
 type quietHint struct {
 	key   string
 	until time.Time
