@@ -40,10 +40,12 @@ func (a *app) inspectCmd() *cobra.Command {
 		Use:   "inspect [flags] [PATTERN]",
 		Short: "List held locks: key, remaining TTL, fence, holder",
 		Long: `Inspect lists the locks held in Redis whose keys match PATTERN (a Redis
-glob, default "*"): each key's remaining TTL, its current fence (the highest
-handed out so far, if dlock took the lock at least once; with Redlock, that
-node's counter) and, when the holder is a dlock run that published itself, the
-holder's host, pid and start time.
+glob, default "*"): each key's remaining TTL, its fence counter (if dlock took
+the lock at least once: the holder's fence, or higher, since a refused attempt
+on one node draws a number too; with Redlock, that node's counter) and, when
+the holder is a dlock run that published itself, the holder's host, pid and
+start time. For up to half a second after a release hands the lock to a
+waiting dlock, the key holds a reservation for it and is listed too.
 
 Any string key with a TTL is listed, because a lock taken by another client
 (node-redlock, redsync, a plain SET NX PX) looks exactly like that: narrow the
