@@ -623,8 +623,8 @@ type boxedTTL struct {
 // releaseNative deletes g's key with DELEX IFEQ and, in the same pipeline
 // (one round trip), hands it on as the release script does, unless the
 // release is quiet.
-func (l *Locker) releaseNative(ctx context.Context, g *grant) (int64, error) {
-	if g.quiet() {
+func (l *Locker) releaseNative(ctx context.Context, g *grant, quiet bool) (int64, error) {
+	if quiet {
 		return l.client.DelExArgs(ctx, g.key, redis.DelExArgs{Mode: "IFEQ", MatchValue: g.token}).Result()
 	}
 	pipe := l.client.Pipeline()

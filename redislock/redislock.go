@@ -282,13 +282,14 @@ func (g *grant) Release(ctx context.Context) error { return g.l.release(ctx, g) 
 func (l *Locker) release(ctx context.Context, g *grant) error {
 	var n int64
 	var err error
+	quiet := g.quiet()
 	if del, _ := l.features(ctx); del {
-		n, err = l.releaseNative(ctx, g)
+		n, err = l.releaseNative(ctx, g, quiet)
 	} else {
 		// Given the waiter queue, the script also hands the lock on to
 		// its head (notify.go).
 		keys := g.keys.release[:] // lock, queue, state
-		if g.quiet() {
+		if quiet {
 			keys = keys[:1]
 		}
 		argv := g.argv(scripts.Release, keys, g.tokenArg)
@@ -300,7 +301,7 @@ func (l *Locker) release(ctx context.Context, g *grant) error {
 	if n == 0 {
 		return fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
 	}
-	if g.quiet() {
+	if quiet {
 		l.retake.Store(&quietHint{key: g.key, until: g.quietUntil})
 	}
 	return nil
