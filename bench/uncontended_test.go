@@ -69,46 +69,14 @@ var singles = []single{
 		// A fence without Lua: MULTI, SET NX PX, INCR, EXEC in one round
 		// trip. The counter then grows on failed attempts too, which keeps
 		// fences increasing but gives up the script's other checks.
-		return func(key string) cycleFunc {
-			fk := keys.Fence(key)
-			return func(ctx context.Context) error {
-				tok := token()
-				var set *redis.BoolCmd
-				if _, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					set = p.SetNX(ctx, key, tok, ttl)
-					p.Incr(ctx, fk)
-					return nil
-				}); err != nil {
-					return err
-				}
-				if !set.Val() {
-					return errBusy
-				}
-				return rawRelease.Run(ctx, c, []string{key}, tok).Err()
-			}
-		}
+		return fencedCycles(c, c.TxPipeline)
 	}},
 	{"raw-fenced", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
 		// The least a fenced lock can send: SET NX PX and the counter's
 		// INCR as plain commands in one pipeline (no script), then the
 		// classic compare-and-delete. dlock's uncontended cycle is this
 		// plus the release's check for waiters.
-		return func(key string) cycleFunc {
-			fk := keys.Fence(key)
-			return func(ctx context.Context) error {
-				tok := token()
-				p := c.Pipeline()
-				set := p.SetNX(ctx, key, tok, ttl)
-				p.Incr(ctx, fk)
-				if _, err := p.Exec(ctx); err != nil {
-					return err
-				}
-				if !set.Val() {
-					return errBusy
-				}
-				return rawRelease.Run(ctx, c, []string{key}, tok).Err()
-			}
-		}
+		return fencedCycles(c, c.Pipeline)
 	}},
 	{"dlock", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
 		l := newDlock(tb, c)
@@ -162,6 +130,27 @@ var singles = []single{
 			}
 		}
 	}},
+}
+
+// fencedCycles returns cycles that send SET NX PX and the fence counter's
+// INCR in one pipeline from newPipe, then the classic compare-and-delete.
+func fencedCycles(c *redis.Client, newPipe func() redis.Pipeliner) func(string) cycleFunc {
+	return func(key string) cycleFunc {
+		fk := keys.Fence(key)
+		return func(ctx context.Context) error {
+			tok := token()
+			p := newPipe()
+			set := p.SetNX(ctx, key, tok, ttl)
+			p.Incr(ctx, fk)
+			if _, err := p.Exec(ctx); err != nil {
+				return err
+			}
+			if !set.Val() {
+				return errBusy
+			}
+			return rawRelease.Run(ctx, c, []string{key}, tok).Err()
+		}
+	}
 }
 
 func newDlock(tb testing.TB, c redis.UniversalClient) *dlockredis.Locker {
