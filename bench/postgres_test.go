@@ -62,17 +62,16 @@ func newPool(tb testing.TB) *pgxpool.Pool {
 // (nobody waits here, so no NOTIFY goes out).
 func BenchmarkE(b *testing.B) {
 	for _, impl := range pgImpls {
-		b.Run(impl.name, func(b *testing.B) { measure(b, impl.setup(b)) })
+		b.Run(impl.name, func(b *testing.B) { measure(b, impl.setup(b, newPool(b))) })
 	}
 }
 
 // pgImpls are the PostgreSQL lock cycles of BenchmarkE, the baseline first.
 var pgImpls = []struct {
 	name  string
-	setup func(tb testing.TB) cycleFunc
+	setup func(tb testing.TB, pool *pgxpool.Pool) cycleFunc
 }{
-	{"raw", func(tb testing.TB) cycleFunc {
-		pool := newPool(tb)
+	{"raw", func(tb testing.TB, pool *pgxpool.Pool) cycleFunc {
 		const key = int64(0x5eed)
 		return func(ctx context.Context) error {
 			conn, err := pool.Acquire(ctx)
@@ -90,10 +89,9 @@ var pgImpls = []struct {
 			return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key).Scan(&ok)
 		}
 	}},
-	{"raw-fenced", func(tb testing.TB) cycleFunc {
+	{"raw-fenced", func(tb testing.TB, pool *pgxpool.Pool) cycleFunc {
 		// The lock and the fence in one round trip, written by hand: the
 		// protocol's cost without the library (and without its checks).
-		pool := newPool(tb)
 		if err := pglock.Migrate(context.Background(), pool); err != nil {
 			tb.Fatal(err)
 		}
@@ -116,12 +114,11 @@ var pgImpls = []struct {
 			return conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key).Scan(&ok)
 		}
 	}},
-	{"dlock", func(tb testing.TB) cycleFunc { return pglockCycle(tb, true) }},
-	{"dlock-nonotify", func(tb testing.TB) cycleFunc { return pglockCycle(tb, false) }},
+	{"dlock", func(tb testing.TB, pool *pgxpool.Pool) cycleFunc { return pglockCycle(tb, pool, true) }},
+	{"dlock-nonotify", func(tb testing.TB, pool *pgxpool.Pool) cycleFunc { return pglockCycle(tb, pool, false) }},
 }
 
-func pglockCycle(tb testing.TB, notify bool) cycleFunc {
-	pool := newPool(tb)
+func pglockCycle(tb testing.TB, pool *pgxpool.Pool, notify bool) cycleFunc {
 	if err := pglock.Migrate(context.Background(), pool); err != nil {
 		tb.Fatal(err)
 	}

@@ -217,7 +217,7 @@ func cycleRatio(g, ig *group, impl string) (ratio float64, how string) {
 
 // interleavedTable prints the x-raw ratios of an interleaved group.
 func interleavedTable(ig *group) {
-	fmt.Printf("Interleaved with raw in blocks of 25 cycles (Benchmark%s; the ratio of cycle rates, median of the passes, middle half in brackets):\n\n", ig.name)
+	fmt.Printf("Interleaved with raw in blocks of 25 cycles, both over one client or pool (Benchmark%s; the ratio of cycle rates, median of the passes, middle half in brackets; the raw row is the baseline against itself, the method's own error):\n\n", ig.name)
 	fmt.Println("| implementation | cycles/s vs raw, interleaved |")
 	fmt.Println("|---|---:|")
 	for _, r := range ig.rows {
