@@ -12,7 +12,7 @@
 # Environment: BENCH_WINDOW (each contended window, default 2s), BENCH_ONLY
 # (a -bench regexp, default all groups), BENCH_COUNT (passes over the
 # uncontended groups, default 11), BENCH_CPASSES (passes over the contended
-# groups, default 3); the tables show medians.
+# groups, default 5); the tables show medians.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -90,7 +90,7 @@ BENCH_REDLOCK=$(IFS=,; echo "${redlock[*]}")
 export BENCH_REDLOCK
 export BENCH_WINDOW=${BENCH_WINDOW:-2s}
 count=${BENCH_COUNT:-11}
-cpasses=${BENCH_CPASSES:-3}
+cpasses=${BENCH_CPASSES:-5}
 only=${BENCH_ONLY:-.}
 export GOFLAGS=-mod=mod
 

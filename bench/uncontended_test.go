@@ -69,14 +69,19 @@ var singles = []single{
 		// A fence without Lua: MULTI, SET NX PX, INCR, EXEC in one round
 		// trip. The counter then grows on failed attempts too, which keeps
 		// fences increasing but gives up the script's other checks.
-		return fencedCycles(c, c.TxPipeline)
+		return pipelinedCycles(c, c.TxPipeline, true)
+	}},
+	{"raw-pipe", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
+		// raw with its SET NX PX sent as a pipeline of one command: what
+		// go-redis's pipeline path costs by itself, beside raw-fenced.
+		return pipelinedCycles(c, c.Pipeline, false)
 	}},
 	{"raw-fenced", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
 		// The least a fenced lock can send: SET NX PX and the counter's
 		// INCR as plain commands in one pipeline (no script), then the
 		// classic compare-and-delete. dlock's uncontended cycle is this
 		// plus the release's check for waiters.
-		return fencedCycles(c, c.Pipeline)
+		return pipelinedCycles(c, c.Pipeline, true)
 	}},
 	{"dlock", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
 		l := newDlock(tb, c)
@@ -132,16 +137,19 @@ var singles = []single{
 	}},
 }
 
-// fencedCycles returns cycles that send SET NX PX and the fence counter's
-// INCR in one pipeline from newPipe, then the classic compare-and-delete.
-func fencedCycles(c *redis.Client, newPipe func() redis.Pipeliner) func(string) cycleFunc {
+// pipelinedCycles returns cycles that send SET NX PX, and with fence the
+// fence counter's INCR, in one pipeline from newPipe, then the classic
+// compare-and-delete.
+func pipelinedCycles(c *redis.Client, newPipe func() redis.Pipeliner, fence bool) func(string) cycleFunc {
 	return func(key string) cycleFunc {
 		fk := keys.Fence(key)
 		return func(ctx context.Context) error {
 			tok := token()
 			p := newPipe()
 			set := p.SetNX(ctx, key, tok, ttl)
-			p.Incr(ctx, fk)
+			if fence {
+				p.Incr(ctx, fk)
+			}
 			if _, err := p.Exec(ctx); err != nil {
 				return err
 			}

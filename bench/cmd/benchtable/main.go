@@ -265,10 +265,12 @@ func cycleTable(g, ig *group) []string {
 			}
 		}
 		// For scale: what a fence costs any lock (raw-fenced is the least
-		// a fenced lock can send), and how close dlock comes to that.
+		// a fenced lock can send; raw-pipe is its pipeline without the
+		// INCR), and how close dlock comes to that.
 		if f, how := cycleRatio(g, ig, "raw-fenced"); f > 0 {
 			if c, _ := cycleRatio(g, ig, "dlock"); c > 0 {
-				out = append(out, fmt.Sprintf("A for scale: raw-fenced %.2fx raw, %s; dlock %.2fx raw-fenced", f, how, c/f))
+				p, _ := cycleRatio(g, ig, "raw-pipe")
+				out = append(out, fmt.Sprintf("A for scale: raw-pipe %.2fx and raw-fenced %.2fx raw, %s; dlock %.2fx raw-fenced", p, f, how, c/f))
 			}
 		}
 	case "B":
