@@ -235,8 +235,51 @@ func benchContended(b *testing.B, hold time.Duration) {
 	}
 }
 
-// contend runs one window: warm up, then measure for `window`.
+// contend runs one window of impl and reports its figures.
 func contend(b *testing.B, impl contended, hold time.Duration) {
+	w := runWindow(b, impl, hold, window)
+	slices.Sort(w.handoff)
+	slices.Sort(w.waits)
+	b.ReportMetric(w.rate(), "acq/s")
+	b.ReportMetric(us(pct(w.handoff, 50)), "handoff-p50-us")
+	b.ReportMetric(us(pct(w.handoff, 99)), "handoff-p99-us")
+	if w.acq > 0 {
+		b.ReportMetric(float64(w.handoffs)/float64(w.acq), "handoff-share")
+	}
+	b.ReportMetric(float64(slices.Min(w.counts)), "acq-min")
+	b.ReportMetric(float64(slices.Max(w.counts)), "acq-max")
+	b.ReportMetric(ms(pct(w.waits, 50)), "wait-p50-ms")
+	b.ReportMetric(ms(pct(w.waits, 100)), "wait-max-ms")
+	if w.handoffs > 0 {
+		b.ReportMetric(float64(w.reads)/float64(w.handoffs), "rt/handoff")
+	}
+	if w.acq > 0 {
+		b.ReportMetric(float64(w.reads)/float64(w.acq), "rt/acq")
+		// Where C1's time goes on a machine whose cores the clients and
+		// the server share: CPU per acquisition on each side.
+		b.ReportMetric(us(w.clientCPU)/float64(w.acq), "client-cpu-us/acq")
+		b.ReportMetric(us(w.serverCPU)/float64(w.acq), "server-cpu-us/acq")
+	}
+	b.ReportMetric(float64(w.overlaps), "overlaps")
+	b.ReportMetric(float64(w.errs), "errors")
+}
+
+// windowStats are one contended window's figures.
+type windowStats struct {
+	acq, handoffs, overlaps, errs int
+	elapsed                       time.Duration
+	counts                        []int
+	handoff, waits                []time.Duration
+	reads                         int64 // round trips
+	clientCPU, serverCPU          time.Duration
+}
+
+func (w *windowStats) rate() float64 { return float64(w.acq) / w.elapsed.Seconds() }
+
+// runWindow runs contenders goroutines of impl, each with its own client,
+// on a fresh key: it warms up for a quarter of length, then measures for
+// length. Overlapping holders fail the benchmark.
+func runWindow(b *testing.B, impl contended, hold, length time.Duration) windowStats {
 	admin := newClient(b, redisAddr)
 	key := freshKey("C")
 	waiters := make([]waitFunc, contenders)
@@ -278,53 +321,65 @@ func contend(b *testing.B, impl contended, hold time.Duration) {
 		}()
 	}
 	b.StopTimer()
-	time.Sleep(window / 4) // warm-up: connections, subscriptions
+	time.Sleep(length / 4) // warm-up: connections, subscriptions
 	a.reset()
 	s0, c0 := serverCPU(b, admin), processCPU()
 	r0 := reads(b, admin) // after INFO cpu, which is not one of the reads counted
 	b.StartTimer()
 	t0 := time.Now()
-	time.Sleep(window)
+	time.Sleep(length)
 	elapsed := time.Since(t0)
 	b.StopTimer()
 	r1, s1, c1 := reads(b, admin), serverCPU(b, admin), processCPU()
 	a.mu.Lock()
-	acq, handoffs, overlaps, errs := a.acquisitions, a.handoffs, a.overlaps, a.errs
-	counts := slices.Clone(a.counts)
-	handoff, waits := slices.Clone(a.handoff), slices.Clone(a.waits)
+	w := windowStats{
+		acq: a.acquisitions, handoffs: a.handoffs, overlaps: a.overlaps, errs: a.errs,
+		elapsed: elapsed, counts: slices.Clone(a.counts),
+		handoff: slices.Clone(a.handoff), waits: slices.Clone(a.waits),
+		reads:     r1 - r0 - 1, // the second INFO is one of the reads counted
+		clientCPU: c1 - c0, serverCPU: s1 - s0,
+	}
 	a.mu.Unlock()
 	cancel()
 	wg.Wait()
+	if w.overlaps > 0 {
+		b.Errorf("%s: %d overlapping holders", impl.name, w.overlaps)
+	}
+	return w
+}
 
-	slices.Sort(handoff)
-	slices.Sort(waits)
-	b.ReportMetric(float64(acq)/elapsed.Seconds(), "acq/s")
-	b.ReportMetric(us(pct(handoff, 50)), "handoff-p50-us")
-	b.ReportMetric(us(pct(handoff, 99)), "handoff-p99-us")
-	if acq > 0 {
-		b.ReportMetric(float64(handoffs)/float64(acq), "handoff-share")
+// BenchmarkIC1 is C1 interleaved: dlock against each peer in alternating
+// windows of iwindow (dlock first in every other round), and the ratio of
+// their acquisition rates over all the rounds, x-peer. On this machine one
+// 2s window's throughput swings by ±25% with the machine's phase, which
+// lasts seconds: C1's separate windows, seconds apart, then compare
+// different phases, where the rounds here share them.
+func BenchmarkIC1(b *testing.B) {
+	const rounds, iwindow = 6, 400 * time.Millisecond
+	var mine contended
+	for _, c := range contendeds {
+		if c.name == "dlock" {
+			mine = c
+		}
 	}
-	b.ReportMetric(float64(slices.Min(counts)), "acq-min")
-	b.ReportMetric(float64(slices.Max(counts)), "acq-max")
-	b.ReportMetric(ms(pct(waits, 50)), "wait-p50-ms")
-	b.ReportMetric(ms(pct(waits, 100)), "wait-max-ms")
-	// The second INFO is one of the reads counted.
-	if handoffs > 0 {
-		b.ReportMetric(float64(r1-r0-1)/float64(handoffs), "rt/handoff")
-	}
-	if acq > 0 {
-		b.ReportMetric(float64(r1-r0-1)/float64(acq), "rt/acq")
-	}
-	if acq > 0 {
-		// Where C1's time goes on a machine whose cores the clients and
-		// the server share: CPU per acquisition on each side.
-		b.ReportMetric(us(c1-c0)/float64(acq), "client-cpu-us/acq")
-		b.ReportMetric(us(s1-s0)/float64(acq), "server-cpu-us/acq")
-	}
-	b.ReportMetric(float64(overlaps), "overlaps")
-	b.ReportMetric(float64(errs), "errors")
-	if overlaps > 0 {
-		b.Errorf("%s: %d overlapping holders", impl.name, overlaps)
+	for _, peer := range contendeds {
+		if peer.name == "dlock" || strings.HasPrefix(peer.name, "raw") {
+			continue
+		}
+		b.Run(peer.name, func(b *testing.B) {
+			var acq [2]int
+			var took [2]time.Duration
+			for i := range rounds * b.N {
+				for j := range 2 {
+					k := (i + j) % 2 // 0: dlock, 1: the peer
+					w := runWindow(b, [2]contended{mine, peer}[k], 0, iwindow)
+					acq[k] += w.acq
+					took[k] += w.elapsed
+				}
+			}
+			dlockRate := float64(acq[0]) / took[0].Seconds()
+			b.ReportMetric(dlockRate/(float64(acq[1])/took[1].Seconds()), "x-peer")
+		})
 	}
 }
 

@@ -8,7 +8,7 @@
 #
 # It starts its own redis-server processes (one, plus five for Redlock) on
 # free loopback ports, and a throwaway PostgreSQL cluster (bench/cmd/pgserver,
-# through internal/testsrv), and stops them on exit. Takes about 5 minutes.
+# through internal/testsrv), and stops them on exit. Takes about 8 minutes.
 # Environment: BENCH_WINDOW (each contended window, default 2s), BENCH_ONLY
 # (a -bench regexp, default all groups), BENCH_COUNT (passes over the
 # uncontended groups, default 11), BENCH_CPASSES (passes over the contended
@@ -107,6 +107,7 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -t
 	for _ in $(seq "$count"); do bench IA 1000x; done
 	for _ in $(seq "$count"); do bench B 400x; done
 	for _ in $(seq "$cpasses"); do bench 'C[12]' 1x; done
+	for _ in 1 2 3; do bench IC1 1x; done
 	for _ in $(seq "$count"); do bench D 5000x; done
 	if [ "${only_e:-}" != skip ]; then
 		for _ in $(seq "$count"); do bench E 1000x; done
