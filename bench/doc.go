@@ -21,6 +21,14 @@
 //   - D: 64 goroutines on their own keys sharing one client.
 //   - E: a PostgreSQL advisory-lock cycle.
 //
+// On a small shared machine one implementation measured after another can
+// land in a different phase (a round trip's cost swings by tens of percent
+// for seconds at a time), so the ratios the targets are checked on come
+// from interleaved runs: IA and IE alternate an implementation with the
+// raw baseline in blocks of 25 cycles over one client or pool, and IC1
+// alternates dlock with each peer in 400ms windows of C1. Their raw rows
+// (the baseline against itself) show the method's own error.
+//
 // The benchmarks need the servers named in the environment (BENCH_REDIS,
 // BENCH_REDLOCK, BENCH_POSTGRES); without them they start their own through
 // the project's test harness.
