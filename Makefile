@@ -12,6 +12,7 @@ deps:
 
 vet:
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./... # its own module: the benchmarks must build too
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
