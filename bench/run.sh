@@ -12,7 +12,7 @@
 # Environment: BENCH_WINDOW (each contended window, default 2s), BENCH_ONLY
 # (a -bench regexp, default all groups), BENCH_COUNT (passes over the
 # uncontended groups, default 11), BENCH_CPASSES (passes over the contended
-# groups, default 5); the tables show medians.
+# groups, default 5; C1 interleaved runs 3 more); the tables show medians.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -123,7 +123,8 @@ ratios within one run on a shared machine; absolute numbers drift between
 runs, ratios much less. Medians of $count alternating passes for A, B, D and E,
 where each ratio is the median of the passes' own ratios (the middle half of
 them in brackets); medians of $cpasses passes of one ${BENCH_WINDOW} window per
-implementation for C1 and C2, each ratio again the median of the passes' own.
+implementation for C1 and C2, each ratio again the median of the passes' own,
+and of 3 passes of C1 interleaved (dlock against each peer in 400ms windows).
 
 - date: $(date -u +%Y-%m-%dT%H:%MZ)
 - CPU: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)
