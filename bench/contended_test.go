@@ -278,13 +278,16 @@ func (w *windowStats) rate() float64 { return float64(w.acq) / w.elapsed.Seconds
 
 // runWindow runs contenders goroutines of impl, each with its own client,
 // on a fresh key: it warms up for a quarter of length, then measures for
-// length. Overlapping holders fail the benchmark.
+// length. The clients are closed when it returns. Overlapping holders fail
+// the benchmark.
 func runWindow(b *testing.B, impl contended, hold, length time.Duration) windowStats {
-	admin := newClient(b, redisAddr)
+	wtb := &windowTB{TB: b}
+	defer wtb.close()
+	admin := newClient(wtb, redisAddr)
 	key := freshKey("C")
 	waiters := make([]waitFunc, contenders)
 	for g := range waiters {
-		waiters[g] = impl.newWaiter(b, redisAddr, key)
+		waiters[g] = impl.newWaiter(wtb, redisAddr, key)
 	}
 	a := newArena(contenders)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -346,6 +349,23 @@ func runWindow(b *testing.B, impl contended, hold, length time.Duration) windowS
 		b.Errorf("%s: %d overlapping holders", impl.name, w.overlaps)
 	}
 	return w
+}
+
+// windowTB is a benchmark as the clients of one window see it: their
+// cleanups run when the window ends, not with the benchmark, so that a
+// window's idle clients (and Lockers' subscriptions) do not linger beside
+// the next one's.
+type windowTB struct {
+	testing.TB
+	cleanups []func()
+}
+
+func (w *windowTB) Cleanup(f func()) { w.cleanups = append(w.cleanups, f) }
+
+func (w *windowTB) close() {
+	for i := len(w.cleanups) - 1; i >= 0; i-- {
+		w.cleanups[i]()
+	}
 }
 
 // BenchmarkIC1 is C1 interleaved: dlock against each peer in alternating
