@@ -24,9 +24,9 @@
 // On a small shared machine one implementation measured after another can
 // land in a different phase (a round trip's cost swings by tens of percent
 // for seconds at a time), so the ratios the targets are checked on come
-// from interleaved runs: IA and IE alternate an implementation with the
-// raw baseline in blocks of 25 cycles over one client or pool, and IC1
-// alternates dlock with each peer in 400ms windows of C1. Their raw rows
+// from interleaved runs: IA, IB and IE alternate an implementation with
+// the raw baseline in blocks of 25 cycles over the same clients or pool,
+// and IC1 alternates dlock with each peer in 400ms windows of C1. Their raw rows
 // (the baseline against itself) show the method's own error.
 //
 // The benchmarks need the servers named in the environment (BENCH_REDIS,

@@ -15,22 +15,35 @@ import (
 )
 
 // BenchmarkB: one goroutine takes and releases a Redlock over five
-// independent redis-servers. raw: SET NX PX on every node in parallel,
-// held when a majority said OK, then the compare-and-delete on every node
-// in parallel — the protocol's floor (no fence, no validity bookkeeping).
+// independent redis-servers, each implementation over five clients of its
+// own.
 func BenchmarkB(b *testing.B) {
-	clients := func(b *testing.B) []*redis.Client {
-		cs := make([]*redis.Client, len(redlockAddrs))
-		for i, a := range redlockAddrs {
-			cs[i] = newClient(b, a)
-		}
-		return cs
+	for _, impl := range redlocks {
+		b.Run(impl.name, func(b *testing.B) { measure(b, impl.setup(b, redlockClients(b))) })
 	}
-	b.Run("raw-fanout", func(b *testing.B) {
-		cs := clients(b)
+}
+
+// redlockClients returns a client for each of the five servers.
+func redlockClients(b *testing.B) []*redis.Client {
+	cs := make([]*redis.Client, len(redlockAddrs))
+	for i, a := range redlockAddrs {
+		cs[i] = newClient(b, a)
+	}
+	return cs
+}
+
+// redlocks are the Redlock cycles of BenchmarkB, the baseline first. raw:
+// SET NX PX on every node in parallel, held when a majority said OK, then
+// the compare-and-delete on every node in parallel — the protocol's floor
+// (no fence, no validity bookkeeping).
+var redlocks = []struct {
+	name  string
+	setup func(b *testing.B, cs []*redis.Client) cycleFunc
+}{
+	{"raw-fanout", func(b *testing.B, cs []*redis.Client) cycleFunc {
 		key := freshKey("B")
 		quorum := len(cs)/2 + 1
-		measure(b, func(ctx context.Context) error {
+		return func(ctx context.Context) error {
 			tok := token()
 			var mu sync.Mutex
 			var wg sync.WaitGroup
@@ -59,10 +72,9 @@ func BenchmarkB(b *testing.B) {
 				return errBusy
 			}
 			return nil
-		})
-	})
-	b.Run("dlock", func(b *testing.B) {
-		cs := clients(b)
+		}
+	}},
+	{"dlock", func(b *testing.B, cs []*redis.Client) cycleFunc {
 		ucs := make([]redis.UniversalClient, len(cs))
 		for i, c := range cs {
 			ucs[i] = c
@@ -73,22 +85,21 @@ func BenchmarkB(b *testing.B) {
 		}
 		b.Cleanup(func() { l.Close() }) // before the clients: lets the last release finish
 		key := freshKey("B")
-		measure(b, func(ctx context.Context) error {
+		return func(ctx context.Context) error {
 			lock, err := l.TryAcquire(ctx, key, ttl)
 			if err != nil {
 				return err
 			}
 			return lock.Release(ctx)
-		})
-	})
-	b.Run("redsync", func(b *testing.B) {
-		cs := clients(b)
+		}
+	}},
+	{"redsync", func(b *testing.B, cs []*redis.Client) cycleFunc {
 		pools := make([]redsyncredis.Pool, len(cs))
 		for i, c := range cs {
 			pools[i] = goredis.NewPool(c)
 		}
 		m := redsync.New(pools...).NewMutex(freshKey("B"), redsync.WithExpiry(ttl), redsync.WithTries(1))
-		measure(b, func(ctx context.Context) error {
+		return func(ctx context.Context) error {
 			if err := m.LockContext(ctx); err != nil {
 				return err
 			}
@@ -96,6 +107,6 @@ func BenchmarkB(b *testing.B) {
 				return errors.Join(errBusy, err)
 			}
 			return nil
-		})
-	})
+		}
+	}},
 }

@@ -11,8 +11,9 @@
 # through internal/testsrv), and stops them on exit. Takes about 8 minutes.
 # Environment: BENCH_WINDOW (each contended window, default 2s), BENCH_ONLY
 # (a -bench regexp, default all groups), BENCH_COUNT (passes over the
-# uncontended groups, default 11), BENCH_CPASSES (passes over the contended
-# groups, default 5; C1 interleaved runs 3 more); the tables show medians.
+# uncontended groups and their interleaved forms, default 11),
+# BENCH_CPASSES (passes over the contended groups, default 5; C1
+# interleaved runs 3 more); the tables show medians.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -106,6 +107,7 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -t
 	for _ in $(seq "$count"); do bench A 1500x; done
 	for _ in $(seq "$count"); do bench IA 1000x; done
 	for _ in $(seq "$count"); do bench B 400x; done
+	for _ in $(seq "$count"); do bench IB 300x; done
 	for _ in $(seq "$cpasses"); do bench 'C[12]' 1x; done
 	for _ in 1 2 3; do bench IC1 1x; done
 	for _ in $(seq "$count"); do bench D 5000x; done
