@@ -270,7 +270,7 @@ func cycleTable(g, ig *group) []string {
 				c, how := cycleRatio(g, ig, impl)
 				a, _ := r.get("allocs/op")
 				out = append(out,
-					check(c >= 0.95, "A %s cycles/s %.2fx raw, %s (>= 0.95x)", impl, c, how),
+					check(c >= 0.95, "A %s cycles/s %.3fx raw, %s (>= 0.95x)", impl, c, how),
 					check(a <= 30, "A %s %.0f allocs/cycle (<= 30)", impl, a))
 			}
 		}
@@ -309,7 +309,7 @@ func cycleTable(g, ig *group) []string {
 	case "E":
 		if r := g.find("dlock"); r != nil {
 			c, how := cycleRatio(g, ig, "dlock")
-			out = append(out, check(c >= 0.9, "E dlock cycles/s %.2fx raw, %s (within 10%%)", c, how))
+			out = append(out, check(c >= 0.9, "E dlock cycles/s %.3fx raw, %s (within 10%%)", c, how))
 		}
 	}
 	return out
