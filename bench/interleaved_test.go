@@ -18,12 +18,12 @@ import (
 // then hits both alike.
 //
 // Both sides share one client (A), five (B) or one pool (E), so they talk
-// to the servers over the same connections. With a pool each, E's two sides were
-// served by two PostgreSQL backend processes, which the scheduler placed
-// differently for seconds at a time: the per-pass ratios then spread over
-// 0.4-1.5x, where they now stay within about ±10%. The first row, raw,
-// is the baseline interleaved with itself: its distance from 1.00x is the
-// method's own error.
+// to the servers over the same connections. With a pool each, E's two
+// sides were served by two PostgreSQL backend processes, which the
+// scheduler placed differently for seconds at a time: the per-pass ratios
+// then spread over 0.4-1.5x, where they now stay within about ±10%. The
+// first row, the baseline's own, is it interleaved with itself: its
+// distance from 1.00x is the method's own error.
 const interleaveBlock = 25
 
 // BenchmarkIA is A, interleaved with raw.
@@ -65,7 +65,7 @@ func BenchmarkIE(b *testing.B) {
 // by base's, p50-x-raw.
 func interleave(b *testing.B, base, impl cycleFunc) {
 	ctx := context.Background()
-	run := func(f cycleFunc, lat []time.Duration) []time.Duration {
+	run := func(f cycleFunc, lat []time.Duration) { // one cycle per element
 		for i := range lat {
 			start := time.Now()
 			if err := f(ctx); err != nil {
@@ -73,7 +73,6 @@ func interleave(b *testing.B, base, impl cycleFunc) {
 			}
 			lat[i] = time.Since(start)
 		}
-		return lat
 	}
 	warm := make([]time.Duration, 200)
 	run(base, warm)
