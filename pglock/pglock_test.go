@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/locktest"
@@ -59,7 +58,7 @@ func testMain(m *testing.M) int {
 	}
 	shared.Stop()
 	if code == 0 {
-		if err := goleak.Find(testproxy.IgnoreLeaks); err != nil {
+		if err := testsrv.FindLeaks(testproxy.IgnoreLeaks); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

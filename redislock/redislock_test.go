@@ -12,7 +12,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
@@ -39,7 +38,7 @@ func TestMain(m *testing.M) {
 	shared.Stop()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(testproxy.IgnoreLeaks); err != nil {
+		if err := testsrv.FindLeaks(testproxy.IgnoreLeaks); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testproxy"
@@ -50,7 +49,7 @@ func TestMain(m *testing.M) {
 	}
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(testproxy.IgnoreLeaks); err != nil {
+		if err := testsrv.FindLeaks(testproxy.IgnoreLeaks); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
