@@ -58,7 +58,7 @@ func testMain(m *testing.M) int {
 	}
 	shared.Stop()
 	if code == 0 {
-		if err := testsrv.FindLeaks(testproxy.IgnoreLeaks); err != nil {
+		if err := testproxy.FindLeaks(testproxy.IgnoreLeaks); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	shared.Stop()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := testsrv.FindLeaks(testproxy.IgnoreLeaks); err != nil {
+		if err := testproxy.FindLeaks(testproxy.IgnoreLeaks); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
