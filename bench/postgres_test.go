@@ -126,12 +126,5 @@ func pglockCycle(tb testing.TB, pool *pgxpool.Pool, notify bool) cycleFunc {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	key := freshKey("E")
-	return func(ctx context.Context) error {
-		lock, err := l.TryAcquire(ctx, key, ttl)
-		if err != nil {
-			return err
-		}
-		return lock.Release(ctx)
-	}
+	return tryCycle(l, freshKey("E"))
 }

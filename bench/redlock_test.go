@@ -84,14 +84,7 @@ var redlocks = []struct {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { l.Close() }) // before the clients: lets the last release finish
-		key := freshKey("B")
-		return func(ctx context.Context) error {
-			lock, err := l.TryAcquire(ctx, key, ttl)
-			if err != nil {
-				return err
-			}
-			return lock.Release(ctx)
-		}
+		return tryCycle(l, freshKey("B"))
 	}},
 	{"redsync", func(b *testing.B, cs []*redis.Client) cycleFunc {
 		pools := make([]redsyncredis.Pool, len(cs))

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/scripts"
 	dlockredis "github.com/dlock-go/dlock/redislock"
@@ -85,15 +86,7 @@ var singles = []single{
 	}},
 	{"dlock", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
 		l := newDlock(tb, c)
-		return func(key string) cycleFunc {
-			return func(ctx context.Context) error {
-				lock, err := l.TryAcquire(ctx, key, ttl)
-				if err != nil {
-					return err
-				}
-				return lock.Release(ctx)
-			}
-		}
+		return func(key string) cycleFunc { return tryCycle(l, key) }
 	}},
 	{"dlock-wait", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
 		// The waiting form (Acquire), which registers for wake-ups first.
@@ -158,6 +151,18 @@ func pipelinedCycles(c *redis.Client, newPipe func() redis.Pipeliner, fence bool
 			}
 			return rawRelease.Run(ctx, c, []string{key}, tok).Err()
 		}
+	}
+}
+
+// tryCycle returns cycles that take key with l's TryAcquire and release it
+// at once: dlock's cycle on every backend.
+func tryCycle(l dlock.Locker, key string) cycleFunc {
+	return func(ctx context.Context) error {
+		lock, err := l.TryAcquire(ctx, key, ttl)
+		if err != nil {
+			return err
+		}
+		return lock.Release(ctx)
 	}
 }
 
