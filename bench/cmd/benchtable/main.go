@@ -394,13 +394,12 @@ func peerTable(ig *group) {
 	fmt.Println("| peer | dlock acq/s vs the peer's, interleaved |")
 	fmt.Println("|---|---:|")
 	for _, r := range ig.rows {
-		v := slices.Clone(r.metrics["x-peer"])
-		if len(v) == 0 {
+		mid, ok := r.get("x-peer")
+		if !ok {
 			continue
 		}
-		slices.Sort(v)
-		cell := fmt.Sprintf("%.2fx", v[len(v)/2])
-		if len(v) > 1 {
+		cell := fmt.Sprintf("%.2fx", mid)
+		if v := slices.Sorted(slices.Values(r.metrics["x-peer"])); len(v) > 1 {
 			parts := make([]string, len(v))
 			for i, x := range v {
 				parts[i] = fmt.Sprintf("%.2f", x)
