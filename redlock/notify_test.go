@@ -28,7 +28,7 @@ func waitQueued(t *testing.T, rs []*testsrv.Redis, key string, want int) {
 	for {
 		got := 0
 		for _, r := range rs {
-			c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+			c := probe(r)
 			if n, err := c.ZCard(context.Background(), wake.QueueKey(key)).Result(); err == nil && n > 0 {
 				got++
 			}
@@ -44,12 +44,18 @@ func waitQueued(t *testing.T, rs []*testsrv.Redis, key string, want int) {
 	}
 }
 
+// probe returns a client for one quick question to r: no retries, a
+// short dial (r may be down).
+func probe(r *testsrv.Redis) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+}
+
 // holding returns how many of rs hold key (a node that does not answer
 // holds nothing).
 func holding(rs []*testsrv.Redis, key string) int {
 	n := 0
 	for _, r := range rs {
-		c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		c := probe(r)
 		if k, err := c.Exists(context.Background(), key).Result(); err == nil && k > 0 {
 			n++
 		}
