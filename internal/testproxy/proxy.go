@@ -85,3 +85,14 @@ func (p *Proxy) Blackhole(tb testing.TB) {
 
 // Heal removes every toxic.
 func (p *Proxy) Heal() { p.proxy.Toxics.ResetToxics(context.Background()) }
+
+// Cut closes every connection through the proxy (data in flight is lost)
+// and removes every toxic; new connections are accepted again at once.
+func (p *Proxy) Cut(tb testing.TB) {
+	tb.Helper()
+	p.proxy.Stop()
+	p.Heal()
+	if err := p.proxy.Start(); err != nil {
+		tb.Fatalf("restart proxy: %v", err)
+	}
+}
