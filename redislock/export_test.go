@@ -11,3 +11,7 @@ func (l *Locker) Features(ctx context.Context) (del, set bool) { return l.featur
 // SetPolicy changes the hand-off threshold T and the reservation R of a new
 // Locker, for tests that need them long or short.
 func (l *Locker) SetPolicy(handoff, reserve time.Duration) { l.setPolicy(handoff, reserve) }
+
+// SetDirectAfter changes how long a lock must be held before its release
+// may grant it directly, for tests that need every release to reserve.
+func (l *Locker) SetDirectAfter(d time.Duration) { l.directAfter = d }

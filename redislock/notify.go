@@ -44,16 +44,53 @@ import (
 //     next attempt within it is the plain attempt (quietHint): 2 round
 //     trips and the same commands per acquisition as a lock without a
 //     queue.
-//   - Any other release hands the lock on: it pops the head, reserves the
-//     lock for that Locker for reserveFor (R) and publishes to it. The
-//     reservation is a value in the lock key itself,
-//     "dlock:reserved:<Locker id>" with a TTL of R, so every other attempt
-//     is refused (a node-redlock or redsync client's SET NX too) until that
-//     Locker replaces it with its token, gives up (its Locker passes the
-//     reservation on to the next head at once) or R passes. The one
-//     exception: if newcomers were refused at the last reservation (the
-//     lock is being re-taken at once) and the new head is young, the
-//     release defers it as above instead of waking it.
+//   - Any other release hands the lock on: it pops the head and either
+//     grants the lock to it directly (below) or reserves the lock for that
+//     Locker for reserveFor (R), and publishes to it. The reservation is a
+//     value in the lock key itself, "dlock:reserved:<Locker id>" with a TTL
+//     of R, so every other attempt is refused (a node-redlock or redsync
+//     client's SET NX too) until that Locker replaces it with its token,
+//     gives up (its Locker passes the reservation on to the next head at
+//     once) or R passes. The one exception: if newcomers were refused at
+//     the last reservation (the lock is being re-taken at once) and the new
+//     head is young, the release defers it as above instead of waking it.
+//
+// Direct grants. A reservation costs the hand-off a round trip: the woken
+// waiter's attempt, after the announcement. So a refused waiting attempt
+// also registers its token and TTL in the queue's state, and a release of a
+// lock held at least directAfter (1ms) that wakes that Locker sets the key
+// to the registered token itself, draws its fence, and publishes key, token,
+// fence and TTL. The Locker's earliest waiter returns the lock without
+// asking the server: two round trips per hand-off instead of three. Shorter
+// holds (a loop re-taking the lock) keep the reservation, whose refusal of
+// the releaser's next attempt is what marks the lock as being re-taken at
+// once, so the loop may barge.
+//
+//   - Only a Locker that listens gets a grant: PUBLISH answers how many
+//     connections received the message, and if none did (the Locker's
+//     subscription is gone) the release deletes the key again and tries the
+//     next head. On a Cluster PUBLISH counts only its node's subscribers, so
+//     Lockers there do not register and are always reserved for.
+//   - The token is the interest's (interest.token), not one attempt's:
+//     every registering attempt of the Locker for the key carries it, one
+//     at a time, until something takes a grant to it. So a grant whose
+//     announcement is lost (a cut connection) is still found: the Locker's
+//     next attempt, at its poll or when its subscription is confirmed again,
+//     finds the key holding its own token and takes it (acquire_waiting.lua,
+//     "ours already"), as after a lost reply. Only one thing takes a grant:
+//     the announcement, or the attempt that finds it (settle, take); the
+//     token is retired then, and an announcement for a retired token is
+//     ignored.
+//   - A grant nobody takes is given back: a Locker whose last waiter left,
+//     or that is closed, runs the leave script with the tokens it will not
+//     use, which passes a key holding one of them on to the next head.
+//   - The grant's TTL starts at the release, after the token was minted
+//     (tokenSince), so the taker's validity counts from tokenSince; if that
+//     leaves less than half the TTL (a long wait), or the waiter asked for
+//     another TTL, the taker renews the key with one round trip first.
+//   - A woken Locker that hangs before it takes its grant holds the key for
+//     its TTL, as a holder that hangs does; a reservation would have held it
+//     for R.
 //
 // The queue's state (the head and since when, whether it was told, the
 // refused-newcomer mark, the waiters' R and T) is a hash beside the queue,
@@ -75,17 +112,22 @@ import (
 // a client that ignores reservations took the lock) goes back to its old
 // place at the front, counting as old enough to be woken by the next
 // release. A woken Locker that crashed holds the others off for at most R
-// (500ms); they get the lock at their next poll after that.
+// (500ms); they get the lock at their next poll after that. (A crashed
+// Locker's subscription is gone, so it gets no direct grant.)
 //
-// Why it stays safe: the queue and the state hash never grant a lock, and a
-// reservation only refuses, for at most R. A grant still needs a SET NX to
-// find the lock key absent, exactly as without a queue, with one exception:
-// the waiting attempt of the Locker a reservation names replaces that
-// reservation with its token, in the script that checked it, so no one
-// else can hold the key then. A quiet release is the plain
-// compare-and-delete. Fences come from the same INCR. A held lock key's
-// value is still the token alone, so node-redlock and redsync clients on
-// the same keys are still excluded, and they wait out reservations too.
+// Why it stays safe: a lock is held by the token in the lock key, and the
+// key is set to a token only where it is known to be free: by SET NX, as
+// without a queue; by the waiting attempt of the Locker a reservation
+// names, which replaces that reservation in the script that checked it; and
+// by a release that grants directly, in the script that has just deleted
+// the holder's key. The queue and the state hash only say who is next, and
+// a reservation only refuses, for at most R. Within a Locker a grant to its
+// token is taken once (above), and a taker's validity ends before the key
+// expires. A quiet release is the plain compare-and-delete. Fences come
+// from the same INCR, drawn while the key holds the new token. A held lock
+// key's value is still the token alone, so node-redlock and redsync
+// clients on the same keys are still excluded, and they wait out
+// reservations too.
 // Scripts that read the server clock (TIME) replicate their effects, so a
 // replica applies the same writes.
 //
@@ -100,11 +142,14 @@ import (
 // for a key it no longer waits for (its waiter gave up meanwhile) passes the
 // reservation on.
 //
-// An announcement is only a hint: the woken waiter still has to win the
-// acquire script, so it cannot cause a double grant. When no announcement
-// comes (a peer releases with a plain DEL, the key expires, a message is
-// lost, the queue's head crashed), waiters fall back to polling at
-// dlock.WithRetryDelay plus jitter.
+// A wake-up is only a hint: the woken waiter still has to win the acquire
+// script. A direct grant's announcement is more than a hint, but it only
+// reports what the release script did to the key, which only the token's
+// holder or the TTL undoes; without it the Locker's next attempt finds the
+// grant. When no
+// announcement comes (a peer releases with a plain DEL, the key expires, a
+// message is lost, the queue's head crashed), waiters fall back to polling
+// at dlock.WithRetryDelay plus jitter.
 
 // The channel and queue names, the queue's TTL and the subscription loop
 // (reconnects, idle close) are shared with redlock in internal/wake.
@@ -160,11 +205,12 @@ func (l *Locker) Close() error {
 // notifier is a Locker's shared subscription to release announcements and
 // the registry of its waiting Acquires. It is safe for concurrent use.
 type notifier struct {
-	client  redis.UniversalClient
-	id      string // the Locker's member name in waiter queues
-	idArg   any    // id, boxed once for the script
-	wake    string // its channel: wake.ChannelPrefix + id
-	handoff time.Duration
+	client   redis.UniversalClient
+	id       string // the Locker's member name in waiter queues
+	idArg    any    // id, boxed once for the script
+	wake     string // its channel: wake.ChannelPrefix + id
+	handoff  time.Duration
+	register bool // refused waiting attempts register for direct grants (not on a Cluster)
 
 	mu         sync.Mutex
 	sub        *wake.Sub   // nil while there is no connection
@@ -177,12 +223,32 @@ type notifier struct {
 	wg         sync.WaitGroup // give-up cleanups
 }
 
-// interest is this Locker's wait for one lock key.
+// interest is this Locker's wait for one lock key. Its fields are guarded
+// by n.mu.
 type interest struct {
 	waiters []*waiter // in arrival order
 	place   int64     // the Locker's place in the key's queue; 0 = not queued
 	retry   *time.Timer
-	armed   bool // retry is pending; guarded by n.mu
+	armed   bool // retry is pending
+
+	// Direct grants (see above): token is the lock token this Locker's
+	// registering attempts carry, minted at tokenSince, before any of
+	// them; "" until the next one needs it. It is retired once something
+	// took a grant to it.
+	token      string
+	tokenSince time.Time
+	busy       bool         // an attempt carrying token is in flight
+	stash      *directGrant // a grant to token announced while busy
+	granted    *directGrant // a grant taken, for the next attempt on the key
+	dead       bool         // the last waiter left while busy: settle cleans up
+}
+
+// directGrant is a lock a release granted to this Locker: the key was set
+// to token with a TTL of ttlMS, after since.
+type directGrant struct {
+	token        string
+	fence, ttlMS int64
+	since        time.Time
 }
 
 // arm makes the earliest local waiter retry after d, unless a retry is
@@ -242,7 +308,15 @@ func newNotifier(c redis.UniversalClient) *notifier {
 		return nil
 	}
 	id := dlock.NewToken()
-	return &notifier{client: c, id: id, idArg: id, wake: wake.ChannelPrefix + id, byKey: make(map[string]*interest), leaving: make(map[string]int)}
+	_, cluster := c.(*redis.ClusterClient)
+	return &notifier{
+		client: c, id: id, idArg: id, wake: wake.ChannelPrefix + id,
+		// On a Cluster, PUBLISH counts the subscribers of the node it ran
+		// on, while the message reaches every node's: it cannot tell a
+		// release whether the head's Locker still listens.
+		register: !cluster,
+		byKey:    make(map[string]*interest), leaving: make(map[string]int),
+	}
 }
 
 // NotifyRelease implements dlock.ReleaseNotifier: the channel receives a
@@ -311,23 +385,38 @@ func (n *notifier) leave(w *waiter) {
 	}
 	queued := in.place != 0
 	in.disarm()
-	if len(n.free) < maxFree {
-		clear(in.waiters[:cap(in.waiters)])
-		in.waiters, in.place = in.waiters[:0], 0
-		n.free = append(n.free, in)
+	// Tokens nobody will take a grant to now: the leave script frees the
+	// key if a release granted it to one of them.
+	var unused []string
+	if in.granted != nil {
+		unused = append(unused, in.granted.token)
 	}
-	if queued {
-		n.leaveQueue(full)
+	if in.busy {
+		// The attempt in flight may still take a grant to in.token, or
+		// register it again: it leaves the queue itself (settle).
+		in.dead = true
+	} else {
+		if in.token != "" {
+			unused = append(unused, in.token)
+		}
+		if len(n.free) < maxFree {
+			clear(in.waiters[:cap(in.waiters)])
+			*in = interest{waiters: in.waiters[:0], retry: in.retry}
+			n.free = append(n.free, in)
+		}
+	}
+	if queued || len(unused) > 0 {
+		n.leaveQueue(full, unused...)
 	}
 }
 
 // leaveQueue removes the Locker from full's queue in the background, and
 // passes on a reservation it holds there (it was woken but will not take
-// the lock). Called with n.mu held. The queue holds one entry per Locker, so
+// the lock), or a grant to one of tokens. Called with n.mu held. The queue holds one entry per Locker, so
 // until the removal is done a new waiter for full does not join the queue
 // (it would be the entry removed): its attempts are plain ones, and
 // it retries once the removal is done.
-func (n *notifier) leaveQueue(full string) {
+func (n *notifier) leaveQueue(full string, tokens ...string) {
 	if n.closed {
 		return
 	}
@@ -337,8 +426,7 @@ func (n *notifier) leaveQueue(full string) {
 		defer n.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, queue, state := derivedKeys(full)
-		_ = scripts.Leave.Run(ctx, n.client, []string{full, queue, state}, n.idArg).Err() // best effort
+		n.runLeave(ctx, full, tokens...)
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if n.leaving[full]--; n.leaving[full] == 0 {
@@ -386,19 +474,40 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 		n.mu.Unlock()
 		return l.acquirePlain(ctx, g, ttl)
 	}
+	if gr := in.granted; gr != nil {
+		in.granted = nil
+		n.mu.Unlock()
+		return l.takeGrant(ctx, g, gr, ttl)
+	}
+	// One attempt at a time carries the interest's token and registers
+	// it; one that overlaps it (two local waiters) neither.
+	register := "0"
+	carry := n.register && !in.busy
+	if carry {
+		if in.token == "" {
+			in.token, in.tokenSince = dlock.NewToken(), time.Now()
+		}
+		in.busy, register = true, "1"
+		g.setToken(in.token)
+	}
 	place, keep := in.place, "0"
 	if len(in.waiters) > 1 {
 		keep = "1"
 	}
 	n.mu.Unlock()
 
-	argv := g.argv(scripts.AcquireWaiting, g.keys.boxed[:4], g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL, l.handoffArg, l.reserveArg)
+	argv := g.argv(scripts.AcquireWaiting, g.keys.boxed[:4], g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL, l.handoffArg, l.reserveArg, register)
 	res, err := scripts.RunArgv(ctx, l.client, scripts.AcquireWaiting, argv).Int64Slice()
+	if err == nil && len(res) != 3 {
+		err = redis.Nil // a malformed reply: reported as a failed attempt
+	}
+	if carry && n.settle(full, in, g.token, err == nil && res[0] > 0, err != nil) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		n.runLeave(lctx, full, g.token)
+		cancel()
+	}
 	if err != nil {
 		return 0, err
-	}
-	if len(res) != 3 {
-		return 0, redis.Nil // a malformed reply: reported as a failed attempt
 	}
 	if res[0] > 0 && res[2] > 0 {
 		g.quietUntil = start.Add(time.Duration(res[2]) * time.Microsecond)
@@ -409,6 +518,66 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	}
 	n.mu.Unlock()
 	return res[0], nil
+}
+
+// settle ends an attempt that carried in's token: won, or its outcome
+// unknown (failed). Called without n.mu. After Close it returns the token
+// if the caller must give back a grant to it (leave) itself.
+func (n *notifier) settle(full string, in *interest, token string, won, failed bool) (giveBack bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	stash := in.stash
+	in.busy, in.stash = false, nil
+	switch {
+	case won:
+		in.token = "" // taken by this attempt; a grant announced meanwhile was to it
+	case in.dead || n.closed:
+		// The last waiter left, or the Locker was closed, while the
+		// attempt was in flight, and it may have queued and registered
+		// the Locker again, or a release granted its token meanwhile.
+		in.token = ""
+		if n.closed {
+			return true // no goroutines after Close: the caller leaves
+		}
+		n.leaveQueue(full, token)
+	case failed:
+		// TryAcquire deletes the key if it holds token: a grant to it,
+		// announced or not, is not taken.
+		in.token = ""
+	case stash != nil:
+		n.take(full, in, stash)
+	}
+	return false
+}
+
+// take hands a grant to in's token, announced by a release, to the
+// earliest local waiter: its next attempt returns the lock without asking
+// the server (takeGrant). Called with n.mu held.
+func (n *notifier) take(full string, in *interest, gr *directGrant) {
+	in.token, in.place = "", 0 // the release popped the Locker from the queue
+	if len(in.waiters) == 0 {
+		n.leaveQueue(full, gr.token)
+		return
+	}
+	gr.since = in.tokenSince
+	in.granted = gr
+	in.disarm()
+	signal(in.waiters[0])
+}
+
+// takeGrant returns the lock a release granted this Locker directly, for g.
+// Its TTL started after gr.since, before the first attempt that registered
+// gr's token, so g's validity is counted from there. If that leaves less
+// than half the TTL, or the grant's TTL is not ttl, one round trip renews
+// it: the acquire script finds the key holding g's token.
+func (l *Locker) takeGrant(ctx context.Context, g *grant, gr *directGrant, ttl time.Duration) (int64, error) {
+	g.setToken(gr.token)
+	if gr.ttlMS == dlock.Milliseconds(ttl) && time.Since(gr.since) < ttl/2 {
+		g.anchor = gr.since
+		return gr.fence, nil
+	}
+	argv := g.argv(scripts.Acquire, g.keys.boxed[:2], g.tokenArg, l.ttlArg(ttl))
+	return scripts.RunArgv(ctx, l.client, scripts.Acquire, argv).Int64()
 }
 
 // acquirePlain makes one attempt without the queue: one of a Locker with
@@ -526,6 +695,19 @@ func (h subHandler) Message(_ *wake.Sub, payload string) {
 		signal(in.waiters[0])
 		return
 	}
+	if full, gr, ok := parseGrant(payload); ok {
+		in := n.byKey[full]
+		switch {
+		case in == nil || in.token != gr.token || n.closed:
+			// A token retired already: an attempt took the grant (it found
+			// the key holding its token), or the Locker gave it back.
+		case in.busy:
+			in.stash = gr // the attempt in flight may take it (settle)
+		default:
+			n.take(full, in, gr)
+		}
+		return
+	}
 	full, after, deferred := parseDeferred(payload)
 	if !deferred {
 		full = payload
@@ -537,6 +719,42 @@ func (h subHandler) Message(_ *wake.Sub, payload string) {
 	case deferred:
 		in.arm(n, after+n.handoff)
 	}
+}
+
+// runLeave runs the leave script for full (best effort).
+func (n *notifier) runLeave(ctx context.Context, full string, tokens ...string) {
+	fence, queue, state := derivedKeys(full)
+	args := []any{n.idArg}
+	for _, t := range tokens {
+		args = append(args, t)
+	}
+	_ = scripts.Leave.Run(ctx, n.client, []string{full, queue, state, fence}, args...).Err()
+}
+
+// parseGrant splits a direct grant's announcement, "key\x01token\x01fence\x01ttl"
+// (the key may hold \x01 itself; the other fields do not).
+func parseGrant(payload string) (full string, gr *directGrant, ok bool) {
+	rest, ttl, ok1 := cutLast(payload)
+	rest, fence, ok2 := cutLast(rest)
+	full, token, ok3 := cutLast(rest)
+	if !ok1 || !ok2 || !ok3 || token == "" {
+		return "", nil, false
+	}
+	f, err1 := strconv.ParseInt(fence, 10, 64)
+	t, err2 := strconv.ParseInt(ttl, 10, 64)
+	if err1 != nil || err2 != nil || f <= 0 || t <= 0 {
+		return "", nil, false
+	}
+	return full, &directGrant{token: token, fence: f, ttlMS: t}, true
+}
+
+// cutLast splits s around its last \x01.
+func cutLast(s string) (before, after string, ok bool) {
+	i := strings.LastIndexByte(s, 1)
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+1:], true
 }
 
 // parseDeferred splits a deferred announcement, "key\x00µs".
@@ -581,13 +799,28 @@ func (h subHandler) Gone(s *wake.Sub) {
 // close stops the subscription and waits for the notifier's goroutines.
 func (n *notifier) close() {
 	n.mu.Lock()
+	for full, in := range n.byKey {
+		in.disarm()
+		// Leave the queues, giving back grants nobody here will take:
+		// waits poll from now on, with fresh tokens. A token in flight is
+		// given back by its attempt (settle).
+		var unused []string
+		if in.granted != nil {
+			unused = append(unused, in.granted.token)
+		}
+		if !in.busy && in.token != "" {
+			unused = append(unused, in.token)
+			in.token = ""
+		}
+		if in.place != 0 || len(unused) > 0 {
+			n.leaveQueue(full, unused...)
+		}
+		in.granted, in.place = nil, 0
+	}
 	n.closed = true
 	n.subscribed.Store(false)
 	sub := n.sub
 	n.sub = nil
-	for _, in := range n.byKey {
-		in.disarm()
-	}
 	n.mu.Unlock()
 	if sub != nil {
 		sub.Close()
@@ -630,7 +863,7 @@ func (l *Locker) releaseNative(ctx context.Context, g *grant, quiet bool) (int64
 	pipe := l.client.Pipeline()
 	del := pipe.DelExArgs(ctx, g.key, redis.DelExArgs{Mode: "IFEQ", MatchValue: g.token})
 	qk := g.releaseKeys()
-	wake := scripts.Wake.EvalSha(ctx, pipe, qk)
+	wake := scripts.Wake.EvalSha(ctx, pipe, qk, g.directArg())
 	_, _ = pipe.Exec(ctx)
 	n, err := del.Result()
 	if err != nil {
@@ -640,7 +873,7 @@ func (l *Locker) releaseNative(ctx context.Context, g *grant, quiet bool) (int64
 		// The server lost its script cache: hand on with a second round
 		// trip (EVALSHA, then EVAL). Other errors only cost the waiters a
 		// poll.
-		_ = scripts.Wake.Run(ctx, l.client, qk).Err()
+		_ = scripts.Wake.Run(ctx, l.client, qk, g.directArg()).Err()
 	}
 	return n, nil
 }

@@ -480,6 +480,25 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 			t.Fatalf("cluster hand-off of %q took %v with a 5s poll interval", key, d)
 		}
 	}
+
+	// No direct grants on a Cluster (PUBLISH there cannot tell whether the
+	// head's Locker listens): a queued Locker registers no token, and a
+	// release after a hold reserves the lock.
+	key := locktest.Key(t)
+	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+	waitQueued(t, raw, key, 1)
+	fields := raw.HKeys(testCtx(t), "dlock:turn:{"+key+"}").Val()
+	if slices.ContainsFunc(fields, func(f string) bool { return f[0] == 'g' || f[0] == 'l' }) {
+		t.Fatalf("a Locker on a Cluster registered for a direct grant: state fields %q", fields)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if d := handOff(t, lock, done); d > time.Second {
+		t.Fatalf("cluster hand-off took %v with a 5s poll interval", d)
+	}
 }
 
 // The native release (DELEX IFEQ, here on miniredis) wakes the waiter

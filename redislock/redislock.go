@@ -32,6 +32,7 @@ type Locker struct {
 	notify      *notifier // wake-on-release (notify.go); nil for clients without usable pub/sub
 	handoffArg  any       // handoffAfter in µs, boxed once for the scripts
 	reserveArg  any       // reserveFor in µs
+	directAfter time.Duration
 	lastTTL     atomic.Pointer[boxedTTL]
 	keySets     keyCache                  // the derived keys of keys used lately
 	retake      atomic.Pointer[quietHint] // the last quiet release (notify.go)
@@ -55,6 +56,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	l := &Locker{client: client, node: rclient.Name(client), driftFactor: dlock.DefaultDriftFactor, logger: slog.Default(), notify: newNotifier(client)}
 	l.keySets.seed = maphash.MakeSeed()
 	l.setPolicy(handoffAfter, reserveFor)
+	l.directAfter = directAfter
 	for _, o := range opts {
 		if o == nil {
 			return nil, dlock.Invalidf("nil option")
@@ -103,11 +105,15 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	case fence < 0:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner, and the key has no expiry: was it set by hand?)", key, dlock.ErrNotAcquired)
 	}
+	if !g.anchor.IsZero() {
+		start = g.anchor // a direct grant: its TTL started after that (notify.go)
+	}
 	validUntil := dlock.ValidUntil(start, ttl, l.driftFactor)
 	if elapsed := time.Since(start); !validUntil.After(start.Add(elapsed)) {
 		l.cleanup(ctx, g, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
 	}
+	g.heldSince = time.Now()
 	return dlock.NewLock(key, g.token, uint64(fence), validUntil, g), nil
 }
 
@@ -162,10 +168,37 @@ type grant struct {
 	key, token string
 	keys       *keySet
 	tokenArg   any     // token, boxed once for every script
-	args       [14]any // the arguments of the grant's current call
+	args       [18]any // the arguments of the grant's current call
 	// quietUntil: the lock was taken by barging while the queue's head
 	// was young; a release before then need not hand it on (notify.go).
 	quietUntil time.Time
+	// anchor: the lock came by a direct grant, whose TTL started after
+	// this time (notify.go).
+	anchor time.Time
+	// heldSince: when the attempt returned the lock. A release at least
+	// directAfter later may grant it to the queue's head directly.
+	heldSince time.Time
+}
+
+// directAfter is how long a lock must have been held before its release may
+// grant it to the queue's head directly. A holder that takes the lock again
+// at once (hold 0) hands it on through a reservation instead: its own next
+// attempt, refused there, tells the scripts that the lock is being re-taken
+// at once (queue.lua's b), which lets it barge while the head is young.
+// Granting directly there turns every acquisition into a hand-off.
+const directAfter = time.Millisecond
+
+// setToken makes t the token g's calls send: the interest's token, which a
+// release may grant the lock to (notify.go).
+func (g *grant) setToken(t string) { g.token, g.tokenArg = t, t }
+
+// directArg returns the release's argument that allows or forbids a direct
+// grant (directAfter).
+func (g *grant) directArg() any {
+	if !g.heldSince.IsZero() && time.Since(g.heldSince) >= g.l.directAfter {
+		return "1"
+	}
+	return "0"
 }
 
 // argv returns the arguments of an EVALSHA of s on keys with args, built in
@@ -200,19 +233,19 @@ func newGrant(l *Locker, full, token string) *grant {
 }
 
 // releaseKeys returns the release script's keys: lock, waiter queue, queue
-// state.
+// state, fence counter.
 func (g *grant) releaseKeys() []string {
-	return []string{g.keys.strs[0], g.keys.strs[3], g.keys.strs[2]}
+	return []string{g.keys.strs[0], g.keys.strs[3], g.keys.strs[2], g.keys.strs[1]}
 }
 
 // keySet is a lock key with its derived keys (the fence counter, the
 // waiter queue's state, the waiter queue), as strings and boxed once as
 // script arguments: in that order, and in the release script's (lock,
-// queue, state).
+// queue, state, fence).
 type keySet struct {
 	strs    [4]string
 	boxed   [4]any
-	release [3]any
+	release [4]any
 }
 
 // keyCache keeps the keySets of recently used keys, so that a key taken
@@ -234,7 +267,7 @@ func (c *keyCache) get(full string) *keySet {
 	for i, k := range ks.strs {
 		ks.boxed[i] = k
 	}
-	ks.release = [3]any{ks.boxed[0], ks.boxed[3], ks.boxed[2]}
+	ks.release = [4]any{ks.boxed[0], ks.boxed[3], ks.boxed[2], ks.boxed[1]}
 	slot.Store(ks)
 	return ks
 }
@@ -292,7 +325,7 @@ func (l *Locker) release(ctx context.Context, g *grant) error {
 		if quiet {
 			keys = keys[:1]
 		}
-		argv := g.argv(scripts.Release, keys, g.tokenArg)
+		argv := g.argv(scripts.Release, keys, g.tokenArg, g.directArg())
 		n, err = scripts.RunArgv(ctx, l.client, scripts.Release, argv).Int64()
 	}
 	if err != nil {

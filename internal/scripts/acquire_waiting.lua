@@ -5,7 +5,8 @@
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] Locker id, ARGV[4] the Locker's
 -- earlier place in the queue (0 = none), ARGV[5] '1' when more of the
 -- Locker's waiters wait after a win, ARGV[6] queue ttl ms, ARGV[7] hand-off
--- threshold T µs, ARGV[8] reservation R µs
+-- threshold T µs, ARGV[8] reservation R µs, ARGV[9] '1' when a refused
+-- attempt registers its token and TTL for a direct grant (queue.lua's wake)
 -- Returns {fence (> 0), 0 busy, -1 busy without expiry or -2 reserved for
 -- another Locker's woken waiter; the Locker's place in the queue now, 0
 -- when not queued; quiet}. quiet > 0 (µs) when a won lock was taken by
@@ -32,15 +33,26 @@ if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
   fence = true
 else
   v = redis.call('get', KEYS[1])
-  mine = v == 'dlock:reserved:' .. id
-  if mine then
-    redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
-    fence = true
+  if v == ARGV[1] then
+    -- Ours already: a release granted it to this token directly (its
+    -- announcement has not been seen), or an earlier attempt landed and
+    -- its reply was lost. The counter holds a fence drawn since the grant
+    -- and before any later one.
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    fence, mine = tonumber(redis.call('get', KEYS[2]) or '0'), true
+  else
+    mine = v == 'dlock:reserved:' .. id
+    if mine then
+      redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
+      fence = true
+    end
   end
 end
 local reserved = not fence and string.sub(v, 1, 15) == 'dlock:reserved:'
 if fence then
-  fence = redis.call('incr', KEYS[2])
+  if fence == true then fence = redis.call('incr', KEYS[2]) end
+  -- A registration for a direct grant is spent (queue.lua's wake).
+  redis.call('hdel', S, 'g' .. id, 'l' .. id)
   -- Barging: taken over another Locker at the head, or on a turn (the
   -- reservation) while newcomers were refused. Then, while the head is
   -- young, the holder may re-take the lock at once: the head is told to
@@ -64,6 +76,7 @@ if fence then
   -- More to do, with the queue's functions below.
   place = {place, quiet}
 end
+local FENCE = nil -- no wake here (queue.lua)
 -- @queue.lua
 
 -- enqueue puts the Locker at place, or at the back when place is 0, and
@@ -94,7 +107,8 @@ local function enqueue(place)
 end
 
 if fence then
-  -- Won, by a Locker that was queued or has more waiters.
+  -- Won, by a Locker that was queued or has more waiters (a woken one was
+  -- popped already).
   local was, quiet = place[1], place[2]
   if was ~= 0 and redis.call('zrem', Q, id) == 1 and s[1] == id then
     new_head(Q, S, now_us())
@@ -104,15 +118,12 @@ if fence then
   end
   return {fence, 0, quiet}
 end
+-- Refused: queued, and registered for a direct grant if asked.
+if ARGV[9] == '1' then redis.call('hset', S, 'g' .. id, ARGV[1], 'l' .. id, ARGV[2]) end
 if reserved then
-  -- Reserved for another Locker's woken waiter: refused.
+  -- Reserved for another Locker's woken waiter.
   if place == 0 then redis.call('hset', S, 'b', '1') end -- see queue.lua
   return {-2, enqueue(place), 0}
-end
-if v == ARGV[1] then
-  -- Our own earlier attempt landed (its reply was lost).
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {tonumber(redis.call('get', KEYS[2]) or '0'), place, 0}
 end
 local busy = 0
 if redis.call('pttl', KEYS[1]) == -1 then busy = -1 end

@@ -18,6 +18,9 @@
 -- S expires a minute after it was last written, as Q does after its last
 -- waiter came by. Neither ever grants a lock: the lock key alone does.
 --
+-- S also holds each queued Locker's registration, g<id> and l<id>: the
+-- token and TTL of its last refused waiting attempt, for a direct grant.
+--
 -- A reservation lives in the lock key itself: a release that wakes the
 -- head leaves RESERVED .. <its Locker id> there for R. Every SET NX is
 -- refused meanwhile, also a node-redlock or redsync client's; only the
@@ -51,20 +54,40 @@ local function policy(R, T)
   return tonumber(R) or 500000, tonumber(T) or 3000
 end
 
--- wake pops Q's head, reserves the free lock for it for R µs, records the
--- next head, and tells the woken one on its channel.
+-- wake pops Q's head and hands the free lock to it. Given FENCE (the fence
+-- counter: the including script allows direct grants), a head that
+-- registered its waiting attempt's token and TTL (acquire_waiting.lua)
+-- gets the lock itself: the key is set to that token, a fence is drawn, and
+-- the head's Locker is told "key\1token\1fence\1ttl". If no Locker
+-- listens on its channel (it is gone), the key is deleted again and the
+-- next head is tried. Otherwise, or without FENCE, the lock is reserved for
+-- the head for R µs and it is told the key, to come and take it.
 local function wake(Q, S, lock, head, now, R)
-  redis.call('zpopmin', Q)
-  redis.call('set', lock, RESERVED .. head, 'px', math.max(1, math.ceil(R / 1000)))
-  local h = redis.call('zrange', Q, 0, 0)[1]
-  if h then
-    redis.call('hset', S, 'b', '0', 'h', h, 't', now, 'd', '0')
-  else
-    redis.call('hset', S, 'b', '0')
-    redis.call('hdel', S, 'h', 't', 'd')
+  while head do
+    redis.call('zpopmin', Q)
+    local g = redis.call('hmget', S, 'g' .. head, 'l' .. head)
+    redis.call('hdel', S, 'g' .. head, 'l' .. head)
+    local h = redis.call('zrange', Q, 0, 0)[1]
+    if h then
+      redis.call('hset', S, 'b', '0', 'h', h, 't', now, 'd', '0')
+    else
+      redis.call('hset', S, 'b', '0')
+      redis.call('hdel', S, 'h', 't', 'd')
+    end
+    touch(S)
+    if not (FENCE and g[1] and g[2]) then
+      redis.call('set', lock, RESERVED .. head, 'px', math.max(1, math.ceil(R / 1000)))
+      redis.call('publish', 'dlock:wake:' .. head, lock)
+      return
+    end
+    redis.call('set', lock, g[1], 'px', g[2])
+    local f = redis.call('incr', FENCE)
+    if redis.call('publish', 'dlock:wake:' .. head, lock .. '\1' .. g[1] .. '\1' .. f .. '\1' .. g[2]) > 0 then
+      return
+    end
+    redis.call('del', lock)
+    head = h
   end
-  touch(S)
-  redis.call('publish', 'dlock:wake:' .. head, lock)
 end
 
 -- defer tells the head, once, to retry by itself in left µs (plus T, its

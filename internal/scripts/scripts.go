@@ -35,9 +35,9 @@ var (
 	// fence, 0 when busy, -1 when busy with a key that never expires, -2
 	// when reserved for a woken waiter (redislock's queue).
 	Acquire = redis.NewScript(acquireSrc)
-	// Release: KEYS lock [, waiter queue, queue state]; ARGV token.
-	// Returns 1 when deleted, else 0; with the queue it also hands the
-	// lock on (queue.lua).
+	// Release: KEYS lock [, waiter queue, queue state, fence counter];
+	// ARGV token [, "1" to allow a direct grant]. Returns 1 when deleted,
+	// else 0; with the queue it also hands the lock on (queue.lua).
 	Release = redis.NewScript(withQueue(releaseSrc))
 	// Extend: KEYS lock; ARGV token, ttl ms. Returns 1 when extended, else 0.
 	Extend = redis.NewScript(extendSrc)
@@ -47,17 +47,20 @@ var (
 var (
 	// AcquireWaiting: KEYS lock, fence counter, queue state, waiter queue;
 	// ARGV token, ttl ms, Locker id, earlier place, keep ("1"), queue ttl
-	// ms, hand-off threshold µs, reservation µs. Returns {fence | 0 | -1 |
+	// ms, hand-off threshold µs, reservation µs, register ("1": a refused
+	// attempt registers token and ttl for a direct grant). A key that
+	// holds the token already is won. Returns {fence | 0 | -1 |
 	// -2, place in the queue, quiet µs (a release that soon may skip the
 	// queue)}.
 	AcquireWaiting = redis.NewScript(withQueue(acquireWaitingSrc))
-	// Wake: KEYS lock, waiter queue, queue state. Hands the lock on if the
-	// key is gone (pipelined after DELEX). Returns 1 woken, 2 deferred, 0
-	// nobody.
+	// Wake: KEYS lock, waiter queue, queue state, fence counter; ARGV "1"
+	// to allow a direct grant. Hands the lock on if the key is gone
+	// (pipelined after DELEX). Returns 1 woken, 2 deferred, 0 nobody.
 	Wake = redis.NewScript(withQueue(wakeSrc))
-	// Leave: KEYS lock, waiter queue, queue state; ARGV Locker id. Removes
-	// the Locker from the queue and passes on a reservation it did not
-	// use. Returns 1 when it woke the next head.
+	// Leave: KEYS lock, waiter queue, queue state, fence counter; ARGV
+	// Locker id, tokens of its nobody will take. Removes the Locker from
+	// the queue and passes on a reservation, or a grant to one of the
+	// tokens, it did not use. Returns 1 when it woke the next head.
 	Leave = redis.NewScript(withQueue(leaveSrc))
 )
 

@@ -1,0 +1,370 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testproxy"
+	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// scriptCalls returns how many scripts the server has run (EVALSHA and
+// EVAL, from INFO commandstats).
+func scriptCalls(t *testing.T, raw redis.UniversalClient) int {
+	t.Helper()
+	info, err := raw.Info(testCtx(t), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				if err != nil {
+					t.Fatal(err)
+				}
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// A release after a hold of a few ms grants the lock to the queued waiter
+// itself: the waiter's Acquire returns without another call to the server,
+// with the token the key holds, the next fence, and a validity counted from
+// before it queued. A release right after the acquisition (a holder that
+// loops) reserves the lock instead, and the waiter takes it with one more
+// round trip. (A holder's threshold, directAfter, is 1ms; here it is an
+// hour for the second case, so that a slow machine cannot blur the two.)
+func TestDirectGrant(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	raw := srv.Client(t)
+	holder := newLocker(t, srv.Client(t))
+	waiter := newLocker(t, srv.Client(t))
+	closeLocker(t, holder)
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+	const ttl = 10 * time.Second
+	// Load the release script, so that no release below needs a second
+	// call (EVALSHA, NOSCRIPT, EVAL).
+	if lock, err := holder.TryAcquire(testCtx(t), key+"-warm-up", ttl); err != nil {
+		t.Fatal(err)
+	} else if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		direct time.Duration // the holder's directAfter
+		calls  int           // scripts run from the release to the waiter's lock
+	}{{"after a hold", time.Millisecond, 1}, {"hold 0", time.Hour, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			holder.SetDirectAfter(tc.direct)
+			if err := raw.Set(testCtx(t), key, "another owner", ttl).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitStart := time.Now()
+			done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+			waitQueued(t, raw, key, 1)
+			// The other owner lets go without a word; holder takes the
+			// lock before the waiter's next poll, 5s away.
+			if err := raw.Del(testCtx(t), key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			lock, err := holder.TryAcquire(testCtx(t), key, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+			before := scriptCalls(t, raw)
+			released := time.Now()
+			if err := lock.Release(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			got := <-done
+			if got.err != nil {
+				t.Fatal(got.err)
+			}
+			defer got.lock.Release(context.Background())
+			if calls := scriptCalls(t, raw) - before; calls != tc.calls {
+				t.Errorf("%d scripts ran from the release to the waiter's lock, want %d", calls, tc.calls)
+			}
+			if v := raw.Get(testCtx(t), key).Val(); v != got.lock.Token() {
+				t.Errorf("key holds %q, the waiter's lock has token %q", v, got.lock.Token())
+			}
+			if got.lock.Fence() != lock.Fence()+1 {
+				t.Errorf("waiter's fence %d after the holder's %d, want the next one", got.lock.Fence(), lock.Fence())
+			}
+			if vu := got.lock.ValidUntil(); vu.After(waitStart.Add(ttl)) || vu.Before(released.Add(ttl/2)) {
+				t.Errorf("waiter's lock valid until %v after it began waiting, want within (%v, %v]",
+					vu.Sub(waitStart), released.Sub(waitStart)+ttl/2, ttl)
+			}
+		})
+	}
+}
+
+// The queue's head has no listener any more (its subscription was cut and
+// may not come back): the release skips it and grants the lock to the next
+// Locker in the queue, instead of leaving it to a Locker that cannot learn
+// of it.
+func TestGrantSkipsLockerNotListening(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	raw := srv.Client(t)
+	ctx := testCtx(t)
+	if err := raw.Do(ctx, "ACL", "SETUSER", "gone", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := srv.Options()
+	opts.Username, opts.Password = "gone", "pw"
+	gc := redis.NewClient(opts)
+	t.Cleanup(func() { gc.Close() })
+	holder, gone, next := newLocker(t, srv.Client(t)), newLocker(t, gc), newLocker(t, srv.Client(t))
+	for _, l := range []*redislock.Locker{holder, gone, next} {
+		closeLocker(t, l)
+	}
+	key := locktest.Key(t)
+	lock, err := holder.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll := []dlock.Option{dlock.WithRetryDelay(5 * time.Second), dlock.WithRetryJitter(0)}
+	goneDone := waitFor(ctx, gone, key, poll...)
+	waitQueued(t, raw, key, 1)
+	nextDone := waitFor(ctx, next, key, poll...)
+	waitQueued(t, raw, key, 2)
+	if err := raw.Do(ctx, "ACL", "SETUSER", "gone", "resetchannels").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Do(ctx, "CLIENT", "KILL", "USER", "gone").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // a hold, so the release may grant directly
+	start := time.Now()
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got acquired
+	select {
+	case got = <-nextDone:
+	case got = <-goneDone:
+		t.Fatalf("the Locker that was not listening got the lock first (%v)", got.err)
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if d := got.at.Sub(start); d > time.Second {
+		t.Fatalf("the next Locker got the lock %v after the release, with a 5s poll", d)
+	}
+	if err := got.lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got = <-goneDone; got.err != nil { // by polling, once the key is free
+		t.Fatal(got.err)
+	}
+	got.lock.Release(ctx)
+}
+
+// grantBehindProxy queues waiter (whose client goes through proxy, polling
+// every 5s) for key, holds the replies to it, releases holder's lock and
+// checks that the release granted the lock directly: the key holds a
+// token, not a reservation.
+func grantBehindProxy(t *testing.T, raw redis.UniversalClient, proxy *testproxy.Proxy, holder, waiter *redislock.Locker, ctx context.Context, key string) <-chan acquired {
+	t.Helper()
+	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := waitFor(ctx, waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+	waitQueued(t, raw, key, 1)
+	time.Sleep(5 * time.Millisecond) // a hold
+	proxy.HoldReplies(t)
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if v := raw.Get(testCtx(t), key).Val(); v == "" || v == lock.Token() || strings.HasPrefix(v, "dlock:reserved:") {
+		t.Fatalf("after the release the key holds %q, want the waiter's token", v)
+	}
+	return done
+}
+
+// F24: the announcement of a direct grant is lost with the waiter's
+// connections. The lock is the waiter's all the same: its Locker
+// resubscribes, retries, finds the key holding its token and takes it,
+// long before the lock's TTL or the next poll.
+func TestLostGrantAnnouncement(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	raw := srv.Client(t)
+	proxy := testproxy.Start(t, srv.Addr)
+	opts := srv.Options()
+	opts.Addr = proxy.Addr
+	wc := redis.NewClient(opts)
+	t.Cleanup(func() { wc.Close() })
+	holder, waiter := newLocker(t, srv.Client(t)), newLocker(t, wc)
+	closeLocker(t, holder)
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+	done := grantBehindProxy(t, raw, proxy, holder, waiter, testCtx(t), key)
+	granted := raw.Get(testCtx(t), key).Val()
+	start := time.Now()
+	proxy.Cut(t)
+	got := <-done
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	defer got.lock.Release(context.Background())
+	if d := got.at.Sub(start); d > 3*time.Second {
+		t.Fatalf("waiter took %v after its grant's announcement was lost (TTL 10s, poll 5s)", d)
+	}
+	if got.lock.Token() != granted {
+		t.Fatalf("waiter's lock has token %q, the grant was to %q", got.lock.Token(), granted)
+	}
+}
+
+// A grant whose Locker gives up before it learns of it (its waiter's
+// context ends while the announcement is on its way, or lost) is given
+// back: the next Locker in the queue gets the lock at once, not after the
+// TTL. The grant is made here as the release script makes it, without the
+// announcement.
+func TestUnusedGrantGivenBack(t *testing.T) {
+	raw := shared.Client(t)
+	holder, quitter, next := newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t))
+	for _, l := range []*redislock.Locker{holder, quitter, next} {
+		closeLocker(t, l)
+	}
+	key := locktest.Key(t)
+	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	poll := []dlock.Option{dlock.WithRetryDelay(5 * time.Second), dlock.WithRetryJitter(0)}
+	quitDone := waitFor(ctx, quitter, key, poll...)
+	waitQueued(t, raw, key, 1)
+	nextDone := waitFor(testCtx(t), next, key, poll...)
+	waitQueued(t, raw, key, 2)
+
+	// quitter's registration: its id heads the queue, its token is in the
+	// queue's state.
+	queue, state := "dlock:waiters:{"+key+"}", "dlock:turn:{"+key+"}"
+	id := raw.ZRange(testCtx(t), queue, 0, 0).Val()[0]
+	token := raw.HGet(testCtx(t), state, "g"+id).Val()
+	if token == "" {
+		t.Fatalf("the queue's head %s registered no token", id)
+	}
+	// The grant (queue.lua's wake): the holder's lock gives way to it.
+	if n, err := raw.Eval(testCtx(t), `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('zrem', KEYS[2], ARGV[3])
+redis.call('hdel', KEYS[3], 'g' .. ARGV[3], 'l' .. ARGV[3])
+redis.call('set', KEYS[1], ARGV[2], 'px', 10000)
+return 1`, []string{key, queue, state}, lock.Token(), token, id).Int(); err != nil || n != 1 {
+		t.Fatalf("granting to quitter: %v, %v", n, err)
+	}
+	start := time.Now()
+	cancel()
+	if got := <-quitDone; got.err == nil {
+		t.Fatal("quitter got the lock after its context ended")
+	}
+	got := <-nextDone
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	defer got.lock.Release(context.Background())
+	if d := got.at.Sub(start); d > 2*time.Second {
+		t.Fatalf("next Locker got the lock %v after quitter gave up its grant (TTL 10s, poll 5s)", d)
+	}
+}
+
+// Lockers with several local waiters each, waits given up at random
+// (contexts ending mid-hand-off), holds long enough for direct grants, and
+// TryAcquire calls in between: never two holders, the key holds the holder's
+// token for the whole hold, every release finds its lock, and fences
+// increase from holder to holder.
+func TestDirectGrantTorture(t *testing.T) {
+	const lockers, perLocker = 4, 3
+	run := 3 * time.Second
+	if testing.Short() {
+		run = time.Second
+	}
+	raw := shared.Client(t)
+	key := locktest.Key(t)
+	var (
+		mu        sync.Mutex
+		holder    string // token of the current holder
+		lastFence uint64
+		acquired  int
+		gaveUp    int
+	)
+	deadline := time.Now().Add(run)
+	var wg sync.WaitGroup
+	for i := range lockers {
+		l := newLocker(t, shared.Client(t))
+		closeLocker(t, l)
+		for j := range perLocker {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(j)))
+				for time.Now().Before(deadline) {
+					var lock *dlock.Lock
+					var err error
+					if rng.IntN(8) == 0 {
+						lock, err = l.TryAcquire(testCtx(t), key, 5*time.Second)
+					} else {
+						ctx, cancel := context.WithTimeout(testCtx(t), time.Duration(1+rng.IntN(30))*time.Millisecond)
+						lock, err = l.Acquire(ctx, key, 5*time.Second, dlock.WithRetryDelay(20*time.Millisecond))
+						cancel()
+					}
+					if err != nil {
+						if !errors.Is(err, dlock.ErrNotAcquired) {
+							t.Errorf("acquire: %v", err)
+							return
+						}
+						mu.Lock()
+						gaveUp++
+						mu.Unlock()
+						continue
+					}
+					mu.Lock()
+					if holder != "" {
+						t.Errorf("two holders: %s and %s", holder, lock.Token())
+					}
+					if lock.Fence() <= lastFence {
+						t.Errorf("fence %d after %d", lock.Fence(), lastFence)
+					}
+					holder, lastFence = lock.Token(), lock.Fence()
+					acquired++
+					mu.Unlock()
+					time.Sleep(time.Duration(1000+rng.IntN(1000)) * time.Microsecond)
+					if v := raw.Get(testCtx(t), key).Val(); v != lock.Token() {
+						t.Errorf("holder %s: the key holds %q", lock.Token(), v)
+					}
+					mu.Lock()
+					holder = ""
+					mu.Unlock()
+					if err := lock.Release(testCtx(t)); err != nil {
+						t.Errorf("release: %v", err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	t.Logf("%d acquisitions, %d waits given up or refused, in %v", acquired, gaveUp, run)
+	if acquired < 100 {
+		t.Fatalf("only %d acquisitions in %v", acquired, run)
+	}
+}
