@@ -33,8 +33,8 @@
 // (WithPrefix), and its value is the token — the layout of node-redlock and
 // redsync, so a fleet that mixes them with dlock on the same names still
 // excludes each other. Only while a release hands the lock to a woken
-// waiter does the key hold "dlock:reserved:<Locker id>" instead, for at
-// most 500ms (see Waiting). The fence counter lives in "dlock:fence:{key}"
+// waiter through a reservation does the key hold
+// "dlock:reserved:<Locker id>" instead, for at most 500ms (see Waiting). The fence counter lives in "dlock:fence:{key}"
 // (or, when the key already has a Cluster hash tag, "dlock:fence:"+key), in
 // the same Cluster slot as the lock key. Counters never expire: one small key
 // per resource name.
@@ -44,34 +44,51 @@
 // Acquire and Do wait with wake-on-release: a waiting attempt that finds the
 // key busy queues its Locker beside the key, in "dlock:waiters:{key}" (a
 // sorted set in the key's slot, expiring 60 s after the last waiter refreshed
-// it), and the release that frees the key pops the longest waiter, reserves
-// the lock for it (in the lock key, see Keys) and publishes to that Locker's
-// own channel, in the same round trip. So one release wakes one waiter, in
-// arrival order. A holder that re-takes the lock at once (a loop over the
-// lock) may do so while the longest waiter has been first in line for less
-// than 3ms; such releases skip the queue, and after that the waiter is woken
-// or retries by itself and has the lock's first claim, so no waiter starves
-// (the policy and its bound are described in notify.go). The reservation lasts
+// it), and the release that frees the key pops the longest waiter, hands the
+// lock to it and publishes to that Locker's own channel, in the same round
+// trip. So one release wakes one waiter, in arrival order. The queue's state
+// is kept in "dlock:turn:{key}", a small hash expiring with the queue.
+//
+// After a hold of at least 1ms the release grants the lock to the waiter
+// directly: it sets the key to the token the waiter's refused attempt
+// registered, draws the fence and publishes both, and the waiter's Acquire
+// returns without another round trip (two per hand-off in all). Only a
+// Locker whose subscription still receives the message is granted the lock;
+// if its announcement is lost anyway, that Locker's next attempt sends the
+// same token and finds the lock its own; a grant whose wait was given up is
+// passed on. A Locker that hangs after it was granted the lock holds it for
+// its TTL, as any holder that hangs does.
+//
+// After shorter holds, and on a Cluster (where PUBLISH cannot tell whether
+// the waiter's Locker still listens), the release reserves the lock for the
+// waiter (in the lock key, see Keys) and the woken waiter takes it with one
+// round trip. A holder that re-takes the lock at once (a loop over the lock)
+// may do so while the longest waiter has been first in line for less than
+// 3ms; such releases skip the queue, and after that the waiter is woken or
+// retries by itself and has the lock's first claim, so no waiter starves (the
+// policy and its bound are described in notify.go). The reservation lasts
 // until the woken waiter takes the lock or gives up, and at most 500ms if it
 // crashed; TryAcquire honours it, reporting the lock reserved meanwhile, and
-// so does every other client's SET NX. A program that gives up a wait and
-// exits should call Close first: it takes the Locker out of the queues it
-// waited in, so no release is reserved for a process that is gone (the dlock
-// command does). Each Locker keeps one pub/sub connection for all its keys;
-// Close ends it. A wake-up is only a hint — the grant still needs the lock key
-// free or reserved for the woken Locker — and a release by a peer that does
-// not publish, an expiry, or a lost message is picked up by polling at the
-// retry delay plus jitter. The queue's state is kept in "dlock:turn:{key}", a
-// small hash expiring with the queue. Neither key is ever part of a grant: the
-// lock key alone is.
+// so does every other client's SET NX.
+//
+// A program that gives up a wait and exits should call Close first: it takes
+// the Locker out of the queues it waited in, so no release is reserved for,
+// or granted to, a process that is gone (the dlock command does). Each Locker
+// keeps one pub/sub connection for all its keys; Close ends it. A wake-up is
+// only a hint — the grant still needs the lock key free, reserved for the
+// woken Locker, or set to its token by the release itself — and a release by
+// a peer that does not publish, an expiry, or a lost message is picked up by
+// polling at the retry delay plus jitter. Neither the queue nor its state is
+// ever part of a grant: the lock key alone is.
 //
 // # Guarantees and limits
 //
-// On one node a lock is exclusive as long as the key lives: only a SET NX (or
-// the reserved Locker's own script) grants it, release and extension only
-// touch a key that still holds the holder's token, and the validity deadline
-// (the send time plus the TTL minus 1% + 2 ms) ends before the server's
-// expiry. Fences increase from holder to holder: a granted SET's INCR runs
+// On one node a lock is exclusive as long as the key lives: only a SET NX, the
+// reserved Locker's own script, or a release script that has just deleted the
+// holder's key grants it; release and extension only touch a key that still
+// holds the holder's token; and the validity deadline (the send time plus the
+// TTL minus 1% + 2 ms; for a direct grant, from before the waiter's token was
+// first sent) ends before the server's expiry. Fences increase from holder to holder: a granted SET's INCR runs
 // while the lock is held (if the key expired in between, the attempt took
 // longer than its TTL and is refused), and the next holder's SET comes after
 // the release. It is not exclusive across a failover: Redis replicates

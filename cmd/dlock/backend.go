@@ -171,7 +171,7 @@ func (a *app) openRedis(urls []string, ttl time.Duration) (*backend, error) {
 		}
 		// Close first: it takes a wait that was given up (Ctrl-C) out of
 		// the key's waiter queue before the client closes, so the next
-		// release is not reserved for this gone process.
+		// release is not reserved for, or granted to, this gone process.
 		b.closers = append([]func(){func() { l.Close() }}, b.closers...)
 		b.locker, b.tokens = l, l
 		return b, nil

@@ -44,8 +44,9 @@ glob, default "*"): each key's remaining TTL, its fence counter (if dlock took
 the lock at least once: the holder's fence, or higher, since a refused attempt
 on one node draws a number too; with Redlock, that node's counter) and, when
 the holder is a dlock run that published itself, the holder's host, pid and
-start time. For up to half a second after a release hands the lock to a
-waiting dlock, the key holds a reservation for it and is listed too.
+start time. When a release hands the lock to a waiting dlock through a
+reservation (after a hold under 1ms), the key holds the reservation for up to
+half a second and is listed too.
 
 Any string key with a TTL is listed, because a lock taken by another client
 (node-redlock, redsync, a plain SET NX PX) looks exactly like that: narrow the
