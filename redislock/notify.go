@@ -146,10 +146,9 @@ import (
 // script. A direct grant's announcement is more than a hint, but it only
 // reports what the release script did to the key, which only the token's
 // holder or the TTL undoes; without it the Locker's next attempt finds the
-// grant. When no
-// announcement comes (a peer releases with a plain DEL, the key expires, a
-// message is lost, the queue's head crashed), waiters fall back to polling
-// at dlock.WithRetryDelay plus jitter.
+// grant. When no announcement comes (a peer releases with a plain DEL, the
+// key expires, a message is lost, the queue's head crashed), waiters fall
+// back to polling at dlock.WithRetryDelay plus jitter.
 
 // The channel and queue names, the queue's TTL and the subscription loop
 // (reconnects, idle close) are shared with redlock in internal/wake.
@@ -412,10 +411,10 @@ func (n *notifier) leave(w *waiter) {
 
 // leaveQueue removes the Locker from full's queue in the background, and
 // passes on a reservation it holds there (it was woken but will not take
-// the lock), or a grant to one of tokens. Called with n.mu held. The queue holds one entry per Locker, so
-// until the removal is done a new waiter for full does not join the queue
-// (it would be the entry removed): its attempts are plain ones, and
-// it retries once the removal is done.
+// the lock), or a grant to one of tokens. Called with n.mu held. The queue
+// holds one entry per Locker, so until the removal is done a new waiter for
+// full does not join the queue (it would be the entry removed): its
+// attempts are plain ones, and it retries once the removal is done.
 func (n *notifier) leaveQueue(full string, tokens ...string) {
 	if n.closed {
 		return
@@ -513,7 +512,9 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 		g.quietUntil = start.Add(time.Duration(res[2]) * time.Microsecond)
 	}
 	n.mu.Lock()
-	if n.byKey[full] == in { // not recycled meanwhile
+	// Unless recycled meanwhile, or granted the lock (take: the release
+	// popped the Locker, whatever place this attempt had).
+	if n.byKey[full] == in && in.granted == nil {
 		in.place = res[1]
 	}
 	n.mu.Unlock()
@@ -521,8 +522,8 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 }
 
 // settle ends an attempt that carried in's token: won, or its outcome
-// unknown (failed). Called without n.mu. After Close it returns the token
-// if the caller must give back a grant to it (leave) itself.
+// unknown (failed). Called without n.mu. After Close it reports whether
+// the caller must run the leave script for the token itself.
 func (n *notifier) settle(full string, in *interest, token string, won, failed bool) (giveBack bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
