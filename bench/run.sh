@@ -12,8 +12,9 @@
 # Environment: BENCH_WINDOW (each contended window, default 2s), BENCH_ONLY
 # (a -bench regexp, default all groups), BENCH_COUNT (passes over the
 # uncontended groups and their interleaved forms, default 11),
-# BENCH_CPASSES (passes over the contended groups, default 5; C1
-# interleaved runs 3 more); the tables show medians.
+# BENCH_CPASSES (passes over the contended groups, default 5),
+# BENCH_IC1PASSES (passes of C1 interleaved, default 5); the tables show
+# medians.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -92,6 +93,7 @@ export BENCH_REDLOCK
 export BENCH_WINDOW=${BENCH_WINDOW:-2s}
 count=${BENCH_COUNT:-11}
 cpasses=${BENCH_CPASSES:-5}
+ic1passes=${BENCH_IC1PASSES:-5}
 only=${BENCH_ONLY:-.}
 export GOFLAGS=-mod=mod
 
@@ -109,7 +111,7 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -t
 	for _ in $(seq "$count"); do bench B 400x; done
 	for _ in $(seq "$count"); do bench IB 300x; done
 	for _ in $(seq "$cpasses"); do bench 'C[12]' 1x; done
-	for _ in 1 2 3; do bench IC1 1x; done
+	for _ in $(seq "$ic1passes"); do bench IC1 1x; done
 	for _ in $(seq "$count"); do bench D 5000x; done
 	if [ "${only_e:-}" != skip ]; then
 		for _ in $(seq "$count"); do bench E 1000x; done
@@ -126,7 +128,7 @@ runs, ratios much less. Medians of $count alternating passes for A, B, D and E,
 where each ratio is the median of the passes' own ratios (the middle half of
 them in brackets); medians of $cpasses passes of one ${BENCH_WINDOW} window per
 implementation for C1 and C2, each ratio again the median of the passes' own,
-and of 3 passes of C1 interleaved (dlock against each peer in 400ms windows).
+and of $ic1passes passes of C1 interleaved (dlock against each peer in 400ms windows).
 
 - date: $(date -u +%Y-%m-%dT%H:%MZ)
 - CPU: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)
