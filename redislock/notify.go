@@ -863,8 +863,11 @@ func (l *Locker) releaseNative(ctx context.Context, g *grant, quiet bool) (int64
 	}
 	pipe := l.client.Pipeline()
 	del := pipe.DelExArgs(ctx, g.key, redis.DelExArgs{Mode: "IFEQ", MatchValue: g.token})
-	qk := g.releaseKeys()
-	wake := scripts.Wake.EvalSha(ctx, pipe, qk, g.directArg())
+	qk, args := g.releaseKeys(), []any{"1"} // lock, queue, state, fence
+	if !g.direct() {
+		qk, args = qk[:3], nil
+	}
+	wake := scripts.Wake.EvalSha(ctx, pipe, qk, args...)
 	_, _ = pipe.Exec(ctx)
 	n, err := del.Result()
 	if err != nil {
@@ -874,7 +877,7 @@ func (l *Locker) releaseNative(ctx context.Context, g *grant, quiet bool) (int64
 		// The server lost its script cache: hand on with a second round
 		// trip (EVALSHA, then EVAL). Other errors only cost the waiters a
 		// poll.
-		_ = scripts.Wake.Run(ctx, l.client, qk, g.directArg()).Err()
+		_ = scripts.Wake.Run(ctx, l.client, qk, args...).Err()
 	}
 	return n, nil
 }

@@ -192,13 +192,11 @@ const directAfter = time.Millisecond
 // release may grant the lock to (notify.go).
 func (g *grant) setToken(t string) { g.token, g.tokenArg = t, t }
 
-// directArg returns the release's argument that allows or forbids a direct
-// grant (directAfter).
-func (g *grant) directArg() any {
-	if !g.heldSince.IsZero() && time.Since(g.heldSince) >= g.l.directAfter {
-		return "1"
-	}
-	return "0"
+// direct reports whether g's release may grant the lock to the queue's head
+// directly (directAfter). Only then does it send the fence key and the
+// flag, so a quick release costs what it did without direct grants.
+func (g *grant) direct() bool {
+	return !g.heldSince.IsZero() && time.Since(g.heldSince) >= g.l.directAfter
 }
 
 // argv returns the arguments of an EVALSHA of s on keys with args, built in
@@ -321,11 +319,15 @@ func (l *Locker) release(ctx context.Context, g *grant) error {
 	} else {
 		// Given the waiter queue, the script also hands the lock on to
 		// its head (notify.go).
-		keys := g.keys.release[:] // lock, queue, state
-		if quiet {
-			keys = keys[:1]
+		var argv []any
+		switch {
+		case quiet:
+			argv = g.argv(scripts.Release, g.keys.release[:1], g.tokenArg)
+		case g.direct():
+			argv = g.argv(scripts.Release, g.keys.release[:], g.tokenArg, "1") // lock, queue, state, fence
+		default:
+			argv = g.argv(scripts.Release, g.keys.release[:3], g.tokenArg)
 		}
-		argv := g.argv(scripts.Release, keys, g.tokenArg, g.directArg())
 		n, err = scripts.RunArgv(ctx, l.client, scripts.Release, argv).Int64()
 	}
 	if err != nil {
