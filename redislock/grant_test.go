@@ -42,6 +42,23 @@ func scriptCalls(t *testing.T, raw redis.UniversalClient) int {
 	return total
 }
 
+// loadScripts has the server load the acquire and release scripts, so that
+// no call counted by scriptCalls needs a second one (EVALSHA, NOSCRIPT,
+// EVAL).
+func loadScripts(t *testing.T, l *redislock.Locker, key string) {
+	t.Helper()
+	lock, err := l.TryAcquire(testCtx(t), key+"-warm-up", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquire(testCtx(t), key+"-warm-up", time.Second); err == nil {
+		t.Fatal("a second TryAcquire of a held key succeeded")
+	}
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A release after a hold of a few ms grants the lock to the queued waiter
 // itself: the waiter's Acquire returns without another call to the server,
 // with the token the key holds, the next fence, and a validity counted from
@@ -58,13 +75,7 @@ func TestDirectGrant(t *testing.T) {
 	closeLocker(t, waiter)
 	key := locktest.Key(t)
 	const ttl = 10 * time.Second
-	// Load the release script, so that no release below needs a second
-	// call (EVALSHA, NOSCRIPT, EVAL).
-	if lock, err := holder.TryAcquire(testCtx(t), key+"-warm-up", ttl); err != nil {
-		t.Fatal(err)
-	} else if err := lock.Release(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	loadScripts(t, holder, key)
 	for _, tc := range []struct {
 		name   string
 		direct time.Duration // the holder's directAfter
@@ -233,57 +244,121 @@ func TestLostGrantAnnouncement(t *testing.T) {
 }
 
 // A grant whose Locker gives up before it learns of it (its waiter's
-// context ends while the announcement is on its way, or lost) is given
-// back: the next Locker in the queue gets the lock at once, not after the
-// TTL. The grant is made here as the release script makes it, without the
-// announcement.
+// context ends, or the Locker is closed, while the announcement is on its
+// way or lost) is given back: the next Locker in the queue gets the lock at
+// once, not after the TTL. The grant is made here as the release script
+// makes it, without the announcement.
 func TestUnusedGrantGivenBack(t *testing.T) {
-	raw := shared.Client(t)
-	holder, quitter, next := newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t))
-	for _, l := range []*redislock.Locker{holder, quitter, next} {
-		closeLocker(t, l)
-	}
-	key := locktest.Key(t)
-	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(testCtx(t))
-	defer cancel()
-	poll := []dlock.Option{dlock.WithRetryDelay(5 * time.Second), dlock.WithRetryJitter(0)}
-	quitDone := waitFor(ctx, quitter, key, poll...)
-	waitQueued(t, raw, key, 1)
-	nextDone := waitFor(testCtx(t), next, key, poll...)
-	waitQueued(t, raw, key, 2)
+	for _, giveUp := range []string{"context ends", "Close"} {
+		t.Run(giveUp, func(t *testing.T) {
+			raw := shared.Client(t)
+			holder, quitter, next := newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t))
+			for _, l := range []*redislock.Locker{holder, quitter, next} {
+				closeLocker(t, l)
+			}
+			key := locktest.Key(t)
+			lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(testCtx(t))
+			defer cancel()
+			poll := []dlock.Option{dlock.WithRetryDelay(5 * time.Second), dlock.WithRetryJitter(0)}
+			quitDone := waitFor(ctx, quitter, key, poll...)
+			waitQueued(t, raw, key, 1)
+			nextDone := waitFor(testCtx(t), next, key, poll...)
+			waitQueued(t, raw, key, 2)
 
-	// quitter's registration: its id heads the queue, its token is in the
-	// queue's state.
-	queue, state := "dlock:waiters:{"+key+"}", "dlock:turn:{"+key+"}"
-	id := raw.ZRange(testCtx(t), queue, 0, 0).Val()[0]
-	token := raw.HGet(testCtx(t), state, "g"+id).Val()
-	if token == "" {
-		t.Fatalf("the queue's head %s registered no token", id)
-	}
-	// The grant (queue.lua's wake): the holder's lock gives way to it.
-	if n, err := raw.Eval(testCtx(t), `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+			// quitter's registration: its id heads the queue, its token is
+			// in the queue's state.
+			queue, state := "dlock:waiters:{"+key+"}", "dlock:turn:{"+key+"}"
+			id := raw.ZRange(testCtx(t), queue, 0, 0).Val()[0]
+			token := raw.HGet(testCtx(t), state, "g"+id).Val()
+			if token == "" {
+				t.Fatalf("the queue's head %s registered no token", id)
+			}
+			// The grant (queue.lua's wake): the holder's lock gives way to it.
+			if n, err := raw.Eval(testCtx(t), `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('zrem', KEYS[2], ARGV[3])
 redis.call('hdel', KEYS[3], 'g' .. ARGV[3], 'l' .. ARGV[3])
 redis.call('set', KEYS[1], ARGV[2], 'px', 10000)
 return 1`, []string{key, queue, state}, lock.Token(), token, id).Int(); err != nil || n != 1 {
-		t.Fatalf("granting to quitter: %v, %v", n, err)
+				t.Fatalf("granting to quitter: %v, %v", n, err)
+			}
+			start := time.Now()
+			if giveUp == "Close" {
+				quitter.Close() // its wait goes on, polling every 5s
+			} else {
+				cancel()
+				if got := <-quitDone; got.err == nil {
+					t.Fatal("quitter got the lock after its context ended")
+				}
+			}
+			got := <-nextDone
+			if got.err != nil {
+				t.Fatal(got.err)
+			}
+			if d := got.at.Sub(start); d > 2*time.Second {
+				t.Fatalf("next Locker got the lock %v after quitter gave up its grant (TTL 10s, poll 5s)", d)
+			}
+			if err := got.lock.Release(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			if giveUp == "Close" {
+				cancel()
+				if got := <-quitDone; got.err == nil {
+					got.lock.Release(testCtx(t))
+				}
+			}
+		})
 	}
-	start := time.Now()
-	cancel()
-	if got := <-quitDone; got.err == nil {
-		t.Fatal("quitter got the lock after its context ended")
+}
+
+// A waiter granted the lock after waiting more than half its TTL renews the
+// key before it returns (one round trip): its validity is counted from the
+// renewal, not from when it began waiting, and still ends before the key
+// expires.
+func TestDirectGrantAfterLongWait(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	raw := srv.Client(t)
+	holder := newLocker(t, srv.Client(t))
+	waiter := newLocker(t, srv.Client(t))
+	closeLocker(t, holder)
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+	loadScripts(t, holder, key)
+	const ttl = 2 * time.Second
+	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
-	got := <-nextDone
+	done := make(chan acquired, 1)
+	go func() {
+		l, err := waiter.Acquire(testCtx(t), key, ttl, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+		done <- acquired{l, err, time.Now()}
+	}()
+	waitQueued(t, raw, key, 1)
+	time.Sleep(ttl/2 + 100*time.Millisecond)
+	before := scriptCalls(t, raw)
+	released := time.Now()
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
 	if got.err != nil {
 		t.Fatal(got.err)
 	}
 	defer got.lock.Release(context.Background())
-	if d := got.at.Sub(start); d > 2*time.Second {
-		t.Fatalf("next Locker got the lock %v after quitter gave up its grant (TTL 10s, poll 5s)", d)
+	if calls := scriptCalls(t, raw) - before; calls != 2 {
+		t.Errorf("%d scripts ran from the release to the waiter's lock, want 2 (the release, the renewal)", calls)
+	}
+	vu := got.lock.ValidUntil()
+	if vu.Before(released.Add(ttl * 8 / 10)) {
+		t.Errorf("waiter's lock valid for %v after the release, want most of its %v TTL", vu.Sub(released), ttl)
+	}
+	pttl := raw.PTTL(testCtx(t), key).Val()
+	if deadline := time.Now().Add(pttl); vu.After(deadline) {
+		t.Errorf("waiter's lock valid until %v after the key expires", vu.Sub(deadline))
 	}
 }
 
