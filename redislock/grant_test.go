@@ -363,10 +363,11 @@ func TestDirectGrantAfterLongWait(t *testing.T) {
 }
 
 // Lockers with several local waiters each, waits given up at random
-// (contexts ending mid-hand-off), holds long enough for direct grants, and
-// TryAcquire calls in between: never two holders, the key holds the holder's
-// token for the whole hold, every release finds its lock, and fences
-// increase from holder to holder.
+// (contexts ending mid-hand-off, and mid-attempt), holds long enough for
+// direct grants, and TryAcquire calls in between: never two holders, the
+// key holds the holder's token for the whole hold, every release finds its
+// lock, fences increase from holder to holder, and no grant is left to
+// nobody (the key would be held for its 5s TTL).
 func TestDirectGrantTorture(t *testing.T) {
 	const lockers, perLocker = 4, 3
 	run := 3 * time.Second
@@ -381,6 +382,8 @@ func TestDirectGrantTorture(t *testing.T) {
 		lastFence uint64
 		acquired  int
 		gaveUp    int
+		lastFree  = time.Now() // when the lock was last released
+		maxFree   time.Duration
 	)
 	deadline := time.Now().Add(run)
 	var wg sync.WaitGroup
@@ -420,6 +423,7 @@ func TestDirectGrantTorture(t *testing.T) {
 						t.Errorf("fence %d after %d", lock.Fence(), lastFence)
 					}
 					holder, lastFence = lock.Token(), lock.Fence()
+					maxFree = max(maxFree, time.Since(lastFree))
 					acquired++
 					mu.Unlock()
 					time.Sleep(time.Duration(1000+rng.IntN(1000)) * time.Microsecond)
@@ -433,13 +437,66 @@ func TestDirectGrantTorture(t *testing.T) {
 						t.Errorf("release: %v", err)
 						return
 					}
+					mu.Lock()
+					lastFree = time.Now()
+					mu.Unlock()
 				}
 			}()
 		}
 	}
 	wg.Wait()
-	t.Logf("%d acquisitions, %d waits given up or refused, in %v", acquired, gaveUp, run)
+	t.Logf("%d acquisitions, %d waits given up or refused, in %v; the lock was free for %v at most", acquired, gaveUp, run, maxFree)
+	if maxFree > time.Second {
+		t.Errorf("the lock was free, or held by nobody, for %v (TTL 5s): a grant nobody took?", maxFree)
+	}
 	if acquired < 100 {
 		t.Fatalf("only %d acquisitions in %v", acquired, run)
+	}
+}
+
+// An attempt that registered the Locker's token but whose reply came too
+// late (its context ended) leaves the token with the Locker's other
+// waiters: a release that grants the lock to it then serves one of them,
+// not nobody (which would hold the key for its TTL).
+func TestGrantAfterFailedAttempt(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	raw := srv.Client(t)
+	proxy := testproxy.Start(t, srv.Addr)
+	opts := srv.Options()
+	opts.Addr = proxy.Addr
+	wc := redis.NewClient(opts)
+	t.Cleanup(func() { wc.Close() })
+	holder, waiter := newLocker(t, srv.Client(t)), newLocker(t, wc)
+	closeLocker(t, holder)
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+	waitQueued(t, raw, key, 1)
+
+	proxy.Latency(t, 200*time.Millisecond, 0)
+	ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
+	_, err = waiter.TryAcquire(ctx, key, 10*time.Second) // registers, then times out
+	cancel()
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire whose reply is late: %v, want a deadline error", err)
+	}
+	start := time.Now()
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if v := raw.Get(testCtx(t), key).Val(); v == "" || strings.HasPrefix(v, "dlock:reserved:") {
+		t.Fatalf("after the release the key holds %q, want the waiter's token", v)
+	}
+	got := <-done
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	defer got.lock.Release(context.Background())
+	if d := got.at.Sub(start); d > 2*time.Second {
+		t.Fatalf("the waiter got the lock %v after the release (poll 5s, TTL 10s)", d)
 	}
 }

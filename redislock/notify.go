@@ -488,6 +488,12 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 		}
 		in.busy, register = true, "1"
 		g.setToken(in.token)
+		// Whatever became of this attempt, a grant to the token stays the
+		// interest's: a later attempt finds it, or leave gives it back.
+		// Were TryAcquire to delete a key holding it after a lost reply,
+		// a release could still grant the token this attempt registered,
+		// to nobody.
+		g.carried = true
 	}
 	place, keep := in.place, "0"
 	if len(in.waiters) > 1 {
@@ -500,7 +506,7 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	if err == nil && len(res) != 3 {
 		err = redis.Nil // a malformed reply: reported as a failed attempt
 	}
-	if carry && n.settle(full, in, g.token, err == nil && res[0] > 0, err != nil) {
+	if carry && n.settle(full, in, g.token, err == nil && res[0] > 0) {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		n.runLeave(lctx, full, g.token)
 		cancel()
@@ -521,10 +527,11 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	return res[0], nil
 }
 
-// settle ends an attempt that carried in's token: won, or its outcome
-// unknown (failed). Called without n.mu. After Close it reports whether
-// the caller must run the leave script for the token itself.
-func (n *notifier) settle(full string, in *interest, token string, won, failed bool) (giveBack bool) {
+// settle ends an attempt that carried in's token: won, or refused, or its
+// outcome unknown (then treated as refused). Called without n.mu. After
+// Close it reports whether the caller must run the leave script for the
+// token itself.
+func (n *notifier) settle(full string, in *interest, token string, won bool) (giveBack bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	stash := in.stash
@@ -541,10 +548,6 @@ func (n *notifier) settle(full string, in *interest, token string, won, failed b
 			return true // no goroutines after Close: the caller leaves
 		}
 		n.leaveQueue(full, token)
-	case failed:
-		// TryAcquire deletes the key if it holds token: a grant to it,
-		// announced or not, is not taken.
-		in.token = ""
 	case stash != nil:
 		n.take(full, in, stash)
 	}

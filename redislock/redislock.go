@@ -87,9 +87,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	start := time.Now()
 	fence, err := l.acquire(ctx, g, ttl, start) // notify.go: joins the waiter queue when a local Acquire waits
 	if err != nil {
-		if !isServerReply(err) {
+		if !isServerReply(err) && !g.carried {
 			// The reply was lost, not the request: the key may be ours
 			// now. Remove it so it does not block others for a whole TTL.
+			// (A token the Locker's waiters share stays theirs: notify.go.)
 			l.cleanup(ctx, g, ttl)
 		}
 		if cerr := rclient.CtxErr(ctx); cerr != nil {
@@ -178,6 +179,9 @@ type grant struct {
 	// heldSince: when the attempt returned the lock. A release at least
 	// directAfter later may grant it to the queue's head directly.
 	heldSince time.Time
+	// carried: the attempt sent the token of the Locker's waiters on the
+	// key (notify.go).
+	carried bool
 }
 
 // directAfter is how long a lock must have been held before its release may
