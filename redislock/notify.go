@@ -80,7 +80,9 @@ import (
 //     "ours already"), as after a lost reply. Only one thing takes a grant:
 //     the announcement, or the attempt that finds it (settle, take); the
 //     token is retired then, and an announcement for a retired token is
-//     ignored.
+//     ignored. An attempt whose reply is lost keeps the token too (it may
+//     have registered it), and TryAcquire leaves a key holding it alone:
+//     the next attempt takes it, or leave gives it back.
 //   - A grant nobody takes is given back: a Locker whose last waiter left,
 //     or that is closed, runs the leave script with the tokens it will not
 //     use, which passes a key holding one of them on to the next head.
