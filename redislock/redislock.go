@@ -29,10 +29,10 @@ type Locker struct {
 	driftFactor float64
 	native      NativeMode
 	logger      *slog.Logger
-	notify      *notifier // wake-on-release (notify.go); nil for clients without usable pub/sub
-	handoffArg  any       // handoffAfter in µs, boxed once for the scripts
-	reserveArg  any       // reserveFor in µs
-	directAfter time.Duration
+	notify      *notifier     // wake-on-release (notify.go); nil for clients without usable pub/sub
+	handoffArg  any           // handoffAfter in µs, boxed once for the scripts
+	reserveArg  any           // reserveFor in µs
+	directAfter time.Duration // the least hold whose release may grant directly; tests change it
 	lastTTL     atomic.Pointer[boxedTTL]
 	keySets     keyCache                  // the derived keys of keys used lately
 	retake      atomic.Pointer[quietHint] // the last quiet release (notify.go)
