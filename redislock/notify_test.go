@@ -526,6 +526,28 @@ func TestWakeOnReleaseNative(t *testing.T) {
 			t.Fatalf("round %d: native hand-off took %v with a 5s poll interval", round, d)
 		}
 	}
+
+	// After a hold, the wake script grants the lock directly here too: the
+	// key holds the waiter's token as soon as the release returns.
+	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+	waitQueued(t, raw, key, 1)
+	time.Sleep(5 * time.Millisecond)
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	granted := raw.Get(testCtx(t), key).Val()
+	got := <-done
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	defer got.lock.Release(context.Background())
+	if granted != got.lock.Token() {
+		t.Fatalf("right after the native release the key held %q; the waiter's token is %q", granted, got.lock.Token())
+	}
 }
 
 // The fence counter and the waiter queue sit where internal/keys says,
