@@ -63,6 +63,9 @@ func TestFenceAmnesiaInversion(t *testing.T) {
 		t.Fatalf("rule on, all nodes: fence %d not above %d", lock.Fence(), f)
 	}
 	lock.Release(testCtx(t))
+	// Release returns once a majority deleted the key; Close waits for the
+	// rest, which the {A,B,D} view below needs all of.
+	all.Close()
 	// The write-back made A and B trusted again for this key: the
 	// {A,B,D} holder now gets a fence, and a larger one.
 	prev := lock.Fence()
