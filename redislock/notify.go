@@ -868,9 +868,11 @@ func (l *Locker) releaseNative(ctx context.Context, g *grant, quiet bool) (int64
 	}
 	pipe := l.client.Pipeline()
 	del := pipe.DelExArgs(ctx, g.key, redis.DelExArgs{Mode: "IFEQ", MatchValue: g.token})
-	qk, args := g.releaseKeys(), []any{"1"} // lock, queue, state, fence
-	if !g.direct() {
-		qk, args = qk[:3], nil
+	qk, args := g.releaseKeys(), []any(nil) // lock, queue, state, fence
+	if g.direct() {
+		args = []any{"1"}
+	} else {
+		qk = qk[:3]
 	}
 	wake := scripts.Wake.EvalSha(ctx, pipe, qk, args...)
 	_, _ = pipe.Exec(ctx)
