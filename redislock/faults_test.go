@@ -11,7 +11,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/locktest"
-	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -136,11 +135,7 @@ func TestConformanceCluster(t *testing.T) {
 // so the next client does not wait a whole TTL.
 func TestLostReplyLeavesNoGhost(t *testing.T) {
 	srv := testsrv.StartRedis(t)
-	proxy := testproxy.Start(t, srv.Addr)
-	opts := srv.Options()
-	opts.Addr = proxy.Addr
-	viaProxy := redis.NewClient(opts)
-	defer viaProxy.Close()
+	viaProxy, proxy := proxiedClient(t, srv)
 	l := newLocker(t, viaProxy, redislock.WithNativeCommands(redislock.NativeNever))
 	direct := srv.Client(t)
 	key := locktest.Key(t)

@@ -134,14 +134,8 @@ func TestGrantSkipsLockerNotListening(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	raw := srv.Client(t)
 	ctx := testCtx(t)
-	if err := raw.Do(ctx, "ACL", "SETUSER", "gone", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
-	opts := srv.Options()
-	opts.Username, opts.Password = "gone", "pw"
-	gc := redis.NewClient(opts)
-	t.Cleanup(func() { gc.Close() })
-	holder, gone, next := newLocker(t, srv.Client(t)), newLocker(t, gc), newLocker(t, srv.Client(t))
+	holder, gone, next := newLocker(t, srv.Client(t)), newLocker(t, userClient(t, srv, "gone")), newLocker(t, srv.Client(t))
+	holder.SetDirectAfter(0) // every release may grant directly, however short the hold
 	for _, l := range []*redislock.Locker{holder, gone, next} {
 		closeLocker(t, l)
 	}
@@ -161,7 +155,6 @@ func TestGrantSkipsLockerNotListening(t *testing.T) {
 	if err := raw.Do(ctx, "CLIENT", "KILL", "USER", "gone").Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond) // a hold, so the release may grant directly
 	start := time.Now()
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -191,7 +184,7 @@ func TestGrantSkipsLockerNotListening(t *testing.T) {
 // every 5s) for key, holds the replies to it, releases holder's lock and
 // checks that the release granted the lock directly: the key holds a
 // token, not a reservation.
-func grantBehindProxy(t *testing.T, raw redis.UniversalClient, proxy *testproxy.Proxy, holder, waiter *redislock.Locker, ctx context.Context, key string) <-chan acquired {
+func grantBehindProxy(ctx context.Context, t *testing.T, raw redis.UniversalClient, proxy *testproxy.Proxy, holder, waiter *redislock.Locker, key string) <-chan acquired {
 	t.Helper()
 	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
 	if err != nil {
@@ -199,7 +192,6 @@ func grantBehindProxy(t *testing.T, raw redis.UniversalClient, proxy *testproxy.
 	}
 	done := waitFor(ctx, waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
 	waitQueued(t, raw, key, 1)
-	time.Sleep(5 * time.Millisecond) // a hold
 	proxy.HoldReplies(t)
 	if err := lock.Release(testCtx(t)); err != nil {
 		t.Fatal(err)
@@ -217,16 +209,13 @@ func grantBehindProxy(t *testing.T, raw redis.UniversalClient, proxy *testproxy.
 func TestLostGrantAnnouncement(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	raw := srv.Client(t)
-	proxy := testproxy.Start(t, srv.Addr)
-	opts := srv.Options()
-	opts.Addr = proxy.Addr
-	wc := redis.NewClient(opts)
-	t.Cleanup(func() { wc.Close() })
+	wc, proxy := proxiedClient(t, srv)
 	holder, waiter := newLocker(t, srv.Client(t)), newLocker(t, wc)
+	holder.SetDirectAfter(0) // every release may grant directly, however short the hold
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
 	key := locktest.Key(t)
-	done := grantBehindProxy(t, raw, proxy, holder, waiter, testCtx(t), key)
+	done := grantBehindProxy(testCtx(t), t, raw, proxy, holder, waiter, key)
 	granted := raw.Get(testCtx(t), key).Val()
 	start := time.Now()
 	proxy.Cut(t)
@@ -461,12 +450,9 @@ func TestDirectGrantTorture(t *testing.T) {
 func TestGrantAfterFailedAttempt(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	raw := srv.Client(t)
-	proxy := testproxy.Start(t, srv.Addr)
-	opts := srv.Options()
-	opts.Addr = proxy.Addr
-	wc := redis.NewClient(opts)
-	t.Cleanup(func() { wc.Close() })
+	wc, proxy := proxiedClient(t, srv)
 	holder, waiter := newLocker(t, srv.Client(t)), newLocker(t, wc)
+	holder.SetDirectAfter(0) // every release may grant directly, however short the hold
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
 	key := locktest.Key(t)

@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/internal/wake"
 	"github.com/dlock-go/dlock/redislock"
@@ -185,15 +186,8 @@ func TestDroppedSubscription(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	raw := srv.Client(t)
 	ctx := testCtx(t)
-	if err := raw.Do(ctx, "ACL", "SETUSER", "waiter", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
-	opts := srv.Options()
-	opts.Username, opts.Password = "waiter", "pw"
-	wc := redis.NewClient(opts)
-	t.Cleanup(func() { wc.Close() })
 	holder := newLocker(t, srv.Client(t))
-	waiter := newLocker(t, wc)
+	waiter := newLocker(t, userClient(t, srv, "waiter"))
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
 	key := locktest.Key(t)
@@ -473,6 +467,7 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 	}
 	raw := newClient()
 	holder, waiter := newLocker(t, newClient()), newLocker(t, newClient())
+	holder.SetDirectAfter(0) // every release may grant directly, however short the hold
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
 	for _, key := range []string{locktest.Key(t), "{tagged}" + locktest.Key(t), locktest.Key(t) + "-x"} {
@@ -483,7 +478,7 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 
 	// No direct grants on a Cluster (PUBLISH there cannot tell whether the
 	// head's Locker listens): a queued Locker registers no token, and a
-	// release after a hold reserves the lock.
+	// release that may grant directly reserves the lock all the same.
 	key := locktest.Key(t)
 	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
 	if err != nil {
@@ -495,7 +490,6 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 	if slices.ContainsFunc(fields, func(f string) bool { return f[0] == 'g' || f[0] == 'l' }) {
 		t.Fatalf("a Locker on a Cluster registered for a direct grant: state fields %q", fields)
 	}
-	time.Sleep(5 * time.Millisecond)
 	if d := handOff(t, lock, done); d > time.Second {
 		t.Fatalf("cluster hand-off took %v with a 5s poll interval", d)
 	}
@@ -512,6 +506,7 @@ func TestWakeOnReleaseNative(t *testing.T) {
 	}
 	raw := newClient()
 	holder, waiter := newLocker(t, newClient()), newLocker(t, newClient())
+	holder.SetDirectAfter(0) // every release may grant directly, however short the hold
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
 	if del, _ := holder.Features(testCtx(t)); !del {
@@ -527,15 +522,21 @@ func TestWakeOnReleaseNative(t *testing.T) {
 		}
 	}
 
-	// After a hold, the wake script grants the lock directly here too: the
-	// key holds the waiter's token as soon as the release returns.
+	// The wake script grants the lock directly here too: the key holds the
+	// waiter's token as the release returns, while the waiter, whose
+	// replies and announcements are delayed 300ms, cannot have acted yet.
+	proxy := testproxy.Start(t, m.Addr())
+	sc := redis.NewClient(&redis.Options{Addr: proxy.Addr})
+	t.Cleanup(func() { sc.Close() })
+	slow := newLocker(t, sc)
+	closeLocker(t, slow)
 	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+	done := waitFor(testCtx(t), slow, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
 	waitQueued(t, raw, key, 1)
-	time.Sleep(5 * time.Millisecond)
+	proxy.Latency(t, 300*time.Millisecond, 0)
 	if err := lock.Release(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}

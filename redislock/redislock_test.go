@@ -61,6 +61,33 @@ func newLocker(t *testing.T, c redis.UniversalClient, opts ...redislock.Option) 
 	return l
 }
 
+// userClient creates an ACL user allowed everything on srv and returns a
+// client that logs in as it, so that a test can later take channels away
+// from that client alone, or cut its connections (CLIENT KILL USER).
+func userClient(t *testing.T, srv *testsrv.Redis, user string) *redis.Client {
+	t.Helper()
+	if err := srv.Client(t).Do(testCtx(t), "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := srv.Options()
+	opts.Username, opts.Password = user, "pw"
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// proxiedClient returns a client whose connections to srv go through a new
+// proxy, for injecting faults on that client alone.
+func proxiedClient(t *testing.T, srv *testsrv.Redis) (*redis.Client, *testproxy.Proxy) {
+	t.Helper()
+	proxy := testproxy.Start(t, srv.Addr)
+	opts := srv.Options()
+	opts.Addr = proxy.Addr
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	return c, proxy
+}
+
 func sharedFactory(opts ...redislock.Option) locktest.Factory {
 	return func(t *testing.T) dlock.Locker { return newLocker(t, shared.Client(t), opts...) }
 }
