@@ -431,10 +431,13 @@ func TestSessionLease(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Do keeps checking, so the lease never runs out.
-	err = a.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+	// Do keeps checking, so the lease never runs out. Twice the TTL here:
+	// each extension must land within a fraction of it, which a busy
+	// machine running the whole suite under -race once missed at 400ms.
+	const doTTL = 2 * ttl
+	err = a.Do(testCtx(t), key, doTTL, func(ctx context.Context) error {
 		for range 8 { // 4 leases long
-			time.Sleep(ttl / 2)
+			time.Sleep(doTTL / 2)
 			if _, err := b.TryAcquire(ctx, key, time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
 				return fmt.Errorf("another holder got in during Do: %v", err)
 			}
