@@ -135,7 +135,7 @@ func TestConformanceCluster(t *testing.T) {
 // so the next client does not wait a whole TTL.
 func TestLostReplyLeavesNoGhost(t *testing.T) {
 	srv := testsrv.StartRedis(t)
-	viaProxy, proxy := proxiedClient(t, srv)
+	viaProxy, proxy := proxiedClient(t, srv, -1)
 	l := newLocker(t, viaProxy, redislock.WithNativeCommands(redislock.NativeNever))
 	direct := srv.Client(t)
 	key := locktest.Key(t)

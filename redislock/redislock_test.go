@@ -77,12 +77,14 @@ func userClient(t *testing.T, srv *testsrv.Redis, user string) *redis.Client {
 }
 
 // proxiedClient returns a client whose connections to srv go through a new
-// proxy, for injecting faults on that client alone.
-func proxiedClient(t *testing.T, srv *testsrv.Redis) (*redis.Client, *testproxy.Proxy) {
+// proxy, for injecting faults on that client alone. maxRetries is the
+// client's redis.Options.MaxRetries (-1: none).
+func proxiedClient(t *testing.T, srv *testsrv.Redis, maxRetries int) (*redis.Client, *testproxy.Proxy) {
 	t.Helper()
 	proxy := testproxy.Start(t, srv.Addr)
 	opts := srv.Options()
 	opts.Addr = proxy.Addr
+	opts.MaxRetries = maxRetries
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { c.Close() })
 	return c, proxy
