@@ -15,3 +15,8 @@ func (l *Locker) SetPolicy(handoff, reserve time.Duration) { l.setPolicy(handoff
 // SetDirectAfter changes how long a lock must be held before its release
 // may grant it directly, for tests that need every release to reserve.
 func (l *Locker) SetDirectAfter(d time.Duration) { l.directAfter = d }
+
+// SetBackAtOnce changes how soon after a short hold's release a Locker's
+// next attempt counts as coming back at once, for tests that cannot be
+// that quick.
+func (l *Locker) SetBackAtOnce(d time.Duration) { l.backAtOnce = d }

@@ -173,6 +173,72 @@ func TestOldHeadIsServed(t *testing.T) {
 	}
 }
 
+// (b2) A loop whose woken waiter was quicker still barges. The holder's
+// release (a short hold) wakes the head, the head takes the lock before
+// the holder's next attempt arrives, and that attempt, coming back at once
+// after its release, is refused by the head's lock rather than by the
+// reservation. It marks the lock as being re-taken at once all the same,
+// so the next release defers the young head behind it instead of waking
+// it, and the releaser re-takes the free lock. (Without the mark every
+// such race cost a hand-off: in bench C1 15-24% of acquisitions were.)
+func TestLoopLosingTheRaceStillBarges(t *testing.T) {
+	raw := shared.Client(t)
+	const T = time.Minute // every head stays young
+	h, w, w2 := policyLocker(t, T, 10*time.Second), policyLocker(t, T, 10*time.Second), policyLocker(t, T, 10*time.Second)
+	for _, l := range []*redislock.Locker{h, w} {
+		l.SetDirectAfter(time.Hour)      // every hold is short: its release reserves
+		l.SetBackAtOnce(5 * time.Second) // the test's steps take milliseconds, a loop's microseconds
+	}
+	subscribe(t, h, w2)
+	key := locktest.Key(t)
+	lock, err := h.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wDone := waitFor(testCtx(t), w, key, longPoll...)
+	waitQueued(t, raw, key, 1)
+	ctx2, cancel2 := context.WithCancel(testCtx(t))
+	w2Done := waitFor(ctx2, w2, key, longPoll...)
+	defer func() {
+		cancel2()
+		if got := <-w2Done; got.err == nil {
+			got.lock.Release(context.Background())
+		}
+	}()
+	waitQueued(t, raw, key, 2)
+
+	// h's release (a short hold) wakes w, and w takes the lock before h
+	// comes back.
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	got := <-wDone
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if _, err := retake(t, h, key); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("h's attempt while w holds the lock: %v, want ErrNotAcquired", err)
+	}
+	// w releases: the young head w2 is deferred, not woken, and the lock
+	// is free for w's re-take.
+	if err := got.lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if v := raw.Get(testCtx(t), key).Val(); v != "" {
+		t.Fatalf("after w's release the key holds %q: the young head was woken, want the lock left free", v)
+	}
+	again, err := w.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatalf("w's re-take after its release: %v", err)
+	}
+	defer again.Release(context.Background())
+	select {
+	case got := <-w2Done:
+		t.Fatalf("the young head got the lock (err %v) while the loop re-took it", got.err)
+	default:
+	}
+}
+
 // (c) Eight Lockers re-take one lock in a tight loop (hold 0), with a poll
 // interval far beyond the test, so a waiter gets the lock only through the
 // hand-off policy. Everyone gets the lock, and no wait comes near the test's

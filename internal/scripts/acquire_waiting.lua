@@ -6,7 +6,9 @@
 -- earlier place in the queue (0 = none), ARGV[5] '1' when more of the
 -- Locker's waiters wait after a win, ARGV[6] queue ttl ms, ARGV[7] hand-off
 -- threshold T µs, ARGV[8] reservation R µs, ARGV[9] '1' when a refused
--- attempt registers its token and TTL for a direct grant (queue.lua's wake)
+-- attempt registers its token and TTL for a direct grant (queue.lua's wake),
+-- ARGV[10] '1' when the Locker comes back at once after releasing a short
+-- hold on the key (a loop over the lock)
 -- Returns {fence (> 0), 0 busy, -1 busy without expiry or -2 reserved for
 -- another Locker's woken waiter; the Locker's place in the queue now, 0
 -- when not queued; quiet}. quiet > 0 (µs) when a won lock was taken by
@@ -120,9 +122,12 @@ if fence then
 end
 -- Refused: queued, and registered for a direct grant if asked.
 if ARGV[9] == '1' then redis.call('hset', S, 'g' .. id, ARGV[1], 'l' .. id, ARGV[2]) end
+-- A newcomer refused by a reservation, or one that came back at once after
+-- its own short hold (the woken waiter was quicker): the lock is being
+-- re-taken at once (queue.lua's b).
+if place == 0 and (reserved or ARGV[10] == '1') then redis.call('hset', S, 'b', '1') end
 if reserved then
   -- Reserved for another Locker's woken waiter.
-  if place == 0 then redis.call('hset', S, 'b', '1') end -- see queue.lua
   return {-2, enqueue(place), 0}
 end
 local busy = 0

@@ -12,7 +12,8 @@
 --   d     '1' once h was told to retry by itself (deferred);
 --   b     '1' when a waiting attempt of a Locker not in the queue
 --         (typically the releaser coming back at once) was refused while
---         the lock was reserved: the lock is being re-taken at once;
+--         the lock was reserved, or right after that Locker's own release
+--         of a short hold: the lock is being re-taken at once;
 --   R, T  the waiters' policy, in µs: how long a woken waiter's reservation
 --         lasts, and how long the head lets a holder re-take the lock.
 -- S expires a minute after it was last written, as Q does after its last

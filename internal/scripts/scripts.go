@@ -48,7 +48,8 @@ var (
 	// AcquireWaiting: KEYS lock, fence counter, queue state, waiter queue;
 	// ARGV token, ttl ms, Locker id, earlier place, keep ("1"), queue ttl
 	// ms, hand-off threshold µs, reservation µs, register ("1": a refused
-	// attempt registers token and ttl for a direct grant). A key that
+	// attempt registers token and ttl for a direct grant), back ("1": the
+	// Locker comes back at once after releasing a short hold). A key that
 	// holds the token already is won. Returns {fence | 0 | -1 |
 	// -2, place in the queue, quiet µs (a release that soon may skip the
 	// queue)}.
