@@ -188,11 +188,11 @@ type grant struct {
 
 // directAfter is how long a lock must have been held before its release may
 // grant it to the queue's head directly. A holder that takes the lock again
-// at once (hold 0) hands it on through a reservation instead; its own next
-// attempt, refused, tells the scripts that the lock is being re-taken at
-// once (queue.lua's b, notify.go's shortRelease), which lets it barge while
-// the head is young. Granting directly there measured 10-13% of bench C1's
-// acquisitions as hand-offs against 4%, and less throughput.
+// at once (hold 0) hands it on through a reservation instead: the woken
+// waiter's round trip leaves time for the holder's next attempt, refused,
+// to tell the scripts that the lock is being re-taken at once (queue.lua's
+// b, notify.go's shortRelease), which lets it barge while the head is
+// young. A granted waiter's own release would come before that (notify.go).
 const directAfter = time.Millisecond
 
 // setToken makes t the token g's calls send: the interest's token, which a
