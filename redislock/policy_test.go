@@ -186,9 +186,9 @@ func TestLoopLosingTheRaceStillBarges(t *testing.T) {
 	const T = time.Minute // every head stays young
 	h, w, w2 := policyLocker(t, T, 10*time.Second), policyLocker(t, T, 10*time.Second), policyLocker(t, T, 10*time.Second)
 	for _, l := range []*redislock.Locker{h, w} {
-		l.SetDirectAfter(time.Hour)      // every hold is short: its release reserves
-		l.SetBackAtOnce(5 * time.Second) // the test's steps take milliseconds, a loop's microseconds
+		l.SetDirectAfter(time.Hour) // every hold is short: its release reserves
 	}
+	h.SetBackAtOnce(5 * time.Second) // the test's steps take milliseconds, a loop's microseconds
 	subscribe(t, h, w2)
 	key := locktest.Key(t)
 	lock, err := h.TryAcquire(testCtx(t), key, 10*time.Second)
