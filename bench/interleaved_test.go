@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -55,6 +57,71 @@ func BenchmarkIE(b *testing.B) {
 		b.Run(impl.name, func(b *testing.B) {
 			pool := newPool(b)
 			interleave(b, pgImpls[0].setup(b, pool), impl.setup(b, pool))
+		})
+	}
+}
+
+// BenchmarkID is D interleaved: the 64 goroutines, sharing one client, run
+// the raw baseline and impl in alternating windows of idWindow (which of
+// the two goes first alternates too), each goroutine on its own key for
+// each, and x-raw is impl's cycle rate over the baseline's. D is bound by
+// the machine's CPU, and its separate passes spread over ±15%; here the
+// windows of both share the machine's phases. A cycle still running when
+// its window ends counts for neither, and takes from the next window's
+// machine time: at most one cycle per goroutine, alike for both.
+func BenchmarkID(b *testing.B) {
+	const rounds, idWindow, goroutines = 6, 100 * time.Millisecond, 64
+	for _, s := range singles {
+		b.Run(s.name, func(b *testing.B) {
+			c := newClient(b, redisAddr)
+			mk := [2]func(string) cycleFunc{singles[0].setup(b, c), s.setup(b, c)}
+			var phase atomic.Int32 // 0 the baseline, 1 impl, 2 stop
+			var done [2]atomic.Int64
+			var wg sync.WaitGroup
+			for range goroutines {
+				cycles := [2]cycleFunc{mk[0](freshKey("ID")), mk[1](freshKey("ID"))}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx := context.Background()
+					for {
+						p := phase.Load()
+						if p == 2 {
+							return
+						}
+						if err := cycles[p](ctx); err != nil {
+							b.Error(err)
+							phase.Store(2)
+							return
+						}
+						done[p].Add(1)
+					}
+				}()
+			}
+			window := func(k int32) (int64, time.Duration) {
+				n0, start := done[k].Load(), time.Now()
+				phase.Store(k)
+				time.Sleep(idWindow)
+				return done[k].Load() - n0, time.Since(start)
+			}
+			window(0) // warm-up: connections, scripts
+			window(1)
+			var n [2]int64
+			var took [2]time.Duration
+			b.ResetTimer()
+			for i := range rounds * b.N {
+				for j := range 2 {
+					k := int32((i + j) % 2)
+					dn, dt := window(k)
+					n[k] += dn
+					took[k] += dt
+				}
+			}
+			b.StopTimer()
+			phase.Store(2)
+			wg.Wait()
+			base, impl := float64(n[0])/took[0].Seconds(), float64(n[1])/took[1].Seconds()
+			b.ReportMetric(impl/base, "x-raw")
 		})
 	}
 }

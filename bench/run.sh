@@ -8,11 +8,12 @@
 #
 # It starts its own redis-server processes (one, plus five for Redlock) on
 # free loopback ports, and a throwaway PostgreSQL cluster (bench/cmd/pgserver,
-# through internal/testsrv), and stops them on exit. Takes about 9 minutes.
+# through internal/testsrv), and stops them on exit. Takes about 10 minutes.
 # Environment: BENCH_WINDOW (each contended window, default 2s), BENCH_ONLY
 # (a -bench regexp, default all groups), BENCH_COUNT (passes over the
 # uncontended groups and their interleaved forms, default 11),
-# BENCH_CPASSES (passes over the contended groups, default 5),
+# BENCH_CPASSES (passes over the contended groups and D interleaved,
+# default 5),
 # BENCH_IC1PASSES (passes of C1 interleaved, default 5); the tables show
 # medians.
 set -euo pipefail
@@ -113,6 +114,7 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -t
 	for _ in $(seq "$cpasses"); do bench 'C[12]' 1x; done
 	for _ in $(seq "$ic1passes"); do bench IC1 1x; done
 	for _ in $(seq "$count"); do bench D 5000x; done
+	for _ in $(seq "$cpasses"); do bench ID 1x; done
 	if [ "${only_e:-}" != skip ]; then
 		for _ in $(seq "$count"); do bench E 1000x; done
 		for _ in $(seq "$count"); do bench IE 700x; done
@@ -128,7 +130,8 @@ runs, ratios much less. Medians of $count alternating passes for A, B, D and E,
 where each ratio is the median of the passes' own ratios (the middle half of
 them in brackets); medians of $cpasses passes of one ${BENCH_WINDOW} window per
 implementation for C1 and C2, each ratio again the median of the passes' own,
-and of $ic1passes passes of C1 interleaved (dlock against each peer in 400ms windows).
+of $ic1passes passes of C1 interleaved (dlock against each peer in 400ms windows),
+and of $cpasses passes of D interleaved (each implementation against raw in 100ms windows).
 
 - date: $(date -u +%Y-%m-%dT%H:%MZ)
 - CPU: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)
