@@ -26,8 +26,10 @@
 // for seconds at a time), so the ratios the targets are checked on come
 // from interleaved runs: IA, IB and IE alternate an implementation with
 // the raw baseline in blocks of 25 cycles over the same clients or pool,
-// and IC1 alternates dlock with each peer in 400ms windows of C1. Their raw rows
-// (the baseline against itself) show the method's own error.
+// IC1 alternates dlock with each peer in 400ms windows of C1, and ID runs
+// D's 64 goroutines on the baseline and an implementation in alternating
+// 100ms windows. Their raw rows (the baseline against itself) show the
+// method's own error.
 //
 // The benchmarks need the servers named in the environment (BENCH_REDIS,
 // BENCH_REDLOCK, BENCH_POSTGRES); without them they start their own through
