@@ -400,21 +400,24 @@ func (p *Postgres) Exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
-// Terminate ends the backend with the given pid (pg_terminate_backend): its
-// session locks are released at once; its client learns on its next
-// statement.
+// Terminate ends the backend with the given pid (pg_terminate_backend) and
+// waits until it has exited, so its session locks are released when
+// Terminate returns; its client learns on its next statement. (Without the
+// wait the backend exits a moment later, and a test's next attempt could
+// still find the lock held: seen once under load.)
 func (p *Postgres) Terminate(ctx context.Context, pid uint32) error {
 	c, err := pgx.Connect(ctx, p.DSN())
 	if err != nil {
 		return err
 	}
 	defer c.Close(context.WithoutCancel(ctx))
-	var ok bool
-	if err := c.QueryRow(ctx, "SELECT pg_terminate_backend($1::int4)", int32(pid)).Scan(&ok); err != nil {
+	const waitMS = 10000
+	var gone bool
+	if err := c.QueryRow(ctx, "SELECT pg_terminate_backend($1::int4, $2)", int32(pid), waitMS).Scan(&gone); err != nil {
 		return err
 	}
-	if !ok {
-		return fmt.Errorf("pg_terminate_backend(%d): no such backend", pid)
+	if !gone {
+		return fmt.Errorf("pg_terminate_backend(%d): no such backend, or it did not exit within %dms", pid, waitMS)
 	}
 	return nil
 }
