@@ -42,6 +42,24 @@ func scriptCalls(t *testing.T, raw redis.UniversalClient) int {
 	return total
 }
 
+// releaseToWaiter releases lock and waits for the waiter behind done. It
+// returns the waiter's lock (released when t ends), how many scripts the
+// server ran from the release to it, and when the release began.
+func releaseToWaiter(t *testing.T, raw redis.UniversalClient, lock *dlock.Lock, done <-chan acquired) (got acquired, calls int, released time.Time) {
+	t.Helper()
+	before := scriptCalls(t, raw)
+	released = time.Now()
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	got = <-done
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	t.Cleanup(func() { got.lock.Release(context.Background()) })
+	return got, scriptCalls(t, raw) - before, released
+}
+
 // loadScripts has the server load the acquire and release scripts, so that
 // no call counted by scriptCalls needs a second one (EVALSHA, NOSCRIPT,
 // EVAL).
@@ -87,7 +105,7 @@ func TestDirectGrant(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitStart := time.Now()
-			done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+			done := waitFor(testCtx(t), waiter, key, slowPoll...)
 			waitQueued(t, raw, key, 1)
 			// The other owner lets go without a word; holder takes the
 			// lock before the waiter's next poll, 5s away.
@@ -99,17 +117,8 @@ func TestDirectGrant(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(5 * time.Millisecond)
-			before := scriptCalls(t, raw)
-			released := time.Now()
-			if err := lock.Release(testCtx(t)); err != nil {
-				t.Fatal(err)
-			}
-			got := <-done
-			if got.err != nil {
-				t.Fatal(got.err)
-			}
-			defer got.lock.Release(context.Background())
-			if calls := scriptCalls(t, raw) - before; calls != tc.calls {
+			got, calls, released := releaseToWaiter(t, raw, lock, done)
+			if calls != tc.calls {
 				t.Errorf("%d scripts ran from the release to the waiter's lock, want %d", calls, tc.calls)
 			}
 			if v := raw.Get(testCtx(t), key).Val(); v != got.lock.Token() {
@@ -186,12 +195,7 @@ func TestGrantSkipsLockerNotListening(t *testing.T) {
 // token, not a reservation.
 func grantBehindProxy(ctx context.Context, t *testing.T, raw redis.UniversalClient, proxy *testproxy.Proxy, holder, waiter *redislock.Locker, key string) <-chan acquired {
 	t.Helper()
-	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := waitFor(ctx, waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
-	waitQueued(t, raw, key, 1)
+	lock, done := queueBehind(ctx, t, raw, holder, waiter, key)
 	proxy.HoldReplies(t)
 	if err := lock.Release(testCtx(t)); err != nil {
 		t.Fatal(err)
@@ -327,22 +331,13 @@ func TestDirectGrantAfterLongWait(t *testing.T) {
 	}
 	done := make(chan acquired, 1)
 	go func() {
-		l, err := waiter.Acquire(testCtx(t), key, ttl, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+		l, err := waiter.Acquire(testCtx(t), key, ttl, slowPoll...)
 		done <- acquired{l, err, time.Now()}
 	}()
 	waitQueued(t, raw, key, 1)
 	time.Sleep(ttl/2 + 100*time.Millisecond)
-	before := scriptCalls(t, raw)
-	released := time.Now()
-	if err := lock.Release(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	got := <-done
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
-	defer got.lock.Release(context.Background())
-	if calls := scriptCalls(t, raw) - before; calls != 2 {
+	got, calls, released := releaseToWaiter(t, raw, lock, done)
+	if calls != 2 {
 		t.Errorf("%d scripts ran from the release to the waiter's lock, want 2 (the release, the renewal)", calls)
 	}
 	vu := got.lock.ValidUntil()
@@ -460,16 +455,11 @@ func TestGrantAfterFailedAttempt(t *testing.T) {
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
 	key := locktest.Key(t)
-	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
-	waitQueued(t, raw, key, 1)
+	lock, done := queueBehind(testCtx(t), t, raw, holder, waiter, key)
 
 	proxy.Latency(t, 200*time.Millisecond, 0)
 	ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
-	_, err = waiter.TryAcquire(ctx, key, 10*time.Second) // registers, then times out
+	_, err := waiter.TryAcquire(ctx, key, 10*time.Second) // registers, then times out
 	cancel()
 	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("TryAcquire whose reply is late: %v, want a deadline error", err)

@@ -61,16 +61,28 @@ func waitFor(ctx context.Context, l *redislock.Locker, key string, opts ...dlock
 	return done
 }
 
-// queuedHandOff has holder take key, waits until waiter (polling every 5s)
-// is queued for it, and returns handOff's duration.
-func queuedHandOff(t *testing.T, raw redis.UniversalClient, holder, waiter *redislock.Locker, key string) time.Duration {
+// slowPoll is a waiter's poll far above any hand-off: a waiter served
+// within a second was woken, not polling.
+var slowPoll = []dlock.Option{dlock.WithRetryDelay(5 * time.Second), dlock.WithRetryJitter(0)}
+
+// queueBehind has holder take key and waiter (polling every 5s, in ctx)
+// wait for it, and returns once waiter is queued.
+func queueBehind(ctx context.Context, t *testing.T, raw redis.UniversalClient, holder, waiter *redislock.Locker, key string) (*dlock.Lock, <-chan acquired) {
 	t.Helper()
 	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+	done := waitFor(ctx, waiter, key, slowPoll...)
 	waitQueued(t, raw, key, 1)
+	return lock, done
+}
+
+// queuedHandOff queues waiter behind holder's lock on key (queueBehind) and
+// returns handOff's duration.
+func queuedHandOff(t *testing.T, raw redis.UniversalClient, holder, waiter *redislock.Locker, key string) time.Duration {
+	t.Helper()
+	lock, done := queueBehind(testCtx(t), t, raw, holder, waiter, key)
 	return handOff(t, lock, done)
 }
 
@@ -228,7 +240,7 @@ func TestDroppedSubscription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done = waitFor(ctx, waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+	done = waitFor(ctx, waiter, key, slowPoll...)
 	waitQueued(t, raw, key, 1)
 	start = time.Now()
 	if err := lock.Release(ctx); err != nil {
@@ -335,7 +347,7 @@ func TestArrivalOrder(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lock, err := l.Acquire(testCtx(t), key, 10*time.Second, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+			lock, err := l.Acquire(testCtx(t), key, 10*time.Second, slowPoll...)
 			if err != nil {
 				t.Error(err)
 				return
@@ -480,12 +492,7 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 	// head's Locker listens): a queued Locker registers no token, and a
 	// release that may grant directly reserves the lock all the same.
 	key := locktest.Key(t)
-	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
-	waitQueued(t, raw, key, 1)
+	lock, done := queueBehind(testCtx(t), t, raw, holder, waiter, key)
 	fields := raw.HKeys(testCtx(t), "dlock:turn:{"+key+"}").Val()
 	if slices.ContainsFunc(fields, func(f string) bool { return f[0] == 'g' || f[0] == 'l' }) {
 		t.Fatalf("a Locker on a Cluster registered for a direct grant: state fields %q", fields)
@@ -530,12 +537,7 @@ func TestWakeOnReleaseNative(t *testing.T) {
 	t.Cleanup(func() { sc.Close() })
 	slow := newLocker(t, sc)
 	closeLocker(t, slow)
-	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := waitFor(testCtx(t), slow, key, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
-	waitQueued(t, raw, key, 1)
+	lock, done := queueBehind(testCtx(t), t, raw, holder, slow, key)
 	proxy.Latency(t, 300*time.Millisecond, 0)
 	if err := lock.Release(testCtx(t)); err != nil {
 		t.Fatal(err)
