@@ -894,15 +894,15 @@ type boxedTTL struct {
 
 // releaseNative deletes g's key with DELEX IFEQ and, in the same pipeline
 // (one round trip), hands it on as the release script does, unless the
-// release is quiet.
-func (l *Locker) releaseNative(ctx context.Context, g *grant, quiet bool) (int64, error) {
+// release is quiet; directly when direct (grant.direct).
+func (l *Locker) releaseNative(ctx context.Context, g *grant, quiet, direct bool) (int64, error) {
 	if quiet {
 		return l.client.DelExArgs(ctx, g.key, redis.DelExArgs{Mode: "IFEQ", MatchValue: g.token}).Result()
 	}
 	pipe := l.client.Pipeline()
 	del := pipe.DelExArgs(ctx, g.key, redis.DelExArgs{Mode: "IFEQ", MatchValue: g.token})
 	qk, args := g.releaseKeys(), []any(nil) // lock, queue, state, fence
-	if g.direct() {
+	if direct {
 		args = []any{"1"}
 	} else {
 		qk = qk[:3]

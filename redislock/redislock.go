@@ -320,9 +320,11 @@ func (g *grant) Release(ctx context.Context) error { return g.l.release(ctx, g) 
 func (l *Locker) release(ctx context.Context, g *grant) error {
 	var n int64
 	var err error
-	quiet := g.quiet()
+	// Both read the clock once, before the call: what the release sent
+	// and what is recorded after it agree.
+	quiet, direct := g.quiet(), g.direct()
 	if del, _ := l.features(ctx); del {
-		n, err = l.releaseNative(ctx, g, quiet)
+		n, err = l.releaseNative(ctx, g, quiet, direct)
 	} else {
 		// Given the waiter queue, the script also hands the lock on to
 		// its head (notify.go).
@@ -330,7 +332,7 @@ func (l *Locker) release(ctx context.Context, g *grant) error {
 		switch {
 		case quiet:
 			argv = g.argv(scripts.Release, g.keys.release[:1], g.tokenArg)
-		case g.direct():
+		case direct:
 			argv = g.argv(scripts.Release, g.keys.release[:], g.tokenArg, "1") // lock, queue, state, fence
 		default:
 			argv = g.argv(scripts.Release, g.keys.release[:3], g.tokenArg)
@@ -346,7 +348,7 @@ func (l *Locker) release(ctx context.Context, g *grant) error {
 	if quiet {
 		l.retake.Store(&quietHint{key: g.key, until: g.quietUntil})
 	}
-	if n := l.notify; n != nil && n.subscribed.Load() && !g.heldSince.IsZero() && !g.direct() {
+	if n := l.notify; n != nil && !direct && !g.heldSince.IsZero() && n.subscribed.Load() {
 		l.lastShort.Store(&shortRelease{key: g.key, at: time.Now()})
 	}
 	return nil
