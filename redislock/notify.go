@@ -395,31 +395,37 @@ func (n *notifier) leave(w *waiter) {
 	if len(n.byKey) == 0 {
 		n.idleSince = time.Now()
 	}
-	queued := in.place != 0
 	in.disarm()
-	// Tokens nobody will take a grant to now: the leave script frees the
-	// key if a release granted it to one of them.
-	var unused []string
-	if in.granted != nil {
-		unused = append(unused, in.granted.token)
-	}
+	n.quit(full, in)
 	if in.busy {
 		// The attempt in flight may still take a grant to in.token, or
 		// register it again: it leaves the queue itself (settle).
 		in.dead = true
-	} else {
-		if in.token != "" {
-			unused = append(unused, in.token)
-		}
-		if len(n.free) < maxFree {
-			clear(in.waiters[:cap(in.waiters)])
-			*in = interest{waiters: in.waiters[:0], retry: in.retry}
-			n.free = append(n.free, in)
-		}
+	} else if len(n.free) < maxFree {
+		clear(in.waiters[:cap(in.waiters)])
+		*in = interest{waiters: in.waiters[:0], retry: in.retry}
+		n.free = append(n.free, in)
 	}
-	if queued || len(unused) > 0 {
+}
+
+// quit takes the Locker out of full's queue if in is queued there, and
+// gives back the grants nobody here will take now: one taken but not yet
+// used, and one to in's token unless an attempt carrying it is in flight
+// (that attempt gives it back itself, settle). The leave script frees the
+// key if a release granted it to one of them. Called with n.mu held.
+func (n *notifier) quit(full string, in *interest) {
+	var unused []string
+	if in.granted != nil {
+		unused = append(unused, in.granted.token)
+	}
+	if !in.busy && in.token != "" {
+		unused = append(unused, in.token)
+		in.token = ""
+	}
+	if in.place != 0 || len(unused) > 0 {
 		n.leaveQueue(full, unused...)
 	}
+	in.granted, in.place = nil, 0
 }
 
 // leaveQueue removes the Locker from full's queue in the background, and
@@ -840,21 +846,8 @@ func (n *notifier) close() {
 	n.mu.Lock()
 	for full, in := range n.byKey {
 		in.disarm()
-		// Leave the queues, giving back grants nobody here will take:
-		// waits poll from now on, with fresh tokens. A token in flight is
-		// given back by its attempt (settle).
-		var unused []string
-		if in.granted != nil {
-			unused = append(unused, in.granted.token)
-		}
-		if !in.busy && in.token != "" {
-			unused = append(unused, in.token)
-			in.token = ""
-		}
-		if in.place != 0 || len(unused) > 0 {
-			n.leaveQueue(full, unused...)
-		}
-		in.granted, in.place = nil, 0
+		// Waits poll from now on, with fresh tokens.
+		n.quit(full, in)
 	}
 	n.closed = true
 	n.subscribed.Store(false)
