@@ -31,6 +31,13 @@
 // 100ms windows. Their raw rows (the baseline against itself) show the
 // method's own error.
 //
+// On a virtual machine whose idle vCPUs halt, every round trip may pay the
+// host's wake-up, and C1 then ranks the implementations partly by how busy
+// their waiters keep the CPUs (a waiter that polls keeps them awake).
+// BENCH_NO_IDLE=1 bash bench/run.sh (as root) holds /dev/cpu_dma_latency at
+// 0 for the run, so idle CPUs poll instead of halting; RESULTS-noidle.md is
+// such a run.
+//
 // The benchmarks need the servers named in the environment (BENCH_REDIS,
 // BENCH_REDLOCK, BENCH_POSTGRES); without them they start their own through
 // the project's test harness.

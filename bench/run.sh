@@ -14,8 +14,20 @@
 # uncontended groups and their interleaved forms, default 11),
 # BENCH_CPASSES (passes over the contended groups and D interleaved,
 # default 5),
-# BENCH_IC1PASSES (passes of C1 interleaved, default 5); the tables show
-# medians.
+# BENCH_IC1PASSES (passes of C1 interleaved, default 5), BENCH_NO_IDLE
+# (1: keep the CPUs out of their idle states for the run, see below); the
+# tables show medians.
+#
+# Idle CPUs. On a virtual machine an idle vCPU may halt, and waking it costs
+# the host tens of µs. A loop of round trips then pays that on most hops,
+# and in C1 a peer whose waiters poll keeps the vCPUs busy, which speeds
+# its holder up. On the 2-core VM of bench/RESULTS.md (cpuidle driver
+# haltpoll, guest_halt_poll_ns 0) the server's single-connection ceiling
+# rose 4.8x, and C1's throughput 1.5-1.8x for dlock and the peers, once no
+# vCPU halted. With BENCH_NO_IDLE=1 (root) the run holds
+# /dev/cpu_dma_latency at 0, the PM QoS request of tuned's
+# latency-performance profile, so idle CPUs poll instead of halting; the
+# machine facts say which way a run was made (bench/RESULTS-noidle.md).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -62,6 +74,23 @@ for _ in 1 2 3 4 5; do
 	start_redis
 	redlock+=("$addr")
 done
+
+# Idle states: how this machine idles, and whether this run keeps the CPUs
+# out of it (fd 5 stays open until the script exits).
+idle="cpuidle driver $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo unknown)"
+if [ -r /sys/module/haltpoll/parameters/guest_halt_poll_ns ]; then
+	idle+=", guest_halt_poll_ns $(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns)"
+fi
+if [ "${BENCH_NO_IDLE:-}" = 1 ]; then
+	if ! exec 5>/dev/cpu_dma_latency; then
+		echo "run.sh: BENCH_NO_IDLE=1 needs to write /dev/cpu_dma_latency (root)" >&2
+		exit 1
+	fi
+	printf '\0\0\0\0' >&5 # a binary s32 of 0 µs: poll, never halt
+	idle+="; /dev/cpu_dma_latency held at 0 for the run (BENCH_NO_IDLE=1): no CPU halts when idle"
+else
+	idle+="; CPUs idle as configured (BENCH_NO_IDLE=1 keeps them polling)"
+fi
 
 # The server's own single-connection ceiling, for scale: two requests per
 # lock cycle.
@@ -135,6 +164,7 @@ and of $cpasses passes of D interleaved (each implementation against raw in 100m
 
 - date: $(date -u +%Y-%m-%dT%H:%MZ)
 - CPU: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)
+- idle: $idle
 - $(go version | cut -d' ' -f3-4), $(redis-server --version | awk '{print $1, $2, $3}')
 - server ceiling: redis-benchmark -c 1 -t set = ${ceiling:-?} requests/s, i.e. $(awk -v r="${ceiling:-0}" 'BEGIN {printf "%.0f", r/2}') two-request cycles/s
 - peers: $(grep -E 'redsync/v4 |bsm/redislock |redis/rueidis ' go.mod | awk '{printf "%s%s %s", sep, $1, $2; sep="; "}')
