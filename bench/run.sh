@@ -23,7 +23,7 @@
 # and in C1 a peer whose waiters poll keeps the vCPUs busy, which speeds
 # its holder up. On the 2-core VM of bench/RESULTS.md (cpuidle driver
 # haltpoll, guest_halt_poll_ns 0) the server's single-connection ceiling
-# rose 4.8x, and C1's throughput 1.5-1.8x for dlock and the peers, once no
+# rose 4.8x, and C1's throughput 1.4-1.8x for dlock and the peers, once no
 # vCPU halted. With BENCH_NO_IDLE=1 (root) the run holds
 # /dev/cpu_dma_latency at 0, the PM QoS request of tuned's
 # latency-performance profile, so idle CPUs poll instead of halting; the

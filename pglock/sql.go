@@ -26,6 +26,11 @@ func keyParams(pair bool) (params string, next int) {
 // a materialized CTE, the other way to order the steps, costs the executor
 // a subplan and a tuplestore per execution, 1-2% of an uncontended
 // acquire-and-release cycle (bench E; pgbench with both forms interleaved).
+// Every function call in the statement costs too, evaluated or not:
+// PostgreSQL builds each call at every execution. The durability guard's
+// ten calls cost about 2.5 µs per acquisition (bench/RESULTS.md), 6-8% of a
+// cycle on a local server that is never idle; they are what keeps a fence
+// from going backwards after a crash.
 //
 // Durability: the commit must flush the WAL when the fence just drawn
 // might not be on disk yet. nextval writes WAL only once per 32 values:
