@@ -154,9 +154,13 @@ import (
 // script. A direct grant's announcement is more than a hint, but it only
 // reports what the release script did to the key, which only the token's
 // holder or the TTL undoes; without it the Locker's next attempt finds the
-// grant. When no announcement comes (a peer releases with a plain DEL, the
-// key expires, a message is lost, the queue's head crashed), waiters fall
-// back to polling at dlock.WithRetryDelay plus jitter.
+// grant. A key that expires is announced by nobody (its holder crashed, or
+// overran its TTL), so a refused waiting attempt of the queue's head also
+// reads when the key expires, and the head retries then by itself (2ms
+// after it; only the head, so the others do not race it). When no
+// announcement comes otherwise (a peer releases with a plain DEL, a message
+// is lost, the queue's head crashed), waiters fall back to polling at
+// dlock.WithRetryDelay plus jitter.
 
 // The channel and queue names, the queue's TTL and the subscription loop
 // (reconnects, idle close) are shared with redlock in internal/wake.
@@ -181,6 +185,10 @@ const (
 	// (shortRelease): far below a hand-off, which takes a round trip and
 	// an announcement.
 	backAtOnce = 25 * time.Microsecond
+	// expiryMargin is how long after the lock key's expiry, as the
+	// queue's head last read it, the head retries: past Redis's 1ms
+	// expiry precision.
+	expiryMargin = 2 * time.Millisecond
 	// reservedReply is the acquire scripts' answer for a free lock that
 	// is reserved for another Locker's woken waiter.
 	reservedReply = -2
@@ -241,7 +249,8 @@ type interest struct {
 	waiters []*waiter // in arrival order
 	place   int64     // the Locker's place in the key's queue; 0 = not queued
 	retry   *time.Timer
-	armed   bool // retry is pending
+	armed   bool      // retry is pending
+	due     time.Time // when, if armed
 
 	// Direct grants (see above): token is the lock token this Locker's
 	// registering attempts carry, minted at tokenSince, before any of
@@ -264,13 +273,14 @@ type directGrant struct {
 }
 
 // arm makes the earliest local waiter retry after d, unless a retry is
-// already pending: the Locker heads the queue and was told to try by
-// itself. Called with n.mu held.
+// already due sooner: the Locker heads the queue and was told to try by
+// itself, or the lock it waits behind expires then. Called with n.mu held.
 func (in *interest) arm(n *notifier, d time.Duration) {
-	if in.armed {
+	due := time.Now().Add(d)
+	if in.armed && !due.Before(in.due) {
 		return
 	}
-	in.armed = true
+	in.armed, in.due = true, due
 	if in.retry == nil {
 		in.retry = time.AfterFunc(d, func() { n.retryNow(in) })
 	} else {
@@ -526,7 +536,7 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 
 	argv := g.argv(scripts.AcquireWaiting, g.keys.boxed[:4], g.tokenArg, l.ttlArg(ttl), n.idArg, place, keep, queueTTL, l.handoffArg, l.reserveArg, register, back)
 	res, err := scripts.RunArgv(ctx, l.client, scripts.AcquireWaiting, argv).Int64Slice()
-	if err == nil && len(res) != 3 {
+	if err == nil && len(res) != 4 {
 		err = redis.Nil // a malformed reply: reported as a failed attempt
 	}
 	if carry && n.settle(full, in, g.token, err == nil && res[0] > 0) {
@@ -545,6 +555,11 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	// popped the Locker, whatever place this attempt had).
 	if n.byKey[full] == in && in.granted == nil {
 		in.place = res[1]
+		if res[0] == 0 && res[3] >= 0 && len(in.waiters) > 0 {
+			// The Locker heads the queue behind a held lock: if nobody
+			// releases it (its holder crashed), retry as it expires.
+			in.arm(n, time.Duration(res[3])*time.Millisecond+expiryMargin)
+		}
 	}
 	n.mu.Unlock()
 	return res[0], nil

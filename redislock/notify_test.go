@@ -190,6 +190,35 @@ func TestPollingFallback(t *testing.T) {
 	})
 }
 
+// A holder that crashed never releases: its key expires, and nobody
+// announces that. The queue's head learned when the key expires from its
+// refused attempt, and retries then by itself, long before its 5s poll.
+func TestHeadRetriesAtExpiry(t *testing.T) {
+	raw := shared.Client(t)
+	waiter := newLocker(t, shared.Client(t))
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+	const ttl = 500 * time.Millisecond
+	// The crashed holder's lock: a token with a TTL, never released.
+	if err := raw.Set(testCtx(t), key, "crashed-holder", ttl).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(testCtx(t), 3*time.Second)
+	defer cancel()
+	got := <-waitFor(ctx, waiter, key, slowPoll...)
+	if got.err != nil {
+		t.Fatalf("waiter behind a lock that expires after %v, polling every 5s: %v", ttl, got.err)
+	}
+	defer got.lock.Release(context.Background())
+	if d := got.at.Sub(start); d < ttl-50*time.Millisecond || d > ttl+time.Second {
+		t.Fatalf("waiter got the lock %v after the crashed holder's %v lock was set; want about its TTL", d, ttl)
+	}
+	if v := raw.Get(testCtx(t), key).Val(); v != got.lock.Token() {
+		t.Fatalf("key holds %q, want the waiter's token %q", v, got.lock.Token())
+	}
+}
+
 // The waiter's subscription is cut (CLIENT KILL TYPE pubsub) and refused on
 // reconnect (an ACL without channels): the waiter still gets the lock by
 // polling. Once subscribing is allowed again, its Locker resubscribes by

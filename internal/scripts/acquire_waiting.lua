@@ -11,10 +11,13 @@
 -- hold on the key (a loop over the lock)
 -- Returns {fence (> 0), 0 busy, -1 busy without expiry or -2 reserved for
 -- another Locker's woken waiter; the Locker's place in the queue now, 0
--- when not queued; quiet}. quiet > 0 (µs) when a won lock was taken by
--- barging while the head has headed the queue for less than T: a release
--- within quiet µs need not hand the lock on (the head has been told to
--- retry by itself), so it can skip the queue.
+-- when not queued; quiet; expires}. quiet > 0 (µs) when a won lock was
+-- taken by barging while the head has headed the queue for less than T: a
+-- release within quiet µs need not hand the lock on (the head has been told
+-- to retry by itself), so it can skip the queue. expires >= 0 (ms) when the
+-- attempt was refused by a held lock and the Locker heads the queue: the
+-- lock key expires then, and nobody announces an expiry (a holder that
+-- crashed), so the head retries then by itself; -1 otherwise.
 local S, Q, id = KEYS[3], KEYS[4], ARGV[3]
 local place = tonumber(ARGV[4])
 -- The clock may be read before writes: replicate effects, not the script
@@ -73,7 +76,7 @@ if fence then
   end
   if (place == 0 or mine) and ARGV[5] ~= '1' then
     -- Not in the queue (a newcomer, or woken: popped): done.
-    return {fence, 0, quiet}
+    return {fence, 0, quiet, -1}
   end
   -- More to do, with the queue's functions below.
   place = {place, quiet}
@@ -82,10 +85,10 @@ local FENCE = nil -- no wake here (queue.lua)
 -- @queue.lua
 
 -- enqueue puts the Locker at place, or at the back when place is 0, and
--- returns its place. A Locker that arrives at an empty queue heads it from
--- now; one that comes back to its old place at the front (it was woken but
--- lost its turn) counts as having been the head long enough. Each new
--- entry records the waiters' policy.
+-- returns its place and whether it heads the queue. A Locker that arrives
+-- at an empty queue heads it from now; one that comes back to its old place
+-- at the front (it was woken but lost its turn) counts as having been the
+-- head long enough. Each new entry records the waiters' policy.
 local function enqueue(place)
   local fresh = place == 0
   if fresh then
@@ -95,8 +98,10 @@ local function enqueue(place)
   end
   local added = redis.call('zadd', Q, 'nx', place, id)
   redis.call('pexpire', Q, ARGV[6])
+  local head = s[1] == id
   if added == 1 then
     if redis.call('zrange', Q, 0, 0)[1] == id then
+      head = true
       local since = 0
       if fresh then since = now_us() end
       redis.call('hset', S, 'h', id, 't', since, 'd', '0', 'R', ARGV[8], 'T', ARGV[7])
@@ -105,7 +110,7 @@ local function enqueue(place)
     end
     touch(S)
   end
-  return tonumber(redis.call('zscore', Q, id))
+  return tonumber(redis.call('zscore', Q, id)), head
 end
 
 if fence then
@@ -116,9 +121,9 @@ if fence then
     new_head(Q, S, now_us())
   end
   if ARGV[5] == '1' then
-    return {fence, enqueue(0), quiet}
+    return {fence, (enqueue(0)), quiet, -1}
   end
-  return {fence, 0, quiet}
+  return {fence, 0, quiet, -1}
 end
 -- Refused: queued, and registered for a direct grant if asked.
 if ARGV[9] == '1' then redis.call('hset', S, 'g' .. id, ARGV[1], 'l' .. id, ARGV[2]) end
@@ -128,8 +133,10 @@ if ARGV[9] == '1' then redis.call('hset', S, 'g' .. id, ARGV[1], 'l' .. id, ARGV
 if place == 0 and (reserved or ARGV[10] == '1') then redis.call('hset', S, 'b', '1') end
 if reserved then
   -- Reserved for another Locker's woken waiter.
-  return {-2, enqueue(place), 0}
+  return {-2, (enqueue(place)), 0, -1}
 end
-local busy = 0
-if redis.call('pttl', KEYS[1]) == -1 then busy = -1 end
-return {busy, enqueue(place), 0}
+local busy, expires = 0, redis.call('pttl', KEYS[1])
+if expires == -1 then busy = -1 end
+local at, head = enqueue(place)
+if not head then expires = -1 end
+return {busy, at, 0, expires}

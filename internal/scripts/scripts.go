@@ -52,7 +52,8 @@ var (
 	// Locker comes back at once after releasing a short hold). A key that
 	// holds the token already is won. Returns {fence | 0 | -1 |
 	// -2, place in the queue, quiet µs (a release that soon may skip the
-	// queue)}.
+	// queue), ms until the holding key expires when the Locker heads the
+	// queue (else -1)}.
 	AcquireWaiting = redis.NewScript(withQueue(acquireWaitingSrc))
 	// Wake: KEYS lock, waiter queue, queue state, fence counter; ARGV "1"
 	// to allow a direct grant. Hands the lock on if the key is gone
