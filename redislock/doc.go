@@ -76,9 +76,11 @@
 // or granted to, a process that is gone (the dlock command does). Each Locker
 // keeps one pub/sub connection for all its keys; Close ends it. A wake-up is
 // only a hint — the grant still needs the lock key free, reserved for the
-// woken Locker, or set to its token by the release itself — and a release by
-// a peer that does not publish, an expiry, or a lost message is picked up by
-// polling at the retry delay plus jitter. Neither the queue nor its state is
+// woken Locker, or set to its token by the release itself. An expiry
+// announces nothing (a holder that crashed), so the queue's head learns from
+// its refused attempt when the key expires, and retries then by itself. A
+// release by a peer that does not publish, or a lost message, is picked up
+// by polling at the retry delay plus jitter. Neither the queue nor its state is
 // ever part of a grant: the lock key alone is.
 //
 // # Guarantees and limits

@@ -92,9 +92,11 @@
 // on the head's channel "dlock:wake:<id>"; the first such message from any
 // node wakes the Locker's earliest waiter, which retries at once, usually
 // within a round trip of the release. A wake-up is only a hint: the retry
-// must still win a majority. Releases that announce nothing (node-redlock
-// or other peers, expiries, dead nodes, lost messages) are found by polling
-// at the retry delay plus jitter. Close ends the subscriptions (they also end
+// must still win a majority. An expiry announces nothing (a holder that
+// crashed), so the Locker that heads a node's queue also learns when the
+// key expires there, and a refused attempt makes it retry then by itself.
+// Releases that announce nothing (node-redlock or other peers, dead nodes,
+// lost messages) are found by polling at the retry delay plus jitter. Close ends the subscriptions (they also end
 // when the clients are closed, or after 30s without waiters); AcquireMulti
 // and DoMulti only poll. The lock key's format is unchanged.
 //

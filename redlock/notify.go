@@ -30,11 +30,16 @@ import (
 // busy reply is announced), another unqueues it after a grant on that node
 // (or moves it to the tail when more local waiters remain). An announcement
 // is only a hint; waits poll at the retry delay plus jitter as before, which
-// covers peers that release without publishing (node-redlock), expiries,
-// lost messages and dead nodes.
+// covers peers that release without publishing (node-redlock), lost
+// messages and dead nodes. Nobody announces an expiry (a holder that
+// crashed), so the queueing script also answers when the key expires on a
+// node whose queue the Locker heads, and a refused attempt there makes the
+// Locker's earliest waiter retry then by itself.
 
-// enqueue: KEYS[1] queue; ARGV[1] Locker id, ARGV[2] earlier place (0 =
-// none: the tail), ARGV[3] queue ttl ms. Returns the Locker's place.
+// enqueue: KEYS[1] queue, KEYS[2] lock key; ARGV[1] Locker id, ARGV[2]
+// earlier place (0 = none: the tail), ARGV[3] queue ttl ms. Returns the
+// Locker's place and, when it heads the queue, the lock key's PTTL (ms;
+// negative when the key is free or never expires), else -1.
 var enqueue = redis.NewScript(`
 local place = tonumber(ARGV[2])
 if place == 0 then
@@ -44,8 +49,17 @@ if place == 0 then
 end
 redis.call('zadd', KEYS[1], 'nx', place, ARGV[1])
 redis.call('pexpire', KEYS[1], ARGV[3])
-return tonumber(redis.call('zscore', KEYS[1], ARGV[1]))
+local expires = -1
+if redis.call('zrange', KEYS[1], 0, 0)[1] == ARGV[1] then
+  expires = redis.call('pttl', KEYS[2])
+end
+return {tonumber(redis.call('zscore', KEYS[1], ARGV[1])), expires}
 `)
+
+// expiryMargin is how long after a node's lock key expires, as the
+// queue's head read it there, the head retries: past Redis's 1ms expiry
+// precision.
+const expiryMargin = 2 * time.Millisecond
 
 // dequeue: KEYS[1] lock key, KEYS[2] queue; ARGV[1] token, ARGV[2] Locker
 // id, ARGV[3] "1" when more local waiters remain, ARGV[4] queue ttl ms.
@@ -84,6 +98,43 @@ type notifier struct {
 type interest struct {
 	waiters []*waiter // in arrival order
 	place   []int64   // per node: the place in the key's queue, 0 = not queued
+	retry   *time.Timer
+	due     time.Time // when retry fires; zero when none is pending
+}
+
+// retryAt makes in's earliest waiter retry at due, unless a retry is due
+// sooner. Called with n.mu held.
+func (n *notifier) retryAt(in *interest, due time.Time) {
+	if !in.due.IsZero() && !due.Before(in.due) {
+		return
+	}
+	in.due = due
+	if in.retry == nil {
+		in.retry = time.AfterFunc(time.Until(due), func() { n.expired(in) })
+	} else {
+		in.retry.Reset(time.Until(due))
+	}
+}
+
+// expired fires a pending retry.
+func (n *notifier) expired(in *interest) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if in.due.IsZero() {
+		return // cancelled
+	}
+	in.due = time.Time{}
+	if len(in.waiters) > 0 {
+		signal(in.waiters[0])
+	}
+}
+
+// cancelRetry stops in's pending retry, if any. Called with n.mu held.
+func (in *interest) cancelRetry() {
+	if !in.due.IsZero() {
+		in.due = time.Time{}
+		in.retry.Stop()
+	}
 }
 
 type waiter struct {
@@ -144,6 +195,9 @@ func (l *Locker) Close() error {
 	n := l.notify
 	n.mu.Lock()
 	n.closed = true
+	for _, in := range n.byKey {
+		in.cancelRetry()
+	}
 	subs := append([]*wake.Sub(nil), n.subs...)
 	clear(n.subs)
 	n.mu.Unlock()
@@ -185,6 +239,7 @@ func (n *notifier) leave(w *waiter) {
 		return
 	}
 	delete(n.byKey, w.full)
+	in.cancelRetry()
 	if len(n.byKey) == 0 {
 		n.idle = time.Now()
 	}
@@ -254,7 +309,7 @@ func (n *notifier) attempt(ctx context.Context, i int, p *waitPlan, full, token 
 		return v, err
 	}
 	pipe := c.Pipeline()
-	enq := enqueue.Eval(ctx, pipe, []string{p.queue}, n.id, p.place[i], wake.QueueTTL)
+	enq := enqueue.Eval(ctx, pipe, []string{p.queue, full}, n.id, p.place[i], wake.QueueTTL)
 	acq := scripts.RedlockAcquire.Pipe(ctx, pipe, fs, argv)
 	deq := dequeue.Eval(ctx, pipe, []string{full, p.queue}, token, n.id, p.keep, wake.QueueTTL)
 	_, _ = pipe.Exec(ctx)
@@ -267,9 +322,9 @@ func (n *notifier) attempt(ctx context.Context, i int, p *waitPlan, full, token 
 			deq = dequeue.Eval(ctx, c, []string{full, p.queue}, token, n.id, p.keep, wake.QueueTTL)
 		}
 	}
-	place := p.place[i]
-	if x, e := enq.Int64(); e == nil {
-		place = x
+	place, expires := p.place[i], int64(-1)
+	if x, e := enq.Int64Slice(); e == nil && len(x) == 2 {
+		place, expires = x[0], x[1]
 	}
 	if x, e := deq.Int64(); e == nil && x >= 0 {
 		place = x
@@ -277,9 +332,25 @@ func (n *notifier) attempt(ctx context.Context, i int, p *waitPlan, full, token 
 	n.mu.Lock()
 	if n.byKey[full] == p.in {
 		p.in.place[i] = place
+		if st, ok := firstInt(v); ok && err == nil && st == 0 && expires >= 0 && !n.closed {
+			// Refused by a lock that expires, on a node whose queue this
+			// Locker heads: if nobody releases it (its holder crashed),
+			// retry as it expires.
+			n.retryAt(p.in, time.Now().Add(time.Duration(expires)*time.Millisecond+expiryMargin))
+		}
 	}
 	n.mu.Unlock()
 	return v, err
+}
+
+// firstInt returns the first element of a script's reply (the acquire
+// script's status).
+func firstInt(v []any) (int64, bool) {
+	if len(v) == 0 {
+		return 0, false
+	}
+	x, ok := v[0].(int64)
+	return x, ok
 }
 
 // listen opens the subscription on node i unless it is open or the Locker

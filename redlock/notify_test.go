@@ -144,6 +144,37 @@ func TestWakeWithTwoNodesDown(t *testing.T) {
 	}
 }
 
+// A holder that crashed never releases: its keys expire, and nobody
+// announces that. The waiter heads the queues, learned from its refused
+// attempts when the keys expire, and retries then by itself, long before
+// its poll.
+func TestWakeAtExpiry(t *testing.T) {
+	waiter := newLocker(t, shared)
+	defer waiter.Close()
+	key := locktest.Key(t)
+	const ttl = 500 * time.Millisecond
+	// The crashed holder's lock, on every node: never released.
+	for _, c := range clients(t, shared) {
+		if err := c.Set(testCtx(t), key, "crashed-holder", ttl).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(testCtx(t), 3*time.Second)
+	defer cancel()
+	lock, err := waiter.Acquire(ctx, key, 5*time.Second, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+	if err != nil {
+		t.Fatalf("waiter behind a lock that expires after %v, polling every 5s: %v", ttl, err)
+	}
+	defer lock.Release(context.Background())
+	if d := time.Since(start); d < ttl-50*time.Millisecond || d > ttl+time.Second {
+		t.Fatalf("waiter got the lock %v after the crashed holder's %v lock was set; want about its TTL", d, ttl)
+	}
+	if n := holding(shared, key); n < len(shared)/2+1 {
+		t.Fatalf("the waiter's lock is on %d nodes", n)
+	}
+}
+
 // A release that announces nothing (a peer's plain DEL on every node, as
 // other Redlock clients release) is still seen by polling.
 func TestWakeFallsBackToPolling(t *testing.T) {
