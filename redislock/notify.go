@@ -120,7 +120,8 @@ import (
 // a client that ignores reservations took the lock) goes back to its old
 // place at the front, counting as old enough to be woken by the next
 // release. A woken Locker that crashed holds the others off for at most R
-// (500ms); they get the lock at their next poll after that. (A crashed
+// (500ms); the queue's new head retries as the reservation lapses (its
+// refused attempt read when), the others at their next poll. (A crashed
 // Locker's subscription is gone, so it gets no direct grant.)
 //
 // Why it stays safe: a lock is held by the token in the lock key, and the
@@ -555,9 +556,10 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	// popped the Locker, whatever place this attempt had).
 	if n.byKey[full] == in && in.granted == nil {
 		in.place = res[1]
-		if res[0] == 0 && res[3] >= 0 && len(in.waiters) > 0 {
-			// The Locker heads the queue behind a held lock: if nobody
-			// releases it (its holder crashed), retry as it expires.
+		if (res[0] == 0 || res[0] == reservedReply) && res[3] >= 0 && len(in.waiters) > 0 {
+			// The Locker heads the queue behind a held or reserved lock:
+			// if nobody releases it (its holder, or the woken waiter it is
+			// reserved for, crashed), retry as it expires.
 			in.arm(n, time.Duration(res[3])*time.Millisecond+expiryMargin)
 		}
 	}

@@ -219,6 +219,32 @@ func TestHeadRetriesAtExpiry(t *testing.T) {
 	}
 }
 
+// A woken waiter that crashed before it took the lock leaves a
+// reservation nobody replaces. The queue's head learned when it lapses and
+// retries then by itself.
+func TestHeadRetriesAtLapsedReservation(t *testing.T) {
+	raw := shared.Client(t)
+	waiter := newLocker(t, shared.Client(t))
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+	const ttl = 500 * time.Millisecond
+	// What a release left for a woken Locker that then crashed.
+	if err := raw.Set(testCtx(t), key, "dlock:reserved:crashed-locker", ttl).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(testCtx(t), 3*time.Second)
+	defer cancel()
+	got := <-waitFor(ctx, waiter, key, slowPoll...)
+	if got.err != nil {
+		t.Fatalf("waiter behind a reservation that lapses after %v, polling every 5s: %v", ttl, got.err)
+	}
+	defer got.lock.Release(context.Background())
+	if d := got.at.Sub(start); d < ttl-50*time.Millisecond || d > ttl+time.Second {
+		t.Fatalf("waiter got the lock %v after the reservation was set; want about its TTL, %v", d, ttl)
+	}
+}
+
 // The waiter's subscription is cut (CLIENT KILL TYPE pubsub) and refused on
 // reconnect (an ACL without channels): the waiter still gets the lock by
 // polling. Once subscribing is allowed again, its Locker resubscribes by

@@ -15,9 +15,10 @@
 -- taken by barging while the head has headed the queue for less than T: a
 -- release within quiet µs need not hand the lock on (the head has been told
 -- to retry by itself), so it can skip the queue. expires >= 0 (ms) when the
--- attempt was refused by a held lock and the Locker heads the queue: the
--- lock key expires then, and nobody announces an expiry (a holder that
--- crashed), so the head retries then by itself; -1 otherwise.
+-- attempt was refused by a held or reserved lock and the Locker heads the
+-- queue: the lock key expires then, and nobody announces an expiry (a
+-- holder or a woken waiter that crashed), so the head retries then by
+-- itself; -1 otherwise.
 local S, Q, id = KEYS[3], KEYS[4], ARGV[3]
 local place = tonumber(ARGV[4])
 -- The clock may be read before writes: replicate effects, not the script
@@ -132,8 +133,12 @@ if ARGV[9] == '1' then redis.call('hset', S, 'g' .. id, ARGV[1], 'l' .. id, ARGV
 -- re-taken at once (queue.lua's b).
 if place == 0 and (reserved or ARGV[10] == '1') then redis.call('hset', S, 'b', '1') end
 if reserved then
-  -- Reserved for another Locker's woken waiter.
-  return {-2, (enqueue(place)), 0, -1}
+  -- Reserved for another Locker's woken waiter, which may have crashed:
+  -- the head learns when the reservation lapses.
+  local at, head = enqueue(place)
+  local expires = -1
+  if head then expires = redis.call('pttl', KEYS[1]) end
+  return {-2, at, 0, expires}
 end
 local busy, expires = 0, redis.call('pttl', KEYS[1])
 if expires == -1 then busy = -1 end
