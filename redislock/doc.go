@@ -80,8 +80,8 @@
 // announces nothing (a holder that crashed), so the queue's head learns from
 // its refused attempt when the key expires, and retries then by itself. A
 // release by a peer that does not publish, or a lost message, is picked up
-// by polling at the retry delay plus jitter. Neither the queue nor its state is
-// ever part of a grant: the lock key alone is.
+// by polling at the retry delay plus jitter. Neither the queue nor its
+// state is ever part of a grant: the lock key alone is.
 //
 // # Guarantees and limits
 //

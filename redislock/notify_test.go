@@ -190,58 +190,40 @@ func TestPollingFallback(t *testing.T) {
 	})
 }
 
-// A holder that crashed never releases: its key expires, and nobody
-// announces that. The queue's head learned when the key expires from its
-// refused attempt, and retries then by itself, long before its 5s poll.
+// An expiry announces nothing. The queue's head learned from its refused
+// attempt when the key expires, and retries then by itself, long before its
+// 5s poll: behind a holder that crashed (it never releases), and behind the
+// reservation a release left for a woken waiter that crashed (nobody
+// replaces it).
 func TestHeadRetriesAtExpiry(t *testing.T) {
-	raw := shared.Client(t)
-	waiter := newLocker(t, shared.Client(t))
-	closeLocker(t, waiter)
-	key := locktest.Key(t)
-	const ttl = 500 * time.Millisecond
-	// The crashed holder's lock: a token with a TTL, never released.
-	if err := raw.Set(testCtx(t), key, "crashed-holder", ttl).Err(); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(testCtx(t), 3*time.Second)
-	defer cancel()
-	got := <-waitFor(ctx, waiter, key, slowPoll...)
-	if got.err != nil {
-		t.Fatalf("waiter behind a lock that expires after %v, polling every 5s: %v", ttl, got.err)
-	}
-	defer got.lock.Release(context.Background())
-	if d := got.at.Sub(start); d < ttl-50*time.Millisecond || d > ttl+time.Second {
-		t.Fatalf("waiter got the lock %v after the crashed holder's %v lock was set; want about its TTL", d, ttl)
-	}
-	if v := raw.Get(testCtx(t), key).Val(); v != got.lock.Token() {
-		t.Fatalf("key holds %q, want the waiter's token %q", v, got.lock.Token())
-	}
-}
-
-// A woken waiter that crashed before it took the lock leaves a
-// reservation nobody replaces. The queue's head learned when it lapses and
-// retries then by itself.
-func TestHeadRetriesAtLapsedReservation(t *testing.T) {
-	raw := shared.Client(t)
-	waiter := newLocker(t, shared.Client(t))
-	closeLocker(t, waiter)
-	key := locktest.Key(t)
-	const ttl = 500 * time.Millisecond
-	// What a release left for a woken Locker that then crashed.
-	if err := raw.Set(testCtx(t), key, "dlock:reserved:crashed-locker", ttl).Err(); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(testCtx(t), 3*time.Second)
-	defer cancel()
-	got := <-waitFor(ctx, waiter, key, slowPoll...)
-	if got.err != nil {
-		t.Fatalf("waiter behind a reservation that lapses after %v, polling every 5s: %v", ttl, got.err)
-	}
-	defer got.lock.Release(context.Background())
-	if d := got.at.Sub(start); d < ttl-50*time.Millisecond || d > ttl+time.Second {
-		t.Fatalf("waiter got the lock %v after the reservation was set; want about its TTL, %v", d, ttl)
+	for _, tc := range []struct{ name, value string }{
+		{"CrashedHolder", "crashed-holder"},
+		{"LapsedReservation", "dlock:reserved:crashed-locker"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := shared.Client(t)
+			waiter := newLocker(t, shared.Client(t))
+			closeLocker(t, waiter)
+			key := locktest.Key(t)
+			const ttl = 500 * time.Millisecond
+			if err := raw.Set(testCtx(t), key, tc.value, ttl).Err(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(testCtx(t), 3*time.Second)
+			defer cancel()
+			got := <-waitFor(ctx, waiter, key, slowPoll...)
+			if got.err != nil {
+				t.Fatalf("waiter behind %q, which expires after %v, polling every 5s: %v", tc.value, ttl, got.err)
+			}
+			defer got.lock.Release(context.Background())
+			if d := got.at.Sub(start); d < ttl-50*time.Millisecond || d > ttl+time.Second {
+				t.Fatalf("waiter got the lock %v after %q was set for %v; want about that TTL", d, tc.value, ttl)
+			}
+			if v := raw.Get(testCtx(t), key).Val(); v != got.lock.Token() {
+				t.Fatalf("key holds %q, want the waiter's token %q", v, got.lock.Token())
+			}
+		})
 	}
 }
 

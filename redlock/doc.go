@@ -96,9 +96,10 @@
 // crashed), so the Locker that heads a node's queue also learns when the
 // key expires there, and a refused attempt makes it retry then by itself.
 // Releases that announce nothing (node-redlock or other peers, dead nodes,
-// lost messages) are found by polling at the retry delay plus jitter. Close ends the subscriptions (they also end
-// when the clients are closed, or after 30s without waiters); AcquireMulti
-// and DoMulti only poll. The lock key's format is unchanged.
+// lost messages) are found by polling at the retry delay plus jitter. Close
+// ends the subscriptions (they also end when the clients are closed, or
+// after 30s without waiters); AcquireMulti and DoMulti only poll. The lock
+// key's format is unchanged.
 //
 // # Keys on each node
 //
