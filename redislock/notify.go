@@ -247,11 +247,9 @@ type notifier struct {
 // interest is this Locker's wait for one lock key. Its fields are guarded
 // by n.mu.
 type interest struct {
-	waiters []*waiter // in arrival order
-	place   int64     // the Locker's place in the key's queue; 0 = not queued
-	retry   *time.Timer
-	armed   bool      // retry is pending
-	due     time.Time // when, if armed
+	waiters []*waiter  // in arrival order
+	place   int64      // the Locker's place in the key's queue; 0 = not queued
+	retry   wake.Retry // a deferred turn, or the lock's expiry
 
 	// Direct grants (see above): token is the lock token this Locker's
 	// registering attempts carry, minted at tokenSince, before any of
@@ -277,35 +275,15 @@ type directGrant struct {
 // already due sooner: the Locker heads the queue and was told to try by
 // itself, or the lock it waits behind expires then. Called with n.mu held.
 func (in *interest) arm(n *notifier, d time.Duration) {
-	due := time.Now().Add(d)
-	if in.armed && !due.Before(in.due) {
-		return
-	}
-	in.armed, in.due = true, due
-	if in.retry == nil {
-		in.retry = time.AfterFunc(d, func() { n.retryNow(in) })
-	} else {
-		in.retry.Reset(d)
-	}
+	in.retry.At(time.Now().Add(d), func() { n.retryNow(in) })
 }
 
-// disarm cancels a pending retry. Called with n.mu held.
-func (in *interest) disarm() {
-	if in.armed {
-		in.armed = false
-		in.retry.Stop()
-	}
-}
-
-// retryNow fires a deferred retry.
+// retryNow fires a pending retry.
 func (n *notifier) retryNow(in *interest) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if in.armed {
-		in.armed = false
-		if len(in.waiters) > 0 {
-			signal(in.waiters[0])
-		}
+	if in.retry.Take() && len(in.waiters) > 0 {
+		signal(in.waiters[0])
 	}
 }
 
@@ -406,7 +384,7 @@ func (n *notifier) leave(w *waiter) {
 	if len(n.byKey) == 0 {
 		n.idleSince = time.Now()
 	}
-	in.disarm()
+	in.retry.Cancel()
 	n.quit(full, in)
 	if in.busy {
 		// The attempt in flight may still take a grant to in.token, or
@@ -605,7 +583,7 @@ func (n *notifier) take(full string, in *interest, gr *directGrant) {
 	}
 	gr.since = in.tokenSince
 	in.granted = gr
-	in.disarm()
+	in.retry.Cancel()
 	signal(in.waiters[0])
 }
 
@@ -753,7 +731,7 @@ func (h subHandler) Message(_ *wake.Sub, payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if in := n.byKey[payload]; in != nil && len(in.waiters) > 0 {
-		in.disarm()
+		in.retry.Cancel()
 		signal(in.waiters[0])
 		return
 	}
@@ -862,7 +840,7 @@ func (h subHandler) Gone(s *wake.Sub) {
 func (n *notifier) close() {
 	n.mu.Lock()
 	for full, in := range n.byKey {
-		in.disarm()
+		in.retry.Cancel()
 		// Waits poll from now on, with fresh tokens.
 		n.quit(full, in)
 	}

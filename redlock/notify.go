@@ -96,44 +96,17 @@ type notifier struct {
 
 // interest is this Locker's wait for one lock key (with prefix).
 type interest struct {
-	waiters []*waiter // in arrival order
-	place   []int64   // per node: the place in the key's queue, 0 = not queued
-	retry   *time.Timer
-	due     time.Time // when retry fires; zero when none is pending
-}
-
-// retryAt makes in's earliest waiter retry at due, unless a retry is due
-// sooner. Called with n.mu held.
-func (n *notifier) retryAt(in *interest, due time.Time) {
-	if !in.due.IsZero() && !due.Before(in.due) {
-		return
-	}
-	in.due = due
-	if in.retry == nil {
-		in.retry = time.AfterFunc(time.Until(due), func() { n.expired(in) })
-	} else {
-		in.retry.Reset(time.Until(due))
-	}
+	waiters []*waiter  // in arrival order
+	place   []int64    // per node: the place in the key's queue, 0 = not queued
+	retry   wake.Retry // at the expiry of the lock it waits behind
 }
 
 // expired fires a pending retry.
 func (n *notifier) expired(in *interest) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if in.due.IsZero() {
-		return // cancelled
-	}
-	in.due = time.Time{}
-	if len(in.waiters) > 0 {
+	if in.retry.Take() && len(in.waiters) > 0 {
 		signal(in.waiters[0])
-	}
-}
-
-// cancelRetry stops in's pending retry, if any. Called with n.mu held.
-func (in *interest) cancelRetry() {
-	if !in.due.IsZero() {
-		in.due = time.Time{}
-		in.retry.Stop()
 	}
 }
 
@@ -196,7 +169,7 @@ func (l *Locker) Close() error {
 	n.mu.Lock()
 	n.closed = true
 	for _, in := range n.byKey {
-		in.cancelRetry()
+		in.retry.Cancel()
 	}
 	subs := append([]*wake.Sub(nil), n.subs...)
 	clear(n.subs)
@@ -239,7 +212,7 @@ func (n *notifier) leave(w *waiter) {
 		return
 	}
 	delete(n.byKey, w.full)
-	in.cancelRetry()
+	in.retry.Cancel()
 	if len(n.byKey) == 0 {
 		n.idle = time.Now()
 	}
@@ -301,10 +274,8 @@ func (n *notifier) attempt(ctx context.Context, i int, p *waitPlan, full, token 
 	c, fs := n.l.nodes[i].client, &n.l.nodes[i].funcs
 	if p.place[i] < 0 {
 		v, err := scripts.RedlockAcquire.Run(ctx, c, fs, argv).Slice()
-		if err == nil && len(v) > 0 {
-			if st, _ := v[0].(int64); st != 1 {
-				n.listen(i, full)
-			}
+		if st, ok := status(v); err == nil && ok && st != 1 {
+			n.listen(i, full)
 		}
 		return v, err
 	}
@@ -332,20 +303,21 @@ func (n *notifier) attempt(ctx context.Context, i int, p *waitPlan, full, token 
 	n.mu.Lock()
 	if n.byKey[full] == p.in {
 		p.in.place[i] = place
-		if st, ok := firstInt(v); ok && err == nil && st == 0 && expires >= 0 && !n.closed {
+		if st, ok := status(v); err == nil && ok && st == 0 && expires >= 0 && !n.closed {
 			// Refused by a lock that expires, on a node whose queue this
 			// Locker heads: if nobody releases it (its holder crashed),
 			// retry as it expires.
-			n.retryAt(p.in, time.Now().Add(time.Duration(expires)*time.Millisecond+expiryMargin))
+			due := time.Now().Add(time.Duration(expires)*time.Millisecond + expiryMargin)
+			p.in.retry.At(due, func() { n.expired(p.in) })
 		}
 	}
 	n.mu.Unlock()
 	return v, err
 }
 
-// firstInt returns the first element of a script's reply (the acquire
-// script's status).
-func firstInt(v []any) (int64, bool) {
+// status returns the acquire script's status, its reply's first element
+// (1 granted, 0 busy, -1 busy without expiry).
+func status(v []any) (int64, bool) {
 	if len(v) == 0 {
 		return 0, false
 	}
