@@ -143,7 +143,9 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -t
 	for _ in $(seq "$cpasses"); do bench 'C[12]' 1x; done
 	for _ in $(seq "$ic1passes"); do bench IC1 1x; done
 	for _ in $(seq "$count"); do bench D 5000x; done
-	for _ in $(seq "$cpasses"); do bench ID 1x; done
+	# ID: 18 pairs of 100ms windows per pass. With 6 pairs, raw against
+	# itself read 0.93-1.08x from pass to pass, as wide as the gap measured.
+	for _ in $(seq "$cpasses"); do bench ID 3x; done
 	if [ "${only_e:-}" != skip ]; then
 		for _ in $(seq "$count"); do bench E 1000x; done
 		for _ in $(seq "$count"); do bench IE 700x; done
@@ -160,7 +162,7 @@ where each ratio is the median of the passes' own ratios (the middle half of
 them in brackets); medians of $cpasses passes of one ${BENCH_WINDOW} window per
 implementation for C1 and C2, each ratio again the median of the passes' own,
 of $ic1passes passes of C1 interleaved (dlock against each peer in 400ms windows),
-and of $cpasses passes of D interleaved (each implementation against raw in 100ms windows).
+and of $cpasses passes of D interleaved (each implementation against raw in 18 pairs of 100ms windows).
 
 - date: $(date -u +%Y-%m-%dT%H:%MZ)
 - CPU: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)
