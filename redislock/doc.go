@@ -64,7 +64,7 @@
 // waiter (in the lock key, see Keys) and the woken waiter takes it with one
 // round trip. A holder that re-takes the lock at once (a loop over the lock)
 // may do so while the longest waiter has been first in line for less than
-// 3ms; such releases skip the queue, and after that the waiter is woken or
+// 20ms; such releases skip the queue, and after that the waiter is woken or
 // retries by itself and has the lock's first claim, so no waiter starves (the
 // policy and its bound are described in notify.go). The reservation lasts
 // until the woken waiter takes the lock or gives up, and at most 500ms if it

@@ -108,9 +108,9 @@ import (
 // about T (plus one hold) before the head is woken or retries by itself,
 // and then the head has the lock's first claim. With k Lockers queued
 // ahead, a waiter gets the lock within about k times (T + a hold + a
-// hand-off): with 15 parked waiters and the default T of 3ms, under about
-// 50ms on a local server, against 1-2s of starvation for retry-and-back-off
-// clients. Holders that do not re-take at once (every hand-off to a parked
+// hand-off): with 15 parked waiters and the default T of 20ms, about
+// 220ms on a local server (bench C1), against 1-2s of starvation for
+// retry-and-back-off clients. Holders that do not re-take at once (every hand-off to a parked
 // waiter) wake the head in the release itself, as before, so a plain queue
 // of waiters is served in arrival order at one round trip per hand-off.
 // TryAcquire, and the first attempts of a Locker not yet subscribed, make
@@ -173,10 +173,13 @@ const (
 	// statePrefix + {lock key} is the queue's state (queue.lua).
 	statePrefix = "dlock:turn:"
 	// handoffAfter (T) is how long the queue's head lets a holder re-take
-	// the lock before it is woken: a few dozen hold-0 cycles on a local
-	// server, so that hand-offs are a few percent of them (bench C1), and
-	// short against anyone's patience.
-	handoffAfter = 3 * time.Millisecond
+	// the lock before it is woken: about a hundred hold-0 cycles on a
+	// local server, so that hand-offs are under 3% of them. A hand-off
+	// costs the loop two or three cycles: at 3ms, 5% of acquisitions were
+	// hand-offs, and the loop ran 10-20% slower (bench C1, IC1). T is
+	// short against anyone's patience, and well below the waiters'
+	// default poll interval (50ms plus jitter).
+	handoffAfter = 20 * time.Millisecond
 	// reserveFor (R) is how long a woken waiter's Locker has the free lock's
 	// first claim: far above a round trip, and the most a crashed waiter
 	// delays the others before their polls take over.
