@@ -109,10 +109,11 @@ import (
 // and then the head has the lock's first claim. With k Lockers queued
 // ahead, a waiter gets the lock within about k times (T + a hold + a
 // hand-off): with 15 parked waiters and the default T of 20ms, about
-// 220ms on a local server (bench C1), against 1-2s of starvation for
-// retry-and-back-off clients. Holders that do not re-take at once (every hand-off to a parked
-// waiter) wake the head in the release itself, as before, so a plain queue
-// of waiters is served in arrival order at one round trip per hand-off.
+// 220-240ms on a local server (bench C1), against 1-2s of starvation for
+// retry-and-back-off clients. Holders that do not re-take at once (every
+// hand-off to a parked waiter) wake the head in the release itself, as
+// before, so a plain queue of waiters is served in arrival order at one
+// round trip per hand-off.
 // TryAcquire, and the first attempts of a Locker not yet subscribed, make
 // the plain attempt (acquirePlain): a reservation refuses it like any
 // held lock, but it does not mark newcomers refused, and its grant is
@@ -173,7 +174,7 @@ const (
 	// statePrefix + {lock key} is the queue's state (queue.lua).
 	statePrefix = "dlock:turn:"
 	// handoffAfter (T) is how long the queue's head lets a holder re-take
-	// the lock before it is woken: about a hundred hold-0 cycles on a
+	// the lock before it is woken: one or two hundred hold-0 cycles on a
 	// local server, so that hand-offs are under 3% of them. A hand-off
 	// costs the loop two or three cycles: at 3ms, 5% of acquisitions were
 	// hand-offs, and the loop ran 10-20% slower (bench C1, IC1). T is
