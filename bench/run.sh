@@ -143,8 +143,10 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -t
 	for _ in $(seq "$cpasses"); do bench 'C[12]' 1x; done
 	for _ in $(seq "$ic1passes"); do bench IC1 1x; done
 	for _ in $(seq "$count"); do bench D 5000x; done
-	# ID: 18 pairs of 100ms windows per pass. With 6 pairs, raw against
-	# itself read 0.93-1.08x from pass to pass, as wide as the gap measured.
+	# ID: 18 pairs of 100ms windows per pass (6 until run 7). Single
+	# passes of raw against itself spread over 0.93-1.08x with either, so
+	# the spread comes with the process (where its threads and the
+	# server's run), not with the windows: passes narrow the median.
 	for _ in $(seq "$cpasses"); do bench ID 3x; done
 	if [ "${only_e:-}" != skip ]; then
 		for _ in $(seq "$count"); do bench E 1000x; done
