@@ -8,7 +8,7 @@
 #
 # It starts its own redis-server processes (one, plus five for Redlock) on
 # free loopback ports, and a throwaway PostgreSQL cluster (bench/cmd/pgserver,
-# through internal/testsrv), and stops them on exit. Takes about 10 minutes.
+# through internal/testsrv), and stops them on exit. Takes about 14 minutes.
 # Environment: BENCH_WINDOW (each contended window, default 2s), BENCH_ONLY
 # (a -bench regexp, default all groups), BENCH_COUNT (passes over the
 # uncontended groups and their interleaved forms, default 11),
