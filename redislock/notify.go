@@ -388,7 +388,6 @@ func (n *notifier) leave(w *waiter) {
 	if len(n.byKey) == 0 {
 		n.idleSince = time.Now()
 	}
-	in.retry.Cancel()
 	n.quit(full, in)
 	if in.busy {
 		// The attempt in flight may still take a grant to in.token, or
@@ -401,12 +400,14 @@ func (n *notifier) leave(w *waiter) {
 	}
 }
 
-// quit takes the Locker out of full's queue if in is queued there, and
-// gives back the grants nobody here will take now: one taken but not yet
-// used, and one to in's token unless an attempt carrying it is in flight
-// (that attempt gives it back itself, settle). The leave script frees the
-// key if a release granted it to one of them. Called with n.mu held.
+// quit cancels in's pending retry, takes the Locker out of full's queue if
+// in is queued there, and gives back the grants nobody here will take now:
+// one taken but not yet used, and one to in's token unless an attempt
+// carrying it is in flight (that attempt gives it back itself, settle). The
+// leave script frees the key if a release granted it to one of them.
+// Called with n.mu held.
 func (n *notifier) quit(full string, in *interest) {
+	in.retry.Cancel()
 	var unused []string
 	if in.granted != nil {
 		unused = append(unused, in.granted.token)
@@ -538,10 +539,11 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 	// popped the Locker, whatever place this attempt had).
 	if n.byKey[full] == in && in.granted == nil {
 		in.place = res[1]
-		if (res[0] == 0 || res[0] == reservedReply) && res[3] >= 0 && len(in.waiters) > 0 {
-			// The Locker heads the queue behind a held or reserved lock:
-			// if nobody releases it (its holder, or the woken waiter it is
-			// reserved for, crashed), retry as it expires.
+		if res[3] >= 0 && len(in.waiters) > 0 {
+			// The Locker heads the queue behind a held or reserved lock
+			// (the script answers an expiry only then): if nobody releases
+			// it (its holder, or the woken waiter it is reserved for,
+			// crashed), retry as it expires.
 			in.arm(n, time.Duration(res[3])*time.Millisecond+expiryMargin)
 		}
 	}
@@ -844,7 +846,6 @@ func (h subHandler) Gone(s *wake.Sub) {
 func (n *notifier) close() {
 	n.mu.Lock()
 	for full, in := range n.byKey {
-		in.retry.Cancel()
 		// Waits poll from now on, with fresh tokens.
 		n.quit(full, in)
 	}
