@@ -124,6 +124,7 @@ export BENCH_WINDOW=${BENCH_WINDOW:-2s}
 count=${BENCH_COUNT:-11}
 cpasses=${BENCH_CPASSES:-5}
 ic1passes=${BENCH_IC1PASSES:-5}
+idpairs=18 # BenchmarkID runs 6 pairs of windows per b.N
 only=${BENCH_ONLY:-.}
 export GOFLAGS=-mod=mod
 
@@ -143,11 +144,11 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -t
 	for _ in $(seq "$cpasses"); do bench 'C[12]' 1x; done
 	for _ in $(seq "$ic1passes"); do bench IC1 1x; done
 	for _ in $(seq "$count"); do bench D 5000x; done
-	# ID: 18 pairs of 100ms windows per pass (6 until run 7). Single
+	# ID: $idpairs pairs of 100ms windows per pass (6 until run 7). Single
 	# passes of raw against itself spread over 0.93-1.08x with either, so
 	# the spread comes with the process (where its threads and the
 	# server's run), not with the windows: passes narrow the median.
-	for _ in $(seq "$cpasses"); do bench ID 3x; done
+	for _ in $(seq "$cpasses"); do bench ID "$((idpairs / 6))x"; done
 	if [ "${only_e:-}" != skip ]; then
 		for _ in $(seq "$count"); do bench E 1000x; done
 		for _ in $(seq "$count"); do bench IE 700x; done
@@ -164,7 +165,7 @@ where each ratio is the median of the passes' own ratios (the middle half of
 them in brackets); medians of $cpasses passes of one ${BENCH_WINDOW} window per
 implementation for C1 and C2, each ratio again the median of the passes' own,
 of $ic1passes passes of C1 interleaved (dlock against each peer in 400ms windows),
-and of $cpasses passes of D interleaved (each implementation against raw in 18 pairs of 100ms windows).
+and of $cpasses passes of D interleaved (each implementation against raw in $idpairs pairs of 100ms windows).
 
 - date: $(date -u +%Y-%m-%dT%H:%MZ)
 - CPU: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)
