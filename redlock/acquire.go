@@ -106,7 +106,10 @@ func (l *Locker) sendRound(ctx context.Context, lockKeys, counters []string, tok
 	if mode == "acquire" {
 		p = newProgress()
 	}
-	return send(ctx, l, sending{timeout: timeout, after: after, progress: p}, func(ctx context.Context, n *node) *nodeReply {
+	return send(ctx, l, sending{timeout: timeout, after: after, giveUp: true, progress: p}, func(ctx context.Context, n *node) *nodeReply {
+		if context.Cause(ctx) == errBehind {
+			return &nodeReply{err: errBehind}
+		}
 		if wp != nil {
 			v, err := l.notify.attempt(ctx, l.index(n), wp, lockKeys[0], token, argv)
 			return l.reply(v, err, len(lockKeys), timeout)

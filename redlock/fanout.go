@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,8 @@ type indexed[T any] struct {
 type progress struct {
 	returned atomic.Uint64 // bit i: node i's call returned (nodes 0-63)
 	done     chan struct{} // closed when every call returned
+	mu       sync.Mutex
+	turns    []chan struct{} // per node, made for a later call that waits (turn)
 }
 
 func newProgress() *progress { return &progress{done: make(chan struct{})} }
@@ -52,22 +55,77 @@ func (p *progress) returnedAll() bool {
 	}
 }
 
+// markReturned records that node i's call returned, and wakes a later call
+// waiting for it (turn).
+func (p *progress) markReturned(i int) {
+	if i >= 64 {
+		return // only done tells
+	}
+	p.mu.Lock()
+	p.returned.Or(1 << i)
+	if i < len(p.turns) && p.turns[i] != nil {
+		close(p.turns[i])
+		p.turns[i] = nil
+	}
+	p.mu.Unlock()
+}
+
+// turn returns a channel closed once node i's call has returned: a later
+// call to node i waits for it alone, not for the slowest node.
+func (p *progress) turn(i int) <-chan struct{} {
+	if i >= 64 {
+		return p.done
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.returned.Load()&(1<<i) != 0 {
+		return closedChan
+	}
+	if i >= len(p.turns) {
+		p.turns = append(p.turns, make([]chan struct{}, i+1-len(p.turns))...)
+	}
+	if p.turns[i] == nil {
+		p.turns[i] = make(chan struct{})
+	}
+	return p.turns[i]
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// errBehind is a node's result in an acquisition that gave up on it without
+// sending: the Locker's earlier request to it (a release) was still running
+// a whole timeout later.
+var errBehind = errors.New("still busy with this Locker's earlier request on the key after the node timeout (not sent)")
+
 // sending says how send sends.
 type sending struct {
 	timeout time.Duration // for each node's call
 	// after, if set, is an earlier fan-out whose call to node i must have
 	// returned before node i's call here starts.
-	after    *progress
+	after *progress
+	// giveUp: a call that has waited a whole timeout for its turn (after)
+	// is not sent; f gets a context ended with cause errBehind. For
+	// acquisitions: the node is as good as down for this attempt, and a
+	// request sent that late would overtake nothing it must not.
+	giveUp   bool
 	progress *progress // if set, records this fan-out's progress
 	finally  func()    // if set, runs once every call returned
 }
 
 // send runs f on every node in parallel and returns at once. The calls
-// share one context with the timeout (see below for those that first wait
-// for after), cancelled by the last of them to return, so that taking
-// only some replies cancels nothing. f rewrites network and timeout errors
-// so that they do not match the caller's context errors: a node that did
-// not answer in time is the node's failure, not the caller's deadline.
+// share one context with the timeout, cancelled by the last of them to
+// return, so that taking only some replies cancels nothing. A call that
+// must first wait for its turn (after) gets a whole timeout of its own once
+// its turn has come. Counted from the send, a chain of waits (each call
+// waiting for a late one) could leave it too little time to be answered,
+// or not even to be sent: a release would then leave its key behind until
+// the TTL, and an acquisition whose reply is lost may land after the
+// release meant to undo it. An acquisition's call (giveUp) ends within two
+// timeouts of its send, one waiting and one running; a release's call
+// waits for its own acquisition's call on the node, sent before it, so it
+// ends within three. f rewrites network and timeout errors so that they do
+// not match the caller's context errors: a node that did not answer in
+// time is the node's failure, not the caller's deadline.
 func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.Context, n *node) T) *inflight[T] {
 	c := &inflight[T]{
 		ch:       make(chan indexed[T], len(l.nodes)),
@@ -78,30 +136,24 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 	}
 	shared, stop := context.WithTimeout(ctx, s.timeout)
 	c.stop = stop
-	// Calls that must first wait for the earlier fan-out share a second
-	// context, with twice the timeout: the earlier call ends within its
-	// own timeout, which leaves this one at least a whole timeout.
-	after, late := s.after, shared
+	after := s.after
 	if after != nil && after.returnedAll() {
 		after = nil
-	}
-	if after != nil {
-		var stopLate context.CancelFunc
-		late, stopLate = context.WithTimeout(ctx, 2*s.timeout)
-		c.stop = func() { stop(); stopLate() }
 	}
 	var running atomic.Int32
 	running.Store(int32(len(l.nodes)))
 	for i, n := range l.nodes {
 		l.workers.run(func() {
-			nctx := shared
+			var v T
 			if after != nil && !after.returnedOn(i) {
-				<-after.done // beyond 64 nodes, waits for them all
-				nctx = late
+				nctx, cancel := s.waitTurn(ctx, after.turn(i))
+				v = f(nctx, n)
+				cancel()
+			} else {
+				v = f(shared, n)
 			}
-			v := f(nctx, n)
-			if p := c.progress; p != nil && i < 64 {
-				p.returned.Or(1 << i)
+			if p := c.progress; p != nil {
+				p.markReturned(i)
 			}
 			c.ch <- indexed[T]{i, v}
 			if running.Add(-1) == 0 {
@@ -116,6 +168,26 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 		})
 	}
 	return c
+}
+
+// waitTurn waits for turn and returns the context of the call that waited:
+// a whole timeout from now, or with giveUp, once it waited a whole timeout,
+// a context that has ended with cause errBehind.
+func (s sending) waitTurn(ctx context.Context, turn <-chan struct{}) (context.Context, context.CancelFunc) {
+	if !s.giveUp {
+		<-turn // the earlier call ends within two timeouts of its send
+		return context.WithTimeout(ctx, s.timeout)
+	}
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	select {
+	case <-turn:
+		return context.WithTimeout(ctx, s.timeout)
+	case <-t.C:
+		gave, cancel := context.WithCancelCause(ctx)
+		cancel(errBehind)
+		return gave, func() {}
+	}
 }
 
 // next takes the next reply to arrive and returns its node's index.

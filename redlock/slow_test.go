@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +178,59 @@ func TestSlowMinorityDoesNotDelay(t *testing.T) {
 		t.Fatalf("the next holder holds %d nodes, want all 5: %v", len(ks), ks)
 	}
 	lock.Release(testCtx(t))
+}
+
+// F6 in a loop: one node paused (SIGSTOP) for longer than the node timeout
+// while a Locker takes and releases a key back to back. The other nodes
+// keep granting, and no key is left behind on them: a request to a node
+// waits for the Locker's earlier request to that node only, not for the
+// paused one, and then gets a whole node timeout of its own. (A request
+// whose reply the paused node sends too late may still land there after
+// the release meant to undo it; that key expires with its TTL, F16.)
+func TestPausedNodeLeavesNoKeysOnOthers(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 5)
+	const timeout = 250 * time.Millisecond
+	l := newLocker(t, rs, redlock.WithNodeTimeout(timeout))
+	warm(t, l)
+	key := locktest.Key(t)
+	var paused atomic.Bool
+	var grants, grantsPaused atomic.Int64
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			lock, err := l.TryAcquire(testCtx(t), key, 10*time.Second)
+			if err != nil {
+				continue
+			}
+			grants.Add(1)
+			if paused.Load() {
+				grantsPaused.Add(1)
+			}
+			lock.Release(testCtx(t))
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	rs[0].Pause()
+	t.Cleanup(rs[0].Resume)
+	paused.Store(true)
+	time.Sleep(3 * timeout)
+	paused.Store(false)
+	rs[0].Resume()
+	time.Sleep(2 * timeout)
+	close(stop)
+	<-stopped
+	l.Close() // waits for the requests still under way
+	if grantsPaused.Load() == 0 {
+		t.Fatalf("no grant while node 0 was paused (%d in all): the loop waited for it", grants.Load())
+	}
+	if ks := keysOn(t, rs[1:], key); len(ks) != 0 {
+		t.Fatalf("keys left on nodes that were never paused, after %d grants (%d while node 0 was paused): %v", grants.Load(), grantsPaused.Load(), ks)
+	}
+	t.Logf("%d grants, %d while node 0 was paused; left on node 0: %v", grants.Load(), grantsPaused.Load(), keysOn(t, rs[:1], key))
 }
