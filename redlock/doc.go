@@ -56,7 +56,13 @@
 // node timeout, even if ctx is cancelled. A request to a node is never sent
 // before the same lock's previous request there has returned (a release
 // after a late acquisition, or the same Locker's next attempt after a late
-// release), so a late reply never leaves a key behind.
+// release), and once its turn has come it has a whole node timeout of its
+// own; an attempt whose turn has not come within one node timeout leaves
+// that node out, unsent. So a late reply leaves no key behind, and one slow
+// or paused node delays no request to the others. The exception is a node
+// that holds a request past its timeout (a paused or overloaded server):
+// it may run a request whose reply was given up on after the release
+// meant to undo it, and that key then expires with its TTL.
 //
 // When the vote split (the nodes that refused name different holders, and no
 // single holder can have a majority even counting the silent nodes), nobody
