@@ -104,7 +104,7 @@ func (l *Locker) sendRound(ctx context.Context, lockKeys, counters []string, tok
 	// then orders later requests after the late ones (progress).
 	var p *progress
 	if mode == "acquire" {
-		p = newProgress()
+		p = newProgress(len(l.nodes))
 	}
 	return send(ctx, l, sending{timeout: timeout, after: after, giveUp: true, progress: p}, func(ctx context.Context, n *node) *nodeReply {
 		if context.Cause(ctx) == errBehind {

@@ -33,11 +33,12 @@ type indexed[T any] struct {
 type progress struct {
 	returned atomic.Uint64 // bit i: node i's call returned (nodes 0-63)
 	done     chan struct{} // closed when every call returned
+	nodes    int
 	mu       sync.Mutex
 	turns    []chan struct{} // per node, made for a later call that waits (turn)
 }
 
-func newProgress() *progress { return &progress{done: make(chan struct{})} }
+func newProgress(nodes int) *progress { return &progress{done: make(chan struct{}), nodes: nodes} }
 
 // returnedOn reports whether node i's call is known to have returned
 // (beyond 64 nodes only once all have).
@@ -81,8 +82,8 @@ func (p *progress) turn(i int) <-chan struct{} {
 	if p.returned.Load()&(1<<i) != 0 {
 		return closedChan
 	}
-	if i >= len(p.turns) {
-		p.turns = append(p.turns, make([]chan struct{}, i+1-len(p.turns))...)
+	if p.turns == nil {
+		p.turns = make([]chan struct{}, min(p.nodes, 64))
 	}
 	if p.turns[i] == nil {
 		p.turns[i] = make(chan struct{})

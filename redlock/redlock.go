@@ -404,7 +404,7 @@ func (l *Locker) release(ctx context.Context, keys []string, token string, wakeU
 	argv := scripts.Argv(scripts.RedlockRelease, ks, args...)
 	// Registered before the deletions are sent, so that the last of them
 	// always finds its entry to remove.
-	id, p := pendingID(keys), newProgress()
+	id, p := pendingID(keys), newProgress(len(l.nodes))
 	l.releasing.Store(id, p)
 	finally := func() { l.releasing.CompareAndDelete(id, p) }
 	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, n *node) error {
