@@ -37,6 +37,10 @@
 // so a holder whose lock expired can never delete or prolong the next
 // holder's lock; they report that with ErrNotHeld. A handle that was
 // released or declared lost is never held again, whatever a late reply says.
+// Go's monotonic clock stops while the machine sleeps (suspend to RAM or
+// disk), so a holder whose machine slept keeps the validity it had; its next
+// extension is refused, and Do then cancels. Pauses the clock counts (GC,
+// SIGSTOP) are caught when the process runs again.
 //
 // # Waiting and Do
 //
