@@ -107,7 +107,7 @@ type sending struct {
 	// giveUp: a call that has waited a whole timeout for its turn (after)
 	// is not sent; f gets a context ended with cause errBehind. For
 	// acquisitions: the node is as good as down for this attempt, and a
-	// request sent that late would overtake nothing it must not.
+	// request not sent cannot leave a key behind.
 	giveUp   bool
 	progress *progress // if set, records this fan-out's progress
 	finally  func()    // if set, runs once every call returned
