@@ -145,9 +145,10 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -t
 	for _ in $(seq "$ic1passes"); do bench IC1 1x; done
 	for _ in $(seq "$count"); do bench D 5000x; done
 	# ID: $idpairs pairs of 100ms windows per pass (6 until run 7). Single
-	# passes of raw against itself spread over 0.93-1.08x with either, so
-	# the spread comes with the process (where its threads and the
-	# server's run), not with the windows: passes narrow the median.
+	# passes of raw against itself spread over 0.94-1.11x at 18 pairs and
+	# 0.98-1.02x at 72 (bench/RESULTS.md, D): the windows' own noise. 72
+	# would make the run 8 minutes longer; the median of the passes
+	# narrows it instead.
 	for _ in $(seq "$cpasses"); do bench ID "$((idpairs / 6))x"; done
 	if [ "${only_e:-}" != skip ]; then
 		for _ in $(seq "$count"); do bench E 1000x; done
