@@ -190,10 +190,6 @@ const (
 	// (shortRelease): far below a hand-off, which takes a round trip and
 	// an announcement.
 	backAtOnce = 25 * time.Microsecond
-	// expiryMargin is how long after the lock key's expiry, as the
-	// queue's head last read it, the head retries: past Redis's 1ms
-	// expiry precision.
-	expiryMargin = 2 * time.Millisecond
 	// reservedReply is the acquire scripts' answer for a free lock that
 	// is reserved for another Locker's woken waiter.
 	reservedReply = -2
@@ -544,7 +540,7 @@ func (l *Locker) acquire(ctx context.Context, g *grant, ttl time.Duration, start
 			// (the script answers an expiry only then): if nobody releases
 			// it (its holder, or the woken waiter it is reserved for,
 			// crashed), retry as it expires.
-			in.arm(n, time.Duration(res[3])*time.Millisecond+expiryMargin)
+			in.arm(n, wake.AfterExpiry(res[3]))
 		}
 	}
 	n.mu.Unlock()

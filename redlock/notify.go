@@ -56,11 +56,6 @@ end
 return {tonumber(redis.call('zscore', KEYS[1], ARGV[1])), expires}
 `)
 
-// expiryMargin is how long after a node's lock key expires, as the
-// queue's head read it there, the head retries: past Redis's 1ms expiry
-// precision.
-const expiryMargin = 2 * time.Millisecond
-
 // dequeue: KEYS[1] lock key, KEYS[2] queue; ARGV[1] token, ARGV[2] Locker
 // id, ARGV[3] "1" when more local waiters remain, ARGV[4] queue ttl ms.
 // Returns -1 when the node did not grant (the place stands), else the new
@@ -307,7 +302,7 @@ func (n *notifier) attempt(ctx context.Context, i int, p *waitPlan, full, token 
 			// Refused by a lock that expires, on a node whose queue this
 			// Locker heads: if nobody releases it (its holder crashed),
 			// retry as it expires.
-			due := time.Now().Add(time.Duration(expires)*time.Millisecond + expiryMargin)
+			due := time.Now().Add(wake.AfterExpiry(expires))
 			p.in.retry.At(due, func() { n.expired(p.in) })
 		}
 	}

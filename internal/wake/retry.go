@@ -39,3 +39,10 @@ func (r *Retry) Cancel() {
 		r.timer.Stop()
 	}
 }
+
+// AfterExpiry returns how long a waiter that read a lock key's PTTL of ms
+// waits before retrying by itself, when nobody will announce the key's
+// expiry: just past it, beyond Redis's 1ms expiry precision.
+func AfterExpiry(ms int64) time.Duration {
+	return time.Duration(ms)*time.Millisecond + 2*time.Millisecond
+}
