@@ -195,7 +195,7 @@ func TestPausedNodeLeavesNoKeysOnOthers(t *testing.T) {
 	key := locktest.Key(t)
 	var paused atomic.Bool
 	var grants, grantsPaused atomic.Int64
-	stop, stopped := make(chan struct{}), make(chan struct{})
+	first, stop, stopped := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
 		for {
@@ -208,14 +208,16 @@ func TestPausedNodeLeavesNoKeysOnOthers(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			grants.Add(1)
+			if grants.Add(1) == 1 {
+				close(first) // the loop runs: pause a node under it
+			}
 			if paused.Load() {
 				grantsPaused.Add(1)
 			}
 			lock.Release(testCtx(t))
 		}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	<-first
 	rs[0].Pause()
 	t.Cleanup(rs[0].Resume)
 	paused.Store(true)
