@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -103,7 +103,7 @@ func (e *env) start(ctx context.Context, opts Options) error {
 	}
 
 	need := redlockNodes - len(e.nodes)
-	if _, err := testsrv.RedisBinary(); err != nil && need > 0 {
+	if _, err := servers.RedisBinary(); err != nil && need > 0 {
 		e.embedded = true
 	}
 	if need > 0 && !e.embedded {
@@ -175,7 +175,7 @@ func startRedis(dir string) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	r, err := testsrv.NewRedis(sub)
+	r, err := servers.NewRedis(sub)
 	if err != nil {
 		return nil, fmt.Errorf("demo: start redis-server: %w", err)
 	}

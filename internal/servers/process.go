@@ -1,4 +1,4 @@
-package testsrv
+package servers
 
 import (
 	"errors"

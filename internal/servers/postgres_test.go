@@ -1,27 +1,57 @@
-package testsrv
+package servers
 
 import (
 	"context"
+	"os"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func startPostgres(t *testing.T, opts ...PostgresOption) *Postgres {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "servers-pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPostgres(dir, opts...)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Stop()
+		os.RemoveAll(dir)
+	})
+	return p
+}
+
+func newPool(t *testing.T, p *Postgres, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), p.PoolConfig(maxConns))
+	if err != nil {
+		t.Fatalf("pgxpool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
 
 // One cluster, every helper: a pool works, a session lock shows up in
 // pg_locks, Terminate ends the session and frees its lock, Restart brings the
 // server back on its port, and Stop leaves no process behind.
 func TestPostgres(t *testing.T) {
 	start := time.Now()
-	pg := StartPostgres(t)
+	pg := startPostgres(t)
 	t.Logf("initdb + start took %v", time.Since(start))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	pool := pg.Pool(t, 2)
+	pool := newPool(t, pg, 2)
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
@@ -70,22 +100,31 @@ func TestPostgres(t *testing.T) {
 }
 
 func TestPostgresSetting(t *testing.T) {
-	pg := StartPostgres(t, PostgresSetting("max_locks_per_transaction", "17"))
+	pg := startPostgres(t, PostgresSetting("max_locks_per_transaction", "17"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var v string
-	if err := pg.Pool(t, 1).QueryRow(ctx, "SHOW max_locks_per_transaction").Scan(&v); err != nil || v != "17" {
+	if err := newPool(t, pg, 1).QueryRow(ctx, "SHOW max_locks_per_transaction").Scan(&v); err != nil || v != "17" {
 		t.Fatalf("max_locks_per_transaction = %q (%v), want 17", v, err)
 	}
 }
 
 func TestPostgresStandby(t *testing.T) {
-	pg := StartPostgres(t)
-	standby := pg.StartStandby(t)
+	pg := startPostgres(t)
+	dir, err := os.MkdirTemp("", "servers-pg-standby")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	standby, err := pg.NewStandby(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer standby.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var recovering bool
-	if err := standby.Pool(t, 1).QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering); err != nil || !recovering {
+	if err := newPool(t, standby, 1).QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering); err != nil || !recovering {
 		t.Fatalf("standby pg_is_in_recovery() = %v, %v; want true", recovering, err)
 	}
 	if err := standby.Exec(ctx, "CREATE TABLE t (x int)"); err == nil {
