@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -143,13 +142,13 @@ func connectUser(ctx context.Context, o *redis.Options) (*node, error) {
 		n.direct.Close()
 		return nil, fmt.Errorf("demo: %w: redis server %s: %w", dlock.ErrUnavailable, n.addr, err)
 	}
-	r, err := newRelay(o.Network, o.Addr, o.Dialer)
+	r, err := tcpproxy.New(o.Network, o.Addr, o.Dialer)
 	if err != nil {
 		n.direct.Close()
 		return nil, fmt.Errorf("demo: relay to %s: %w", n.addr, err)
 	}
 	ro := *o
-	ro.Network, ro.Addr = "tcp", r.addr
+	ro.Network, ro.Addr = "tcp", r.Addr
 	ro.Dialer = nil
 	// TLS must still verify the real server's name, not the relay's.
 	if ro.TLSConfig != nil && ro.TLSConfig.ServerName == "" {
@@ -158,9 +157,9 @@ func connectUser(ctx context.Context, o *redis.Options) (*node, error) {
 		ro.TLSConfig = tc
 	}
 	n.client = redis.NewClient(clientOptions(&ro))
-	n.lose = r.cut
+	n.lose = r.Cut
 	n.how = "cut off (the demo's relay to it stops forwarding; the server itself is untouched)"
-	n.stop = func() { n.client.Close(); n.direct.Close(); r.close() }
+	n.stop = func() { n.client.Close(); n.direct.Close(); r.Close() }
 	return n, nil
 }
 
@@ -255,111 +254,6 @@ func deleteKeys(ctx context.Context, c *redis.Client, pattern string) {
 	if len(batch) > 0 {
 		c.Del(ctx, batch...)
 	}
-}
-
-// relay forwards TCP connections to a server until cut.
-type relay struct {
-	addr    string
-	network string
-	target  string
-	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
-	ln      net.Listener
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	cutOff bool
-	wg     sync.WaitGroup
-}
-
-func newRelay(network, target string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*relay, error) {
-	if network == "" {
-		network = "tcp"
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	if dial == nil {
-		d := &net.Dialer{Timeout: time.Second}
-		dial = d.DialContext
-	}
-	r := &relay{addr: ln.Addr().String(), network: network, target: target, dial: dial, ln: ln, conns: map[net.Conn]struct{}{}}
-	r.wg.Add(1)
-	go r.accept()
-	return r, nil
-}
-
-func (r *relay) accept() {
-	defer r.wg.Done()
-	for {
-		c, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !r.track(c) {
-			c.Close()
-			continue
-		}
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			defer r.untrack(c)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			up, err := r.dial(ctx, r.network, r.target)
-			cancel()
-			if err != nil {
-				return
-			}
-			if !r.track(up) {
-				up.Close()
-				return
-			}
-			defer r.untrack(up)
-			done := make(chan struct{}, 2)
-			go func() { io.Copy(up, c); up.Close(); done <- struct{}{} }()
-			go func() { io.Copy(c, up); c.Close(); done <- struct{}{} }()
-			<-done
-			<-done
-		}()
-	}
-}
-
-func (r *relay) track(c net.Conn) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cutOff {
-		return false
-	}
-	r.conns[c] = struct{}{}
-	return true
-}
-
-func (r *relay) untrack(c net.Conn) {
-	c.Close()
-	r.mu.Lock()
-	delete(r.conns, c)
-	r.mu.Unlock()
-}
-
-// cut closes the listener and every forwarded connection: from the demo's
-// side the server is gone (connection refused), as in a partition.
-func (r *relay) cut() {
-	r.mu.Lock()
-	if r.cutOff {
-		r.mu.Unlock()
-		return
-	}
-	r.cutOff = true
-	r.ln.Close()
-	for c := range r.conns {
-		c.Close()
-	}
-	r.mu.Unlock()
-}
-
-func (r *relay) close() {
-	r.cut()
-	r.wg.Wait()
 }
 
 // serverInfo describes a node for the header: its Redis version and which
