@@ -195,12 +195,12 @@ never printed.
 		SilenceUsage:  true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usagef("missing command: run, acquire, extend, release, inspect or demo")
+			return usagef("missing command: run, acquire, extend, release, inspect, demo or torture")
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
-	root.AddCommand(a.runCmd(), a.acquireCmd(), a.extendCmd(), a.releaseCmd(), a.inspectCmd(), a.demoCmd())
+	root.AddCommand(a.runCmd(), a.acquireCmd(), a.extendCmd(), a.releaseCmd(), a.inspectCmd(), a.demoCmd(), a.tortureCmd(), a.tortureWorker())
 	return root
 }
 

@@ -1,0 +1,264 @@
+package torture
+
+import (
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Backends.
+const (
+	Redis    = "redis"
+	Redlock  = "redlock"
+	Postgres = "postgres"
+)
+
+// Fault kinds. A schedule draws from the kinds a run enables (see
+// Config.Faults); the control-only kinds serve negative controls.
+const (
+	FaultPause          = "pause"           // SIGSTOP a worker (the holder) beyond the TTL, then SIGCONT
+	FaultRestart        = "restart"         // kill lock server(s), restart empty at once
+	FaultRestartDelayed = "restart-delayed" // kill lock server(s), restart empty after the TTL
+	FaultMajority       = "majority"        // Redlock: kill a majority, restart at once
+	FaultLatency        = "latency"         // delay a worker's replies from lock servers
+	FaultBlackhole      = "blackhole"       // a worker's links to lock servers go silent
+	FaultCut            = "cut"             // a worker's connections to lock servers are dropped
+	FaultTerminate      = "terminate"       // PostgreSQL: pg_terminate_backend of the holder
+
+	// FaultRewind moves the fence counter back by one right after a grant,
+	// as a server restored from a copy that missed the last grant (with a
+	// counter ahead of the server clock) would: the next holder gets the
+	// same fence as the last one. Single Redis node only.
+	FaultRewind = "rewind"
+	// FaultFastClock cuts every grant's TTL on the server by DriftFactor of
+	// the TTL, standing in for a server clock that runs that much faster
+	// than the client's: the case the drift margin is for, at the edge of
+	// what it allows. Single Redis node only.
+	FaultFastClock = "fastclock"
+)
+
+// Negative controls: workers or backends broken on purpose, which the
+// checker must report unsafe.
+const (
+	ControlPlainDel = "plaindel" // release with a plain DEL
+	ControlNoFence  = "nofence"  // write the register without a guard
+	ControlGTE      = "gte"      // a guard that accepts fence >= highest from anyone
+	ControlQuorum   = "quorum"   // Redlock with a quorum of N/2
+	ControlNoDrift  = "nodrift"  // validity without the drift margin
+)
+
+// Controls lists the negative controls.
+var Controls = []string{ControlPlainDel, ControlNoFence, ControlGTE, ControlQuorum, ControlNoDrift}
+
+// Config describes one run. The zero value of each field means its default.
+type Config struct {
+	// Backend is Redis, Redlock or Postgres. The default is Redis, or what
+	// the servers given imply (several RedisURLs: Redlock).
+	Backend string
+	// RedisURLs and PostgresDSN name the user's own lock servers. Empty:
+	// throwaway local servers (redis-server, PostgreSQL) are started.
+	RedisURLs   []string
+	PostgresDSN string
+	// ServerFaults allows server faults on the user's servers: a restart
+	// is then emulated by deleting this run's keys there (the server is
+	// not touched otherwise), and PostgreSQL backends of this run are
+	// terminated. Without it a run on the user's servers injects client
+	// faults only (pauses, the proxy).
+	ServerFaults bool
+	// Nodes is the number of throwaway Redlock servers (default 5).
+	Nodes int
+
+	Workers  int           // worker processes (default 4)
+	Keys     int           // lock keys the workers pick from (default 1)
+	TTL      time.Duration // lock TTL (default 500ms)
+	Hold     time.Duration // the longest hold of one critical section (default TTL)
+	Duration time.Duration // how long workers take locks (default 20s)
+	Seed     int64         // the schedule and the workers' choices derive from it
+
+	// Faults are the fault kinds to inject; nil means the defaults for the
+	// backend (DefaultFaults), an empty non-nil slice none.
+	Faults []string
+	// Control is a negative control to run (one of Controls), with its own
+	// schedule; "" runs the real thing.
+	Control string
+	// ControlOff runs Control's schedule with its flaw switched off: the
+	// same workload and faults, which the real code must pass.
+	ControlOff bool
+
+	// Timeline, when set, is where the timeline picture is written (SVG,
+	// or HTML embedding it when the name ends in .html).
+	Timeline string
+
+	// Worker returns the command that starts one worker process: a
+	// program that calls WorkerMain. Required.
+	Worker func() *exec.Cmd
+	// Log receives progress lines and the fault log as they happen.
+	Log io.Writer
+}
+
+// DefaultFaults returns the faults a run injects unless told otherwise:
+// every fault that can be injected into the backend and the servers the
+// run has control of.
+func DefaultFaults(backend string, ownServers bool) []string {
+	f := []string{FaultPause, FaultLatency, FaultBlackhole, FaultCut}
+	if !ownServers {
+		return f
+	}
+	f = append(f, FaultRestart, FaultRestartDelayed)
+	if backend == Postgres {
+		f = append(f, FaultTerminate)
+	}
+	return f
+}
+
+// AllFaults lists every fault kind, for help texts.
+var AllFaults = []string{FaultPause, FaultRestart, FaultRestartDelayed, FaultMajority, FaultLatency,
+	FaultBlackhole, FaultCut, FaultTerminate, FaultRewind, FaultFastClock}
+
+// ownServers reports whether the run starts its own lock servers.
+func (c *Config) ownServers() bool { return len(c.RedisURLs) == 0 && c.PostgresDSN == "" }
+
+// serverControl reports whether the run may inject server faults.
+func (c *Config) serverControl() bool { return c.ownServers() || c.ServerFaults }
+
+// withDefaults fills in defaults and rejects what cannot run, with an error
+// matching dlock.ErrInvalid.
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.Backend == "" && c.PostgresDSN != "":
+		c.Backend = Postgres
+	case c.Backend == "" && len(c.RedisURLs) > 1:
+		c.Backend = Redlock
+	case c.Backend == "" && c.Control == ControlQuorum:
+		c.Backend = Redlock
+	case c.Backend == "":
+		c.Backend = Redis
+	}
+	if c.Worker == nil {
+		return c, dlock.Invalidf("torture: no worker command")
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	if c.Workers == 0 {
+		c.Workers = 4
+	}
+	if c.Keys == 0 {
+		c.Keys = 1
+	}
+	if c.TTL == 0 {
+		c.TTL = 500 * time.Millisecond
+	}
+	if c.Hold == 0 {
+		c.Hold = c.TTL
+	}
+	if c.Duration == 0 {
+		c.Duration = 20 * time.Second
+	}
+	if c.Nodes == 0 {
+		c.Nodes = 5
+	}
+	switch {
+	case c.Backend != Redis && c.Backend != Redlock && c.Backend != Postgres:
+		return c, dlock.Invalidf("torture: backend %q: want redis, redlock or postgres", c.Backend)
+	case c.Backend == Postgres && len(c.RedisURLs) > 0:
+		return c, dlock.Invalidf("torture: backend postgres with --redis servers")
+	case c.Backend != Postgres && c.PostgresDSN != "":
+		return c, dlock.Invalidf("torture: backend %s with a PostgreSQL DSN", c.Backend)
+	case c.Backend == Redis && len(c.RedisURLs) > 1:
+		return c, dlock.Invalidf("torture: backend redis takes one server, got %d (several: redlock)", len(c.RedisURLs))
+	case c.Backend == Redlock && len(c.RedisURLs) == 1:
+		return c, dlock.Invalidf("torture: backend redlock needs several servers, got one")
+	case c.Workers < 2 || c.Workers > 64:
+		return c, dlock.Invalidf("torture: %d workers: want 2 to 64", c.Workers)
+	case c.Keys < 1 || c.Keys > 100:
+		return c, dlock.Invalidf("torture: %d keys: want 1 to 100", c.Keys)
+	case c.Nodes < 1 || c.Nodes > 15:
+		return c, dlock.Invalidf("torture: %d nodes: want 1 to 15", c.Nodes)
+	case c.TTL < 50*time.Millisecond:
+		return c, dlock.Invalidf("torture: ttl %v: want at least 50ms (shorter TTLs measure the machine's scheduling, not the lock)", c.TTL)
+	case c.Hold < 0:
+		return c, dlock.Invalidf("torture: hold %v: must not be negative", c.Hold)
+	case c.Duration < time.Second:
+		return c, dlock.Invalidf("torture: duration %v: want at least 1s", c.Duration)
+	}
+	if c.Backend == Redlock && len(c.RedisURLs) > 0 {
+		c.Nodes = len(c.RedisURLs)
+	}
+	if c.Control != "" {
+		if !slices.Contains(Controls, c.Control) {
+			return c, dlock.Invalidf("torture: control %q: want one of %s", c.Control, strings.Join(Controls, ", "))
+		}
+		if err := c.controlDefaults(); err != nil {
+			return c, err
+		}
+	}
+	if c.Faults == nil {
+		c.Faults = DefaultFaults(c.Backend, c.serverControl())
+	}
+	for _, f := range c.Faults {
+		if err := c.checkFault(f); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Config) checkFault(f string) error {
+	if !slices.Contains(AllFaults, f) {
+		return dlock.Invalidf("torture: fault %q: want one of %s", f, strings.Join(AllFaults, ", "))
+	}
+	server := f == FaultRestart || f == FaultRestartDelayed || f == FaultMajority || f == FaultTerminate || f == FaultRewind || f == FaultFastClock
+	switch {
+	case server && !c.serverControl():
+		return dlock.Invalidf("torture: fault %q needs control of the servers: on your own servers pass --server-faults", f)
+	case f == FaultMajority && c.Backend != Redlock:
+		return dlock.Invalidf("torture: fault %q is for redlock", f)
+	case f == FaultTerminate && c.Backend != Postgres:
+		return dlock.Invalidf("torture: fault %q is for postgres", f)
+	case (f == FaultRewind || f == FaultFastClock) && c.Backend != Redis:
+		return dlock.Invalidf("torture: fault %q is for a single redis node", f)
+	}
+	return nil
+}
+
+// controlDefaults gives a negative control the backend and schedule it
+// needs to show its flaw; the flags the user set explicitly win where
+// they can.
+func (c *Config) controlDefaults() error {
+	need := map[string]string{ControlQuorum: Redlock, ControlNoDrift: Redis, ControlGTE: Redis}
+	if b, ok := need[c.Control]; ok && c.Backend != b {
+		return dlock.Invalidf("torture: control %q runs on %s, not %s", c.Control, b, c.Backend)
+	}
+	if (c.Control == ControlPlainDel) && c.Backend == Postgres {
+		return dlock.Invalidf("torture: control %q is for the Redis backends", c.Control)
+	}
+	if c.Faults != nil {
+		return nil
+	}
+	switch c.Control {
+	case ControlPlainDel, ControlNoFence:
+		c.Faults = []string{FaultPause}
+	case ControlGTE:
+		c.Faults = []string{FaultRewind}
+	case ControlQuorum:
+		c.Faults = []string{}
+	case ControlNoDrift:
+		c.Faults = []string{FaultFastClock}
+	}
+	return nil
+}
+
+func (c *Config) String() string {
+	s := fmt.Sprintf("backend %s, %d workers, %d key(s), ttl %v, hold up to %v, %v, seed %d",
+		c.Backend, c.Workers, c.Keys, c.TTL, c.Hold, c.Duration, c.Seed)
+	if c.Control != "" {
+		s += ", negative control " + c.Control
+	}
+	return s
+}

@@ -1,0 +1,3 @@
+package torture
+
+func writeTimeline(path string, r *Report) error { return nil }
