@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -135,12 +134,12 @@ Exit codes:
 	f.StringArrayVar(&cfg.RedisURLs, "redis", nil, "your Redis `URL` to run on instead of throwaway servers; repeat it for Redlock")
 	f.StringVar(&cfg.PostgresDSN, "postgres", "", "your PostgreSQL `DSN` to run on (it needs dlock's fence sequence)")
 	f.BoolVar(&cfg.ServerFaults, "server-faults", false, "allow server faults on your servers (deleting this run's keys, ending its sessions)")
-	f.IntVar(&cfg.Nodes, "nodes", 5, "Redlock: how many throwaway servers")
-	f.IntVar(&cfg.Workers, "workers", 4, "worker processes")
-	f.IntVar(&cfg.Keys, "keys", 1, "lock keys the workers choose from")
-	f.DurationVar(&cfg.TTL, "ttl", 500*time.Millisecond, "lock TTL")
+	f.IntVar(&cfg.Nodes, "nodes", 0, "Redlock: how many throwaway servers (default 5)")
+	f.IntVar(&cfg.Workers, "workers", 0, "worker processes (default 4)")
+	f.IntVar(&cfg.Keys, "keys", 0, "lock keys the workers choose from (default 1)")
+	f.DurationVar(&cfg.TTL, "ttl", 0, "lock TTL (default 500ms; a negative control's own)")
 	f.DurationVar(&cfg.Hold, "hold", 0, "longest hold of one critical section (default: the TTL)")
-	f.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long the workers run")
+	f.DurationVar(&cfg.Duration, "duration", 0, "how long the workers run (default 20s; 2s for a negative control)")
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed of the fault schedule and the workers' choices (default: random, printed)")
 	f.StringVar(&faults, "faults", "", "comma-separated fault `kinds`, or none (default: see above)")
 	f.StringVar(&cfg.Control, "control", "", "run a negative control: "+strings.Join(torture.Controls, ", "))

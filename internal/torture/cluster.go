@@ -348,24 +348,41 @@ func (c *cluster) terminate(ctx context.Context, all bool) ([]int32, error) {
 	return pids, err
 }
 
-// rewindScript moves a single-node fence counter back by one. The first
-// time it finds the counter not far ahead of the server clock it moves it
-// there instead (fences are at least the server clock in µs, so a counter
-// that is not ahead of it cannot make a fence repeat): from then on fences
-// are counter + 1, and a rewind makes the next grant repeat the last fence.
+// aheadScript moves a single-node fence counter far ahead of the server
+// clock (10^12 µs, about eleven days). Fences are at least the server
+// clock in µs, so only a counter ahead of it makes fences counter + 1, the
+// case in which a counter moved back repeats a fence.
+var aheadScript = redis.NewScript(`
+local t = redis.call('TIME')
+local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+redis.call('SET', KEYS[1], string.format('%d', math.max(c, clock + 1000000000000)), 'KEEPTTL')
+`)
+
+// rewindScript moves a counter that is ahead of the server clock back by
+// one, so the next grant repeats the last fence; it returns 0 (and
+// changes nothing) for a counter not ahead, whose fences a rewind cannot
+// repeat.
 var rewindScript = redis.NewScript(`
 local t = redis.call('TIME')
 local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local c = tonumber(redis.call('GET', KEYS[1]) or '0')
-if c < clock + 100000000000 then
-  redis.call('SET', KEYS[1], string.format('%d', clock + 1000000000000), 'KEEPTTL')
-  return 0
-end
+if c < clock + 100000000000 then return 0 end
 redis.call('SET', KEYS[1], string.format('%d', c - 1), 'KEEPTTL')
 return 1
 `)
 
-// rewind rewinds the fence counter of key on the single Redis node.
+// aheadOfClock moves the fence counters of every key ahead of the clock.
+func (c *cluster) aheadOfClock(ctx context.Context) error {
+	for _, k := range c.keys {
+		if err := aheadScript.Run(ctx, c.locks[0].rdb, []string{keys.Fence(c.prefix + k)}).Err(); err != nil && err != redis.Nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rewind moves the fence counter of key back by one.
 func (c *cluster) rewind(ctx context.Context, key string) (bool, error) {
 	n, err := rewindScript.Run(ctx, c.locks[0].rdb, []string{keys.Fence(c.prefix + key)}).Int()
 	return n == 1, err

@@ -43,6 +43,7 @@ type Event struct {
 
 // Event kinds.
 const (
+	evReady = "ready" // the worker is set up; the run starts when all are
 	evWait  = "wait"  // Do called for Key
 	evEnter = "enter" // the function started: the lock is held (T is the grant)
 	evRead  = "read"  // a fenced read of the register (registers the fence)

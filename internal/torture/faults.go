@@ -57,13 +57,12 @@ func (f Fault) network() bool {
 	return false
 }
 
-// warmup and quiet bound the part of a run that gets faults: none in the
-// first moments (everyone gets going) and none at the end, so the run
-// ends with locks changing hands normally and every lock released.
+// faultWindow bounds the part of a run that gets faults: none in the first
+// two TTLs (everyone gets going) and none in the last two TTLs or tenth of
+// the run, so the run ends with locks changing hands normally and every
+// lock released.
 func faultWindow(cfg *Config) (from, to time.Duration) {
-	from = max(2*cfg.TTL, 500*time.Millisecond)
-	to = cfg.Duration - max(3*cfg.TTL, time.Second)
-	return from, to
+	return 2 * cfg.TTL, cfg.Duration - max(2*cfg.TTL, cfg.Duration/10)
 }
 
 // plan draws the fault schedule from the seed: one fault at a time, each
@@ -85,10 +84,19 @@ func plan(cfg *Config) []plannedFault {
 		k := 1 + rng.IntN(max((n-1)/2, 1))
 		return rng.Perm(n)[:k]
 	}
+	var kinds []string // fastclock is not an event: it lasts the whole run
+	for _, k := range cfg.Faults {
+		if k != FaultFastClock {
+			kinds = append(kinds, k)
+		}
+	}
+	if len(kinds) == 0 {
+		return nil
+	}
 	var out []plannedFault
 	from, to := faultWindow(cfg)
 	for t := from; t < to; {
-		f := plannedFault{At: t, Kind: cfg.Faults[rng.IntN(len(cfg.Faults))], Worker: rng.IntN(cfg.Workers), Keys: rng.Perm(cfg.Keys)}
+		f := plannedFault{At: t, Kind: kinds[rng.IntN(len(kinds))], Worker: rng.IntN(cfg.Workers), Keys: rng.Perm(cfg.Keys)}
 		switch f.Kind {
 		case FaultPause:
 			f.For = between(1.5, 3)
@@ -135,15 +143,33 @@ type injector struct {
 	start   time.Time
 	logf    func(format string, args ...any)
 	faults  []Fault
+
+	fastDone chan struct{} // closed when the fast clock stopped; nil if none
+}
+
+// prepare sets up what lasts the whole run, before the workers start:
+// fence counters ahead of the clock for rewinds, and the fast clock, which
+// runs until ctx ends.
+func (in *injector) prepare(ctx context.Context) {
+	if slices.Contains(in.cfg.Faults, FaultRewind) {
+		err := in.c.aheadOfClock(ctx)
+		in.record(Fault{Kind: FaultRewind, Start: now(), Worker: -1, Nodes: []int{0},
+			Detail: "fence counters moved ahead of the server clock, so that a rewind repeats a fence" + errNote(err)})
+	}
+	if slices.Contains(in.cfg.Faults, FaultFastClock) {
+		f := in.cfg.driftFactor()
+		cut := time.Duration(float64(in.cfg.TTL) * f)
+		in.record(Fault{Kind: FaultFastClock, Start: now(), Worker: -1, Nodes: []int{0},
+			Detail: fmt.Sprintf("every grant's TTL cut by %v on the server (a server clock %g%% fast, the drift factor)", cut, 100*f)})
+		in.fastDone = make(chan struct{})
+		go func() {
+			defer close(in.fastDone)
+			in.c.fastClock(ctx, cut)
+		}()
+	}
 }
 
 func (in *injector) run(ctx context.Context, schedule []plannedFault) {
-	if slices.Contains(in.cfg.Faults, FaultFastClock) {
-		cut := time.Duration(float64(in.cfg.TTL) * 0.01)
-		in.record(Fault{Kind: FaultFastClock, Start: now(), Worker: -1, Nodes: []int{0},
-			Detail: fmt.Sprintf("every grant's TTL cut by %v on the server (a server clock 1%% fast)", cut)})
-		go in.c.fastClock(ctx, cut)
-	}
 	for _, f := range schedule {
 		if !sleepUntil(ctx, in.start.Add(f.At)) {
 			return
@@ -183,7 +209,13 @@ func nodeList(nodes []int) string {
 func (in *injector) inject(ctx context.Context, p plannedFault) {
 	f := Fault{Kind: p.Kind, Worker: -1, Nodes: p.Nodes}
 	target := func() string {
+		// A fault on a worker is aimed at the holder: wait a little for
+		// one if the lock is between holders.
 		w := in.c.holder(ctx, p.Keys)
+		for wait := time.Now().Add(in.cfg.TTL); w < 0 && time.Now().Before(wait) && ctx.Err() == nil; {
+			time.Sleep(5 * time.Millisecond)
+			w = in.c.holder(ctx, p.Keys)
+		}
 		who := "holder"
 		if w < 0 {
 			w, who = p.Worker, "idle"
@@ -223,11 +255,12 @@ func (in *injector) inject(ctx context.Context, p plannedFault) {
 			f.Detail = "pg_terminate_backend: no backend held a lock"
 		}
 	case FaultRewind:
+		target() // while a lock is held: the next grant repeats its fence
 		key := p.Keys[0]
 		rewound, err := in.c.rewind(ctx, in.c.keys[key])
 		f.Detail = fmt.Sprintf("fence counter of %s moved back by one: the next grant repeats the last fence%s", in.c.keys[key], errNote(err))
 		if !rewound && err == nil {
-			f.Detail = fmt.Sprintf("fence counter of %s moved ahead of the server clock (rewinds repeat fences from now on)", in.c.keys[key])
+			f.Detail = fmt.Sprintf("fence counter of %s not ahead of the server clock: not rewound", in.c.keys[key])
 		}
 	case FaultLatency, FaultBlackhole, FaultCut:
 		who := target()
@@ -261,7 +294,7 @@ func (in *injector) inject(ctx context.Context, p plannedFault) {
 		}
 	}
 	f.End = now()
-	if f.server() {
+	if f.server() || f.Kind == FaultRewind {
 		f.Worker = -1
 	}
 	in.record(f)

@@ -21,6 +21,8 @@ type workerProc struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 
+	ready chan struct{} // closed at its first event
+
 	mu     sync.Mutex
 	events []Event
 	stderr bytes.Buffer // the last few KB
@@ -72,6 +74,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer c.close()
 	logf("servers: %s\n", c.describe())
 
+	in := &injector{cfg: &cfg, c: c, start: time.Now(), logf: logf}
+	logf("faults (seed %d):\n", cfg.Seed)
+	lasting, stopLasting := context.WithCancel(ctx)
+	defer func() {
+		stopLasting()
+		if in.fastDone != nil {
+			<-in.fastDone
+		}
+	}()
+	in.prepare(lasting)
+
 	procs := make([]*workerProc, cfg.Workers)
 	defer func() {
 		for _, p := range procs {
@@ -84,7 +97,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}()
 	for i := range procs {
 		wc := workerConfig{ID: i, Backend: cfg.Backend, Oracle: c.oracle.Addr, Guard: c.guardDSN, Prefix: c.prefix,
-			Keys: c.keys, TTL: cfg.TTL, Hold: cfg.Hold, Seed: cfg.Seed, Control: cfg.Control, ControlOff: cfg.ControlOff}
+			Keys: c.keys, TTL: cfg.TTL, Hold: cfg.Hold, Seed: cfg.Seed, Control: cfg.Control, ControlOff: cfg.ControlOff,
+			DriftFactor: cfg.driftFactor()}
 		for j, ls := range c.locks {
 			wc.Locks = append(wc.Locks, ls.url)
 			wc.Proxies = append(wc.Proxies, c.proxies[i][j].Addr)
@@ -98,12 +112,26 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	in := &injector{cfg: &cfg, c: c, workers: procs, start: time.Now(), logf: logf}
-	logf("faults (seed %d):\n", cfg.Seed)
+	// The run (and its schedule) starts when every worker is ready to go:
+	// a loaded machine can take a while to start M processes.
+	for _, p := range procs {
+		select {
+		case <-p.ready:
+		case <-p.exited:
+			p.mu.Lock()
+			msg := oneLine(p.stderr.String())
+			p.mu.Unlock()
+			return nil, fmt.Errorf("torture: worker %d exited at start: %s", p.id, msg)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	start := time.Now()
+	in.start, in.workers = start, procs
 	if len(schedule) == 0 && len(cfg.Faults) == 0 {
 		logf("  none\n")
 	}
-	runCtx, stopRun := context.WithTimeout(ctx, cfg.Duration)
+	runCtx, stopRun := context.WithDeadline(ctx, start.Add(cfg.Duration))
 	injected := make(chan struct{})
 	go func() {
 		defer close(injected)
@@ -136,7 +164,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	left, leftErr := c.locksLeft(checkCtx, cfg.TTL+time.Second)
+	// A lock whose release was lost expires within its TTL; a PostgreSQL
+	// backend ends a moment after its client.
+	wait := cfg.TTL + 100*time.Millisecond
+	if cfg.Backend == Postgres {
+		wait += time.Second
+	}
+	left, leftErr := c.locksLeft(checkCtx, wait)
 
 	var events []Event
 	var problems []string
@@ -169,7 +203,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 func startWorker(cmd *exec.Cmd, id int, wc workerConfig) (*workerProc, error) {
-	p := &workerProc{id: id, cmd: cmd, exited: make(chan struct{})}
+	p := &workerProc{id: id, cmd: cmd, exited: make(chan struct{}), ready: make(chan struct{})}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -196,9 +230,12 @@ func startWorker(cmd *exec.Cmd, id int, wc workerConfig) (*workerProc, error) {
 			var e Event
 			err := json.Unmarshal(sc.Bytes(), &e)
 			p.mu.Lock()
-			if err != nil || e.W != id {
+			switch {
+			case err != nil || e.W != id:
 				p.bad++
-			} else {
+			case e.Ev == evReady:
+				close(p.ready)
+			default:
 				p.events = append(p.events, e)
 			}
 			p.mu.Unlock()

@@ -5,6 +5,9 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +26,9 @@ func TestMain(m *testing.M) {
 
 func workerCmd() *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), workerEnv+"=1")
+	// A race-enabled binary sleeps a second at exit (for late reports);
+	// a worker that stops must stop at once.
+	cmd.Env = append(os.Environ(), workerEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	return cmd
 }
 
@@ -50,4 +55,71 @@ func TestSmoke(t *testing.T) {
 	if !r.Safe() {
 		t.Fatal("unsafe")
 	}
+}
+
+// caught says whether a negative control's run shows the violation its
+// flaw must cause (not just any).
+func caught(control string, r *Report) bool {
+	switch control {
+	case ControlNoFence:
+		return r.BelowAccepted > 0 || r.Linearizable == "illegal"
+	case ControlGTE:
+		return r.SameFence > 0
+	}
+	return r.Unexplained > 0
+}
+
+// TestNegativeControls shows that the checker can fail: each negative
+// control must be reported unsafe, for the reason its flaw causes, in at
+// least 19 of 20 seeded runs, and the same schedule with the flaw switched
+// off must pass.
+func TestNegativeControls(t *testing.T) {
+	for _, control := range Controls {
+		t.Run(control, func(t *testing.T) {
+			if r := run(t, Config{Control: control, ControlOff: true, Seed: 1}); !r.Safe() {
+				t.Errorf("the control's schedule with its flaw off was reported unsafe")
+			}
+			// Two runs at a time: a run spends most of its time waiting.
+			var mu sync.Mutex
+			var missed []int64
+			seeds := make(chan int64)
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Go(func() {
+					for seed := range seeds {
+						if r := runQuiet(t, Config{Control: control, Seed: seed}); !caught(control, r) {
+							t.Logf("seed %d missed: %d sections, %d overlaps (%v), problems %q", seed, r.Completed, len(r.Overlaps), r.Explained, r.Problems)
+							mu.Lock()
+							missed = append(missed, seed)
+							mu.Unlock()
+						}
+					}
+				})
+			}
+			for seed := int64(1); seed <= 20; seed++ {
+				seeds <- seed
+			}
+			close(seeds)
+			wg.Wait()
+			slices.Sort(missed)
+			n := 20 - len(missed)
+			t.Logf("negative control %s caught in %d of 20 seeded runs (missed: %v)", control, n, missed)
+			if n < 19 {
+				t.Errorf("caught in %d of 20 runs, want at least 19", n)
+			}
+		})
+	}
+}
+
+func runQuiet(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	cfg.Worker = workerCmd
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Run(ctx, cfg)
+	if err != nil {
+		t.Errorf("Run %s seed %d: %v", cfg.Control, cfg.Seed, err)
+		return &Report{Linearizable: "ok"} // counts as missed
+	}
+	return r
 }

@@ -41,8 +41,10 @@ type workerConfig struct {
 	Keys    []string
 	TTL     time.Duration
 	Hold    time.Duration
-	Seed    int64
-	Control string
+	// DriftFactor of the Lockers (Redis backends).
+	DriftFactor float64
+	Seed        int64
+	Control     string
 	// ControlOff runs the control's schedule with its flaw switched off.
 	ControlOff bool
 }
@@ -84,6 +86,7 @@ func WorkerMain(stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer w.close()
+	w.emit(Event{Ev: evReady})
 	w.run(ctx)
 	return 0
 }
@@ -144,7 +147,8 @@ func newWorker(cfg workerConfig, stdout, stderr io.Writer) (w *worker, err error
 			w.closers = append(w.closers, func() { c.Close() })
 		}
 		if cfg.Backend == Redis {
-			l, err := redislock.New(w.lockRDB[0], redislock.WithPrefix(cfg.Prefix), redislock.WithLogger(logger))
+			l, err := redislock.New(w.lockRDB[0], redislock.WithPrefix(cfg.Prefix), redislock.WithLogger(logger),
+				redislock.WithDriftFactor(cfg.DriftFactor))
 			if err != nil {
 				return nil, err
 			}
@@ -159,7 +163,7 @@ func newWorker(cfg workerConfig, stdout, stderr io.Writer) (w *worker, err error
 				clients[i] = c
 			}
 			l, err := redlock.New(clients, redlock.WithPrefix(cfg.Prefix), redlock.WithLogger(logger),
-				redlock.WithNodeTimeout(max(cfg.TTL/10, 10*time.Millisecond)))
+				redlock.WithDriftFactor(cfg.DriftFactor))
 			if err != nil {
 				return nil, err
 			}
@@ -207,10 +211,17 @@ func newWorker(cfg workerConfig, stdout, stderr io.Writer) (w *worker, err error
 	if w.reg, err = newRegister(cfg, w.oracle); err != nil {
 		return nil, err
 	}
+	switch cfg.Control {
+	case ControlPlainDel, ControlQuorum, ControlNoDrift:
+		// Waiters retry every millisecond or two: a key deleted from
+		// under its holder, a split vote, a key that expires early is
+		// taken at once.
+		w.doOpts = append(w.doOpts, dlock.WithRetryDelay(time.Millisecond), dlock.WithRetryJitter(time.Millisecond))
+	}
 	if cfg.Control == ControlNoDrift {
-		// The holder rides its lock to the edge of its validity (no
-		// extension) while the others retry every millisecond.
-		w.doOpts = append(w.doOpts, dlock.WithMaxHold(cfg.TTL), dlock.WithRetryDelay(time.Millisecond), dlock.WithRetryJitter(time.Millisecond))
+		// The holder rides its lock to the edge of its validity: no
+		// extension.
+		w.doOpts = append(w.doOpts, dlock.WithMaxHold(cfg.TTL))
 	}
 	return w, nil
 }
@@ -268,8 +279,8 @@ func (w *worker) run(ctx context.Context) {
 }
 
 // edge is how long before its validity ends a holder of the no-drift
-// control's schedule sends its last write.
-const edge = time.Millisecond
+// control's schedule sends its last write and its exit.
+const edge = 3 * time.Millisecond
 
 // signalWait is how long a holder whose validity has run out waits for Do
 // to cancel its context before the checker counts the loss as unsignalled.
