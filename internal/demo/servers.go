@@ -18,7 +18,6 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/redislock"
-	"github.com/dlock-go/dlock/redlock"
 )
 
 // node is one Redis server the demo talks to.
@@ -34,10 +33,6 @@ type node struct {
 	lose func()
 	how  string
 	lost bool
-
-	// dropMarker: Redlock's node marker was not on this (user's) server
-	// before the demo, so close deletes it.
-	dropMarker bool
 
 	stop func() // ends what the demo started for this node
 }
@@ -227,9 +222,6 @@ func (e *env) close() {
 		for _, n := range e.nodes {
 			if n.origin == "yours" {
 				deleteKeys(ctx, n.direct, "*"+e.prefix+"*")
-				if n.dropMarker {
-					n.direct.Del(ctx, redlock.MarkerKey)
-				}
 			}
 		}
 		cancel()
