@@ -2,8 +2,10 @@ package redislock
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keys"
 )
 
 // Option configures a Locker.
@@ -36,11 +38,17 @@ func WithNativeCommands(m NativeMode) Option {
 }
 
 // WithPrefix prepends prefix to every lock key, e.g. "locks:". The key
-// stored in Redis is prefix+key; handles report key without the prefix. The
-// default is no prefix, so the key is exactly the resource name, as in
-// node-redlock and redsync.
+// stored in Redis is prefix+key; handles report key without the prefix.
+// dlock's own keys beside it (the fence counter "dlock:fence:{prefix+key}",
+// the waiter queue) stay in the "dlock:" namespace, named after the
+// prefixed key, so a prefix does not move them; a prefix inside that
+// namespace is rejected with dlock.ErrInvalid. The default is no prefix, so
+// the key is exactly the resource name, as in node-redlock and redsync.
 func WithPrefix(prefix string) Option {
 	return func(l *Locker) error {
+		if err := keys.CheckPrefix(prefix); err != nil {
+			return err
+		}
 		l.prefix = prefix
 		return nil
 	}
@@ -67,6 +75,27 @@ func WithLogger(logger *slog.Logger) Option {
 			return dlock.Invalidf("nil logger")
 		}
 		l.logger = logger
+		return nil
+	}
+}
+
+// DefaultFenceTTL is how long a key's fence counter outlives the last grant
+// or extension that wrote it.
+const DefaultFenceTTL = time.Hour
+
+// WithFenceTTL sets how long a key's fence counter ("dlock:fence:{key}")
+// outlives the key's last grant or extension. Once it has expired, the next
+// grant's fence comes from the server's clock (microseconds), which is above
+// every fence the counter handed out as long as the clock has not stepped
+// back since by more than d; so d only bounds how long the server keeps one
+// small key per lock name (see the package documentation). The default is
+// DefaultFenceTTL (1h).
+func WithFenceTTL(d time.Duration) Option {
+	return func(l *Locker) error {
+		if d < time.Millisecond || d > dlock.MaxTTL {
+			return dlock.Invalidf("fence ttl %v: must be between 1ms and %v", d, dlock.MaxTTL)
+		}
+		l.fenceTTL = d
 		return nil
 	}
 }

@@ -1,24 +1,11 @@
 package redlock
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/dlock-go/dlock"
 )
-
-// ErrFenceUnavailable means the lock could have been granted but no fence
-// could be issued safely: fewer than a majority of the nodes that answered
-// have a fence counter for the key that survived since it was last written
-// (nodes that restarted empty do not count until they have been given the
-// current value again). It matches dlock.ErrUnavailable. The lock was
-// released again. It heals when enough nodes are back, or after Rejoin.
-var ErrFenceUnavailable = fmt.Errorf("%w: no majority of nodes with a trusted fence counter", dlock.ErrUnavailable)
-
-// errBusy is what a node that refused the lock because another owner holds
-// it contributes to a QuorumError.
-var errBusy = errors.New("held by another owner")
 
 // NodeResult is what one node answered to one Redlock operation.
 type NodeResult struct {
@@ -28,7 +15,7 @@ type NodeResult struct {
 }
 
 // QuorumError reports an operation that did not reach a majority of nodes
-// (or, for an acquisition, reached it without validity or fence left), with
+// (or, for an acquisition, reached it without validity left), with
 // every node's answer. Its Unwrap returns the matching dlock sentinel first
 // (dlock.ErrNotAcquired when the lock was busy or the vote split,
 // dlock.ErrUnavailable when fewer than a majority of nodes answered at all,

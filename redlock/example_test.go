@@ -43,19 +43,24 @@ func ExampleLocker_Do() {
 		return
 	}
 	ctx := context.Background()
-	err = locker.Do(ctx, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
-		lock := dlock.LockFromContext(ctx)
-		// Before every irreversible step: is the lock still ours?
-		if ctx.Err() != nil {
-			return context.Cause(ctx) // matches dlock.ErrLockLost
-		}
-		fmt.Println("billing invoice 4821 with fence", lock.Fence())
-		return nil
-	})
-	fmt.Println("done:", err)
+	var fences []uint64
+	for range 2 {
+		err = locker.Do(ctx, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
+			lock := dlock.LockFromContext(ctx)
+			// Before every irreversible step: is the lock still ours?
+			if ctx.Err() != nil {
+				return context.Cause(ctx) // matches dlock.ErrLockLost
+			}
+			fences = append(fences, lock.Fence()) // ledger.Post(ctx, inv, lock.Fence())
+			return nil
+		})
+		fmt.Println("billed invoice 4821:", err)
+	}
+	fmt.Println("the second holder's fence is greater:", fences[1] > fences[0])
 	// Output:
-	// billing invoice 4821 with fence 1
-	// done: <nil>
+	// billed invoice 4821: <nil>
+	// billed invoice 4821: <nil>
+	// the second holder's fence is greater: true
 }
 
 // A quorum error says what every node answered.

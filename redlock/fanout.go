@@ -127,7 +127,7 @@ type sending struct {
 // ends within three. f rewrites network and timeout errors so that they do
 // not match the caller's context errors: a node that did not answer in
 // time is the node's failure, not the caller's deadline.
-func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.Context, n *node) T) *inflight[T] {
+func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.Context, i int, n *node) T) *inflight[T] {
 	c := &inflight[T]{
 		ch:       make(chan indexed[T], len(l.nodes)),
 		out:      make([]T, len(l.nodes)),
@@ -148,10 +148,10 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 			var v T
 			if after != nil && !after.returnedOn(i) {
 				nctx, cancel := s.waitTurn(ctx, after.turn(i))
-				v = f(nctx, n)
+				v = f(nctx, i, n)
 				cancel()
 			} else {
-				v = f(shared, n)
+				v = f(shared, i, n)
 			}
 			if p := c.progress; p != nil {
 				p.markReturned(i)
@@ -222,7 +222,7 @@ func (c *inflight[T]) all() []T {
 
 // fanOut runs f on every node in parallel, bounded by timeout, and returns
 // the results in node order once all calls returned.
-func fanOut[T any](ctx context.Context, l *Locker, timeout time.Duration, f func(ctx context.Context, n *node) T) []T {
+func fanOut[T any](ctx context.Context, l *Locker, timeout time.Duration, f func(ctx context.Context, i int, n *node) T) []T {
 	return send(ctx, l, sending{timeout: timeout}, f).all()
 }
 

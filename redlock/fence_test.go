@@ -1,183 +1,203 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
-	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/redlock"
 )
 
-// The inversion of DESIGN.md and FAULTS.md F20, built step by step: nodes
-// A-E; a holder that reaches only {A,B,C} gets fence f, written to those
-// three. A and B restart empty. A holder that reaches only {A,B,D} (C and E
-// cut off) then has a majority whose counters never saw f. Without the
-// amnesia rule it is handed a fence <= f (the negative control); with it,
-// it gets ErrFenceUnavailable, and once C is reachable again a fence > f.
-func TestFenceAmnesiaInversion(t *testing.T) {
-	const A, B, C, D, E = 0, 1, 2, 3, 4
+// A new deployment with one node down grants locks from the first attempt:
+// a majority answers, and fences need no history on any node.
+func TestFreshDeploymentWithNodeDown(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 3)
+	rs[2].Kill()
+	l := newLocker(t, rs)
+	f := locktest.FenceHistory(t, l, locktest.Key(t), 20, nil)
+	err := l.Do(testCtx(t), locktest.Key(t), time.Second, func(ctx context.Context) error { return nil })
+	if err != nil {
+		t.Fatalf("Do with one node of three down: %v", err)
+	}
+	t.Logf("fences %d .. %d with node 3 down", f[0], f[len(f)-1])
+}
+
+// Fences stay monotonic across 1,000 successive holders on five nodes
+// without persistence while nodes restart empty one at a time (at once and
+// after the TTL), a majority restarts at once, every node restarts at once,
+// a node comes back from an old snapshot, and a node is replaced by its
+// replica, promoted while it lagged. Exclusion is the delayed-restart rule's
+// business; the fences hold through all of it.
+func TestFencesThroughRestarts(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 5)
-	warm(t, newLocker(t, rs))
-	key := locktest.Key(t)
-
-	abc := view(t, rs, []int{A, B, C})
-	var f uint64
-	for range 5 {
-		lock := mustAcquire(t, abc, key, 10*time.Second)
-		f = lock.Fence()
-		if err := lock.Release(testCtx(t)); err != nil {
-			t.Fatal(err)
+	// Node 4 is reached through a dialer whose target a test can move,
+	// to put a promoted replica in its place.
+	var target atomic.Value
+	target.Store(rs[4].Addr)
+	cs := clients(t, rs[:4])
+	cs = append(cs, client(t, rs[4].Addr, func(o *redis.Options) {
+		o.Dialer = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, target.Load().(string))
 		}
-	}
-	restart(t, rs[A])
-	restart(t, rs[B])
-
-	off := view(t, rs, []int{A, B, D}, redlock.WithFenceAmnesiaRule(false))
-	lock := mustAcquire(t, off, key, 10*time.Second)
-	if lock.Fence() > f {
-		t.Fatalf("rule off: fence %d after %d; the scenario did not reproduce the inversion", lock.Fence(), f)
-	}
-	t.Logf("rule off: fence %d after an earlier holder's %d: inversion", lock.Fence(), f)
-	if err := lock.Release(testCtx(t)); err != nil {
+	}))
+	l, err := redlock.New(cs, redlock.WithNodeTimeout(testTimeout), redlock.WithLogger(quietLogger()))
+	if err != nil {
 		t.Fatal(err)
 	}
+	restart := func(is ...int) func() {
+		return func() {
+			for _, i := range is {
+				rs[i].Kill()
+			}
+			for _, i := range is {
+				if err := rs[i].Restart(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	var replica *testsrv.Redis
+	faults := map[int]func(){
+		100: restart(0),
+		150: restart(1),
+		200: func() { rs[2].Kill(); time.Sleep(2500 * time.Millisecond); restart(2)() }, // after the TTL
+		300: restart(0, 1, 2),                                                           // a majority at once
+		400: restart(0, 1, 2, 3, 4),                                                     // every node
+		500: func() { // node 3's snapshot, restored at 700
+			if err := client(t, rs[3].Addr).Save(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		700: restart(3),
+		750: func() { // node 4 gets a replica
+			replica = testsrv.StartRedis(t, testsrv.RedisArgs("--replicaof", "127.0.0.1", strconv.Itoa(rs[4].Port)))
+			waitSynced(t, replica)
+		},
+		850: func() { replica.Pause() }, // the replica misses holders 850-899
+		900: func() { // node 4 dies; its replica, promoted, takes its place
+			rs[4].Kill()
+			replica.Resume()
+			if err := client(t, replica.Addr).SlaveOf(context.Background(), "NO", "ONE").Err(); err != nil {
+				t.Fatal(err)
+			}
+			target.Store(replica.Addr)
+		},
+	}
+	f := locktest.FenceHistory(t, l, locktest.Key(t), 1000, faults)
+	t.Logf("fences %d .. %d", f[0], f[len(f)-1])
+}
 
-	on := view(t, rs, []int{A, B, D})
-	_, err := on.TryAcquire(testCtx(t), key, 10*time.Second)
-	if !errors.Is(err, redlock.ErrFenceUnavailable) || !errors.Is(err, dlock.ErrUnavailable) {
-		t.Fatalf("rule on, {A,B,D}: got %v, want ErrFenceUnavailable", err)
-	}
-	if ks := keysOn(t, rs, key); len(ks) != 0 {
-		t.Fatalf("refused acquisition left keys: %v", ks)
-	}
-
-	all := newLocker(t, rs)
-	lock = mustAcquire(t, all, key, 10*time.Second)
-	if lock.Fence() <= f {
-		t.Fatalf("rule on, all nodes: fence %d not above %d", lock.Fence(), f)
-	}
-	lock.Release(testCtx(t))
-	// Release returns once a majority deleted the key; Close waits for the
-	// rest, which the {A,B,D} view below needs all of.
-	all.Close()
-	// The write-back made A and B trusted again for this key: the
-	// {A,B,D} holder now gets a fence, and a larger one.
-	prev := lock.Fence()
-	lock = mustAcquire(t, on, key, 10*time.Second)
-	if lock.Fence() <= prev {
-		t.Fatalf("after the write-back, {A,B,D}: fence %d not above %d", lock.Fence(), prev)
+func waitSynced(t *testing.T, r *testsrv.Redis) {
+	t.Helper()
+	c := client(t, r.Addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info := c.Info(context.Background(), "replication").Val()
+		if strings.Contains(info, "master_link_status:up") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica not in sync: %s", info)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// A snapshot restore is amnesia too: the node comes back with its marker
-// but with counters older than what it acknowledged. The marker names the
-// server process (run_id) that wrote it, so the node is recognised as
-// restarted and its counters stop counting.
-func TestFenceSnapshotRestore(t *testing.T) {
-	const A, B, C, D = 0, 1, 2, 3
-	rs := testsrv.StartRedisN(t, 5, testsrv.RedisArgs("--save", "", "--appendonly", "no", "--dbfilename", "dump.rdb"))
-	warm(t, newLocker(t, rs))
+// The clock rule's assumption, shown failing: every node restarts empty with
+// its clock 10s behind, so the next holder's fence is below the last one.
+// The guard at the resource rejects the stale holder's writes.
+func TestFenceInversionWhenClocksStepBack(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 3)
+	a := newLocker(t, rs)
 	key := locktest.Key(t)
-	abc := view(t, rs, []int{A, B, C})
-	first := mustAcquire(t, abc, key, 10*time.Second)
-	first.Release(testCtx(t))
-	for _, i := range []int{A, B} {
-		if err := rs[i].Client(t).Save(testCtx(t)).Err(); err != nil { // snapshot at fence 1
+	guard := fence.NewMemory()
+	la := mustAcquire(t, a, key, time.Minute)
+	if err := guard.Write("ledger", la.Fence(), la.Token(), func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if err := r.Restart(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var f uint64
-	for range 4 {
-		lock := mustAcquire(t, abc, key, 10*time.Second)
-		f = lock.Fence()
-		lock.Release(testCtx(t))
+	b := newLocker(t, rs)
+	for i := range rs {
+		b.SetClockOffset(i, -10_000_000)
 	}
-	restart(t, rs[A]) // back with the snapshot: marker present, counter 1
-	restart(t, rs[B])
-	if n, _ := rs[A].Client(t).HGet(testCtx(t), redlock.FenceKey(key), "n").Int(); n >= int(f) {
-		t.Fatalf("snapshot counter %d, want it behind %d for the test to mean anything", n, f)
+	lb := mustAcquire(t, b, key, time.Minute)
+	if lb.Fence() >= la.Fence() {
+		t.Fatalf("B's fence %d is not below A's %d: the stepped-back clocks did not show", lb.Fence(), la.Fence())
 	}
-
-	_, err := view(t, rs, []int{A, B, D}).TryAcquire(testCtx(t), key, 10*time.Second)
-	if !errors.Is(err, redlock.ErrFenceUnavailable) {
-		t.Fatalf("{A,B,D} after a snapshot restore of A and B: got %v, want ErrFenceUnavailable", err)
-	}
-	lock := mustAcquire(t, newLocker(t, rs), key, 10*time.Second)
-	if lock.Fence() <= f {
-		t.Fatalf("fence %d not above %d", lock.Fence(), f)
+	t.Logf("inversion: A's fence %d, B's fence %d after every node restarted with its clock 10s behind", la.Fence(), lb.Fence())
+	err := guard.Write("ledger", lb.Fence(), lb.Token(), func() error { t.Error("B's stale write ran"); return nil })
+	if !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("guard: B's write with fence %d after A's %d: %v, want fence.ErrStale", lb.Fence(), la.Fence(), err)
 	}
 }
 
-// F20: fences strictly increase across 1,000 successive holders while nodes
-// are killed and restarted empty one at a time.
-func TestFencesThroughRollingRestarts(t *testing.T) {
+// A release reports what the nodes' answers mean. With two of five nodes
+// restarted empty during the hold, the other three still delete the key:
+// released. With three of five restarted, every node answers and a majority
+// no longer holds the key: not held, not unavailable.
+func TestReleaseAfterRestarts(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 5)
-	// After PoolSize failed dials go-redis fails fast for up to a second
-	// after the server is back; a large pool keeps a restarted node
-	// reachable at once, so that only one node is out at any moment.
-	bigPool := func(o *redis.Options) { o.PoolSize = 100000 }
-	var lockers []*redlock.Locker
-	for range 2 {
-		cs := make([]redis.UniversalClient, len(rs))
-		for i, r := range rs {
-			cs[i] = client(t, r.Addr, bigPool)
+	l := newLocker(t, rs)
+	err := l.Do(testCtx(t), locktest.Key(t), 5*time.Second, func(ctx context.Context) error {
+		for _, r := range rs[:2] {
+			if err := r.Restart(); err != nil {
+				return err
+			}
 		}
-		l, err := redlock.New(cs, redlock.WithNodeTimeout(testTimeout), redlock.WithLogger(quietLogger()))
-		if err != nil {
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Do with two of five nodes restarted during the section: %v", err)
+	}
+	lock := mustAcquire(t, l, locktest.Key(t), 5*time.Second)
+	for _, r := range rs[:3] {
+		if err := r.Restart(); err != nil {
 			t.Fatal(err)
 		}
-		lockers = append(lockers, l)
 	}
-	warm(t, lockers[0])
-	key := locktest.Key(t)
-	rng := rand.New(rand.NewPCG(1, 2))
-	down := -1
-	var last uint64
-	restarts := 0
-	for i := range 1000 {
-		if i%25 == 0 {
-			if down >= 0 {
-				restart(t, rs[down])
-				restarts++
-				down = -1
-			} else {
-				down = rng.IntN(5)
-				rs[down].Kill()
-			}
-		}
-		var lock *dlock.Lock
-		var err error
-		for try := 0; try < 20; try++ {
-			lock, err = lockers[i%2].TryAcquire(testCtx(t), key, 5*time.Second)
-			if errors.Is(err, dlock.ErrNotAcquired) {
-				// The last holder's Release returned once a majority
-				// deleted the key; its other deletes may be under way
-				// still, and with a node down that refuses this one.
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			if !transient(err) {
-				break
-			}
-		}
-		if err != nil {
-			t.Fatalf("holder %d (node %d down): %v", i, down, err)
-		}
-		if lock.Fence() <= last {
-			t.Fatalf("holder %d: fence %d not above the previous %d", i, lock.Fence(), last)
-		}
-		last = lock.Fence()
+	err = lock.Release(testCtx(t))
+	if !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("release with three of five nodes restarted empty: %v, want ErrNotHeld", err)
+	}
+}
+
+// After locks on many distinct names are taken and released, no node keeps
+// anything of dlock's once the fence TTL has passed.
+func TestNoResidue(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 3)
+	const ttl = 500 * time.Millisecond
+	l := newLocker(t, rs, redlock.WithFenceTTL(ttl))
+	for range 500 {
+		lock := mustAcquire(t, l, locktest.Key(t), time.Minute)
 		if err := lock.Release(testCtx(t)); err != nil {
-			t.Fatalf("holder %d: release: %v", i, err)
+			t.Fatal(err)
 		}
 	}
-	if restarts < 15 {
-		t.Fatalf("only %d restarts", restarts)
+	l.Close() // the slower nodes' deletions
+	deadline := time.Now().Add(ttl + 5*time.Second)
+	for _, r := range rs {
+		c := client(t, r.Addr)
+		for c.DBSize(testCtx(t)).Val() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s keeps %d keys after the fence TTL of %v", r.Addr, c.DBSize(testCtx(t)).Val(), ttl)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }

@@ -152,7 +152,7 @@ func keysOn(t *testing.T, rs []*testsrv.Redis, pattern string) map[string][]stri
 // transient reports an error of nodes that were too slow to answer on this
 // busy machine, which a test of something else may retry.
 func transient(err error) bool {
-	return errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, redlock.ErrFenceUnavailable)
+	return errors.Is(err, dlock.ErrUnavailable)
 }
 
 func mustAcquire(t *testing.T, l dlock.Locker, key string, ttl time.Duration) *dlock.Lock {

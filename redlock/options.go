@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keys"
 )
 
 // Option configures a Locker.
@@ -50,6 +51,9 @@ func WithNodeTimeout(d time.Duration) Option {
 // node-redlock.
 func WithPrefix(prefix string) Option {
 	return func(l *Locker) error {
+		if err := keys.CheckPrefix(prefix); err != nil {
+			return err
+		}
 		l.prefix = prefix
 		return nil
 	}
@@ -70,7 +74,7 @@ func WithLogger(logger *slog.Logger) Option {
 // WithStrict turns the configuration warnings (even N, N < 3, duplicate
 // nodes) into errors matching dlock.ErrInvalid: from New for what it can
 // see (N, equal addresses), from TryAcquire for servers found to be the same
-// by their run_id. The default is false: warn and go on (a duplicate server
+// by their run_id (read once per node, with its first attempt). The default is false: warn and go on (a duplicate server
 // then votes once).
 func WithStrict(strict bool) Option {
 	return func(l *Locker) error {
@@ -79,14 +83,22 @@ func WithStrict(strict bool) Option {
 	}
 }
 
-// WithFenceAmnesiaRule switches the rule that keeps fences monotonic when
-// nodes restart without their data (see the package documentation). With the
-// rule off every counter is trusted, which is only correct if no node ever
-// loses an acknowledged counter (appendfsync always on every node); it
-// exists as the negative control of the tests. The default is true.
-func WithFenceAmnesiaRule(on bool) Option {
+// DefaultFenceTTL is how long a key's fence counter on a node outlives the
+// last grant, extension or release that wrote it.
+const DefaultFenceTTL = time.Hour
+
+// WithFenceTTL sets how long a key's fence counter on each node
+// ("dlock:fence:{key}") outlives the last grant, extension or release that
+// wrote it. A counter that expired comes back from the node's clock, like one
+// that a restart lost (see the package documentation), so d only bounds how
+// long the nodes keep one small key per lock name. The default is
+// DefaultFenceTTL (1h).
+func WithFenceTTL(d time.Duration) Option {
 	return func(l *Locker) error {
-		l.amnesiaRule = on
+		if d < time.Millisecond || d > dlock.MaxTTL {
+			return dlock.Invalidf("fence ttl %v: must be between 1ms and %v", d, dlock.MaxTTL)
+		}
+		l.fenceTTL = d
 		return nil
 	}
 }

@@ -14,15 +14,10 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
 )
-
-// MarkerKey is the key of the node marker that each node carries: a hash
-// with the node's epoch (a random id of its current memory), the run_id of
-// the server process that wrote it, and its trust ("all" or "own"). See the
-// package documentation.
-const MarkerKey = "dlock:redlock:node"
 
 // Locker takes Redlock locks over N independent Redis masters. It is safe
 // for concurrent use; create one per set of clients and share it.
@@ -32,15 +27,15 @@ type Locker struct {
 	prefix      string
 	driftFactor float64
 	nodeTimeout time.Duration
+	fenceTTL    time.Duration
 	logger      *slog.Logger
 	strict      bool
-	amnesiaRule bool
 	defaults    []dlock.Option
-	notify      *notifier // wake-on-release (notify.go)
-	workers     workers   // the goroutines of the fan-outs (fanout.go)
-	// distinct is set once one round heard every node answer, each with a
-	// run_id of its own: from then on an acquisition may return on a
-	// majority's grants without hearing the rest (awaitMajority).
+	notify      *wake.Notifier // wake-on-release
+	workers     workers        // the goroutines of the fan-outs (fanout.go)
+	// distinct is set once every node has answered with a run_id of its
+	// own: from then on an acquisition may return on a majority's grants
+	// without hearing the rest (awaitMajority).
 	distinct atomic.Bool
 	// releasing maps the keys of each release still under way on some
 	// node to its *progress (see releasingOn).
@@ -54,7 +49,10 @@ type node struct {
 	// server (same run_id); 0 while none did. A duplicate's votes do not
 	// count: the quorum must count machines, not clients.
 	dupOf atomic.Int32
-	funcs scripts.Functions // whether RedlockAcquire runs as a function there
+	run   atomic.Pointer[string] // the server's run_id, once it answered
+	// clockOffset (µs) moves the server's clock as the fence rule reads
+	// it; tests only.
+	clockOffset int64
 }
 
 var _ dlock.Locker = (*Locker)(nil)
@@ -77,8 +75,8 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		quorum:      len(clients)/2 + 1,
 		driftFactor: dlock.DefaultDriftFactor,
 		nodeTimeout: DefaultNodeTimeout,
+		fenceTTL:    DefaultFenceTTL,
 		logger:      slog.Default(),
-		amnesiaRule: true,
 	}
 	for i, c := range clients {
 		switch c := c.(type) {
@@ -103,7 +101,11 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
-	l.notify = newNotifier(l)
+	clients = make([]redis.UniversalClient, len(l.nodes))
+	for i, nd := range l.nodes {
+		clients[i] = nd.client
+	}
+	l.notify = wake.New(clients)
 	var problems []string
 	n := len(l.nodes)
 	if n < 3 {
@@ -136,12 +138,11 @@ func (l *Locker) Quorum() int { return l.quorum }
 // nodes for ttl, and issues its fence. It returns an error matching
 // dlock.ErrNotAcquired when the lock is held elsewhere, the vote split, or
 // the attempt took so long that no validity was left; dlock.ErrUnavailable
-// when fewer than a majority of nodes answered (ErrFenceUnavailable when no
-// safe fence could be issued); dlock.ErrInvalid for bad arguments. Failed
-// attempts are released on every node before TryAcquire returns. A
-// *QuorumError in the chain says what each node answered.
+// when fewer than a majority of nodes answered; dlock.ErrInvalid for bad
+// arguments. Failed attempts are released on every node before TryAcquire
+// returns. A *QuorumError in the chain says what each node answered.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := dlock.CheckKey(key); err != nil {
+	if err := keys.Check(l.prefix, key); err != nil {
 		return nil, err
 	}
 	return l.tryAcquire(ctx, []string{key}, key, ttl)
@@ -154,7 +155,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // the keys, and Extend and Release act on all keys together. Errors are as
 // for TryAcquire; empty or repeated keys are rejected.
 func (l *Locker) TryAcquireMulti(ctx context.Context, keys []string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := checkKeys(keys); err != nil {
+	if err := l.checkKeys(keys); err != nil {
 		return nil, err
 	}
 	return l.tryAcquire(ctx, keys, strings.Join(keys, ","), ttl)
@@ -168,7 +169,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 
 // AcquireMulti is Acquire for several keys at once (see TryAcquireMulti).
 func (l *Locker) AcquireMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	if err := checkKeys(keys); err != nil {
+	if err := l.checkKeys(keys); err != nil {
 		return nil, err
 	}
 	return dlock.Acquire(ctx, multi{l, keys}, strings.Join(keys, ","), ttl, l.opts(opts)...)
@@ -183,7 +184,7 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 
 // DoMulti is Do for several keys at once (see TryAcquireMulti).
 func (l *Locker) DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	if err := checkKeys(keys); err != nil {
+	if err := l.checkKeys(keys); err != nil {
 		return err
 	}
 	return dlock.Do(ctx, multi{l, keys}, strings.Join(keys, ","), ttl, fn, l.opts(opts)...)
@@ -213,10 +214,11 @@ func (m multi) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dl
 // dlock.ErrNotHeld when no majority of nodes held key with token, and
 // dlock.ErrUnavailable when too few nodes answered to tell (call it again).
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
-	if err := checkToken(ctx, key, token); err != nil {
+	if err := l.checkToken(ctx, key, token); err != nil {
 		return err
 	}
-	g := &grant{l: l, keys: []string{l.prefix + key}, token: token, waitAll: true}
+	full := []string{l.prefix + key}
+	g := &grant{l: l, keys: full, token: token, fence: l.readFence(ctx, full), waitAll: true}
 	if err := g.Release(ctx); err != nil {
 		return fmt.Errorf("dlock: release %q: %w", key, err)
 	}
@@ -228,23 +230,24 @@ func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 // use it). It returns an error matching dlock.ErrNotHeld when a majority no
 // longer holds key with token.
 func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := checkToken(ctx, key, token); err != nil {
+	if err := l.checkToken(ctx, key, token); err != nil {
 		return err
 	}
-	g := &grant{l: l, keys: []string{l.prefix + key}, token: token}
+	full := []string{l.prefix + key}
+	g := &grant{l: l, keys: full, token: token, fence: l.readFence(ctx, full)}
 	if _, err := g.Extend(ctx, ttl); err != nil {
 		return fmt.Errorf("dlock: extend %q: %w", key, err)
 	}
 	return nil
 }
 
-func checkKeys(ks []string) error {
+func (l *Locker) checkKeys(ks []string) error {
 	if len(ks) == 0 {
 		return dlock.Invalidf("no keys")
 	}
 	seen := make(map[string]bool, len(ks))
 	for _, k := range ks {
-		if err := dlock.CheckKey(k); err != nil {
+		if err := keys.Check(l.prefix, k); err != nil {
 			return err
 		}
 		if seen[k] {
@@ -274,11 +277,14 @@ func (l *Locker) timeout(ttl time.Duration) time.Duration {
 	return min(l.nodeTimeout, ttl-dlock.Drift(ttl, l.driftFactor))
 }
 
-// grant is one held Redlock lock: its keys (with prefix) and token.
+// grant is one held Redlock lock: its keys (with prefix), token and fence.
 type grant struct {
 	l     *Locker
 	keys  []string
 	token string
+	// fence is the lock's fence, which its extensions and its release
+	// write to every node's counters that are below it (0: not known).
+	fence int64
 	// acquiring tells which nodes have answered the acquisition, which
 	// returned as soon as a majority granted; nil when nothing was in
 	// flight. A later request to node i waits for node i's answer, so that
@@ -313,11 +319,16 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	ms := dlock.Milliseconds(ttl)
 	start := time.Now()
 	timeout := g.l.timeout(ttl)
-	c := send(ctx, g.l, sending{timeout: timeout}, func(ctx context.Context, n *node) error {
+	ks, args := g.keys, []any{g.token, ms, 0}
+	if g.fence > 0 {
+		ks = append(append([]string(nil), g.keys...), fenceKeys(g.keys)...)
+		args = []any{g.token, ms, g.fence, g.l.fenceTTL.Milliseconds()}
+	}
+	c := send(ctx, g.l, sending{timeout: timeout}, func(ctx context.Context, _ int, n *node) error {
 		if err := g.l.dupErr(n); err != nil {
 			return err
 		}
-		ok, err := scripts.RedlockExtend.Run(ctx, n.client, g.keys, g.token, ms).Int64()
+		ok, err := scripts.Extend.Run(ctx, n.client, ks, args...).Int64()
 		if err != nil {
 			return g.l.nodeErr(err, timeout)
 		}
@@ -342,7 +353,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 // then released, and the other nodes' deletions finish within the node
 // timeout. It also returns when ctx ends, with the deletions still under way.
 func (g *grant) Release(ctx context.Context) error {
-	c := g.l.release(ctx, g.keys, g.token, true, g.acquiring)
+	c := g.l.release(ctx, g.keys, g.token, g.fence, true, g.acquiring)
 	ok := 0
 	for c.left > 0 {
 		i := c.nextCtx(ctx)
@@ -386,36 +397,43 @@ var (
 // release sends the deletion of keys that hold token to every node, in
 // parallel, each node's after that node answered the acquisition (after,
 // when not nil), and returns at once; each node's outcome is nil when it
-// deleted. The deletions run to the end even when ctx is cancelled (each within the
-// node timeout), so that giving up on a release leaves no key behind; until
-// they have, the Locker's next acquisition of the same keys waits for them
-// (releasingOn). With wakeUp, each node also announces the release to the
-// head of each key's waiter queue.
-func (l *Locker) release(ctx context.Context, keys []string, token string, wakeUp bool, after *progress) *inflight[error] {
-	ks, args := keys, []any{token}
+// deleted. Given the lock's fence, every node's counters below it are raised
+// to it first. The deletions run to the end even when ctx is cancelled (each
+// within the node timeout), so that giving up on a release leaves no key
+// behind; until they have, the Locker's next acquisition of the same keys
+// waits for them (releasingOn). With wakeUp, each node also wakes the
+// longest waiter of each key it deleted.
+func (l *Locker) release(ctx context.Context, keys []string, token string, fence int64, wakeUp bool, after *progress) *inflight[error] {
+	ks := append(make([]string, 0, 3*len(keys)), keys...)
+	args := []any{token, len(keys), fence, l.fenceTTL.Milliseconds()}
+	if fence > 0 {
+		ks = append(ks, fenceKeys(keys)...)
+	}
 	if wakeUp {
-		ks = make([]string, 0, 2*len(keys))
-		ks = append(ks, keys...)
 		for _, k := range keys {
 			ks = append(ks, wake.QueueKey(k))
 		}
-		args = append(args, len(keys))
 	}
-	argv := scripts.Argv(scripts.RedlockRelease, ks, args...)
 	// Registered before the deletions are sent, so that the last of them
 	// always finds its entry to remove.
 	id, p := pendingID(keys), newProgress(len(l.nodes))
 	l.releasing.Store(id, p)
 	finally := func() { l.releasing.CompareAndDelete(id, p) }
-	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, n *node) error {
+	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, _ int, n *node) error {
 		if err := l.dupErr(n); err != nil {
 			return err
 		}
-		deleted, err := scripts.RunArgv(ctx, n.client, scripts.RedlockRelease, argv).Int64()
+		v, err := scripts.Release.Run(ctx, n.client, ks, args...).Int64Slice()
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)
 		}
-		if deleted == 0 {
+		if len(v) != 2 {
+			return fmt.Errorf("unexpected reply %v from the release script", v)
+		}
+		if v[1] > 0 && len(keys) == 1 {
+			l.notify.Woke(keys[0])
+		}
+		if v[0] == 0 {
 			return errNotHeldHere
 		}
 		return nil
@@ -449,7 +467,7 @@ func pendingID(keys []string) string {
 // nothing: the lock was never held, and waking a waiter (maybe this Locker
 // itself) would only make it retry against the same holder.
 func (l *Locker) releaseEverywhere(ctx context.Context, keys []string, token string) {
-	l.release(ctx, keys, token, false, nil).all()
+	l.release(ctx, keys, token, 0, false, nil).all()
 }
 
 // tally counts the nodes whose result is nil (each server once) and those
@@ -484,22 +502,10 @@ func (l *Locker) withCtx(ctx context.Context, err error) error {
 
 // nodeErr turns a client error into the node's error in a QuorumError.
 func (l *Locker) nodeErr(err error, timeout time.Duration) error {
-	var re redis.Error
-	if errors.As(err, &re) && err != redis.Nil {
-		return err // the server's own answer (READONLY, NOSCRIPT, WRONGTYPE...)
-	}
-	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+	if errors.Is(err, context.DeadlineExceeded) || rclient.IsTimeout(err) {
 		return fmt.Errorf("no reply within the node timeout %v", timeout)
 	}
-	if errors.Is(err, context.Canceled) {
-		return errors.New("request cancelled")
-	}
-	return fmt.Errorf("unreachable: %s", err.Error())
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
+	return rclient.Describe(err)
 }
 
 func nodeName(c redis.UniversalClient, i int) string {
@@ -509,25 +515,58 @@ func nodeName(c redis.UniversalClient, i int) string {
 	return fmt.Sprintf("client#%d", i+1)
 }
 
-// FenceKey returns the key of the fence counter beside the (prefixed) lock
-// key on each node: a hash {n: counter, e: epoch it was written under}, in
-// the same Cluster slot as the lock key. It differs from the single-node
-// counter (keys.Fence), which is a plain integer.
-func FenceKey(lockKey string) string { return keys.RedlockFence(lockKey) }
-
 func fenceKeys(lockKeys []string) []string {
 	out := make([]string, len(lockKeys))
 	for i, k := range lockKeys {
-		out[i] = FenceKey(k)
+		out[i] = keys.Fence(k)
 	}
 	return out
 }
 
 // checkToken validates the arguments of the operations that take a token
 // instead of a handle.
-func checkToken(ctx context.Context, key, token string) error {
+func (l *Locker) checkToken(ctx context.Context, key, token string) error {
 	if ctx == nil {
 		return dlock.Invalidf("nil context")
 	}
+	if err := keys.Check(l.prefix, key); err != nil {
+		return err
+	}
 	return dlock.CheckToken(key, token)
+}
+
+var _ dlock.ReleaseNotifier = (*Locker)(nil)
+
+// NotifyRelease implements dlock.ReleaseNotifier: the channel receives a
+// value when the lock on key may have been released on some node, so a
+// waiting Acquire retries at once instead of at its next poll. It sends
+// nothing; the subscription to a node opens when a waiting attempt first
+// finds the key busy there. stop must be called exactly once. After Close
+// the channel never fires and waits poll.
+func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan struct{}, stop func()) {
+	if dlock.CheckKey(key) != nil {
+		return nil, func() {}
+	}
+	return l.notify.Register(l.prefix + key)
+}
+
+// Close ends the Locker's subscriptions to release announcements (one
+// pub/sub connection and goroutine per node, opened by waiting Acquires, and
+// otherwise closed when the clients are closed or after 30s without
+// waiters) and takes the Locker out of the waiter queues it is in. Waits in
+// progress and later ones fall back to polling; locks keep working. Close
+// also waits for releases still under way on some nodes (Release returns
+// once a majority deleted; see the package documentation), at most about
+// two node timeouts: a program that exits right after releasing should call
+// Close first, or the slower nodes keep the key until its TTL. Close does
+// not close the clients. It is safe to call more than once and concurrently
+// with other methods, and returns nil.
+func (l *Locker) Close() error {
+	l.releasing.Range(func(_, v any) bool {
+		<-v.(*progress).done
+		return true
+	})
+	l.notify.Close()
+	l.workers.close()
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -207,7 +208,7 @@ func TestExtendAndRelease(t *testing.T) {
 		t.Fatalf("acquire: exit %d; stderr: %s", r.code, r.stderr)
 	}
 	vars := parseVars(t, r.stdout)
-	if vars["DLOCK_KEY"] != "jobs:extend" || vars["DLOCK_FENCE"] != "1" || len(vars["DLOCK_TOKEN"]) < 16 {
+	if f, err := strconv.ParseUint(vars["DLOCK_FENCE"], 10, 64); vars["DLOCK_KEY"] != "jobs:extend" || err != nil || f == 0 || len(vars["DLOCK_TOKEN"]) < 16 {
 		t.Fatalf("acquire printed %q", r.stdout)
 	}
 	if got, _ := c.Get(ctx, "jobs:extend").Result(); got != vars["DLOCK_TOKEN"] {

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/redlock"
 )
 
 // lockRow is one held lock on one node, as inspect reports it. The JSON
@@ -147,14 +146,13 @@ func scanLocks(ctx context.Context, c redis.UniversalClient, node, pattern strin
 // describe reads the TTL, fence and holder of keys in one round trip.
 func describe(ctx context.Context, c redis.UniversalClient, node string, found []string) ([]lockRow, error) {
 	type reply struct {
-		ttl                    *redis.DurationCmd
-		fence, rlFence, holder *redis.StringCmd
+		ttl           *redis.DurationCmd
+		fence, holder *redis.StringCmd
 	}
 	replies := make([]reply, len(found))
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range found {
-			replies[i] = reply{p.PTTL(ctx, k), p.Get(ctx, keys.Fence(k)),
-				p.HGet(ctx, redlock.FenceKey(k), "n"), p.Get(ctx, keys.Holder(k))}
+			replies[i] = reply{p.PTTL(ctx, k), p.Get(ctx, keys.Fence(k)), p.Get(ctx, keys.Holder(k))}
 		}
 		return nil
 	})
@@ -168,12 +166,11 @@ func describe(ctx context.Context, c redis.UniversalClient, node string, found [
 			continue // no expiry (not a lock) or gone since the scan
 		}
 		row := lockRow{Key: k, Node: node, TTLms: ttl.Milliseconds()}
-		// The single-node counter, or this node's Redlock counter.
-		for _, fc := range []*redis.StringCmd{replies[i].fence, replies[i].rlFence} {
-			if s, err := fc.Result(); err == nil && row.Fence == nil {
-				if f, err := strconv.ParseUint(s, 10, 64); err == nil {
-					row.Fence = &f
-				}
+		// The key's fence counter: the lock's fence on one node, this
+		// node's draw for Redlock (the lock's fence is the largest).
+		if s, err := replies[i].fence.Result(); err == nil {
+			if f, err := strconv.ParseUint(s, 10, 64); err == nil {
+				row.Fence = &f
 			}
 		}
 		if s, err := replies[i].holder.Result(); err == nil {

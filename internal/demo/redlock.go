@@ -49,7 +49,6 @@ func runRedlock(ctx context.Context, e *env, s *section) error {
 	for i, nd := range e.nodes {
 		s.say("  node %d  %-21s %s", i+1, nd.addr, describe(nd))
 	}
-	e.rememberMarkers(ctx)
 
 	key := e.key("redlock")
 	up := n
@@ -204,18 +203,6 @@ func (e *env) unrelay(msg string) string {
 		}
 	}
 	return msg
-}
-
-// rememberMarkers notes which of the user's servers already carry Redlock's
-// node marker, so that close deletes only markers the demo created.
-func (e *env) rememberMarkers(ctx context.Context) {
-	for _, nd := range e.nodes {
-		if nd.origin != "yours" {
-			continue
-		}
-		n, err := nd.direct.Exists(ctx, redlock.MarkerKey).Result()
-		nd.dropMarker = err == nil && n == 0
-	}
 }
 
 func describe(nd *node) string {

@@ -17,7 +17,6 @@ import (
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/redislock"
-	"github.com/dlock-go/dlock/redlock"
 )
 
 // node is one Redis server the demo talks to.
@@ -33,10 +32,6 @@ type node struct {
 	lose func()
 	how  string
 	lost bool
-
-	// dropMarker: Redlock's node marker was not on this (user's) server
-	// before the demo, so close deletes it.
-	dropMarker bool
 
 	stop func() // ends what the demo started for this node
 }
@@ -226,9 +221,6 @@ func (e *env) close() {
 		for _, n := range e.nodes {
 			if n.origin == "yours" {
 				deleteKeys(ctx, n.direct, "*"+e.prefix+"*")
-				if n.dropMarker {
-					n.direct.Del(ctx, redlock.MarkerKey)
-				}
 			}
 		}
 		cancel()

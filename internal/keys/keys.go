@@ -7,7 +7,11 @@
 // script can touch both.
 package keys
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/dlock-go/dlock"
+)
 
 // Fence returns the key of the fence counter for lockKey. If lockKey has a
 // Cluster hash tag ("{...}" with something inside), the counter key keeps it;
@@ -16,18 +20,9 @@ import "strings"
 // tagged this way; on a Cluster their scripts fail with CROSSSLOT.
 func Fence(lockKey string) string { return derive("dlock:fence:", lockKey) }
 
-// RedlockFence returns the key of Redlock's per-node fence counter for
-// lockKey: a hash of the counter and the epoch it was written under, so it
-// is a different key from the single-node counter (a plain integer).
-func RedlockFence(lockKey string) string { return derive("dlock:redlock:fence:", lockKey) }
-
 // Holder returns the key where a holder may publish who it is (host, pid,
 // since) for `dlock inspect`.
 func Holder(lockKey string) string { return derive("dlock:holder:", lockKey) }
-
-// Channel returns the pub/sub channel on which releases of lockKey are
-// announced.
-func Channel(lockKey string) string { return derive("dlock:released:", lockKey) }
 
 func derive(prefix, lockKey string) string {
 	if HasHashTag(lockKey) {
@@ -45,4 +40,31 @@ func HasHashTag(key string) bool {
 	}
 	end := strings.IndexByte(key[open+1:], '}')
 	return end > 0
+}
+
+// Reserved is the namespace of dlock's own keys on a Redis server (fence
+// counters, waiter queues, holder records). No lock key may lie inside it.
+const Reserved = "dlock:"
+
+// Check rejects a lock name that is empty, or that would put the lock key
+// (prefix+key) inside dlock's own namespace, where it could name a fence
+// counter or a waiter queue: releasing "dlock:fence:{foo}" would reset
+// foo's fences. Both errors match dlock.ErrInvalid.
+func Check(prefix, key string) error {
+	if err := dlock.CheckKey(key); err != nil {
+		return err
+	}
+	if strings.HasPrefix(prefix+key, Reserved) {
+		return dlock.Invalidf("lock key %q: the %q namespace is reserved for dlock's own keys", prefix+key, Reserved)
+	}
+	return nil
+}
+
+// CheckPrefix rejects a key prefix inside dlock's own namespace. (A prefix
+// that only starts it, such as "dl", is caught by Check with the key.)
+func CheckPrefix(prefix string) error {
+	if strings.HasPrefix(prefix, Reserved) {
+		return dlock.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, Reserved)
+	}
+	return nil
 }

@@ -5,6 +5,8 @@ package rclient
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -68,4 +70,36 @@ func CtxErr(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
+}
+
+// IsReply reports whether err is an error reply from the server (NOPERM,
+// WRONGTYPE, OOM, NOSCRIPT...), as opposed to a network failure or a
+// timeout. redis.Nil is not an error reply.
+func IsReply(err error) bool {
+	var re redis.Error
+	return err != redis.Nil && errors.As(err, &re)
+}
+
+// Describe returns err as a node's error whose message says what happened:
+// the server's own reply (kept in the chain, so errors.As finds the
+// redis.Error), no reply in time, or no connection. A timeout or
+// cancellation is not kept in the chain: it is the node's failure, and must
+// not match the caller's context errors (the caller adds its own when its
+// context ended).
+func Describe(err error) error {
+	switch {
+	case IsReply(err):
+		return fmt.Errorf("the server answered with an error: %w", err)
+	case errors.Is(err, context.DeadlineExceeded) || IsTimeout(err):
+		return errors.New("no reply in time")
+	case errors.Is(err, context.Canceled):
+		return errors.New("request cancelled")
+	}
+	return fmt.Errorf("unreachable: %w", err)
+}
+
+// IsTimeout reports whether err is a network timeout.
+func IsTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }

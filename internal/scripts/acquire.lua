@@ -1,25 +1,92 @@
--- Take a lock and issue its fence in one atomic step.
--- KEYS[1] lock key, KEYS[2] fence counter key (both in one Cluster slot)
--- ARGV[1] token, ARGV[2] ttl in ms
--- Returns the fence (> 0) when the lock is ours; 0 when another owner holds
--- it; -1 when another owner holds it with no expiry (set by hand?); -2 when
--- it is reserved for a woken waiter: redislock's release then left
--- "dlock:reserved:<Locker id>" in the key for a short while (queue.lua).
-if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
-  -- The lock was free: the usual case.
-  return redis.call('incr', KEYS[2])
+-- Take a lock on one or several keys (all or nothing) and draw its fence.
+-- KEYS: m lock keys, then their m fence counters, then, for a waiting
+--   attempt on one key, its waiter queue.
+-- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] counter ttl ms, ARGV[4] clock
+--   offset µs (0 but in tests), and for a waiting attempt: ARGV[5] the
+--   Locker's id, ARGV[6] its earlier place in the queue (0: none), ARGV[7]
+--   '1' to stay queued after a grant (the Locker has more waiters), ARGV[8]
+--   the queue's ttl ms, ARGV[9] '1' to let the queue's head go first (the
+--   Locker's own release just woke it).
+-- Returns {status, fence or holder, expiry, place}: status 1 granted (the
+-- fence), 0 busy or -1 busy with a key that never expires (the holder's
+-- token), 2 free but left to the queue's head (ARGV[9]); expiry is the busy
+-- key's PTTL when the caller heads the queue, else -1; place is the
+-- caller's place in the queue (0: not queued).
+--
+-- Every check and read comes before the first write, and the lock keys are
+-- written last, so an attempt that fails on an error reply (an ACL that
+-- denies dlock's keys, a counter of the wrong type) leaves no lock behind.
+local m = math.floor(#KEYS / 2)
+local token = ARGV[1]
+local queue = KEYS[2 * m + 1]
+
+-- queued puts the caller in the queue (keeping an earlier place) or, after
+-- a grant, takes it out or moves it to the tail; it returns the place.
+-- Queue errors are ignored: the queue only decides whom a release wakes.
+local function queued(granted)
+  if not queue then return 0 end
+  local id, place = ARGV[5], tonumber(ARGV[6])
+  if granted and ARGV[7] ~= '1' then
+    redis.pcall('zrem', queue, id)
+    return 0
+  end
+  if granted or place == 0 then
+    local last = redis.pcall('zrevrange', queue, 0, 0, 'withscores')
+    place = 1
+    if type(last) == 'table' and last[2] then place = tonumber(last[2]) + 1 end
+  end
+  if granted then
+    redis.pcall('zadd', queue, place, id) -- to the tail, behind the others
+  else
+    redis.pcall('zadd', queue, 'nx', place, id) -- keeps a place it has
+  end
+  redis.pcall('pexpire', queue, ARGV[8])
+  return tonumber(redis.pcall('zscore', queue, id)) or 0
 end
-local v = redis.call('get', KEYS[1])
-if v == ARGV[1] then
-  -- Our own earlier attempt landed (its reply was lost): it is ours, and
-  -- the counter still holds the fence that attempt issued.
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return tonumber(redis.call('get', KEYS[2]) or '0')
+
+for i = 1, m do
+  local v = redis.call('get', KEYS[i])
+  if v and v ~= token then
+    local pttl = redis.call('pttl', KEYS[i])
+    local status = 0
+    if pttl == -1 then status = -1 end
+    local place = queued(false)
+    local expiry = -1
+    if place > 0 and redis.pcall('zrange', queue, 0, 0)[1] == ARGV[5] then
+      expiry = pttl
+    end
+    return {status, v, expiry, place}
+  end
 end
-if string.sub(v, 1, 15) == 'dlock:reserved:' then
-  return -2
+
+-- A Locker whose release just woke the queue's head lets it go first,
+-- instead of taking the key again at once.
+if queue and ARGV[9] == '1' then
+  local place = queued(false)
+  local head = redis.pcall('zrange', queue, 0, 0)[1]
+  if head and head ~= ARGV[5] then
+    return {2, '', -1, place}
+  end
 end
-if redis.call('pttl', KEYS[1]) == -1 then
-  return -1
+
+-- Free (or already ours: an earlier attempt with this token landed). The
+-- fence is above every counter and at least the server's clock, so a
+-- counter that was lost or expired comes back above the fences before it.
+local t = redis.call('time')
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[4])
+for i = 1, m do
+  local c = tonumber(redis.call('get', KEYS[m + i]) or '0')
+  if c >= fence then fence = c + 1 end
 end
-return 0
+local f = string.format('%d', fence)
+for i = 1, m do
+  redis.call('set', KEYS[m + i], f, 'px', ARGV[3])
+end
+for i = 1, m do
+  local ok = redis.pcall('set', KEYS[i], token, 'px', ARGV[2])
+  if type(ok) == 'table' and ok.err then
+    for j = 1, i - 1 do redis.pcall('del', KEYS[j]) end
+    return ok
+  end
+end
+return {1, fence, -1, queued(true)}

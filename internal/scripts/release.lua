@@ -1,24 +1,36 @@
--- Delete the lock only if it still holds our token (pre-8.4 DELEX IFEQ).
--- KEYS[1] lock key [, KEYS[2] its waiter queue, KEYS[3] the queue's state,
--- KEYS[4] the fence counter]
--- ARGV[1] token [, ARGV[2] '1' when the hand-off may grant the lock to the
--- head directly (queue.lua's wake)]
--- Returns 1 if deleted, 0 otherwise. With the queue, a deletion also hands
--- the lock on to the queue's head (queue.lua's freed). A holder that took
--- the lock by barging while the head was young releases without the queue
--- (acquire_waiting.lua's quiet).
-if redis.call('get', KEYS[1]) ~= ARGV[1] then
-  return 0
+-- Delete the lock keys that still hold our token, and wake the longest
+-- waiter of each (pre-8.4 DELEX IFEQ, plus the wake-up).
+-- KEYS: m lock keys, then their m fence counters when a fence is given,
+--   then (optional) their m waiter queues.
+-- ARGV[1] token, ARGV[2] m, ARGV[3] the lock's fence (0: none), ARGV[4]
+--   counter ttl ms (with a fence).
+-- Returns {keys deleted, waiters woken}. Given a fence, every counter is first
+-- raised to it (Redlock: the nodes that drew lower fences learn the lock's).
+-- A deleted key's queue head (a Locker id) is popped and told on its
+-- channel, dlock:wake:<id>, that the key is free.
+local token, m, fence = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local q0 = m
+if fence > 0 then
+  q0 = 2 * m
+  for i = 1, m do
+    local c = tonumber(redis.call('get', KEYS[m + i]) or '0')
+    if c < fence then
+      redis.call('set', KEYS[m + i], ARGV[3], 'px', ARGV[4])
+    end
+  end
 end
-if not KEYS[2] or redis.call('exists', KEYS[2]) == 0 then
-  return redis.call('del', KEYS[1])
+local n, woken = 0, 0
+for i = 1, m do
+  if redis.call('get', KEYS[i]) == token then
+    n = n + redis.call('del', KEYS[i])
+    local q = KEYS[q0 + i]
+    if q then
+      local head = redis.call('zpopmin', q)
+      if head[1] then
+        redis.call('publish', 'dlock:wake:' .. head[1], KEYS[i])
+        woken = woken + 1
+      end
+    end
+  end
 end
--- The clock is read below, before more writes: replicate effects, not the
--- script (the default from Redis 5, the only way from 7; this asks for it
--- where a 5 or 6 server is configured otherwise).
-if redis.replicate_commands then redis.replicate_commands() end
-redis.call('del', KEYS[1])
-local FENCE = ARGV[2] == '1' and KEYS[4] or nil
--- @queue.lua
-freed(KEYS[2], KEYS[3], KEYS[1], redis.call('zrange', KEYS[2], 0, 0)[1])
-return 1
+return {n, woken}

@@ -1,13 +1,24 @@
-// Package wake implements the shared part of wake-on-release waiting for the
-// Redis backends: the names of the waiter queue and wake-up channel, and Sub,
-// one Locker's subscription to its own wake-up channel on one server, with
-// the reconnect and idle handling.
+// Package wake implements wake-on-release for the Redis backends, one
+// mechanism for redislock (one server) and redlock (one per node).
 //
-// The scheme (see redislock/notify.go and redlock/notify.go): a waiting
-// Locker puts its id in a per-key FIFO sorted set beside the lock key; the
-// release script deletes the lock, pops the queue's head and PUBLISHes the
-// lock key on the head's channel. A wake-up is only a hint; waiters poll as
-// well.
+// A waiting Locker puts its id in a FIFO beside the lock key, a sorted set
+// "dlock:waiters:{key}" scored by arrival, on each server where it holds a
+// subscription to its own channel "dlock:wake:<id>"; the acquire script does
+// it in the attempt's own round trip (scripts/acquire.lua). The release
+// script deletes the key, pops the queue's head and publishes the key on the
+// head's channel, in the release's round trip. The woken Locker's earliest
+// local waiter for the key retries at once. A wake-up is only a hint: the
+// retry still has to win the lock with a plain SET NX, and a release never
+// hands the key to anyone, so between holders the key is free for every
+// client on the wire (redsync, node-redlock, bsm/redislock).
+//
+// Nobody announces an expiry (a holder that crashed), so an attempt refused
+// on a server where the Locker heads the queue also reads the key's expiry,
+// and the Locker's earliest waiter retries then by itself (Retry). Waits
+// also poll at the retry delay plus jitter, which covers peers that do not
+// publish, lost messages, dead servers, and a queue head that is gone: the
+// release that pops a dead head wakes nobody, and the others find the free
+// key at their next poll. No state on the server holds a lock for anyone.
 package wake
 
 import (

@@ -17,7 +17,6 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/locktest"
-	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/internal/wake"
 	"github.com/dlock-go/dlock/redislock"
@@ -192,38 +191,26 @@ func TestPollingFallback(t *testing.T) {
 
 // An expiry announces nothing. The queue's head learned from its refused
 // attempt when the key expires, and retries then by itself, long before its
-// 5s poll: behind a holder that crashed (it never releases), and behind the
-// reservation a release left for a woken waiter that crashed (nobody
-// replaces it).
+// 5s poll: behind a holder that crashed (it never releases).
 func TestHeadRetriesAtExpiry(t *testing.T) {
-	for _, tc := range []struct{ name, value string }{
-		{"CrashedHolder", "crashed-holder"},
-		{"LapsedReservation", "dlock:reserved:crashed-locker"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			raw := shared.Client(t)
-			waiter := newLocker(t, shared.Client(t))
-			closeLocker(t, waiter)
-			key := locktest.Key(t)
-			const ttl = 500 * time.Millisecond
-			if err := raw.Set(testCtx(t), key, tc.value, ttl).Err(); err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			ctx, cancel := context.WithTimeout(testCtx(t), 3*time.Second)
-			defer cancel()
-			got := <-waitFor(ctx, waiter, key, slowPoll...)
-			if got.err != nil {
-				t.Fatalf("waiter behind %q, which expires after %v, polling every 5s: %v", tc.value, ttl, got.err)
-			}
-			defer got.lock.Release(context.Background())
-			if d := got.at.Sub(start); d < ttl-50*time.Millisecond || d > ttl+time.Second {
-				t.Fatalf("waiter got the lock %v after %q was set for %v; want about that TTL", d, tc.value, ttl)
-			}
-			if v := raw.Get(testCtx(t), key).Val(); v != got.lock.Token() {
-				t.Fatalf("key holds %q, want the waiter's token %q", v, got.lock.Token())
-			}
-		})
+	raw := shared.Client(t)
+	waiter := newLocker(t, shared.Client(t))
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+	const ttl = 500 * time.Millisecond
+	if err := raw.Set(testCtx(t), key, "crashed-holder", ttl).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(testCtx(t), 3*time.Second)
+	defer cancel()
+	got := <-waitFor(ctx, waiter, key, slowPoll...)
+	if got.err != nil {
+		t.Fatalf("waiter behind a key that expires after %v, polling every 5s: %v", ttl, got.err)
+	}
+	defer got.lock.Release(context.Background())
+	if d := got.at.Sub(start); d < ttl-50*time.Millisecond || d > ttl+time.Second {
+		t.Fatalf("waiter got the lock %v after the key was set for %v; want about that TTL", d, ttl)
 	}
 }
 
@@ -516,7 +503,6 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 	}
 	raw := newClient()
 	holder, waiter := newLocker(t, newClient()), newLocker(t, newClient())
-	holder.SetDirectAfter(0) // every release may grant directly, however short the hold
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
 	for _, key := range []string{locktest.Key(t), "{tagged}" + locktest.Key(t), locktest.Key(t) + "-x"} {
@@ -525,18 +511,6 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 		}
 	}
 
-	// No direct grants on a Cluster (PUBLISH there cannot tell whether the
-	// head's Locker listens): a queued Locker registers no token, and a
-	// release that may grant directly reserves the lock all the same.
-	key := locktest.Key(t)
-	lock, done := queueBehind(testCtx(t), t, raw, holder, waiter, key)
-	fields := raw.HKeys(testCtx(t), "dlock:turn:{"+key+"}").Val()
-	if slices.ContainsFunc(fields, func(f string) bool { return f[0] == 'g' || f[0] == 'l' }) {
-		t.Fatalf("a Locker on a Cluster registered for a direct grant: state fields %q", fields)
-	}
-	if d := handOff(t, lock, done); d > time.Second {
-		t.Fatalf("cluster hand-off took %v with a 5s poll interval", d)
-	}
 }
 
 // The native release (DELEX IFEQ, here on miniredis) wakes the waiter
@@ -550,7 +524,6 @@ func TestWakeOnReleaseNative(t *testing.T) {
 	}
 	raw := newClient()
 	holder, waiter := newLocker(t, newClient()), newLocker(t, newClient())
-	holder.SetDirectAfter(0) // every release may grant directly, however short the hold
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
 	if del, _ := holder.Features(testCtx(t)); !del {
@@ -566,28 +539,6 @@ func TestWakeOnReleaseNative(t *testing.T) {
 		}
 	}
 
-	// The wake script grants the lock directly here too: the key holds the
-	// waiter's token as the release returns, while the waiter, whose
-	// replies and announcements are delayed 300ms, cannot have acted yet.
-	proxy := testproxy.Start(t, m.Addr())
-	sc := redis.NewClient(&redis.Options{Addr: proxy.Addr})
-	t.Cleanup(func() { sc.Close() })
-	slow := newLocker(t, sc)
-	closeLocker(t, slow)
-	lock, done := queueBehind(testCtx(t), t, raw, holder, slow, key)
-	proxy.Latency(t, 300*time.Millisecond, 0)
-	if err := lock.Release(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	granted := raw.Get(testCtx(t), key).Val()
-	got := <-done
-	if got.err != nil {
-		t.Fatal(got.err)
-	}
-	defer got.lock.Release(context.Background())
-	if granted != got.lock.Token() {
-		t.Fatalf("right after the native release the key held %q; the waiter's token is %q", granted, got.lock.Token())
-	}
 }
 
 // The fence counter and the waiter queue sit where internal/keys says,
@@ -625,5 +576,134 @@ func TestDerivedKeys(t *testing.T) {
 			t.Fatalf("%q: %v", key, got.err)
 		}
 		got.lock.Release(testCtx(t))
+	}
+}
+
+// A release deletes the key and hands it to nobody: right after Release
+// returns, any client on the wire can take the key with a plain SET NX,
+// although a dlock waiter is queued (here behind a slow link, so its
+// wake-up cannot beat the peer).
+func TestKeyFreeBetweenHolders(t *testing.T) {
+	raw := shared.Client(t)
+	holder := newLocker(t, shared.Client(t))
+	wc, proxy := proxiedClient(t, shared, 0)
+	waiter := newLocker(t, wc)
+	closeLocker(t, holder)
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+	lock, done := queueBehind(testCtx(t), t, raw, holder, waiter, key)
+	proxy.Latency(t, 200*time.Millisecond, 0)
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := raw.SetNX(testCtx(t), key, "peer", 10*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Fatalf("a peer's SET NX right after the release was refused: the key holds %q", raw.Get(testCtx(t), key).Val())
+	}
+	raw.Del(testCtx(t), key) // the peer releases; the waiter finds the key at its next attempt
+	proxy.Heal()
+	got := <-done
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	got.lock.Release(testCtx(t))
+}
+
+// A waiter whose host is cut off (its connections blackholed, so the
+// server still counts its subscription) heads the queue when the holder
+// releases. Nothing on the server holds the lock for it: another waiter
+// gets the lock within its retry delay plus jitter.
+func TestBlackholedWaiterHoldsNothing(t *testing.T) {
+	raw := shared.Client(t)
+	holder := newLocker(t, shared.Client(t))
+	gc, proxy := proxiedClient(t, shared, 0)
+	gone := newLocker(t, gc)
+	next := newLocker(t, shared.Client(t))
+	closeLocker(t, holder)
+	closeLocker(t, next)
+	key := locktest.Key(t)
+	lock, err := holder.TryAcquire(testCtx(t), key, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goneCtx, cancelGone := context.WithCancel(testCtx(t))
+	goneDone := waitFor(goneCtx, gone, key, slowPoll...)
+	waitQueued(t, raw, key, 1)
+	const delay, jitter = 100 * time.Millisecond, 50 * time.Millisecond
+	nextDone := waitFor(testCtx(t), next, key, dlock.WithRetryDelay(delay), dlock.WithRetryJitter(jitter))
+	waitQueued(t, raw, key, 2)
+	proxy.Blackhole(t)
+	start := time.Now()
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	got := <-nextDone
+	took := time.Since(start)
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	got.lock.Release(testCtx(t))
+	cancelGone()
+	<-goneDone
+	proxy.Heal()
+	gone.Close()
+	t.Logf("the next waiter got the lock %v after the release that woke the cut-off head", took)
+	if limit := delay + jitter + 400*time.Millisecond; took > limit {
+		t.Fatalf("the next waiter got the lock %v after the release; want within the retry delay plus jitter (%v, with slack %v)", took, delay+jitter, limit)
+	}
+}
+
+// Close races a Locker's overlapping waits and the release they wait for:
+// afterwards nothing on the server waits for the closed Locker, and another
+// waiter gets the lock within its retry delay plus jitter of the release.
+func TestCloseRacingWaitsLeavesNothing(t *testing.T) {
+	raw := shared.Client(t)
+	holder := newLocker(t, shared.Client(t))
+	next := newLocker(t, shared.Client(t))
+	closeLocker(t, holder)
+	closeLocker(t, next)
+	const delay, jitter = 100 * time.Millisecond, 50 * time.Millisecond
+	for round := range 8 {
+		closed := newLocker(t, shared.Client(t))
+		key := locktest.Key(t)
+		lock, err := holder.TryAcquire(testCtx(t), key, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(testCtx(t))
+		var waits []<-chan acquired
+		for range 3 {
+			waits = append(waits, waitFor(ctx, closed, key, slowPoll...))
+		}
+		waitQueued(t, raw, key, 1)
+		nextDone := waitFor(testCtx(t), next, key, dlock.WithRetryDelay(delay), dlock.WithRetryJitter(jitter))
+		waitQueued(t, raw, key, 2)
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() { closed.Close() })
+		wg.Go(cancel)
+		wg.Go(func() {
+			if err := lock.Release(testCtx(t)); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Wait()
+		for _, w := range waits {
+			if got := <-w; got.err == nil {
+				got.lock.Release(testCtx(t))
+			}
+		}
+		got := <-nextDone
+		took := time.Since(start)
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		got.lock.Release(testCtx(t))
+		if limit := delay + jitter + 400*time.Millisecond; took > limit {
+			t.Fatalf("round %d: the next waiter got the lock %v after the release; want within %v (retry delay plus jitter, with slack)", round, took, limit)
+		}
 	}
 }

@@ -1,0 +1,109 @@
+package redislock_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// loop runs n goroutines, each on a Locker (and client) of its own, that
+// take key again and again for d, holding it for hold each time. It returns
+// who held the lock, in order, and the wait of every acquisition after the
+// first warmUp (while the Lockers subscribe, their first waits poll).
+func loop(t *testing.T, n int, key string, hold, d time.Duration, opts ...dlock.Option) (order []int, waits []time.Duration) {
+	t.Helper()
+	lockers := make([]*redislock.Locker, n)
+	for i := range lockers {
+		lockers[i] = newLocker(t, shared.Client(t))
+		closeLocker(t, lockers[i])
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), d)
+	defer cancel()
+	const warmUp = 250 * time.Millisecond
+	began := time.Now()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, l := range lockers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				start := time.Now()
+				lock, err := l.Acquire(ctx, key, 10*time.Second, opts...)
+				if err != nil {
+					return // the run is over
+				}
+				mu.Lock()
+				order = append(order, i)
+				if start.Sub(began) > warmUp {
+					waits = append(waits, time.Since(start))
+				}
+				mu.Unlock()
+				if hold > 0 {
+					time.Sleep(hold)
+				}
+				if err := lock.Release(context.Background()); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return order, waits
+}
+
+// 16 Lockers re-take one key at once after every release (hold 0): every
+// one gets at least a quarter of the mean number of acquisitions, and the
+// longest wait stays below 20 times the median.
+func TestFairnessHoldZero(t *testing.T) {
+	const n = 16
+	order, waits := loop(t, n, locktest.Key(t), 0, 2*time.Second)
+	counts := make([]int, n)
+	for _, i := range order {
+		counts[i]++
+	}
+	slices.Sort(waits)
+	median, longest := waits[len(waits)/2], waits[len(waits)-1]
+	mean := float64(len(order)) / n
+	t.Logf("%d acquisitions (%.0f/s), per Locker %v; wait median %v, longest %v", len(order), float64(len(order))/2, counts, median, longest)
+	for i, c := range counts {
+		if float64(c) < mean/4 {
+			t.Errorf("Locker %d acquired %d times, below a quarter of the mean %.1f", i, c, mean)
+		}
+	}
+	if longest > 20*median {
+		t.Errorf("longest wait %v is over 20 times the median %v", longest, median)
+	}
+}
+
+// With holds of 1ms and polls far apart (only wake-ups hand the lock on),
+// every release wakes the longest waiter: the releasing Locker does not take
+// the lock again before the others, and each Locker's turn comes once in
+// every round of n acquisitions.
+func TestFairnessLongestWaiterFirst(t *testing.T) {
+	const n = 16
+	order, _ := loop(t, n, locktest.Key(t), time.Millisecond, 2*time.Second, slowPoll...)
+	if len(order) < 4*n {
+		t.Fatalf("only %d acquisitions in 2s", len(order))
+	}
+	retakes, late := 0, 0
+	last := make([]int, n) // index of each Locker's previous acquisition
+	for k, i := range order {
+		if k > 0 && order[k-1] == i {
+			retakes++
+		}
+		if k >= 2*n && k-last[i] > n+1 {
+			late++ // more than one round since its last turn
+		}
+		last[i] = k
+	}
+	t.Logf("%d acquisitions; %d taken again by the releaser, %d more than a round after the Locker's previous one", len(order), retakes, late)
+	if limit := len(order) / 100; retakes > limit || late > limit {
+		t.Fatalf("%d re-takes and %d late turns in %d acquisitions (limit %d each); order %v", retakes, late, len(order), limit, order)
+	}
+}
