@@ -193,7 +193,7 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 
 	r.findOverlaps(cfg.Backend, faults)
 	r.checkRegister()
-	r.LongestGap, r.GapAt = longestGap(r.Sections, waits, faults, ttl)
+	r.LongestGap, r.GapAt = longestGap(r.Sections, waits, faults, ttl, start, end)
 	return r
 }
 
@@ -422,12 +422,12 @@ func linearizable(ops []Op, end int64) string {
 // a key was held by nobody while somebody waited for it. A fault explains
 // a gap from its start until two TTLs after its end (the lock of a holder
 // cut off or restarted away is unusable until its TTL runs out).
-func longestGap(sections []*Section, waits map[string][][2]int64, faults []Fault, ttl int64) (time.Duration, int64) {
+func longestGap(sections []*Section, waits map[string][][2]int64, faults []Fault, ttl, start, end int64) (time.Duration, int64) {
 	type edge struct {
 		t             int64
 		held, waiting int
 	}
-	var excl [][2]int64
+	excl := [][2]int64{{math.MinInt64, start}, {end, math.MaxInt64}} // only the run itself counts
 	for _, f := range faults {
 		if f.Kind != FaultFastClock && f.Kind != FaultRewind {
 			excl = append(excl, [2]int64{f.Start, f.End + 2*ttl})

@@ -50,13 +50,6 @@ func run(t *testing.T, cfg Config) *Report {
 	return r
 }
 
-func TestSmoke(t *testing.T) {
-	r := run(t, Config{Backend: Redis, Workers: 3, Duration: 6 * time.Second, Seed: 1, Faults: []string{FaultPause}})
-	if !r.Safe() {
-		t.Fatal("unsafe")
-	}
-}
-
 // caught says whether a negative control's run shows the violation its
 // flaw must cause (not just any).
 func caught(control string, r *Report) bool {
@@ -122,4 +115,51 @@ func runQuiet(t *testing.T, cfg Config) *Report {
 		return &Report{Linearizable: "ok"} // counts as missed
 	}
 	return r
+}
+
+// The CI runs: a minute per backend, fixed seeds, every fault the backend
+// can get (and for Redlock the loss of a majority too), the three at once
+// (a run spends most of its time waiting; go test would run only
+// GOMAXPROCS parallel subtests at a time). Each must end SAFE, and must
+// have done enough for that to mean something.
+func TestTorture(t *testing.T) {
+	cases := []struct {
+		backend string
+		faults  []string
+		report  *Report
+		log     bytes.Buffer
+		err     error
+	}{
+		{backend: Redis},
+		{backend: Redlock, faults: append(DefaultFaults(Redlock, true), FaultMajority)},
+		{backend: Postgres},
+	}
+	var wg sync.WaitGroup
+	for i := range cases {
+		tc := &cases[i]
+		wg.Go(func() {
+			cfg := Config{Backend: tc.backend, Faults: tc.faults, Duration: time.Minute, Seed: 20, Worker: workerCmd, Log: &tc.log}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			tc.report, tc.err = Run(ctx, cfg)
+		})
+	}
+	wg.Wait()
+	for i := range cases {
+		tc := &cases[i]
+		t.Run(tc.backend, func(t *testing.T) {
+			if tc.report != nil {
+				tc.report.Print(&tc.log)
+			}
+			t.Log("\n" + tc.log.String())
+			switch r := tc.report; {
+			case tc.err != nil:
+				t.Fatalf("Run: %v", tc.err)
+			case !r.Safe():
+				t.Errorf("unsafe: see the verdict above")
+			case r.Completed < 100 || len(r.Faults) < 10:
+				t.Errorf("%d sections and %d faults: too little happened for the verdict to mean much", r.Completed, len(r.Faults))
+			}
+		})
+	}
 }
