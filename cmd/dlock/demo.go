@@ -12,6 +12,7 @@ import (
 
 func (a *app) demoCmd() *cobra.Command {
 	var urls []string
+	var tl string
 	cmd := &cobra.Command{
 		Use:   "demo [--redis URL]...",
 		Short: "Show, on real servers, how distributed locks fail and what prevents it",
@@ -38,6 +39,7 @@ touches servers named on its command line.
 
 ` + exitCodesHelp,
 		Example: `  dlock demo
+  dlock demo --timeline demo.svg
   dlock demo --redis redis://127.0.0.1:6379`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -54,7 +56,7 @@ touches servers named on its command line.
 			}
 			ctx, interrupted, stop := interruptible(cmd.Context())
 			defer stop()
-			err := demo.Run(ctx, a.stdout, demo.Options{RedisURLs: urls})
+			err := demo.Run(ctx, a.stdout, demo.Options{RedisURLs: urls, Timeline: tl})
 			if sig := interrupted(); sig != nil {
 				return exitf(signalCode(sig), "demo interrupted by %v", sig)
 			}
@@ -70,5 +72,6 @@ touches servers named on its command line.
 		},
 	}
 	cmd.Flags().StringArrayVar(&urls, "redis", nil, "run on this Redis `URL` instead of temporary servers; repeat it for more Redlock nodes")
+	cmd.Flags().StringVar(&tl, "timeline", "", "also draw the scenarios with several clients to `FILE` (.svg, or .html)")
 	return cmd
 }

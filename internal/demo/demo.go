@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/timeline"
 )
 
 // Options configures Run. The zero value starts temporary servers.
@@ -20,6 +21,9 @@ type Options struct {
 	// temporary redis-server processes, or embedded in-process servers
 	// where no redis-server is on PATH.
 	RedisURLs []string
+	// Timeline, when set, is where a timeline picture of the scenarios
+	// with several clients is written (SVG, or HTML for a .html name).
+	Timeline string
 }
 
 // scenario is one lesson: what it runs and what it proves.
@@ -66,6 +70,9 @@ func Run(ctx context.Context, w io.Writer, opts Options) error {
 		return err
 	}
 	defer e.close()
+	if opts.Timeline != "" {
+		e.tl = timeline.New("dlock demo: the scenarios with several clients")
+	}
 
 	if err := header(ctx, e, p); err != nil {
 		if ctx.Err() != nil {
@@ -81,6 +88,7 @@ func Run(ctx context.Context, w io.Writer, opts Options) error {
 	var verdicts []verdict
 	var failed []string
 	for i, sc := range scenarios() {
+		e.scene = fmt.Sprintf("%d. ", i+1)
 		p.printf("\n%d. %s\n", i+1, sc.title)
 		s := &section{p: p}
 		runErr := sc.run(ctx, e, s)
@@ -104,6 +112,12 @@ func Run(ctx context.Context, w io.Writer, opts Options) error {
 		if p.err != nil {
 			// Nobody reads the narration any more (a closed pipe).
 			return fmt.Errorf("demo: writing the output: %w", p.err)
+		}
+	}
+
+	if e.tl != nil {
+		if err := e.tl.WriteFile(opts.Timeline); err != nil {
+			return fmt.Errorf("demo: timeline: %w", err)
 		}
 	}
 

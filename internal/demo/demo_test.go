@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -481,3 +482,29 @@ func redisProcesses(ports []int) []int {
 }
 
 func newClient(o *redis.Options) *redis.Client { return redis.NewClient(o) }
+
+// --timeline draws the scenarios with several clients: the plain-DEL half's
+// two holders (B and C) as an unexplained overlap, the fencing scenario's
+// rejected late write.
+func TestRunTimeline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "demo.svg")
+	if _, err := run(t, Options{Timeline: path}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg := string(b)
+	if err := xml.Unmarshal(b, new(struct{})); err != nil {
+		t.Fatalf("not XML: %v", err)
+	}
+	for _, want := range []string{
+		">2. plain DEL: C<", "B and C inside at once: A&#39;s plain DEL deleted B&#39;s lock",
+		">4. fencing: A<", "rejected (ErrStale)", ">5. worker 5<",
+	} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("the timeline has no %q", want)
+		}
+	}
+}

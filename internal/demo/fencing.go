@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/timeline"
 )
 
 var fencingScenario = scenario{
@@ -29,6 +31,7 @@ var fencingScenario = scenario{
 		var value string
 
 		s.say("The protected resource is a value behind an in-memory fence guard (fence.NewMemory).")
+		tA := time.Now()
 		lockA, err := l.TryAcquire(ctx, key, shortTTL)
 		if err != nil {
 			return fmt.Errorf("A could not acquire: %w", err)
@@ -38,6 +41,7 @@ var fencingScenario = scenario{
 		if err := sleep(ctx, stall); err != nil {
 			return err
 		}
+		tB := time.Now()
 		lockB, err := l.TryAcquire(ctx, key, longTTL)
 		if err != nil {
 			return fmt.Errorf("B could not acquire after A's lock expired: %w", err)
@@ -49,8 +53,19 @@ var fencingScenario = scenario{
 		err = guard.Write(resource, lockB.Fence(), lockB.Token(), func() error { value = "B"; return nil })
 		s.result(fmt.Sprintf("B writes with fence %d", lockB.Fence()), accepted(err), err == nil, "accepted")
 
+		tWB := time.Now()
 		err = guard.Write(resource, lockA.Fence(), lockA.Token(), func() error { value = "A"; return nil })
 		s.result(fmt.Sprintf("A wakes up and writes with fence %d", lockA.Fence()), accepted(err), errors.Is(err, fence.ErrStale), "rejected (ErrStale)")
+		tWA := time.Now()
+		a, b := e.scene+"fencing: A", e.scene+"fencing: B"
+		e.tl.Bar(a, tA, tA.Add(stall), timeline.Paused, "A stalls; its lock expires meanwhile")
+		e.tl.Bar(a, tA, tWA, timeline.HeldLost, "A believes it holds the lock")
+		e.tl.Bar(b, tB, tWA.Add(stall/3), timeline.Held, "B holds the lock")
+		for _, who := range []string{a, b} {
+			e.tl.Bar(who, tB, tWA, timeline.Explained, "A and B inside at once: A's lock expired while it stalled")
+		}
+		e.tl.Mark(b, tWB, timeline.Accepted, fmt.Sprintf("B's write with fence %d: accepted", lockB.Fence()))
+		e.tl.Mark(a, tWA, timeline.Rejected, fmt.Sprintf("A's late write with fence %d: rejected (ErrStale)", lockA.Fence()))
 		s.result("value of the resource", fmt.Sprintf("%q", value), value == "B", `"B"`)
 		s.result("A's handle, asked now: still held", yesNo(lockA.Held()), !lockA.Held(), "false")
 		s.say("(A could have asked before writing, but the pause can fall between that check and the write.)")

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -51,6 +52,10 @@ func runRedlock(ctx context.Context, e *env, s *section) error {
 	}
 
 	key := e.key("redlock")
+	t0 := time.Now()
+	defer func() {
+		e.tl.Bar(e.scene+"Redlock", t0, time.Now(), timeline.Note, "the Redlock scenario; bands: nodes lost")
+	}()
 	up := n
 	label := func(op string) string { return fmt.Sprintf("%s with %d of %d nodes up", op, up, n) }
 
@@ -134,6 +139,8 @@ func withFence(l *dlock.Lock, err error) string {
 
 // lose takes a node away and says how.
 func lose(e *env, s *section, nd *node) {
+	at := time.Now()
+	defer func() { e.tl.Band(at, time.Now(), timeline.ServerFault, fmt.Sprintf("node %d lost", e.index(nd)+1)) }()
 	nd.lose()
 	nd.lost = true
 	s.say("Node %d (%s) is %s.", e.index(nd)+1, nd.addr, nd.how)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -149,6 +150,13 @@ func expiry(ctx context.Context, e *env, s *section, plainDEL bool) error {
 	if plainDEL {
 		key = e.key("expiry-del")
 	}
+	lane := e.scene + "token release: "
+	if plainDEL {
+		lane = e.scene + "plain DEL: "
+	}
+	e.tl.Lane(lane + "A")
+	e.tl.Lane(lane + "B")
+	tA := time.Now()
 	lockA, err := l.TryAcquire(ctx, key, shortTTL)
 	if err != nil {
 		return fmt.Errorf("A could not acquire: %w", err)
@@ -156,6 +164,7 @@ func expiry(ctx context.Context, e *env, s *section, plainDEL bool) error {
 	if err := sleep(ctx, stall); err != nil {
 		return err
 	}
+	tB := time.Now()
 	lockB, err := l.TryAcquire(ctx, key, longTTL)
 	if err != nil {
 		return fmt.Errorf("B could not acquire after A's lock expired: %w", err)
@@ -164,6 +173,15 @@ func expiry(ctx context.Context, e *env, s *section, plainDEL bool) error {
 	if err := sleep(ctx, afterB); err != nil {
 		return err
 	}
+	tRel := time.Now()
+	e.tl.Bar(lane+"A", tA, tA.Add(stall), timeline.Paused, "A stalls; its lock expires meanwhile")
+	e.tl.Bar(lane+"A", tA, tRel, timeline.HeldLost, fmt.Sprintf("A believes it holds the lock (its %v lock expired)", shortTTL))
+	e.tl.Bar(lane+"A", tB, tRel, timeline.Explained, "A and B inside at once: A's lock expired while it stalled")
+	defer func() {
+		end := time.Now()
+		e.tl.Bar(lane+"B", tB, end, timeline.Held, "B holds the lock")
+		e.tl.Bar(lane+"B", tB, tRel, timeline.Explained, "A and B inside at once: A's lock expired while it stalled")
+	}()
 
 	if plainDEL {
 		n, err := e.nodes[0].direct.Del(ctx, key).Result()
@@ -175,11 +193,20 @@ func expiry(ctx context.Context, e *env, s *section, plainDEL bool) error {
 	} else {
 		err := lockA.Release(ctx)
 		s.result("  A releases with its token", outcome(err), errors.Is(err, dlock.ErrNotHeld), "refused (ErrNotHeld)")
+		e.tl.Mark(lane+"A", time.Now(), timeline.Rejected, "A's release: refused (ErrNotHeld), B's lock stays")
 	}
 
+	tC := time.Now()
 	lockC, err := l.TryAcquire(ctx, key, longTTL)
 	if lockC != nil {
 		defer lockC.Release(context.WithoutCancel(ctx))
+		defer func() {
+			end := time.Now()
+			e.tl.Bar(lane+"C", tC, end, timeline.Held, "C holds the lock")
+			for _, who := range []string{"B", "C"} {
+				e.tl.Bar(lane+who, tC, end, timeline.Overlap, "B and C inside at once: A's plain DEL deleted B's lock")
+			}
+		}()
 	}
 	if err != nil && !errors.Is(err, dlock.ErrNotAcquired) {
 		return fmt.Errorf("C's attempt: %w", err)
@@ -278,6 +305,10 @@ var workersScenario = scenario{
 			go func() {
 				defer wg.Done()
 				errs[i] = l.Do(ctx, key, 2*time.Second, func(ctx context.Context) error {
+					in := time.Now()
+					defer func() {
+						e.tl.Bar(fmt.Sprintf("%sworker %d", e.scene, i+1), in, time.Now(), timeline.Held, "inside the critical section")
+					}()
 					n := inside.Add(1)
 					for {
 						m := maxInside.Load()

@@ -16,6 +16,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -45,6 +46,9 @@ type env struct {
 	userURLs bool
 	info     serverInfo // of nodes[0]
 	lockers  []*redislock.Locker
+
+	tl    *timeline.Recorder // nil unless a timeline was asked for
+	scene string             // "2. ": the scenario's lanes start with it
 }
 
 // clientOptions are the go-redis options the demo uses: context deadlines

@@ -195,7 +195,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.LocksLeft = left
 	r.Problems = append(r.Problems, problems...)
 	if cfg.Timeline != "" {
-		if err := writeTimeline(cfg.Timeline, r); err != nil {
+		if err := writeTimeline(cfg.Timeline, cfg.Workers, r); err != nil {
 			return r, fmt.Errorf("torture: timeline: %w", err)
 		}
 	}

@@ -3,8 +3,10 @@ package torture
 import (
 	"bytes"
 	"context"
+	"encoding/xml"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -134,11 +136,15 @@ func TestTorture(t *testing.T) {
 		{backend: Redlock, faults: append(DefaultFaults(Redlock, true), FaultMajority)},
 		{backend: Postgres},
 	}
+	svg := filepath.Join(t.TempDir(), "redis.svg") // one picture, to check it is drawn
 	var wg sync.WaitGroup
 	for i := range cases {
 		tc := &cases[i]
 		wg.Go(func() {
 			cfg := Config{Backend: tc.backend, Faults: tc.faults, Duration: time.Minute, Seed: 20, Worker: workerCmd, Log: &tc.log}
+			if tc.backend == Redis {
+				cfg.Timeline = svg
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			tc.report, tc.err = Run(ctx, cfg)
@@ -159,6 +165,12 @@ func TestTorture(t *testing.T) {
 				t.Errorf("unsafe: see the verdict above")
 			case r.Completed < 100 || len(r.Faults) < 10:
 				t.Errorf("%d sections and %d faults: too little happened for the verdict to mean much", r.Completed, len(r.Faults))
+			}
+			if tc.backend == Redis {
+				b, err := os.ReadFile(svg)
+				if err != nil || xml.Unmarshal(b, new(struct{})) != nil || !bytes.Contains(b, []byte(">worker 3<")) {
+					t.Errorf("the timeline %s was not drawn (%v)", svg, err)
+				}
 			}
 		})
 	}
