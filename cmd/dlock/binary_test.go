@@ -522,3 +522,18 @@ func TestDemoInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// TestTortureBinary: dlock torture runs its workers by re-executing the
+// binary; a short clean run is SAFE (exit 0), a negative control UNSAFE
+// (exit 1), each with its verdict on stdout.
+func TestTortureBinary(t *testing.T) {
+	t.Parallel()
+	r := runBin(t, binEnv(), "torture", "--duration", "3s", "--workers", "2", "--faults", "pause", "--seed", "1")
+	if r.code != exitOK || !strings.Contains(r.stdout, "\nSAFE (seed 1)\n") || !strings.Contains(r.stdout, "sections completed") {
+		t.Errorf("dlock torture: exit %d, want 0 with a SAFE verdict; stdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	r = runBin(t, binEnv(), "torture", "--control", "nofence", "--seed", "1")
+	if r.code != exitFailure || !strings.Contains(r.stdout, `UNSAFE, as the negative control "nofence" must be`) {
+		t.Errorf("dlock torture --control nofence: exit %d, want 1 with an UNSAFE verdict; stdout:\n%s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+}

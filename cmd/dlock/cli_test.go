@@ -68,6 +68,13 @@ func TestUsageErrors(t *testing.T) {
 		{"inspect on postgres", nil, []string{"inspect", "--postgres", "postgres://db/x"}, "inspect needs Redis"},
 		{"demo arguments", nil, []string{"demo", "x"}, "unexpected arguments"},
 		{"demo bad URL", nil, []string{"demo", "--redis", "nope://x"}, "invalid URL scheme"},
+		{"torture arguments", nil, []string{"torture", "x"}, "unexpected arguments"},
+		{"torture bad backend", nil, []string{"torture", "--backend", "etcd"}, `backend "etcd"`},
+		{"torture bad fault", nil, []string{"torture", "--faults", "pause,flood"}, `fault "flood"`},
+		{"torture one worker", nil, []string{"torture", "--workers", "1"}, "1 workers: want 2 to 64"},
+		{"torture server fault on your server", nil, []string{"torture", "--redis", url, "--faults", "restart"}, "pass --server-faults"},
+		{"torture control on the wrong backend", nil, []string{"torture", "--control", "quorum", "--backend", "redis"}, `control "quorum" runs on redlock`},
+		{"torture bad URL", nil, []string{"torture", "--redis", "nope://x"}, "invalid URL scheme"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -139,7 +139,7 @@ Exit codes:
 	f.IntVar(&cfg.Keys, "keys", 0, "lock keys the workers choose from (default 1)")
 	f.DurationVar(&cfg.TTL, "ttl", 0, "lock TTL (default 500ms; a negative control's own)")
 	f.DurationVar(&cfg.Hold, "hold", 0, "longest hold of one critical section (default: the TTL)")
-	f.DurationVar(&cfg.Duration, "duration", 0, "how long the workers run (default 20s; 2s for a negative control)")
+	f.DurationVar(&cfg.Duration, "duration", 0, "how long the workers run (default 20s; a few seconds for a negative control)")
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed of the fault schedule and the workers' choices (default: random, printed)")
 	f.StringVar(&faults, "faults", "", "comma-separated fault `kinds`, or none (default: see above)")
 	f.StringVar(&cfg.Control, "control", "", "run a negative control: "+strings.Join(torture.Controls, ", "))

@@ -74,7 +74,9 @@ func writeTimeline(path string, workers int, r *Report) error {
 	var verdict bytes.Buffer
 	r.Print(&verdict)
 	for _, line := range strings.Split(strings.TrimSpace(verdict.String()), "\n") {
-		tl.Notef("%s", line)
+		if !strings.HasPrefix(line, "      at ") { // each unexplained overlap has its tooltip
+			tl.Notef("%s", line)
+		}
 	}
 	return tl.WriteFile(path)
 }
