@@ -108,11 +108,13 @@ func (p *Proxy) pump(dst, src net.Conn, replies bool) {
 	chunks := make(chan chunk, 64)
 	go func() {
 		defer close(chunks)
+		buf := make([]byte, 16<<10)
 		for {
-			buf := make([]byte, 16<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
-				chunks <- chunk{buf[:n], time.Now()}
+				// A copy of what was read (requests and replies are small):
+				// the chunk waits in the channel while buf is read into again.
+				chunks <- chunk{append([]byte(nil), buf[:n]...), time.Now()}
 			}
 			if err != nil {
 				return

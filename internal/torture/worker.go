@@ -86,6 +86,10 @@ func WorkerMain(stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer w.close()
+	if err := w.connect(ctx); err != nil {
+		fmt.Fprintf(stderr, "torture worker %d: %v\n", cfg.ID, err)
+		return 2
+	}
 	w.emit(Event{Ev: evReady})
 	w.run(ctx)
 	return 0
@@ -96,6 +100,7 @@ type worker struct {
 	rng     *rand.Rand
 	locker  dlock.Locker
 	lockRDB []*redis.Client // the lock servers' clients (Redis backends)
+	pool    *pgxpool.Pool   // the lock server's pool (postgres)
 	oracle  *redis.Client
 	reg     register
 	doOpts  []dlock.Option
@@ -140,8 +145,11 @@ func newWorker(cfg workerConfig, stdout, stderr io.Writer) (w *worker, err error
 				opt.MaxRetries = -1 // the quorum absorbs a failed node
 			}
 			// A silent link must not hold an attempt without a deadline
-			// (Acquire's) for go-redis's 3s default.
-			opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = cfg.TTL, cfg.TTL, cfg.TTL
+			// (Acquire's) for go-redis's 3s default; but a loaded machine
+			// must not time out a healthy one (at 200ms, connections
+			// through the proxy timed out under a full make test).
+			t := max(2*cfg.TTL, time.Second)
+			opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = t, t, t
 			c := redis.NewClient(opt)
 			w.lockRDB = append(w.lockRDB, c)
 			w.closers = append(w.closers, func() { c.Close() })
@@ -189,13 +197,14 @@ func newWorker(cfg workerConfig, stdout, stderr io.Writer) (w *worker, err error
 		p, _ := strconv.Atoi(port)
 		pcfg.ConnConfig.Host, pcfg.ConnConfig.Port = host, uint16(p)
 		pcfg.ConnConfig.Fallbacks = nil
-		pcfg.ConnConfig.ConnectTimeout = 2 * cfg.TTL
+		pcfg.ConnConfig.ConnectTimeout = max(2*cfg.TTL, time.Second)
 		pcfg.MaxConns = 4 // a held lock, the release listener, and room for a connection being replaced
 		pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 		if err != nil {
 			return nil, err
 		}
 		w.closers = append(w.closers, pool.Close)
+		w.pool = pool
 		// The lease lets the server free a lock whose holder is paused,
 		// as a Redis TTL would; without it a SIGSTOPped holder keeps it.
 		l, err := pglock.New(pool, pglock.WithSessionLease(cfg.TTL/2))
@@ -212,7 +221,7 @@ func newWorker(cfg workerConfig, stdout, stderr io.Writer) (w *worker, err error
 		return nil, err
 	}
 	switch cfg.Control {
-	case ControlPlainDel, ControlQuorum, ControlNoDrift:
+	case ControlPlainDel, ControlGTE, ControlQuorum, ControlNoDrift:
 		// Waiters retry every millisecond or two: a key deleted from
 		// under its holder, a split vote, a key that expires early is
 		// taken at once.
@@ -224,6 +233,28 @@ func newWorker(cfg workerConfig, stdout, stderr io.Writer) (w *worker, err error
 		w.doOpts = append(w.doOpts, dlock.WithMaxHold(cfg.TTL))
 	}
 	return w, nil
+}
+
+// connect opens a connection to every server before the worker says it is
+// ready: on a loaded machine the first dials can take a good part of a
+// short run.
+func (w *worker) connect(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := w.oracle.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("oracle: %w", err)
+	}
+	for i, c := range w.lockRDB {
+		if err := c.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("lock server #%d: %w", i+1, err)
+		}
+	}
+	if w.pool != nil {
+		if err := w.pool.Ping(ctx); err != nil {
+			return fmt.Errorf("lock server: %w", err)
+		}
+	}
+	return nil
 }
 
 // noDrift is the drift factor that makes dlock.Drift(ttl, f) zero: it
@@ -279,8 +310,10 @@ func (w *worker) run(ctx context.Context) {
 }
 
 // edge is how long before its validity ends a holder of the no-drift
-// control's schedule sends its last write and its exit.
-const edge = 3 * time.Millisecond
+// control's schedule records its exit. With the drift margin the next
+// grant comes 2ms (the margin's constant) + edge after that exit; without
+// it, the fast clock's cut - edge before it (see controlDriftFactor).
+const edge = 15 * time.Millisecond
 
 // signalWait is how long a holder whose validity has run out waits for Do
 // to cancel its context before the checker counts the loss as unsignalled.
@@ -310,13 +343,16 @@ func (w *worker) section(ctx context.Context, key string, hold time.Duration) {
 	val, out := w.reg.read(bg, key, lock.Fence(), lock.Token())
 	w.emit(Event{T0: t0, Ev: evRead, Key: key, Tok: lock.Token(), Fence: lock.Fence(), Out: out, Val: val})
 
-	if w.cfg.Control == ControlNoDrift {
+	edgeMode := w.cfg.Control == ControlNoDrift
+	if edgeMode {
+		// Its last act is its exit, at the edge of its validity: a write
+		// there would take a round trip of the validity's end.
 		time.Sleep(time.Until(lock.ValidUntil().Add(-edge)))
 	} else {
 		sleepCtx(ctx, hold)
 	}
 
-	if out == outOK {
+	if out == outOK && !edgeMode {
 		w.writes++
 		val = fmt.Sprintf("w%d.%d", w.cfg.ID, w.writes)
 		t0 = now()
