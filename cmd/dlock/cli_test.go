@@ -130,7 +130,7 @@ func TestHelp(t *testing.T) {
 	root := a.rootCmd()
 	cmds := append([]*cobra.Command{root}, root.Commands()...)
 	for _, c := range cmds {
-		if c.Name() == "help" {
+		if c.Name() == "help" || c.Hidden {
 			continue
 		}
 		t.Run(c.Name(), func(t *testing.T) {

@@ -60,11 +60,11 @@ Defaults: pause, latency, blackhole, cut, and on servers it controls restart,
 restart-delayed (and terminate for postgres); majority, rewind and fastclock
 only when asked for.
 
-Exit codes:
-  0        SAFE: every must-be-zero count is 0 and every overlap is explained
-  1        UNSAFE (a negative control must end so), or another failure
-  64       usage error
-  69       a server could not be reached or started`,
+torture exits 0 when the verdict is SAFE (every must-be-zero count is 0 and
+every overlap is explained) and 1 when it is UNSAFE (as a negative control must
+be), 64 for bad flags and 69 when a server cannot be reached or started.
+
+` + exitCodesHelp,
 		Example: `  dlock torture
   dlock torture --backend redlock --faults majority --duration 1m
   dlock torture --backend postgres --seed 7 --timeline run.svg

@@ -429,7 +429,7 @@ func longestGap(sections []*Section, waits map[string][][2]int64, faults []Fault
 	}
 	excl := [][2]int64{{math.MinInt64, start}, {end, math.MaxInt64}} // only the run itself counts
 	for _, f := range faults {
-		if f.Kind != FaultFastClock && f.Kind != FaultRewind {
+		if f.Kind != FaultFastClock && f.Kind != "setup" {
 			excl = append(excl, [2]int64{f.Start, f.End + 2*ttl})
 		}
 	}

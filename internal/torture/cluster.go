@@ -359,16 +359,19 @@ local c = tonumber(redis.call('GET', KEYS[1]) or '0')
 redis.call('SET', KEYS[1], string.format('%d', math.max(c, clock + 1000000000000)), 'KEEPTTL')
 `)
 
-// rewindScript moves a counter that is ahead of the server clock back by
-// one, so the next grant repeats the last fence; it returns 0 (and
-// changes nothing) for a counter not ahead, whose fences a rewind cannot
-// repeat.
+// rewindScript takes a single node back to its state just before the last
+// grant, as a failover to a replica that missed it would: the lock key
+// KEYS[1] is deleted and the fence counter KEYS[2] moved back by one, so
+// the next grant repeats the fence of the lock that is still held. It
+// returns 0 and changes nothing when the counter is not ahead of the
+// server clock (fences are at least the clock, so none can repeat) or
+// nobody holds the lock.
 var rewindScript = redis.NewScript(`
 local t = redis.call('TIME')
 local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local c = tonumber(redis.call('GET', KEYS[1]) or '0')
-if c < clock + 100000000000 then return 0 end
-redis.call('SET', KEYS[1], string.format('%d', c - 1), 'KEEPTTL')
+local c = tonumber(redis.call('GET', KEYS[2]) or '0')
+if c < clock + 100000000000 or redis.call('DEL', KEYS[1]) == 0 then return 0 end
+redis.call('SET', KEYS[2], string.format('%d', c - 1), 'KEEPTTL')
 return 1
 `)
 
@@ -382,9 +385,10 @@ func (c *cluster) aheadOfClock(ctx context.Context) error {
 	return nil
 }
 
-// rewind moves the fence counter of key back by one.
+// rewind takes the server back to before the last grant of key.
 func (c *cluster) rewind(ctx context.Context, key string) (bool, error) {
-	n, err := rewindScript.Run(ctx, c.locks[0].rdb, []string{keys.Fence(c.prefix + key)}).Int()
+	full := c.prefix + key
+	n, err := rewindScript.Run(ctx, c.locks[0].rdb, []string{full, keys.Fence(full)}).Int()
 	return n == 1, err
 }
 

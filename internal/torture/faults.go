@@ -42,7 +42,7 @@ func (f Fault) String() string {
 // server reports whether the fault hit servers (and so can lose a lock).
 func (f Fault) server() bool {
 	switch f.Kind {
-	case FaultRestart, FaultRestartDelayed, FaultMajority, FaultTerminate:
+	case FaultRestart, FaultRestartDelayed, FaultMajority, FaultTerminate, FaultRewind:
 		return true
 	}
 	return false
@@ -153,7 +153,7 @@ type injector struct {
 func (in *injector) prepare(ctx context.Context) {
 	if slices.Contains(in.cfg.Faults, FaultRewind) {
 		err := in.c.aheadOfClock(ctx)
-		in.record(Fault{Kind: FaultRewind, Start: now(), Worker: -1, Nodes: []int{0},
+		in.record(Fault{Kind: "setup", Start: now(), Worker: -1, Nodes: []int{0},
 			Detail: "fence counters moved ahead of the server clock, so that a rewind repeats a fence" + errNote(err)})
 	}
 	if slices.Contains(in.cfg.Faults, FaultFastClock) {
@@ -258,9 +258,9 @@ func (in *injector) inject(ctx context.Context, p plannedFault) {
 		target() // while a lock is held: the next grant repeats its fence
 		key := p.Keys[0]
 		rewound, err := in.c.rewind(ctx, in.c.keys[key])
-		f.Detail = fmt.Sprintf("fence counter of %s moved back by one: the next grant repeats the last fence%s", in.c.keys[key], errNote(err))
+		f.Detail = fmt.Sprintf("server back to before the last grant of %s (lock key gone, fence counter one lower): the next holder gets the same fence%s", in.c.keys[key], errNote(err))
 		if !rewound && err == nil {
-			f.Detail = fmt.Sprintf("fence counter of %s not ahead of the server clock: not rewound", in.c.keys[key])
+			f.Detail = fmt.Sprintf("%s: nobody held it, or its counter is not ahead of the clock: nothing rewound", in.c.keys[key])
 		}
 	case FaultLatency, FaultBlackhole, FaultCut:
 		who := target()
@@ -294,7 +294,7 @@ func (in *injector) inject(ctx context.Context, p plannedFault) {
 		}
 	}
 	f.End = now()
-	if f.server() || f.Kind == FaultRewind {
+	if f.server() {
 		f.Worker = -1
 	}
 	in.record(f)

@@ -83,7 +83,7 @@ func TestNegativeControls(t *testing.T) {
 				wg.Go(func() {
 					for seed := range seeds {
 						if r := runQuiet(t, Config{Control: control, Seed: seed}); !caught(control, r) {
-							t.Logf("seed %d missed: %d sections, %d overlaps (%v), problems %q", seed, r.Completed, len(r.Overlaps), r.Explained, r.Problems)
+							t.Logf("seed %d missed: %d sections, %d overlaps (%v), errors %v, problems %q", seed, r.Completed, len(r.Overlaps), r.Explained, r.Errors, r.Problems)
 							mu.Lock()
 							missed = append(missed, seed)
 							mu.Unlock()
