@@ -1,11 +1,13 @@
 # `make test` is the one command that installs what is missing and runs every
-# test against real servers (CI runs exactly this through .ci/run).
+# test against real servers (CI runs exactly this through .ci/run). The
+# torture tests run last, on their own, so that their verdicts are printed.
 GO ?= go
 
 .PHONY: test deps vet demo bench
 
 test: deps vet
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/internal/torture$$')
+	GO=$(GO) scripts/torture.sh
 
 deps:
 	@scripts/install-deps.sh
