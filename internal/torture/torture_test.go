@@ -53,7 +53,9 @@ func run(t *testing.T, cfg Config) *Report {
 }
 
 // caught says whether a negative control's run shows the violation its
-// flaw must cause (not just any).
+// flaw must cause, not just any: for the lock's flaws, two holders granted
+// the lock at once with no fault to explain it (an unexplained overrun, a
+// holder acting after its validity ended, can be the machine's scheduling).
 func caught(control string, r *Report) bool {
 	switch control {
 	case ControlNoFence:
@@ -61,7 +63,12 @@ func caught(control string, r *Report) bool {
 	case ControlGTE:
 		return r.SameFence > 0
 	}
-	return r.Unexplained > 0
+	for _, o := range r.Overlaps {
+		if o.Reason == "" && o.Entered.Grant <= o.Inside.believed() {
+			return true
+		}
+	}
+	return false
 }
 
 // TestNegativeControls shows that the checker can fail: each negative
