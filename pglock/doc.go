@@ -42,6 +42,13 @@
 //     only when it next talks on that connection. Do does that
 //     periodically (see "TTL" below) and cancels its function's context
 //     with dlock.ErrLockLost.
+//   - A statement on the lock's connection that is interrupted by its
+//     context's deadline ends the session too: pgx closes the connection,
+//     and the server frees the lock as soon as it sees the close. So an
+//     Extend that times out reports dlock.ErrLockLost ("the session
+//     ended"), and a Release that times out dlock.ErrNotHeld: there is
+//     nothing left to retry. Give them deadlines long enough for a slow
+//     server.
 //   - A silent network partition keeps the lock held on the server until
 //     the server notices the dead connection (tcp_keepalives_idle +
 //     tcp_keepalives_interval × tcp_keepalives_count, or tcp_user_timeout;

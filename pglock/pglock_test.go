@@ -191,19 +191,21 @@ func TestDoNoticesTerminatedSession(t *testing.T) {
 	t.Logf("loss noticed %v after the kill", lostAfter)
 }
 
-// The handle of a killed session: Extend reports ErrNotHeld and the handle
-// is dead; Release reports ErrNotHeld, twice.
+// The handle of a killed session: Extend reports the lock lost, saying
+// the session ended; Release reports ErrNotHeld, twice, and the handle is
+// dead.
 func TestHandleAfterTerminate(t *testing.T) {
 	l := newLocker(t, 2)
 	key := uniqueKey(t)
-	lock := mustAcquire(t, l, key, 10*time.Second)
+	lock, grant := recordGrant(t, l, key, 10*time.Second)
 	terminate(t, pglock.HashKey(key))
-	wantIs(t, lock.Extend(testCtx(t), 10*time.Second), dlock.ErrNotHeld)
+	wantOnly(t, lock.Extend(testCtx(t), 10*time.Second), dlock.ErrLockLost)
+	wantSessionEnded(t, grant.err, dlock.ErrLockLost)
+	wantOnly(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
+	wantOnly(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
 	if lock.Held() {
 		t.Fatal("handle of a killed session reports held")
 	}
-	wantIs(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
-	wantIs(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
 
 	// Release without an Extend first: the dead session is found there.
 	lock2 := mustAcquire(t, l, key, 10*time.Second)
