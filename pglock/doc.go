@@ -112,8 +112,8 @@
 // than every earlier holder of it, because each draws its number while it
 // holds the lock, after the previous holder drew its own. The numbers of
 // one key have gaps (the other keys' grants, failed statements). pglock
-// never creates schema objects on its own: run Migrate once, or this SQL
-// (MigrateSQL):
+// never creates schema objects on its own: run Migrate once (several
+// processes may run it at the same time), or this SQL (MigrateSQL):
 //
 //	CREATE SEQUENCE IF NOT EXISTS dlock_fence
 //		AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE

@@ -140,6 +140,49 @@ func TestPostgres(t *testing.T) {
 	}
 }
 
+// TestPostgresFirstRunsTogether: several `dlock run --create-fence-table`
+// started at once on a fresh database (cron jobs on several machines, on
+// their first night) all create the schema without tripping over each
+// other, and then all run, one at a time, with growing fences.
+func TestPostgresFirstRunsTogether(t *testing.T) {
+	t.Parallel()
+	pg := testsrv.StartPostgres(t)
+	env := binEnv("DLOCK_POSTGRES=" + pg.DSN())
+	log := filepath.Join(t.TempDir(), "log")
+	const n = 3
+	procs := make([]*proc, n)
+	for i := range procs {
+		procs[i] = startBin(t, env, runArgs([]string{"--create-fence-table", "--wait", "30s"}, "pg:first", "record", log, "100ms")...)
+	}
+	for i, p := range procs {
+		if r := p.wait(t); r.code != 0 {
+			t.Errorf("run #%d: exit %d; stderr: %s", i, r.code, r.stderr)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(readFile(t, log)), "\n")
+	var last uint64
+	for i, line := range lines {
+		f := strings.Fields(line)
+		want := "enter"
+		if i%2 == 1 {
+			want = "exit"
+		}
+		if len(lines) != 2*n || f[0] != want {
+			t.Fatalf("the commands overlapped or did not all run:\n%s", strings.Join(lines, "\n"))
+		}
+		if want == "enter" {
+			fence, _ := strconv.ParseUint(f[2], 10, 64)
+			if fence <= last {
+				t.Fatalf("fence %d after %d:\n%s", fence, last, strings.Join(lines, "\n"))
+			}
+			last = fence
+		}
+	}
+}
+
 func readFile(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
