@@ -107,6 +107,17 @@ func TestPostgres(t *testing.T) {
 	if r := runBin(t, env, runArgs(nil, "pg:fence", "env")...); r.code != exitUnavailable || !strings.Contains(r.stderr, "--create-fence-table") {
 		t.Fatalf("run on a database without the fence sequence: exit %d, want %d naming --create-fence-table; stderr: %s", r.code, exitUnavailable, r.stderr)
 	}
+	// A user who may not create it is told why, not to pass the flag
+	// (PostgreSQL 15 gives PUBLIC no CREATE on schema public).
+	if err := pg.Exec(context.Background(), "CREATE ROLE app LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	appEnv := binEnv("DLOCK_POSTGRES=" + strings.Replace(pg.DSN(), "//postgres@", "//app@", 1))
+	r := runBin(t, appEnv, runArgs([]string{"--create-fence-table"}, "pg:fence", "env")...)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "permission denied") || strings.Contains(r.stderr, "run once with") {
+		t.Fatalf("--create-fence-table without CREATE rights: exit %d, want %d with the server's reason; stderr: %s", r.code, exitUnavailable, r.stderr)
+	}
+	oneLine(t, r.stderr)
 	var last uint64
 	for i := range 2 {
 		r := runBin(t, env, runArgs([]string{"--create-fence-table"}, "pg:fence", "env")...)
@@ -134,7 +145,7 @@ func TestPostgres(t *testing.T) {
 	if err := pg.Terminate(ctx, locks[0].PID); err != nil {
 		t.Fatal(err)
 	}
-	r := holder.wait(t)
+	r = holder.wait(t)
 	if r.code != exitLost || !strings.Contains(r.stderr, "lost") {
 		t.Fatalf("after the session was killed: exit %d, want %d; stderr: %s", r.code, exitLost, r.stderr)
 	}
