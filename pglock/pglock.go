@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -88,16 +89,40 @@ func WithReleaseNotify(on bool) Option {
 //
 // With a lease, a lock held without Do must be extended (Lock.Extend)
 // within every ttl + margin. margin must not be negative; keep it above a
-// round trip and a scheduling delay. Needs PostgreSQL 14 or later. The
-// default is no lease: a lock lasts as long as its session.
+// round trip and a scheduling delay. ttl + margin must not exceed the
+// largest idle_session_timeout PostgreSQL accepts, 2147483647ms (about 24.8
+// days); TryAcquire and Extend reject a longer ttl with dlock.ErrInvalid.
+// Needs PostgreSQL 14 or later. The default is no lease: a lock lasts as
+// long as its session.
 func WithSessionLease(margin time.Duration) Option {
 	return func(l *Locker) error {
 		if margin < 0 {
 			return dlock.Invalidf("session lease margin %v: must not be negative", margin)
 		}
+		if margin > maxSessionLease-time.Millisecond {
+			return dlock.Invalidf("session lease margin %v: leaves no room for a ttl below idle_session_timeout's maximum of %dms (about 24.8 days)",
+				margin, maxSessionLease.Milliseconds())
+		}
 		l.lease = margin
 		return nil
 	}
+}
+
+// maxSessionLease is the largest idle_session_timeout PostgreSQL accepts:
+// INT_MAX milliseconds. A larger value makes every set_config fail.
+const maxSessionLease = math.MaxInt32 * time.Millisecond
+
+// checkLease rejects a ttl that, with the lease margin, is above what
+// idle_session_timeout accepts.
+func (l *Locker) checkLease(ttl time.Duration) error {
+	if l.lease < 0 {
+		return nil
+	}
+	if ms := dlock.Milliseconds(ttl + l.lease); ms > maxSessionLease.Milliseconds() {
+		return dlock.Invalidf("ttl %v + session lease margin %v = %dms: above idle_session_timeout's maximum of %dms (about 24.8 days)",
+			ttl, l.lease, ms, maxSessionLease.Milliseconds())
+	}
+	return nil
 }
 
 // leaseMS returns the idle_session_timeout for ttl, in whole milliseconds,
@@ -203,7 +228,10 @@ func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) e
 	if err := dlock.CheckKey(key); err != nil {
 		return err
 	}
-	return dlock.CheckTTL(ttl)
+	if err := dlock.CheckTTL(ttl); err != nil {
+		return err
+	}
+	return l.checkLease(ttl)
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Duration) (*dlock.Lock, error) {
@@ -337,6 +365,9 @@ func (g *grant) keyArgs() []any {
 // deadline the check gives up after releaseBound.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := dlock.CheckTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	if err := g.l.checkLease(ttl); err != nil {
 		return time.Time{}, err
 	}
 	g.mu.Lock()
