@@ -215,9 +215,11 @@
 //
 // # Errors
 //
-// Errors match dlock's sentinels (dlock.ErrNotAcquired, ErrNotHeld,
-// ErrLockLost, ErrUnavailable, ErrInvalid) and, where PostgreSQL said more,
-// one of ErrNotMigrated, ErrReadOnly, ErrDeadlock, ErrOutOfLocks,
+// Every error matches exactly one of dlock's sentinels (dlock.ErrNotAcquired,
+// ErrNotHeld, ErrLockLost, ErrUnavailable, ErrInvalid; an acquisition that
+// ended with its context also matches ctx.Err()) and, where PostgreSQL said
+// more, one of ErrNotMigrated, ErrReadOnly, ErrDeadlock, ErrOutOfLocks,
 // ErrPoolExhausted or ErrSessionChanged. Server errors are wrapped in a
-// *dlock.NodeError carrying the *pgconn.PgError.
+// *dlock.NodeError carrying the *pgconn.PgError. Messages are one line
+// (pgx's multi-line connection errors are joined with "; ").
 package pglock

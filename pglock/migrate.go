@@ -49,7 +49,7 @@ func Migrate(ctx context.Context, db Execer) error {
 		return dlock.Invalidf("nil database handle")
 	}
 	if _, err := db.Exec(ctx, serialized(MigrateSQL)); err != nil {
-		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
 	}
 	return checkSequence(ctx, db)
 }
@@ -83,19 +83,19 @@ func checkSequence(ctx context.Context, db Execer) error {
 	}
 	rows, err := qr.Query(ctx, checkSequenceSQL)
 	if err != nil {
-		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
 	}
 	defer rows.Close()
 	var inc, minv, cache int64
 	var cycle bool
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+			return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
 		}
 		return fmt.Errorf("pglock: migrate: %w: %s is not a sequence", dlock.ErrInvalid, FenceSequence)
 	}
 	if err := rows.Scan(&inc, &minv, &cache, &cycle); err != nil {
-		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
 	}
 	if inc != 1 || minv < 1 || cache != 1 || cycle {
 		return fmt.Errorf("pglock: migrate: %w: sequence %s has INCREMENT %d, MINVALUE %d, CACHE %d, CYCLE %v; fences need INCREMENT 1, MINVALUE >= 1, CACHE 1 and NO CYCLE (ALTER SEQUENCE %s INCREMENT 1 CACHE 1 NO CYCLE)",

@@ -179,7 +179,7 @@ func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx cont
 func (q *Queue) err(op string, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == codeUndefinedTable {
-		return fmt.Errorf("pglock: queue %s: %s: %w: table missing (create it with Queue.Migrate): %w", q.name, op, dlock.ErrUnavailable, err)
+		return fmt.Errorf("pglock: queue %q: %s: %w: table missing (create it with Queue.Migrate): %w", q.name, op, dlock.ErrUnavailable, oneLine(err))
 	}
-	return fmt.Errorf("pglock: queue %s: %s: %w: %w", q.name, op, dlock.ErrUnavailable, err)
+	return fmt.Errorf("pglock: queue %q: %s: %w: %w", q.name, op, dlock.ErrUnavailable, oneLine(err))
 }
