@@ -173,6 +173,18 @@
 // and closes the connection), lock_timeout, and deadlock detection
 // (ErrDeadlock).
 //
+// Use transaction locks in READ COMMITTED transactions (PostgreSQL's
+// default), where every statement reads what was committed before it
+// began, so the statements after LockTx see the previous holder's writes.
+// A REPEATABLE READ or SERIALIZABLE transaction reads from one snapshot,
+// taken by its first statement, and an advisory lock cannot come before
+// that statement: the snapshot predates the grant, and what the previous
+// holder committed while this one waited is invisible to it. An UPDATE of
+// a row the previous holder changed then fails with a serialization error
+// (40001); a decision made on rows only read is silently stale. To work in
+// such a snapshot under a lock, take a session lock (Locker) and begin the
+// transaction once it is granted.
+//
 // # Waiting
 //
 // Acquire and Do retry TryAcquire (dlock.Acquire's jittered polling). A
