@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	if testsrv.FuzzWorker() {
+		return m.Run() // the fuzz targets need no server
+	}
 	dir, err := os.MkdirTemp("", "pglock-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
