@@ -234,6 +234,8 @@ func acquireError(err error, rec *recorder, key string, wait time.Duration) erro
 		return &usageError{err: err}
 	case errors.Is(err, pglock.ErrNotMigrated):
 		return exitf(exitUnavailable, "the database has no dlock_fence sequence: run once with --create-fence-table, or create it with the SQL of pglock.MigrateSQL")
+	case errors.Is(err, errCreateFence):
+		return exitf(exitUnavailable, "%v", err)
 	case errors.Is(err, dlock.ErrUnavailable):
 		return unreachable(err)
 	case errors.Is(err, dlock.ErrNotAcquired) && rec.busy():
