@@ -33,8 +33,8 @@
 // redsync, so a fleet that mixes them with dlock on the same names excludes
 // each other. dlock's own keys live in the "dlock:" namespace, named after
 // the lock key and in its Cluster slot: "dlock:fence:{key}", the fence
-// counter, and "dlock:waiters:{key}", the waiter queue (when the key already
-// has a hash tag, the braces are not added). Lock names inside that
+// counter, and "dlock:waiters:{key}", the waiter queue (a key that has a
+// hash tag already keeps it: "dlock:fence:t:key"). Lock names inside that
 // namespace are rejected with dlock.ErrInvalid. An ACL user needs the lock
 // keys and dlock's: for example ~locks:* ~dlock:* &dlock:wake:* +@all.
 //

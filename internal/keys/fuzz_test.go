@@ -19,7 +19,7 @@ func FuzzSameSlot(f *testing.F) {
 			t.Skip("a '}' without a valid hash tag cannot be tagged (documented)")
 		}
 		for prefix, derive := range map[string]func(string) string{
-			"dlock:fence:": Fence, "dlock:redlock:fence:": RedlockFence, "dlock:holder:": Holder, "dlock:released:": Channel,
+			"dlock:fence:": Fence, "dlock:waiters:": Queue, "dlock:holder:": Holder,
 		} {
 			d := derive(key)
 			if !strings.HasPrefix(d, prefix) || d == key {
@@ -44,4 +44,18 @@ func hashed(key string) string {
 		return key
 	}
 	return key[s+1 : s+1+e]
+}
+
+// FuzzDistinct: two lock keys never share a derived key.
+func FuzzDistinct(f *testing.F) {
+	f.Add("a", "{a}")
+	f.Add("x{a}", "{x{a}")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if a == b {
+			return
+		}
+		if Fence(a) == Fence(b) || Queue(a) == Queue(b) || Holder(a) == Holder(b) {
+			t.Fatalf("%q and %q share derived keys: %q", a, b, Fence(a))
+		}
+	})
 }
