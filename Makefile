@@ -11,9 +11,11 @@ test: deps vet
 # Every fuzz target, briefly: go test runs their seed corpora
 # (testdata/fuzz/) as tests; this also explores beyond them. go test -fuzz
 # takes one target at a time. FUZZTIME=5m for a longer look.
-FUZZTIME ?= 8s
+FUZZTIME ?= 5s
 FUZZ_TARGETS = .:FuzzValidation ./pglock:FuzzNames ./pglock:FuzzRowCodec \
-	./cmd/dlock:FuzzRun ./cmd/dlock:FuzzShellQuote ./fence:FuzzMemory ./internal/keys:FuzzSameSlot
+	./cmd/dlock:FuzzRun ./cmd/dlock:FuzzShellQuote ./fence:FuzzMemory ./internal/keys:FuzzSameSlot \
+	./internal/keys:FuzzDistinct ./internal/keys:FuzzCheck ./redislock:FuzzParseAcquire \
+	./redlock:FuzzParseAcquire ./redlock:FuzzRunID
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

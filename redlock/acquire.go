@@ -188,8 +188,8 @@ func runID(info string) string {
 	if !ok {
 		return ""
 	}
-	id, _, _ := strings.Cut(after, "\r\n")
-	return strings.TrimSpace(id)
+	id, _, _ := strings.Cut(after, "\n")
+	return strings.TrimSuffix(id, "\r")
 }
 
 // awaitMajority takes replies as they arrive until a majority of the nodes
