@@ -10,29 +10,30 @@ import (
 // errors.Is, so callers can tell "busy" from "gone" from "unreachable" from
 // "your mistake". A wait that ended with its context matches both
 // ErrNotAcquired and the context's error (context.Canceled or
-// context.DeadlineExceeded).
+// context.DeadlineExceeded). The sentinels' own messages carry no "dlock: "
+// prefix: the errors that wrap them add it, once.
 var (
 	// ErrNotAcquired means the lock is held by another owner (or, for a
 	// quorum backend, no majority could be gathered in time).
-	ErrNotAcquired = errors.New("dlock: lock not acquired")
+	ErrNotAcquired = errors.New("lock not acquired")
 
 	// ErrNotHeld means the caller's lock is no longer held: it was released,
 	// it expired, or another owner holds the key now. An operation that
 	// returns it changed nothing on the server.
-	ErrNotHeld = errors.New("dlock: lock not held")
+	ErrNotHeld = errors.New("lock not held")
 
 	// ErrLockLost is the cause with which Do cancels its function's context
 	// when the lock may have been lost (an extension failed or the validity
 	// ran out). A lock handle that was declared lost returns it from Extend.
-	ErrLockLost = errors.New("dlock: lock lost")
+	ErrLockLost = errors.New("lock lost")
 
 	// ErrUnavailable means the backend could not be reached or answered
 	// with an error; the outcome of the operation may be unknown.
-	ErrUnavailable = errors.New("dlock: backend unavailable")
+	ErrUnavailable = errors.New("backend unavailable")
 
 	// ErrInvalid means a caller's argument or option was rejected before
 	// anything was sent to a server.
-	ErrInvalid = errors.New("dlock: invalid argument")
+	ErrInvalid = errors.New("invalid argument")
 )
 
 // NodeError says which backend node gave which error. Backends wrap server
