@@ -1,8 +1,10 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Every error a dlock backend returns matches at most one of
@@ -53,3 +55,59 @@ func (e *NodeError) Unwrap() error { return e.Err }
 func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
+
+var sentinels = [...]error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable, ErrInvalid}
+
+func isSentinel(err error) bool {
+	for _, s := range sentinels {
+		if err == s {
+			return true
+		}
+	}
+	return false
+}
+
+// sentinelOf returns the first sentinel err matches, or nil.
+func sentinelOf(err error) error {
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return nil
+}
+
+// ctxErr is ctx's error, and its cause when one was given: the result
+// matches both (but none of dlock's sentinels through the cause).
+func ctxErr(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, hideSentinels{cause})
+}
+
+// message is err's message for use inside another dlock error: without its
+// own "dlock: " prefix, on one line.
+func message(err error) string {
+	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), "dlock: "), "\n", "; ")
+}
+
+// opError is an error of operation op on key: one "dlock: " prefix,
+// however err's message begins.
+type opError struct {
+	op, key string
+	err     error
+}
+
+func (e *opError) Error() string { return fmt.Sprintf("dlock: %s %q: %s", e.op, e.key, message(e.err)) }
+func (e *opError) Unwrap() error { return e.err }
+
+// hideSentinels carries err as the detail of another error whose sentinel
+// differs (a lost lock whose extension the server refused): errors.Is finds
+// in it everything but dlock's sentinels, errors.As finds everything.
+type hideSentinels struct{ err error }
+
+func (h hideSentinels) Error() string        { return message(h.err) }
+func (h hideSentinels) Is(target error) bool { return !isSentinel(target) && errors.Is(h.err, target) }
+func (h hideSentinels) As(target any) bool   { return errors.As(h.err, target) }
