@@ -280,6 +280,23 @@ func (l *Lock) markLost(cause error) {
 	}
 }
 
+// expire declares the lock lost with cause if it is held and its validity
+// has run out. It is how Do records a validity that ran out, saying why.
+func (l *Lock) expire(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == stateHeld && !l.validUntil.After(l.now()) {
+		l.loseLocked(cause)
+	}
+}
+
+// released reports whether the lock was released (the server answered).
+func (l *Lock) released() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == stateReleased
+}
+
 // watch returns the lock's validity and a channel closed at its next
 // change of state or validity. gone is nil while the lock is held and
 // valid, and otherwise says why not (see goneLocked); lost tells a lost
