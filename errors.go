@@ -7,13 +7,14 @@ import (
 	"strings"
 )
 
-// Sentinel errors. Every error a dlock backend returns matches at most one of
-// ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable and ErrInvalid with
-// errors.Is, so callers can tell "busy" from "gone" from "unreachable" from
-// "your mistake". A wait that ended with its context matches both
-// ErrNotAcquired and the context's error (context.Canceled or
-// context.DeadlineExceeded). The sentinels' own messages carry no "dlock: "
-// prefix: the errors that wrap them add it, once.
+// Sentinel errors. Every error that dlock or a backend returns matches
+// exactly one of ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable and
+// ErrInvalid with errors.Is, so callers can tell "busy" from "gone" from
+// "unreachable" from "your mistake". A wait that ended with its context
+// also matches the context's error (context.Canceled or
+// context.DeadlineExceeded), beside the sentinel of its last attempt
+// (ErrNotAcquired or ErrUnavailable). The sentinels' own messages carry no
+// "dlock: " prefix: the errors that wrap them add it, once.
 var (
 	// ErrNotAcquired means the lock is held by another owner (or, for a
 	// quorum backend, no majority could be gathered in time).
@@ -24,9 +25,10 @@ var (
 	// returns it changed nothing on the server.
 	ErrNotHeld = errors.New("lock not held")
 
-	// ErrLockLost is the cause with which Do cancels its function's context
-	// when the lock may have been lost (an extension failed or the validity
-	// ran out). A lock handle that was declared lost returns it from Extend.
+	// ErrLockLost means the lock may have been lost: its validity ran out
+	// before an extension succeeded, or the backend reported the lock's
+	// session gone. It is the cause with which Do cancels its function's
+	// context, and what a handle declared lost returns from Extend.
 	ErrLockLost = errors.New("lock lost")
 
 	// ErrUnavailable means the backend could not be reached or answered
