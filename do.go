@@ -27,8 +27,9 @@ import (
 // be exceeded. fn may extend the lock itself through LockFromContext, with
 // any TTL: Do's deadline and its next extension follow the new validity
 // (with a TTL shorter than the threshold, Do extends again at once, with
-// its own TTL). If fn releases the lock, its context ends with a cause
-// matching ErrNotHeld and Do does not release again.
+// its own TTL). fn may release it too, with its own context: Do stops
+// extending, the context ends (cause matching ErrNotHeld) once the release
+// is done, and Do does not release again.
 //
 // The lock itself (its fence, its validity) is available to fn through
 // LockFromContext.
@@ -131,13 +132,13 @@ func (c *lockContext) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// check ends the context if the lock is no longer held.
+// check ends the context if the lock was lost or released.
 func (c *lockContext) check() {
 	if c.Context.Err() != nil {
 		return
 	}
-	if _, _, gone, lost := c.lock.watch(); gone != nil {
-		c.end(gone, lost)
+	if s := c.lock.watch(); s.ended() {
+		c.end(s.gone, s.lost)
 	}
 }
 
@@ -192,9 +193,9 @@ func releaseTimeout(ttl time.Duration) time.Duration {
 
 // keepAlive extends lock until stop is closed, and calls end when the lock
 // is no longer held: an extension was refused, the validity ran out (even
-// while an extension request is still in flight), or fn released it. It
-// follows every change of the handle's validity, fn's own extensions
-// included, through lock.watch.
+// while an extension request is still in flight), or fn released it (once
+// the release is done). It follows every change of the handle's validity,
+// fn's own extensions included, through lock.watch.
 func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, stop <-chan struct{}, end func(gone error, lost bool)) {
 	acquiredAt := lock.now()
 	// Extensions do not stop when ctx is cancelled: fn may still be
@@ -220,26 +221,31 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 	}()
 
 	for {
-		until, changed, gone, lost := lock.watch()
-		if gone != nil {
-			end(gone, lost)
+		s := lock.watch()
+		if s.ended() {
+			end(s.gone, s.lost)
 			return
 		}
 		now := lock.now()
-		deadline.Reset(until.Sub(now))
 		switch {
+		case s.gone != nil: // fn is releasing the lock: wait for the outcome
+			deadline.Stop()
+			next.Stop()
 		case result != nil || limited:
+			deadline.Reset(s.until.Sub(now))
 			next.Stop()
 		case !retryAt.IsZero():
+			deadline.Reset(s.until.Sub(now))
 			next.Reset(retryAt.Sub(now))
 		default:
-			next.Reset(until.Add(-cfg.extendThreshold).Sub(now))
+			deadline.Reset(s.until.Sub(now))
+			next.Reset(s.until.Add(-cfg.extendThreshold).Sub(now))
 		}
 
 		select {
 		case <-stop:
 			return
-		case <-changed: // an extension, fn's own Extend or Release, a loss
+		case <-s.changed: // an extension, fn's own Extend or Release, a loss
 		case <-deadline.C:
 			var why error
 			switch {
@@ -258,7 +264,7 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 				limited = true // let the validity run out
 				continue
 			}
-			result, cancelReq = extendAsync(extCtx, lock, ttl, until)
+			result, cancelReq = extendAsync(extCtx, lock, ttl, s.until)
 		case err := <-result:
 			cancelReq()
 			result, retryAt, lastErr = nil, time.Time{}, err

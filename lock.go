@@ -297,16 +297,31 @@ func (l *Lock) released() bool {
 	return l.state == stateReleased
 }
 
-// watch returns the lock's validity and a channel closed at its next
-// change of state or validity. gone is nil while the lock is held and
-// valid, and otherwise says why not (see goneLocked); lost tells a lost
-// lock from a released one.
-func (l *Lock) watch() (until time.Time, changed <-chan struct{}, gone error, lost bool) {
+// snapshot is what Do follows of a Lock: its validity, the channel closed
+// at its next change, and whether and why it is no longer held.
+type snapshot struct {
+	until   time.Time
+	changed <-chan struct{}
+	gone    error // nil while the lock is held and valid; else why not
+	lost    bool  // gone because the lock was lost
+	// releasing: gone because its owner called Release, whose outcome is
+	// not known yet.
+	releasing bool
+}
+
+// watch returns a snapshot of the lock (see goneLocked).
+func (l *Lock) watch() snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	gone = l.goneLocked("hold")
-	return l.validUntil, l.changed, gone, l.lostCause != nil
+	gone := l.goneLocked("hold")
+	return snapshot{until: l.validUntil, changed: l.changed, gone: gone,
+		lost: l.lostCause != nil, releasing: l.state == stateReleasing}
 }
+
+// ended reports whether s is a lock whose holder must stop: lost, or
+// released. A Release under way is not yet the end of it: the owner that
+// called it may still need its context for the call.
+func (s snapshot) ended() bool { return s.gone != nil && (s.lost || !s.releasing) }
 
 // gone is goneLocked for callers that do not hold l.mu.
 func (l *Lock) gone(op string) error {
