@@ -78,8 +78,8 @@ type Lock struct {
 	state      lockState
 	validUntil time.Time
 	lostCause  error // why the lock was lost, if it was (kept once releasing)
-	// changed is closed, and replaced, whenever state or validUntil
-	// changes, so that Do follows the handle without polling it.
+	// changed, once watch made it, is closed at the next change of state
+	// or validUntil, so that Do follows the handle without polling it.
 	changed chan struct{}
 }
 
@@ -88,7 +88,7 @@ type Lock struct {
 // reading (come from time.Now, not from a parsed or serialized time).
 func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *Lock {
 	return &Lock{key: key, token: token, fence: fence, grant: g, now: time.Now, validUntil: validUntil,
-		turn: make(chan struct{}, 1), changed: make(chan struct{})}
+		turn: make(chan struct{}, 1)}
 }
 
 // Key returns the locked key, as the caller named it (without any prefix a
@@ -314,6 +314,9 @@ func (l *Lock) watch() snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	gone := l.goneLocked("hold")
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
 	return snapshot{until: l.validUntil, changed: l.changed, gone: gone,
 		lost: l.lostCause != nil, releasing: l.state == stateReleasing}
 }
@@ -363,7 +366,11 @@ func (l *Lock) setValidLocked(until time.Time) {
 	l.notifyLocked()
 }
 
+// notifyLocked tells the watcher, if any, that the lock changed; the next
+// watch makes a new channel.
 func (l *Lock) notifyLocked() {
-	close(l.changed)
-	l.changed = make(chan struct{})
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
 }
