@@ -49,12 +49,13 @@ func TestAcquireWaitsThroughOutage(t *testing.T) {
 	}
 }
 
-// Unreachable attempts back off: a wait of 300ms through a lasting outage
-// with a 1ms retry delay makes far fewer attempts than 300.
+// Unreachable attempts back off: a wait of 500ms through a lasting outage
+// with a 1ms retry delay makes a few attempts, not hundreds (doubling from
+// 1ms, half of it random: about 10).
 func TestAcquireBacksOffWhileUnreachable(t *testing.T) {
 	m := newMem()
 	outage(m, 1<<30)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	_, err := dlock.Acquire(ctx, m, "k", time.Minute, dlock.WithRetryDelay(time.Millisecond), dlock.WithRetryJitter(0))
 	locktest.WantError(t, err, dlock.ErrUnavailable, context.DeadlineExceeded)
@@ -62,8 +63,8 @@ func TestAcquireBacksOffWhileUnreachable(t *testing.T) {
 	if !errors.As(err, &ne) || ne.Node != "n1" {
 		t.Fatalf("the last attempt's NodeError is not reachable in %v", err)
 	}
-	if n := m.attempts.Load(); n < 3 || n > 30 {
-		t.Fatalf("%d attempts in 300ms of outage; want a few, backing off from 1ms", n)
+	if n := m.attempts.Load(); n < 2 || n > 30 {
+		t.Fatalf("%d attempts in 500ms of outage; want a few, backing off from 1ms", n)
 	}
 }
 

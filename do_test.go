@@ -123,7 +123,11 @@ func TestDoFollowsLengthenedLease(t *testing.T) {
 	m := newMem()
 	first := firstExtension(m)
 	err := dlock.Do(context.Background(), m, "k", 300*time.Millisecond, func(ctx context.Context) error {
-		<-first
+		select {
+		case <-first:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 		if err := dlock.LockFromContext(ctx).Extend(ctx, 10*time.Second); err != nil {
 			return err
 		}

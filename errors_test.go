@@ -142,7 +142,8 @@ func TestErrorsMatchOneSentinel(t *testing.T) {
 		{"Do session gone", func() error {
 			m := newMem()
 			m.extend = func(context.Context, time.Duration) error { return sessionGone }
-			return dlock.Do(context.Background(), m, "k", 200*time.Millisecond, func(ctx context.Context) error { <-ctx.Done(); return nil })
+			return dlock.Do(context.Background(), m, "k", time.Second, func(ctx context.Context) error { <-ctx.Done(); return nil },
+				dlock.WithExtendThreshold(900*time.Millisecond)) // extend after 100ms, long before the validity ends
 		}, dlock.ErrLockLost, []error{sessionGone}},
 		{"Do hold limit", func() error {
 			return dlock.Do(context.Background(), newMem(), "k", 200*time.Millisecond, func(ctx context.Context) error { <-ctx.Done(); return nil },
