@@ -21,9 +21,9 @@ type ReleaseNotifier interface {
 // Acquire takes the lock on key with l, waiting while another owner holds it
 // and through short outages of the backend. Between attempts it sleeps the
 // retry delay plus jitter (see WithRetryDelay, WithRetryJitter), or less
-// when l announces a release (ReleaseNotifier). After an attempt that could
-// not reach the backend it backs off instead: the delay doubles with each
-// such attempt in a row, up to a second (or the retry delay, if longer),
+// when l announces a release (ReleaseNotifier). When the backend cannot be
+// reached three times in a row it backs off: the delay doubles with each
+// further such attempt, up to a second (or the retry delay, if longer),
 // half of it random.
 //
 // It returns a held lock, or an error matching exactly one sentinel:
@@ -112,14 +112,23 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 // second.
 const maxBackoff = time.Second
 
+// quickRetries is how many attempts in a row may find the backend
+// unreachable before the waits grow: a blip (a Redlock node timeout on a
+// loaded machine) costs no more than a busy lock does.
+const quickRetries = 3
+
 // backoff is the wait after the n-th attempt in a row that could not reach
-// the backend: the retry delay (at least 1ms) doubled n-1 times, capped at
-// maxBackoff (or the retry delay, if longer), and half of it random, so
-// that the waiters an outage stopped together do not all come back at once.
+// the backend: the retry delay for the first quickRetries, then (from at
+// least 1ms) doubled for each further one, capped at maxBackoff (or the
+// retry delay, if longer), and half of it random, so that the waiters an
+// outage stopped together do not all come back at once.
 func backoff(delay time.Duration, n int) time.Duration {
+	if n <= quickRetries {
+		return delay
+	}
 	d := max(delay, time.Millisecond)
 	limit := max(maxBackoff, delay)
-	for i := 1; i < n && d < limit; i++ {
+	for i := quickRetries; i < n && d < limit; i++ {
 		d *= 2
 	}
 	d = min(d, limit)

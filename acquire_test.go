@@ -77,3 +77,27 @@ func TestAcquireDoesNotRetryInvalid(t *testing.T) {
 		t.Fatalf("%d attempts with an invalid key, want 1", n)
 	}
 }
+
+func TestBackoff(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		delay    time.Duration
+		n        int
+		min, max time.Duration
+	}{
+		{50 * ms, 1, 50 * ms, 50 * ms}, // a blip waits like a busy lock
+		{50 * ms, 3, 50 * ms, 50 * ms},
+		{50 * ms, 4, 50 * ms, 100 * ms}, // then doubles, half of it random
+		{50 * ms, 6, 200 * ms, 400 * ms},
+		{50 * ms, 100, 500 * ms, time.Second}, // capped at 1s
+		{0, 4, ms, 2 * ms},                    // from at least 1ms
+		{0, 1, 0, 0},
+		{5 * time.Second, 9, 2500 * ms, 5 * time.Second}, // a longer delay is its own cap
+	} {
+		for range 20 {
+			if d := dlock.Backoff(tc.delay, tc.n); d < tc.min || d > tc.max {
+				t.Fatalf("backoff(%v, %d) = %v, want in [%v, %v]", tc.delay, tc.n, d, tc.min, tc.max)
+			}
+		}
+	}
+}

@@ -6,3 +6,6 @@ import "time"
 // handle's clock past its validity without waiting (or letting any other
 // goroutine run).
 func SetClock(l *Lock, now func() time.Time) { l.now = now }
+
+// Backoff is the wait after the n-th unreachable attempt in a row.
+var Backoff = backoff
