@@ -42,7 +42,8 @@ type Grant interface {
 //	                   the backend reported the lock's session gone
 //	held, lost -> releasing    Release was called
 //	releasing -> releasing     its outcome is unknown: Release may be retried
-//	releasing -> released      the server answered (deleted, or not held)
+//	releasing -> released      the server answered (deleted, not held, or
+//	                           the session gone)
 type lockState uint8
 
 const (
