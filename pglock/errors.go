@@ -117,21 +117,21 @@ func acquireErr(ctx context.Context, key string, node string, err error) error {
 	case codeUndefinedTable:
 		// The acquiring statements name no relation but the fence
 		// sequence, so no need to read the (translatable) message.
-		return fmt.Errorf("pglock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrNotMigrated, nerr)
+		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrNotMigrated, nerr)
 	case codeReadOnly:
-		return fmt.Errorf("pglock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrReadOnly, nerr)
+		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrReadOnly, nerr)
 	case codeDeadlock:
-		return fmt.Errorf("pglock: acquire %q: %w: %w: %w", key, dlock.ErrNotAcquired, ErrDeadlock, nerr)
+		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrNotAcquired, ErrDeadlock, nerr)
 	case codeOutOfMemory:
-		return fmt.Errorf("pglock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrOutOfLocks, nerr)
+		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrOutOfLocks, nerr)
 	case codeLockTimeout:
-		return fmt.Errorf("pglock: acquire %q: %w (lock_timeout ran out): %w", key, dlock.ErrNotAcquired, nerr)
+		return fmt.Errorf("dlock: acquire %q: %w (lock_timeout ran out): %w", key, dlock.ErrNotAcquired, nerr)
 	}
 	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("pglock: acquire %q: %w (%w): %w", key, dlock.ErrNotAcquired, cerr, nerr)
+		return fmt.Errorf("dlock: acquire %q: %w (%w): %w", key, dlock.ErrNotAcquired, cerr, nerr)
 	}
 	if sqlState(err) == codeQueryCanceled {
-		return fmt.Errorf("pglock: acquire %q: %w (statement cancelled, e.g. by statement_timeout): %w", key, dlock.ErrNotAcquired, nerr)
+		return fmt.Errorf("dlock: acquire %q: %w (statement cancelled, e.g. by statement_timeout): %w", key, dlock.ErrNotAcquired, nerr)
 	}
-	return fmt.Errorf("pglock: acquire %q: %w: %w", key, dlock.ErrUnavailable, nerr)
+	return fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, nerr)
 }

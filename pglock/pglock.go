@@ -186,7 +186,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	k, err := l.keyFunc(key)
 	if err != nil {
-		return nil, fmt.Errorf("pglock: acquire %q: %w: key function: %w", key, dlock.ErrInvalid, oneLine(err))
+		return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", key, dlock.ErrInvalid, oneLine(err))
 	}
 	if !k.valid() {
 		return nil, dlock.Invalidf("key function returned the zero Key for %q", key)
@@ -270,12 +270,12 @@ func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Dur
 	if !r.fence.Valid {
 		conn.Release()
 		l.busy(k)
-		return nil, 0, time.Time{}, fmt.Errorf("pglock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
+		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
 	}
 	validUntil := start.Add(ttl)
 	if elapsed := time.Since(start); elapsed >= ttl {
 		discard(conn)
-		return nil, 0, time.Time{}, fmt.Errorf("pglock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
+		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
 	}
 	l.held.Add(1)
 	g.conn, g.pid = conn, r.pid
@@ -295,7 +295,7 @@ type acquireRow struct {
 // when the Locker's own held locks pin every connection of the pool.
 func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 	if n := l.held.Load(); n >= l.maxConns {
-		return nil, fmt.Errorf("pglock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
+		return nil, fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
 			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)
 	}
 	conn, err := l.pool.Acquire(ctx)

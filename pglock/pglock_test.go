@@ -493,3 +493,31 @@ func TestSessionLeaseLimit(t *testing.T) {
 		wantSentinel(t, err, dlock.ErrInvalid)
 	}
 }
+
+// A waiting Acquire rides out a database that is down for a moment.
+func TestConformanceOutage(t *testing.T) {
+	pg := testsrv.StartPostgres(t)
+	if err := pglock.Migrate(testCtx(t), pg.Pool(t, 2)); err != nil {
+		t.Fatal(err)
+	}
+	// The test cluster does not flush commits; the outage is an immediate
+	// shutdown, which would lose the sequence.
+	if err := pg.Exec(testCtx(t), "CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
+	locktest.RunOutage(t, func(t *testing.T) dlock.Locker {
+		l, err := pglock.New(pg.Pool(t, 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}, func(t *testing.T) func() {
+		pg.Stop()
+		return func() {
+			if err := pg.Restart(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}

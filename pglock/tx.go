@@ -74,7 +74,7 @@ func lockTx(ctx context.Context, tx pgx.Tx, k Key, sql string) (uint64, error) {
 		return 0, acquireErr(ctx, k.String(), txNode(tx), err)
 	}
 	if !f.Valid {
-		return 0, fmt.Errorf("pglock: acquire %q: %w (held by another session)", k.String(), dlock.ErrNotAcquired)
+		return 0, fmt.Errorf("dlock: acquire %q: %w (held by another session)", k.String(), dlock.ErrNotAcquired)
 	}
 	return uint64(f.Int64), nil
 }

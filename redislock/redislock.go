@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -401,17 +400,16 @@ func (l *Locker) checkToken(ctx context.Context, key, token string) error {
 	return dlock.CheckToken(key, token)
 }
 
-// opErr classifies an error of a call to the server: the context's own
-// error when it ended (for an acquisition, also dlock.ErrNotAcquired: the
-// attempt did not get the lock), otherwise dlock.ErrUnavailable, with the
-// node's error (a refusal with the server's own reply, or a network
-// failure).
+// opErr classifies an error of a call to the server: dlock.ErrUnavailable
+// with the node's error (the server's own reply, or a network failure),
+// and also the context's error when it ended; an acquisition whose context
+// ended matches dlock.ErrNotAcquired instead (it did not get the lock).
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
 	if cerr := rclient.CtxErr(ctx); cerr != nil && !isServerReply(err) {
 		if acquiring {
-			return errors.Join(dlock.ErrNotAcquired, cerr, l.nodeErr(err))
+			return fmt.Errorf("%w: %w: %w", dlock.ErrNotAcquired, cerr, l.nodeErr(err))
 		}
-		return errors.Join(cerr, l.nodeErr(err))
+		return fmt.Errorf("%w: %w: %w", dlock.ErrUnavailable, cerr, l.nodeErr(err))
 	}
 	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, l.nodeErr(err))
 }

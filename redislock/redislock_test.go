@@ -472,3 +472,17 @@ func TestForeignKeys(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A waiting Acquire rides out a server that is down for a moment.
+func TestConformanceOutage(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	locktest.RunOutage(t, func(t *testing.T) dlock.Locker { return newLocker(t, srv.Client(t)) },
+		func(t *testing.T) func() {
+			srv.Kill()
+			return func() {
+				if err := srv.Restart(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+}
