@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testsrv"
 )
 
@@ -313,6 +315,41 @@ func TestRunRedlockNodeDownFromStart(t *testing.T) {
 		r := runInProcess(t, nil, append(append([]string{"run"}, args...), "--wait", wait, "jobs:redlock", "--", "true")...)
 		if r.code != 0 {
 			t.Fatalf("--wait %s with node 3 of 3 down: exit %d; stderr: %s", wait, r.code, r.stderr)
+		}
+	}
+}
+
+// The CLI's exit code follows the one sentinel of an error: one table from
+// sentinel to exit code, for acquisitions and for the token commands.
+func TestExitCodeBySentinel(t *testing.T) {
+	code := func(err error) int {
+		var ee *exitError
+		var ue *usageError
+		switch {
+		case errors.As(err, &ee):
+			return ee.code
+		case errors.As(err, &ue):
+			return exitUsage
+		}
+		return -1
+	}
+	wrap := func(s error) error { return fmt.Errorf("dlock: acquire \"k\": %w (detail)", s) }
+	busy := &recorder{sawBusy: true}
+	for _, tc := range []struct {
+		sentinel      error
+		acquire, toke int
+	}{
+		{dlock.ErrInvalid, exitUsage, exitUsage},
+		{dlock.ErrUnavailable, exitUnavailable, exitUnavailable},
+		{dlock.ErrNotAcquired, exitBusy, exitFailure},
+		{dlock.ErrNotHeld, exitFailure, exitLost},
+		{dlock.ErrLockLost, exitFailure, exitLost},
+	} {
+		if got := code(acquireError(wrap(tc.sentinel), busy, "k", time.Second)); got != tc.acquire {
+			t.Errorf("acquire failing with %v: exit %d, want %d", tc.sentinel, got, tc.acquire)
+		}
+		if got := code(tokenError(wrap(tc.sentinel), "k")); got != tc.toke {
+			t.Errorf("extend/release failing with %v: exit %d, want %d", tc.sentinel, got, tc.toke)
 		}
 	}
 }
