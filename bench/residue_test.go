@@ -20,12 +20,12 @@ import (
 
 // The fence TTLs of BenchmarkResidue's Lockers, instead of the default hour:
 // the time after which a released name leaves nothing on the servers. Each
-// is meant to be longer than its backend's whole run (about 3s on one server
-// and 28s for Redlock's five on a busy 2-core machine), so that every counter
+// is meant to be longer than its backend's whole run (3-6s on one server and
+// 22-28s for Redlock's five on a busy 2-core machine), so that every counter
 // is still there right after it; the memory per counter does not depend on
 // that.
 const (
-	residueFenceTTL        = 5 * time.Second
+	residueFenceTTL        = 10 * time.Second
 	residueRedlockFenceTTL = 30 * time.Second
 )
 

@@ -176,7 +176,8 @@ runs, ratios much less. Medians of $count alternating passes for A, B, D and E,
 where each ratio is the median of the passes' own ratios (the middle half of
 them in brackets); medians of $cpasses passes of one ${BENCH_WINDOW} window per
 implementation for C1 and C2, each ratio again the median of the passes' own,
-each pass followed by a PING loop (the round trip C2's hand-off is counted in),
+each pass followed by PINGs on one client, back to back and after 1ms idle
+(the round trip C2's hand-off is counted in),
 of $ic1passes passes of C1 interleaved (dlock against each peer in 400ms windows),
 and of $idpasses passes of D interleaved (each implementation against raw in $idpairs pairs of 100ms windows).
 The residue group ran once, first, on servers nothing else had used yet.
