@@ -58,11 +58,11 @@ var singles = []single{
 			rel := []string{key, keys.Queue(key)}
 			return func(ctx context.Context) error {
 				tok := token()
-				v, err := scripts.Acquire.Run(ctx, c, ks, tok, ttl.Milliseconds(), counterTTL, 0).Slice()
+				v, err := scripts.Acquire.Run(ctx, c, ks, tok, ttl.Milliseconds(), counterTTL, 0).Result()
 				if err != nil {
 					return err
 				}
-				if len(v) == 0 || v[0] != int64(1) {
+				if _, granted := v.(string); !granted { // a grant's reply is the fence alone
 					return errBusy
 				}
 				return scripts.Release.Run(ctx, c, rel, tok, 1, 0).Err()

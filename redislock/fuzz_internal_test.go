@@ -24,5 +24,9 @@ func FuzzParseAcquire(f *testing.F) {
 		if err == nil && r.status == 1 && r.fence <= 0 {
 			t.Fatalf("grant with fence %d accepted from %v", r.fence, v)
 		}
+		r, err = parseAcquire(holder) // the uncontended grant's reply: the fence alone
+		if err == nil && r.status == 1 && r.fence <= 0 {
+			t.Fatalf("grant with fence %d accepted from %v", r.fence, v)
+		}
 	})
 }

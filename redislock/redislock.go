@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,7 +96,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		args = append(args, qargs...)
 	}
 	start := time.Now()
-	v, err := scripts.Acquire.Run(ctx, l.client, ks, args...).Slice()
+	v, err := scripts.Acquire.Run(ctx, l.client, ks, args...).Result()
 	if err != nil {
 		if !isServerReply(err) {
 			// The reply was lost, not the request: the key may be ours
@@ -134,8 +135,19 @@ type acquireReply struct {
 	place  int64 // the Locker's place in the queue; 0: not queued
 }
 
-func parseAcquire(v []any) (acquireReply, error) {
+// parseAcquire reads the acquire script's reply: the fence alone (a string
+// of digits) for an uncontended grant, else {status, fence or holder,
+// expiry, place}.
+func parseAcquire(reply any) (acquireReply, error) {
 	var r acquireReply
+	if s, ok := reply.(string); ok {
+		f, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || f <= 0 {
+			return r, fmt.Errorf("unexpected reply %q from the acquire script", s)
+		}
+		return acquireReply{status: 1, fence: f, expiry: -1}, nil
+	}
+	v, _ := reply.([]any)
 	if len(v) != 4 {
 		return r, fmt.Errorf("unexpected reply %v from the acquire script", v)
 	}
