@@ -18,14 +18,25 @@ type ReleaseNotifier interface {
 	NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func())
 }
 
-// Acquire takes the lock on key with l, waiting while another owner holds it.
-// Between attempts it sleeps the retry delay plus jitter (see WithRetryDelay,
-// WithRetryJitter), or less when l announces a release (ReleaseNotifier).
+// Acquire takes the lock on key with l, waiting while another owner holds it
+// and through short outages of the backend. Between attempts it sleeps the
+// retry delay plus jitter (see WithRetryDelay, WithRetryJitter), or less
+// when l announces a release (ReleaseNotifier). When the backend cannot be
+// reached three times in a row it backs off: the delay doubles with each
+// further such attempt, up to a second (or the retry delay, if longer),
+// half of it random.
 //
-// It returns a held lock, or an error: one matching both ErrNotAcquired and
-// ctx.Err() when the context ended first; ErrNotAcquired when the retry
-// budget (WithRetryCount) was spent; and without retrying, ErrUnavailable or
-// ErrInvalid from the backend.
+// It returns a held lock, or an error matching exactly one sentinel:
+//
+//   - when the retry budget (WithRetryCount) is spent, the last attempt's
+//     error: ErrNotAcquired when the lock was busy, ErrUnavailable when the
+//     backend could not be reached;
+//   - when ctx ends first, an error matching ctx.Err() (and its cause) and
+//     the sentinel of the last attempt that ended before ctx did,
+//     ErrNotAcquired or ErrUnavailable, with that attempt's error as detail
+//     (errors.As finds a *NodeError in it);
+//   - at once, without retrying, ErrInvalid or any other error of an
+//     attempt: waiting cannot fix them.
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	if l == nil {
 		return nil, Invalidf("nil Locker")
@@ -50,22 +61,33 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 		defer stop()
 	}
 	var timer *time.Timer
+	var last error   // the last attempt that ended before ctx did
+	unreachable := 0 // attempts in a row that could not reach the backend
 	for attempt := 0; ; attempt++ {
 		lock, err := l.TryAcquire(ctx, key, ttl)
 		if err == nil {
 			return lock, nil
 		}
 		if ctx.Err() != nil {
-			return nil, cancelled(ctx, key, err)
+			return nil, waitEnded(ctx, key, last, err)
 		}
-		if !errors.Is(err, ErrNotAcquired) {
+		switch {
+		case errors.Is(err, ErrNotAcquired):
+			unreachable = 0
+		case errors.Is(err, ErrUnavailable):
+			unreachable++
+		default:
 			return nil, err
 		}
+		last = err
 		if cfg.retryCount != RetryForever && attempt >= cfg.retryCount {
 			return nil, err
 		}
 
 		wait := cfg.retryDelay
+		if unreachable > 0 {
+			wait = backoff(cfg.retryDelay, unreachable)
+		}
 		if cfg.retryJitter > 0 {
 			wait += rand.N(cfg.retryJitter)
 		}
@@ -77,7 +99,7 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 		}
 		select {
 		case <-ctx.Done():
-			return nil, cancelled(ctx, key, err)
+			return nil, waitEnded(ctx, key, last, nil)
 		case <-released:
 			// Try at once; the timer is reset on the next round.
 		case <-timer.C:
@@ -85,12 +107,45 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 	}
 }
 
-// cancelled builds the error of a wait that ended with its context: it
-// matches ErrNotAcquired and ctx.Err(), and keeps the last attempt's detail.
-func cancelled(ctx context.Context, key string, last error) error {
-	err := errors.Join(ErrNotAcquired, ctx.Err())
-	if cause := context.Cause(ctx); cause != ctx.Err() {
-		err = errors.Join(err, cause)
+// maxBackoff caps the wait after attempts that could not reach the
+// backend, so that a waiter notices the end of an outage within about a
+// second.
+const maxBackoff = time.Second
+
+// quickRetries is how many attempts in a row may find the backend
+// unreachable before the waits grow: a blip (a Redlock node timeout on a
+// loaded machine) costs no more than a busy lock does.
+const quickRetries = 3
+
+// backoff is the wait after the n-th attempt in a row that could not reach
+// the backend: the retry delay for the first quickRetries, then (from at
+// least 1ms) doubled for each further one, capped at maxBackoff (or the
+// retry delay, if longer), and half of it random, so that the waiters an
+// outage stopped together do not all come back at once.
+func backoff(delay time.Duration, n int) time.Duration {
+	if n <= quickRetries {
+		return delay
 	}
-	return fmt.Errorf("dlock: acquire %q: %w (last attempt: %v)", key, err, last)
+	d := max(delay, time.Millisecond)
+	limit := max(maxBackoff, delay)
+	for i := quickRetries; i < n && d < limit; i++ {
+		d *= 2
+	}
+	d = min(d, limit)
+	return d/2 + rand.N(d/2+1)
+}
+
+// waitEnded builds the error of a wait that ended with its context. It
+// matches ctx.Err() (and the context's cause) and one sentinel: the last
+// attempt's that ended before ctx did (busy or unreachable), or if there
+// was none, the interrupted attempt's. That attempt's error is its detail.
+func waitEnded(ctx context.Context, key string, last, cut error) error {
+	if last == nil {
+		last = cut
+	}
+	sentinel := ErrNotAcquired
+	if !errors.Is(last, ErrNotAcquired) && errors.Is(last, ErrUnavailable) {
+		sentinel = ErrUnavailable
+	}
+	return fmt.Errorf("dlock: acquire %q: %w: %w (last attempt: %w)", key, sentinel, ctxErr(ctx), hideSentinels{last})
 }

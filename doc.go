@@ -36,7 +36,10 @@
 // ms). Release and Extend act only while the server still holds the token,
 // so a holder whose lock expired can never delete or prolong the next
 // holder's lock; they report that with ErrNotHeld. A handle that was
-// released or declared lost is never held again, whatever a late reply says.
+// released or declared lost is never held again, whatever a late reply or a
+// failed Release says; a Release whose outcome is unknown may be retried.
+// Extend and Release on one handle reach the backend one at a time, so the
+// validity recorded is the one the server applied last.
 // Go's monotonic clock stops while the machine sleeps (suspend to RAM or
 // disk), so a holder whose machine slept keeps the validity it had; its next
 // extension is refused, and Do then cancels. Pauses the clock counts (GC,
@@ -46,23 +49,30 @@
 //
 // TryAcquire (on every backend) makes one attempt. Acquire waits: it retries
 // after a delay with random jitter (WithRetryDelay, WithRetryJitter) until
-// the context ends or the retry budget (WithRetryCount) is spent; backends
-// that announce releases (ReleaseNotifier) wake waiters at once. Do acquires,
-// runs the function, extends the lock in the background when
-// WithExtendThreshold of its validity is left (half the TTL by default),
-// cancels the function's context with cause ErrLockLost as soon as an
-// extension is refused or the validity runs out (even while an extension
-// request still hangs), stops extending after WithMaxHold, and releases when
-// the function returns or panics.
+// the context ends or the retry budget (WithRetryCount) is spent, through
+// short outages too (attempts that cannot reach the backend back off, up to
+// a second); backends that announce releases (ReleaseNotifier) wake waiters
+// at once. Do acquires, runs the function, extends the lock in the
+// background when WithExtendThreshold of its validity is left (half the TTL
+// by default), cancels the function's context with cause ErrLockLost as soon
+// as an extension is refused or the validity runs out (even while an
+// extension request still hangs), stops extending after WithMaxHold, and
+// releases when the function returns or panics. The context compares the
+// validity with the clock on every look (Err, Done, context.Cause), so a
+// process resumed after a pause sees the loss at once; and Do follows the
+// function's own Extend calls.
 //
 // # Errors
 //
-// ErrNotAcquired: someone else holds the lock (a wait that ended with its
-// context also matches ctx.Err()). ErrNotHeld: your lock is gone. ErrLockLost:
-// Do's cause when the lock may have been lost. ErrUnavailable: the backend
-// could not be reached; the outcome may be unknown. ErrInvalid: a bad
-// argument, rejected before anything was sent. Which node said what is
-// available through errors.As with *NodeError (and the backends' own types).
+// Every error matches exactly one sentinel. ErrNotAcquired: someone else
+// holds the lock. ErrNotHeld: your lock is gone. ErrLockLost: the lock may
+// have been lost (Do's cause; a backend reporting the lock's session gone).
+// ErrUnavailable: the backend could not be reached; the outcome may be
+// unknown. ErrInvalid: a bad argument, rejected before anything was sent. A
+// wait that ended with its context also matches ctx.Err(), beside the
+// sentinel of its last attempt (ErrNotAcquired or ErrUnavailable). Which
+// node said what is available through errors.As with *NodeError (and the
+// backends' own types).
 //
 // # What a lock can and cannot guarantee
 //

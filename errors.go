@@ -1,38 +1,43 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
-// Sentinel errors. Every error a dlock backend returns matches at most one of
-// ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable and ErrInvalid with
-// errors.Is, so callers can tell "busy" from "gone" from "unreachable" from
-// "your mistake". A wait that ended with its context matches both
-// ErrNotAcquired and the context's error (context.Canceled or
-// context.DeadlineExceeded).
+// Sentinel errors. Every error that dlock or a backend returns matches
+// exactly one of ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable and
+// ErrInvalid with errors.Is, so callers can tell "busy" from "gone" from
+// "unreachable" from "your mistake". A wait that ended with its context
+// also matches the context's error (context.Canceled or
+// context.DeadlineExceeded), beside the sentinel of its last attempt
+// (ErrNotAcquired or ErrUnavailable). The sentinels' own messages carry no
+// "dlock: " prefix: the errors that wrap them add it, once.
 var (
 	// ErrNotAcquired means the lock is held by another owner (or, for a
 	// quorum backend, no majority could be gathered in time).
-	ErrNotAcquired = errors.New("dlock: lock not acquired")
+	ErrNotAcquired = errors.New("lock not acquired")
 
 	// ErrNotHeld means the caller's lock is no longer held: it was released,
 	// it expired, or another owner holds the key now. An operation that
 	// returns it changed nothing on the server.
-	ErrNotHeld = errors.New("dlock: lock not held")
+	ErrNotHeld = errors.New("lock not held")
 
-	// ErrLockLost is the cause with which Do cancels its function's context
-	// when the lock may have been lost (an extension failed or the validity
-	// ran out). A lock handle that was declared lost returns it from Extend.
-	ErrLockLost = errors.New("dlock: lock lost")
+	// ErrLockLost means the lock may have been lost: its validity ran out
+	// before an extension succeeded, or the backend reported the lock's
+	// session gone. It is the cause with which Do cancels its function's
+	// context, and what a handle declared lost returns from Extend.
+	ErrLockLost = errors.New("lock lost")
 
 	// ErrUnavailable means the backend could not be reached or answered
 	// with an error; the outcome of the operation may be unknown.
-	ErrUnavailable = errors.New("dlock: backend unavailable")
+	ErrUnavailable = errors.New("backend unavailable")
 
 	// ErrInvalid means a caller's argument or option was rejected before
 	// anything was sent to a server.
-	ErrInvalid = errors.New("dlock: invalid argument")
+	ErrInvalid = errors.New("invalid argument")
 )
 
 // NodeError says which backend node gave which error. Backends wrap server
@@ -52,3 +57,59 @@ func (e *NodeError) Unwrap() error { return e.Err }
 func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
+
+var sentinels = [...]error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable, ErrInvalid}
+
+func isSentinel(err error) bool {
+	for _, s := range sentinels {
+		if err == s {
+			return true
+		}
+	}
+	return false
+}
+
+// sentinelOf returns the first sentinel err matches, or nil.
+func sentinelOf(err error) error {
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return nil
+}
+
+// ctxErr is ctx's error, and its cause when one was given: the result
+// matches both (but none of dlock's sentinels through the cause).
+func ctxErr(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, hideSentinels{cause})
+}
+
+// message is err's message for use inside another dlock error: without its
+// own "dlock: " prefix, on one line.
+func message(err error) string {
+	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), "dlock: "), "\n", "; ")
+}
+
+// opError is an error of operation op on key: one "dlock: " prefix,
+// however err's message begins.
+type opError struct {
+	op, key string
+	err     error
+}
+
+func (e *opError) Error() string { return fmt.Sprintf("dlock: %s %q: %s", e.op, e.key, message(e.err)) }
+func (e *opError) Unwrap() error { return e.err }
+
+// hideSentinels carries err as the detail of another error whose sentinel
+// differs (a lost lock whose extension the server refused): errors.Is finds
+// in it everything but dlock's sentinels, errors.As finds everything.
+type hideSentinels struct{ err error }
+
+func (h hideSentinels) Error() string        { return message(h.err) }
+func (h hideSentinels) Is(target error) bool { return !isSentinel(target) && errors.Is(h.err, target) }
+func (h hideSentinels) As(target any) bool   { return errors.As(h.err, target) }

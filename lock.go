@@ -35,20 +35,34 @@ type Grant interface {
 	Release(ctx context.Context) error
 }
 
+// A Lock's state. Held is the only state with a validity; nothing leads
+// back to it.
+//
+//	held -> lost       an extension was refused, the validity ran out, or
+//	                   the backend reported the lock's session gone
+//	held, lost -> releasing    Release was called
+//	releasing -> releasing     its outcome is unknown: Release may be retried
+//	releasing -> released      the server answered (deleted, not held, or
+//	                           the session gone)
 type lockState uint8
 
 const (
 	stateHeld lockState = iota
-	stateReleased
 	stateLost
+	stateReleasing
+	stateReleased
 )
 
 // Lock is a held lock: its key, the random token that proves ownership, the
 // fencing token, and the validity deadline after which the holder must
-// assume the lock is gone. Its methods are safe for concurrent use.
+// assume the lock is gone. Its methods are safe for concurrent use. Extend
+// and Release reach the backend one at a time: a call waits, within its
+// context, for the one in flight on the same handle, so that the validity
+// recorded is always the one the server applied last.
 //
-// A Lock is never revived: once released or lost, Extend and Release return
-// errors and Held reports false, even if a late server reply says otherwise.
+// A Lock is never revived: once Release was called or the lock was lost,
+// Held reports false and Extend returns an error, whatever a late server
+// reply or a failed Release says.
 type Lock struct {
 	key   string
 	token string
@@ -56,17 +70,26 @@ type Lock struct {
 	grant Grant
 	now   func() time.Time
 
+	// turn is taken by every call into grant, so that Extends apply in
+	// the order their replies are recorded and the grant is never called
+	// concurrently with itself.
+	turn chan struct{}
+
 	mu         sync.Mutex
-	validUntil time.Time
 	state      lockState
-	lostCause  error
+	validUntil time.Time
+	lostCause  error // why the lock was lost, if it was (kept once releasing)
+	// changed, once watch made it, is closed at the next change of state
+	// or validUntil, so that Do follows the handle without polling it.
+	changed chan struct{}
 }
 
 // NewLock is for backends: it wraps a grant that was acquired with token and
 // fence and is valid until validUntil, which must carry a monotonic clock
 // reading (come from time.Now, not from a parsed or serialized time).
 func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *Lock {
-	return &Lock{key: key, token: token, fence: fence, grant: g, now: time.Now, validUntil: validUntil}
+	return &Lock{key: key, token: token, fence: fence, grant: g, now: time.Now, validUntil: validUntil,
+		turn: make(chan struct{}, 1)}
 }
 
 // Key returns the locked key, as the caller named it (without any prefix a
@@ -82,8 +105,11 @@ func (l *Lock) Token() string { return l.token }
 func (l *Lock) Fence() uint64 { return l.fence }
 
 // ValidUntil returns the moment (on the monotonic clock) until which the lock
-// is known to be held, assuming clocks tick at about the same rate. After it
-// the key may have expired and another owner may hold it.
+// is known to be held, assuming clocks tick at about the same rate: the send
+// time of the last acquire or extend that succeeded, plus its TTL, minus the
+// drift margin. After it the key may have expired and another owner may
+// hold it. It is meaningful only while Held reports true; afterwards it
+// keeps the last value.
 func (l *Lock) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -101,108 +127,251 @@ func (l *Lock) Remaining() time.Duration {
 	return max(l.validUntil.Sub(l.now()), 0)
 }
 
-// Held reports whether the lock is believed held: not released, not
-// declared lost, and within its validity. It asks no server.
+// Held reports whether the lock is believed held: neither lost nor (being)
+// released, and within its validity. It asks no server.
 func (l *Lock) Held() bool { return l.Remaining() > 0 }
 
 // Extend resets the lock's TTL to ttl (whole milliseconds, rounded up) if it
-// is still held, and moves ValidUntil accordingly. It returns an error
-// matching ErrNotHeld when the server no longer has the lock or the handle was
-// released, ErrLockLost when the handle was declared lost or its validity ran
-// out before the extension came back, ErrUnavailable when the backend could
-// not be reached (the lock may still be held; retry before ValidUntil), and
-// ErrInvalid for a bad ttl.
+// is still held, and moves ValidUntil accordingly, earlier too when ttl is
+// shorter than what was left. It waits for an Extend or Release in flight
+// on the same handle to finish first. It returns:
+//
+//   - an error matching ErrNotHeld when the server no longer has the lock
+//     (the handle is lost from then on), or when Release was called;
+//   - ErrLockLost when the handle was declared lost (its validity ran out,
+//     also while the extension was in flight, or Do declared it), or the
+//     backend reported the lock's session gone;
+//   - ErrUnavailable when the outcome is unknown (the backend could not be
+//     reached, ctx ended): the lock may still be held, so retry before
+//     ValidUntil. The request may have reached the server, so a ttl
+//     shorter than the validity left lowers ValidUntil to what it could
+//     have set;
+//   - ErrInvalid for a bad ttl.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := CheckTTL(ttl); err != nil {
+		return &opError{"extend", l.key, err}
+	}
+	if err := l.gone("extend"); err != nil {
 		return err
 	}
-	if err := l.check("extend"); err != nil {
+	if err := l.takeTurn(ctx, "extend"); err != nil {
 		return err
 	}
+	defer l.endTurn()
+	if err := l.gone("extend"); err != nil {
+		return err
+	}
+	start := l.now()
 	until, err := l.grant.Extend(ctx, ttl)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.checkLocked("extend"); err != nil {
-		return err // released or lost while the request was in flight: stay dead
+	if err := l.goneLocked("extend"); err != nil {
+		return err // lost or released while the request was in flight: stay so
 	}
 	if err != nil {
-		if errors.Is(err, ErrNotHeld) {
-			l.state, l.lostCause = stateLost, err
+		err = &opError{"extend", l.key, known(err)}
+		if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
+			l.loseLocked(err)
+		} else if bound := ValidUntil(start, ttl, DefaultDriftFactor); bound.Before(l.validUntil) {
+			l.setValidLocked(bound)
 		}
-		return fmt.Errorf("dlock: extend %q: %w", l.key, err)
+		return err
 	}
-	now := l.now()
-	if !l.validUntil.After(now) || !until.After(now) {
+	if !until.After(l.now()) {
 		// Too late: someone may have taken the lock in between, so a
 		// successful reply cannot make this handle valid again.
-		l.state, l.lostCause = stateLost, fmt.Errorf("%w: validity of %q ran out while extending", ErrLockLost, l.key)
+		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out while extending", ErrLockLost, l.key))
 		return l.lostCause
 	}
-	l.validUntil = until
+	l.setValidLocked(until)
 	return nil
 }
 
-// Release deletes the lock if this holder still owns it. Releasing twice, or
-// releasing a lock that expired or was taken over, returns an error matching
-// ErrNotHeld and never touches another owner's lock. When the backend could
-// not be reached (ErrUnavailable or a context error) the lock may still be
-// held, and Release may be called again. Release tries the server
-// even when the handle's validity has run out, so that a key that is still
-// there does not block others until its TTL ends.
+// Release deletes the lock if this holder still owns it, and never touches
+// another owner's lock. From the call on, the handle is not held. It waits
+// for an Extend in flight on the same handle to finish first. It returns nil
+// when it deleted the lock, and:
+//
+//   - an error matching ErrNotHeld when the lock was released before, or
+//     the server no longer held it (it expired or was taken over);
+//   - ErrLockLost when the backend reported the lock's session gone (and
+//     the lock with it);
+//   - ErrUnavailable when the outcome is unknown (the backend could not be
+//     reached, ctx ended): the lock may still be on the server, until its
+//     TTL ends. Release may be called again; the handle is not held
+//     again either way.
+//
+// Release asks the server even when the handle was lost or its validity ran
+// out, so that a key that is still there does not block others until its
+// TTL ends.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.state == stateReleased {
 		l.mu.Unlock()
-		return fmt.Errorf("dlock: release %q: %w (already released)", l.key, ErrNotHeld)
+		return &opError{"release", l.key, fmt.Errorf("%w (already released)", ErrNotHeld)}
 	}
-	l.state = stateReleased
+	l.setStateLocked(stateReleasing)
 	l.mu.Unlock()
 
-	if err := l.grant.Release(ctx); err != nil {
-		if !errors.Is(err, ErrNotHeld) {
-			// The server may still hold the lock: let the caller retry.
-			l.mu.Lock()
-			if l.state == stateReleased {
-				l.state = stateHeld
-			}
-			l.mu.Unlock()
-		}
-		return fmt.Errorf("dlock: release %q: %w", l.key, err)
+	if err := l.takeTurn(ctx, "release"); err != nil {
+		return err
 	}
-	return nil
+	defer l.endTurn()
+	l.mu.Lock()
+	released := l.state == stateReleased // by a Release that had the turn before
+	l.mu.Unlock()
+	if released {
+		return &opError{"release", l.key, fmt.Errorf("%w (already released)", ErrNotHeld)}
+	}
+
+	err := l.grant.Release(ctx)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil {
+		l.setStateLocked(stateReleased)
+		return nil
+	}
+	err = &opError{"release", l.key, known(err)}
+	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
+		if errors.Is(err, ErrLockLost) && l.lostCause == nil {
+			l.lostCause = err
+		}
+		l.setStateLocked(stateReleased) // the server answered: nothing to retry
+	}
+	return err
 }
 
-// markLost declares the lock lost with cause; from then on it is never
-// reported held. It is how Do records a failed auto-extension.
+// takeTurn waits until no other call into the grant is in flight, or ctx
+// ends (nothing was sent then).
+func (l *Lock) takeTurn(ctx context.Context, op string) error {
+	select {
+	case l.turn <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case l.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return &opError{op, l.key, fmt.Errorf("%w: waiting for the handle's call in flight: %w", ErrUnavailable, ctxErr(ctx))}
+	}
+}
+
+func (l *Lock) endTurn() { <-l.turn }
+
+// known returns a grant's error as it is when it matches a sentinel, and
+// as ErrUnavailable (outcome unknown) when it matches none, as a bare
+// context error does.
+func known(err error) error {
+	if sentinelOf(err) == nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
+
+// markLost declares the lock lost with cause, if it is held; from then on
+// it is never reported held. It is how Do records a lost lock.
 func (l *Lock) markLost(cause error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == stateHeld {
-		l.state, l.lostCause = stateLost, cause
+		l.loseLocked(cause)
 	}
 }
 
-func (l *Lock) check(op string) error {
+// expire declares the lock lost with cause if it is held and its validity
+// has run out. It is how Do records a validity that ran out, saying why.
+func (l *Lock) expire(cause error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.checkLocked(op); err != nil {
-		return err
+	if l.state == stateHeld && !l.validUntil.After(l.now()) {
+		l.loseLocked(cause)
 	}
-	if !l.validUntil.After(l.now()) {
-		l.state = stateLost
-		l.lostCause = fmt.Errorf("%w: validity of %q ran out at %v", ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano))
+}
+
+// released reports whether the lock was released (the server answered).
+func (l *Lock) released() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == stateReleased
+}
+
+// snapshot is what Do follows of a Lock: its validity, the channel closed
+// at its next change, and whether and why it is no longer held.
+type snapshot struct {
+	until   time.Time
+	changed <-chan struct{}
+	gone    error // nil while the lock is held and valid; else why not
+	lost    bool  // gone because the lock was lost
+	// releasing: gone because its owner called Release, whose outcome is
+	// not known yet.
+	releasing bool
+}
+
+// watch returns a snapshot of the lock (see goneLocked).
+func (l *Lock) watch() snapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	gone := l.goneLocked("hold")
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return snapshot{until: l.validUntil, changed: l.changed, gone: gone,
+		lost: l.lostCause != nil, releasing: l.state == stateReleasing}
+}
+
+// ended reports whether s is a lock whose holder must stop: lost, or
+// released. A Release under way is not yet the end of it: the owner that
+// called it may still need its context for the call.
+func (s snapshot) ended() bool { return s.gone != nil && (s.lost || !s.releasing) }
+
+// gone is goneLocked for callers that do not hold l.mu.
+func (l *Lock) gone(op string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.goneLocked(op)
+}
+
+// goneLocked returns nil while the lock is held and valid, and otherwise
+// the error of operation op on it: the loss cause, or ErrNotHeld once
+// Release was called. A validity found spent marks the lock lost.
+func (l *Lock) goneLocked(op string) error {
+	if l.state == stateHeld && !l.validUntil.After(l.now()) {
+		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out at %v", ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano)))
+	}
+	switch {
+	case l.lostCause != nil:
 		return l.lostCause
+	case l.state == stateReleasing:
+		return &opError{op, l.key, fmt.Errorf("%w (being released)", ErrNotHeld)}
+	case l.state == stateReleased:
+		return &opError{op, l.key, fmt.Errorf("%w (released)", ErrNotHeld)}
 	}
 	return nil
 }
 
-func (l *Lock) checkLocked(op string) error {
-	switch l.state {
-	case stateReleased:
-		return fmt.Errorf("dlock: %s %q: %w (released)", op, l.key, ErrNotHeld)
-	case stateLost:
-		return fmt.Errorf("dlock: %s %q: %w", op, l.key, l.lostCause)
+func (l *Lock) loseLocked(cause error) {
+	l.lostCause = cause
+	l.setStateLocked(stateLost)
+}
+
+func (l *Lock) setStateLocked(s lockState) {
+	l.state = s
+	l.notifyLocked()
+}
+
+func (l *Lock) setValidLocked(until time.Time) {
+	l.validUntil = until
+	l.notifyLocked()
+}
+
+// notifyLocked tells the watcher, if any, that the lock changed; the next
+// watch makes a new channel.
+func (l *Lock) notifyLocked() {
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
 	}
-	return nil
 }

@@ -40,8 +40,9 @@ func newConfig(opts []Option) (config, error) {
 }
 
 // WithRetryCount sets how many more attempts Acquire makes after the first
-// one fails because the lock is busy. 0 makes Acquire a single try. The
-// default is RetryForever: wait until the context ends.
+// one fails because the lock is busy or the backend could not be reached.
+// 0 makes Acquire a single try. The default is RetryForever: wait until the
+// context ends.
 func WithRetryCount(n int) Option {
 	return func(c *config) error {
 		if n < RetryForever {

@@ -93,14 +93,40 @@ func run(m *testing.M) int {
 }
 
 // newClient returns a go-redis client of its own (its own connection pool),
-// as a separate process would have.
+// as a separate process would have. The commands it sends are counted in
+// sent.
 func newClient(tb testing.TB, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	c.AddHook(countHook{})
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		tb.Fatalf("redis %s: %v", addr, err)
 	}
 	tb.Cleanup(func() { c.Close() })
 	return c
+}
+
+// sent counts the commands this process's go-redis clients send (each
+// command of a pipeline, a script's EVALSHA as one). The server's own count,
+// total_commands_processed, also counts every command a script runs, so a
+// window needs both to say what the clients asked for.
+var sent atomic.Int64
+
+type countHook struct{}
+
+func (countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		sent.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		sent.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
 }
 
 var keySeq atomic.Int64
@@ -121,24 +147,50 @@ func token() string {
 // rawRelease is the classic compare-and-delete, run by SHA.
 var rawRelease = redis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
 
-// reads returns the server's total_reads_processed: the number of requests
-// it read, i.e. round trips (a pipeline is one).
-func reads(tb testing.TB, c *redis.Client) int64 {
-	info, err := c.Info(context.Background(), "stats").Result()
+// serverStats are counters from the server's INFO stats.
+type serverStats struct {
+	reads    int64 // total_reads_processed: requests read, i.e. round trips (a pipeline is one)
+	commands int64 // total_commands_processed: including those that scripts run
+}
+
+// stats reads c's server's INFO stats. The INFO itself is among the reads
+// it reports, and among the commands of the next call's report.
+func stats(tb testing.TB, c *redis.Client) serverStats {
+	info := infoFields(tb, c, "stats")
+	return serverStats{reads: info.int(tb, "total_reads_processed"), commands: info.int(tb, "total_commands_processed")}
+}
+
+// info is one INFO reply's fields by name.
+type info map[string]string
+
+func infoFields(tb testing.TB, c *redis.Client, section string) info {
+	s, err := c.Info(context.Background(), section).Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			return n
+	fields := info{}
+	for _, line := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
 		}
 	}
-	tb.Fatal("no total_reads_processed in INFO stats")
-	return 0
+	return fields
+}
+
+func (i info) int(tb testing.TB, name string) int64 {
+	n, err := strconv.ParseInt(i[name], 10, 64)
+	if err != nil {
+		tb.Fatalf("INFO %s: %v", name, err)
+	}
+	return n
+}
+
+func (i info) float(tb testing.TB, name string) float64 {
+	f, err := strconv.ParseFloat(i[name], 64)
+	if err != nil {
+		tb.Fatalf("INFO %s: %v", name, err)
+	}
+	return f
 }
 
 // pct returns the p-th percentile (0..100) of sorted durations.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,10 +29,13 @@ type waitFunc func(ctx context.Context) (releaseFunc, error)
 type contended struct {
 	name      string
 	newWaiter func(tb testing.TB, addr, key string) waitFunc
+	// notGoRedis: its clients are not go-redis's, so the commands they send
+	// are not counted (the server's count still is).
+	notGoRedis bool
 }
 
 var contendeds = []contended{
-	{"raw-poll-1ms", func(tb testing.TB, addr, key string) waitFunc {
+	{name: "raw-poll-1ms", newWaiter: func(tb testing.TB, addr, key string) waitFunc {
 		// The leanest polling loop: SET NX PX every millisecond.
 		c := newClient(tb, addr)
 		return func(ctx context.Context) (releaseFunc, error) {
@@ -54,7 +56,7 @@ var contendeds = []contended{
 			}
 		}
 	}},
-	{"dlock", func(tb testing.TB, addr, key string) waitFunc {
+	{name: "dlock", newWaiter: func(tb testing.TB, addr, key string) waitFunc {
 		// Default options: wake-on-release, polling every 50-100ms as a
 		// fallback.
 		l := newDlock(tb, newClient(tb, addr))
@@ -66,15 +68,15 @@ var contendeds = []contended{
 			return lock.Release, nil
 		}
 	}},
-	{"redsync", redsyncWaiter()},
-	{"redsync-1ms", redsyncWaiter(redsync.WithRetryDelay(time.Millisecond))},
-	{"bsm-exp", bsmWaiter(func() redislock.RetryStrategy {
+	{name: "redsync", newWaiter: redsyncWaiter()},
+	{name: "redsync-1ms", newWaiter: redsyncWaiter(redsync.WithRetryDelay(time.Millisecond))},
+	{name: "bsm-exp", newWaiter: bsmWaiter(func() redislock.RetryStrategy {
 		// The exponential backoff of bsm's docs, from their recommended
 		// 16ms minimum; capped at 1s so a waiter is never parked for long.
 		return redislock.ExponentialBackoff(16*time.Millisecond, time.Second)
 	})},
-	{"bsm-1ms", bsmWaiter(func() redislock.RetryStrategy { return redislock.LinearBackoff(time.Millisecond) })},
-	{"rueidislock", func(tb testing.TB, addr, key string) waitFunc {
+	{name: "bsm-1ms", newWaiter: bsmWaiter(func() redislock.RetryStrategy { return redislock.LinearBackoff(time.Millisecond) })},
+	{name: "rueidislock", newWaiter: func(tb testing.TB, addr, key string) waitFunc {
 		// Waits on client-side-caching invalidations of the key.
 		l := newRueidislock(tb, addr)
 		return func(ctx context.Context) (releaseFunc, error) {
@@ -84,7 +86,7 @@ var contendeds = []contended{
 			}
 			return func(context.Context) error { cancel(); return nil }, nil
 		}
-	}},
+	}, notGoRedis: true},
 }
 
 // redsyncWaiter waits with redsync's LockContext, which gives up after 32
@@ -225,6 +227,34 @@ func BenchmarkC1(b *testing.B) { benchContended(b, 0) }
 // hand-off to a parked waiter.
 func BenchmarkC2(b *testing.B) { benchContended(b, time.Millisecond) }
 
+// BenchmarkPing is the round trip that C2's hand-off is measured in: one
+// goroutine sends PING after PING on one client (raw). idle-1ms times each
+// PING after a 1ms sleep, as a C2 release follows a 1ms hold: on a machine
+// whose idle CPUs halt, a round trip after a pause pays their wake-up,
+// which a loop does not. run.sh runs both beside each pass of C1 and C2.
+func BenchmarkPing(b *testing.B) {
+	b.Run("raw", func(b *testing.B) {
+		c := newClient(b, redisAddr)
+		measure(b, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	})
+	b.Run("idle-1ms", func(b *testing.B) {
+		c := newClient(b, redisAddr)
+		ctx := context.Background()
+		lat := make([]time.Duration, b.N)
+		for i := range lat {
+			time.Sleep(time.Millisecond)
+			t0 := time.Now()
+			if err := c.Ping(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			lat[i] = time.Since(t0)
+		}
+		slices.Sort(lat)
+		b.ReportMetric(us(pct(lat, 50)), "p50-us")
+		b.ReportMetric(us(pct(lat, 99)), "p99-us")
+	})
+}
+
 func benchContended(b *testing.B, hold time.Duration) {
 	for _, impl := range contendeds {
 		b.Run(impl.name, func(b *testing.B) {
@@ -246,12 +276,26 @@ func contend(b *testing.B, impl contended, hold time.Duration) {
 	if w.acq > 0 {
 		b.ReportMetric(float64(w.handoffs)/float64(w.acq), "handoff-share")
 	}
+	// Fairness: each goroutine's share against the mean, the longest wait
+	// against the median.
+	mean := float64(w.acq) / contenders
 	b.ReportMetric(float64(slices.Min(w.counts)), "acq-min")
 	b.ReportMetric(float64(slices.Max(w.counts)), "acq-max")
+	b.ReportMetric(mean, "acq-mean")
+	if mean > 0 {
+		b.ReportMetric(float64(slices.Min(w.counts))/mean, "acq-min-x-mean")
+	}
 	b.ReportMetric(ms(pct(w.waits, 50)), "wait-p50-ms")
 	b.ReportMetric(ms(pct(w.waits, 100)), "wait-max-ms")
+	if p50 := pct(w.waits, 50); p50 > 0 {
+		b.ReportMetric(float64(pct(w.waits, 100))/float64(p50), "wait-max-x-p50")
+	}
 	if w.handoffs > 0 {
 		b.ReportMetric(float64(w.reads)/float64(w.handoffs), "rt/handoff")
+		b.ReportMetric(float64(w.commands)/float64(w.handoffs), "cmd/handoff")
+		if !impl.notGoRedis {
+			b.ReportMetric(float64(w.sent)/float64(w.handoffs), "sent/handoff")
+		}
 	}
 	if w.acq > 0 {
 		b.ReportMetric(float64(w.reads)/float64(w.acq), "rt/acq")
@@ -271,6 +315,8 @@ type windowStats struct {
 	counts                        []int
 	handoff, waits                []time.Duration
 	reads                         int64 // round trips
+	commands                      int64 // as the server counts them, with those its scripts run
+	sent                          int64 // commands the clients sent (go-redis clients only)
 	clientCPU, serverCPU          time.Duration
 }
 
@@ -327,19 +373,24 @@ func runWindow(b *testing.B, impl contended, hold, length time.Duration) windowS
 	time.Sleep(length / 4) // warm-up: connections, subscriptions
 	a.reset()
 	s0, c0 := serverCPU(b, admin), processCPU()
-	r0 := reads(b, admin) // after INFO cpu, which is not one of the reads counted
+	st0 := stats(b, admin) // after INFO cpu, which is not counted then
+	sent0 := sent.Load()
 	b.StartTimer()
 	t0 := time.Now()
 	time.Sleep(length)
 	elapsed := time.Since(t0)
 	b.StopTimer()
-	r1, s1, c1 := reads(b, admin), serverCPU(b, admin), processCPU()
+	sent1 := sent.Load()
+	st1, s1, c1 := stats(b, admin), serverCPU(b, admin), processCPU()
 	a.mu.Lock()
 	w := windowStats{
 		acq: a.acquisitions, handoffs: a.handoffs, overlaps: a.overlaps, errs: a.errs,
 		elapsed: elapsed, counts: slices.Clone(a.counts),
 		handoff: slices.Clone(a.handoff), waits: slices.Clone(a.waits),
-		reads:     r1 - r0 - 1, // the second INFO is one of the reads counted
+		// Less the admin's: the second INFO stats is one of the reads
+		// counted, the first one of the commands.
+		reads: st1.reads - st0.reads - 1, commands: st1.commands - st0.commands - 1,
+		sent:      sent1 - sent0,
 		clientCPU: c1 - c0, serverCPU: s1 - s0,
 	}
 	a.mu.Unlock()
@@ -415,21 +466,6 @@ func processCPU() time.Duration {
 
 // serverCPU returns the CPU time the Redis server has used (INFO cpu).
 func serverCPU(tb testing.TB, c *redis.Client) time.Duration {
-	info, err := c.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					tb.Fatal(err)
-				}
-				total += f
-			}
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	cpu := infoFields(tb, c, "cpu")
+	return time.Duration((cpu.float(tb, "used_cpu_sys") + cpu.float(tb, "used_cpu_user")) * float64(time.Second))
 }

@@ -10,16 +10,44 @@
 //
 // which starts its own redis-server processes (one, plus five for Redlock),
 // lets the Postgres benchmark start a throwaway cluster, runs `go test
-// -bench` and prints a markdown table of ratios to the raw baseline (see
-// RESULTS.md for the last run). The groups:
+// -bench` and prints markdown tables of ratios to the raw baselines, each
+// with the targets of issues 18 (item 6) and 19 (items 3 and 7) checked
+// beneath it (cmd/benchtable; see RESULTS.md for the last run). The groups:
 //
-//   - A: an uncontended acquire+release by one goroutine.
-//   - B: the same over five independent Redis masters (Redlock).
+//   - A: an uncontended acquire+release by one goroutine, against raw SET NX
+//     PX plus the compare-and-delete script. raw-lua runs dlock's own acquire
+//     and release scripts with dlock's arguments, straight through go-redis,
+//     which separates what the scripts cost from what the library's Go code
+//     costs; raw-fenced is the least a fenced lock can send (SET NX PX and
+//     an INCR in one pipeline).
+//   - B: the same over five independent Redis masters (Redlock), against a
+//     raw fan-out of SET NX PX to every node and the compare-and-delete on
+//     every node, each waiting for all five replies. dlock runs its acquire
+//     script on every node at once and returns when a majority granted.
 //   - C: 16 goroutines, each with its own client, on one key. C1: hold 0
-//     and re-acquire at once. C2: hold 1ms, then step aside until another
-//     goroutine holds the lock, so every acquisition is a hand-off.
+//     and re-acquire at once, with the fairness figures (each goroutine's
+//     acquisitions against the mean, the longest wait against the median).
+//     C2: hold 1ms, then step aside until another goroutine holds it, so
+//     every acquisition is a hand-off, with round trips (total_reads_processed)
+//     and commands per hand-off: those the go-redis clients sent, and the
+//     server's total_commands_processed, which also counts every command
+//     a script runs. Ping measures a PING round trip beside each pass, in
+//     a loop and after 1ms idle, the unit C2's hand-off latency is given in.
 //   - D: 64 goroutines on their own keys sharing one client.
 //   - E: a PostgreSQL advisory-lock cycle.
+//   - Residue: 100,000 distinct names locked and released once each, on the
+//     single server and on the five Redlock servers, with DBSIZE and
+//     used_memory before, right after, and once the fence TTL (shortened to
+//     seconds for the run) has passed: what one name costs while its fence
+//     counter lives, and that nothing stays after.
+//
+// What is measured, in short: dlock's attempt is one script that sets the
+// key (SET NX PX) and draws a fence of max(counter+1, the server's clock in
+// µs) into a counter with a TTL; its release is one script that deletes the
+// key if it holds the token, pops the head of the key's waiter queue and
+// publishes to it. The woken waiter retries with an ordinary SET NX; polling
+// covers the rest. Redlock runs the same scripts on each node in a single
+// fan-out.
 //
 // On a small shared machine one implementation measured after another can
 // land in a different phase (a round trip's cost swings by tens of percent
@@ -36,7 +64,7 @@
 // their waiters keep the CPUs (a waiter that polls keeps them awake).
 // BENCH_NO_IDLE=1 bash bench/run.sh (as root) holds /dev/cpu_dma_latency at
 // 0 for the run, so idle CPUs poll instead of halting; RESULTS-noidle.md is
-// such a run.
+// such a run, of an earlier design.
 //
 // The benchmarks need the servers named in the environment (BENCH_REDIS,
 // BENCH_REDLOCK, BENCH_POSTGRES); without them they start their own through

@@ -34,8 +34,9 @@ func redlockClients(b *testing.B) []*redis.Client {
 
 // redlocks are the Redlock cycles of BenchmarkB, the baseline first. raw:
 // SET NX PX on every node in parallel, held when a majority said OK, then
-// the compare-and-delete on every node in parallel — the protocol's floor
-// (no fence, no validity bookkeeping).
+// the compare-and-delete on every node in parallel, each round waiting for
+// all five replies — the classic fan-out, with no fence and no validity
+// bookkeeping. dlock's rounds return once a majority has answered.
 var redlocks = []struct {
 	name  string
 	setup func(b *testing.B, cs []*redis.Client) cycleFunc

@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Runs dlock's benchmarks against redsync, bsm/redislock and rueidislock and
 # prints markdown to stdout: machine facts, then tables of ratios to a raw
-# go-redis baseline measured in the same run (go test's own output goes to
-# stderr). Usage, from the repository root:
+# go-redis baseline measured in the same run, each with the targets of
+# issues 18 (item 6) and 19 (items 3 and 7) checked beneath it (go test's
+# own output goes to stderr). Usage, from the repository root:
 #
 #   bash bench/run.sh > bench/RESULTS.md
 #
 # It starts its own redis-server processes (one, plus five for Redlock) on
 # free loopback ports, and a throwaway PostgreSQL cluster (bench/cmd/pgserver,
-# through internal/testsrv), and stops them on exit. Takes about 14 minutes.
+# through internal/testsrv), and stops them on exit. Takes about 12 minutes.
 # Environment: BENCH_WINDOW (each contended window, default 2s), BENCH_ONLY
-# (a -bench regexp, default all groups), BENCH_COUNT (passes over the
-# uncontended groups and their interleaved forms, default 11),
-# BENCH_CPASSES (passes over the contended groups and D interleaved,
-# default 5),
-# BENCH_IC1PASSES (passes of C1 interleaved, default 5), BENCH_NO_IDLE
-# (1: keep the CPUs out of their idle states for the run, see below); the
-# tables show medians.
+# (a -bench regexp of implementations, default all), BENCH_COUNT (passes
+# over the uncontended groups and their interleaved forms, default 11),
+# BENCH_CPASSES (passes over the contended groups, each with a PING loop,
+# default 5), BENCH_IDPASSES (passes of D interleaved, default 3),
+# BENCH_IC1PASSES (passes of C1 interleaved, default 5),
+# BENCH_RESIDUE_NAMES (names locked by the residue group, default 100000),
+# BENCH_NO_IDLE (1: keep the CPUs out of their idle states for the run, see
+# below); the tables show medians.
 #
 # Idle CPUs. On a virtual machine an idle vCPU may halt, and waking it costs
 # the host tens of µs. A loop of round trips then pays that on most hops,
@@ -24,8 +26,8 @@
 # its holder up. On the 2-core VM of bench/RESULTS.md (cpuidle driver
 # haltpoll, guest_halt_poll_ns 0) the server's single-connection ceiling
 # rose 4.8x, and C1's throughput 1.4-1.8x for dlock and the peers, once no
-# vCPU halted. With BENCH_NO_IDLE=1 (root) the run holds
-# /dev/cpu_dma_latency at 0, the PM QoS request of tuned's
+# vCPU halted (an earlier design's run). With BENCH_NO_IDLE=1 (root) the
+# run holds /dev/cpu_dma_latency at 0, the PM QoS request of tuned's
 # latency-performance profile, so idle CPUs poll instead of halting; the
 # machine facts say which way a run was made (bench/RESULTS-noidle.md).
 set -euo pipefail
@@ -96,6 +98,7 @@ fi
 # lock cycle.
 ceiling=$(redis-benchmark -h 127.0.0.1 -p "${single#*:}" -c 1 -n 50000 -t set -q 2>/dev/null |
 	tr '\r' '\n' | awk '/requests per second/ {print $2; exit}')
+redis-cli -p "${single#*:}" flushall >/dev/null # its key:__rand_int__ would count in the residue figures
 
 # A PostgreSQL cluster for E, started by a helper that stops it when its
 # stdin (a fifo we hold open) closes.
@@ -124,14 +127,19 @@ export BENCH_WINDOW=${BENCH_WINDOW:-2s}
 count=${BENCH_COUNT:-11}
 cpasses=${BENCH_CPASSES:-5}
 ic1passes=${BENCH_IC1PASSES:-5}
+idpasses=${BENCH_IDPASSES:-3}
 idpairs=18 # BenchmarkID runs 6 pairs of windows per b.N
 only=${BENCH_ONLY:-.}
 export GOFLAGS=-mod=mod
 
 go test -c -o "$tmp/bench.test" . >&2
 out=$tmp/bench.txt
-bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -test.benchtime "$2"; }
+# bench GROUP BENCHTIME [IMPLEMENTATIONS]: one pass over a group.
+bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/${3:-$only}" -test.benchtime "$2"; }
 {
+	# Residue first, while nothing else has used the servers: no other
+	# group's keys expire during its measurement.
+	bench Residue 1x .
 	# Many short passes over each group alternate the implementations, so
 	# that a burst of load from elsewhere on the machine, or a change of
 	# how the scheduler places client and server (which can halve or
@@ -141,15 +149,18 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/$only" -t
 	for _ in $(seq "$count"); do bench IA 1000x; done
 	for _ in $(seq "$count"); do bench B 400x; done
 	for _ in $(seq "$count"); do bench IB 300x; done
-	for _ in $(seq "$cpasses"); do bench 'C[12]' 1x; done
+	# Each pass of the contended groups is followed by PINGs on one client,
+	# back to back and each after 1ms idle: the round trip that C2's
+	# hand-off is measured in.
+	for _ in $(seq "$cpasses"); do
+		bench 'C[12]' 1x
+		bench Ping 2000x .
+	done
 	for _ in $(seq "$ic1passes"); do bench IC1 1x; done
+	# D and E are no target this round: ID runs 3 passes by default
+	# (BENCH_IDPASSES; it ran 5), each of 18 pairs of 100ms windows.
 	for _ in $(seq "$count"); do bench D 5000x; done
-	# ID: $idpairs pairs of 100ms windows per pass (6 until run 7). Single
-	# passes of raw against itself spread over 0.94-1.11x at 18 pairs and
-	# 0.98-1.02x at 72 (bench/RESULTS.md, D): the windows' own noise. 72
-	# would make the run 8 minutes longer; the median of the passes
-	# narrows it instead.
-	for _ in $(seq "$cpasses"); do bench ID "$((idpairs / 6))x"; done
+	for _ in $(seq "$idpasses"); do bench ID "$((idpairs / 6))x"; done
 	if [ "${only_e:-}" != skip ]; then
 		for _ in $(seq "$count"); do bench E 1000x; done
 		for _ in $(seq "$count"); do bench IE 700x; done
@@ -165,10 +176,27 @@ runs, ratios much less. Medians of $count alternating passes for A, B, D and E,
 where each ratio is the median of the passes' own ratios (the middle half of
 them in brackets); medians of $cpasses passes of one ${BENCH_WINDOW} window per
 implementation for C1 and C2, each ratio again the median of the passes' own,
+each pass followed by PINGs on one client, back to back and after 1ms idle
+(the round trip C2's hand-off is counted in),
 of $ic1passes passes of C1 interleaved (dlock against each peer in 400ms windows),
-and of $cpasses passes of D interleaved (each implementation against raw in $idpairs pairs of 100ms windows).
+and of $idpasses passes of D interleaved (each implementation against raw in $idpairs pairs of 100ms windows).
+The residue group ran once, first, on servers nothing else had used yet.
+Under each table, one line per target says whether this run met it.
+
+What dlock does here. One node: an attempt is one script (EVALSHA): SET NX PX
+of the key and a fence of max(counter + 1, the server's clock in µs), stored
+in a counter with a TTL (WithFenceTTL, 1h by default); a release is one
+script that deletes the key if it holds the token, pops the head of the
+key's waiter queue and PUBLISHes to it. A waiting Acquire queues in the
+attempt's own round trip; the woken waiter retries at once, with a plain SET
+NX like anyone's (the key is free between holders); a Locker whose release
+woke a waiter lets it go first for 10ms; polls every 50-100ms cover the
+rest. Redlock: the same scripts on each of the five nodes in one fan-out,
+held once a majority granted (no second round); the release raises every
+node's counter to the lock's fence.
 
 - date: $(date -u +%Y-%m-%dT%H:%MZ)
+- code: $(git -C .. rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C .. diff --quiet HEAD 2>/dev/null || echo ' with uncommitted changes')
 - CPU: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)
 - idle: $idle
 - $(go version | cut -d' ' -f3-4), $(redis-server --version | awk '{print $1, $2, $3}')

@@ -49,40 +49,47 @@ var singles = []single{
 		}
 	}},
 	{"raw-lua", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
-		// dlock's acquire script (SET NX PX and the fence INCR, atomically)
-		// called straight through go-redis: a fence drawn by a script.
+		// dlock's own acquire and release scripts, with the arguments dlock
+		// sends, called straight through go-redis: dlock's cycle without the
+		// library's Go code around it.
 		return func(key string) cycleFunc {
 			ks := []string{key, keys.Fence(key)}
+			counterTTL := dlockredis.DefaultFenceTTL.Milliseconds()
+			rel := []string{key, keys.Queue(key)}
 			return func(ctx context.Context) error {
 				tok := token()
-				fence, err := scripts.Acquire.Run(ctx, c, ks, tok, ttl.Milliseconds()).Int64()
+				v, err := scripts.Acquire.Run(ctx, c, ks, tok, ttl.Milliseconds(), counterTTL, 0).Result()
 				if err != nil {
 					return err
 				}
-				if fence <= 0 {
+				if _, granted := v.(string); !granted { // a grant's reply is the fence alone
 					return errBusy
 				}
-				return rawRelease.Run(ctx, c, ks[:1], tok).Err()
+				return scripts.Release.Run(ctx, c, rel, tok, 1, 0).Err()
 			}
 		}
 	}},
-	{"raw-multi", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
-		// A fence without Lua: MULTI, SET NX PX, INCR, EXEC in one round
-		// trip. The counter then grows on failed attempts too, which keeps
-		// fences increasing but gives up the script's other checks.
-		return pipelinedCycles(c, c.TxPipeline, true)
-	}},
-	{"raw-pipe", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
-		// raw with its SET NX PX sent as a pipeline of one command: what
-		// go-redis's pipeline path costs by itself, beside raw-fenced.
-		return pipelinedCycles(c, c.Pipeline, false)
-	}},
 	{"raw-fenced", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
-		// The least a fenced lock can send: SET NX PX and the counter's
-		// INCR as plain commands in one pipeline (no script), then the
-		// classic compare-and-delete. dlock's uncontended cycle is this
-		// plus the release's check for waiters.
-		return pipelinedCycles(c, c.Pipeline, true)
+		// The least a fenced lock can send: SET NX PX and an INCR of a
+		// counter as plain commands in one pipeline (no script), then the
+		// classic compare-and-delete. dlock's script also reads the clock,
+		// gives the counter a TTL and checks the key before it writes.
+		return func(key string) cycleFunc {
+			fk := keys.Fence(key)
+			return func(ctx context.Context) error {
+				tok := token()
+				p := c.Pipeline()
+				set := p.SetNX(ctx, key, tok, ttl)
+				p.Incr(ctx, fk)
+				if _, err := p.Exec(ctx); err != nil {
+					return err
+				}
+				if !set.Val() {
+					return errBusy
+				}
+				return rawRelease.Run(ctx, c, []string{key}, tok).Err()
+			}
+		}
 	}},
 	{"dlock", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
 		l := newDlock(tb, c)
@@ -128,30 +135,6 @@ var singles = []single{
 			}
 		}
 	}},
-}
-
-// pipelinedCycles returns cycles that send SET NX PX, and with fence the
-// fence counter's INCR, in one pipeline from newPipe, then the classic
-// compare-and-delete.
-func pipelinedCycles(c *redis.Client, newPipe func() redis.Pipeliner, fence bool) func(string) cycleFunc {
-	return func(key string) cycleFunc {
-		fk := keys.Fence(key)
-		return func(ctx context.Context) error {
-			tok := token()
-			p := newPipe()
-			set := p.SetNX(ctx, key, tok, ttl)
-			if fence {
-				p.Incr(ctx, fk)
-			}
-			if _, err := p.Exec(ctx); err != nil {
-				return err
-			}
-			if !set.Val() {
-				return errBusy
-			}
-			return rawRelease.Run(ctx, c, []string{key}, tok).Err()
-		}
-	}
 }
 
 // tryCycle returns cycles that take key with l's TryAcquire and release it

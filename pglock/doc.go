@@ -42,6 +42,13 @@
 //     only when it next talks on that connection. Do does that
 //     periodically (see "TTL" below) and cancels its function's context
 //     with dlock.ErrLockLost.
+//   - A statement on the lock's connection that is interrupted by its
+//     context's deadline ends the session too: pgx closes the connection,
+//     and the server frees the lock as soon as it sees the close. So an
+//     Extend that times out reports dlock.ErrLockLost ("the session
+//     ended"), and a Release that times out dlock.ErrNotHeld: there is
+//     nothing left to retry. Give them deadlines long enough for a slow
+//     server.
 //   - A silent network partition keeps the lock held on the server until
 //     the server notices the dead connection (tcp_keepalives_idle +
 //     tcp_keepalives_interval × tcp_keepalives_count, or tcp_user_timeout;
@@ -105,8 +112,8 @@
 // than every earlier holder of it, because each draws its number while it
 // holds the lock, after the previous holder drew its own. The numbers of
 // one key have gaps (the other keys' grants, failed statements). pglock
-// never creates schema objects on its own: run Migrate once, or this SQL
-// (MigrateSQL):
+// never creates schema objects on its own: run Migrate once (several
+// processes may run it at the same time), or this SQL (MigrateSQL):
 //
 //	CREATE SEQUENCE IF NOT EXISTS dlock_fence
 //		AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE
@@ -166,6 +173,18 @@
 // and closes the connection), lock_timeout, and deadlock detection
 // (ErrDeadlock).
 //
+// Use transaction locks in READ COMMITTED transactions (PostgreSQL's
+// default), where every statement reads what was committed before it
+// began, so the statements after LockTx see the previous holder's writes.
+// A REPEATABLE READ or SERIALIZABLE transaction reads from one snapshot,
+// taken by its first statement, and an advisory lock cannot come before
+// that statement: the snapshot predates the grant, and what the previous
+// holder committed while this one waited is invisible to it. An UPDATE of
+// a row the previous holder changed then fails with a serialization error
+// (40001); a decision made on rows only read is silently stale. To work in
+// such a snapshot under a lock, take a session lock (Locker) and begin the
+// transaction once it is granted.
+//
 // # Waiting
 //
 // Acquire and Do retry TryAcquire (dlock.Acquire's jittered polling). A
@@ -208,9 +227,11 @@
 //
 // # Errors
 //
-// Errors match dlock's sentinels (dlock.ErrNotAcquired, ErrNotHeld,
-// ErrLockLost, ErrUnavailable, ErrInvalid) and, where PostgreSQL said more,
-// one of ErrNotMigrated, ErrReadOnly, ErrDeadlock, ErrOutOfLocks,
+// Every error matches exactly one of dlock's sentinels (dlock.ErrNotAcquired,
+// ErrNotHeld, ErrLockLost, ErrUnavailable, ErrInvalid; an acquisition that
+// ended with its context also matches ctx.Err()) and, where PostgreSQL said
+// more, one of ErrNotMigrated, ErrReadOnly, ErrDeadlock, ErrOutOfLocks,
 // ErrPoolExhausted or ErrSessionChanged. Server errors are wrapped in a
-// *dlock.NodeError carrying the *pgconn.PgError.
+// *dlock.NodeError carrying the *pgconn.PgError. Messages are one line
+// (pgx's multi-line connection errors are joined with "; ").
 package pglock

@@ -70,17 +70,54 @@ func sqlState(err error) string {
 }
 
 // serverErr wraps err, naming the server, in a dlock.NodeError.
-func (l *Locker) serverErr(err error) error { return &dlock.NodeError{Node: l.node, Err: err} }
+func (l *Locker) serverErr(err error) error { return nodeErr(l.node, err) }
+
+func nodeErr(node string, err error) *dlock.NodeError {
+	return &dlock.NodeError{Node: node, Err: oneLine(err)}
+}
+
+// oneLine returns err with its message on one line, keeping its chain for
+// errors.Is and errors.As. pgx puts the error of each address and TLS mode
+// it tried on a line of its own ("failed to connect to ...:\n\t..."), and
+// an error message goes into logs and a CLI's one-line stderr.
+func oneLine(err error) error {
+	if !strings.ContainsAny(err.Error(), "\r\n") {
+		return err
+	}
+	return lineErr{err}
+}
+
+type lineErr struct{ err error }
+
+func (e lineErr) Unwrap() error { return e.err }
+
+func (e lineErr) Error() string {
+	var b strings.Builder
+	for _, line := range strings.FieldsFunc(e.err.Error(), func(r rune) bool { return r == '\n' || r == '\r' }) {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "":
+			continue
+		case b.Len() == 0:
+		case strings.HasSuffix(b.String(), ":"):
+			b.WriteByte(' ')
+		default:
+			b.WriteString("; ")
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
 
 // acquireErr classifies an error of an acquisition attempt (session or
 // transaction level). The attempt did not produce a lock.
 func acquireErr(ctx context.Context, key string, node string, err error) error {
-	nerr := &dlock.NodeError{Node: node, Err: err}
+	nerr := nodeErr(node, err)
 	switch sqlState(err) {
 	case codeUndefinedTable:
-		if strings.Contains(err.Error(), `"`+FenceSequence+`"`) {
-			return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrNotMigrated, nerr)
-		}
+		// The acquiring statements name no relation but the fence
+		// sequence, so no need to read the (translatable) message.
+		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrNotMigrated, nerr)
 	case codeReadOnly:
 		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrReadOnly, nerr)
 	case codeDeadlock:
@@ -91,7 +128,7 @@ func acquireErr(ctx context.Context, key string, node string, err error) error {
 		return fmt.Errorf("dlock: acquire %q: %w (lock_timeout ran out): %w", key, dlock.ErrNotAcquired, nerr)
 	}
 	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("dlock: acquire %q: %w", key, errors.Join(dlock.ErrNotAcquired, cerr, nerr))
+		return fmt.Errorf("dlock: acquire %q: %w (%w): %w", key, dlock.ErrNotAcquired, cerr, nerr)
 	}
 	if sqlState(err) == codeQueryCanceled {
 		return fmt.Errorf("dlock: acquire %q: %w (statement cancelled, e.g. by statement_timeout): %w", key, dlock.ErrNotAcquired, nerr)

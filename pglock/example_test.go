@@ -83,12 +83,16 @@ func ExampleLocker_Do() {
 
 // A transaction-level lock serializes work inside one transaction; commit
 // or rollback releases it, so a crashed worker can never leave it held.
+//
+// The transaction must be READ COMMITTED (the default): a REPEATABLE READ or
+// SERIALIZABLE one reads from a snapshot its first statement took, before
+// the lock was granted, and misses what the previous holder committed.
 func ExampleLockTx() {
 	ctx := context.Background()
 	pool := examplePool()
 	defer pool.Close()
 
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		fence, err := pglock.LockTx(ctx, tx, pglock.HashKey("example:invoice-numbers"))
 		if err != nil {
 			return err

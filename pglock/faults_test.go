@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,5 +173,65 @@ func TestCancelledExtendKeepsLock(t *testing.T) {
 	holderPID(t, pglock.HashKey(key)) // fails unless the session still holds it
 	if err := lock.Release(testCtx(t)); err != nil {
 		t.Fatalf("Release after a cancelled check: %v", err)
+	}
+}
+
+// A health check or a release that times out mid-statement makes pgx close
+// the connection, which ends the session and frees the lock at once: the
+// lock is lost, not "maybe still held". Extend says so (ErrLockLost, the
+// session ended) and keeps saying so, Release says the lock is not held,
+// and another session gets the lock with a higher fence.
+func TestTimedOutStatementLosesLock(t *testing.T) {
+	for _, op := range []string{"extend", "release"} {
+		t.Run(op, func(t *testing.T) {
+			a, proxy := proxiedLocker(t)
+			b := newLocker(t, 2)
+			key := uniqueKey(t)
+			lock, grant := recordGrant(t, a, key, 10*time.Second)
+			proxy.Latency(t, 500*time.Millisecond, 0)
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			var err error
+			want := dlock.ErrLockLost
+			if op == "extend" {
+				err = lock.Extend(ctx, 10*time.Second)
+			} else {
+				err = lock.Release(ctx)
+				want = dlock.ErrNotHeld
+			}
+			wantOnly(t, err, want)
+			wantSessionEnded(t, grant.err, want)
+			proxy.Heal()
+
+			actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer acancel()
+			lb, err := dlock.Acquire(actx, b, key, time.Second, dlock.WithRetryDelay(20*time.Millisecond))
+			if err != nil {
+				t.Fatalf("another session after A's %s timed out: %v", op, err)
+			}
+			if lb.Fence() <= lock.Fence() {
+				t.Errorf("fence %d after A's %d", lb.Fence(), lock.Fence())
+			}
+			defer lb.Release(context.Background())
+			if op == "extend" {
+				// Still lost while B holds the lock, and releasing it
+				// touches nothing.
+				wantOnly(t, lock.Extend(testCtx(t), 10*time.Second), dlock.ErrLockLost)
+				wantOnly(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
+			}
+			if got := holderPID(t, pglock.HashKey(key)); got == 0 {
+				t.Fatal("B's lock is gone")
+			}
+		})
+	}
+}
+
+// wantSessionEnded checks that err matches want alone and says the
+// session ended.
+func wantSessionEnded(t *testing.T, err, want error) {
+	t.Helper()
+	wantSentinel(t, err, want)
+	if !strings.Contains(err.Error(), "session ended") {
+		t.Fatalf("error %q does not say the session ended", err)
 	}
 }

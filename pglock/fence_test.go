@@ -148,3 +148,75 @@ func TestFenceSurvivesCrash(t *testing.T) {
 		t.Fatalf("after a crash the fence went back: %d, was %d before", again.Fence(), lock.Fence())
 	}
 }
+
+// Migrate (and Queue.Migrate) is safe to run from several processes at
+// once, as cron jobs on several machines do on their first night: on a
+// fresh schema every one of them succeeds (none trips over the others'
+// CREATE), whether it runs on a connection or inside a transaction, and
+// then locks.
+func TestMigrateConcurrently(t *testing.T) {
+	const rounds, workers = 5, 6
+	ctx := testCtx(t)
+	queue, err := pglock.NewQueue("jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range rounds {
+		schema := fmt.Sprintf("migrate_race_%d", round)
+		if err := shared.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { shared.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+		cfg := shared.PoolConfig(workers)
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Every worker has its connection before any starts, so that they
+		// start together.
+		conns := make([]*pgxpool.Conn, workers)
+		for i := range conns {
+			if conns[i], err = pool.Acquire(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := make(chan struct{})
+		errs := make(chan error, workers)
+		for i, c := range conns {
+			go func() {
+				<-start
+				migrate := func(db pglock.Execer) error {
+					if err := pglock.Migrate(ctx, db); err != nil {
+						return err
+					}
+					return queue.Migrate(ctx, db)
+				}
+				if i%2 == 0 {
+					errs <- migrate(c.Conn())
+					return
+				}
+				errs <- pgx.BeginFunc(ctx, c.Conn(), func(tx pgx.Tx) error { return migrate(tx) })
+			}()
+		}
+		close(start)
+		for range workers {
+			if err := <-errs; err != nil {
+				t.Errorf("round %d: concurrent Migrate: %v", round, err)
+			}
+		}
+		for _, c := range conns {
+			c.Release()
+		}
+		l, err := pglock.New(pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lock := mustAcquire(t, l, uniqueKey(t), time.Second)
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		pool.Close()
+	}
+}

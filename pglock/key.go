@@ -37,6 +37,10 @@ const WaitKey int64 = -3089797466993508641
 //
 //	('x' || left(encode(sha256(convert_to(name, 'UTF8')), 'hex'), 16))::bit(64)::bigint
 //
+// A name is only hashed, never sent to the server, so any bytes work,
+// including NUL and invalid UTF-8, which a PostgreSQL text value cannot
+// hold; SQL hashes such a name as bytea: sha256($1::bytea).
+//
 // Two different names share a lock when their hashes collide. With n names
 // in use the probability that any two collide is about n²/2^65: 3·10⁻⁸ for a
 // million names. A collision only makes two names exclude each other; it

@@ -1,9 +1,12 @@
 package pglock_test
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -69,5 +72,78 @@ func TestKeyForms(t *testing.T) {
 	}
 	if a, b, _ := pglock.KeyPair(-1, 7).Pair(); a != -1 || b != 7 {
 		t.Errorf("KeyPair(-1, 7).Pair() = %d, %d", a, b)
+	}
+}
+
+// Lock names are hashed, never sent as text, so bytes PostgreSQL's text
+// cannot hold (NUL, invalid UTF-8) and control bytes work like any other
+// name: each is its own lock, exclusive, woken on release, with one-line
+// errors; and SQL computes the same key from the name's bytes.
+func TestKeysWithControlBytes(t *testing.T) {
+	names := []string{"\x00", "a\x00b", "a\x00c", "a", "\x01", "\x01\x01", "line\nbreak", "\xff\xfe", "i42", "p1,2"}
+	a, b := newLocker(t, int32(len(names))), newLocker(t, 2)
+	pool := shared.Pool(t, 1)
+	held := make([]*dlock.Lock, len(names))
+	seen := map[int64]string{}
+	for i, name := range names {
+		k := pglock.HashKey(name)
+		n, _ := k.Int64()
+		if prev, dup := seen[n]; dup {
+			t.Fatalf("HashKey(%q) = HashKey(%q)", name, prev)
+		}
+		seen[n] = name
+		var sql int64
+		err := pool.QueryRow(testCtx(t),
+			`SELECT ('x' || left(encode(sha256($1::bytea), 'hex'), 16))::bit(64)::bigint`, []byte(name)).Scan(&sql)
+		if err != nil || sql != n {
+			t.Fatalf("HashKey(%q) = %d; SQL over its bytes: %d, %v", name, n, sql, err)
+		}
+		held[i] = mustAcquire(t, a, name, 10*time.Second)
+	}
+	// Every name is held at once (no two share a lock), and only once.
+	for _, name := range names {
+		_, err := b.TryAcquire(testCtx(t), name, time.Second)
+		wantSentinel(t, err, dlock.ErrNotAcquired)
+	}
+	// A waiter on a NUL name is woken by its release, long before its
+	// poll; the releases of its neighbours come first and must not let it
+	// in.
+	got := make(chan error, 1)
+	go func() {
+		lock, err := b.Acquire(testCtx(t), "a\x00b", time.Second, dlock.WithRetryDelay(10*time.Second))
+		if err == nil {
+			err = lock.Release(context.Background())
+		}
+		got <- err
+	}()
+	waitFor(t, "the waiter's listener", func() bool {
+		locks, err := shared.AdvisoryLocks(testCtx(t))
+		if err != nil {
+			return false
+		}
+		for _, l := range locks {
+			if l.Int64() == pglock.WaitKey && l.Granted {
+				return true
+			}
+		}
+		return false
+	})
+	for _, i := range []int{2, 3, 0, 1} { // a\x00c, a, \x00, then a\x00b
+		if err := held[i].Release(testCtx(t)); err != nil {
+			t.Fatalf("Release(%q): %v", names[i], err)
+		}
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter on %q: %v", "a\x00b", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter on a NUL name was not woken by its release")
+	}
+	for _, l := range held[4:] {
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -18,7 +19,9 @@ const FenceSequence = "dlock_fence"
 // sequence's settings); run it yourself where schema changes go through a
 // migration tool. CACHE 1 matters: with a per-session cache two sessions
 // would hand out numbers from different ranges, and a later holder could
-// get a smaller fence.
+// get a smaller fence. Run from several sessions at once it can fail with
+// a unique violation (SQLSTATE 23505); Migrate serializes itself and does
+// not.
 const MigrateSQL = `CREATE SEQUENCE IF NOT EXISTS ` + FenceSequence + `
 	AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE`
 
@@ -36,7 +39,8 @@ type Execer interface {
 // per-session cache and without wrapping around, as fences need; otherwise
 // it returns an error matching dlock.ErrInvalid. pglock never creates the
 // sequence on its own: a Locker whose database lacks it fails with
-// ErrNotMigrated. Migrate is idempotent; lock traffic may run while it does.
+// ErrNotMigrated. Migrate is idempotent, and safe to run from several
+// processes at once (see serialized); lock traffic may run while it does.
 func Migrate(ctx context.Context, db Execer) error {
 	if ctx == nil {
 		return dlock.Invalidf("nil context")
@@ -44,11 +48,31 @@ func Migrate(ctx context.Context, db Execer) error {
 	if isNil(db) {
 		return dlock.Invalidf("nil database handle")
 	}
-	if _, err := db.Exec(ctx, MigrateSQL); err != nil {
-		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+	if _, err := db.Exec(ctx, serialized(MigrateSQL)); err != nil {
+		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
 	}
 	return checkSequence(ctx, db)
 }
+
+// serialized makes a CREATE ... IF NOT EXISTS safe to run from several
+// sessions at once. On its own it is not: two sessions that both find the
+// object missing both insert it into the catalog, and the second fails
+// with a unique violation (23505 on pg_class_relname_nsp_index) once the
+// first commits. Here each first takes a transaction-level advisory lock
+// on migrateKey, in the same implicit transaction (one simple-protocol
+// query, as pgx sends an Exec without arguments), so the next one runs
+// after the first has committed and finds the object. Inside a caller's
+// transaction the lock lasts until that transaction ends.
+func serialized(create string) string {
+	return "SELECT pg_advisory_xact_lock(" + migrateKeySQL + "); " + create
+}
+
+// migrateKey is the bigint advisory key that Migrate and Queue.Migrate hold
+// while they create schema objects: bytes 8 to 15 of the SHA-256 of
+// "pglock migrate", as WaitKey is made.
+const migrateKey int64 = -2338369163326999730
+
+var migrateKeySQL = strconv.FormatInt(migrateKey, 10)
 
 // checkSequence verifies the fence sequence's settings, when db can also run
 // a query (every pgx handle can).
@@ -59,19 +83,19 @@ func checkSequence(ctx context.Context, db Execer) error {
 	}
 	rows, err := qr.Query(ctx, checkSequenceSQL)
 	if err != nil {
-		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
 	}
 	defer rows.Close()
 	var inc, minv, cache int64
 	var cycle bool
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+			return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
 		}
 		return fmt.Errorf("pglock: migrate: %w: %s is not a sequence", dlock.ErrInvalid, FenceSequence)
 	}
 	if err := rows.Scan(&inc, &minv, &cache, &cycle); err != nil {
-		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, err)
+		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
 	}
 	if inc != 1 || minv < 1 || cache != 1 || cycle {
 		return fmt.Errorf("pglock: migrate: %w: sequence %s has INCREMENT %d, MINVALUE %d, CACHE %d, CYCLE %v; fences need INCREMENT 1, MINVALUE >= 1, CACHE 1 and NO CYCLE (ALTER SEQUENCE %s INCREMENT 1 CACHE 1 NO CYCLE)",

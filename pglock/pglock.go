@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -88,16 +89,40 @@ func WithReleaseNotify(on bool) Option {
 //
 // With a lease, a lock held without Do must be extended (Lock.Extend)
 // within every ttl + margin. margin must not be negative; keep it above a
-// round trip and a scheduling delay. Needs PostgreSQL 14 or later. The
-// default is no lease: a lock lasts as long as its session.
+// round trip and a scheduling delay. ttl + margin must not exceed the
+// largest idle_session_timeout PostgreSQL accepts, 2147483647ms (about 24.8
+// days); TryAcquire and Extend reject a longer ttl with dlock.ErrInvalid.
+// Needs PostgreSQL 14 or later. The default is no lease: a lock lasts as
+// long as its session.
 func WithSessionLease(margin time.Duration) Option {
 	return func(l *Locker) error {
 		if margin < 0 {
 			return dlock.Invalidf("session lease margin %v: must not be negative", margin)
 		}
+		if margin > maxSessionLease-time.Millisecond {
+			return dlock.Invalidf("session lease margin %v: leaves no room for a ttl below idle_session_timeout's maximum of %dms (about 24.8 days)",
+				margin, maxSessionLease.Milliseconds())
+		}
 		l.lease = margin
 		return nil
 	}
+}
+
+// maxSessionLease is the largest idle_session_timeout PostgreSQL accepts:
+// INT_MAX milliseconds. A larger value makes every set_config fail.
+const maxSessionLease = math.MaxInt32 * time.Millisecond
+
+// checkLease rejects a ttl that, with the lease margin, is above what
+// idle_session_timeout accepts.
+func (l *Locker) checkLease(ttl time.Duration) error {
+	if l.lease < 0 {
+		return nil
+	}
+	if ms := dlock.Milliseconds(ttl + l.lease); ms > maxSessionLease.Milliseconds() {
+		return dlock.Invalidf("ttl %v + session lease margin %v = %dms: above idle_session_timeout's maximum of %dms (about 24.8 days)",
+			ttl, l.lease, ms, maxSessionLease.Milliseconds())
+	}
+	return nil
 }
 
 // leaseMS returns the idle_session_timeout for ttl, in whole milliseconds,
@@ -161,7 +186,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	k, err := l.keyFunc(key)
 	if err != nil {
-		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrInvalid, err)
+		return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", key, dlock.ErrInvalid, oneLine(err))
 	}
 	if !k.valid() {
 		return nil, dlock.Invalidf("key function returned the zero Key for %q", key)
@@ -203,13 +228,26 @@ func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) e
 	if err := dlock.CheckKey(key); err != nil {
 		return err
 	}
-	return dlock.CheckTTL(ttl)
+	if err := dlock.CheckTTL(ttl); err != nil {
+		return err
+	}
+	return l.checkLease(ttl)
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Duration) (*dlock.Lock, error) {
-	conn, err := l.pin(ctx, name)
+	g, fence, validUntil, err := l.grantLock(ctx, name, k, ttl)
 	if err != nil {
 		return nil, err
+	}
+	return dlock.NewLock(name, dlock.NewToken(), fence, validUntil, g), nil
+}
+
+// grantLock makes one attempt to take the session lock on k and returns
+// the grant, its fence and its validity.
+func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Duration) (*grant, uint64, time.Time, error) {
+	conn, err := l.pin(ctx, name)
+	if err != nil {
+		return nil, 0, time.Time{}, err
 	}
 	// The grant is made first: it holds the statement's arguments and
 	// results, for this statement and the release (fewer allocations).
@@ -227,21 +265,21 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
-		return nil, acquireErr(ctx, name, l.node, err)
+		return nil, 0, time.Time{}, acquireErr(ctx, name, l.node, err)
 	}
 	if !r.fence.Valid {
 		conn.Release()
 		l.busy(k)
-		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
+		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
 	}
 	validUntil := start.Add(ttl)
 	if elapsed := time.Since(start); elapsed >= ttl {
 		discard(conn)
-		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
+		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
 	}
 	l.held.Add(1)
 	g.conn, g.pid = conn, r.pid
-	return dlock.NewLock(name, dlock.NewToken(), uint64(r.fence.Int64), validUntil, g), nil
+	return g, uint64(r.fence.Int64), validUntil, nil
 }
 
 // acquireRow is what the acquiring statement returns (the lease's previous
@@ -291,6 +329,10 @@ type grant struct {
 
 	mu   sync.Mutex // a pgx connection serves one statement at a time
 	conn *pgxpool.Conn
+	// Once conn is given up: why (without a sentinel), and whether it was
+	// because the session ended, which Extend reports as a lost lock.
+	ended       error
+	sessionGone bool
 
 	// Arguments and results of the acquiring and the releasing statement.
 	// The key arguments point into key, so passing them allocates nothing.
@@ -312,21 +354,26 @@ func (g *grant) keyArgs() []any {
 
 // Extend checks that the lock's session is alive, is the one that took the
 // lock, and still holds it; the new validity runs ttl from when the check
-// was sent.
+// was sent. It returns an error matching dlock.ErrLockLost when the session
+// is gone (its connection closed, the backend terminated or replaced), and
+// dlock.ErrNotHeld when the live session no longer holds the lock.
 //
 // A cancellation of ctx does not interrupt a check in flight: pgx would
 // close the connection, and with it end the lock (dlock.Do cancels its
 // last check when its function returns, just before releasing). ctx's
-// deadline does interrupt it, and without one the check gives up after
-// releaseBound.
+// deadline does interrupt it, and then the lock is lost; without a
+// deadline the check gives up after releaseBound.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := dlock.CheckTTL(ttl); err != nil {
+		return time.Time{}, err
+	}
+	if err := g.l.checkLease(ttl); err != nil {
 		return time.Time{}, err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.conn == nil {
-		return time.Time{}, fmt.Errorf("%w (the lock's session already ended)", dlock.ErrNotHeld)
+		return time.Time{}, g.endedErr(true)
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -350,25 +397,29 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	}
 	err := g.conn.QueryRow(ctx, sql, args...).Scan(dest...)
 	if err != nil {
-		return time.Time{}, g.connErr(err)
+		return time.Time{}, g.connErr(err, true)
 	}
 	switch {
 	case pid != g.pid:
-		g.drop(false)
-		return time.Time{}, fmt.Errorf("%w: %w (pid %d, was %d)", dlock.ErrLockLost, ErrSessionChanged, pid, g.pid)
+		g.end(true, fmt.Errorf("the session ended: %w (backend pid %d, was %d)", ErrSessionChanged, pid, g.pid))
+		return time.Time{}, g.endedErr(true)
 	case !held:
-		g.drop(false)
-		return time.Time{}, fmt.Errorf("%w (the session no longer holds the advisory lock)", dlock.ErrNotHeld)
+		g.end(false, errors.New("the session no longer holds the advisory lock"))
+		return time.Time{}, g.endedErr(true)
 	}
 	return start.Add(ttl), nil
 }
 
 // Release unlocks on the pinned connection and gives it back to the pool.
+// It returns an error matching dlock.ErrNotHeld when the session no longer
+// held the lock, or ended (then the server frees the lock with it), and
+// dlock.ErrUnavailable when the live session could not unlock, and still
+// holds the lock.
 func (g *grant) Release(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.conn == nil {
-		return fmt.Errorf("%w (the lock's session already ended)", dlock.ErrNotHeld)
+		return g.endedErr(false)
 	}
 	// With notifications on, the statement sends a NOTIFY (a hint; waiters
 	// still have to win the lock) when someone waits. It is delivered when
@@ -381,45 +432,55 @@ func (g *grant) Release(ctx context.Context) error {
 		dest = append(dest, &restored)
 	}
 	if err := g.l.exec.queryRow(ctx, g.conn.Conn(), g.l.stmts.release[g.key.form()], &g.bufs, args, dest); err != nil {
-		return g.connErr(err)
+		return g.connErr(err, false)
 	}
 	if unlocked := g.outcome != 0; !unlocked {
 		// Should not happen while the session lives; do not hand a
 		// session in an unknown state to the next pool user.
-		g.drop(false)
-		return fmt.Errorf("%w (the session did not hold the advisory lock)", dlock.ErrNotHeld)
+		g.end(false, errors.New("the session did not hold the advisory lock"))
+		return g.endedErr(false)
 	}
-	g.drop(true)
+	g.conn.Release()
+	g.conn, g.ended = nil, errors.New("released")
+	g.l.held.Add(-1)
 	return nil
 }
 
-// connErr classifies an error of a statement on the pinned connection.
-// When pgx closed the connection, the session is over for this client: the
-// lock ends with it (at once if the server saw the close; after its TCP
-// keepalive detection in a partition). The connection is then dropped.
-func (g *grant) connErr(err error) error {
+// connErr classifies an error of a statement on the pinned connection
+// (extend says which operation). pgx closes the connection on a network
+// error, a timeout or a cancellation mid-statement, and on the server's
+// FATAL error (a terminated backend): the session is over, and the server
+// frees its locks as soon as it sees the close (in a silent partition,
+// once its TCP keepalive detection gives up). That is a lost lock. A
+// statement error on a live session leaves the lock held.
+func (g *grant) connErr(err error, extend bool) error {
 	nerr := g.l.serverErr(err)
 	if !g.conn.Conn().IsClosed() {
-		// A statement error on a live session: the lock is still held.
-		return fmt.Errorf("%w: %w", dlock.ErrUnavailable, nerr)
+		return fmt.Errorf("%w: %w (the session still holds the lock)", dlock.ErrUnavailable, nerr)
 	}
-	g.drop(false)
 	if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		// We gave up on the connection; whether the server has noticed yet
-		// is unknown.
-		return fmt.Errorf("%w: connection closed after a timeout; the server frees the lock when it notices the session ended: %w", dlock.ErrUnavailable, nerr)
+		g.end(true, fmt.Errorf("the session ended: pgx closed its connection when the statement was interrupted, which frees the lock: %w", nerr))
+	} else {
+		g.end(true, fmt.Errorf("the session ended: %w", nerr))
 	}
-	return fmt.Errorf("%w (the lock's session ended: %w)", dlock.ErrNotHeld, nerr)
+	return g.endedErr(extend)
 }
 
-// drop ends the grant's hold on its connection: back to the pool when the
-// session is known to hold nothing (reuse), closed otherwise.
-func (g *grant) drop(reuse bool) {
-	if reuse {
-		g.conn.Release()
-	} else {
-		discard(g.conn)
-	}
-	g.conn = nil
+// end gives up the connection of a session that may hold something:
+// closed, so the server frees it. why says what happened; sessionGone
+// whether the session itself is over.
+func (g *grant) end(sessionGone bool, why error) {
+	discard(g.conn)
+	g.conn, g.ended, g.sessionGone = nil, why, sessionGone
 	g.l.held.Add(-1)
+}
+
+// endedErr is the error of an operation on a grant whose connection is
+// given up: a lost lock for Extend when the session ended, not held
+// otherwise (Release has nothing left to do either way).
+func (g *grant) endedErr(extend bool) error {
+	if extend && g.sessionGone {
+		return fmt.Errorf("%w: %w", dlock.ErrLockLost, g.ended)
+	}
+	return fmt.Errorf("%w: %w", dlock.ErrNotHeld, g.ended)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -28,6 +29,9 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	if testsrv.FuzzWorker() {
+		return m.Run() // the fuzz targets need no server
+	}
 	dir, err := os.MkdirTemp("", "pglock-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -191,19 +195,21 @@ func TestDoNoticesTerminatedSession(t *testing.T) {
 	t.Logf("loss noticed %v after the kill", lostAfter)
 }
 
-// The handle of a killed session: Extend reports ErrNotHeld and the handle
-// is dead; Release reports ErrNotHeld, twice.
+// The handle of a killed session: Extend reports the lock lost, saying
+// the session ended; Release reports ErrNotHeld, twice, and the handle is
+// dead.
 func TestHandleAfterTerminate(t *testing.T) {
 	l := newLocker(t, 2)
 	key := uniqueKey(t)
-	lock := mustAcquire(t, l, key, 10*time.Second)
+	lock, grant := recordGrant(t, l, key, 10*time.Second)
 	terminate(t, pglock.HashKey(key))
-	wantIs(t, lock.Extend(testCtx(t), 10*time.Second), dlock.ErrNotHeld)
+	wantOnly(t, lock.Extend(testCtx(t), 10*time.Second), dlock.ErrLockLost)
+	wantSessionEnded(t, grant.err, dlock.ErrLockLost)
+	wantOnly(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
+	wantOnly(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
 	if lock.Held() {
 		t.Fatal("handle of a killed session reports held")
 	}
-	wantIs(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
-	wantIs(t, lock.Release(testCtx(t)), dlock.ErrNotHeld)
 
 	// Release without an Extend first: the dead session is found there.
 	lock2 := mustAcquire(t, l, key, 10*time.Second)
@@ -454,4 +460,64 @@ func TestSessionLease(t *testing.T) {
 	if _, err := pglock.New(pool, pglock.WithSessionLease(-time.Second)); !errors.Is(err, dlock.ErrInvalid) {
 		t.Fatalf("negative margin: %v", err)
 	}
+}
+
+// A lease longer than idle_session_timeout can be (INT_MAX milliseconds,
+// about 24.8 days, margin included) is refused up front with ErrInvalid,
+// naming the numbers, by TryAcquire and by Extend, whose refusal leaves
+// the lock held; the longest one accepted works.
+func TestSessionLeaseLimit(t *testing.T) {
+	const margin = time.Hour
+	l := newLocker(t, 2, pglock.WithSessionLease(margin))
+	key := uniqueKey(t)
+	longest := math.MaxInt32*time.Millisecond - margin
+	_, err := l.TryAcquire(testCtx(t), key, longest+time.Millisecond)
+	wantSentinel(t, err, dlock.ErrInvalid)
+	if !strings.Contains(err.Error(), "2147483648ms") || !strings.Contains(err.Error(), "2147483647ms") {
+		t.Fatalf("the refusal does not name the numbers: %v", err)
+	}
+	lock, grant := recordGrant(t, l, key, longest)
+	wantOnly(t, lock.Extend(testCtx(t), longest+time.Millisecond), dlock.ErrInvalid)
+	wantSentinel(t, grant.err, dlock.ErrInvalid)
+	if !lock.Held() {
+		t.Fatal("a refused Extend ended the lock")
+	}
+	if err := lock.Extend(testCtx(t), longest); err != nil {
+		t.Fatalf("Extend to the longest lease: %v", err)
+	}
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []time.Duration{math.MaxInt32 * time.Millisecond, math.MaxInt64} {
+		_, err := pglock.New(shared.Pool(t, 1), pglock.WithSessionLease(m))
+		wantSentinel(t, err, dlock.ErrInvalid)
+	}
+}
+
+// A waiting Acquire rides out a database that is down for a moment.
+func TestConformanceOutage(t *testing.T) {
+	pg := testsrv.StartPostgres(t)
+	if err := pglock.Migrate(testCtx(t), pg.Pool(t, 2)); err != nil {
+		t.Fatal(err)
+	}
+	// The test cluster does not flush commits; the outage is an immediate
+	// shutdown, which would lose the sequence.
+	if err := pg.Exec(testCtx(t), "CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
+	locktest.RunOutage(t, func(t *testing.T) dlock.Locker {
+		l, err := pglock.New(pg.Pool(t, 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}, func(t *testing.T) func() {
+		pg.Stop()
+		return func() {
+			if err := pg.Restart(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
 }

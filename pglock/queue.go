@@ -52,18 +52,19 @@ func NewQueue(table string) (*Queue, error) {
 	return &Queue{table: pgx.Identifier(parts).Sanitize(), name: table}, nil
 }
 
-// Migrate creates the queue table if it does not exist.
+// Migrate creates the queue table if it does not exist. It is safe to run
+// from several processes at once.
 func (q *Queue) Migrate(ctx context.Context, db Execer) error {
 	if ctx == nil || isNil(db) {
 		return dlock.Invalidf("nil context or database handle")
 	}
-	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+q.table+` (
+	_, err := db.Exec(ctx, serialized(`CREATE TABLE IF NOT EXISTS `+q.table+` (
 		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 		payload bytea NOT NULL,
 		enqueued_at timestamptz NOT NULL DEFAULT now()
-	)`)
+	)`))
 	if err != nil {
-		return fmt.Errorf("pglock: queue %s: migrate: %w: %w", q.name, dlock.ErrUnavailable, err)
+		return q.err("migrate", err)
 	}
 	return nil
 }
@@ -178,7 +179,7 @@ func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx cont
 func (q *Queue) err(op string, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == codeUndefinedTable {
-		return fmt.Errorf("pglock: queue %s: %s: %w: table missing (create it with Queue.Migrate): %w", q.name, op, dlock.ErrUnavailable, err)
+		return fmt.Errorf("pglock: queue %q: %s: %w: table missing (create it with Queue.Migrate): %w", q.name, op, dlock.ErrUnavailable, oneLine(err))
 	}
-	return fmt.Errorf("pglock: queue %s: %s: %w: %w", q.name, op, dlock.ErrUnavailable, err)
+	return fmt.Errorf("pglock: queue %q: %s: %w: %w", q.name, op, dlock.ErrUnavailable, oneLine(err))
 }

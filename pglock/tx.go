@@ -23,6 +23,10 @@ import (
 // tx did. Fence the writes tx makes itself; to fence a resource outside the
 // database, use a session lock (Locker).
 //
+// Under REPEATABLE READ or SERIALIZABLE, tx reads from a snapshot taken
+// before the lock was granted, so it does not see what the previous holder
+// committed (see the package documentation): use READ COMMITTED.
+//
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds k, and dlock.ErrUnavailable (with ErrNotMigrated or ErrReadOnly
 // where that is the reason) or dlock.ErrInvalid otherwise. After an error

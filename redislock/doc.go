@@ -4,19 +4,18 @@
 //
 // # Protocol
 //
-// An attempt sends SET key token NX PX ttl and INCR of the key's fence counter
-// in one pipeline, one round trip: plain commands, which cost the server less
-// than a script. The INCR's value is the lock's fence when the SET succeeded;
-// a refused SET's INCR leaves a gap, and a second round trip runs the acquire
-// script to say why (held, reserved, no expiry). A waiting attempt of a Locker
-// already queued for the key runs one script instead (see Waiting). Release is
-// DELEX key IFEQ token on Redis 8.4+ and a compare-and-delete script elsewhere
-// that also checks for waiters; Extend is SET key token PX ttl IFEQ token on
-// 8.4+ and a compare-and-PEXPIRE script elsewhere. Support for the 8.4
-// commands is probed once per Locker (WithNativeCommands forces either path).
-// Scripts run by SHA and fall back to EVAL when the server answers NOSCRIPT,
-// so SCRIPT FLUSH, a restart or a failover cost one extra round trip, not an
-// error.
+// An attempt runs one script, in one round trip: if the key is free it sets
+// it to a fresh random token with the TTL (SET NX PX) and draws the lock's
+// fence; otherwise it reports the holder. The script checks everything
+// before it writes and sets the lock key last, so an attempt that fails on an
+// error reply (an ACL that denies dlock's keys, a key of the wrong type)
+// changes nothing, and the caller gets the server's reply. Release is DELEX
+// key IFEQ token on Redis 8.4+ and a compare-and-delete script elsewhere;
+// Extend is SET key token PX ttl IFEQ token on 8.4+ and a compare-and-PEXPIRE
+// script elsewhere. Support for the 8.4 commands is probed once per Locker
+// (WithNativeCommands forces either path). Scripts run by SHA and fall back
+// to EVAL when the server answers NOSCRIPT, so SCRIPT FLUSH, a restart or a
+// failover cost one extra round trip, not an error.
 //
 // What was verified where: the script paths run against real redis-server
 // 7.0 in this package's tests, including a three-master Cluster started by
@@ -31,74 +30,72 @@
 //
 // The lock key is exactly the resource name, plus an optional prefix
 // (WithPrefix), and its value is the token — the layout of node-redlock and
-// redsync, so a fleet that mixes them with dlock on the same names still
-// excludes each other. Only while a release hands the lock to a woken
-// waiter through a reservation does the key hold
-// "dlock:reserved:<Locker id>" instead, for at most 500ms (see Waiting). The fence counter lives in "dlock:fence:{key}"
-// (or, when the key already has a Cluster hash tag, "dlock:fence:"+key), in
-// the same Cluster slot as the lock key. Counters never expire: one small key
-// per resource name.
+// redsync, so a fleet that mixes them with dlock on the same names excludes
+// each other. dlock's own keys live in the "dlock:" namespace, named after
+// the lock key and in its Cluster slot: "dlock:fence:{key}", the fence
+// counter, and "dlock:waiters:{key}", the waiter queue (a key that has a
+// hash tag already keeps it: "dlock:fence:t:key"). Lock names inside that
+// namespace are rejected with dlock.ErrInvalid. An ACL user needs the lock
+// keys and dlock's: for example ~locks:* ~dlock:* &dlock:wake:* +@all.
+//
+// What dlock stores, and for how long:
+//
+//	key                    what                      lives
+//	<key>                  the holder's token        the lock's TTL; deleted by the release
+//	dlock:fence:{<key>}    the last fence drawn      WithFenceTTL after the last grant or extension (1h)
+//	dlock:waiters:{<key>}  ids of waiting Lockers    while Lockers wait; 60s after the last one came by
+//
+// # Fences
+//
+// A grant draws max(counter + 1, the server's clock in microseconds) and
+// stores it in the key's counter, in the same script that sets the key. So
+// fences increase from holder to holder, and a counter that is gone — expired
+// (WithFenceTTL), lost in a restart without persistence, or older than the
+// fences it handed out (a replica promoted before it had the latest writes, a
+// restore from an old snapshot) — comes back above every fence before it.
+// The assumption: the server's clock (across a failover, the new master's)
+// does not step back, between the last grant before the counter was lost and
+// the first one after, by more than the time that passed between them. A
+// clock that does can hand out a lower fence; the guards at the resource
+// (package fence) then reject the lower fence's writes. Fences are large
+// numbers, and consecutive grants differ by the time between them.
 //
 // # Waiting
 //
-// Acquire and Do wait with wake-on-release: a waiting attempt that finds the
-// key busy queues its Locker beside the key, in "dlock:waiters:{key}" (a
-// sorted set in the key's slot, expiring 60 s after the last waiter refreshed
-// it), and the release that frees the key pops the longest waiter, hands the
-// lock to it and publishes to that Locker's own channel, in the same round
-// trip. So one release wakes one waiter, in arrival order. The queue's state
-// is kept in "dlock:turn:{key}", a small hash expiring with the queue.
+// Acquire and Do wait with wake-on-release. A waiting attempt that finds the
+// key busy puts its Locker in the key's queue, in the attempt's own round
+// trip, once the Locker is subscribed to its own channel "dlock:wake:<id>"
+// (one pub/sub connection per Locker, opened by its first busy waiting
+// attempt). The release deletes the key, pops the queue's longest waiter
+// and publishes on that Locker's channel, in the release's own round trip;
+// the Locker's earliest waiter for the key retries at once. The key is free
+// between holders: the woken waiter takes it with an ordinary SET NX, and so
+// can any other client (redsync, node-redlock, bsm/redislock). A Locker
+// whose release just woke a waiter lets that waiter go first for 10ms
+// instead of taking the lock again at once, so a loop over the lock does not
+// starve the others. Nobody announces an expiry (a holder that crashed), so
+// the queue's head learns from its refused attempt when the key expires and
+// retries then by itself. Polling at the retry delay plus jitter covers the
+// rest: a release by a peer that does not publish, a lost message, a woken
+// Locker that is gone.
 //
-// After a hold of at least 1ms the release grants the lock to the waiter
-// directly: it sets the key to the token the waiter's refused attempt
-// registered, draws the fence and publishes both, and the waiter's Acquire
-// returns without another round trip (two per hand-off in all). Only a
-// Locker whose subscription still receives the message is granted the lock;
-// if its announcement is lost anyway, that Locker's next attempt sends the
-// same token and finds the lock its own; a grant whose wait was given up is
-// passed on. A Locker that hangs after it was granted the lock holds it for
-// its TTL, as any holder that hangs does.
-//
-// After shorter holds, and on a Cluster (where PUBLISH cannot tell whether
-// the waiter's Locker still listens), the release reserves the lock for the
-// waiter (in the lock key, see Keys) and the woken waiter takes it with one
-// round trip. A holder that re-takes the lock at once (a loop over the lock)
-// may do so while the longest waiter has been first in line for less than
-// 20ms; such releases skip the queue, and after that the waiter is woken or
-// retries by itself and has the lock's first claim, so no waiter starves (the
-// policy and its bound are described in notify.go). The reservation lasts
-// until the woken waiter takes the lock or gives up, and at most 500ms if it
-// crashed; TryAcquire honours it, reporting the lock reserved meanwhile, and
-// so does every other client's SET NX.
-//
-// A program that gives up a wait and exits should call Close first: it takes
-// the Locker out of the queues it waited in, so no release is reserved for,
-// or granted to, a process that is gone (the dlock command does). Each Locker
-// keeps one pub/sub connection for all its keys; Close ends it. A wake-up is
-// only a hint — the grant still needs the lock key free, reserved for the
-// woken Locker, or set to its token by the release itself. An expiry
-// announces nothing (a holder that crashed), so the queue's head learns from
-// its refused attempt when the key expires, and retries then by itself. A
-// release by a peer that does not publish, or a lost message, is picked up
-// by polling at the retry delay plus jitter. Neither the queue nor its
-// state is ever part of a grant: the lock key alone is.
+// No state on the server holds the lock for a process that is gone: the key
+// is the only grant, and a release deletes it. A queue entry of a crashed,
+// partitioned or closed Locker costs the others at most one retry delay plus
+// jitter (the release that pops it wakes nobody, and the others find the free
+// key at their next poll); Close takes the Locker out of its queues.
 //
 // # Guarantees and limits
 //
-// On one node a lock is exclusive as long as the key lives: only a SET NX, the
-// reserved Locker's own script, or a release script that has just deleted the
-// holder's key grants it; release and extension only touch a key that still
-// holds the holder's token; and the validity deadline (the send time plus the
-// TTL minus 1% + 2 ms; for a direct grant, from before the waiter's token was
-// first sent) ends before the server's expiry. Fences increase from holder to holder: a granted SET's INCR runs
-// while the lock is held (if the key expired in between, the attempt took
-// longer than its TTL and is refused), and the next holder's SET comes after
-// the release. It is not exclusive across a failover: Redis replicates
-// asynchronously, so a promoted replica may lack both the key and the latest
-// fence. Eviction under memory pressure removes lock keys early too; the
-// Locker warns when maxmemory-policy is not noeviction. A holder that pauses
-// past its TTL cannot be stopped by any lease: pass Fence to the resource
-// (package fence).
+// On one node a lock is exclusive as long as the key lives: only a SET NX of a
+// free key grants it; release and extension only touch a key that still holds
+// the holder's token; and the validity deadline (the send time plus the TTL
+// minus 1% + 2 ms) ends before the server's expiry. It is not exclusive
+// across a failover: Redis replicates asynchronously, so a promoted replica
+// may lack the key (its fence does not go back: see Fences). Eviction under
+// memory pressure removes lock keys early too; the Locker warns when
+// maxmemory-policy is not noeviction. A holder that pauses past its TTL
+// cannot be stopped by any lease: pass Fence to the resource (package fence).
 //
 // Set ContextTimeoutEnabled on the go-redis client so that context deadlines
 // bound each call; without it a server that never answers holds a call for

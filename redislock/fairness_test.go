@@ -62,7 +62,9 @@ func loop(t *testing.T, n int, key string, hold, d time.Duration, opts ...dlock.
 // longest wait stays below 20 times the median.
 func TestFairnessHoldZero(t *testing.T) {
 	const n = 16
+	stall := stallMeter(t)
 	order, waits := loop(t, n, locktest.Key(t), 0, 2*time.Second)
+	stalled := stall()
 	counts := make([]int, n)
 	for _, i := range order {
 		counts[i]++
@@ -70,14 +72,16 @@ func TestFairnessHoldZero(t *testing.T) {
 	slices.Sort(waits)
 	median, longest := waits[len(waits)/2], waits[len(waits)-1]
 	mean := float64(len(order)) / n
-	t.Logf("%d acquisitions (%.0f/s), per Locker %v; wait median %v, longest %v", len(order), float64(len(order))/2, counts, median, longest)
+	t.Logf("%d acquisitions (%.0f/s), per Locker %v; wait median %v, longest %v; the test process stalled for up to %v", len(order), float64(len(order))/2, counts, median, longest, stalled)
 	for i, c := range counts {
 		if float64(c) < mean/4 {
 			t.Errorf("Locker %d acquired %d times, below a quarter of the mean %.1f", i, c, mean)
 		}
 	}
-	if longest > 20*median {
-		t.Errorf("longest wait %v is over 20 times the median %v", longest, median)
+	// A stall of the whole process (the machine is shared with other tests)
+	// lengthens every wait in flight; it is not the lock's doing.
+	if longest-stalled > 20*median {
+		t.Errorf("longest wait %v (less a %v stall of the process) is over 20 times the median %v", longest, stalled, median)
 	}
 }
 
@@ -106,4 +110,26 @@ func TestFairnessLongestWaiterFirst(t *testing.T) {
 	if limit := len(order) / 100; retakes > limit || late > limit {
 		t.Fatalf("%d re-takes and %d late turns in %d acquisitions (limit %d each); order %v", retakes, late, len(order), limit, order)
 	}
+}
+
+// stallMeter measures how long the test process goes without running a
+// goroutine that wants to run every millisecond; the returned function
+// stops it and returns the longest such stall beyond the millisecond.
+func stallMeter(t *testing.T) func() time.Duration {
+	stop := make(chan struct{})
+	done := make(chan time.Duration)
+	go func() {
+		var worst time.Duration
+		for {
+			start := time.Now()
+			select {
+			case <-stop:
+				done <- worst
+				return
+			case <-time.After(time.Millisecond):
+			}
+			worst = max(worst, time.Since(start)-time.Millisecond)
+		}
+	}()
+	return func() time.Duration { close(stop); return <-done }
 }

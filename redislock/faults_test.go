@@ -39,7 +39,8 @@ func TestServerDown(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("refused connection took %v to report", d)
 	}
-	// A waiting acquire does not retry an unreachable backend: it reports it.
+	// A waiting acquire retries an unreachable backend until its context
+	// ends, and then reports it.
 	if _, err := dlock.Acquire(ctx, l, locktest.Key(t), time.Second); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("Acquire on a dead server: got %v, want ErrUnavailable", err)
 	}
@@ -58,11 +59,17 @@ func TestServerNeverAnswers(t *testing.T) {
 	srv.Pause()
 	defer srv.Resume()
 
-	for name, op := range map[string]func(context.Context) error{
-		"acquire": func(ctx context.Context) error { _, err := l.TryAcquire(ctx, locktest.Key(t), time.Second); return err },
-		"extend":  func(ctx context.Context) error { return lock.Extend(ctx, 5*time.Second) },
-		"release": func(ctx context.Context) error { return lock.Release(ctx) },
+	// In this order: after a Release whose outcome is unknown the handle
+	// is no longer held, and Extend is refused without asking the server.
+	for _, o := range []struct {
+		name string
+		op   func(context.Context) error
+	}{
+		{"acquire", func(ctx context.Context) error { _, err := l.TryAcquire(ctx, locktest.Key(t), time.Second); return err }},
+		{"extend", func(ctx context.Context) error { return lock.Extend(ctx, 5*time.Second) }},
+		{"release", func(ctx context.Context) error { return lock.Release(ctx) }},
 	} {
+		name, op := o.name, o.op
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		start := time.Now()
 		err := op(ctx)

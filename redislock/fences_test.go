@@ -56,9 +56,33 @@ func TestFenceInversionWhenClockStepsBack(t *testing.T) {
 	key := locktest.Key(t)
 	guard := fence.NewMemory()
 
-	la, err := a.TryAcquire(testCtx(t), key, time.Minute)
+	// While the counter lives, a clock that steps back changes nothing: the
+	// counter is ahead of it, and the next fence is one more.
+	l0, err := a.TryAcquire(testCtx(t), key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
+	}
+	l0.Release(testCtx(t))
+	behind := newLocker(t, srv.Client(t))
+	behind.SetClockOffset(-10_000_000)
+	for _, l := range []*redislock.Locker{behind, a} {
+		lb, err := l.TryAcquire(testCtx(t), key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lb.Fence() <= l0.Fence() {
+			t.Fatalf("with the counter kept and the clock 10s behind, fence %d is not above %d", lb.Fence(), l0.Fence())
+		}
+		l0 = lb
+		lb.Release(testCtx(t))
+	}
+
+	la, err := behind.TryAcquire(testCtx(t), key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if la.Fence() != l0.Fence()+1 {
+		t.Fatalf("fence %d after %d with the clock behind the counter, want one more", la.Fence(), l0.Fence())
 	}
 	if err := guard.Write("ledger", la.Fence(), la.Token(), func() error { return nil }); err != nil {
 		t.Fatal(err)

@@ -2,9 +2,9 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,7 +96,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		args = append(args, qargs...)
 	}
 	start := time.Now()
-	v, err := scripts.Acquire.Run(ctx, l.client, ks, args...).Slice()
+	v, err := scripts.Acquire.Run(ctx, l.client, ks, args...).Result()
 	if err != nil {
 		if !isServerReply(err) {
 			// The reply was lost, not the request: the key may be ours
@@ -135,8 +135,19 @@ type acquireReply struct {
 	place  int64 // the Locker's place in the queue; 0: not queued
 }
 
-func parseAcquire(v []any) (acquireReply, error) {
+// parseAcquire reads the acquire script's reply: the fence alone (a string
+// of digits) for an uncontended grant, else {status, fence or holder,
+// expiry, place}.
+func parseAcquire(reply any) (acquireReply, error) {
 	var r acquireReply
+	if s, ok := reply.(string); ok {
+		f, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || f <= 0 {
+			return r, fmt.Errorf("unexpected reply %q from the acquire script", s)
+		}
+		return acquireReply{status: 1, fence: f, expiry: -1}, nil
+	}
+	v, _ := reply.([]any)
 	if len(v) != 4 {
 		return r, fmt.Errorf("unexpected reply %v from the acquire script", v)
 	}
@@ -401,17 +412,16 @@ func (l *Locker) checkToken(ctx context.Context, key, token string) error {
 	return dlock.CheckToken(key, token)
 }
 
-// opErr classifies an error of a call to the server: the context's own
-// error when it ended (for an acquisition, also dlock.ErrNotAcquired: the
-// attempt did not get the lock), otherwise dlock.ErrUnavailable, with the
-// node's error (a refusal with the server's own reply, or a network
-// failure).
+// opErr classifies an error of a call to the server: dlock.ErrUnavailable
+// with the node's error (the server's own reply, or a network failure),
+// and also the context's error when it ended; an acquisition whose context
+// ended matches dlock.ErrNotAcquired instead (it did not get the lock).
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
 	if cerr := rclient.CtxErr(ctx); cerr != nil && !isServerReply(err) {
 		if acquiring {
-			return errors.Join(dlock.ErrNotAcquired, cerr, l.nodeErr(err))
+			return fmt.Errorf("%w: %w: %w", dlock.ErrNotAcquired, cerr, l.nodeErr(err))
 		}
-		return errors.Join(cerr, l.nodeErr(err))
+		return fmt.Errorf("%w: %w: %w", dlock.ErrUnavailable, cerr, l.nodeErr(err))
 	}
 	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, l.nodeErr(err))
 }

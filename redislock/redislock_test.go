@@ -24,6 +24,9 @@ import (
 var shared *testsrv.Redis
 
 func TestMain(m *testing.M) {
+	if testsrv.FuzzWorker() {
+		os.Exit(m.Run()) // the fuzz targets need no server
+	}
 	dir, err := os.MkdirTemp("", "redislock-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -468,4 +471,18 @@ func TestForeignKeys(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// A waiting Acquire rides out a server that is down for a moment.
+func TestConformanceOutage(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	locktest.RunOutage(t, func(t *testing.T) dlock.Locker { return newLocker(t, srv.Client(t)) },
+		func(t *testing.T) func() {
+			srv.Kill()
+			return func() {
+				if err := srv.Restart(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
 }

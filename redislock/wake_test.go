@@ -135,7 +135,7 @@ func TestWakeOnRelease(t *testing.T) {
 	if lat[len(lat)/2] > 50*time.Millisecond || lat[len(lat)-1] > 500*time.Millisecond {
 		t.Fatalf("hand-off latencies %v: want a median under 50ms and none near the 2s poll interval", lat)
 	}
-	if n := raw.ZCard(testCtx(t), "dlock:waiters:{"+key+"}").Val(); n != 0 {
+	if n := raw.ZCard(testCtx(t), keys.Queue(key)).Val(); n != 0 {
 		t.Fatalf("waiter queue left with %d entries after every waiter acquired", n)
 	}
 }
@@ -407,11 +407,11 @@ func TestOneSubscriptionPerLocker(t *testing.T) {
 	c := srv.Client(t)
 	holder, waiter := newLocker(t, srv.Client(t)), newLocker(t, c)
 	closeLocker(t, holder)
-	const keys = 8
+	const nkeys = 8
 	ctx, cancel := context.WithCancel(testCtx(t))
 	var wg sync.WaitGroup
 	var locks []*dlock.Lock
-	for range keys {
+	for range nkeys {
 		key := locktest.Key(t)
 		lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
 		if err != nil {
@@ -435,14 +435,14 @@ func TestOneSubscriptionPerLocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := countPubSub(clients); n != 1 {
-		t.Fatalf("%d pub/sub connections for one Locker waiting on %d keys, want 1\n%s", n, keys, clients)
+		t.Fatalf("%d pub/sub connections for one Locker waiting on %d keys, want 1\n%s", n, nkeys, clients)
 	}
 	cancel()
 	wg.Wait()
 	// The waiters gave up: their queue entries are removed, so no release
 	// is announced to nobody.
 	for _, lock := range locks {
-		q := "dlock:waiters:{" + lock.Key() + "}"
+		q := keys.Queue(lock.Key())
 		deadline := time.Now().Add(5 * time.Second)
 		for raw.ZCard(testCtx(t), q).Val() != 0 {
 			if time.Now().After(deadline) {
@@ -559,7 +559,7 @@ func TestDerivedKeys(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(testCtx(t))
 		done := waitFor(ctx, w, key, dlock.WithRetryDelay(5*time.Second))
-		queue := "dlock:waiters:" + strings.TrimPrefix(keys.Fence(full), "dlock:fence:")
+		queue := keys.Queue(full)
 		deadline := time.Now().Add(10 * time.Second)
 		for raw.ZCard(testCtx(t), queue).Val() != 1 {
 			if time.Now().After(deadline) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -128,7 +129,7 @@ type attemptReply struct {
 // also asks for its run_id, in the same round trip, to find two nodes that
 // are the same server.
 func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, timeout time.Duration) attemptReply {
-	var v []any
+	var v any
 	var err error
 	var run string
 	if n.run.Load() == nil {
@@ -136,9 +137,9 @@ func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, 
 		info := pipe.Info(ctx, "server")
 		acq := scripts.Acquire.EvalSha(ctx, pipe, ks, args...)
 		_, _ = pipe.Exec(ctx)
-		v, err = acq.Slice()
+		v, err = acq.Result()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			v, err = scripts.Acquire.Run(ctx, n.client, ks, args...).Slice()
+			v, err = scripts.Acquire.Run(ctx, n.client, ks, args...).Result()
 		}
 		if s, ierr := info.Result(); ierr == nil {
 			run = runID(s)
@@ -147,7 +148,7 @@ func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, 
 			}
 		}
 	} else {
-		v, err = scripts.Acquire.Run(ctx, n.client, ks, args...).Slice()
+		v, err = scripts.Acquire.Run(ctx, n.client, ks, args...).Result()
 	}
 	if err != nil {
 		return attemptReply{nodeReply: nodeReply{err: l.nodeErr(err, timeout)}}
@@ -162,8 +163,20 @@ func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, 
 	return r
 }
 
-func parseAcquire(v []any) (attemptReply, error) {
+// parseAcquire reads the acquire script's reply: the fence alone (a string
+// of digits) for an uncontended grant, else {status, fence or holder,
+// expiry, place}.
+func parseAcquire(reply any) (attemptReply, error) {
 	var r attemptReply
+	if s, ok := reply.(string); ok {
+		f, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || f <= 0 {
+			return r, fmt.Errorf("unexpected reply %q from the acquire script", s)
+		}
+		r.status, r.fence, r.expiry = 1, f, -1
+		return r, nil
+	}
+	v, _ := reply.([]any)
 	if len(v) != 4 {
 		return r, fmt.Errorf("unexpected reply %v from the acquire script", v)
 	}
@@ -188,8 +201,8 @@ func runID(info string) string {
 	if !ok {
 		return ""
 	}
-	id, _, _ := strings.Cut(after, "\r\n")
-	return strings.TrimSpace(id)
+	id, _, _ := strings.Cut(after, "\n")
+	return strings.TrimSuffix(id, "\r")
 }
 
 // awaitMajority takes replies as they arrive until a majority of the nodes

@@ -1,6 +1,6 @@
 // Package redlock implements dlock's lock over N independent Redis masters
-// (Redlock), with fencing tokens that stay monotonic when a minority of the
-// nodes fail, including nodes that restart without their data.
+// (Redlock), with fencing tokens that stay monotonic through node restarts,
+// also without persistence and of every node at once.
 //
 //	locker, err := redlock.New([]redis.UniversalClient{c1, c2, c3, c4, c5})
 //	err = locker.Do(ctx, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
@@ -35,33 +35,30 @@
 // An attempt (TryAcquire) runs one script on every node at once, each call
 // bounded by the node timeout (WithNodeTimeout, 50ms by default). The script
 // sets the key to a fresh random token with the TTL if it is free (or already
-// holds this token), and reports the node's fence counter. The lock is held
+// holds this token) and draws the node's fence (see Fencing). The lock is held
 // only if a majority (N/2+1) granted it and validity is left: the attempt's
 // send time plus TTL minus drift (TTL × driftFactor + 2ms) must still be in
-// the future when all rounds are done. Otherwise the attempt is undone on
-// every node — including those whose reply was lost — before TryAcquire
-// returns, so it leaves nothing behind that would split the next vote.
+// the future when the majority has answered. Otherwise the attempt is undone
+// on every node — including those whose reply was lost — before TryAcquire
+// returns, so it leaves nothing behind that would split the next vote. A
+// majority that answers and grants is all it takes, from a new deployment on
+// and after any restarts; nothing needs an operator.
 //
-// An attempt does not wait for the slowest nodes when it need not: once a
-// majority of distinct servers has granted it in the steady state (each of
-// them incremented its fence counter to the same value, the highest any
-// answering node allows, so there is nothing to write back), TryAcquire
-// returns, and the other nodes' replies arrive while the lock is held. The
-// fence is still above every earlier lock's: that lock's granting majority
-// holds its fence and shares a node with this one's. Anything else (a
-// refusal, a node without marker, counters that differ, a Locker that has
-// not yet heard every node answer with a run_id of its own) waits for every
-// reply. Likewise Release returns as soon as a majority has deleted the key
-// (the lock is then free); the other nodes' deletions finish within the
-// node timeout, even if ctx is cancelled. A request to a node is never sent
-// before the same lock's previous request there has returned (a release
-// after a late acquisition, or the same Locker's next attempt after a late
-// release), and once its turn has come it has a whole node timeout of its
-// own; an attempt whose turn has not come within one node timeout leaves
-// that node out, unsent. So a late reply leaves no key behind, and one slow
-// or paused node delays no request to the others. The exception is a node
-// that holds a request past its timeout (a paused or overloaded server):
-// it may run a request whose reply was given up on after the release
+// An attempt does not wait for the slowest nodes: once a majority has granted
+// it, TryAcquire returns, and the other nodes' replies arrive while the lock
+// is held (until the Locker has heard every node answer once with a run_id of
+// its own, it waits for every reply, so that one server reached through two
+// clients never votes twice). Likewise Release returns as soon as a majority
+// has deleted the key (the lock is then free); the other nodes' deletions
+// finish within the node timeout, even if ctx is cancelled. A request to a
+// node is never sent before the same lock's previous request there has
+// returned (a release after a late acquisition, or the same Locker's next
+// attempt after a late release), and once its turn has come it has a whole
+// node timeout of its own; an attempt whose turn has not come within one node
+// timeout leaves that node out, unsent. So a late reply leaves no key behind,
+// and one slow or paused node delays no request to the others. The exception
+// is a node that holds a request past its timeout (a paused or overloaded
+// server): it may run a request whose reply was given up on after the release
 // meant to undo it, and that key then expires with its TTL.
 //
 // When the vote split (the nodes that refused name different holders, and no
@@ -88,34 +85,29 @@
 //
 // # Waiting
 //
-// A waiting Acquire or Do on one key does not only poll: the Locker
-// implements dlock.ReleaseNotifier. When an attempt finds the key busy on a
-// node, the Locker subscribes there (one pub/sub connection per node, shared
-// by all its keys) and its next attempts queue its id in a FIFO beside the
-// key, "dlock:waiters:{key}" (60s expiry, refreshed while waiting), in the
-// same pipeline as the acquire script. Release deletes the key on each node
-// and, in the same script, pops that node's queue head and publishes the key
-// on the head's channel "dlock:wake:<id>"; the first such message from any
-// node wakes the Locker's earliest waiter, which retries at once, usually
-// within a round trip of the release. A wake-up is only a hint: the retry
-// must still win a majority. An expiry announces nothing (a holder that
-// crashed), so the Locker that heads a node's queue also learns when the
-// key expires there, and a refused attempt makes it retry then by itself.
-// Releases that announce nothing (node-redlock or other peers, dead nodes,
-// lost messages) are found by polling at the retry delay plus jitter. Close
-// ends the subscriptions (they also end when the clients are closed, or
-// after 30s without waiters); AcquireMulti and DoMulti only poll. The lock
-// key's format is unchanged.
+// A waiting Acquire or Do on one key uses the wake-on-release of package
+// redislock (see its documentation), on every node: the Locker queues in the
+// key's queue on each node where it is subscribed (one pub/sub connection per
+// node, opened by its first busy waiting attempt there), each node's release
+// wakes that node's longest waiter, and the first wake-up from any node
+// makes the Locker's earliest waiter retry. A wake-up is only a hint: the
+// retry must still win a majority. Releases that announce nothing
+// (node-redlock or other peers, dead nodes, lost messages) are found by
+// polling at the retry delay plus jitter, and a queued Locker that is gone
+// costs the others at most that. Close ends the subscriptions and leaves the
+// queues; AcquireMulti and DoMulti only poll.
 //
 // # Keys on each node
 //
 // The lock key is the resource name (plus WithPrefix) holding the token, as
 // in node-redlock, so node-redlock clients and dlock on the same nodes and
 // resource names exclude each other (the tests run both against each other).
-// The fence counter is a hash in "dlock:redlock:fence:{key}" (FenceKey) with
-// the counter and the epoch it was written under; each node also carries a
-// marker hash, MarkerKey. Counters and markers never expire; they are one
-// small key per resource name and one per node.
+// Beside it, in the "dlock:" namespace: the fence counter "dlock:fence:{key}",
+// which expires WithFenceTTL (1h by default) after the last grant, extension
+// or release that wrote it, and the waiter queue "dlock:waiters:{key}", which
+// lives while Lockers wait and 60s after the last one came by. Nothing else
+// is stored; after locks are released and those times have passed, a node
+// holds nothing of dlock's.
 //
 // # What it guarantees, and what it does not
 //
@@ -132,8 +124,8 @@
 // delay or a clock jump breaks (2) or (3), and no lease can stop a holder that
 // paused after its last check. antirez's answer ("Is Redlock safe?") is that
 // clocks need only tick at the same rate, that delays during the acquisition
-// are caught by the elapsed-time check (they are, here: every round counts
-// against the validity), and that pauses after the acquisition hurt every
+// are caught by the elapsed-time check (they are, here: the whole attempt
+// counts against the validity), and that pauses after the acquisition hurt every
 // lease-based lock. Both agree that a pause after the last check can only be
 // stopped by the resource. Hence the fence: pass Fence to the resource (see
 // dlock's fence guards), which rejects a write whose fence is below the
@@ -146,107 +138,43 @@
 // show exactly that double grant). Restart a node without persistence only
 // after the longest TTL in use has passed (or run appendonly yes with
 // appendfsync always). A majority that crashes together then blocks every
-// lock for one TTL.
+// lock for one TTL. Fences stay monotonic either way (see Fencing).
 //
 // # Fencing
 //
 // A grant's fence is strictly greater than the fence of every grant of the
-// same key that returned before it was requested, under the assumptions
-// listed below; lock exclusion is not one of them.
+// same key that returned before it was requested, under the assumption below;
+// lock exclusion is not one of them.
 //
-// The basic rule: the acquire script increments the key's counter on each
-// granting node; the fence is the largest counter among the nodes that
-// answered (an unincremented counter counts as its value plus one); before
-// the lock counts as held, the fence is written back (set if greater) to
-// every granting node whose counter is below it, only while that node still
-// holds the lock. In the steady state all counters agree and the write-back
-// costs nothing. A later grant reads a majority, which shares a node with
-// the majority that stored the earlier fence, so its maximum is above it.
+// Each granting node draws max(its counter + 1, its clock in microseconds)
+// and stores it; the lock's fence is the largest draw of the granting
+// majority. The lock's release and each of its extensions raise every node's
+// counter to the lock's fence. A later grant's majority shares a node with
+// the earlier one's, and that node's next draw is above the earlier fence:
+// its counter was raised to it (the earlier holder released or extended), or
+// the earlier key expired there at least a TTL after the earlier grant, or
+// the node lost its counter (a restart without persistence, an expired or
+// stale counter) and draws from its clock, which has moved on since.
 //
-// The trap: "a majority keeps its counters" is not enough. If {A,B,C} stored
-// fence f and A and B restart empty, a later majority {A,B,D} shares only A
-// and B with {A,B,C} — both forgot f — and reads a maximum below f, although
-// C, D and E never lost anything (TestFenceAmnesiaInversion shows it with the
-// rule switched off). The rule that prevents it: a counter counts toward the
-// majority only if it is trusted, and a node that lost its memory serves no
-// trusted counter until it has been given the current value again.
-//
-// How a lost memory is detected. Each node carries a marker (MarkerKey): a
-// random epoch, the run_id of the server process that wrote it, and a trust
-// level. Counters are tagged with the epoch they were written under. The
-// scripts read the server's run_id (INFO server) and compare. On Redis 7.0
-// and later the acquire script runs as a Redis Function, whose library
-// reads INFO once per server process and keeps the run_id (INFO was about
-// half the script's time on the server); dlock loads the library, named
-// dlock_redlock_acquire_<hash of its code>, on first use, and Redis keeps
-// it in its RDB and AOF files. A restart starts the library afresh, so the
-// run_id is never stale. Where functions are not available (older
-// servers, a user not allowed FUNCTION LOAD) the plain script runs:
-//
-//   - marker missing while other nodes have theirs: the node restarted empty
-//     (or is new). It gets a new epoch with trust "own": only counters written
-//     under that epoch — by a write-back — are trusted, so for each key it
-//     counts again once one grant has written the fence back to it.
-//   - marker present but written by another server process (run_id differs):
-//     the node restarted from an RDB snapshot or an AOF that may lack recent
-//     writes (its marker came back, its counters may be old). Same treatment:
-//     a new epoch with trust "own" (TestFenceSnapshotRestore).
-//   - every node answered and none has a marker: a new cluster. All get
-//     trust "all": a missing counter is trusted as 0, since no fence was ever
-//     issued. While some node does not answer and none of those that do has
-//     a marker, nothing is decided and no fence is issued: a new cluster
-//     needs every node to answer once (or Reseed).
-//
-// The fence is computed only from at least N/2+1 nodes with trusted counters
-// for the key (from the whole acquisition round, not only the granting
-// nodes). Why that suffices, by induction over grants in real-time order:
-// let M be the nodes that stored fence f (|M| >= N/2+1) and T the N/2+1
-// trusted nodes a later grant reads. T and M share a node, since |T|+|M| > N.
-// That node is trusted, so either it kept f (a trusted counter was never
-// lost, and counters only grow) or it lost f and was trusted again by a
-// write-back, which carries a fence computed the same way after f was
-// stored, hence above f. Either way the new maximum is above f. When fewer
-// than N/2+1 trusted counters can be read, the attempt fails with
-// ErrFenceUnavailable (matching dlock.ErrUnavailable) and the lock is
-// released: no fence rather than a wrong one.
-//
-// Assumptions: (a) a node never loses part of its data without losing its
-// marker or changing its run_id — true for restarts with or without
-// persistence, not for counters deleted by hand or evicted (use
-// noeviction); (b) the nodes never all lose their data at once: the cluster
-// then looks new and fences start over — the guards at the resources reject
-// the lower fences, and an operator must raise the counters above the highest
-// fence the resources have seen (Reseed); (c) the decision that a cluster is new is
-// taken from one round of replies, and a node that restarts empty within that
-// very round while another client issues a fence is not covered; (d) a node
-// does not crash, restart and get written back while an acquisition that it
-// had already answered is still in flight — the write-back could then carry
-// a fence computed before that acquisition stored its own. The
-// delayed-restart rule above excludes (c) and (d): a node that stays down for
-// the longest TTL rejoins after every acquisition in flight has ended.
-//
-// Operations. A node that rejoined ("own") is trusted again key by key as
-// grants write fences back. Keys that are not used for a while stay
-// untrusted on it; if more than a minority of nodes rejoined, such a key gets
-// ErrFenceUnavailable until Rejoin has copied every counter from a trusted
-// majority to the rejoined nodes and marked them trusted. Run Rejoin after
-// restarting nodes without persistence (after the delayed-restart wait).
-// When more than a minority lost their data at once, Rejoin refuses (a fence
-// may be lost with them) and Reseed(floor) is the way out: every counter
-// starts at a floor the operator knows to be above every fence issued. The
-// alternative is to never lose an acknowledged write: appendonly yes with
-// appendfsync always on every node; a restart is still detected (the run_id
-// changes) and costs one write-back per key, but counters are not lost.
-// WithFenceAmnesiaRule(false) trusts every counter; it is the negative
-// control of the tests and safe only with such persistence and no snapshot
-// restores.
+// The assumption, in the same terms as Redlock's own: the nodes' clocks agree
+// within D and never step back by more than D, where D is the shorter of the
+// TTL minus the node timeout and the time a node that lost its counter takes
+// to come back (its restart; with the delayed-restart rule below, at least
+// the TTL). Clocks kept by NTP agree within milliseconds. A node whose clock
+// steps back further can hand out a fence below an earlier one; the guards at
+// the resource (dlock's fence packages) then reject that holder's writes. The
+// argument in full is in the repository's docs/fences.md.
 //
 // # Errors and configuration
 //
 // Failed attempts carry a *QuorumError (errors.As) with every node's answer;
 // its Unwrap yields the sentinel (dlock.ErrNotAcquired when the lock was
 // busy or the vote split, dlock.ErrUnavailable when fewer than a majority of
-// nodes answered) and a *dlock.NodeError per failing node. A node that did
+// nodes answered, dlock.ErrNotHeld for an extension or release that a
+// majority answered without the key) and a *dlock.NodeError per failing
+// node. A node that answers without the key (it restarted, the key expired)
+// is not unavailable: a release that every node answered reports the lock
+// released when a majority deleted it, and not held otherwise. A node that did
 // not answer in time reports that, without matching context.DeadlineExceeded
 // (which stays reserved for the caller's own context).
 //

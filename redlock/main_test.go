@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if helperMain() {
 		return
 	}
+	if testsrv.FuzzWorker() {
+		os.Exit(m.Run()) // the fuzz targets need no server
+	}
 	// go-redis logs every refused dial; the tests kill nodes on purpose.
 	redis.SetLogger(quietRedisLogger{})
 	dir, err := os.MkdirTemp("", "redlock-test")

@@ -495,7 +495,7 @@ func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nod
 // context.DeadlineExceeded as well.
 func (l *Locker) withCtx(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
-		return errors.Join(err, cerr)
+		return fmt.Errorf("%w: %w", err, cerr)
 	}
 	return err
 }

@@ -178,3 +178,21 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A waiting Acquire rides out a moment in which a majority of the nodes is
+// down.
+func TestConformanceOutage(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 3)
+	locktest.RunOutage(t, func(t *testing.T) dlock.Locker { return newLocker(t, rs) },
+		func(t *testing.T) func() {
+			rs[0].Kill()
+			rs[1].Kill()
+			return func() {
+				for _, r := range rs[:2] {
+					if err := r.Restart(); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+}

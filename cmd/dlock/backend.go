@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"regexp"
@@ -233,6 +234,8 @@ func acquireError(err error, rec *recorder, key string, wait time.Duration) erro
 		return &usageError{err: err}
 	case errors.Is(err, pglock.ErrNotMigrated):
 		return exitf(exitUnavailable, "the database has no dlock_fence sequence: run once with --create-fence-table, or create it with the SQL of pglock.MigrateSQL")
+	case errors.Is(err, errCreateFence):
+		return exitf(exitUnavailable, "%v", err)
 	case errors.Is(err, dlock.ErrUnavailable):
 		return unreachable(err)
 	case errors.Is(err, dlock.ErrNotAcquired) && rec.busy():
@@ -260,17 +263,26 @@ func tokenError(err error, key string) error {
 }
 
 // unreachable reports an unavailable backend, naming the node if the error
-// says which one failed.
+// says which one failed, and the server's own reply when it answered with an
+// error (with the ACL key patterns dlock needs, when that was NOPERM).
 func unreachable(err error) error {
 	var qe *redlock.QuorumError
 	var ne *dlock.NodeError
-	if errors.As(err, &qe) {
-		return exitf(exitUnavailable, "backend unavailable (Redlock): %s", strings.TrimPrefix(qe.Error(), dlock.ErrUnavailable.Error()+": "))
+	var re redis.Error
+	msg := "backend unreachable: " + err.Error()
+	switch {
+	case errors.As(err, &qe):
+		msg = "backend unavailable (Redlock): " + strings.TrimPrefix(qe.Error(), dlock.ErrUnavailable.Error()+": ")
+	case errors.As(err, &ne) && errors.As(err, &re):
+		msg = fmt.Sprintf("the server %s answered with an error: %v", ne.Node, re)
+	case errors.As(err, &ne):
+		msg = "backend unreachable: " + ne.Error()
 	}
-	if errors.As(err, &ne) {
-		return exitf(exitUnavailable, "backend unreachable: %v", ne)
+	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM") {
+		msg += "; besides the lock keys, dlock needs the keys ~dlock:* and the channels &dlock:wake:* " +
+			"(e.g. ACL SETUSER <user> ~<lock keys> ~dlock:* &dlock:wake:* +@all)"
 	}
-	return exitf(exitUnavailable, "backend unreachable: %v", err)
+	return exitf(exitUnavailable, "%s", msg)
 }
 
 // addURL registers the password of a URL (as written and decoded), and

@@ -87,6 +87,10 @@ type fenceTable struct {
 	create bool
 }
 
+// errCreateFence marks an error of --create-fence-table's Migrate; the
+// server's reason follows it.
+var errCreateFence = errors.New("--create-fence-table could not create the " + pglock.FenceSequence + " sequence")
+
 func (m *fenceTable) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	lock, err := m.Locker.TryAcquire(ctx, key, ttl)
 	if errors.Is(err, pglock.ErrNotMigrated) {
@@ -94,7 +98,8 @@ func (m *fenceTable) TryAcquire(ctx context.Context, key string, ttl time.Durati
 			return nil, err // acquireError says how to proceed
 		}
 		if merr := pglock.Migrate(ctx, m.pool); merr != nil {
-			return nil, fmt.Errorf("%w (creating it: %w)", err, merr)
+			// Not ErrNotMigrated: its advice, to pass the flag, is no help.
+			return nil, fmt.Errorf("%w: %w", errCreateFence, merr)
 		}
 		lock, err = m.Locker.TryAcquire(ctx, key, ttl)
 	}

@@ -107,6 +107,17 @@ func TestPostgres(t *testing.T) {
 	if r := runBin(t, env, runArgs(nil, "pg:fence", "env")...); r.code != exitUnavailable || !strings.Contains(r.stderr, "--create-fence-table") {
 		t.Fatalf("run on a database without the fence sequence: exit %d, want %d naming --create-fence-table; stderr: %s", r.code, exitUnavailable, r.stderr)
 	}
+	// A user who may not create it is told why, not to pass the flag
+	// (PostgreSQL 15 gives PUBLIC no CREATE on schema public).
+	if err := pg.Exec(context.Background(), "CREATE ROLE app LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	appEnv := binEnv("DLOCK_POSTGRES=" + strings.Replace(pg.DSN(), "//postgres@", "//app@", 1))
+	r := runBin(t, appEnv, runArgs([]string{"--create-fence-table"}, "pg:fence", "env")...)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "permission denied") || strings.Contains(r.stderr, "run once with") {
+		t.Fatalf("--create-fence-table without CREATE rights: exit %d, want %d with the server's reason; stderr: %s", r.code, exitUnavailable, r.stderr)
+	}
+	oneLine(t, r.stderr)
 	var last uint64
 	for i := range 2 {
 		r := runBin(t, env, runArgs([]string{"--create-fence-table"}, "pg:fence", "env")...)
@@ -134,9 +145,52 @@ func TestPostgres(t *testing.T) {
 	if err := pg.Terminate(ctx, locks[0].PID); err != nil {
 		t.Fatal(err)
 	}
-	r := holder.wait(t)
+	r = holder.wait(t)
 	if r.code != exitLost || !strings.Contains(r.stderr, "lost") {
 		t.Fatalf("after the session was killed: exit %d, want %d; stderr: %s", r.code, exitLost, r.stderr)
+	}
+}
+
+// TestPostgresFirstRunsTogether: several `dlock run --create-fence-table`
+// started at once on a fresh database (cron jobs on several machines, on
+// their first night) all create the schema without tripping over each
+// other, and then all run, one at a time, with growing fences.
+func TestPostgresFirstRunsTogether(t *testing.T) {
+	t.Parallel()
+	pg := testsrv.StartPostgres(t)
+	env := binEnv("DLOCK_POSTGRES=" + pg.DSN())
+	log := filepath.Join(t.TempDir(), "log")
+	const n = 3
+	procs := make([]*proc, n)
+	for i := range procs {
+		procs[i] = startBin(t, env, runArgs([]string{"--create-fence-table", "--wait", "30s"}, "pg:first", "record", log, "100ms")...)
+	}
+	for i, p := range procs {
+		if r := p.wait(t); r.code != 0 {
+			t.Errorf("run #%d: exit %d; stderr: %s", i, r.code, r.stderr)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(readFile(t, log)), "\n")
+	var last uint64
+	for i, line := range lines {
+		f := strings.Fields(line)
+		want := "enter"
+		if i%2 == 1 {
+			want = "exit"
+		}
+		if len(lines) != 2*n || f[0] != want {
+			t.Fatalf("the commands overlapped or did not all run:\n%s", strings.Join(lines, "\n"))
+		}
+		if want == "enter" {
+			fence, _ := strconv.ParseUint(f[2], 10, 64)
+			if fence <= last {
+				t.Fatalf("fence %d after %d:\n%s", fence, last, strings.Join(lines, "\n"))
+			}
+			last = fence
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testsrv"
 )
 
@@ -270,6 +272,91 @@ func TestShellQuote(t *testing.T) {
 	} {
 		if got := shellQuote(in); got != want {
 			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// A server that answers with an error is reported as what it said: an ACL
+// that allows the lock keys but not dlock's gets NOPERM, and the message
+// names the key patterns dlock needs. With those patterns the same user
+// runs the command.
+func TestServerErrorReported(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	if err := c.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~locks:*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"DLOCK_REDIS=redis://app:pw@" + srv.Addr}
+	r := runInProcess(t, env, "run", "locks:nightly", "--", "true")
+	if r.code != exitUnavailable {
+		t.Fatalf("exit %d, want %d; stderr: %s", r.code, exitUnavailable, r.stderr)
+	}
+	oneLine(t, r.stderr)
+	for _, want := range []string{"NOPERM", "~dlock:*", "&dlock:wake:*"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q does not mention %s", r.stderr, want)
+		}
+	}
+	if strings.Contains(r.stderr, "unreachable") {
+		t.Errorf("stderr %q calls an answering server unreachable", r.stderr)
+	}
+	if n := c.Exists(ctx, "locks:nightly").Val(); n != 0 {
+		t.Errorf("the failed attempt left the lock key behind")
+	}
+	if err := c.Do(ctx, "ACL", "SETUSER", "app", "resetchannels", "~dlock:*", "&dlock:wake:*").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := runInProcess(t, env, "run", "--wait", "1s", "locks:nightly", "--", "true"); r.code != 0 {
+		t.Fatalf("with ~dlock:* and &dlock:wake:*: exit %d; stderr: %s", r.code, r.stderr)
+	}
+}
+
+// A new three-node Redlock deployment with one node down from the start
+// grants the lock through dlock run, with or without --wait.
+func TestRunRedlockNodeDownFromStart(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 3)
+	rs[2].Kill()
+	args := []string{"--redis", rs[0].URL(), "--redis", rs[1].URL(), "--redis", rs[2].URL()}
+	for _, wait := range []string{"0", "2s"} {
+		r := runInProcess(t, nil, append(append([]string{"run"}, args...), "--wait", wait, "jobs:redlock", "--", "true")...)
+		if r.code != 0 {
+			t.Fatalf("--wait %s with node 3 of 3 down: exit %d; stderr: %s", wait, r.code, r.stderr)
+		}
+	}
+}
+
+// The CLI's exit code follows the one sentinel of an error: one table from
+// sentinel to exit code, for acquisitions and for the token commands.
+func TestExitCodeBySentinel(t *testing.T) {
+	code := func(err error) int {
+		var ee *exitError
+		var ue *usageError
+		switch {
+		case errors.As(err, &ee):
+			return ee.code
+		case errors.As(err, &ue):
+			return exitUsage
+		}
+		return -1
+	}
+	wrap := func(s error) error { return fmt.Errorf("dlock: acquire \"k\": %w (detail)", s) }
+	busy := &recorder{sawBusy: true}
+	for _, tc := range []struct {
+		sentinel      error
+		acquire, toke int
+	}{
+		{dlock.ErrInvalid, exitUsage, exitUsage},
+		{dlock.ErrUnavailable, exitUnavailable, exitUnavailable},
+		{dlock.ErrNotAcquired, exitBusy, exitFailure},
+		{dlock.ErrNotHeld, exitFailure, exitLost},
+		{dlock.ErrLockLost, exitFailure, exitLost},
+	} {
+		if got := code(acquireError(wrap(tc.sentinel), busy, "k", time.Second)); got != tc.acquire {
+			t.Errorf("acquire failing with %v: exit %d, want %d", tc.sentinel, got, tc.acquire)
+		}
+		if got := code(tokenError(wrap(tc.sentinel), "k")); got != tc.toke {
+			t.Errorf("extend/release failing with %v: exit %d, want %d", tc.sentinel, got, tc.toke)
 		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/internal/testsrv"
 )
 
 // dlockBin is the real binary, built once for the tests that run it.
@@ -27,6 +29,10 @@ const childMarker = "DLOCK_TEST_CHILD"
 func TestMain(m *testing.M) {
 	if os.Getenv(childMarker) == "1" {
 		os.Exit(child(os.Args[1:]))
+	}
+	if testsrv.FuzzWorker() {
+		goleak.VerifyTestMain(m) // FuzzRun needs no binary
+		return
 	}
 	dir, err := os.MkdirTemp("", "dlock-test-bin")
 	if err != nil {

@@ -288,9 +288,9 @@ func TestPausedHolderLateWrite(t *testing.T) {
 	if v, f := peek(t, id); v != "100+50" || f != b.Fence() {
 		t.Fatalf("row after A's late write: value %q fence %d; want B's %q, %d", v, f, "100+50", b.Fence())
 	}
-	// A's handle knows it lost the lock too.
-	if err := a.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("A's Extend: %v, want ErrNotHeld", err)
+	// A's handle knows it lost the lock too: its session ended.
+	if err := a.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("A's Extend: %v, want ErrLockLost", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -282,8 +283,10 @@ var workersScenario = scenario{
 	proves: []string{
 		"Do waits for the lock (a release wakes the next waiter; polling with jitter is the fallback),",
 		"runs the function, keeps the lock extended while it runs and always releases it: the workers",
-		"never overlapped, and each got a larger fence than the one before. Keep the TTL longer than",
-		"any stall you are willing to accept.",
+		"never overlapped, and each got a larger fence than the one before. A fence on Redis is the",
+		"server's clock in microseconds (or the last fence plus one), so it survives a restart that",
+		"loses the counter; the steps above are the times between the grants. Keep the TTL longer",
+		"than any stall you are willing to accept.",
 	},
 	run: func(ctx context.Context, e *env, s *section) error {
 		const work = 30 * time.Millisecond
@@ -338,7 +341,27 @@ var workersScenario = scenario{
 		for i := 1; i < len(fences); i++ {
 			increasing = increasing && fences[i] > fences[i-1]
 		}
-		s.result("fences in the order the workers entered", fmt.Sprint(fences), increasing, "strictly increasing")
+		s.result("fences in the order the workers entered", fenceSteps(fences), increasing, "strictly increasing")
 		return nil
 	},
+}
+
+// fenceSteps prints fences as the first one and each one's step from the one
+// before: a Redis fence is the server's clock in microseconds (or one more
+// than the last fence, when that is larger), so the steps are the times
+// between the grants.
+func fenceSteps(fences []uint64) string {
+	if len(fences) == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	fmt.Fprint(&b, fences[0])
+	for i := 1; i < len(fences); i++ {
+		if fences[i] > fences[i-1] {
+			fmt.Fprintf(&b, ", +%d", fences[i]-fences[i-1])
+		} else {
+			fmt.Fprintf(&b, ", %d (not above the one before)", fences[i])
+		}
+	}
+	return b.String()
 }

@@ -13,20 +13,26 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// Fence returns the key of the fence counter for lockKey. If lockKey has a
-// Cluster hash tag ("{...}" with something inside), the counter key keeps it;
-// otherwise the whole lock key becomes the hash tag. Either way both keys
-// hash to the same slot. Keys containing '}' but no valid hash tag cannot be
-// tagged this way; on a Cluster their scripts fail with CROSSSLOT.
+// Fence returns the key of the fence counter for lockKey.
 func Fence(lockKey string) string { return derive("dlock:fence:", lockKey) }
+
+// Queue returns the key of lockKey's waiter queue.
+func Queue(lockKey string) string { return derive("dlock:waiters:", lockKey) }
 
 // Holder returns the key where a holder may publish who it is (host, pid,
 // since) for `dlock inspect`.
 func Holder(lockKey string) string { return derive("dlock:holder:", lockKey) }
 
+// derive names a key beside lockKey in its Cluster slot. A lock key without
+// a hash tag becomes the tag: prefix+"{"+lockKey+"}". One with a tag keeps
+// it, behind "t:": prefix+"t:"+lockKey. The "t:" keeps the two forms apart,
+// so that no two lock keys share a derived key ("a" and "{a}" would
+// otherwise both give prefix+"{a}"). Keys containing '}' but no valid hash
+// tag cannot be tagged either way; on a Cluster their scripts fail with
+// CROSSSLOT.
 func derive(prefix, lockKey string) string {
 	if HasHashTag(lockKey) {
-		return prefix + lockKey
+		return prefix + "t:" + lockKey
 	}
 	return prefix + "{" + lockKey + "}"
 }

@@ -30,9 +30,18 @@ func WithLapse(lapse func(t *testing.T, key string)) Option {
 	return func(s *suite) { s.lapse = lapse }
 }
 
+// WithOutage gives the suite a way to make the backend unreachable for
+// every Locker, with connections refused (kill the server, or a majority
+// of them); the function it returns ends the outage and is called once.
+// Without it the outage test is skipped.
+func WithOutage(outage func(t *testing.T) (end func())) Option {
+	return func(s *suite) { s.outage = outage }
+}
+
 type suite struct {
 	newLocker Factory
 	lapse     func(t *testing.T, key string)
+	outage    func(t *testing.T) (end func())
 }
 
 // TTL is the lease the suite uses where expiry is the point: short, with
@@ -66,6 +75,11 @@ func Run(t *testing.T, newLocker Factory, opts ...Option) {
 	t.Run("DoSignalsLoss", s.doSignalsLoss)
 	t.Run("DoReleasesOnPanic", s.doReleasesOnPanic)
 	t.Run("AcquireAfterRelease", s.acquireAfterRelease)
+	t.Run("LostHandleStaysLost", s.lostHandleStaysLost)
+	t.Run("UnknownReleaseDoesNotRevive", s.unknownReleaseDoesNotRevive)
+	t.Run("DoFollowsExtend", s.doFollowsExtend)
+	t.Run("DoContextTruthfulAtExpiry", s.doContextTruthfulAtExpiry)
+	t.Run("AcquireWaitsThroughOutage", s.acquireWaitsThroughOutage)
 }
 
 func ctx(t *testing.T) context.Context {
@@ -84,13 +98,6 @@ func mustAcquire(t *testing.T, l dlock.Locker, key string, ttl time.Duration) *d
 	return lock
 }
 
-func wantIs(t *testing.T, err, target error) {
-	t.Helper()
-	if !errors.Is(err, target) {
-		t.Fatalf("got error %v, want one matching %v", err, target)
-	}
-}
-
 // lapseLock makes the lock on key lapse and waits until the holder's
 // validity is surely over.
 func (s *suite) lapseLock(t *testing.T, key string, lock *dlock.Lock) {
@@ -106,10 +113,7 @@ func (s *suite) mutualExclusion(t *testing.T) {
 	key := Key(t)
 	la := mustAcquire(t, a, key, 10*time.Second)
 	_, err := b.TryAcquire(ctx(t), key, 10*time.Second)
-	wantIs(t, err, dlock.ErrNotAcquired)
-	if errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrInvalid) {
-		t.Fatalf("busy error also matches another sentinel: %v", err)
-	}
+	WantError(t, err, dlock.ErrNotAcquired)
 	if err := la.Release(ctx(t)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
@@ -124,7 +128,7 @@ func (s *suite) sameLockerIsAnotherOwner(t *testing.T) {
 	key := Key(t)
 	mustAcquire(t, l, key, 10*time.Second)
 	_, err := l.TryAcquire(ctx(t), key, 10*time.Second)
-	wantIs(t, err, dlock.ErrNotAcquired)
+	WantError(t, err, dlock.ErrNotAcquired)
 }
 
 // The seed's expiry bug: A is slower than its lock, B acquires, A releases.
@@ -136,9 +140,9 @@ func (s *suite) staleReleaseRefused(t *testing.T) {
 	s.lapseLock(t, key, la)
 	lb := mustAcquire(t, b, key, 10*time.Second)
 
-	wantIs(t, la.Release(ctx(t)), dlock.ErrNotHeld)
+	WantError(t, la.Release(ctx(t)), dlock.ErrNotHeld)
 	_, err := c.TryAcquire(ctx(t), key, 10*time.Second)
-	wantIs(t, err, dlock.ErrNotAcquired)
+	WantError(t, err, dlock.ErrNotAcquired)
 	if err := lb.Extend(ctx(t), 10*time.Second); err != nil {
 		t.Fatalf("B lost its lock to A's stale release: Extend: %v", err)
 	}
@@ -151,10 +155,7 @@ func (s *suite) extendAfterLapseRefused(t *testing.T) {
 	s.lapseLock(t, key, la)
 	lb := mustAcquire(t, b, key, 10*time.Second)
 
-	err := la.Extend(ctx(t), 10*time.Second)
-	if !errors.Is(err, dlock.ErrNotHeld) && !errors.Is(err, dlock.ErrLockLost) {
-		t.Fatalf("Extend after lapse: got %v, want ErrNotHeld or ErrLockLost", err)
-	}
+	wantOneOf(t, la.Extend(ctx(t), 10*time.Second), dlock.ErrNotHeld, dlock.ErrLockLost)
 	if la.Held() {
 		t.Fatal("handle reports held after a refused extension")
 	}
@@ -175,7 +176,7 @@ func (s *suite) extendOutlivesFirstTTL(t *testing.T) {
 		t.Fatal("extended lock not held past its first TTL")
 	}
 	_, err := b.TryAcquire(ctx(t), key, time.Second)
-	wantIs(t, err, dlock.ErrNotAcquired)
+	WantError(t, err, dlock.ErrNotAcquired)
 }
 
 func (s *suite) fencesStrictlyIncrease(t *testing.T) {
@@ -203,8 +204,7 @@ func (s *suite) cancelledWait(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := dlock.Acquire(c, b, key, 10*time.Second, dlock.WithRetryDelay(20*time.Millisecond))
-	wantIs(t, err, dlock.ErrNotAcquired)
-	wantIs(t, err, context.DeadlineExceeded)
+	WantError(t, err, dlock.ErrNotAcquired, context.DeadlineExceeded)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("a wait with a 200ms deadline took %v", d)
 	}
@@ -212,11 +212,10 @@ func (s *suite) cancelledWait(t *testing.T) {
 	c2, cancel2 := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel2)
 	_, err = dlock.Acquire(c2, b, key, 10*time.Second)
-	wantIs(t, err, dlock.ErrNotAcquired)
-	wantIs(t, err, context.Canceled)
+	WantError(t, err, dlock.ErrNotAcquired, context.Canceled)
 
 	_, err = dlock.Acquire(ctx(t), b, key, 10*time.Second, dlock.WithRetryCount(2), dlock.WithRetryDelay(10*time.Millisecond))
-	wantIs(t, err, dlock.ErrNotAcquired)
+	WantError(t, err, dlock.ErrNotAcquired)
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a spent retry budget reported as a context error: %v", err)
 	}
@@ -272,18 +271,18 @@ func (s *suite) handleMisuse(t *testing.T) {
 	if err := lock.Release(ctx(t)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	wantIs(t, lock.Release(ctx(t)), dlock.ErrNotHeld)
-	wantIs(t, lock.Extend(ctx(t), time.Second), dlock.ErrNotHeld)
+	WantError(t, lock.Release(ctx(t)), dlock.ErrNotHeld)
+	WantError(t, lock.Extend(ctx(t), time.Second), dlock.ErrNotHeld)
 	if lock.Held() {
 		t.Fatal("released handle reports held")
 	}
 	// A released handle must not resurrect the key: another owner gets it.
 	other := mustAcquire(t, s.newLocker(t), key, 10*time.Second)
-	wantIs(t, lock.Release(ctx(t)), dlock.ErrNotHeld)
+	WantError(t, lock.Release(ctx(t)), dlock.ErrNotHeld)
 	if err := other.Extend(ctx(t), 10*time.Second); err != nil {
 		t.Fatalf("the next owner was disturbed: %v", err)
 	}
-	wantIs(t, other.Extend(ctx(t), 0), dlock.ErrInvalid)
+	WantError(t, other.Extend(ctx(t), 0), dlock.ErrInvalid)
 }
 
 func (s *suite) badInput(t *testing.T) {
@@ -299,22 +298,23 @@ func (s *suite) badInput(t *testing.T) {
 		{"sub-millisecond ttl", Key(t), time.Microsecond},
 		{"huge ttl", Key(t), 1 << 62},
 	} {
-		_, err := l.TryAcquire(ctx(t), tc.key, tc.ttl)
-		if !errors.Is(err, dlock.ErrInvalid) {
-			t.Errorf("%s: got %v, want ErrInvalid", tc.name, err)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := l.TryAcquire(ctx(t), tc.key, tc.ttl)
+			WantError(t, err, dlock.ErrInvalid)
+		})
 	}
-	//lint:ignore SA1012 a nil context is the bad input under test
-	if _, err := l.TryAcquire(nil, Key(t), time.Second); !errors.Is(err, dlock.ErrInvalid) { //nolint:staticcheck
-		t.Errorf("nil context: got %v, want ErrInvalid", err)
-	}
-	if err := dlock.Do(ctx(t), l, Key(t), time.Second, nil); !errors.Is(err, dlock.ErrInvalid) {
-		t.Errorf("Do with nil fn: got %v, want ErrInvalid", err)
-	}
-	err := dlock.Do(ctx(t), l, Key(t), time.Second, func(context.Context) error { return nil }, dlock.WithExtendThreshold(2*time.Second))
-	if !errors.Is(err, dlock.ErrInvalid) {
-		t.Errorf("Do with threshold above ttl: got %v, want ErrInvalid", err)
-	}
+	t.Run("nil context", func(t *testing.T) {
+		//lint:ignore SA1012 a nil context is the bad input under test
+		_, err := l.TryAcquire(nil, Key(t), time.Second) //nolint:staticcheck
+		WantError(t, err, dlock.ErrInvalid)
+	})
+	t.Run("Do with nil fn", func(t *testing.T) {
+		WantError(t, dlock.Do(ctx(t), l, Key(t), time.Second, nil), dlock.ErrInvalid)
+	})
+	t.Run("Do with threshold above ttl", func(t *testing.T) {
+		err := dlock.Do(ctx(t), l, Key(t), time.Second, func(context.Context) error { return nil }, dlock.WithExtendThreshold(2*time.Second))
+		WantError(t, err, dlock.ErrInvalid)
+	})
 }
 
 func (s *suite) doExcludes(t *testing.T) {
@@ -368,8 +368,8 @@ func (s *suite) doSignalsLoss(t *testing.T) {
 		}
 		return c.Err()
 	})
-	wantIs(t, cause, dlock.ErrLockLost)
-	wantIs(t, err, dlock.ErrLockLost)
+	WantError(t, cause, dlock.ErrLockLost)
+	WantError(t, err, dlock.ErrLockLost, context.Canceled)
 	if lostAfter > TTL+200*time.Millisecond {
 		t.Fatalf("loss signalled after %v, want within about one extension interval (ttl %v)", lostAfter, TTL)
 	}
@@ -413,4 +413,151 @@ func (s *suite) acquireAfterRelease(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("waiter did not get the lock within 5s of its release")
 	}
+}
+
+// A handle whose lock lapsed stays lost, whatever a later Release says:
+// one whose outcome is unknown (here: its context was already cancelled)
+// must not make it held again, and the new owner's lock stays undisturbed.
+func (s *suite) lostHandleStaysLost(t *testing.T) {
+	if s.lapse == nil {
+		t.Skip("the backend gave no WithLapse hook")
+	}
+	a, b := s.newLocker(t), s.newLocker(t)
+	key := Key(t)
+	la := mustAcquire(t, a, key, 10*time.Second)
+	s.lapse(t, key)
+	lb := mustAcquire(t, b, key, 10*time.Second)
+	wantOneOf(t, la.Extend(ctx(t), 10*time.Second), dlock.ErrNotHeld, dlock.ErrLockLost)
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := la.Release(cancelled); err != nil {
+		wantOneOf(t, err, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable)
+	}
+	if la.Held() || la.Remaining() != 0 {
+		t.Fatalf("lost handle held again after a Release with a cancelled context (remaining %v)", la.Remaining())
+	}
+	wantOneOf(t, la.Extend(ctx(t), 10*time.Second), dlock.ErrNotHeld, dlock.ErrLockLost)
+	if err := la.Release(ctx(t)); err != nil {
+		wantOneOf(t, err, dlock.ErrNotHeld, dlock.ErrLockLost)
+	}
+	if err := lb.Extend(ctx(t), 10*time.Second); err != nil {
+		t.Fatalf("the new owner's lock was disturbed: %v", err)
+	}
+}
+
+// A Release whose outcome is unknown leaves the handle not held (Extend is
+// refused), and a retried Release frees the key.
+func (s *suite) unknownReleaseDoesNotRevive(t *testing.T) {
+	l := s.newLocker(t)
+	key := Key(t)
+	lock := mustAcquire(t, l, key, 10*time.Second)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := lock.Release(cancelled); err != nil {
+		WantError(t, err, dlock.ErrUnavailable, context.Canceled)
+		if lock.Held() {
+			t.Fatal("handle held again after a Release whose outcome is unknown")
+		}
+		WantError(t, lock.Extend(ctx(t), 10*time.Second), dlock.ErrNotHeld)
+		// The first Release may have reached the server after all.
+		if err := lock.Release(ctx(t)); err != nil {
+			WantError(t, err, dlock.ErrNotHeld)
+		}
+	}
+	WantError(t, lock.Release(ctx(t)), dlock.ErrNotHeld)
+	mustAcquire(t, s.newLocker(t), key, time.Second)
+}
+
+// When the function shortens its lease, Do follows: while the function's
+// context is alive nobody else can take the lock, past the short TTL too.
+func (s *suite) doFollowsExtend(t *testing.T) {
+	l, other := s.newLocker(t), s.newLocker(t)
+	key := Key(t)
+	err := dlock.Do(ctx(t), l, key, 10*time.Second, func(c context.Context) error {
+		if err := dlock.LockFromContext(c).Extend(c, TTL); err != nil {
+			return err
+		}
+		for end := time.Now().Add(3 * TTL); time.Now().Before(end); time.Sleep(TTL / 10) {
+			lock, err := other.TryAcquire(ctx(t), key, 10*time.Second)
+			if err == nil {
+				alive := c.Err() == nil
+				lock.Release(ctx(t))
+				if alive {
+					return fmt.Errorf("another owner acquired %q while the function's context was alive", key)
+				}
+				return nil
+			}
+			WantError(t, err, dlock.ErrNotAcquired)
+		}
+		return context.Cause(c)
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+}
+
+// The function's context never reports the lock held past its validity:
+// a function that spins checking it sees the loss on its first look after
+// ValidUntil, not when Do's goroutine gets to run.
+func (s *suite) doContextTruthfulAtExpiry(t *testing.T) {
+	l := s.newLocker(t)
+	var late time.Duration
+	err := dlock.Do(ctx(t), l, Key(t), TTL, func(c context.Context) error {
+		until := dlock.LockFromContext(c).ValidUntil()
+		for {
+			now := time.Now()
+			if c.Err() != nil {
+				return nil
+			}
+			if !now.Before(until) {
+				late = now.Sub(until)
+				return nil
+			}
+		}
+	}, dlock.WithMaxHold(TTL)) // no extension: the validity runs out
+	if late > 0 {
+		t.Fatalf("context alive %v after the validity ran out", late)
+	}
+	WantError(t, err, dlock.ErrLockLost)
+}
+
+// A waiting Acquire rides out an outage shorter than its context; one that
+// outlasts it ends with the context's error and one sentinel: ErrUnavailable
+// after an attempt that found the backend unreachable, ErrNotAcquired when
+// the only attempt was cut short by the context (a client that retries its
+// dials can spend the whole context in one attempt).
+func (s *suite) acquireWaitsThroughOutage(t *testing.T) {
+	if s.outage == nil {
+		t.Skip("the backend gave no WithOutage hook")
+	}
+	l := s.newLocker(t)
+	key := Key(t)
+	mustAcquire(t, l, Key(t), 10*time.Second).Release(ctx(t)) // connected and warmed up
+
+	stop, once := s.outage(t), sync.Once{}
+	end := func() { once.Do(stop) }
+	t.Cleanup(end)
+	c, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := dlock.Acquire(c, l, key, 10*time.Second)
+	wantOneOf(t, err, dlock.ErrUnavailable, dlock.ErrNotAcquired)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a wait that ended with its context during an outage: %v, want it to match context.DeadlineExceeded", err)
+	}
+
+	time.AfterFunc(300*time.Millisecond, end)
+	lock, err := dlock.Acquire(ctx(t), l, key, 10*time.Second)
+	if err != nil {
+		t.Fatalf("Acquire through a 300ms outage: %v", err)
+	}
+	lock.Release(ctx(t))
+}
+
+// RunOutage runs only the suite's outage test (see WithOutage), for a
+// backend whose outage needs servers of its own rather than the ones the
+// rest of the suite shares.
+func RunOutage(t *testing.T, newLocker Factory, outage func(t *testing.T) (end func())) {
+	s := &suite{newLocker: newLocker, outage: outage}
+	t.Run("AcquireWaitsThroughOutage", s.acquireWaitsThroughOutage)
 }

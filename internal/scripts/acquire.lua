@@ -7,18 +7,54 @@
 --   '1' to stay queued after a grant (the Locker has more waiters), ARGV[8]
 --   the queue's ttl ms, ARGV[9] '1' to let the queue's head go first (the
 --   Locker's own release just woke it).
--- Returns {status, fence or holder, expiry, place}: status 1 granted (the
--- fence), 0 busy or -1 busy with a key that never expires (the holder's
--- token), 2 free but left to the queue's head (ARGV[9]); expiry is the busy
--- key's PTTL when the caller heads the queue, else -1; place is the
--- caller's place in the queue (0: not queued).
+-- Returns the fence (a string of digits) for a grant on one key without a
+-- queue, the common case; otherwise {status, fence or holder, expiry,
+-- place}: status 1 granted (the fence), 0 busy or -1 busy with a key that
+-- never expires (the holder's token), 2 free but left to the queue's head
+-- (ARGV[9]); expiry is the busy key's PTTL when the caller heads the queue,
+-- else -1; place is the caller's place in the queue (0: not queued).
 --
--- Every check and read comes before the first write, and the lock keys are
--- written last, so an attempt that fails on an error reply (an ACL that
--- denies dlock's keys, a counter of the wrong type) leaves no lock behind.
+-- An attempt that fails on an error reply (an ACL that denies dlock's keys,
+-- a counter of the wrong type) leaves no lock behind: the common case undoes
+-- its SET, and the general one checks and reads everything before it writes
+-- and writes the lock keys last.
 local m = math.floor(#KEYS / 2)
 local token = ARGV[1]
 local queue = KEYS[2 * m + 1]
+
+-- now returns the server's clock in µs as a string of digits (16 until the
+-- year 2286, so two of them compare as strings).
+local function now()
+  local t = redis.call('time')
+  if ARGV[4] == '0' then
+    return t[1] .. string.sub('00000' .. t[2], -6)
+  end
+  return string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[4]))
+end
+
+-- The common case, one key and no queue: SET NX first (undone if the counter
+-- fails), then the counter, with string work only. It exists for speed: over
+-- 20,000 cycles on redis 7.0 (INFO commandstats), acquire and release took
+-- 6.7-8.7µs of server time this way against 8.6-11µs through the general
+-- path (a bare SET NX and compare-and-delete: 2-2.5µs), which at a round
+-- trip of 25µs was 0.67x of raw's cycles (bench A).
+if m == 1 and not queue then
+  if redis.call('set', KEYS[1], token, 'nx', 'px', ARGV[2]) then
+    local fence = now()
+    local old = redis.pcall('set', KEYS[2], fence, 'px', ARGV[3], 'get')
+    if type(old) == 'string' and (#old > #fence or #old == #fence and old >= fence) then
+      -- The counter is ahead of the clock: one more than it.
+      redis.pcall('set', KEYS[2], old, 'px', ARGV[3])
+      old = redis.pcall('incr', KEYS[2])
+      if type(old) == 'number' then fence = string.format('%d', old) end
+    end
+    if type(old) == 'table' and old.err then
+      redis.call('del', KEYS[1])
+      return old
+    end
+    return fence
+  end
+end
 
 -- queued puts the caller in the queue (keeping an earlier place) or, after
 -- a grant, takes it out or moves it to the tail; it returns the place.
@@ -72,8 +108,7 @@ end
 -- Free (or already ours: an earlier attempt with this token landed). The
 -- fence is above every counter and at least the server's clock, so a
 -- counter that was lost or expired comes back above the fences before it.
-local t = redis.call('time')
-local fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[4])
+local fence = tonumber(now())
 for i = 1, m do
   local c = tonumber(redis.call('get', KEYS[m + i]) or '0')
   if c >= fence then fence = c + 1 end

@@ -38,8 +38,6 @@ const (
 	// ChannelPrefix + Locker id is a Locker's wake-up channel. The release
 	// scripts spell it out ('dlock:wake:').
 	ChannelPrefix = "dlock:wake:"
-	// QueuePrefix + {lock key} is the waiter queue of a lock key.
-	QueuePrefix = "dlock:waiters:"
 	// QueueTTL (ms) is the queue's expiry, refreshed by every waiting
 	// attempt, so a queue of crashed Lockers goes away.
 	QueueTTL = 60_000
@@ -51,14 +49,9 @@ const (
 	maxReconnect = time.Second     // cap of the reconnect backoff
 )
 
-// QueueKey returns the key of lockKey's waiter queue, in the same Cluster
-// slot as lockKey (the derivation of keys.Fence).
-func QueueKey(lockKey string) string {
-	if keys.HasHashTag(lockKey) {
-		return QueuePrefix + lockKey
-	}
-	return QueuePrefix + "{" + lockKey + "}"
-}
+// QueueKey returns the key of lockKey's waiter queue, in lockKey's Cluster
+// slot.
+func QueueKey(lockKey string) string { return keys.Queue(lockKey) }
 
 // Handler receives a Sub's events. Its methods are called from the Sub's
 // goroutine, one at a time, and must not call s.Close.

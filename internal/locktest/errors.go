@@ -1,0 +1,79 @@
+package locktest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Sentinels are dlock's sentinel errors. Every error that dlock or a
+// backend returns matches exactly one of them; a wait that ended with its
+// context matches the context's error as well.
+var Sentinels = []error{dlock.ErrNotAcquired, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable, dlock.ErrInvalid}
+
+// Classify returns the one sentinel err matches. When err breaks the rules
+// every dlock error keeps — it matches no sentinel or several, or its
+// message carries more than one "dlock: " prefix or a line break — it
+// returns instead an error that says how. Callers that map errors to
+// something else (the CLI's exit codes) can build their table on it.
+func Classify(err error) (sentinel error, breach error) {
+	if err == nil {
+		return nil, errors.New("no error")
+	}
+	var matched []error
+	for _, s := range Sentinels {
+		if errors.Is(err, s) {
+			matched = append(matched, s)
+		}
+	}
+	msg := err.Error()
+	switch {
+	case len(matched) == 0:
+		return nil, fmt.Errorf("%q matches no dlock sentinel", msg)
+	case len(matched) > 1:
+		return nil, fmt.Errorf("%q matches %d sentinels: %v", msg, len(matched), matched)
+	case strings.Count(msg, "dlock: ") > 1:
+		return nil, fmt.Errorf("%q has more than one \"dlock: \" prefix", msg)
+	case strings.ContainsAny(msg, "\r\n"):
+		return nil, fmt.Errorf("%q has a line break", msg)
+	}
+	return matched[0], nil
+}
+
+// WantError fails t unless err's one sentinel (see Classify) is want, and
+// err also matches each of also (a context's error, a backend's detail).
+func WantError(t testing.TB, err, want error, also ...error) {
+	t.Helper()
+	got, breach := Classify(err)
+	if breach != nil {
+		t.Fatalf("want an error matching only %v: %v", want, breach)
+	}
+	if got != want {
+		t.Fatalf("got error %q matching %v, want %v", err, got, want)
+	}
+	for _, a := range also {
+		if !errors.Is(err, a) {
+			t.Fatalf("error %q does not match %v", err, a)
+		}
+	}
+}
+
+// wantOneOf is WantError for outcomes where either of two sentinels is
+// right (a refused extension is ErrNotHeld or ErrLockLost, depending on
+// whether the handle noticed first).
+func wantOneOf(t testing.TB, err error, want ...error) {
+	t.Helper()
+	got, breach := Classify(err)
+	if breach != nil {
+		t.Fatalf("want an error matching one of %v: %v", want, breach)
+	}
+	for _, w := range want {
+		if got == w {
+			return
+		}
+	}
+	t.Fatalf("got error %q matching %v, want one of %v", err, got, want)
+}

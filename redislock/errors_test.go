@@ -1,0 +1,126 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// Every public error path of redislock returns an error that matches
+// exactly one of dlock's sentinels, on one line, with one "dlock: " prefix
+// (locktest.Classify), and the context's error where the caller's context
+// ended.
+func TestErrorSentinels(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	raw := srv.Client(t)
+	l := newLocker(t, srv.Client(t))
+	down := testsrv.StartRedis(t)
+	gone := newLocker(t, down.Client(t))
+	if err := raw.Do(testCtx(t), "ACL", "SETUSER", "app", "on", ">pw", "~locks:*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := srv.Options()
+	opts.Username, opts.Password = "app", "pw"
+	ac := redis.NewClient(opts)
+	t.Cleanup(func() { ac.Close() })
+	limited := newLocker(t, ac)
+
+	held := locktest.Key(t)
+	holder, err := l.TryAcquire(testCtx(t), held, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	noExpiry := locktest.Key(t)
+	raw.Set(testCtx(t), noExpiry, "by hand", 0)
+	wrongType := locktest.Key(t)
+	raw.LPush(testCtx(t), keys.Fence(wrongType), "x")
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	down.Kill()
+
+	lost := func() *dlock.Lock { // a lock whose key was taken away
+		k := locktest.Key(t)
+		lock, err := l.TryAcquire(testCtx(t), k, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw.Set(testCtx(t), k, "someone else", time.Minute)
+		return lock
+	}
+	released := func() *dlock.Lock {
+		lock, err := l.TryAcquire(testCtx(t), locktest.Key(t), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lock.Release(testCtx(t))
+		return lock
+	}
+
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+		also []error
+	}{
+		{"empty key", try(l, testCtx(t), "", time.Second), dlock.ErrInvalid, nil},
+		{"key in dlock's namespace", try(l, testCtx(t), "dlock:fence:{x}", time.Second), dlock.ErrInvalid, nil},
+		{"ttl 0", try(l, testCtx(t), "k", 0), dlock.ErrInvalid, nil},
+		{"ttl below the drift margin", try(l, testCtx(t), "k", 2*time.Millisecond), dlock.ErrInvalid, nil},
+		{"nil context", try(l, nil, "k", time.Second), dlock.ErrInvalid, nil},
+		{"prefix in dlock's namespace", func() error { _, err := redislock.New(raw, redislock.WithPrefix("dlock:")); return err }(), dlock.ErrInvalid, nil},
+		{"fence ttl 0", func() error { _, err := redislock.New(raw, redislock.WithFenceTTL(0)); return err }(), dlock.ErrInvalid, nil},
+		{"busy", try(l, testCtx(t), held, time.Second), dlock.ErrNotAcquired, nil},
+		{"busy, no expiry", try(l, testCtx(t), noExpiry, time.Second), dlock.ErrNotAcquired, nil},
+		{"wait cancelled", func() error {
+			c, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
+			defer cancel()
+			_, err := l.Acquire(c, held, time.Second)
+			return err
+		}(), dlock.ErrNotAcquired, []error{context.DeadlineExceeded}},
+		{"attempt cancelled", try(l, cancelled, "k", time.Second), dlock.ErrNotAcquired, []error{context.Canceled}},
+		{"server down", try(gone, testCtx(t), "k", time.Second), dlock.ErrUnavailable, nil},
+		{"NOPERM", try(limited, testCtx(t), "locks:x", time.Second), dlock.ErrUnavailable, nil},
+		{"fence counter of the wrong type", try(l, testCtx(t), wrongType, time.Second), dlock.ErrUnavailable, nil},
+		{"ReleaseToken, wrong token", l.ReleaseToken(testCtx(t), held, "not-the-token"), dlock.ErrNotHeld, nil},
+		{"ExtendToken, wrong token", l.ExtendToken(testCtx(t), held, "not-the-token", time.Minute), dlock.ErrNotHeld, nil},
+		{"ReleaseToken, empty token", l.ReleaseToken(testCtx(t), held, ""), dlock.ErrInvalid, nil},
+		{"ReleaseToken, server down", gone.ReleaseToken(testCtx(t), "k", "t"), dlock.ErrUnavailable, nil},
+		{"ReleaseToken, cancelled", l.ReleaseToken(cancelled, held, "t"), dlock.ErrUnavailable, []error{context.Canceled}},
+		{"ExtendToken, cancelled", l.ExtendToken(cancelled, held, "t", time.Minute), dlock.ErrUnavailable, []error{context.Canceled}},
+		{"Extend of a lock taken away", lost().Extend(testCtx(t), time.Minute), dlock.ErrNotHeld, nil},
+		{"Release of a lock taken away", lost().Release(testCtx(t)), dlock.ErrNotHeld, nil},
+		{"Release twice", released().Release(testCtx(t)), dlock.ErrNotHeld, nil},
+		{"Extend after Release", released().Extend(testCtx(t), time.Minute), dlock.ErrNotHeld, nil},
+		{"Extend with ttl 0", holder.Extend(testCtx(t), 0), dlock.ErrInvalid, nil},
+		{"Do, lock taken away", l.Do(testCtx(t), locktest.Key(t), 400*time.Millisecond, func(ctx context.Context) error {
+			raw.Set(ctx, dlock.LockFromContext(ctx).Key(), "someone else", time.Minute)
+			<-ctx.Done()
+			return nil
+		}), dlock.ErrLockLost, nil},
+		{"Do, nil function", l.Do(testCtx(t), "k", time.Second, nil), dlock.ErrInvalid, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) { locktest.WantError(t, tc.err, tc.want, tc.also...) })
+	}
+	var re redis.Error
+	if err := try(limited, testCtx(t), "locks:y", time.Second); !errors.As(err, &re) {
+		t.Errorf("NOPERM: %v, want the server's reply in the chain", err)
+	}
+}
+
+func try(l *redislock.Locker, ctx context.Context, key string, ttl time.Duration) error {
+	lock, err := l.TryAcquire(ctx, key, ttl)
+	if err == nil {
+		lock.Release(context.Background())
+	}
+	return err
+}

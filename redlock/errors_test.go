@@ -1,0 +1,88 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// Every public error path of redlock returns an error that matches exactly
+// one of dlock's sentinels, on one line, with one "dlock: " prefix
+// (locktest.Classify), and the context's error where the caller's context
+// ended.
+func TestErrorSentinels(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 3)
+	l := newLocker(t, rs)
+	raw := clients(t, rs)
+	held := locktest.Key(t)
+	holder := mustAcquire(t, l, held, time.Minute)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	down := testsrv.StartRedisN(t, 3)
+	gone := newLocker(t, down)
+	for _, r := range down[:2] {
+		r.Kill()
+	}
+	steal := func(lock *dlock.Lock) *dlock.Lock {
+		for _, c := range raw {
+			c.Set(context.Background(), lock.Key(), "someone else", time.Minute)
+		}
+		return lock
+	}
+	released := func() *dlock.Lock {
+		lock := mustAcquire(t, l, locktest.Key(t), time.Minute)
+		lock.Release(testCtx(t))
+		return lock
+	}
+	tryL := func(l *redlock.Locker, ctx context.Context, key string, ttl time.Duration) error {
+		lock, err := l.TryAcquire(ctx, key, ttl)
+		if err == nil {
+			lock.Release(context.Background())
+		}
+		return err
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+		also []error
+	}{
+		{"no clients", func() error { _, err := redlock.New(nil); return err }(), dlock.ErrInvalid, nil},
+		{"nil client", func() error { _, err := redlock.New([]redis.UniversalClient{nil}); return err }(), dlock.ErrInvalid, nil},
+		{"prefix in dlock's namespace", func() error { _, err := redlock.New(raw, redlock.WithPrefix("dlock:")); return err }(), dlock.ErrInvalid, nil},
+		{"empty key", tryL(l, testCtx(t), "", time.Second), dlock.ErrInvalid, nil},
+		{"key in dlock's namespace", tryL(l, testCtx(t), "dlock:waiters:{x}", time.Second), dlock.ErrInvalid, nil},
+		{"repeated keys", func() error { _, err := l.TryAcquireMulti(testCtx(t), []string{"a", "a"}, time.Second); return err }(), dlock.ErrInvalid, nil},
+		{"ttl below the drift margin", tryL(l, testCtx(t), "k", 2*time.Millisecond), dlock.ErrInvalid, nil},
+		{"busy", tryL(l, testCtx(t), held, time.Second), dlock.ErrNotAcquired, nil},
+		{"wait cancelled", func() error {
+			c, cancel := context.WithTimeout(testCtx(t), 200*time.Millisecond)
+			defer cancel()
+			_, err := l.Acquire(c, held, time.Second)
+			return err
+		}(), dlock.ErrNotAcquired, []error{context.DeadlineExceeded}},
+		{"attempt cancelled", tryL(l, cancelled, "k", time.Second), dlock.ErrNotAcquired, []error{context.Canceled}},
+		{"majority down", tryL(gone, testCtx(t), "k", time.Second), dlock.ErrUnavailable, nil},
+		{"ReleaseToken, wrong token", l.ReleaseToken(testCtx(t), held, "not-the-token"), dlock.ErrNotHeld, nil},
+		{"ExtendToken, wrong token", l.ExtendToken(testCtx(t), held, "not-the-token", time.Minute), dlock.ErrNotHeld, nil},
+		{"ReleaseToken, majority down", gone.ReleaseToken(testCtx(t), "k", "t"), dlock.ErrUnavailable, nil},
+		{"Extend of a lock taken away", steal(mustAcquire(t, l, locktest.Key(t), time.Minute)).Extend(testCtx(t), time.Minute), dlock.ErrNotHeld, nil},
+		{"Release of a lock taken away", steal(mustAcquire(t, l, locktest.Key(t), time.Minute)).Release(testCtx(t)), dlock.ErrNotHeld, nil},
+		{"Release twice", released().Release(testCtx(t)), dlock.ErrNotHeld, nil},
+		{"Extend with ttl 0", holder.Extend(testCtx(t), 0), dlock.ErrInvalid, nil},
+		{"Do, lock taken away", l.Do(testCtx(t), locktest.Key(t), time.Second, func(ctx context.Context) error {
+			steal(dlock.LockFromContext(ctx))
+			<-ctx.Done()
+			return nil
+		}), dlock.ErrLockLost, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) { locktest.WantError(t, tc.err, tc.want, tc.also...) })
+	}
+}
