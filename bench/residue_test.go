@@ -192,10 +192,10 @@ func warmScripts(b *testing.B, c *redis.Client) {
 	ctx := context.Background()
 	key := freshKey("R-warm")
 	tok := token()
-	if err := scripts.Acquire.Run(ctx, c, []string{key, keys.Fence(key)}, tok, ttl.Milliseconds(), time.Minute.Milliseconds(), 0).Err(); err != nil {
+	if err := scripts.Acquire.Run(ctx, c, []string{key, keys.Fence(key)}, tok, ttl.Milliseconds(), time.Minute.Milliseconds()).Err(); err != nil {
 		b.Fatal(err)
 	}
-	if err := scripts.Release.Run(ctx, c, []string{key, keys.Queue(key)}, tok, 1, 0).Err(); err != nil {
+	if err := scripts.Release.Run(ctx, c, []string{key, keys.Queue(key)}, tok).Err(); err != nil {
 		b.Fatal(err)
 	}
 	if err := c.Del(ctx, keys.Fence(key)).Err(); err != nil {

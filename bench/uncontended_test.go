@@ -58,14 +58,14 @@ var singles = []single{
 			rel := []string{key, keys.Queue(key)}
 			return func(ctx context.Context) error {
 				tok := token()
-				v, err := scripts.Acquire.Run(ctx, c, ks, tok, ttl.Milliseconds(), counterTTL, 0).Result()
+				v, err := scripts.Acquire.Run(ctx, c, ks, tok, ttl.Milliseconds(), counterTTL).Result()
 				if err != nil {
 					return err
 				}
 				if _, granted := v.(string); !granted { // a grant's reply is the fence alone
 					return errBusy
 				}
-				return scripts.Release.Run(ctx, c, rel, tok, 1, 0).Err()
+				return scripts.Release.Run(ctx, c, rel, tok).Err()
 			}
 		}
 	}},

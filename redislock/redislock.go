@@ -90,8 +90,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		plan = l.notify.Plan(full) // a local Acquire waits: queue for a wake-up
 	}
 	ks := []string{full, keys.Fence(full)}
-	args := []any{token, dlock.Milliseconds(ttl), l.fenceTTL.Milliseconds(), l.clockOffset}
-	if q, qargs, ok := plan.Queue(0); ok {
+	args := []any{token, dlock.Milliseconds(ttl), l.fenceTTL.Milliseconds()}
+	q, qargs, queued := plan.Queue(0)
+	if queued || l.clockOffset != 0 {
+		args = append(args, l.clockOffset)
+	}
+	if queued {
 		ks = append(ks, q)
 		args = append(args, qargs...)
 	}
@@ -316,14 +320,7 @@ func (l *Locker) release(ctx context.Context, key, token string, wakeUp bool) (d
 	if wakeUp {
 		ks = append(ks, queue)
 	}
-	v, err := scripts.Release.Run(ctx, l.client, ks, token, 1, 0).Int64Slice()
-	if err != nil {
-		return 0, 0, err
-	}
-	if len(v) != 2 {
-		return 0, 0, fmt.Errorf("unexpected reply %v from the release script", v)
-	}
-	return v[0], v[1], nil
+	return scripts.ReleaseReply(scripts.Release.Run(ctx, l.client, ks, token).Result())
 }
 
 // cleanup deletes key if it holds token, in the background and within a

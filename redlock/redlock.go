@@ -423,17 +423,14 @@ func (l *Locker) release(ctx context.Context, keys []string, token string, fence
 		if err := l.dupErr(n); err != nil {
 			return err
 		}
-		v, err := scripts.Release.Run(ctx, n.client, ks, args...).Int64Slice()
+		deleted, woken, err := scripts.ReleaseReply(scripts.Release.Run(ctx, n.client, ks, args...).Result())
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)
 		}
-		if len(v) != 2 {
-			return fmt.Errorf("unexpected reply %v from the release script", v)
-		}
-		if v[1] > 0 && len(keys) == 1 {
+		if woken > 0 && len(keys) == 1 {
 			l.notify.Woke(keys[0])
 		}
-		if v[0] == 0 {
+		if deleted == 0 {
 			return errNotHeldHere
 		}
 		return nil

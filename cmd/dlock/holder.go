@@ -90,6 +90,6 @@ func (p *holderPub) stop() {
 	ctx, cancel := context.WithTimeout(p.ctx, p.timeout())
 	defer cancel()
 	for _, c := range p.clients {
-		_ = scripts.Release.Run(ctx, c, []string{p.key}, p.value, 1, 0).Err() // one key, no fence
+		_ = scripts.Release.Run(ctx, c, []string{p.key}, p.value).Err()
 	}
 }

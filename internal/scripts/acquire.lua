@@ -2,7 +2,7 @@
 -- KEYS: m lock keys, then their m fence counters, then, for a waiting
 --   attempt on one key, its waiter queue.
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] counter ttl ms, ARGV[4] clock
---   offset µs (0 but in tests), and for a waiting attempt: ARGV[5] the
+--   offset µs (0, or left out, but in tests), and for a waiting attempt: ARGV[5] the
 --   Locker's id, ARGV[6] its earlier place in the queue (0: none), ARGV[7]
 --   '1' to stay queued after a grant (the Locker has more waiters), ARGV[8]
 --   the queue's ttl ms, ARGV[9] '1' to let the queue's head go first (the
@@ -26,10 +26,11 @@ local queue = KEYS[2 * m + 1]
 -- year 2286, so two of them compare as strings).
 local function now()
   local t = redis.call('time')
-  if ARGV[4] == '0' then
+  local offset = ARGV[4] or '0'
+  if offset == '0' then
     return t[1] .. string.sub('00000' .. t[2], -6)
   end
-  return string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[4]))
+  return string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(offset))
 end
 
 -- The common case, one key and no queue: SET NX first (undone if the counter

@@ -2,13 +2,15 @@
 -- waiter of each (pre-8.4 DELEX IFEQ, plus the wake-up).
 -- KEYS: m lock keys, then their m fence counters when a fence is given,
 --   then (optional) their m waiter queues.
--- ARGV[1] token, ARGV[2] m, ARGV[3] the lock's fence (0: none), ARGV[4]
---   counter ttl ms (with a fence).
--- Returns {keys deleted, waiters woken}. Given a fence, every counter is first
+-- ARGV[1] token, and optionally ARGV[2] m (1), ARGV[3] the lock's fence (0:
+--   none), ARGV[4] counter ttl ms (with a fence).
+-- Returns the number of keys deleted when it woke nobody (the common case,
+-- kept to one number for speed), else {keys deleted, waiters woken}. Given
+-- a fence, every counter is first
 -- raised to it (Redlock: the nodes that drew lower fences learn the lock's).
 -- A deleted key's queue head (a Locker id) is popped and told on its
 -- channel, dlock:wake:<id>, that the key is free.
-local token, m, fence = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local token, m, fence = ARGV[1], tonumber(ARGV[2] or '1'), tonumber(ARGV[3] or '0')
 local q0 = m
 if fence > 0 then
   q0 = 2 * m
@@ -33,4 +35,5 @@ for i = 1, m do
     end
   end
 end
+if woken == 0 then return n end
 return {n, woken}

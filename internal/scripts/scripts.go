@@ -8,6 +8,7 @@ package scripts
 
 import (
 	_ "embed"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,3 +36,24 @@ var (
 	// Wake wakes the longest waiter of a free key, after DELEX (wake.lua).
 	Wake = redis.NewScript(wakeSrc)
 )
+
+// ReleaseReply reads the release script's reply: the number of keys
+// deleted, and of waiters woken.
+func ReleaseReply(v any, err error) (deleted, woken int64, _ error) {
+	if err != nil {
+		return 0, 0, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return v, 0, nil
+	case []any:
+		if len(v) == 2 {
+			n, ok1 := v[0].(int64)
+			w, ok2 := v[1].(int64)
+			if ok1 && ok2 {
+				return n, w, nil
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("unexpected reply %v from the release script", v)
+}
