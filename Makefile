@@ -16,8 +16,8 @@ test: deps vet
 FUZZTIME ?= 5s
 FUZZ_TARGETS = .:FuzzValidation ./pglock:FuzzNames ./pglock:FuzzRowCodec \
 	./cmd/dlock:FuzzRun ./cmd/dlock:FuzzShellQuote ./fence:FuzzMemory ./internal/keys:FuzzSameSlot \
-	./internal/keys:FuzzDistinct ./internal/keys:FuzzCheck ./redislock:FuzzParseAcquire \
-	./redlock:FuzzParseAcquire ./redlock:FuzzRunID
+	./internal/keys:FuzzDistinct ./internal/keys:FuzzCheck ./internal/scripts:FuzzAcquireReply \
+	./redlock:FuzzRunID
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

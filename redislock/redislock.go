@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,18 +108,18 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
 	}
-	r, err := parseAcquire(v)
+	r, err := scripts.AcquireReply(v)
 	if err != nil {
 		l.cleanup(ctx, full, token, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, l.nodeErr(err))
 	}
-	plan.Observe(0, r.status != 1, r.place, r.expiry)
-	switch r.status {
-	case 0:
+	plan.Observe(0, r.Status != scripts.Granted, r.Place, r.Expiry)
+	switch r.Status {
+	case scripts.Busy:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
-	case 2:
+	case scripts.LeftToQueue:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (free, but this Locker's release just woke the longest waiter, which goes first)", key, dlock.ErrNotAcquired)
-	case -1:
+	case scripts.NoExpiry:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner, and the key has no expiry: was it set by hand?)", key, dlock.ErrNotAcquired)
 	}
 	validUntil := dlock.ValidUntil(start, ttl, l.driftFactor)
@@ -128,46 +127,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		l.cleanup(ctx, full, token, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
 	}
-	return dlock.NewLock(key, token, uint64(r.fence), validUntil, &grant{l: l, key: full, token: token, fence: r.fence}), nil
-}
-
-// acquireReply is the acquire script's answer.
-type acquireReply struct {
-	status int64 // 1 granted, 0 busy, -1 busy with a key that never expires, 2 left to the queue's head
-	fence  int64 // when granted
-	expiry int64 // ms until the busy key expires, when this Locker heads the queue; else -1
-	place  int64 // the Locker's place in the queue; 0: not queued
-}
-
-// parseAcquire reads the acquire script's reply: the fence alone (a string
-// of digits) for an uncontended grant, else {status, fence or holder,
-// expiry, place}.
-func parseAcquire(reply any) (acquireReply, error) {
-	var r acquireReply
-	if s, ok := reply.(string); ok {
-		f, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || f <= 0 {
-			return r, fmt.Errorf("unexpected reply %q from the acquire script", s)
-		}
-		return acquireReply{status: 1, fence: f, expiry: -1}, nil
-	}
-	v, _ := reply.([]any)
-	if len(v) != 4 {
-		return r, fmt.Errorf("unexpected reply %v from the acquire script", v)
-	}
-	var ok [4]bool
-	r.status, ok[0] = v[0].(int64)
-	if r.status == 1 {
-		r.fence, ok[1] = v[1].(int64)
-	} else {
-		_, ok[1] = v[1].(string) // the holder's token
-	}
-	r.expiry, ok[2] = v[2].(int64)
-	r.place, ok[3] = v[3].(int64)
-	if ok != [4]bool{true, true, true, true} || (r.status == 1 && r.fence <= 0) {
-		return r, fmt.Errorf("unexpected reply %v from the acquire script", v)
-	}
-	return r, nil
+	return dlock.NewLock(key, token, uint64(r.Fence), validUntil, &grant{l: l, key: full, token: token, fence: r.Fence}), nil
 }
 
 // Acquire takes the lock on key, waiting while it is held (see dlock.Acquire

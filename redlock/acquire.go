@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,14 +17,12 @@ import (
 
 // nodeReply is one node's answer to an attempt.
 type nodeReply struct {
-	err    error
-	status int64  // 1 granted, 0 busy, -1 busy with a key that never expires, 2 left to the queue's head
-	fence  int64  // the fence this node drew, when granted
-	holder string // the token that made the node refuse
-	run    string // the server's run_id, when the call asked for it
+	err error
+	scripts.AcquireResult
+	run string // the server's run_id, once known
 }
 
-func (r *nodeReply) granted() bool { return r.err == nil && r.status == 1 }
+func (r *nodeReply) granted() bool { return r.err == nil && r.Status == scripts.Granted }
 
 func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
 	if ctx == nil {
@@ -57,7 +54,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 			}
 			for _, r := range replies {
 				if r.granted() {
-					fence = max(fence, r.fence)
+					fence = max(fence, r.Fence)
 				}
 			}
 			ok = l.count(replies, (*nodeReply).granted) >= l.quorum
@@ -113,22 +110,16 @@ func (l *Locker) sendRound(ctx context.Context, full []string, token string, ttl
 		}
 		r := l.attempt(ctx, n, nks, nargs, timeout)
 		if r.err == nil {
-			plan.Observe(i, r.status != 1, r.place, r.expiry)
+			plan.Observe(i, r.Status != scripts.Granted, r.Place, r.Expiry)
 		}
-		return &r.nodeReply
+		return r
 	})
-}
-
-// attemptReply is a node's reply with the queue's part.
-type attemptReply struct {
-	nodeReply
-	expiry, place int64
 }
 
 // attempt runs the acquire script on one node; the first call to a node
 // also asks for its run_id, in the same round trip, to find two nodes that
 // are the same server.
-func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, timeout time.Duration) attemptReply {
+func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, timeout time.Duration) *nodeReply {
 	var v any
 	var err error
 	var run string
@@ -151,48 +142,17 @@ func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, 
 		v, err = scripts.Acquire.Run(ctx, n.client, ks, args...).Result()
 	}
 	if err != nil {
-		return attemptReply{nodeReply: nodeReply{err: l.nodeErr(err, timeout)}}
+		return &nodeReply{err: l.nodeErr(err, timeout)}
 	}
-	r, err := parseAcquire(v)
+	res, err := scripts.AcquireReply(v)
 	if err != nil {
-		return attemptReply{nodeReply: nodeReply{err: err}}
+		return &nodeReply{err: err}
 	}
+	r := &nodeReply{AcquireResult: res}
 	if p := n.run.Load(); p != nil {
 		r.run = *p
 	}
 	return r
-}
-
-// parseAcquire reads the acquire script's reply: the fence alone (a string
-// of digits) for an uncontended grant, else {status, fence or holder,
-// expiry, place}.
-func parseAcquire(reply any) (attemptReply, error) {
-	var r attemptReply
-	if s, ok := reply.(string); ok {
-		f, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || f <= 0 {
-			return r, fmt.Errorf("unexpected reply %q from the acquire script", s)
-		}
-		r.status, r.fence, r.expiry = 1, f, -1
-		return r, nil
-	}
-	v, _ := reply.([]any)
-	if len(v) != 4 {
-		return r, fmt.Errorf("unexpected reply %v from the acquire script", v)
-	}
-	var ok [4]bool
-	r.status, ok[0] = v[0].(int64)
-	if r.status == 1 {
-		r.fence, ok[1] = v[1].(int64)
-	} else {
-		r.holder, ok[1] = v[1].(string)
-	}
-	r.expiry, ok[2] = v[2].(int64)
-	r.place, ok[3] = v[3].(int64)
-	if ok != [4]bool{true, true, true, true} || (r.status == 1 && r.fence <= 0) {
-		return r, fmt.Errorf("unexpected reply %v from the acquire script", v)
-	}
-	return r, nil
 }
 
 // runID reads run_id from the reply of INFO server.
@@ -225,7 +185,7 @@ func (l *Locker) awaitMajority(c *inflight[*nodeReply]) (int64, bool) {
 		r := c.out[c.next()]
 		if r.granted() {
 			granted++
-			fence = max(fence, r.fence)
+			fence = max(fence, r.Fence)
 		}
 		if granted >= l.quorum {
 			return fence, true
@@ -270,8 +230,8 @@ func (l *Locker) splitVote(replies []*nodeReply) bool {
 		switch {
 		case r.err != nil:
 			silent++
-		case r.status == 0 || r.status == -1:
-			holders[r.holder]++
+		case r.Status == scripts.Busy || r.Status == scripts.NoExpiry:
+			holders[r.Holder]++
 		}
 	}
 	if len(holders) == 0 {
@@ -338,9 +298,9 @@ func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason strin
 		nr := NodeResult{Node: l.nodes[i].name, OK: r.granted(), Err: r.err}
 		switch {
 		case r.err != nil:
-		case r.status == 0:
+		case r.Status == scripts.Busy || r.Status == scripts.LeftToQueue:
 			nr.Err = errBusy
-		case r.status == -1:
+		case r.Status == scripts.NoExpiry:
 			nr.Err = fmt.Errorf("%w, and the key has no expiry (set by hand?)", errBusy)
 		}
 		if nr.OK {

@@ -21,28 +21,3 @@ func FuzzRunID(f *testing.F) {
 		}
 	})
 }
-
-// FuzzParseAcquire: parsing any reply of a node never panics, and a grant
-// it accepts carries a positive fence.
-func FuzzParseAcquire(f *testing.F) {
-	f.Add(int64(1), int64(1796160179336824), "", 4)
-	f.Add(int64(0), int64(0), "holder", 4)
-	f.Add(int64(-1), int64(0), "", 2)
-	f.Fuzz(func(t *testing.T, status, fence int64, holder string, n int) {
-		v := []any{status, fence, int64(-1), int64(0)}
-		if status != 1 {
-			v[1] = holder
-		}
-		if n >= 0 && n < len(v) {
-			v = v[:n]
-		}
-		r, err := parseAcquire(v)
-		if err == nil && r.status == 1 && r.fence <= 0 {
-			t.Fatalf("grant with fence %d accepted from %v", r.fence, v)
-		}
-		r, err = parseAcquire(holder) // the uncontended grant's reply: the fence alone
-		if err == nil && r.status == 1 && r.fence <= 0 {
-			t.Fatalf("grant with fence %d accepted from %v", r.fence, v)
-		}
-	})
-}

@@ -9,6 +9,7 @@ package scripts
 import (
 	_ "embed"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -56,4 +57,51 @@ func ReleaseReply(v any, err error) (deleted, woken int64, _ error) {
 		}
 	}
 	return 0, 0, fmt.Errorf("unexpected reply %v from the release script", v)
+}
+
+// Statuses of an attempt (AcquireResult.Status).
+const (
+	Busy        = 0  // another owner holds a key
+	Granted     = 1  // the lock is the caller's
+	NoExpiry    = -1 // another owner holds a key that never expires (set by hand?)
+	LeftToQueue = 2  // free, but left to the queue's head (the caller's own release woke it)
+)
+
+// AcquireResult is the acquire script's reply.
+type AcquireResult struct {
+	Status int64
+	Fence  int64  // when Granted
+	Holder string // the token that made the server refuse, when busy
+	Expiry int64  // ms until the busy key expires, when the caller heads the queue; else -1
+	Place  int64  // the caller's place in the queue; 0: not queued
+}
+
+// AcquireReply reads the acquire script's reply: the fence alone (a string
+// of digits) for an uncontended grant, else {status, fence or holder,
+// expiry, place}.
+func AcquireReply(reply any) (AcquireResult, error) {
+	if s, ok := reply.(string); ok {
+		f, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || f <= 0 {
+			return AcquireResult{}, fmt.Errorf("unexpected reply %q from the acquire script", s)
+		}
+		return AcquireResult{Status: Granted, Fence: f, Expiry: -1}, nil
+	}
+	v, _ := reply.([]any)
+	var r AcquireResult
+	var ok [4]bool
+	if len(v) == 4 {
+		r.Status, ok[0] = v[0].(int64)
+		if r.Status == Granted {
+			r.Fence, ok[1] = v[1].(int64)
+		} else {
+			r.Holder, ok[1] = v[1].(string)
+		}
+		r.Expiry, ok[2] = v[2].(int64)
+		r.Place, ok[3] = v[3].(int64)
+	}
+	if ok != [4]bool{true, true, true, true} || (r.Status == Granted && r.Fence <= 0) {
+		return AcquireResult{}, fmt.Errorf("unexpected reply %v from the acquire script", reply)
+	}
+	return r, nil
 }
