@@ -63,8 +63,8 @@
 // host's wake-up, and C1 then ranks the implementations partly by how busy
 // their waiters keep the CPUs (a waiter that polls keeps them awake).
 // BENCH_NO_IDLE=1 bash bench/run.sh (as root) holds /dev/cpu_dma_latency at
-// 0 for the run, so idle CPUs poll instead of halting; RESULTS-noidle.md is
-// such a run, of an earlier design.
+// 0 for the run, so idle CPUs poll instead of halting; the machine facts of
+// a run say which way it was made.
 //
 // The benchmarks need the servers named in the environment (BENCH_REDIS,
 // BENCH_REDLOCK, BENCH_POSTGRES); without them they start their own through

@@ -29,7 +29,7 @@
 # vCPU halted (an earlier design's run). With BENCH_NO_IDLE=1 (root) the
 # run holds /dev/cpu_dma_latency at 0, the PM QoS request of tuned's
 # latency-performance profile, so idle CPUs poll instead of halting; the
-# machine facts say which way a run was made (bench/RESULTS-noidle.md).
+# machine facts say which way a run was made.
 set -euo pipefail
 cd "$(dirname "$0")"
 
