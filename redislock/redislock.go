@@ -101,7 +101,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	start := time.Now()
 	v, err := scripts.Acquire.Run(ctx, l.client, ks, args...).Result()
 	if err != nil {
-		if !isServerReply(err) {
+		if !rclient.IsReply(err) {
 			// The reply was lost, not the request: the key may be ours
 			// now. Remove it so it does not block others for a whole TTL.
 			l.cleanup(ctx, full, token, ttl)
@@ -259,7 +259,7 @@ func (g *grant) Release(ctx context.Context) error {
 // longest waiter; it returns the number of keys deleted and of waiters
 // woken.
 func (l *Locker) release(ctx context.Context, key, token string, wakeUp bool) (deleted, woken int64, err error) {
-	queue := wake.QueueKey(key)
+	queue := keys.Queue(key)
 	if del, _ := l.features(ctx); del {
 		if !wakeUp {
 			deleted, err = l.client.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token}).Result()
@@ -374,7 +374,7 @@ func (l *Locker) checkToken(ctx context.Context, key, token string) error {
 // and also the context's error when it ended; an acquisition whose context
 // ended matches dlock.ErrNotAcquired instead (it did not get the lock).
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
-	if cerr := rclient.CtxErr(ctx); cerr != nil && !isServerReply(err) {
+	if cerr := rclient.CtxErr(ctx); cerr != nil && !rclient.IsReply(err) {
 		if acquiring {
 			return fmt.Errorf("%w: %w: %w", dlock.ErrNotAcquired, cerr, l.nodeErr(err))
 		}
@@ -389,6 +389,4 @@ func (l *Locker) nodeErr(err error) error {
 
 // answered reports whether err is a reply from the server (success, nil or a
 // server error) rather than a network failure.
-func answered(err error) bool { return err == nil || err == redis.Nil || isServerReply(err) }
-
-func isServerReply(err error) bool { return rclient.IsReply(err) }
+func answered(err error) bool { return err == nil || err == redis.Nil || rclient.IsReply(err) }

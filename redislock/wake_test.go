@@ -18,7 +18,6 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testsrv"
-	"github.com/dlock-go/dlock/internal/wake"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -27,7 +26,7 @@ import (
 // this is the signal that a release will be announced to it.
 func waitQueued(t *testing.T, raw redis.UniversalClient, key string, n int64) {
 	t.Helper()
-	q := wake.QueueKey(key)
+	q := keys.Queue(key)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got, err := raw.ZCard(context.Background(), q).Result()

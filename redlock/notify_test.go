@@ -10,9 +10,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testsrv"
-	"github.com/dlock-go/dlock/internal/wake"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -29,7 +29,7 @@ func waitQueued(t *testing.T, rs []*testsrv.Redis, key string, want int) {
 		got := 0
 		for _, r := range rs {
 			c := probe(r)
-			if n, err := c.ZCard(context.Background(), wake.QueueKey(key)).Result(); err == nil && n > 0 {
+			if n, err := c.ZCard(context.Background(), keys.Queue(key)).Result(); err == nil && n > 0 {
 				got++
 			}
 			c.Close()

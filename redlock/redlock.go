@@ -403,20 +403,20 @@ var (
 // behind; until they have, the Locker's next acquisition of the same keys
 // waits for them (releasingOn). With wakeUp, each node also wakes the
 // longest waiter of each key it deleted.
-func (l *Locker) release(ctx context.Context, keys []string, token string, fence int64, wakeUp bool, after *progress) *inflight[error] {
-	ks := append(make([]string, 0, 3*len(keys)), keys...)
-	args := []any{token, len(keys), fence, l.fenceTTL.Milliseconds()}
+func (l *Locker) release(ctx context.Context, lockKeys []string, token string, fence int64, wakeUp bool, after *progress) *inflight[error] {
+	ks := append(make([]string, 0, 3*len(lockKeys)), lockKeys...)
+	args := []any{token, len(lockKeys), fence, l.fenceTTL.Milliseconds()}
 	if fence > 0 {
-		ks = append(ks, fenceKeys(keys)...)
+		ks = append(ks, fenceKeys(lockKeys)...)
 	}
 	if wakeUp {
-		for _, k := range keys {
-			ks = append(ks, wake.QueueKey(k))
+		for _, k := range lockKeys {
+			ks = append(ks, keys.Queue(k))
 		}
 	}
 	// Registered before the deletions are sent, so that the last of them
 	// always finds its entry to remove.
-	id, p := pendingID(keys), newProgress(len(l.nodes))
+	id, p := pendingID(lockKeys), newProgress(len(l.nodes))
 	l.releasing.Store(id, p)
 	finally := func() { l.releasing.CompareAndDelete(id, p) }
 	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, _ int, n *node) error {
@@ -427,8 +427,8 @@ func (l *Locker) release(ctx context.Context, keys []string, token string, fence
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)
 		}
-		if woken > 0 && len(keys) == 1 {
-			l.notify.Woke(keys[0])
+		if woken > 0 && len(lockKeys) == 1 {
+			l.notify.Woke(lockKeys[0])
 		}
 		if deleted == 0 {
 			return errNotHeldHere

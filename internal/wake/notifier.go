@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keys"
 )
 
 // Notifier is one Locker's side of wake-on-release: its id, its
@@ -117,7 +118,7 @@ func (n *Notifier) leave(w *waiter) {
 // unqueue removes the Locker from full's queue on every server where it is
 // queued, in the background, within a second.
 func (n *Notifier) unqueue(full string, in *interest) {
-	queue := QueueKey(full)
+	queue := keys.Queue(full)
 	for i, p := range in.place {
 		if p == 0 {
 			continue
@@ -205,7 +206,7 @@ func (n *Notifier) Plan(full string) *Plan {
 	if in == nil || len(in.waiters) == 0 || n.closed {
 		return nil
 	}
-	p := &Plan{n: n, in: in, full: full, queue: QueueKey(full), place: make([]int64, len(in.place)), keep: "0", yield: "0"}
+	p := &Plan{n: n, in: in, full: full, queue: keys.Queue(full), place: make([]int64, len(in.place)), keep: "0", yield: "0"}
 	if len(in.waiters) > 1 {
 		p.keep = "1"
 	}

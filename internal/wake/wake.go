@@ -24,14 +24,13 @@ package wake
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 const (
@@ -48,10 +47,6 @@ const (
 	receiveTick  = 5 * time.Second // silence after which the connection is pinged
 	maxReconnect = time.Second     // cap of the reconnect backoff
 )
-
-// QueueKey returns the key of lockKey's waiter queue, in lockKey's Cluster
-// slot.
-func QueueKey(lockKey string) string { return keys.Queue(lockKey) }
 
 // Handler receives a Sub's events. Its methods are called from the Sub's
 // goroutine, one at a time, and must not call s.Close.
@@ -124,7 +119,7 @@ func (s *Sub) run() {
 				s.h.Gone(s)
 				return
 			}
-			if isTimeout(err) {
+			if rclient.IsTimeout(err) {
 				if s.h.Idle(s) {
 					s.subscribed.Store(false)
 					_ = s.ps.Close()
@@ -165,9 +160,4 @@ func (s *Sub) run() {
 			}
 		}
 	}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
