@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,6 +113,8 @@ func newClient(tb testing.TB, addr string) *redis.Client {
 // window needs both to say what the clients asked for.
 var sent atomic.Int64
 
+// countHook counts what a client sends (sent) and times a contender's
+// commands (roundTrips).
 type countHook struct{}
 
 func (countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -118,15 +122,127 @@ func (countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		sent.Add(1)
-		return next(ctx, cmd)
+		return timed(ctx, func() error { return next(ctx, cmd) })
 	}
 }
 
 func (countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		sent.Add(int64(len(cmds)))
+		return timed(ctx, func() error { return next(ctx, cmds) })
+	}
+}
+
+// roundTrips times one contender's commands, through a value in the
+// contexts it passes (countHook reads it): the last command of its wait,
+// the one that won the lock, and the sum of its release's.
+type roundTrips struct {
+	lastRT, releaseRT atomic.Int64 // ns
+}
+
+type roundTripsKey struct{}
+
+// roundTripsMark is the context value: whose, and in which phase.
+type roundTripsMark struct {
+	rt      *roundTrips
+	release bool
+}
+
+// withRoundTrips returns ctx marked for the wait phase of a new roundTrips.
+func withRoundTrips(ctx context.Context) (context.Context, *roundTrips) {
+	rt := &roundTrips{}
+	return context.WithValue(ctx, roundTripsKey{}, &roundTripsMark{rt: rt}), rt
+}
+
+// releasing returns ctx marked for a release, whose sum starts at 0.
+func (rt *roundTrips) releasing(ctx context.Context) context.Context {
+	rt.releaseRT.Store(0)
+	return context.WithValue(ctx, roundTripsKey{}, &roundTripsMark{rt: rt, release: true})
+}
+
+func (rt *roundTrips) last() time.Duration     { return time.Duration(rt.lastRT.Load()) }
+func (rt *roundTrips) released() time.Duration { return time.Duration(rt.releaseRT.Load()) }
+
+// timed runs next and records its round trip where ctx says.
+func timed(ctx context.Context, next func() error) error {
+	m, _ := ctx.Value(roundTripsKey{}).(*roundTripsMark)
+	if m == nil {
+		return next()
+	}
+	start := time.Now()
+	err := next()
+	d := int64(time.Since(start))
+	if m.release {
+		m.rt.releaseRT.Add(d)
+	} else {
+		m.rt.lastRT.Store(d)
+	}
+	return err
+}
+
+// sentNames is a hook that records the names of the commands a client
+// sends, so that the server's per-command times (commandUsec) can be
+// summed over them. A script's EVALSHA is one name; the server counts the
+// commands the script runs under their own names as well, and includes
+// their time in the EVALSHA's, so only what the client sent is summed.
+type sentNames struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+func (h *sentNames) add(name string) {
+	h.mu.Lock()
+	if h.names == nil {
+		h.names = map[string]bool{}
+	}
+	h.names[name] = true
+	h.mu.Unlock()
+}
+
+func (h *sentNames) list() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Collect(maps.Keys(h.names))
+}
+
+func (h *sentNames) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *sentNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.add(cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+
+func (h *sentNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.add(cmd.Name())
+		}
 		return next(ctx, cmds)
 	}
+}
+
+// commandUsec returns the server's total µs per command name, from INFO
+// commandstats ("cmdstat_set:calls=3,usec=5,...").
+func commandUsec(tb testing.TB, c *redis.Client) map[string]float64 {
+	usec := map[string]float64{}
+	for name, v := range infoFields(tb, c, "commandstats") {
+		name, ok := strings.CutPrefix(name, "cmdstat_")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(v, ",") {
+			if x, ok := strings.CutPrefix(kv, "usec="); ok {
+				f, err := strconv.ParseFloat(x, 64)
+				if err != nil {
+					tb.Fatalf("INFO commandstats %s: %v", name, err)
+				}
+				usec[name] = f
+			}
+		}
+	}
+	return usec
 }
 
 var keySeq atomic.Int64

@@ -153,14 +153,16 @@ type arena struct {
 	acquisitions, handoffs, overlaps, errs int
 	counts                                 []int
 	handoff, waits                         []time.Duration
+	releaseRT, wonRT                       []time.Duration // a release's round trips; the hand-off's winning attempt's
 }
 
 func newArena(n int) *arena {
 	return &arena{holder: -1, last: -1, counts: make([]int, n), changed: make(chan struct{})}
 }
 
-// acquired records that g got the lock at now after waiting since start.
-func (a *arena) acquired(g int, start, now time.Time) {
+// acquired records that g got the lock at now after waiting since start;
+// won is the round trip of the command that won it (0: not measured).
+func (a *arena) acquired(g int, start, now time.Time, won time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.holder != -1 {
@@ -169,6 +171,9 @@ func (a *arena) acquired(g int, start, now time.Time) {
 	if a.last != -1 && a.last != g {
 		a.handoffs++
 		a.handoff = append(a.handoff, now.Sub(a.releaseStart))
+		if won > 0 {
+			a.wonRT = append(a.wonRT, won)
+		}
 	}
 	a.acquisitions++
 	a.counts[g]++
@@ -184,6 +189,15 @@ func (a *arena) releasing(g int) {
 	a.holder = -1
 	a.releaseStart = time.Now()
 	a.mu.Unlock()
+}
+
+// released records the round trips of a release (0: not measured).
+func (a *arena) released(rt time.Duration) {
+	if rt > 0 {
+		a.mu.Lock()
+		a.releaseRT = append(a.releaseRT, rt)
+		a.mu.Unlock()
+	}
 }
 
 // stepAside waits until a goroutine other than g has taken the lock.
@@ -210,6 +224,7 @@ func (a *arena) reset() {
 	a.acquisitions, a.handoffs, a.overlaps, a.errs = 0, 0, 0, 0
 	clear(a.counts)
 	a.handoff, a.waits = a.handoff[:0], a.waits[:0]
+	a.releaseRT, a.wonRT = a.releaseRT[:0], a.wonRT[:0]
 }
 
 func (a *arena) failed() {
@@ -290,6 +305,14 @@ func contend(b *testing.B, impl contended, hold time.Duration) {
 	if p50 := pct(w.waits, 50); p50 > 0 {
 		b.ReportMetric(float64(pct(w.waits, 100))/float64(p50), "wait-max-x-p50")
 	}
+	// A hand-off's parts: the release's round trips, and the winning
+	// attempt's, as the clients timed them (go-redis clients only).
+	if len(w.releaseRT) > 0 && len(w.wonRT) > 0 {
+		slices.Sort(w.releaseRT)
+		slices.Sort(w.wonRT)
+		b.ReportMetric(us(pct(w.releaseRT, 50)), "release-rt-p50-us")
+		b.ReportMetric(us(pct(w.wonRT, 50)), "won-rt-p50-us")
+	}
 	if w.handoffs > 0 {
 		b.ReportMetric(float64(w.reads)/float64(w.handoffs), "rt/handoff")
 		b.ReportMetric(float64(w.commands)/float64(w.handoffs), "cmd/handoff")
@@ -314,6 +337,7 @@ type windowStats struct {
 	elapsed                       time.Duration
 	counts                        []int
 	handoff, waits                []time.Duration
+	releaseRT, wonRT              []time.Duration
 	reads                         int64 // round trips
 	commands                      int64 // as the server counts them, with those its scripts run
 	sent                          int64 // commands the clients sent (go-redis clients only)
@@ -343,9 +367,10 @@ func runWindow(b *testing.B, impl contended, hold, length time.Duration) windowS
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			waitCtx, rt := withRoundTrips(ctx)
 			for ctx.Err() == nil {
 				start := time.Now()
-				release, err := wait(ctx)
+				release, err := wait(waitCtx)
 				if err != nil {
 					if ctx.Err() == nil {
 						a.failed()
@@ -354,15 +379,17 @@ func runWindow(b *testing.B, impl contended, hold, length time.Duration) windowS
 					}
 					continue
 				}
-				a.acquired(g, start, time.Now())
+				a.acquired(g, start, time.Now(), rt.last())
 				if hold > 0 {
 					time.Sleep(hold)
 				}
 				a.releasing(g)
-				if err := release(context.WithoutCancel(ctx)); err != nil {
+				relCtx := rt.releasing(context.WithoutCancel(ctx))
+				if err := release(relCtx); err != nil {
 					a.failed()
 					b.Logf("%s: goroutine %d: release: %v", impl.name, g, err)
 				}
+				a.released(rt.released())
 				if hold > 0 {
 					a.stepAside(ctx, g)
 				}
@@ -387,6 +414,7 @@ func runWindow(b *testing.B, impl contended, hold, length time.Duration) windowS
 		acq: a.acquisitions, handoffs: a.handoffs, overlaps: a.overlaps, errs: a.errs,
 		elapsed: elapsed, counts: slices.Clone(a.counts),
 		handoff: slices.Clone(a.handoff), waits: slices.Clone(a.waits),
+		releaseRT: slices.Clone(a.releaseRT), wonRT: slices.Clone(a.wonRT),
 		// Less the admin's: the second INFO stats is one of the reads
 		// counted, the first one of the commands.
 		reads: st1.reads - st0.reads - 1, commands: st1.commands - st0.commands - 1,

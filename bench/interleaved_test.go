@@ -129,7 +129,7 @@ func BenchmarkID(b *testing.B) {
 // interleave runs base and impl in alternating blocks until each ran b.N
 // cycles (which of the two goes first alternates too) and reports impl's
 // cycles/s divided by base's, x-raw, and impl's median cycle time divided
-// by base's, p50-x-raw.
+// by base's, p50-x-raw, and base's mean cycle time, base-us.
 func interleave(b *testing.B, base, impl cycleFunc) {
 	ctx := context.Background()
 	run := func(f cycleFunc, lat []time.Duration) { // one cycle per element
@@ -164,6 +164,7 @@ func interleave(b *testing.B, base, impl cycleFunc) {
 		tImpl += latImpl[i]
 	}
 	b.ReportMetric(tBase.Seconds()/tImpl.Seconds(), "x-raw")
+	b.ReportMetric(us(tBase)/float64(b.N), "base-us")
 	slices.Sort(latBase)
 	slices.Sort(latImpl)
 	b.ReportMetric(float64(pct(latImpl, 50))/float64(pct(latBase, 50)), "p50-x-raw")

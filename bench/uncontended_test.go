@@ -158,11 +158,14 @@ func newDlock(tb testing.TB, c redis.UniversalClient) *dlockredis.Locker {
 	return l
 }
 
+// warmCycles is measure's warm-up: connections, scripts.
+const warmCycles = 200
+
 // measure runs b.N cycles after a warm-up and reports cycles/s, p50/p99
 // and (through b.ReportAllocs) allocations per cycle.
 func measure(b *testing.B, cycle cycleFunc) {
 	ctx := context.Background()
-	for range 200 {
+	for range warmCycles {
 		if err := cycle(ctx); err != nil {
 			b.Fatal(err)
 		}
@@ -184,11 +187,23 @@ func measure(b *testing.B, cycle cycleFunc) {
 }
 
 // BenchmarkA: one goroutine, one client, one key; acquire then release.
+// server-us/cycle is the server's own time per cycle (INFO commandstats)
+// in the commands the client sent, a script's included.
 func BenchmarkA(b *testing.B) {
 	for _, s := range singles {
 		b.Run(s.name, func(b *testing.B) {
 			c := newClient(b, redisAddr)
-			measure(b, s.setup(b, c)(freshKey("A")))
+			names := &sentNames{}
+			c.AddHook(names)
+			cycle := s.setup(b, c)(freshKey("A"))
+			before := commandUsec(b, c)
+			measure(b, cycle)
+			after := commandUsec(b, c)
+			var usec float64
+			for _, name := range names.list() {
+				usec += after[name] - before[name]
+			}
+			b.ReportMetric(usec/float64(b.N+warmCycles), "server-us/cycle")
 		})
 	}
 	b.Run("rueidislock", func(b *testing.B) {

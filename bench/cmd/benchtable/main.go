@@ -267,17 +267,35 @@ func cycleTable(g, ig *group) []string {
 		baseName = base.impl
 	}
 	fmt.Printf("### %s\n\n", titles[g.name])
-	fmt.Println("| implementation | cycles/s | vs " + baseName + " (middle half of passes) | p50 µs | p50 vs " + baseName + " | p99 µs | allocs/cycle | B/cycle |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	// server µs per cycle: only A measures it (INFO commandstats).
+	withServer := base != nil && len(base.metrics["server-us/cycle"]) > 0
+	head, rule := "", ""
+	if withServer {
+		head, rule = " server µs/cycle |", "---:|"
+	}
+	fmt.Println("| implementation | cycles/s | vs " + baseName + " (middle half of passes) | p50 µs | p50 vs " + baseName + " | p99 µs | allocs/cycle | B/cycle |" + head)
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|" + rule)
 	for _, r := range g.rows {
 		c, _ := r.get("cycles/s")
 		p50, _ := r.get("p50-us")
 		p99, _ := r.get("p99-us")
 		allocs, _ := r.get("allocs/op")
 		bytes, _ := r.get("B/op")
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.impl, num(c), versusCell(r, base, "cycles/s"), num(p50), versusCell(r, base, "p50-us"), num(p99), num(allocs), num(bytes))
+		cell := ""
+		if withServer {
+			if v, ok := r.get("server-us/cycle"); ok {
+				cell = " " + num(v) + " |"
+			} else {
+				cell = " — |"
+			}
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |%s\n", r.impl, num(c), versusCell(r, base, "cycles/s"), num(p50), versusCell(r, base, "p50-us"), num(p99), num(allocs), num(bytes), cell)
 	}
 	fmt.Println()
+	if withServer {
+		fmt.Println("\"server µs/cycle\" is the server's own time per cycle in the commands the client sent, a script's with the commands it runs (INFO commandstats); the rest of a cycle is the round trips and the client.")
+		fmt.Println()
+	}
 	if ig != nil {
 		interleavedTable(ig)
 	}
@@ -296,6 +314,20 @@ func cycleTable(g, ig *group) []string {
 			f, _ := cycleRatio(g, ig, "raw-fenced")
 			c, _ := cycleRatio(g, ig, "dlock")
 			out = append(out, forScale("raw-lua (dlock's scripts, called directly) %.2fx and raw-fenced %.2fx raw's cycles/s, %s; dlock %.2fx raw-lua's", l, f, how, c/l))
+		}
+		// The scripts' server time alone, added to raw's mean cycle when
+		// interleaved with dlock: the ratio that dlock's cycle would reach
+		// if its client cost nothing more than raw's.
+		if d := g.find("dlock"); d != nil && base != nil && ig != nil {
+			ds, ok1 := d.get("server-us/cycle")
+			rs, ok2 := base.get("server-us/cycle")
+			var t float64
+			if id := ig.find("dlock"); id != nil {
+				t, _ = id.get("base-us")
+			}
+			if ok1 && ok2 && t > 0 {
+				out = append(out, forScale("A server time per cycle: raw %sµs, dlock %sµs; dlock's extra %.1fµs on raw's mean cycle of %sµs (interleaved with dlock) alone makes %.3fx raw's cycles/s", num(rs), num(ds), ds-rs, num(t), t/(t+ds-rs)))
+			}
 		}
 	case "B": // issue 19 item 7
 		if r := g.find("dlock"); r != nil {
@@ -481,6 +513,22 @@ func contendedTable(g, ig, ping *group) []string {
 		}
 		if x := vs(r, "handoff-p50-us"); x > 0 {
 			out = append(out, forScale("C2 dlock hand-off p50 %.2fx raw-poll-1ms's", x))
+		}
+		// Its parts: the key is free between holders, so a hand-off is
+		// the release's round trip, the wake-up's way to the waiter and
+		// the waiter's own winning attempt.
+		if rel, ok := r.get("release-rt-p50-us"); ok {
+			won, _ := r.get("won-rt-p50-us")
+			h := v("handoff-p50-us")
+			line := fmt.Sprintf("C2 dlock hand-off p50 %sµs, its parts' p50s as the clients timed them: the release's round trip %sµs, the woken waiter's winning attempt's %sµs, and about %sµs between (the wake-up's delivery, the waiter's turn to run)", num(h), num(rel), num(won), num(max(h-rel-won, 0)))
+			if base != nil {
+				if brel, ok := base.get("release-rt-p50-us"); ok {
+					bwon, _ := base.get("won-rt-p50-us")
+					bh, _ := base.get("handoff-p50-us")
+					line += fmt.Sprintf("; %s's %sµs, %sµs and %sµs (a poller's SET NX is often on its way before the release ends)", base.impl, num(bh), num(brel), num(bwon))
+				}
+			}
+			out = append(out, forScale("%s", line))
 		}
 	}
 	return out
