@@ -515,21 +515,22 @@ func contendedTable(g, ig, ping *group) []string {
 			out = append(out, forScale("C2 dlock hand-off p50 %.2fx raw-poll-1ms's", x))
 		}
 		// Its parts: the key is free between holders, so a hand-off is
-		// the release's round trip, the wake-up's way to the waiter and
-		// the waiter's own winning attempt.
+		// the release's round trip and then the woken waiter's winning
+		// attempt; the wake-up goes out with the release's reply, so the
+		// two overlap by as much as the reply's way back.
 		if rel, ok := r.get("release-rt-p50-us"); ok {
 			won, _ := r.get("won-rt-p50-us")
-			h := v("handoff-p50-us")
-			line := fmt.Sprintf("C2 dlock hand-off p50 %sµs, its parts' p50s as the clients timed them: the release's round trip %sµs, the woken waiter's winning attempt's %sµs, and about %sµs between (the wake-up's delivery, the waiter's turn to run)", num(h), num(rel), num(won), num(max(h-rel-won, 0)))
+			line := fmt.Sprintf("C2 dlock hand-off p50 %sµs, made of two round trips (p50s as the clients timed them): the release's %sµs, whose script wakes the waiter, then the woken waiter's winning attempt's %sµs, together %sµs", num(v("handoff-p50-us")), num(rel), num(won), num(rel+won))
 			if base != nil {
 				if brel, ok := base.get("release-rt-p50-us"); ok {
 					bwon, _ := base.get("won-rt-p50-us")
 					bh, _ := base.get("handoff-p50-us")
-					line += fmt.Sprintf("; %s's %sµs, %sµs and %sµs (a poller's SET NX is often on its way before the release ends)", base.impl, num(bh), num(brel), num(bwon))
+					line += fmt.Sprintf("; %s's hand-off %sµs against %sµs and %sµs (a poller's SET NX is often on its way before the release ends)", base.impl, num(bh), num(brel), num(bwon))
 				}
 			}
 			out = append(out, forScale("%s", line))
 		}
+
 	}
 	return out
 }
