@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -28,8 +29,11 @@ func TestFailoverToStaleReplica(t *testing.T) {
 	host, port, _ := net.SplitHostPort(link.Addr)
 	replica := testsrv.StartRedis(t, testsrv.RedisArgs("--replicaof", host, port))
 	mc, rc := master.Client(t), replica.Client(t)
-	eventually(t, "replica in sync", func() bool {
-		return strings.Contains(rc.Info(testCtx(t), "replication").Val(), "master_link_status:up")
+	locktest.Eventually(t, 10*time.Second, func() error {
+		if info := rc.Info(testCtx(t), "replication").Val(); !strings.Contains(info, "master_link_status:up") {
+			return fmt.Errorf("replica not in sync: %s", info)
+		}
+		return nil
 	})
 
 	lm := newLocker(t, mc)
@@ -70,16 +74,5 @@ func TestFailoverToStaleReplica(t *testing.T) {
 	err = guard.Write("ledger", a.Fence(), a.Token(), func() error { return nil })
 	if !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("guard accepted A's late write with fence %d after B's %d: %v", a.Fence(), b.Fence(), err)
-	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -148,13 +149,12 @@ func TestNoResidue(t *testing.T) {
 	if got := raw.DBSize(testCtx(t)).Val(); got == 0 || got > n {
 		t.Fatalf("%d keys right after %d locks were released, want their %d fence counters", got, n, n)
 	}
-	deadline := time.Now().Add(ttl + 5*time.Second)
-	for raw.DBSize(testCtx(t)).Val() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keys left %v after the fence TTL of %v: %v", raw.DBSize(testCtx(t)).Val(), ttl+5*time.Second, ttl, raw.Keys(testCtx(t), "*").Val()[:1])
+	locktest.Eventually(t, ttl+5*time.Second, func() error {
+		if n := raw.DBSize(testCtx(t)).Val(); n != 0 {
+			return fmt.Errorf("%d keys left after the fence TTL of %v, such as %q", n, ttl, raw.RandomKey(testCtx(t)).Val())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Lock names cannot reach dlock's own keys: every entry point rejects a

@@ -467,13 +467,12 @@ func TestForeignKeys(t *testing.T) {
 	if _, err := l.TryAcquire(testCtx(t), key3, time.Minute); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("WRONGTYPE fence counter: got %v, want ErrUnavailable", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for raw.Exists(testCtx(t), key3).Val() == 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the lock key of an attempt without a fence was left for its TTL")
+	locktest.Eventually(t, 5*time.Second, func() error {
+		if raw.Exists(testCtx(t), key3).Val() == 1 {
+			return errors.New("the lock key of an attempt without a fence was left for its TTL")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A waiting Acquire rides out a server that is down for a moment.

@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -27,20 +28,16 @@ import (
 func waitQueued(t *testing.T, raw redis.UniversalClient, key string, n int64) {
 	t.Helper()
 	q := keys.Queue(key)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	locktest.Eventually(t, 10*time.Second, func() error {
 		got, err := raw.ZCard(context.Background(), q).Result()
 		if err != nil {
 			t.Fatalf("ZCARD %s: %v", q, err)
 		}
-		if got == n {
-			return
+		if got != n {
+			return fmt.Errorf("waiter queue %s holds %d Lockers, want %d", q, got, n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiter queue %s holds %d Lockers after 10s, want %d", q, got, n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 type acquired struct {
@@ -442,13 +439,12 @@ func TestOneSubscriptionPerLocker(t *testing.T) {
 	// is announced to nobody.
 	for _, lock := range locks {
 		q := keys.Queue(lock.Key())
-		deadline := time.Now().Add(5 * time.Second)
-		for raw.ZCard(testCtx(t), q).Val() != 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("queue %s not cleaned up after its waiters gave up", q)
+		locktest.Eventually(t, 5*time.Second, func() error {
+			if raw.ZCard(testCtx(t), q).Val() != 0 {
+				return fmt.Errorf("queue %s not cleaned up after its waiters gave up", q)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	if err := waiter.Close(); err != nil {
 		t.Fatal(err)
@@ -558,14 +554,7 @@ func TestDerivedKeys(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(testCtx(t))
 		done := waitFor(ctx, w, key, dlock.WithRetryDelay(5*time.Second))
-		queue := keys.Queue(full)
-		deadline := time.Now().Add(10 * time.Second)
-		for raw.ZCard(testCtx(t), queue).Val() != 1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%q: waiter never queued at %q", key, queue)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+		waitQueued(t, raw, full, 1)
 		if err := lock.Release(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -102,17 +103,12 @@ func TestFencesThroughRestarts(t *testing.T) {
 func waitSynced(t *testing.T, r *testsrv.Redis) {
 	t.Helper()
 	c := client(t, r.Addr)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info := c.Info(context.Background(), "replication").Val()
-		if strings.Contains(info, "master_link_status:up") {
-			return
+	locktest.Eventually(t, 10*time.Second, func() error {
+		if info := c.Info(context.Background(), "replication").Val(); !strings.Contains(info, "master_link_status:up") {
+			return fmt.Errorf("replica not in sync: %s", info)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica not in sync: %s", info)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // The clock rule's assumption, shown failing: every node restarts empty with
@@ -190,14 +186,16 @@ func TestNoResidue(t *testing.T) {
 		}
 	}
 	l.Close() // the slower nodes' deletions
-	deadline := time.Now().Add(ttl + 5*time.Second)
-	for _, r := range rs {
-		c := client(t, r.Addr)
-		for c.DBSize(testCtx(t)).Val() != 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s keeps %d keys after the fence TTL of %v", r.Addr, c.DBSize(testCtx(t)).Val(), ttl)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+	cs := make([]*redis.Client, len(rs))
+	for i, r := range rs {
+		cs[i] = client(t, r.Addr)
 	}
+	locktest.Eventually(t, ttl+5*time.Second, func() error {
+		for i, c := range cs {
+			if n := c.DBSize(testCtx(t)).Val(); n != 0 {
+				return fmt.Errorf("node %s keeps %d keys after the fence TTL of %v", rs[i].Addr, n, ttl)
+			}
+		}
+		return nil
+	})
 }

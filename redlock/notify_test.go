@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -24,8 +25,7 @@ const slowPoll = 2 * time.Second
 // of the servers: the waiter is parked and queued for a wake-up.
 func waitQueued(t *testing.T, rs []*testsrv.Redis, key string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	locktest.Eventually(t, 10*time.Second, func() error {
 		got := 0
 		for _, r := range rs {
 			c := probe(r)
@@ -34,14 +34,11 @@ func waitQueued(t *testing.T, rs []*testsrv.Redis, key string, want int) {
 			}
 			c.Close()
 		}
-		if got >= want {
-			return
+		if got < want {
+			return fmt.Errorf("the waiter queued on %d servers, want %d", got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiter did not queue on %d servers within 10s (queued on %d)", want, got)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // probe returns a client for one quick question to r: no retries, a

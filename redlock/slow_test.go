@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,17 +44,12 @@ func proxied(t *testing.T, rs []*testsrv.Redis, slow []int, opts ...redlock.Opti
 // replies were given up on), or fails.
 func waitNoKeys(t *testing.T, rs []*testsrv.Redis, key string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ks := keysOn(t, rs, key)
-		if len(ks) == 0 {
-			return
+	locktest.Eventually(t, within, func() error {
+		if ks := keysOn(t, rs, key); len(ks) != 0 {
+			return fmt.Errorf("keys left on the nodes: %v", ks)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("keys left on the nodes: %v", ks)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // F7: one node slower than the node timeout counts as failed; the lock is
