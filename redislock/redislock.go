@@ -259,7 +259,6 @@ func (g *grant) Release(ctx context.Context) error {
 // longest waiter; it returns the number of keys deleted and of waiters
 // woken.
 func (l *Locker) release(ctx context.Context, key, token string, wakeUp bool) (deleted, woken int64, err error) {
-	queue := keys.Queue(key)
 	if del, _ := l.features(ctx); del {
 		if !wakeUp {
 			deleted, err = l.client.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token}).Result()
@@ -267,10 +266,11 @@ func (l *Locker) release(ctx context.Context, key, token string, wakeUp bool) (d
 		}
 		pipe := l.client.Pipeline()
 		del := pipe.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token})
-		wake := scripts.Wake.EvalSha(ctx, pipe, []string{key, queue})
+		wakeKeys := []string{key, keys.Queue(key)}
+		wake := scripts.Wake.EvalSha(ctx, pipe, wakeKeys)
 		_, _ = pipe.Exec(ctx)
 		if err := wake.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && del.Err() == nil {
-			wake = scripts.Wake.Run(ctx, l.client, []string{key, queue})
+			wake = scripts.Wake.Run(ctx, l.client, wakeKeys)
 		}
 		woken, _ = wake.Int64() // best effort: a lost wake-up is found by polling
 		deleted, err = del.Result()
@@ -278,7 +278,7 @@ func (l *Locker) release(ctx context.Context, key, token string, wakeUp bool) (d
 	}
 	ks := []string{key}
 	if wakeUp {
-		ks = append(ks, queue)
+		ks = []string{key, keys.Queue(key)}
 	}
 	return scripts.ReleaseReply(scripts.Release.Run(ctx, l.client, ks, token).Result())
 }
