@@ -101,6 +101,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	start := time.Now()
 	v, err := scripts.Acquire.Run(ctx, l.client, ks, args...).Result()
 	if err != nil {
+		plan.Lost(0) // it may have queued the Locker
 		if !rclient.IsReply(err) {
 			// The reply was lost, not the request: the key may be ours
 			// now. Remove it so it does not block others for a whole TTL.
@@ -110,6 +111,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	r, err := scripts.AcquireReply(v)
 	if err != nil {
+		plan.Lost(0)
 		l.cleanup(ctx, full, token, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, l.nodeErr(err))
 	}

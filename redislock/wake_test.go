@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -693,5 +695,92 @@ func TestCloseRacingWaitsLeavesNothing(t *testing.T) {
 		if limit := delay + jitter + 400*time.Millisecond; took > limit {
 			t.Fatalf("round %d: the next waiter got the lock %v after the release; want within %v (retry delay plus jitter, with slack)", round, took, limit)
 		}
+	}
+}
+
+// dropQueuedReply is a client hook that loses the reply of the first
+// acquire attempt that queues the Locker (the script with a queue key): the
+// server ran it, the Locker gets a timeout.
+type dropQueuedReply struct {
+	fired chan struct{} // closed once it dropped a reply
+	once  sync.Once
+}
+
+func (*dropQueuedReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (*dropQueuedReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *dropQueuedReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if name := cmd.Name(); err != nil || (name != "evalsha" && name != "eval") || len(args) < 3 || fmt.Sprint(args[2]) != "3" {
+			return err
+		}
+		dropped := false
+		h.once.Do(func() { dropped = true; close(h.fired) })
+		if !dropped {
+			return err
+		}
+		err = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+// A waiting attempt queues the Locker but its reply is lost, so the Locker
+// never learns its place, and its wait ends (its context) before another
+// attempt tells it. Leaving still takes it out of the queue: the next
+// release wakes the next waiter at once, not the one that left.
+func TestLostQueuedReplyLeavesNoEntry(t *testing.T) {
+	raw := shared.Client(t)
+	holder := newLocker(t, shared.Client(t))
+	wc := shared.Client(t)
+	drop := &dropQueuedReply{fired: make(chan struct{})}
+	wc.AddHook(drop)
+	gone := newLocker(t, wc)
+	next := newLocker(t, shared.Client(t))
+	closeLocker(t, holder)
+	closeLocker(t, gone)
+	closeLocker(t, next)
+	key := locktest.Key(t)
+	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	goneDone := waitFor(ctx, gone, key, slowPoll...)
+	select {
+	case <-drop.fired:
+	case <-testCtx(t).Done():
+		t.Fatal("the waiter never sent a queueing attempt")
+	}
+	waitQueued(t, raw, key, 1) // the attempt whose reply was lost queued it
+	cancel()
+	if got := <-goneDone; got.err == nil {
+		t.Fatal("a cancelled wait behind a held lock acquired it")
+	}
+	q := keys.Queue(key)
+	locktest.Eventually(t, 3*time.Second, func() error {
+		if ids := raw.ZRange(testCtx(t), q, 0, -1).Val(); len(ids) != 0 {
+			return fmt.Errorf("queue %s still holds %v after the only waiter left", q, ids)
+		}
+		return nil
+	})
+	nextDone := waitFor(testCtx(t), next, key, slowPoll...)
+	waitQueued(t, raw, key, 1)
+	start := time.Now()
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	got := <-nextDone
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	got.lock.Release(testCtx(t))
+	if d := got.at.Sub(start); d > time.Second {
+		t.Fatalf("the next waiter got the lock %v after the release, with a 5s poll interval", d)
 	}
 }

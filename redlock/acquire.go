@@ -111,6 +111,8 @@ func (l *Locker) sendRound(ctx context.Context, full []string, token string, ttl
 		r := l.attempt(ctx, n, nks, nargs, timeout)
 		if r.err == nil {
 			plan.Observe(i, r.Status != scripts.Granted, r.Place, r.Expiry)
+		} else {
+			plan.Lost(i) // it may have queued the Locker
 		}
 		return r
 	})

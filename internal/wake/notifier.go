@@ -32,9 +32,15 @@ type Notifier struct {
 // interest is the Locker's wait for one lock key.
 type interest struct {
 	waiters []*waiter // in arrival order
-	place   []int64   // per server: the Locker's place in the key's queue, 0 = not queued
+	place   []int64   // per server: the Locker's place in the key's queue, 0 = not queued, placeUnknown
 	retry   Retry     // at the expiry of the lock it waits behind
 }
+
+// placeUnknown is the place on a server where an attempt that queued got
+// no reply: the Locker may be in the queue, at a place it does not know.
+// The next attempt asks as if not queued (the script keeps a place it
+// finds), and leaving removes it (ZREM of an absent member does nothing).
+const placeUnknown = -1
 
 type waiter struct {
 	ch   chan struct{}
@@ -116,7 +122,7 @@ func (n *Notifier) leave(w *waiter) {
 }
 
 // unqueue removes the Locker from full's queue on every server where it is
-// queued, in the background, within a second.
+// or may be queued, in the background, within a second.
 func (n *Notifier) unqueue(full string, in *interest) {
 	queue := keys.Queue(full)
 	for i, p := range in.place {
@@ -220,7 +226,7 @@ func (n *Notifier) Plan(full string) *Plan {
 	for i := range p.place {
 		p.place[i] = -1
 		if s := n.subs[i]; s != nil && s.Subscribed() {
-			p.place[i] = in.place[i]
+			p.place[i] = max(in.place[i], 0)
 		}
 	}
 	return p
@@ -261,6 +267,21 @@ func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	if busy && expiry >= 0 {
 		in := p.in
 		in.retry.At(time.Now().Add(AfterExpiry(expiry)), func() { n.expired(in) })
+	}
+}
+
+// Lost records that server i gave no usable answer to the attempt (a lost
+// reply, an error): where the attempt asked to queue the Locker, it may
+// have, so its place there is unknown until another attempt answers.
+func (p *Plan) Lost(i int) {
+	if p == nil || p.place[i] < 0 {
+		return
+	}
+	n := p.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.byKey[p.full] == p.in && !n.closed {
+		p.in.place[i] = placeUnknown
 	}
 }
 
