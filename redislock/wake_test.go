@@ -1,6 +1,7 @@
 package redislock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -782,5 +784,122 @@ func TestLostQueuedReplyLeavesNoEntry(t *testing.T) {
 	got.lock.Release(testCtx(t))
 	if d := got.at.Sub(start); d > time.Second {
 		t.Fatalf("the next waiter got the lock %v after the release, with a 5s poll interval", d)
+	}
+}
+
+// connProxies is a dialer that puts each connection of a client through a
+// proxy of its own, so that a test can silence one connection (here the
+// subscription's) and leave the others, and new ones, working.
+type connProxies struct {
+	target string
+	mu     sync.Mutex
+	all    []*tcpproxy.Proxy
+	subs   []*tcpproxy.Proxy // of connections that sent SUBSCRIBE
+}
+
+func (d *connProxies) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	p, err := tcpproxy.New("tcp", d.target, nil)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.all = append(d.all, p)
+	d.mu.Unlock()
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, "tcp", p.Addr)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return &proxiedConn{Conn: c, p: p, d: d}, nil
+}
+
+// blackholeSubs silences the subscription connections dialled so far.
+func (d *connProxies) blackholeSubs(t *testing.T) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.subs) == 0 {
+		t.Fatal("no subscription connection to silence")
+	}
+	for _, p := range d.subs {
+		p.Blackhole(true)
+	}
+}
+
+func (d *connProxies) close() {
+	d.mu.Lock()
+	all := d.all
+	d.mu.Unlock()
+	for _, p := range all {
+		p.Close()
+	}
+}
+
+type proxiedConn struct {
+	net.Conn
+	p    *tcpproxy.Proxy
+	d    *connProxies
+	once sync.Once
+}
+
+func (c *proxiedConn) Write(b []byte) (int, error) {
+	if bytes.Contains(b, []byte("subscribe")) {
+		c.once.Do(func() {
+			c.d.mu.Lock()
+			c.d.subs = append(c.d.subs, c.p)
+			c.d.mu.Unlock()
+		})
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *proxiedConn) Close() error {
+	err := c.Conn.Close()
+	c.p.Close()
+	return err
+}
+
+// The waiter's subscription connection goes silent (a NAT that dropped the
+// flow: no RST, the server still counts the subscriber) and the release is
+// published into it. The Locker finds the connection dead by a ping that
+// gets no pong, subscribes again on a new one, and the waiter (polling
+// every 10s) gets the lock within a few seconds of the release.
+func TestHalfOpenSubscription(t *testing.T) {
+	raw := shared.Client(t)
+	holder := newLocker(t, shared.Client(t))
+	d := &connProxies{target: shared.Addr}
+	t.Cleanup(d.close)
+	opts := shared.Options()
+	opts.Dialer = d.dial
+	wc := redis.NewClient(opts)
+	t.Cleanup(func() { wc.Close() })
+	waiter := newLocker(t, wc)
+	closeLocker(t, holder)
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const poll = 10 * time.Second
+	done := waitFor(testCtx(t), waiter, key, dlock.WithRetryDelay(poll), dlock.WithRetryJitter(0))
+	waitQueued(t, raw, key, 1)
+	d.blackholeSubs(t)
+	start := time.Now()
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	took := got.at.Sub(start)
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	got.lock.Release(testCtx(t))
+	t.Logf("the waiter got the lock %v after the release announced into its silent subscription", took)
+	// Detection takes up to pingAfter+pongWithin (2s) after the last
+	// traffic, then a reconnect; 4s leaves room for a loaded machine and
+	// is far below the 10s poll.
+	if took > 4*time.Second {
+		t.Fatalf("the waiter got the lock %v after the release (poll %v): its silent subscription went unnoticed", took, poll)
 	}
 }

@@ -44,8 +44,20 @@ const (
 	// waiters.
 	IdleClose = 30 * time.Second
 
-	receiveTick  = 5 * time.Second // silence after which the connection is pinged
-	maxReconnect = time.Second     // cap of the reconnect backoff
+	// A subscription silent for pingAfter is pinged, and one whose pong
+	// does not come within pongWithin is taken for dead (a NAT or firewall
+	// that dropped the flow blackholes packets and sends no RST, and TCP
+	// would retry for minutes): it is closed and made again on a new
+	// connection. So a release announced into a dead connection is made up
+	// for within about 2s of the last traffic, well below the polls that
+	// would otherwise find it (a 5s retry delay waited all of it). The cost
+	// is one PING a second per idle subscription, which exists only while
+	// its Locker waits (and for IdleClose after): about a microsecond of
+	// server time each. A pong later than a second (a server stalled that
+	// long) costs a reconnect, which wakes the Locker's waiters once.
+	pingAfter    = time.Second
+	pongWithin   = time.Second
+	maxReconnect = time.Second // cap of the reconnect backoff
 )
 
 // Handler receives a Sub's events. Its methods are called from the Sub's
@@ -57,7 +69,7 @@ type Handler interface {
 	Subscribed(s *Sub, ok bool)
 	// Message delivers a payload published on the channel.
 	Message(s *Sub, payload string)
-	// Idle is asked after a quiet receiveTick; true ends the Sub (the
+	// Idle is asked after pingAfter of silence; true ends the Sub (the
 	// handler has forgotten it).
 	Idle(s *Sub) bool
 	// Gone reports that the Sub ended by itself: the client was closed.
@@ -66,9 +78,12 @@ type Handler interface {
 
 // Sub is a subscription to one channel on one client, run by one goroutine
 // until Close, until the client is closed, or until its Handler reports it
-// idle. go-redis redials a broken connection and resubscribes.
+// idle. go-redis redials a broken connection and resubscribes; a silent one
+// (no pong) the Sub replaces itself.
 type Sub struct {
-	ps         *redis.PubSub
+	c          redis.UniversalClient
+	mu         sync.Mutex
+	ps         *redis.PubSub // replaced when its connection is found dead
 	channel    string
 	h          Handler
 	subscribed atomic.Bool
@@ -80,7 +95,7 @@ type Sub struct {
 // Start opens the subscription. It does not wait on the network: the
 // goroutine subscribes.
 func Start(c redis.UniversalClient, channel string, h Handler) *Sub {
-	s := &Sub{ps: c.Subscribe(context.Background()), channel: channel, h: h, done: make(chan struct{})}
+	s := &Sub{c: c, ps: c.Subscribe(context.Background()), channel: channel, h: h, done: make(chan struct{})}
 	s.wg.Add(1)
 	go s.run()
 	return s
@@ -94,20 +109,51 @@ func (s *Sub) Subscribed() bool { return s.subscribed.Load() }
 func (s *Sub) Close() {
 	s.once.Do(func() {
 		s.subscribed.Store(false)
+		s.mu.Lock()
 		close(s.done)
 		_ = s.ps.Close()
+		s.mu.Unlock()
 	})
 	s.wg.Wait()
+}
+
+// redial replaces the PubSub, whose connection is dead, with a new one
+// subscribed to the channel, and returns it; nil after Close.
+func (s *Sub) redial() *redis.PubSub {
+	ps := s.c.Subscribe(context.Background())
+	s.mu.Lock()
+	select {
+	case <-s.done:
+		s.mu.Unlock()
+		_ = ps.Close()
+		return nil
+	default:
+	}
+	old := s.ps
+	s.ps = ps
+	s.mu.Unlock()
+	_ = old.Close()
+	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
+	_ = ps.Subscribe(context.Background(), s.channel)
+	return ps
 }
 
 func (s *Sub) run() {
 	defer s.wg.Done()
 	ctx := context.Background()
+	s.mu.Lock()
+	ps := s.ps
+	s.mu.Unlock()
 	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
-	_ = s.ps.Subscribe(ctx, s.channel)
+	_ = ps.Subscribe(ctx, s.channel)
 	var backoff time.Duration
+	pinged := false // a ping awaits its pong
 	for {
-		msg, err := s.ps.ReceiveTimeout(ctx, receiveTick)
+		wait := pingAfter
+		if pinged {
+			wait = pongWithin
+		}
+		msg, err := ps.ReceiveTimeout(ctx, wait)
 		if err != nil {
 			select {
 			case <-s.done:
@@ -119,15 +165,29 @@ func (s *Sub) run() {
 				s.h.Gone(s)
 				return
 			}
+			if rclient.IsTimeout(err) && pinged {
+				// No pong: the connection is dead although nothing said so.
+				pinged = false
+				if s.subscribed.Swap(false) {
+					s.h.Subscribed(s, false)
+				}
+				if ps = s.redial(); ps == nil {
+					return
+				}
+				continue
+			}
 			if rclient.IsTimeout(err) {
 				if s.h.Idle(s) {
 					s.subscribed.Store(false)
-					_ = s.ps.Close()
+					_ = ps.Close()
 					return
 				}
-				_ = s.ps.Ping(ctx) // a dead connection fails here and is redialled
+				// A closed connection fails here and is redialled; a
+				// silent one is found by the missing pong.
+				pinged = ps.Ping(ctx) == nil
 				continue
 			}
+			pinged = false
 			if s.subscribed.Swap(false) {
 				s.h.Subscribed(s, false)
 			}
@@ -143,11 +203,11 @@ func (s *Sub) run() {
 			if errors.As(err, &re) && err != redis.Nil {
 				// The server refused the SUBSCRIBE (an ACL, say) on a
 				// healthy connection, so no reconnect will repeat it.
-				_ = s.ps.Subscribe(ctx, s.channel)
+				_ = ps.Subscribe(ctx, s.channel)
 			}
 			continue
 		}
-		backoff = 0
+		backoff, pinged = 0, false // anything received shows the connection lives
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Channel == s.channel {
