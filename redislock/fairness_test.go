@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,4 +133,59 @@ func stallMeter(t *testing.T) func() time.Duration {
 		}
 	}()
 	return func() time.Duration { close(stop); return <-done }
+}
+
+// One waiter, whose replies (and wake-ups) come 20ms late, and a Locker
+// that releases and at once takes the lock again, round after round: the
+// release wakes the waiter, and the releaser lets it go first although the
+// queue is then empty.
+func TestWokenSoleWaiterGoesFirst(t *testing.T) {
+	raw := shared.Client(t)
+	releaser := newLocker(t, shared.Client(t))
+	wc, proxy := proxiedClient(t, shared, 0)
+	proxy.Latency(t, 20*time.Millisecond, 0)
+	waiter := newLocker(t, wc)
+	closeLocker(t, releaser)
+	closeLocker(t, waiter)
+	key := locktest.Key(t)
+	const rounds = 10
+	first := 0
+	for round := range rounds {
+		lock, err := releaser.Acquire(testCtx(t), key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var waiterGot atomic.Bool
+		done := make(chan error, 1)
+		go func() {
+			l, err := waiter.Acquire(testCtx(t), key, 10*time.Second, slowPoll...)
+			if err == nil {
+				waiterGot.Store(true)
+				err = l.Release(context.Background())
+			}
+			done <- err
+		}()
+		waitQueued(t, raw, key, 1)
+		if err := lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		again, err := releaser.Acquire(testCtx(t), key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiterGot.Load() {
+			first++
+		} else {
+			t.Logf("round %d: the releaser took the lock again before the waiter it woke", round)
+		}
+		if err := again.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if first < rounds-1 {
+		t.Fatalf("the woken waiter went first in %d of %d rounds, want at least %d", first, rounds, rounds-1)
+	}
 }

@@ -88,6 +88,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if l.notify != nil {
 		plan = l.notify.Plan(full) // a local Acquire waits: queue for a wake-up
 	}
+	if plan.YieldHere() {
+		plan.Yielded()
+		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", key, dlock.ErrNotAcquired)
+	}
 	ks := []string{full, keys.Fence(full)}
 	args := []any{token, dlock.Milliseconds(ttl), l.fenceTTL.Milliseconds()}
 	q, qargs, queued := plan.Queue(0)

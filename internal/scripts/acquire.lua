@@ -97,13 +97,11 @@ for i = 1, m do
 end
 
 -- A Locker whose release just woke the queue's head lets it go first,
--- instead of taking the key again at once.
+-- instead of taking the key again at once, and queues behind. The woken
+-- head is no longer in the queue (the release popped it), so whoever heads
+-- it now, this Locker included, does not matter.
 if queue and ARGV[9] == '1' then
-  local place = queued(false)
-  local head = redis.pcall('zrange', queue, 0, 0)[1]
-  if head and head ~= ARGV[5] then
-    return {2, '', -1, place}
-  end
+  return {2, '', -1, queued(false)}
 end
 
 -- Free (or already ours: an earlier attempt with this token landed). The

@@ -166,14 +166,17 @@ func (n *Notifier) Close() {
 // yieldFor is how long, after the Locker's release of a key woke the head
 // of its queue, the Locker's own waiting attempts on the key let that head
 // go first. Without it a Locker that takes the lock again right after
-// releasing it (a loop) often wins the race against the waiter it just
-// woke, which needs the wake-up and a round trip: in
+// releasing it (a loop) wins the race against the waiter it just woke,
+// which needs the wake-up and a request to reach the server: in
 // TestFairnessLongestWaiterFirst (16 Lockers, holds of 1ms) the releaser
 // took the lock again in 334 of 1419 acquisitions and 661 turns came more
-// than a round late; with it, none did. It only delays this Locker's own
-// next attempt, which joins the queue's tail instead: if the woken head is
-// gone, the Locker takes the lock at its next poll, as anyone would.
-const yieldFor = 10 * time.Millisecond
+// than a round late, and a sole waiter 20ms away lost every round
+// (TestWokenSoleWaiterGoesFirst). The window covers a waiter up to about
+// 50ms away. It only delays this Locker's own next attempts, which queue
+// behind (where the Locker is subscribed) and are woken when the head
+// releases; if the woken head is gone, the Locker retries when the window
+// ends, so it costs at most 50ms, and only then.
+const yieldFor = 50 * time.Millisecond
 
 // Woke records that the Locker's release of full woke the head of its
 // queue.
@@ -198,9 +201,10 @@ type Plan struct {
 	in    *interest
 	full  string
 	queue string
-	place []int64 // per server, a snapshot; -1: not subscribed there, do not queue
-	keep  string  // "1": more local waiters, stay queued after a grant
-	yield string  // "1": let the queue's head go first (Woke)
+	place []int64   // per server, a snapshot; -1: not subscribed there, do not queue
+	keep  string    // "1": more local waiters, stay queued after a grant
+	yield string    // "1": let the queue's head go first (Woke)
+	until time.Time // when the yield ends
 }
 
 // Plan returns the queueing plan of an attempt on full, or nil when no local
@@ -218,7 +222,7 @@ func (n *Notifier) Plan(full string) *Plan {
 	}
 	if until, ok := n.yields[full]; ok {
 		if time.Now().Before(until) {
-			p.yield = "1"
+			p.yield, p.until = "1", until
 		} else {
 			delete(n.yields, full)
 		}
@@ -268,6 +272,49 @@ func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 		in := p.in
 		in.retry.At(time.Now().Add(AfterExpiry(expiry)), func() { n.expired(in) })
 	}
+	if busy && p.yield == "1" {
+		p.retryAfterYield()
+	}
+}
+
+// YieldHere reports that the attempt must be refused without asking the
+// servers: the Locker lets the head its release woke go first, and it is
+// not subscribed on every server, so the script cannot yield there.
+func (p *Plan) YieldHere() bool {
+	if p == nil || p.yield != "1" {
+		return false
+	}
+	for _, x := range p.place {
+		if x < 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Yielded records an attempt refused by YieldHere: it subscribes where the
+// Locker is not yet subscribed (so that its next attempts queue), and its
+// waiter retries when the yield ends.
+func (p *Plan) Yielded() {
+	n := p.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.byKey[p.full] != p.in || n.closed {
+		return
+	}
+	for i, c := range n.clients {
+		if n.subs[i] == nil && c != nil {
+			n.subs[i] = Start(c, n.channel, handler{n, i})
+		}
+	}
+	p.retryAfterYield()
+}
+
+// retryAfterYield arms the retry at the end of the yield, in case the woken
+// head is gone and nobody announces anything. n.mu is held.
+func (p *Plan) retryAfterYield() {
+	n, in := p.n, p.in
+	in.retry.At(p.until.Add(time.Millisecond), func() { n.expired(in) })
 }
 
 // Lost records that server i gave no usable answer to the attempt (a lost
@@ -317,11 +364,14 @@ func (h handler) Subscribed(s *Sub, ok bool) {
 	}
 }
 
-// Message: the Locker headed the queue of the key a release just freed.
+// Message: the Locker headed the queue of the key a release just freed. A
+// yield on the key is over: that was the release of the head it let go
+// first, or of someone after it.
 func (h handler) Message(_ *Sub, full string) {
 	n := h.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	delete(n.yields, full)
 	if in := n.byKey[full]; in != nil && len(in.waiters) > 0 {
 		signal(in.waiters[0])
 	}
