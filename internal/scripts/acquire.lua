@@ -11,8 +11,8 @@
 -- queue, the common case; otherwise {status, fence or holder, expiry,
 -- place}: status 1 granted (the fence), 0 busy or -1 busy with a key that
 -- never expires (the holder's token), 2 free but left to the queue's head
--- (ARGV[9]); expiry is the busy key's PTTL when the caller heads the queue,
--- else -1; place is the caller's place in the queue (0: not queued).
+-- (ARGV[9]); expiry is the busy key's PTTL (0 for status 2) when the
+-- caller heads the queue, else -1; place is the caller's place in the queue (0: not queued).
 --
 -- An attempt that fails on an error reply (an ACL that denies dlock's keys,
 -- a counter of the wrong type) leaves no lock behind: the common case undoes
@@ -101,7 +101,12 @@ end
 -- head is no longer in the queue (the release popped it), so whoever heads
 -- it now, this Locker included, does not matter.
 if queue and ARGV[9] == '1' then
-  return {2, '', -1, queued(false)}
+  local place = queued(false)
+  local expiry = -1
+  if place > 0 and redis.pcall('zrange', queue, 0, 0)[1] == ARGV[5] then
+    expiry = 0 -- nobody else waits: nobody will wake the caller
+  end
+  return {2, '', expiry, place}
 end
 
 -- Free (or already ours: an earlier attempt with this token landed). The

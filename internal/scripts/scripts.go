@@ -72,7 +72,7 @@ type AcquireResult struct {
 	Status int64
 	Fence  int64  // when Granted
 	Holder string // the token that made the server refuse, when busy
-	Expiry int64  // ms until the busy key expires, when the caller heads the queue; else -1
+	Expiry int64  // ms until the busy key expires (0 when LeftToQueue), when the caller heads the queue; else -1
 	Place  int64  // the caller's place in the queue; 0: not queued
 }
 

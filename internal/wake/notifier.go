@@ -269,11 +269,15 @@ func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 		n.subs[i] = Start(n.clients[i], n.channel, handler{n, i})
 	}
 	if busy && expiry >= 0 {
+		// A Locker that yields and heads the queue (the woken head was
+		// the only waiter) retries when the yield ends, in case that head
+		// is gone; behind others, it is woken in turn.
 		in := p.in
-		in.retry.At(time.Now().Add(AfterExpiry(expiry)), func() { n.expired(in) })
-	}
-	if busy && p.yield == "1" {
-		p.retryAfterYield()
+		due := time.Now().Add(AfterExpiry(expiry))
+		if end := p.until.Add(time.Millisecond); p.yield == "1" && end.After(due) {
+			due = end
+		}
+		in.retry.At(due, func() { n.expired(in) })
 	}
 }
 
@@ -293,8 +297,8 @@ func (p *Plan) YieldHere() bool {
 }
 
 // Yielded records an attempt refused by YieldHere: it subscribes where the
-// Locker is not yet subscribed (so that its next attempts queue), and its
-// waiter retries when the yield ends.
+// Locker is not yet subscribed (so that its next attempts queue), and, as
+// nobody will wake it, its waiter retries when the yield ends.
 func (p *Plan) Yielded() {
 	n := p.n
 	n.mu.Lock()
@@ -307,13 +311,7 @@ func (p *Plan) Yielded() {
 			n.subs[i] = Start(c, n.channel, handler{n, i})
 		}
 	}
-	p.retryAfterYield()
-}
-
-// retryAfterYield arms the retry at the end of the yield, in case the woken
-// head is gone and nobody announces anything. n.mu is held.
-func (p *Plan) retryAfterYield() {
-	n, in := p.n, p.in
+	in := p.in
 	in.retry.At(p.until.Add(time.Millisecond), func() { n.expired(in) })
 }
 
