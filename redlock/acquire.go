@@ -40,6 +40,10 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 	if len(full) == 1 {
 		plan = l.notify.Plan(full[0]) // a local Acquire waits: queue for a wake-up
 	}
+	if plan.YieldHere() {
+		plan.Yielded()
+		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", display, dlock.ErrNotAcquired)
+	}
 
 	for attempt := 0; ; attempt++ {
 		start := time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,5 +256,57 @@ func TestWakeNoGoroutineLeft(t *testing.T) {
 			t.Fatalf("after closing the clients (Close called: %v): %v", viaClose, err)
 		}
 		waiter.Close()
+	}
+}
+
+// One waiter and a Locker that releases and at once takes the lock again,
+// round after round: the release wakes the waiter, and the releaser lets
+// it go first although the waiter was the only one queued.
+func TestWokenSoleWaiterGoesFirst(t *testing.T) {
+	releaser, waiter := newLocker(t, shared), newLocker(t, shared)
+	defer releaser.Close()
+	defer waiter.Close()
+	key := locktest.Key(t)
+	const rounds = 8
+	first := 0
+	for round := range rounds {
+		waitNoKeys(t, shared, key, time.Second)
+		lock, err := releaser.Acquire(testCtx(t), key, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := holding(shared, key)
+		var waiterGot atomic.Bool
+		errc := make(chan error, 1)
+		go func() {
+			l, err := waiter.Acquire(testCtx(t), key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(10*time.Millisecond))
+			if err == nil {
+				waiterGot.Store(true)
+				err = l.Release(context.Background())
+			}
+			errc <- err
+		}()
+		waitQueued(t, shared, key, held)
+		if err := lock.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		again, err := releaser.Acquire(testCtx(t), key, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiterGot.Load() {
+			first++
+		} else {
+			t.Logf("round %d: the releaser took the lock again before the waiter it woke", round)
+		}
+		if err := again.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if first < rounds-1 {
+		t.Fatalf("the woken waiter went first in %d of %d rounds, want at least %d", first, rounds, rounds-1)
 	}
 }
