@@ -3,7 +3,10 @@ package redlock_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -308,5 +311,117 @@ func TestWokenSoleWaiterGoesFirst(t *testing.T) {
 	}
 	if first < rounds-1 {
 		t.Fatalf("the woken waiter went first in %d of %d rounds, want at least %d", first, rounds, rounds-1)
+	}
+}
+
+// dropQueuedReply is a client hook that loses the reply of the first
+// acquire attempt that queues the Locker (the script with a queue key): the
+// node ran it, the Locker gets a timeout.
+type dropQueuedReply struct {
+	fired chan struct{} // closed once it dropped a reply
+	once  sync.Once
+}
+
+func (*dropQueuedReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (*dropQueuedReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *dropQueuedReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if name := cmd.Name(); err != nil || (name != "evalsha" && name != "eval") || len(args) < 3 || fmt.Sprint(args[2]) != "3" {
+			return err
+		}
+		dropped := false
+		h.once.Do(func() { dropped = true; close(h.fired) })
+		if !dropped {
+			return err
+		}
+		err = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+// A waiting attempt queues the Locker on every node but every reply is
+// lost, and the wait ends before another attempt answers: leaving still
+// takes the Locker out of every queue, so the next release wakes the next
+// waiter at once.
+func TestLostQueuedReplyLeavesNoEntry(t *testing.T) {
+	holder, next := newLocker(t, shared), newLocker(t, shared)
+	defer holder.Close()
+	defer next.Close()
+	cs := clients(t, shared)
+	var drops []*dropQueuedReply
+	for _, c := range cs {
+		d := &dropQueuedReply{fired: make(chan struct{})}
+		c.AddHook(d)
+		drops = append(drops, d)
+	}
+	gone, err := redlock.New(cs, redlock.WithNodeTimeout(testTimeout), redlock.WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gone.Close()
+	key := locktest.Key(t)
+	lock := mustAcquire(t, holder, key, 10*time.Second)
+	held := holding(shared, key)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	goneErr := make(chan error, 1)
+	go func() {
+		l, err := gone.Acquire(ctx, key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(0))
+		if err == nil {
+			l.Release(context.Background())
+			goneErr <- fmt.Errorf("a cancelled wait behind a held lock acquired it")
+			return
+		}
+		goneErr <- nil
+	}()
+	waitQueued(t, shared, key, held) // the attempts whose replies were lost queued it
+	for _, d := range drops {
+		select {
+		case <-d.fired:
+		case <-time.After(time.Second):
+		}
+	}
+	cancel()
+	if err := <-goneErr; err != nil {
+		t.Fatal(err)
+	}
+	locktest.Eventually(t, 3*time.Second, func() error {
+		for _, r := range shared {
+			c := probe(r)
+			ids, _ := c.ZRange(context.Background(), keys.Queue(key), 0, -1).Result()
+			c.Close()
+			if len(ids) != 0 {
+				return fmt.Errorf("queue on %s still holds %v after the only waiter left", r.Addr, ids)
+			}
+		}
+		return nil
+	})
+	got := make(chan time.Time, 1)
+	errc := make(chan error, 1)
+	go func() {
+		l, err := next.Acquire(testCtx(t), key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(0))
+		got <- time.Now()
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		errc <- err
+	}()
+	waitQueued(t, shared, key, held)
+	start := time.Now()
+	if err := lock.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d := (<-got).Sub(start)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if d > time.Second {
+		t.Fatalf("the next waiter got the lock %v after the release, with a %v poll interval", d, slowPoll)
 	}
 }
