@@ -71,13 +71,16 @@
 // the Locker's earliest waiter for the key retries at once. The key is free
 // between holders: the woken waiter takes it with an ordinary SET NX, and so
 // can any other client (redsync, node-redlock, bsm/redislock). A Locker
-// whose release just woke a waiter lets that waiter go first for 10ms
-// instead of taking the lock again at once, so a loop over the lock does not
-// starve the others. Nobody announces an expiry (a holder that crashed), so
-// the queue's head learns from its refused attempt when the key expires and
-// retries then by itself. Polling at the retry delay plus jitter covers the
-// rest: a release by a peer that does not publish, a lost message, a woken
-// Locker that is gone.
+// whose release just woke a waiter lets that waiter go first for up to 50ms
+// (until a wake-up of its own) instead of taking the lock again at once, so
+// a loop over the lock does not starve the others. Nobody announces an
+// expiry (a holder that crashed), so the queue's head learns from its
+// refused attempt when the key expires and retries then by itself. A
+// subscription silent for a second is pinged, and one whose pong does not
+// come within a second is made again on a new connection (a NAT that
+// dropped the flow sends no RST); the Locker's waiters then retry once.
+// Polling at the retry delay plus jitter covers the rest: a release by a
+// peer that does not publish, a lost message, a woken Locker that is gone.
 //
 // No state on the server holds the lock for a process that is gone: the key
 // is the only grant, and a release deletes it. A queue entry of a crashed,
