@@ -3,6 +3,7 @@ package pglock_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -208,5 +209,55 @@ func releaseWakes(t *testing.T, a, b *pglock.Locker, key string) {
 	}
 	if d := time.Since(released); d > 2*time.Second {
 		t.Fatalf("the waiter acquired %v after the release; want well under its 5s poll", d)
+	}
+}
+
+// Nested locks on a small pool: a Locker over two connections that holds
+// one lock and waits for a second gets it as soon as its holder lets go
+// (the release listener must not take the connection the attempts need),
+// and once its locks pin both connections a third Acquire fails at once
+// with ErrPoolExhausted, long before its deadline.
+func TestNestedWaitSmallPool(t *testing.T) {
+	a, b := newLocker(t, 2), newLocker(t, 2)
+	keyA, keyB := uniqueKey(t), uniqueKey(t)
+	mustAcquire(t, a, keyA, 10*time.Second)
+	lb := mustAcquire(t, b, keyB, 10*time.Second)
+
+	const deadline = 4 * time.Second
+	got := make(chan error, 1)
+	var nested *dlock.Lock
+	go func() {
+		ctx, cancel := context.WithTimeout(testCtx(t), deadline)
+		defer cancel()
+		var err error
+		nested, err = a.Acquire(ctx, keyB, 10*time.Second,
+			dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(time.Millisecond))
+		got <- err
+	}()
+	waitFor(t, "the waiter's listener", func() bool { return waitKeyHolders(t) >= 1 })
+	released := time.Now()
+	if err := lb.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("nested Acquire %v after the release: %v", time.Since(released), err)
+	}
+	defer nested.Release(context.Background())
+	if d := time.Since(released); d > 2*time.Second {
+		t.Fatalf("nested Acquire took %v after the release; want well under its 5s poll", d)
+	}
+
+	// Both connections pinned by a's locks: no hang, a clear error.
+	ctx, cancel := context.WithTimeout(testCtx(t), deadline)
+	defer cancel()
+	start := time.Now()
+	_, err := a.Acquire(ctx, uniqueKey(t), 10*time.Second)
+	wantSentinel(t, err, dlock.ErrUnavailable)
+	wantIs(t, err, pglock.ErrPoolExhausted)
+	if !strings.Contains(err.Error(), "2 held locks pin all 2 connections") {
+		t.Fatalf("message does not count the pinned connections: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("a pool pinned by held locks took %v to refuse", d)
 	}
 }

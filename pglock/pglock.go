@@ -65,8 +65,8 @@ func WithKeyFunc(f func(name string) (Key, error)) Option {
 
 // WithReleaseNotify turns wake-on-release on or off. When on, waiting
 // acquisitions LISTEN on the channel "dlock_release" (through one extra
-// pooled connection per Locker while anyone waits, which also holds WaitKey
-// in share mode), and Release sends a NOTIFY there when some Locker on the
+// connection per Locker while anyone waits, made outside the pool with its
+// settings, which also holds WaitKey in share mode), and Release sends a NOTIFY there when some Locker on the
 // database has a waiter, so a waiter retries within about a round trip of
 // a release instead of at its next poll. With nobody waiting a release
 // sends nothing. The default is on.
@@ -135,8 +135,9 @@ func (l *Locker) leaseMS(ttl time.Duration) string {
 // sequence must exist (see Migrate) before the first acquisition.
 //
 // Give the Locker a pool whose size allows for the locks you hold at once
-// plus one connection for release notifications; a pool of its own keeps
-// held locks from starving the rest of the application.
+// plus one connection for attempts; release notifications use a connection
+// of their own, outside the pool. A pool of its own keeps held locks from
+// starving the rest of the application.
 func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	if pool == nil {
 		return nil, dlock.Invalidf("nil pgxpool.Pool")
@@ -209,15 +210,28 @@ func (l *Locker) TryAcquireKey(ctx context.Context, k Key, ttl time.Duration) (*
 // Acquire takes the lock on key, waiting while another session holds it
 // (see dlock.Acquire for the retry options and errors). With release
 // notifications on (the default), a release wakes the waiter at once.
+//
+// When this Locker's held locks already pin every connection of the pool,
+// Acquire returns ErrPoolExhausted at once instead of waiting: a lock held
+// by the caller itself (nested locks) would never let go. An attempt that
+// finds the pool exhausted later in the wait (another goroutine took the
+// last connection) is retried like an unreachable server.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
+	if err := l.exhausted(key); err != nil {
+		return nil, err
+	}
 	return dlock.Acquire(ctx, l, key, ttl, opts...)
 }
 
 // Do runs fn under the lock on key (see dlock.Do). Its background check of
 // the lock's session runs when WithExtendThreshold of ttl is left (ttl/2 by
 // default); when the session dies, fn's context is cancelled with
-// dlock.ErrLockLost.
+// dlock.ErrLockLost. Like Acquire, it fails at once with ErrPoolExhausted
+// when the Locker's held locks pin every connection.
 func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
+	if err := l.exhausted(key); err != nil {
+		return err
+	}
 	return dlock.Do(ctx, l, key, ttl, fn, opts...)
 }
 
@@ -294,9 +308,8 @@ type acquireRow struct {
 // pin takes a connection from the pool for an attempt, refusing at once
 // when the Locker's own held locks pin every connection of the pool.
 func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
-	if n := l.held.Load(); n >= l.maxConns {
-		return nil, fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
-			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)
+	if err := l.exhausted(name); err != nil {
+		return nil, err
 	}
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -305,6 +318,16 @@ func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 		return nil, acquireErr(ctx, name, l.node, detail)
 	}
 	return conn, nil
+}
+
+// exhausted returns ErrPoolExhausted when the Locker's held locks pin every
+// connection of the pool.
+func (l *Locker) exhausted(name string) error {
+	if n := l.held.Load(); n >= l.maxConns {
+		return fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
+			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)
+	}
+	return nil
 }
 
 // discard closes a connection whose session may hold a lock, so the server
