@@ -98,7 +98,8 @@
 // With n distinct names the chance that any two share a bigint is about
 // n²/2^65 (3·10⁻⁸ for a million names); a collision makes the two names
 // exclude each other, never lets two holders of one name in. Int64Key and
-// KeyPair take numbered locks directly, and WithKeyFunc maps names to them;
+// KeyPair name numbered locks directly (TryAcquireKey, AcquireKey and DoKey
+// take them), and WithKeyFunc maps names to them;
 // the pair form is a key space of its own. pglock itself uses one bigint
 // key, WaitKey, for its waiters; do not lock it.
 //

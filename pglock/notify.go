@@ -80,7 +80,15 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 		return nil, func() {}
 	}
 	k, err := l.keyFunc(key)
-	if err != nil || !k.valid() {
+	if err != nil {
+		return nil, func() {}
+	}
+	return l.notifyKey(k)
+}
+
+// notifyKey is NotifyRelease for a Key.
+func (l *Locker) notifyKey(k Key) (released <-chan struct{}, stop func()) {
+	if !l.notify || !k.valid() {
 		return nil, func() {}
 	}
 	n := l.lst()
@@ -166,8 +174,16 @@ func (n *listener) run(ctx context.Context) {
 	defer n.running.Done()
 	var backoff time.Duration
 	for ctx.Err() == nil {
-		if err := n.listen(ctx); err == nil || ctx.Err() != nil {
+		listened, err := n.listen(ctx)
+		if err == nil || ctx.Err() != nil {
 			return
+		}
+		if listened {
+			backoff = 0 // it worked for a while: a new run of failures
+		}
+		if backoff == 0 { // once per run of failures
+			n.l.logger.Warn("dlock/pglock: release listener failed; waiters poll until it reconnects",
+				"node", n.l.node, "err", oneLine(err).Error())
 		}
 		backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
 		select {
@@ -181,11 +197,11 @@ func (n *listener) run(ctx context.Context) {
 // listen opens its own connection, LISTENs and takes WaitKey in share mode,
 // wakes every waiter once (a release may have come before both were in
 // place), and dispatches notifications until ctx ends (nil) or the
-// connection fails.
-func (n *listener) listen(ctx context.Context) error {
+// connection fails. listened says whether it got that far.
+func (n *listener) listen(ctx context.Context) (listened bool, err error) {
 	conn, err := n.l.connectListener(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -195,17 +211,17 @@ func (n *listener) listen(ctx context.Context) error {
 	// The share lock waits only for a release that holds WaitKey for the
 	// length of its statement. It ends with the session.
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel+"; SELECT pg_advisory_lock_shared("+waitKeySQL+")"); err != nil {
-		return err
+		return false, err
 	}
 	n.wakeAll()
 	for {
 		msg, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return true, nil
 			}
 			n.wakeAll() // notifications may be lost until we listen again
-			return err
+			return true, err
 		}
 		n.released(msg.Payload)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"strconv"
@@ -30,6 +31,7 @@ type Locker struct {
 	keyFunc  func(name string) (Key, error)
 	notify   bool
 	lease    time.Duration // WithSessionLease margin; < 0: off
+	logger   *slog.Logger
 
 	stmts statements
 	exec  rowExec
@@ -73,6 +75,19 @@ func WithKeyFunc(f func(name string) (Key, error)) Option {
 func WithReleaseNotify(on bool) Option {
 	return func(l *Locker) error {
 		l.notify = on
+		return nil
+	}
+}
+
+// WithLogger sets where warnings go: a release listener that lost its
+// connection or cannot connect (waiters then poll until it is back). The
+// default is slog.Default().
+func WithLogger(logger *slog.Logger) Option {
+	return func(l *Locker) error {
+		if logger == nil {
+			return dlock.Invalidf("nil logger")
+		}
+		l.logger = logger
 		return nil
 	}
 }
@@ -150,6 +165,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		keyFunc:  func(name string) (Key, error) { return HashKey(name), nil },
 		notify:   true,
 		lease:    -1,
+		logger:   slog.Default(),
 		exec:     newRowExec(cfg.ConnConfig),
 	}
 	for _, o := range opts {
@@ -221,6 +237,46 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, err
 	}
 	return dlock.Acquire(ctx, l, key, ttl, opts...)
+}
+
+// AcquireKey is Acquire for a Key chosen by the caller, such as a KeyPair
+// (see TryAcquireKey): it waits with dlock.Acquire's retry options, woken by
+// release notifications like Acquire.
+func (l *Locker) AcquireKey(ctx context.Context, k Key, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
+	if !k.valid() {
+		return nil, dlock.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+	}
+	if err := l.exhausted(k.String()); err != nil {
+		return nil, err
+	}
+	return dlock.Acquire(ctx, keyLocker{l, k}, k.String(), ttl, opts...)
+}
+
+// DoKey is Do for a Key chosen by the caller, such as a KeyPair (see
+// TryAcquireKey), with Do's waiting and background checks.
+func (l *Locker) DoKey(ctx context.Context, k Key, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
+	if !k.valid() {
+		return dlock.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+	}
+	if err := l.exhausted(k.String()); err != nil {
+		return err
+	}
+	return dlock.Do(ctx, keyLocker{l, k}, k.String(), ttl, fn, opts...)
+}
+
+// keyLocker takes the lock on one Key whatever name dlock.Acquire passes
+// (k.String()), so that AcquireKey and DoKey reuse dlock's waiting.
+type keyLocker struct {
+	l *Locker
+	k Key
+}
+
+func (kl keyLocker) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dlock.Lock, error) {
+	return kl.l.TryAcquireKey(ctx, kl.k, ttl)
+}
+
+func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{}, func()) {
+	return kl.l.notifyKey(kl.k)
 }
 
 // Do runs fn under the lock on key (see dlock.Do). Its background check of
