@@ -89,8 +89,8 @@
 // # Keys
 //
 // PostgreSQL's advisory locks are named by one bigint or by two int4. A
-// lock name maps to a bigint with HashKey: the first 8 bytes of the name's
-// SHA-256, big-endian. SQL computes the same number, so a psql session or
+// lock name (after WithPrefix's prefix, if any) maps to a bigint with
+// HashKey: the first 8 bytes of the name's SHA-256, big-endian. SQL computes the same number, so a psql session or
 // a program in another language takes the same lock:
 //
 //	SELECT pg_advisory_lock(('x' || left(encode(sha256(convert_to('invoice:42', 'UTF8')), 'hex'), 16))::bit(64)::bigint);

@@ -79,7 +79,7 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 	if !l.notify || dlock.CheckKey(key) != nil {
 		return nil, func() {}
 	}
-	k, err := l.keyFunc(key)
+	k, err := l.keyFunc(l.prefix + key)
 	if err != nil {
 		return nil, func() {}
 	}

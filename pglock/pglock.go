@@ -29,6 +29,7 @@ type Locker struct {
 	node     string // host:port, for dlock.NodeError
 	maxConns int32
 	keyFunc  func(name string) (Key, error)
+	prefix   string
 	notify   bool
 	lease    time.Duration // WithSessionLease margin; < 0: off
 	logger   *slog.Logger
@@ -61,6 +62,19 @@ func WithKeyFunc(f func(name string) (Key, error)) Option {
 			return dlock.Invalidf("nil key function")
 		}
 		l.keyFunc = f
+		return nil
+	}
+}
+
+// WithPrefix prepends prefix to every lock name before it is mapped to an
+// advisory key (by HashKey, or the WithKeyFunc function, which sees
+// prefix+name), so that applications sharing a database keep their lock
+// names apart, e.g. "billing:". Handles report the name without the
+// prefix; TryAcquireKey, AcquireKey and DoKey take their Key as it is. The
+// default is no prefix: the lock on "invoice:42" is HashKey("invoice:42").
+func WithPrefix(prefix string) Option {
+	return func(l *Locker) error {
+		l.prefix = prefix
 		return nil
 	}
 }
@@ -181,8 +195,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 }
 
 // TryAcquire makes one attempt to take the session-level advisory lock on
-// key (mapped by HashKey, or WithKeyFunc) and to draw its fence, in one
-// statement on a connection it pins for the life of the lock.
+// key (WithPrefix's prefix and key, mapped by HashKey or WithKeyFunc) and
+// to draw its fence, in one statement on a connection it pins for the life
+// of the lock.
 //
 // The lock does not expire on the server: it lasts as long as the session.
 // ttl is how long the handle trusts the lock without a successful health
@@ -201,7 +216,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := l.checkArgs(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	k, err := l.keyFunc(key)
+	k, err := l.keyFunc(l.prefix + key)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", key, dlock.ErrInvalid, oneLine(err))
 	}
