@@ -89,8 +89,8 @@
 // # Keys
 //
 // PostgreSQL's advisory locks are named by one bigint or by two int4. A
-// lock name maps to a bigint with HashKey: the first 8 bytes of the name's
-// SHA-256, big-endian. SQL computes the same number, so a psql session or
+// lock name (after WithPrefix's prefix, if any) maps to a bigint with
+// HashKey: the first 8 bytes of the name's SHA-256, big-endian. SQL computes the same number, so a psql session or
 // a program in another language takes the same lock:
 //
 //	SELECT pg_advisory_lock(('x' || left(encode(sha256(convert_to('invoice:42', 'UTF8')), 'hex'), 16))::bit(64)::bigint);
@@ -98,7 +98,8 @@
 // With n distinct names the chance that any two share a bigint is about
 // n²/2^65 (3·10⁻⁸ for a million names); a collision makes the two names
 // exclude each other, never lets two holders of one name in. Int64Key and
-// KeyPair take numbered locks directly, and WithKeyFunc maps names to them;
+// KeyPair name numbered locks directly (TryAcquireKey, AcquireKey and DoKey
+// take them), and WithKeyFunc maps names to them;
 // the pair form is a key space of its own. pglock itself uses one bigint
 // key, WaitKey, for its waiters; do not lock it.
 //
@@ -188,8 +189,10 @@
 // # Waiting
 //
 // Acquire and Do retry TryAcquire (dlock.Acquire's jittered polling). A
-// Locker with waiters keeps one pooled connection that LISTENs on the
-// channel dlock_release and holds the reserved advisory key WaitKey in
+// Locker with waiters keeps one connection that LISTENs on the channel
+// dlock_release (opened outside the pool, with the pool's ConnConfig and its
+// BeforeConnect and AfterConnect hooks, so that it never takes a connection
+// a lock attempt needs) and holds the reserved advisory key WaitKey in
 // share mode; a release sends NOTIFY dlock_release only when it cannot take
 // WaitKey exclusively, that is when some Locker on the database has a
 // waiter (WithReleaseNotify; Close stops the listener). So an uncontended
@@ -199,11 +202,20 @@
 //
 // # Connections
 //
-// Each held lock pins one connection, and a Locker's waiters take one more;
-// size the pool for that (a pool of its own keeps held locks from starving
-// the application). When this Locker's locks pin every connection,
-// TryAcquire fails at once with ErrPoolExhausted instead of waiting for a
-// connection that only a release can free. A pool's Close waits for pinned
+// Each held lock pins one connection of the pool, and each attempt takes
+// one for a round trip; a Locker's waiters share one more connection, made
+// outside the pool, so the server must allow it (max_connections). Size
+// the pool for the locks held at once plus one for attempts (a pool of its
+// own keeps held locks from starving the application). So nested locks
+// work on a pool of n+1 for n locks held: a Locker over two connections
+// that holds one lock and waits for another gets it when its holder lets
+// go. When this Locker's locks pin every connection, TryAcquire, Acquire
+// and Do fail at once with ErrPoolExhausted ("2 held locks pin all 2
+// connections") instead of waiting for a connection that only a release
+// can free, which for nested locks would never come. During a wait, an
+// attempt that finds the pool exhausted (another goroutine took the last
+// connection) is retried as an unreachable server is. Lockers sharing a
+// pool count only their own locks: give each pool one Locker. A pool's Close waits for pinned
 // connections: release locks first.
 //
 // With pgx's default query mode (prepared statements) and no tracer, the

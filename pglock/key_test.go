@@ -147,3 +147,22 @@ func TestKeysWithControlBytes(t *testing.T) {
 		}
 	}
 }
+
+// WithPrefix keeps two applications' names apart: the lock taken is
+// HashKey(prefix+name), the handle names the lock without the prefix, and
+// only a Locker with the same prefix contends for it.
+func TestPrefix(t *testing.T) {
+	name := uniqueKey(t)
+	billing := newLocker(t, 2, pglock.WithPrefix("billing:"))
+	lock := mustAcquire(t, billing, name, 10*time.Second)
+	if lock.Key() != name {
+		t.Fatalf("Key() = %q, want %q", lock.Key(), name)
+	}
+	holderPID(t, pglock.HashKey("billing:"+name)) // fails unless pg_locks shows it
+	other := newLocker(t, 2, pglock.WithPrefix("mail:"))
+	mustAcquire(t, other, name, 10*time.Second).Release(testCtx(t))
+	_, err := newLocker(t, 2, pglock.WithPrefix("billing:")).TryAcquire(testCtx(t), name, time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+	_, err = newLocker(t, 2).TryAcquire(testCtx(t), "billing:"+name, time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+}

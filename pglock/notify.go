@@ -5,13 +5,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/dlock-go/dlock"
 )
 
 // Wake-on-release
 //
-// A Locker with waiting acquisitions keeps one pooled connection that
-// LISTENs on notifyChannel and holds WaitKey in share mode (opened when a
+// A Locker with waiting acquisitions keeps one connection of its own,
+// outside the pool, that LISTENs on notifyChannel and holds WaitKey in share mode (opened when a
 // waiting attempt first finds its key busy, closed when the last waiter
 // leaves). Release runs pg_advisory_unlock and then, in the same statement,
 // pg_try_advisory_xact_lock(WaitKey): if that fails, some Locker's listener
@@ -77,8 +79,16 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 	if !l.notify || dlock.CheckKey(key) != nil {
 		return nil, func() {}
 	}
-	k, err := l.keyFunc(key)
-	if err != nil || !k.valid() {
+	k, err := l.keyFunc(l.prefix + key)
+	if err != nil {
+		return nil, func() {}
+	}
+	return l.notifyKey(k)
+}
+
+// notifyKey is NotifyRelease for a Key.
+func (l *Locker) notifyKey(k Key) (released <-chan struct{}, stop func()) {
+	if !l.notify || !k.valid() {
 		return nil, func() {}
 	}
 	n := l.lst()
@@ -95,7 +105,7 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 	return w.ch, func() { once.Do(func() { n.leave(id, w) }) }
 }
 
-// Close stops the Locker's release listener (a goroutine and one pooled
+// Close stops the Locker's release listener (a goroutine and one
 // connection that exist only while acquisitions wait) and waits for it.
 // Waits in progress and later ones poll. Held locks, TryAcquire and Release
 // keep working. Close does not close the pool, is safe to call more than
@@ -164,8 +174,16 @@ func (n *listener) run(ctx context.Context) {
 	defer n.running.Done()
 	var backoff time.Duration
 	for ctx.Err() == nil {
-		if err := n.listen(ctx); err == nil || ctx.Err() != nil {
+		listened, err := n.listen(ctx)
+		if err == nil || ctx.Err() != nil {
 			return
+		}
+		if listened {
+			backoff = 0 // it worked for a while: a new run of failures
+		}
+		if backoff == 0 { // once per run of failures
+			n.l.logger.Warn("dlock/pglock: release listener failed; waiters poll until it reconnects",
+				"node", n.l.node, "err", oneLine(err).Error())
 		}
 		backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
 		select {
@@ -176,37 +194,34 @@ func (n *listener) run(ctx context.Context) {
 	}
 }
 
-// listen takes a pool connection, LISTENs and takes WaitKey in share mode,
+// listen opens its own connection, LISTENs and takes WaitKey in share mode,
 // wakes every waiter once (a release may have come before both were in
 // place), and dispatches notifications until ctx ends (nil) or the
-// connection fails.
-func (n *listener) listen(ctx context.Context) error {
-	conn, err := n.l.pool.Acquire(ctx)
+// connection fails. listened says whether it got that far.
+func (n *listener) listen(ctx context.Context) (listened bool, err error) {
+	conn, err := n.l.connectListener(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
-	// The session is LISTENing (and pgx closes it when ctx interrupts a
-	// wait): never hand it back to the pool.
 	defer func() {
-		c := conn.Hijack()
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c.Close(cctx)
+		conn.Close(cctx)
 		cancel()
 	}()
 	// The share lock waits only for a release that holds WaitKey for the
 	// length of its statement. It ends with the session.
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel+"; SELECT pg_advisory_lock_shared("+waitKeySQL+")"); err != nil {
-		return err
+		return false, err
 	}
 	n.wakeAll()
 	for {
-		msg, err := conn.Conn().WaitForNotification(ctx)
+		msg, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return true, nil
 			}
 			n.wakeAll() // notifications may be lost until we listen again
-			return err
+			return true, err
 		}
 		n.released(msg.Payload)
 	}
@@ -236,4 +251,31 @@ func signal(w *waiter) {
 	case w.ch <- struct{}{}:
 	default:
 	}
+}
+
+// connectListener opens the LISTEN connection outside the pool, with the
+// pool's settings and connect hooks. Taken from the pool, it would compete
+// with the attempts it serves: on a pool of two with one lock held, it took
+// the last connection and every attempt waited for it until its deadline.
+func (l *Locker) connectListener(ctx context.Context) (*pgx.Conn, error) {
+	cfg := l.pool.Config()
+	cc := cfg.ConnConfig // a copy already
+	if cfg.BeforeConnect != nil {
+		if err := cfg.BeforeConnect(ctx, cc); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.AfterConnect != nil {
+		if err := cfg.AfterConnect(ctx, conn); err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			conn.Close(cctx)
+			cancel()
+			return nil, err
+		}
+	}
+	return conn, nil
 }

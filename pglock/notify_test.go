@@ -2,7 +2,10 @@ package pglock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -208,5 +211,173 @@ func releaseWakes(t *testing.T, a, b *pglock.Locker, key string) {
 	}
 	if d := time.Since(released); d > 2*time.Second {
 		t.Fatalf("the waiter acquired %v after the release; want well under its 5s poll", d)
+	}
+}
+
+// Nested locks on a small pool: a Locker over two connections that holds
+// one lock and waits for a second gets it as soon as its holder lets go
+// (the release listener must not take the connection the attempts need),
+// and once its locks pin both connections a third Acquire fails at once
+// with ErrPoolExhausted, long before its deadline.
+func TestNestedWaitSmallPool(t *testing.T) {
+	a, b := newLocker(t, 2), newLocker(t, 2)
+	keyA, keyB := uniqueKey(t), uniqueKey(t)
+	mustAcquire(t, a, keyA, 10*time.Second)
+	lb := mustAcquire(t, b, keyB, 10*time.Second)
+
+	const deadline = 4 * time.Second
+	got := make(chan error, 1)
+	var nested *dlock.Lock
+	go func() {
+		ctx, cancel := context.WithTimeout(testCtx(t), deadline)
+		defer cancel()
+		var err error
+		nested, err = a.Acquire(ctx, keyB, 10*time.Second,
+			dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(time.Millisecond))
+		got <- err
+	}()
+	waitFor(t, "the waiter's listener", func() bool { return waitKeyHolders(t) >= 1 })
+	released := time.Now()
+	if err := lb.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("nested Acquire %v after the release: %v", time.Since(released), err)
+	}
+	defer nested.Release(context.Background())
+	if d := time.Since(released); d > 2*time.Second {
+		t.Fatalf("nested Acquire took %v after the release; want well under its 5s poll", d)
+	}
+
+	// Both connections pinned by a's locks: no hang, a clear error.
+	ctx, cancel := context.WithTimeout(testCtx(t), deadline)
+	defer cancel()
+	start := time.Now()
+	_, err := a.Acquire(ctx, uniqueKey(t), 10*time.Second)
+	wantSentinel(t, err, dlock.ErrUnavailable)
+	wantIs(t, err, pglock.ErrPoolExhausted)
+	if !strings.Contains(err.Error(), "2 held locks pin all 2 connections") {
+		t.Fatalf("message does not count the pinned connections: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("a pool pinned by held locks took %v to refuse", d)
+	}
+}
+
+// AcquireKey and DoKey wait for a Key of the caller's like Acquire and Do
+// for a name: woken by the release (parked with a 5s poll), and DoKey
+// holds the lock while fn runs and releases it after.
+func TestAcquireKeyDoKey(t *testing.T) {
+	a, b := newLocker(t, 2), newLocker(t, 2)
+	k := pglock.KeyPair(-3, int32(keySeq.Add(1)))
+	la, err := a.TryAcquireKey(testCtx(t), k, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lb, err := b.AcquireKey(testCtx(t), k, 10*time.Second,
+			dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(time.Millisecond))
+		if err == nil {
+			if lb.Key() != k.String() {
+				err = fmt.Errorf("Key() = %q, want %q", lb.Key(), k.String())
+			}
+			lb.Release(context.Background())
+		}
+		got <- err
+	}()
+	waitFor(t, "the waiter's listener", func() bool { return waitKeyHolders(t) >= 1 })
+	released := time.Now()
+	if err := la.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("AcquireKey: %v", err)
+	}
+	if d := time.Since(released); d > 2*time.Second {
+		t.Fatalf("AcquireKey took %v after the release; want well under its 5s poll", d)
+	}
+
+	err = a.DoKey(testCtx(t), k, 10*time.Second, func(ctx context.Context) error {
+		if dlock.LockFromContext(ctx).Fence() == 0 {
+			return fmt.Errorf("no fence in fn's context")
+		}
+		if _, err := b.TryAcquireKey(ctx, k, time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
+			return fmt.Errorf("TryAcquireKey during DoKey: %v, want ErrNotAcquired", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("DoKey: %v", err)
+	}
+	mustRelease(t, b, k) // DoKey released
+	wantIs(t, a.DoKey(testCtx(t), pglock.Key{}, time.Second, func(context.Context) error { return nil }), dlock.ErrInvalid)
+	_, err = a.AcquireKey(testCtx(t), pglock.Key{}, time.Second)
+	wantIs(t, err, dlock.ErrInvalid)
+}
+
+func mustRelease(t *testing.T, l *pglock.Locker, k pglock.Key) {
+	t.Helper()
+	lock, err := l.TryAcquireKey(testCtx(t), k, time.Second)
+	if err != nil {
+		t.Fatalf("TryAcquireKey after the holder let go: %v", err)
+	}
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// records collects the warnings a Locker logs.
+type records chan slog.Record
+
+func (r records) Enabled(context.Context, slog.Level) bool { return true }
+func (r records) Handle(_ context.Context, rec slog.Record) error {
+	select {
+	case r <- rec:
+	default:
+	}
+	return nil
+}
+func (r records) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r records) WithGroup(string) slog.Handler      { return r }
+
+// A release listener whose session is killed says so through WithLogger
+// (waiters poll until it is back), and reconnects.
+func TestListenerLossWarns(t *testing.T) {
+	if _, err := pglock.New(shared.Pool(t, 1), pglock.WithLogger(nil)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("WithLogger(nil): %v", err)
+	}
+	warnings := make(records, 8)
+	a, b := newLocker(t, 2), newLocker(t, 2, pglock.WithLogger(slog.New(warnings)))
+	key := uniqueKey(t)
+	la := mustAcquire(t, a, key, 10*time.Second)
+	got := waitParked(t, &counting{Locker: b}, key)
+	var pid uint32
+	locks, err := shared.AdvisoryLocks(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range locks {
+		if l.ObjSubID == 1 && l.Int64() == pglock.WaitKey && l.Mode == "ShareLock" {
+			pid = l.PID
+		}
+	}
+	if err := shared.Terminate(testCtx(t), pid); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case rec := <-warnings:
+		if rec.Level != slog.LevelWarn || !strings.Contains(rec.Message, "release listener") {
+			t.Fatalf("logged %v %q, want a warning about the release listener", rec.Level, rec.Message)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no warning 5s after the listener's session was killed")
+	}
+	waitFor(t, "the listener to reconnect", func() bool { return waitKeyHolders(t) >= 1 })
+	if err := la.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
 	}
 }

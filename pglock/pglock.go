@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"strconv"
@@ -28,8 +29,10 @@ type Locker struct {
 	node     string // host:port, for dlock.NodeError
 	maxConns int32
 	keyFunc  func(name string) (Key, error)
+	prefix   string
 	notify   bool
 	lease    time.Duration // WithSessionLease margin; < 0: off
+	logger   *slog.Logger
 
 	stmts statements
 	exec  rowExec
@@ -63,16 +66,42 @@ func WithKeyFunc(f func(name string) (Key, error)) Option {
 	}
 }
 
+// WithPrefix prepends prefix to every lock name before it is mapped to an
+// advisory key (by HashKey, or the WithKeyFunc function, which sees
+// prefix+name), so that applications sharing a database keep their lock
+// names apart, e.g. "billing:". Handles report the name without the
+// prefix; TryAcquireKey, AcquireKey and DoKey take their Key as it is. The
+// default is no prefix: the lock on "invoice:42" is HashKey("invoice:42").
+func WithPrefix(prefix string) Option {
+	return func(l *Locker) error {
+		l.prefix = prefix
+		return nil
+	}
+}
+
 // WithReleaseNotify turns wake-on-release on or off. When on, waiting
 // acquisitions LISTEN on the channel "dlock_release" (through one extra
-// pooled connection per Locker while anyone waits, which also holds WaitKey
-// in share mode), and Release sends a NOTIFY there when some Locker on the
+// connection per Locker while anyone waits, made outside the pool with its
+// settings, which also holds WaitKey in share mode), and Release sends a NOTIFY there when some Locker on the
 // database has a waiter, so a waiter retries within about a round trip of
 // a release instead of at its next poll. With nobody waiting a release
 // sends nothing. The default is on.
 func WithReleaseNotify(on bool) Option {
 	return func(l *Locker) error {
 		l.notify = on
+		return nil
+	}
+}
+
+// WithLogger sets where warnings go: a release listener that lost its
+// connection or cannot connect (waiters then poll until it is back). The
+// default is slog.Default().
+func WithLogger(logger *slog.Logger) Option {
+	return func(l *Locker) error {
+		if logger == nil {
+			return dlock.Invalidf("nil logger")
+		}
+		l.logger = logger
 		return nil
 	}
 }
@@ -135,8 +164,9 @@ func (l *Locker) leaseMS(ttl time.Duration) string {
 // sequence must exist (see Migrate) before the first acquisition.
 //
 // Give the Locker a pool whose size allows for the locks you hold at once
-// plus one connection for release notifications; a pool of its own keeps
-// held locks from starving the rest of the application.
+// plus one connection for attempts; release notifications use a connection
+// of their own, outside the pool. A pool of its own keeps held locks from
+// starving the rest of the application.
 func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	if pool == nil {
 		return nil, dlock.Invalidf("nil pgxpool.Pool")
@@ -149,6 +179,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		keyFunc:  func(name string) (Key, error) { return HashKey(name), nil },
 		notify:   true,
 		lease:    -1,
+		logger:   slog.Default(),
 		exec:     newRowExec(cfg.ConnConfig),
 	}
 	for _, o := range opts {
@@ -164,8 +195,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 }
 
 // TryAcquire makes one attempt to take the session-level advisory lock on
-// key (mapped by HashKey, or WithKeyFunc) and to draw its fence, in one
-// statement on a connection it pins for the life of the lock.
+// key (WithPrefix's prefix and key, mapped by HashKey or WithKeyFunc) and
+// to draw its fence, in one statement on a connection it pins for the life
+// of the lock.
 //
 // The lock does not expire on the server: it lasts as long as the session.
 // ttl is how long the handle trusts the lock without a successful health
@@ -184,7 +216,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := l.checkArgs(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	k, err := l.keyFunc(key)
+	k, err := l.keyFunc(l.prefix + key)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", key, dlock.ErrInvalid, oneLine(err))
 	}
@@ -209,15 +241,68 @@ func (l *Locker) TryAcquireKey(ctx context.Context, k Key, ttl time.Duration) (*
 // Acquire takes the lock on key, waiting while another session holds it
 // (see dlock.Acquire for the retry options and errors). With release
 // notifications on (the default), a release wakes the waiter at once.
+//
+// When this Locker's held locks already pin every connection of the pool,
+// Acquire returns ErrPoolExhausted at once instead of waiting: a lock held
+// by the caller itself (nested locks) would never let go. An attempt that
+// finds the pool exhausted later in the wait (another goroutine took the
+// last connection) is retried like an unreachable server.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
+	if err := l.exhausted(key); err != nil {
+		return nil, err
+	}
 	return dlock.Acquire(ctx, l, key, ttl, opts...)
+}
+
+// AcquireKey is Acquire for a Key chosen by the caller, such as a KeyPair
+// (see TryAcquireKey): it waits with dlock.Acquire's retry options, woken by
+// release notifications like Acquire.
+func (l *Locker) AcquireKey(ctx context.Context, k Key, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
+	if !k.valid() {
+		return nil, dlock.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+	}
+	if err := l.exhausted(k.String()); err != nil {
+		return nil, err
+	}
+	return dlock.Acquire(ctx, keyLocker{l, k}, k.String(), ttl, opts...)
+}
+
+// DoKey is Do for a Key chosen by the caller, such as a KeyPair (see
+// TryAcquireKey), with Do's waiting and background checks.
+func (l *Locker) DoKey(ctx context.Context, k Key, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
+	if !k.valid() {
+		return dlock.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+	}
+	if err := l.exhausted(k.String()); err != nil {
+		return err
+	}
+	return dlock.Do(ctx, keyLocker{l, k}, k.String(), ttl, fn, opts...)
+}
+
+// keyLocker takes the lock on one Key whatever name dlock.Acquire passes
+// (k.String()), so that AcquireKey and DoKey reuse dlock's waiting.
+type keyLocker struct {
+	l *Locker
+	k Key
+}
+
+func (kl keyLocker) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dlock.Lock, error) {
+	return kl.l.TryAcquireKey(ctx, kl.k, ttl)
+}
+
+func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{}, func()) {
+	return kl.l.notifyKey(kl.k)
 }
 
 // Do runs fn under the lock on key (see dlock.Do). Its background check of
 // the lock's session runs when WithExtendThreshold of ttl is left (ttl/2 by
 // default); when the session dies, fn's context is cancelled with
-// dlock.ErrLockLost.
+// dlock.ErrLockLost. Like Acquire, it fails at once with ErrPoolExhausted
+// when the Locker's held locks pin every connection.
 func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
+	if err := l.exhausted(key); err != nil {
+		return err
+	}
 	return dlock.Do(ctx, l, key, ttl, fn, opts...)
 }
 
@@ -294,9 +379,8 @@ type acquireRow struct {
 // pin takes a connection from the pool for an attempt, refusing at once
 // when the Locker's own held locks pin every connection of the pool.
 func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
-	if n := l.held.Load(); n >= l.maxConns {
-		return nil, fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
-			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)
+	if err := l.exhausted(name); err != nil {
+		return nil, err
 	}
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -305,6 +389,16 @@ func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 		return nil, acquireErr(ctx, name, l.node, detail)
 	}
 	return conn, nil
+}
+
+// exhausted returns ErrPoolExhausted when the Locker's held locks pin every
+// connection of the pool.
+func (l *Locker) exhausted(name string) error {
+	if n := l.held.Load(); n >= l.maxConns {
+		return fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
+			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)
+	}
+	return nil
 }
 
 // discard closes a connection whose session may hold a lock, so the server
