@@ -213,6 +213,12 @@ func (m multi) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dl
 // such as shell scripts using `dlock acquire`. It returns an error matching
 // dlock.ErrNotHeld when no majority of nodes held key with token, and
 // dlock.ErrUnavailable when too few nodes answered to tell (call it again).
+//
+// Without the handle it does not know the lock's fence, which it must write
+// to every node's counter: it reads the nodes' counters and clocks first and
+// takes the largest, plus the fence TTL when some node did not answer (that
+// node's draw may have been the fence; see Fencing in the package
+// documentation). Fences then jump by the fence TTL, and keep growing.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := l.checkToken(ctx, key, token); err != nil {
 		return err
