@@ -320,8 +320,10 @@ func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason strin
 // comes back below the clock, which moved on since). When some node did not
 // answer, its draw may have been the lock's fence, up to D above the others'
 // clocks (see the package documentation); the fence TTL bounds D, so the
-// result is raised by it.
-func (l *Locker) readFence(ctx context.Context, full []string) int64 {
+// result is raised by it. When no node answered (the caller's context
+// ended, say), it returns an error matching dlock.ErrUnavailable: there is
+// nothing to bound the fence by.
+func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 	counters := fenceKeys(full)
 	type read struct {
 		f  int64
@@ -348,15 +350,18 @@ func (l *Locker) readFence(ctx context.Context, full []string) int64 {
 		return read{f, true}
 	})
 	var f int64
-	all := true
+	all, some := true, false
 	for _, r := range res {
 		f = max(f, r.f)
-		all = all && r.ok
+		all, some = all && r.ok, some || r.ok
+	}
+	if !some {
+		return 0, l.withCtx(ctx, fmt.Errorf("no node answered the read of the lock's fence: %w", dlock.ErrUnavailable))
 	}
 	if !all {
 		f += l.fenceTTL.Microseconds()
 	}
-	return f
+	return f, nil
 }
 
 var errBusy = errors.New("held by another owner")

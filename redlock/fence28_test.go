@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -51,5 +52,33 @@ func TestShortFenceTTLRejected(t *testing.T) {
 	}
 	if _, err := redlock.New(clients(t, rs), redlock.WithFenceTTL(500*time.Millisecond), redlock.WithLogger(quietLogger())); err != nil {
 		t.Errorf("WithFenceTTL(500ms): %v", err)
+	}
+}
+
+// A release by token whose context already ended cannot read the counters:
+// it must not delete the keys without raising them (the next grant would
+// draw below the lock's fence, drawn by a node whose clock is 2s ahead,
+// once that node is down).
+func TestReleaseTokenCancelledKeepsFences(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 3)
+	a := newLocker(t, rs)
+	a.SetClockOffset(0, 2_000_000)
+	key := locktest.Key(t)
+	la := mustAcquire(t, a, key, 10*time.Second)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	cancel()
+	r := newLocker(t, rs)
+	if err := r.ReleaseToken(ctx, key, la.Token()); err == nil {
+		t.Fatal("ReleaseToken with a cancelled context: nil error")
+	}
+	r.Close()    // deletions still under way, if any
+	rs[0].Kill() // the next grant comes from the other two
+	b := newLocker(t, rs)
+	lb, err := b.TryAcquire(testCtx(t), key, 10*time.Second)
+	switch {
+	case err == nil && lb.Fence() <= la.Fence():
+		t.Fatalf("fence went backwards: B's %d after A's %d (released by token with a cancelled context)", lb.Fence(), la.Fence())
+	case err != nil && !errors.Is(err, dlock.ErrNotAcquired):
+		t.Fatalf("TryAcquire: %v", err)
 	}
 }

@@ -219,12 +219,18 @@ func (m multi) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dl
 // takes the largest, plus the fence TTL when some node did not answer (that
 // node's draw may have been the fence; see Fencing in the package
 // documentation). Fences then jump by the fence TTL, and keep growing.
+// When no node answers that read (ctx already ended, say), it deletes
+// nothing and returns an error matching dlock.ErrUnavailable.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := l.checkToken(ctx, key, token); err != nil {
 		return err
 	}
 	full := []string{l.prefix + key}
-	g := &grant{l: l, keys: full, token: token, fence: l.readFence(ctx, full), waitAll: true}
+	fence, err := l.readFence(ctx, full)
+	if err != nil {
+		return fmt.Errorf("dlock: release %q: %w", key, err)
+	}
+	g := &grant{l: l, keys: full, token: token, fence: fence, waitAll: true}
 	if err := g.Release(ctx); err != nil {
 		return fmt.Errorf("dlock: release %q: %w", key, err)
 	}
@@ -240,7 +246,11 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 		return err
 	}
 	full := []string{l.prefix + key}
-	g := &grant{l: l, keys: full, token: token, fence: l.readFence(ctx, full)}
+	fence, err := l.readFence(ctx, full)
+	if err != nil {
+		return fmt.Errorf("dlock: extend %q: %w", key, err)
+	}
+	g := &grant{l: l, keys: full, token: token, fence: fence}
 	if _, err := g.Extend(ctx, ttl); err != nil {
 		return fmt.Errorf("dlock: extend %q: %w", key, err)
 	}
