@@ -317,31 +317,57 @@ func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason strin
 	return qe
 }
 
-// readFence returns the largest fence counter of keys over the nodes that
-// answer: for releases and extensions by token, which do not know the
-// lock's fence but must raise every node's counters to it.
-func (l *Locker) readFence(ctx context.Context, full []string) int64 {
+// readFence returns a fence for releases and extensions by token, which do
+// not know the lock's: one that is at least the lock's, so that raising
+// every node's counters to it keeps the next grant's draw above the lock's.
+// It reads each node's counters and clock (TIME) and takes the largest. When
+// every node answered, that is at least the lock's fence: each granting node
+// keeps a counter at least its draw (a counter that expired or was lost
+// comes back below the clock, which moved on since). When some node did not
+// answer, its draw may have been the lock's fence, up to D above the others'
+// clocks (see the package documentation); the fence TTL bounds D, so the
+// result is raised by it. When no node answered (the caller's context
+// ended, say), it returns an error matching dlock.ErrUnavailable: there is
+// nothing to bound the fence by.
+func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 	counters := fenceKeys(full)
-	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) int64 {
-		vs, err := n.client.MGet(ctx, counters...).Result()
+	type read struct {
+		f  int64
+		ok bool
+	}
+	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) read {
+		var vs *redis.SliceCmd
+		var now *redis.TimeCmd
+		_, err := n.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			vs, now = p.MGet(ctx, counters...), p.Time(ctx)
+			return nil
+		})
 		if err != nil {
-			return 0
+			return read{}
 		}
-		var f int64
-		for _, v := range vs {
+		f := now.Val().UnixMicro() + n.clockOffset
+		for _, v := range vs.Val() {
 			s, _ := v.(string)
 			var x int64
 			if _, err := fmt.Sscan(s, &x); err == nil {
 				f = max(f, x)
 			}
 		}
-		return f
+		return read{f, true}
 	})
 	var f int64
-	for _, x := range res {
-		f = max(f, x)
+	all, some := true, false
+	for _, r := range res {
+		f = max(f, r.f)
+		all, some = all && r.ok, some || r.ok
 	}
-	return f
+	if !some {
+		return 0, l.withCtx(ctx, fmt.Errorf("no node answered the read of the lock's fence: %w", dlock.ErrUnavailable))
+	}
+	if !all {
+		f += l.fenceTTL.Microseconds()
+	}
+	return f, nil
 }
 
 var errBusy = errors.New("held by another owner")

@@ -149,7 +149,12 @@
 // Each granting node draws max(its counter + 1, its clock in microseconds)
 // and stores it; the lock's fence is the largest draw of the granting
 // majority. The lock's release and each of its extensions raise every node's
-// counter to the lock's fence. A later grant's majority shares a node with
+// counter to the lock's fence. Releases and extensions by token
+// (ReleaseToken, ExtendToken, `dlock release`) do not know the lock's fence:
+// they read every node's counter and clock and raise the counters to the
+// largest, which is at least the lock's fence when every node answered; when
+// some node did not (its draw may have been the fence), to the largest plus
+// the fence TTL, which bounds D below. A later grant's majority shares a node with
 // the earlier one's, and that node's next draw is above the earlier fence:
 // its counter was raised to it (the earlier holder released or extended), or
 // the earlier key expired there at least a TTL after the earlier grant, or
@@ -157,10 +162,11 @@
 // stale counter) and draws from its clock, which has moved on since.
 //
 // The assumption, in the same terms as Redlock's own: the nodes' clocks agree
-// within D and never step back by more than D, where D is the shorter of the
-// TTL minus the node timeout and the time a node that lost its counter takes
-// to come back (its restart; with the delayed-restart rule below, at least
-// the TTL). Clocks kept by NTP agree within milliseconds. A node whose clock
+// within D and never step back by more than D, where D is the shortest of
+// the TTL minus the node timeout, the fence TTL (WithFenceTTL: a counter
+// that expired after a release is a lost counter) and the time a node that
+// lost its counter takes to come back (its restart; with the delayed-restart
+// rule below, at least the TTL). Clocks kept by NTP agree within milliseconds. A node whose clock
 // steps back further can hand out a fence below an earlier one; the guards at
 // the resource (dlock's fence packages) then reject that holder's writes. The
 // argument in full is in the repository's docs/fences.md.

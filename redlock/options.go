@@ -90,18 +90,27 @@ const DefaultFenceTTL = time.Hour
 // WithFenceTTL sets how long a key's fence counter on each node
 // ("dlock:fence:{key}") outlives the last grant, extension or release that
 // wrote it. A counter that expired comes back from the node's clock, like one
-// that a restart lost (see the package documentation), so d only bounds how
-// long the nodes keep one small key per lock name. The default is
-// DefaultFenceTTL (1h).
+// that a restart lost, so d is part of the fence rule's clock assumption: the
+// nodes' clocks must agree within d (see the package documentation's D). A
+// release raises the counters to the lock's fence; once they expired, the
+// next grant draws from clocks that may be behind the node that drew it.
+// Releases and extensions by token that do not hear from every node also
+// raise the counters by d (ReleaseToken). d must be at least 500ms; the
+// default is DefaultFenceTTL (1h), far beyond what NTP-kept clocks disagree
+// by.
 func WithFenceTTL(d time.Duration) Option {
 	return func(l *Locker) error {
-		if d < time.Millisecond || d > dlock.MaxTTL {
-			return dlock.Invalidf("fence ttl %v: must be between 1ms and %v", d, dlock.MaxTTL)
+		if d < minFenceTTL || d > dlock.MaxTTL {
+			return dlock.Invalidf("fence ttl %v: must be between %v and %v (the nodes' clocks must agree within it)", d, minFenceTTL, dlock.MaxTTL)
 		}
 		l.fenceTTL = d
 		return nil
 	}
 }
+
+// minFenceTTL is the shortest fence TTL: a bound on clock disagreement
+// below it is not one that NTP over a network keeps with any margin.
+const minFenceTTL = 500 * time.Millisecond
 
 // WithDefaults sets dlock options (retry count, delay and jitter, extension
 // threshold, hold limit) that Acquire and Do apply before their own, like

@@ -213,12 +213,24 @@ func (m multi) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dl
 // such as shell scripts using `dlock acquire`. It returns an error matching
 // dlock.ErrNotHeld when no majority of nodes held key with token, and
 // dlock.ErrUnavailable when too few nodes answered to tell (call it again).
+//
+// Without the handle it does not know the lock's fence, which it must write
+// to every node's counter: it reads the nodes' counters and clocks first and
+// takes the largest, plus the fence TTL when some node did not answer (that
+// node's draw may have been the fence; see Fencing in the package
+// documentation). Fences then jump by the fence TTL, and keep growing.
+// When no node answers that read (ctx already ended, say), it deletes
+// nothing and returns an error matching dlock.ErrUnavailable.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := l.checkToken(ctx, key, token); err != nil {
 		return err
 	}
 	full := []string{l.prefix + key}
-	g := &grant{l: l, keys: full, token: token, fence: l.readFence(ctx, full), waitAll: true}
+	fence, err := l.readFence(ctx, full)
+	if err != nil {
+		return fmt.Errorf("dlock: release %q: %w", key, err)
+	}
+	g := &grant{l: l, keys: full, token: token, fence: fence, waitAll: true}
 	if err := g.Release(ctx); err != nil {
 		return fmt.Errorf("dlock: release %q: %w", key, err)
 	}
@@ -234,7 +246,11 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 		return err
 	}
 	full := []string{l.prefix + key}
-	g := &grant{l: l, keys: full, token: token, fence: l.readFence(ctx, full)}
+	fence, err := l.readFence(ctx, full)
+	if err != nil {
+		return fmt.Errorf("dlock: extend %q: %w", key, err)
+	}
+	g := &grant{l: l, keys: full, token: token, fence: fence}
 	if _, err := g.Extend(ctx, ttl); err != nil {
 		return fmt.Errorf("dlock: extend %q: %w", key, err)
 	}
