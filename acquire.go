@@ -8,20 +8,16 @@ import (
 	"time"
 )
 
-// A ReleaseNotifier is a Locker that can announce releases, so a waiting
-// Acquire retries as soon as the holder lets go instead of at its next poll.
-// A notification is only a hint: the retry still has to win the lock.
-type ReleaseNotifier interface {
-	// NotifyRelease registers interest in key. The channel receives a value
-	// when key may have been released; stop ends the interest and must be
-	// called exactly once.
+// releaseNotifier is a Locker that announces releases
+// (driver.ReleaseNotifier, which documents it).
+type releaseNotifier interface {
 	NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func())
 }
 
 // Acquire takes the lock on key with l, waiting while another owner holds it
 // and through short outages of the backend. Between attempts it sleeps the
 // retry delay plus jitter (see WithRetryDelay, WithRetryJitter), or less
-// when l announces a release (ReleaseNotifier). When the backend cannot be
+// when l announces a release (see driver.ReleaseNotifier). When the backend cannot be
 // reached three times in a row it backs off: the delay doubles with each
 // further such attempt, up to a second (or the retry delay, if longer),
 // half of it random.
@@ -39,10 +35,10 @@ type ReleaseNotifier interface {
 //     attempt: waiting cannot fix them.
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	if l == nil {
-		return nil, Invalidf("nil Locker")
+		return nil, invalidf("nil Locker")
 	}
 	if ctx == nil {
-		return nil, Invalidf("nil context")
+		return nil, invalidf("nil context")
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -53,7 +49,7 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts 
 
 func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config) (*Lock, error) {
 	var released <-chan struct{}
-	if n, ok := l.(ReleaseNotifier); ok && cfg.retryCount != 0 {
+	if n, ok := l.(releaseNotifier); ok && cfg.retryCount != 0 {
 		// Listen before the first attempt, so a release that comes between
 		// a failed attempt and the wait is not missed.
 		var stop func()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // Locker is what every backend implements: one attempt to take a lock.
@@ -19,19 +21,10 @@ type Locker interface {
 	TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error)
 }
 
-// Grant is a backend's side of one acquired lock: the two operations that
-// talk to servers. The Lock handle wraps it with the bookkeeping every backend
-// shares (state, validity, double release), so a Grant may assume it is
-// called on a lock it believes held, and never concurrently with itself.
-type Grant interface {
-	// Extend resets the lock's TTL to ttl if the server(s) still hold the
-	// lock's token, and returns the new validity deadline (see ValidUntil).
-	// It returns an error matching ErrNotHeld when the token is gone, and
-	// changes nothing then.
+// grant is a backend's side of one acquired lock (driver.Grant, which
+// documents it).
+type grant interface {
 	Extend(ctx context.Context, ttl time.Duration) (validUntil time.Time, err error)
-
-	// Release deletes the lock if it still holds the token. It returns an
-	// error matching ErrNotHeld when the token was already gone.
 	Release(ctx context.Context) error
 }
 
@@ -67,7 +60,7 @@ type Lock struct {
 	key   string
 	token string
 	fence uint64
-	grant Grant
+	grant grant
 	now   func() time.Time
 
 	// turn is taken by every call into grant, so that Extends apply in
@@ -84,12 +77,16 @@ type Lock struct {
 	changed chan struct{}
 }
 
-// NewLock is for backends: it wraps a grant that was acquired with token and
-// fence and is valid until validUntil, which must carry a monotonic clock
-// reading (come from time.Now, not from a parsed or serialized time).
-func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *Lock {
+// newLock wraps a backend's grant (driver.NewLock).
+func newLock(key, token string, fence uint64, validUntil time.Time, g grant) *Lock {
 	return &Lock{key: key, token: token, fence: fence, grant: g, now: time.Now, validUntil: validUntil,
 		turn: make(chan struct{}, 1)}
+}
+
+func init() {
+	bridge.NewLock = func(key, token string, fence uint64, validUntil time.Time, g any) any {
+		return newLock(key, token, fence, validUntil, g.(grant))
+	}
 }
 
 // Key returns the locked key, as the caller named it (without any prefix a
@@ -148,7 +145,7 @@ func (l *Lock) Held() bool { return l.Remaining() > 0 }
 //     have set;
 //   - ErrInvalid for a bad ttl.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if err := CheckTTL(ttl); err != nil {
+	if err := checkTTL(ttl); err != nil {
 		return &opError{"extend", l.key, err}
 	}
 	if err := l.gone("extend"); err != nil {
@@ -173,7 +170,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		err = &opError{"extend", l.key, known(err)}
 		if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
 			l.loseLocked(err)
-		} else if bound := ValidUntil(start, ttl, DefaultDriftFactor); bound.Before(l.validUntil) {
+		} else if bound := bridge.ValidUntil(start, ttl, bridge.DefaultDriftFactor); bound.Before(l.validUntil) {
 			l.setValidLocked(bound)
 		}
 		return err

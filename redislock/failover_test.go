@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/locktest"
 )
 
 // The single-node lock's documented hole, and what the fence does about it.

@@ -15,9 +15,9 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 	shared.Stop()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := testproxy.FindLeaks(testproxy.IgnoreLeaks); err != nil {
+		if err := testproxy.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/locktest"
 )
 
 // nodeRedlock makes sure Node.js and node-redlock (redlock@5.0.0-beta.2 with

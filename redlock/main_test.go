@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 	}
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := testproxy.FindLeaks(testproxy.IgnoreLeaks); err != nil {
+		if err := testproxy.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

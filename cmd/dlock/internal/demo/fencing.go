@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/internal/timeline"
 )
 
 var fencingScenario = scenario{
