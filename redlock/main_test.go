@@ -23,9 +23,6 @@ import (
 var shared []*testsrv.Redis
 
 func TestMain(m *testing.M) {
-	if helperMain() {
-		return
-	}
 	if testsrv.FuzzWorker() {
 		os.Exit(m.Run()) // the fuzz targets need no server
 	}

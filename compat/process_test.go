@@ -1,6 +1,6 @@
 //go:build linux
 
-package redlock_test
+package compat_test
 
 import (
 	"context"

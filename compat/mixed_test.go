@@ -1,4 +1,4 @@
-package redlock_test
+package compat_test
 
 import (
 	"context"
