@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,11 +14,37 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
-
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testsrv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain starts the redis-server the examples find at $REDIS_ADDR.
+func TestMain(m *testing.M) {
+	if testsrv.FuzzWorker() {
+		os.Exit(m.Run()) // the fuzz targets need no server
+	}
+	dir, err := os.MkdirTemp("", "dlock-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv, err := testsrv.NewRedis(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("REDIS_ADDR", srv.Addr)
+	code := m.Run()
+	srv.Stop()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // memLocker is an in-process Locker for testing the root package's own
 // logic (waiting, Do's keep-alive, handle state) with faults that a real

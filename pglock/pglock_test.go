@@ -51,6 +51,7 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 
+	os.Setenv("DATABASE_URL", shared.DSN()) // for the examples
 	code := m.Run()
 
 	// G10: no test may leave an advisory lock (or a waiter) behind.

@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	os.Setenv("REDIS_ADDR", shared.Addr) // for the examples
 	code := m.Run()
 	shared.Stop()
 	os.RemoveAll(dir)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,6 +44,11 @@ func TestMain(m *testing.M) {
 		}
 		shared = append(shared, r)
 	}
+	var addrs []string
+	for _, r := range shared {
+		addrs = append(addrs, r.Addr)
+	}
+	os.Setenv("REDLOCK_ADDRS", strings.Join(addrs, ",")) // for the examples
 	code := m.Run()
 	for _, r := range shared {
 		r.Stop()
