@@ -57,7 +57,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 		t.Fatalf("A's write: %v", err)
 	}
 	master.Kill()
-	if err := rc.SlaveOf(testCtx(t), "NO", "ONE").Err(); err != nil {
+	if err := rc.Do(testCtx(t), "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatalf("promote replica: %v", err)
 	}
 

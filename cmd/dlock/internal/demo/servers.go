@@ -291,11 +291,3 @@ func isServerError(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && err != redis.Nil
 }
-
-// releasePath names the release path a NativeAuto locker takes on si.
-func (si serverInfo) releasePath() string {
-	if si.nativeDel {
-		return "native DELEX key IFEQ token"
-	}
-	return "Lua compare-and-delete script"
-}
