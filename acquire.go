@@ -48,6 +48,26 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts 
 }
 
 func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config) (*Lock, error) {
+	if cfg.observe == nil {
+		lock, _, err := wait(ctx, l, key, ttl, cfg)
+		return lock, err
+	}
+	began := time.Now()
+	lock, attempts, err := wait(ctx, l, key, ttl, cfg)
+	e := Event{Key: key, Attempts: attempts, Wait: time.Since(began)}
+	if err != nil {
+		e.Kind, e.Err = EventRefused, err
+		cfg.observe(e)
+		return nil, err
+	}
+	lock.observe = cfg.observe // before anyone else sees the lock
+	e.Kind = EventGranted
+	lock.emit(e)
+	return lock, nil
+}
+
+// wait is Acquire's loop of attempts; it also returns how many it made.
+func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config) (_ *Lock, attempts int, _ error) {
 	var released <-chan struct{}
 	if n, ok := l.(releaseNotifier); ok && cfg.retryCount != 0 {
 		// Listen before the first attempt, so a release that comes between
@@ -60,12 +80,16 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 	var last error   // the last attempt that ended before ctx did
 	unreachable := 0 // attempts in a row that could not reach the backend
 	for attempt := 0; ; attempt++ {
+		attempts = attempt + 1
+		if cfg.observe != nil {
+			cfg.observe(Event{Kind: EventAttempt, Key: key, Attempts: attempts})
+		}
 		lock, err := l.TryAcquire(ctx, key, ttl)
 		if err == nil {
-			return lock, nil
+			return lock, attempts, nil
 		}
 		if ctx.Err() != nil {
-			return nil, waitEnded(ctx, key, last, err)
+			return nil, attempts, waitEnded(ctx, key, last, err)
 		}
 		switch {
 		case errors.Is(err, ErrNotAcquired):
@@ -73,11 +97,11 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 		case errors.Is(err, ErrUnavailable):
 			unreachable++
 		default:
-			return nil, err
+			return nil, attempts, err
 		}
 		last = err
 		if cfg.retryCount != RetryForever && attempt >= cfg.retryCount {
-			return nil, err
+			return nil, attempts, err
 		}
 
 		wait := cfg.retryDelay
@@ -95,7 +119,7 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 		}
 		select {
 		case <-ctx.Done():
-			return nil, waitEnded(ctx, key, last, nil)
+			return nil, attempts, waitEnded(ctx, key, last, nil)
 		case <-released:
 			// Try at once; the timer is reset on the next round.
 		case <-timer.C:

@@ -63,6 +63,9 @@ type Lock struct {
 	grant grant
 	now   func() time.Time
 
+	observe   func(Event) // nil: no events (set by Acquire before it returns the lock)
+	grantedAt time.Time
+
 	// turn is taken by every call into grant, so that Extends apply in
 	// the order their replies are recorded and the grant is never called
 	// concurrently with itself.
@@ -80,7 +83,7 @@ type Lock struct {
 // newLock wraps a backend's grant (driver.NewLock).
 func newLock(key, token string, fence uint64, validUntil time.Time, g grant) *Lock {
 	return &Lock{key: key, token: token, fence: fence, grant: g, now: time.Now, validUntil: validUntil,
-		turn: make(chan struct{}, 1)}
+		turn: make(chan struct{}, 1), grantedAt: time.Now()}
 }
 
 func init() {
@@ -168,8 +171,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	if err != nil {
 		err = &opError{"extend", l.key, known(err)}
-		if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
-			l.loseLocked(err)
+		if l.observe != nil {
+			l.emit(Event{Kind: EventExtendFailed, Err: err})
+		}
+		if errors.Is(err, ErrNotHeld) {
+			l.loseLocked(err, lostRefused)
+		} else if errors.Is(err, ErrLockLost) {
+			l.loseLocked(err, lostSession)
 		} else if bound := bridge.ValidUntil(start, ttl, bridge.DefaultDriftFactor); bound.Before(l.validUntil) {
 			l.setValidLocked(bound)
 		}
@@ -178,10 +186,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if !until.After(l.now()) {
 		// Too late: someone may have taken the lock in between, so a
 		// successful reply cannot make this handle valid again.
-		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out while extending", ErrLockLost, l.key))
+		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out while extending", ErrLockLost, l.key), lostExpired)
 		return l.lostCause
 	}
 	l.setValidLocked(until)
+	if l.observe != nil {
+		l.emit(Event{Kind: EventExtended})
+	}
 	return nil
 }
 
@@ -226,11 +237,16 @@ func (l *Lock) Release(ctx context.Context) error {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err != nil {
+		err = &opError{"release", l.key, known(err)}
+	}
+	if l.observe != nil {
+		l.emit(Event{Kind: EventReleased, Err: err})
+	}
 	if err == nil {
 		l.setStateLocked(stateReleased)
 		return nil
 	}
-	err = &opError{"release", l.key, known(err)}
 	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
 		if errors.Is(err, ErrLockLost) && l.lostCause == nil {
 			l.lostCause = err
@@ -268,23 +284,13 @@ func known(err error) error {
 	return err
 }
 
-// markLost declares the lock lost with cause, if it is held; from then on
-// it is never reported held. It is how Do records a lost lock.
-func (l *Lock) markLost(cause error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state == stateHeld {
-		l.loseLocked(cause)
-	}
-}
-
 // expire declares the lock lost with cause if it is held and its validity
 // has run out. It is how Do records a validity that ran out, saying why.
 func (l *Lock) expire(cause error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == stateHeld && !l.validUntil.After(l.now()) {
-		l.loseLocked(cause)
+		l.loseLocked(cause, lostExpired)
 	}
 }
 
@@ -336,7 +342,7 @@ func (l *Lock) gone(op string) error {
 // Release was called. A validity found spent marks the lock lost.
 func (l *Lock) goneLocked(op string) error {
 	if l.state == stateHeld && !l.validUntil.After(l.now()) {
-		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out at %v", ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano)))
+		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out at %v", ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano)), lostExpired)
 	}
 	switch {
 	case l.lostCause != nil:
@@ -349,9 +355,19 @@ func (l *Lock) goneLocked(op string) error {
 	return nil
 }
 
-func (l *Lock) loseLocked(cause error) {
+// How a loss was detected (Event.Detected).
+const (
+	lostRefused = "extension refused"
+	lostSession = "session gone"
+	lostExpired = "validity ran out"
+)
+
+func (l *Lock) loseLocked(cause error, how string) {
 	l.lostCause = cause
 	l.setStateLocked(stateLost)
+	if l.observe != nil {
+		l.emit(Event{Kind: EventLost, Err: cause, Detected: how})
+	}
 }
 
 func (l *Lock) setStateLocked(s lockState) {

@@ -49,6 +49,14 @@ func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *dl
 	return bridge.NewLock(key, token, fence, validUntil, g).(*dlock.Lock)
 }
 
+// Describer is an optional interface of a Grant: the backend's name
+// ("redis", "redlock", "postgres", "etcd") and how many of its nodes
+// granted the lock, for the events that observers receive
+// (dlock.Event's Backend and Nodes).
+type Describer interface {
+	Describe() (backend string, nodes int)
+}
+
 // A ReleaseNotifier is a Locker that can announce releases, so that
 // dlock.Acquire retries as soon as the holder lets go instead of at its
 // next poll. A notification is only a hint: the retry still has to win the
