@@ -57,12 +57,12 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 	e := Event{Key: key, Attempts: attempts, Wait: time.Since(began)}
 	if err != nil {
 		e.Kind, e.Err = EventRefused, err
-		cfg.observe(e)
+		cfg.observe(ctx, e)
 		return nil, err
 	}
 	lock.observe = cfg.observe // before anyone else sees the lock
 	e.Kind = EventGranted
-	lock.emit(e)
+	lock.emit(ctx, e)
 	return lock, nil
 }
 
@@ -82,7 +82,7 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 	for attempt := 0; ; attempt++ {
 		attempts = attempt + 1
 		if cfg.observe != nil {
-			cfg.observe(Event{Kind: EventAttempt, Key: key, Attempts: attempts})
+			cfg.observe(ctx, Event{Kind: EventAttempt, Key: key, Attempts: attempts})
 		}
 		lock, err := l.TryAcquire(ctx, key, ttl)
 		if err == nil {

@@ -1,6 +1,9 @@
 package dlock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // EventKind says what happened to a lock (see Event).
 type EventKind uint8
@@ -57,6 +60,9 @@ type Event struct {
 	Attempts int
 	Wait     time.Duration
 	Hold     time.Duration
+	// Took is how long the call took (EventExtended, EventExtendFailed,
+	// EventReleased).
+	Took time.Duration
 	// Err is why: the refusal (matching ErrNotAcquired, ErrUnavailable or
 	// ErrInvalid), the failed extension, the loss, or the release's error.
 	Err error
@@ -69,13 +75,16 @@ type Event struct {
 
 // WithObserver makes Acquire and Do call observe with every event of the
 // attempt and, once granted, of the lock: its extensions, its loss and
-// its release (Do's own and fn's). observe is called synchronously, on
+// its release (Do's own and fn's). ctx is the context of the call the
+// event belongs to (Acquire's, Extend's, Release's; a loss has none of its
+// own and gets context.Background()), so that a span can find its parent.
+// observe is called synchronously, on
 // the goroutine where the event happened, sometimes while the Lock's
 // internal mutex is held: it must return quickly and must not call the
 // Lock's methods. Without an observer, no event is built. Package
 // github.com/dlock-go/dlock/dlockotel turns events into OpenTelemetry metrics
 // and spans.
-func WithObserver(observe func(Event)) Option {
+func WithObserver(observe func(ctx context.Context, e Event)) Option {
 	return func(c *config) error {
 		if observe == nil {
 			return invalidf("nil observer")
@@ -91,7 +100,7 @@ type describer interface {
 }
 
 // emit sends e, filled with what the lock knows, to the lock's observer.
-func (l *Lock) emit(e Event) {
+func (l *Lock) emit(ctx context.Context, e Event) {
 	e.Key, e.Fence = l.key, l.fence
 	if d, ok := l.grant.(describer); ok {
 		e.Backend, e.Nodes = d.Describe()
@@ -99,5 +108,5 @@ func (l *Lock) emit(e Event) {
 	if e.Kind == EventLost || e.Kind == EventReleased {
 		e.Hold = l.now().Sub(l.grantedAt)
 	}
-	l.observe(e)
+	l.observe(ctx, e)
 }

@@ -17,7 +17,7 @@ type recorder struct {
 	events []dlock.Event
 }
 
-func (r *recorder) observe(e dlock.Event) {
+func (r *recorder) observe(_ context.Context, e dlock.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)

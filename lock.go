@@ -63,7 +63,7 @@ type Lock struct {
 	grant grant
 	now   func() time.Time
 
-	observe   func(Event) // nil: no events (set by Acquire before it returns the lock)
+	observe   func(context.Context, Event) // nil: no events (set by Acquire before it returns the lock)
 	grantedAt time.Time
 
 	// turn is taken by every call into grant, so that Extends apply in
@@ -172,7 +172,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		err = &opError{"extend", l.key, known(err)}
 		if l.observe != nil {
-			l.emit(Event{Kind: EventExtendFailed, Err: err})
+			l.emit(ctx, Event{Kind: EventExtendFailed, Err: err, Took: l.now().Sub(start)})
 		}
 		if errors.Is(err, ErrNotHeld) {
 			l.loseLocked(err, lostRefused)
@@ -191,7 +191,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	l.setValidLocked(until)
 	if l.observe != nil {
-		l.emit(Event{Kind: EventExtended})
+		l.emit(ctx, Event{Kind: EventExtended, Took: l.now().Sub(start)})
 	}
 	return nil
 }
@@ -233,6 +233,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return &opError{"release", l.key, fmt.Errorf("%w (already released)", ErrNotHeld)}
 	}
 
+	start := l.now()
 	err := l.grant.Release(ctx)
 
 	l.mu.Lock()
@@ -241,7 +242,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		err = &opError{"release", l.key, known(err)}
 	}
 	if l.observe != nil {
-		l.emit(Event{Kind: EventReleased, Err: err})
+		l.emit(ctx, Event{Kind: EventReleased, Err: err, Took: l.now().Sub(start)})
 	}
 	if err == nil {
 		l.setStateLocked(stateReleased)
@@ -366,7 +367,7 @@ func (l *Lock) loseLocked(cause error, how string) {
 	l.lostCause = cause
 	l.setStateLocked(stateLost)
 	if l.observe != nil {
-		l.emit(Event{Kind: EventLost, Err: cause, Detected: how})
+		l.emit(context.Background(), Event{Kind: EventLost, Err: cause, Detected: how})
 	}
 }
 

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -21,7 +22,7 @@ type config struct {
 	extendThreshold time.Duration // Do: extend when this much validity is left; 0 = half the TTL
 	maxHold         time.Duration // Do: stop extending after this long; 0 = no limit
 
-	observe func(Event) // nil: no events
+	observe func(context.Context, Event) // nil: no events
 }
 
 func defaultConfig() config {
