@@ -81,7 +81,8 @@ type Event struct {
 // observe is called synchronously, on
 // the goroutine where the event happened, sometimes while the Lock's
 // internal mutex is held: it must return quickly and must not call the
-// Lock's methods. Without an observer, no event is built. Package
+// Lock's methods. Several WithObserver options all receive every event, in
+// the order given. Without an observer, no event is built. Package
 // github.com/dlock-go/dlock/dlockotel turns events into OpenTelemetry metrics
 // and spans.
 func WithObserver(observe func(ctx context.Context, e Event)) Option {
@@ -89,7 +90,11 @@ func WithObserver(observe func(ctx context.Context, e Event)) Option {
 		if observe == nil {
 			return invalidf("nil observer")
 		}
-		c.observe = observe
+		if prev := c.observe; prev != nil {
+			c.observe = func(ctx context.Context, e Event) { prev(ctx, e); observe(ctx, e) }
+		} else {
+			c.observe = observe
+		}
 		return nil
 	}
 }

@@ -136,6 +136,18 @@ func TestEventsOfExpiry(t *testing.T) {
 	}
 }
 
+func TestObserversAllReceive(t *testing.T) {
+	var a, b recorder
+	lock, err := dlock.Acquire(context.Background(), newMem(), "k", time.Second, dlock.WithObserver(a.observe), dlock.WithObserver(b.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Release(context.Background())
+	if ka, kb := a.kinds(), b.kinds(); !slices.Equal(ka, []string{"attempt", "granted", "released"}) || !slices.Equal(ka, kb) {
+		t.Fatalf("observers saw %v and %v", ka, kb)
+	}
+}
+
 func TestObserverOption(t *testing.T) {
 	if _, err := dlock.Acquire(context.Background(), newMem(), "k", time.Second, dlock.WithObserver(nil)); !errors.Is(err, dlock.ErrInvalid) {
 		t.Fatalf("nil observer: got %v, want ErrInvalid", err)
