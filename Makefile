@@ -1,12 +1,24 @@
 # `make test` is the one command that installs what is missing and runs every
-# test against real servers (CI runs exactly this through .ci/run). The
-# torture tests run last, on their own, so that their verdicts are printed.
+# test of every module against real servers (CI runs exactly this through
+# .ci/run). The torture tests run last, on their own, so that their verdicts
+# are printed.
 GO ?= go
 
-.PHONY: test deps vet fuzz demo bench
+# The repository's modules, tied together by go.work: the library, the
+# command (with its demo and torture runner), the tests beside other
+# clients, and the benchmarks.
+MODULES = . cmd/dlock compat bench
+# The packages whose tests run in the main pass: every module's, but the
+# torture runner's (scripts/torture.sh) and the benchmarks' (make bench).
+TEST_MODULES = . cmd/dlock compat
 
-test: deps vet
-	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/internal/torture$$')
+.PHONY: test deps vet lint fuzz demo bench
+
+test: deps vet lint
+	@for m in $(TEST_MODULES); do \
+		echo "test $$m"; \
+		(cd $$m && $(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/internal/torture$$')) || exit 1; \
+	done
 	$(MAKE) fuzz
 	GO=$(GO) scripts/torture.sh
 
@@ -29,10 +41,14 @@ deps:
 	@scripts/install-deps.sh
 
 vet:
-	$(GO) vet ./...
-	cd bench && $(GO) vet ./... # its own module: the benchmarks must build too
+	@for m in $(MODULES); do echo "vet $$m"; (cd $$m && $(GO) vet ./...) || exit 1; done
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+# staticcheck at a pinned version, through the module proxy.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	@for m in $(MODULES); do echo "staticcheck $$m"; (cd $$m && $(GO) run $(STATICCHECK) ./...) || exit 1; done
 
 demo:
 	$(GO) run ./cmd/dlock demo

@@ -8,20 +8,16 @@ import (
 	"time"
 )
 
-// A ReleaseNotifier is a Locker that can announce releases, so a waiting
-// Acquire retries as soon as the holder lets go instead of at its next poll.
-// A notification is only a hint: the retry still has to win the lock.
-type ReleaseNotifier interface {
-	// NotifyRelease registers interest in key. The channel receives a value
-	// when key may have been released; stop ends the interest and must be
-	// called exactly once.
+// releaseNotifier is a Locker that announces releases
+// (driver.ReleaseNotifier, which documents it).
+type releaseNotifier interface {
 	NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func())
 }
 
 // Acquire takes the lock on key with l, waiting while another owner holds it
 // and through short outages of the backend. Between attempts it sleeps the
 // retry delay plus jitter (see WithRetryDelay, WithRetryJitter), or less
-// when l announces a release (ReleaseNotifier). When the backend cannot be
+// when l announces a release (see driver.ReleaseNotifier). When the backend cannot be
 // reached three times in a row it backs off: the delay doubles with each
 // further such attempt, up to a second (or the retry delay, if longer),
 // half of it random.
@@ -39,10 +35,10 @@ type ReleaseNotifier interface {
 //     attempt: waiting cannot fix them.
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	if l == nil {
-		return nil, Invalidf("nil Locker")
+		return nil, invalidf("nil Locker")
 	}
 	if ctx == nil {
-		return nil, Invalidf("nil context")
+		return nil, invalidf("nil context")
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -52,8 +48,28 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts 
 }
 
 func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config) (*Lock, error) {
+	if cfg.observe == nil {
+		lock, _, err := wait(ctx, l, key, ttl, cfg)
+		return lock, err
+	}
+	began := time.Now()
+	lock, attempts, err := wait(ctx, l, key, ttl, cfg)
+	e := Event{Key: key, Attempts: attempts, Wait: time.Since(began)}
+	if err != nil {
+		e.Kind, e.Err = EventRefused, err
+		cfg.observe(ctx, e)
+		return nil, err
+	}
+	lock.observe = cfg.observe // before anyone else sees the lock
+	e.Kind = EventGranted
+	lock.emit(ctx, e)
+	return lock, nil
+}
+
+// wait is Acquire's loop of attempts; it also returns how many it made.
+func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config) (_ *Lock, attempts int, _ error) {
 	var released <-chan struct{}
-	if n, ok := l.(ReleaseNotifier); ok && cfg.retryCount != 0 {
+	if n, ok := l.(releaseNotifier); ok && cfg.retryCount != 0 {
 		// Listen before the first attempt, so a release that comes between
 		// a failed attempt and the wait is not missed.
 		var stop func()
@@ -64,12 +80,16 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 	var last error   // the last attempt that ended before ctx did
 	unreachable := 0 // attempts in a row that could not reach the backend
 	for attempt := 0; ; attempt++ {
+		attempts = attempt + 1
+		if cfg.observe != nil {
+			cfg.observe(ctx, Event{Kind: EventAttempt, Key: key, Attempts: attempts})
+		}
 		lock, err := l.TryAcquire(ctx, key, ttl)
 		if err == nil {
-			return lock, nil
+			return lock, attempts, nil
 		}
 		if ctx.Err() != nil {
-			return nil, waitEnded(ctx, key, last, err)
+			return nil, attempts, waitEnded(ctx, key, last, err)
 		}
 		switch {
 		case errors.Is(err, ErrNotAcquired):
@@ -77,11 +97,11 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 		case errors.Is(err, ErrUnavailable):
 			unreachable++
 		default:
-			return nil, err
+			return nil, attempts, err
 		}
 		last = err
 		if cfg.retryCount != RetryForever && attempt >= cfg.retryCount {
-			return nil, err
+			return nil, attempts, err
 		}
 
 		wait := cfg.retryDelay
@@ -99,7 +119,7 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 		}
 		select {
 		case <-ctx.Done():
-			return nil, waitEnded(ctx, key, last, nil)
+			return nil, attempts, waitEnded(ctx, key, last, nil)
 		case <-released:
 			// Try at once; the timer is reset on the next round.
 		case <-timer.C:

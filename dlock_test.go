@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,9 +14,37 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testsrv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain starts the redis-server the examples find at $REDIS_ADDR.
+func TestMain(m *testing.M) {
+	if testsrv.FuzzWorker() {
+		os.Exit(m.Run()) // the fuzz targets need no server
+	}
+	dir, err := os.MkdirTemp("", "dlock-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv, err := testsrv.NewRedis(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("REDIS_ADDR", srv.Addr)
+	code := m.Run()
+	srv.Stop()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // memLocker is an in-process Locker for testing the root package's own
 // logic (waiting, Do's keep-alive, handle state) with faults that a real
@@ -62,10 +91,10 @@ func (m *memLocker) clock() time.Time {
 
 func (m *memLocker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	m.attempts.Add(1)
-	if err := dlock.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := dlock.CheckTTL(ttl); err != nil {
+	if err := driver.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
 	if m.acquire != nil {
@@ -79,10 +108,10 @@ func (m *memLocker) TryAcquire(ctx context.Context, key string, ttl time.Duratio
 	if k, held := m.keys[key]; held && k.expires.After(start) {
 		return nil, fmt.Errorf("%w (held by another owner)", dlock.ErrNotAcquired)
 	}
-	token := dlock.NewToken()
+	token := driver.NewToken()
 	m.keys[key] = memKey{token: token, expires: start.Add(ttl)}
 	m.fence++
-	lock := dlock.NewLock(key, token, m.fence, start.Add(ttl), &memGrant{m: m, key: key, token: token})
+	lock := driver.NewLock(key, token, m.fence, start.Add(ttl), &memGrant{m: m, key: key, token: token})
 	if m.now != nil {
 		dlock.SetClock(lock, m.now)
 	}
@@ -330,21 +359,21 @@ func TestCheckTTLAndMilliseconds(t *testing.T) {
 		{0, false, 0},
 		{-time.Second, false, 0},
 		{time.Microsecond, false, 0},
-		{dlock.MaxTTL + 1, false, 0},
+		{driver.MaxTTL + 1, false, 0},
 	} {
-		err := dlock.CheckTTL(tc.ttl)
+		err := driver.CheckTTL(tc.ttl)
 		if (err == nil) != tc.ok {
 			t.Errorf("CheckTTL(%v) = %v, want ok=%v", tc.ttl, err, tc.ok)
 		}
-		if tc.ok && dlock.Milliseconds(tc.ttl) != tc.millis {
-			t.Errorf("Milliseconds(%v) = %d, want %d", tc.ttl, dlock.Milliseconds(tc.ttl), tc.millis)
+		if tc.ok && driver.Milliseconds(tc.ttl) != tc.millis {
+			t.Errorf("Milliseconds(%v) = %d, want %d", tc.ttl, driver.Milliseconds(tc.ttl), tc.millis)
 		}
 	}
 }
 
 func TestCheckDriftFactor(t *testing.T) {
 	for f, ok := range map[float64]bool{0: true, 0.01: true, 0.999: true, 1: false, -0.1: false, math.NaN(): false, math.Inf(1): false} {
-		err := dlock.CheckDriftFactor(f)
+		err := driver.CheckDriftFactor(f)
 		if (err == nil) != ok || (err != nil && !errors.Is(err, dlock.ErrInvalid)) {
 			t.Errorf("CheckDriftFactor(%v) = %v, want ok=%v", f, err, ok)
 		}
@@ -354,7 +383,7 @@ func TestCheckDriftFactor(t *testing.T) {
 func TestTokensAreUnique(t *testing.T) {
 	seen := map[string]bool{}
 	for range 10000 {
-		tok := dlock.NewToken()
+		tok := driver.NewToken()
 		if len(tok) < 22 || seen[tok] {
 			t.Fatalf("token %q repeated or shorter than 128 bits", tok)
 		}

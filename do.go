@@ -44,13 +44,13 @@ import (
 func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	switch {
 	case l == nil:
-		return Invalidf("nil Locker")
+		return invalidf("nil Locker")
 	case ctx == nil:
-		return Invalidf("nil context")
+		return invalidf("nil context")
 	case fn == nil:
-		return Invalidf("nil function")
+		return invalidf("nil function")
 	}
-	if err := CheckTTL(ttl); err != nil {
+	if err := checkTTL(ttl); err != nil {
 		return err
 	}
 	cfg, err := newConfig(opts)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/locktest"
 )
 
 // fakeClock runs with the real clock, plus the jumps a test makes.

@@ -51,7 +51,7 @@
 // after a delay with random jitter (WithRetryDelay, WithRetryJitter) until
 // the context ends or the retry budget (WithRetryCount) is spent, through
 // short outages too (attempts that cannot reach the backend back off, up to
-// a second); backends that announce releases (ReleaseNotifier) wake waiters
+// a second); backends that announce releases wake waiters
 // at once. Do acquires, runs the function, extends the lock in the
 // background when WithExtendThreshold of its validity is left (half the TTL
 // by default), cancels the function's context with cause ErrLockLost as soon

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // Sentinel errors. Every error that dlock or a backend returns matches
@@ -52,10 +55,17 @@ func (e *NodeError) Error() string { return fmt.Sprintf("node %s: %v", e.Node, e
 // Unwrap returns the node's error.
 func (e *NodeError) Unwrap() error { return e.Err }
 
-// Invalidf returns an error that matches ErrInvalid and carries a message
-// naming the offending value. Backends use it to reject bad input.
-func Invalidf(format string, args ...any) error {
+// invalidf returns an error that matches ErrInvalid (driver.Invalidf).
+func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// checkTTL is driver.CheckTTL.
+func checkTTL(ttl time.Duration) error {
+	if p := bridge.TTLProblem(ttl); p != "" {
+		return invalidf("%s", p)
+	}
+	return nil
 }
 
 var sentinels = [...]error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable, ErrInvalid}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // FuzzValidation: the root package's input checks (CheckKey, CheckToken,
@@ -20,7 +22,7 @@ func FuzzValidation(f *testing.F) {
 		count int, delay, jitter, threshold, maxHold int64, set uint8) {
 		d := time.Duration(ttl)
 
-		err := dlock.CheckKey(key)
+		err := driver.CheckKey(key)
 		wantInvalidOrNil(t, "CheckKey", err)
 		if key == "" && err == nil {
 			t.Fatal("CheckKey accepted the empty key")
@@ -28,37 +30,37 @@ func FuzzValidation(f *testing.F) {
 		if plainName(key) && err != nil {
 			t.Fatalf("CheckKey(%q) refused a plain name: %v", key, err)
 		}
-		err = dlock.CheckToken(key, token)
+		err = driver.CheckToken(key, token)
 		wantInvalidOrNil(t, "CheckToken", err)
 		if (key == "" || token == "") && err == nil {
 			t.Fatalf("CheckToken(%q, %q) accepted an empty key or token", key, token)
 		}
 
-		err = dlock.CheckTTL(d)
+		err = driver.CheckTTL(d)
 		wantInvalidOrNil(t, "CheckTTL", err)
-		validTTL := d >= time.Millisecond && d <= dlock.MaxTTL
+		validTTL := d >= time.Millisecond && d <= driver.MaxTTL
 		if (err == nil) != validTTL {
 			t.Fatalf("CheckTTL(%v) = %v", d, err)
 		}
 		if validTTL {
-			ms := time.Duration(dlock.Milliseconds(d)) * time.Millisecond
+			ms := time.Duration(driver.Milliseconds(d)) * time.Millisecond
 			if ms < d || ms-time.Millisecond >= d {
 				t.Fatalf("Milliseconds(%v) = %v: not rounded up to whole milliseconds", d, ms)
 			}
 		}
 
-		err = dlock.CheckDriftFactor(drift)
+		err = driver.CheckDriftFactor(drift)
 		wantInvalidOrNil(t, "CheckDriftFactor", err)
 		if (err == nil) != (drift >= 0 && drift < 1) {
 			t.Fatalf("CheckDriftFactor(%v) = %v", drift, err)
 		}
 		if err == nil && validTTL {
-			dr := dlock.Drift(d, drift)
+			dr := driver.Drift(d, drift)
 			if dr < 2*time.Millisecond || dr > time.Duration(float64(d)*drift)+2*time.Millisecond {
 				t.Fatalf("Drift(%v, %v) = %v", d, drift, dr)
 			}
 			start := time.Now()
-			if until := dlock.ValidUntil(start, d, drift); until.After(start.Add(d)) {
+			if until := driver.ValidUntil(start, d, drift); until.After(start.Add(d)) {
 				t.Fatalf("ValidUntil(%v, %v) is past the TTL", d, drift)
 			}
 		}
@@ -141,13 +143,13 @@ func plainName(key string) bool {
 type grantAll struct{}
 
 func (grantAll) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := dlock.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := dlock.CheckTTL(ttl); err != nil {
+	if err := driver.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
-	return dlock.NewLock(key, dlock.NewToken(), 1, time.Now().Add(ttl), nopGrant{}), nil
+	return driver.NewLock(key, driver.NewToken(), 1, time.Now().Add(ttl), nopGrant{}), nil
 }
 
 type nopGrant struct{}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/locktest"
 )
 
 func mustTry(t *testing.T, m *memLocker, key string, ttl time.Duration) *dlock.Lock {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // Locker is what every backend implements: one attempt to take a lock.
@@ -19,19 +21,10 @@ type Locker interface {
 	TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error)
 }
 
-// Grant is a backend's side of one acquired lock: the two operations that
-// talk to servers. The Lock handle wraps it with the bookkeeping every backend
-// shares (state, validity, double release), so a Grant may assume it is
-// called on a lock it believes held, and never concurrently with itself.
-type Grant interface {
-	// Extend resets the lock's TTL to ttl if the server(s) still hold the
-	// lock's token, and returns the new validity deadline (see ValidUntil).
-	// It returns an error matching ErrNotHeld when the token is gone, and
-	// changes nothing then.
+// grant is a backend's side of one acquired lock (driver.Grant, which
+// documents it).
+type grant interface {
 	Extend(ctx context.Context, ttl time.Duration) (validUntil time.Time, err error)
-
-	// Release deletes the lock if it still holds the token. It returns an
-	// error matching ErrNotHeld when the token was already gone.
 	Release(ctx context.Context) error
 }
 
@@ -67,8 +60,11 @@ type Lock struct {
 	key   string
 	token string
 	fence uint64
-	grant Grant
+	grant grant
 	now   func() time.Time
+
+	observe   func(context.Context, Event) // nil: no events (set by Acquire before it returns the lock)
+	grantedAt time.Time
 
 	// turn is taken by every call into grant, so that Extends apply in
 	// the order their replies are recorded and the grant is never called
@@ -84,12 +80,16 @@ type Lock struct {
 	changed chan struct{}
 }
 
-// NewLock is for backends: it wraps a grant that was acquired with token and
-// fence and is valid until validUntil, which must carry a monotonic clock
-// reading (come from time.Now, not from a parsed or serialized time).
-func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *Lock {
+// newLock wraps a backend's grant (driver.NewLock).
+func newLock(key, token string, fence uint64, validUntil time.Time, g grant) *Lock {
 	return &Lock{key: key, token: token, fence: fence, grant: g, now: time.Now, validUntil: validUntil,
-		turn: make(chan struct{}, 1)}
+		turn: make(chan struct{}, 1), grantedAt: time.Now()}
+}
+
+func init() {
+	bridge.NewLock = func(key, token string, fence uint64, validUntil time.Time, g any) any {
+		return newLock(key, token, fence, validUntil, g.(grant))
+	}
 }
 
 // Key returns the locked key, as the caller named it (without any prefix a
@@ -148,7 +148,7 @@ func (l *Lock) Held() bool { return l.Remaining() > 0 }
 //     have set;
 //   - ErrInvalid for a bad ttl.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if err := CheckTTL(ttl); err != nil {
+	if err := checkTTL(ttl); err != nil {
 		return &opError{"extend", l.key, err}
 	}
 	if err := l.gone("extend"); err != nil {
@@ -171,9 +171,14 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	if err != nil {
 		err = &opError{"extend", l.key, known(err)}
-		if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
-			l.loseLocked(err)
-		} else if bound := ValidUntil(start, ttl, DefaultDriftFactor); bound.Before(l.validUntil) {
+		if l.observe != nil {
+			l.emit(ctx, Event{Kind: EventExtendFailed, Err: err, Took: l.now().Sub(start)})
+		}
+		if errors.Is(err, ErrNotHeld) {
+			l.loseLocked(err, lostRefused)
+		} else if errors.Is(err, ErrLockLost) {
+			l.loseLocked(err, lostSession)
+		} else if bound := bridge.ValidUntil(start, ttl, bridge.DefaultDriftFactor); bound.Before(l.validUntil) {
 			l.setValidLocked(bound)
 		}
 		return err
@@ -181,10 +186,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if !until.After(l.now()) {
 		// Too late: someone may have taken the lock in between, so a
 		// successful reply cannot make this handle valid again.
-		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out while extending", ErrLockLost, l.key))
+		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out while extending", ErrLockLost, l.key), lostExpired)
 		return l.lostCause
 	}
 	l.setValidLocked(until)
+	if l.observe != nil {
+		l.emit(ctx, Event{Kind: EventExtended, Took: l.now().Sub(start)})
+	}
 	return nil
 }
 
@@ -225,15 +233,21 @@ func (l *Lock) Release(ctx context.Context) error {
 		return &opError{"release", l.key, fmt.Errorf("%w (already released)", ErrNotHeld)}
 	}
 
+	start := l.now()
 	err := l.grant.Release(ctx)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err != nil {
+		err = &opError{"release", l.key, known(err)}
+	}
+	if l.observe != nil {
+		l.emit(ctx, Event{Kind: EventReleased, Err: err, Took: l.now().Sub(start)})
+	}
 	if err == nil {
 		l.setStateLocked(stateReleased)
 		return nil
 	}
-	err = &opError{"release", l.key, known(err)}
 	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
 		if errors.Is(err, ErrLockLost) && l.lostCause == nil {
 			l.lostCause = err
@@ -271,23 +285,13 @@ func known(err error) error {
 	return err
 }
 
-// markLost declares the lock lost with cause, if it is held; from then on
-// it is never reported held. It is how Do records a lost lock.
-func (l *Lock) markLost(cause error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state == stateHeld {
-		l.loseLocked(cause)
-	}
-}
-
 // expire declares the lock lost with cause if it is held and its validity
 // has run out. It is how Do records a validity that ran out, saying why.
 func (l *Lock) expire(cause error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == stateHeld && !l.validUntil.After(l.now()) {
-		l.loseLocked(cause)
+		l.loseLocked(cause, lostExpired)
 	}
 }
 
@@ -339,7 +343,7 @@ func (l *Lock) gone(op string) error {
 // Release was called. A validity found spent marks the lock lost.
 func (l *Lock) goneLocked(op string) error {
 	if l.state == stateHeld && !l.validUntil.After(l.now()) {
-		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out at %v", ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano)))
+		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out at %v", ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano)), lostExpired)
 	}
 	switch {
 	case l.lostCause != nil:
@@ -352,9 +356,19 @@ func (l *Lock) goneLocked(op string) error {
 	return nil
 }
 
-func (l *Lock) loseLocked(cause error) {
+// How a loss was detected (Event.Detected).
+const (
+	lostRefused = "extension refused"
+	lostSession = "session gone"
+	lostExpired = "validity ran out"
+)
+
+func (l *Lock) loseLocked(cause error, how string) {
 	l.lostCause = cause
 	l.setStateLocked(stateLost)
+	if l.observe != nil {
+		l.emit(context.Background(), Event{Kind: EventLost, Err: cause, Detected: how})
+	}
 }
 
 func (l *Lock) setStateLocked(s lockState) {

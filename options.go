@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -20,6 +21,8 @@ type config struct {
 
 	extendThreshold time.Duration // Do: extend when this much validity is left; 0 = half the TTL
 	maxHold         time.Duration // Do: stop extending after this long; 0 = no limit
+
+	observe func(context.Context, Event) // nil: no events
 }
 
 func defaultConfig() config {
@@ -30,7 +33,7 @@ func newConfig(opts []Option) (config, error) {
 	c := defaultConfig()
 	for _, o := range opts {
 		if o == nil {
-			return c, Invalidf("nil option")
+			return c, invalidf("nil option")
 		}
 		if err := o(&c); err != nil {
 			return c, err
@@ -46,7 +49,7 @@ func newConfig(opts []Option) (config, error) {
 func WithRetryCount(n int) Option {
 	return func(c *config) error {
 		if n < RetryForever {
-			return Invalidf("retry count %d: must be >= 0 or RetryForever", n)
+			return invalidf("retry count %d: must be >= 0 or RetryForever", n)
 		}
 		c.retryCount = n
 		return nil
@@ -60,7 +63,7 @@ func WithRetryCount(n int) Option {
 func WithRetryDelay(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
-			return Invalidf("retry delay %v: must not be negative", d)
+			return invalidf("retry delay %v: must not be negative", d)
 		}
 		c.retryDelay = d
 		return nil
@@ -73,7 +76,7 @@ func WithRetryDelay(d time.Duration) Option {
 func WithRetryJitter(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
-			return Invalidf("retry jitter %v: must not be negative", d)
+			return invalidf("retry jitter %v: must not be negative", d)
 		}
 		c.retryJitter = d
 		return nil
@@ -87,7 +90,7 @@ func WithRetryJitter(d time.Duration) Option {
 func WithExtendThreshold(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return Invalidf("extend threshold %v: must be positive", d)
+			return invalidf("extend threshold %v: must be positive", d)
 		}
 		c.extendThreshold = d
 		return nil
@@ -102,7 +105,7 @@ func WithExtendThreshold(d time.Duration) Option {
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return Invalidf("max hold %v: must be positive", d)
+			return invalidf("max hold %v: must be positive", d)
 		}
 		c.maxHold = d
 		return nil

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/pglock"
 )
@@ -50,7 +52,7 @@ func wantOnly(t *testing.T, err, want error) {
 // recordedGrant is a pglock grant inside a dlock.Lock built by the test,
 // remembering the grant's last error as the grant returned it.
 type recordedGrant struct {
-	dlock.Grant
+	driver.Grant
 	err error
 }
 
@@ -74,7 +76,7 @@ func recordGrant(t *testing.T, l *pglock.Locker, key string, ttl time.Duration) 
 		t.Fatalf("TryAcquire(%q): %v", key, err)
 	}
 	rg := &recordedGrant{Grant: g}
-	lock := dlock.NewLock(key, dlock.NewToken(), fence, validUntil, rg)
+	lock := driver.NewLock(key, driver.NewToken(), fence, validUntil, rg)
 	t.Cleanup(func() { lock.Release(context.Background()) })
 	return lock, rg
 }
@@ -148,7 +150,7 @@ func TestErrorSentinels(t *testing.T) {
 		t.Fatal(err)
 	}
 	// grantOf takes a fresh lock and returns its grant.
-	grantOf := func(t *testing.T) dlock.Grant {
+	grantOf := func(t *testing.T) driver.Grant {
 		g, _, _, err := l.TryAcquireGrant(ctx, uniqueKey(t), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -156,7 +158,7 @@ func TestErrorSentinels(t *testing.T) {
 		t.Cleanup(func() { g.Release(context.Background()) })
 		return g
 	}
-	terminated := func(t *testing.T) dlock.Grant {
+	terminated := func(t *testing.T) driver.Grant {
 		key := uniqueKey(t)
 		g, _, _, err := l.TryAcquireGrant(ctx, key, 10*time.Second)
 		if err != nil {
@@ -187,7 +189,7 @@ func TestErrorSentinels(t *testing.T) {
 		{"nil context", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, nil, "k", time.Second) }},
 		{"empty key", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, ctx, "", time.Second) }},
 		{"zero ttl", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, ctx, "k", 0) }},
-		{"ttl above MaxTTL", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, ctx, "k", dlock.MaxTTL+1) }},
+		{"ttl above MaxTTL", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, ctx, "k", driver.MaxTTL+1) }},
 		{"lease above idle_session_timeout", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(leased, ctx, "k", 25*24*time.Hour) }},
 		{"key func error", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(keyFuncErr, ctx, "k", time.Second) }},
 		{"key func zero Key", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(zeroKey, ctx, "k", time.Second) }},

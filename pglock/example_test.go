@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -15,19 +16,12 @@ import (
 	"github.com/dlock-go/dlock/pglock"
 )
 
-// examplePool connects to the cluster that TestMain started; in your code
-// this is your own pool (ideally one reserved for locks).
-func examplePool() *pgxpool.Pool {
-	pool, err := pgxpool.New(context.Background(), shared.DSN())
+func Example() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL")) // ideally a pool reserved for locks
 	if err != nil {
 		panic(err)
 	}
-	return pool
-}
-
-func Example() {
-	ctx := context.Background()
-	pool := examplePool()
 	defer pool.Close()
 	// Once, at deployment: the fence counter table.
 	if err := pglock.Migrate(ctx, pool); err != nil {
@@ -56,7 +50,10 @@ func Example() {
 
 func ExampleLocker_Do() {
 	ctx := context.Background()
-	pool := examplePool()
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL")) // ideally a pool reserved for locks
+	if err != nil {
+		panic(err)
+	}
 	defer pool.Close()
 	locker, err := pglock.New(pool)
 	if err != nil {
@@ -89,10 +86,13 @@ func ExampleLocker_Do() {
 // the lock was granted, and misses what the previous holder committed.
 func ExampleLockTx() {
 	ctx := context.Background()
-	pool := examplePool()
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL")) // ideally a pool reserved for locks
+	if err != nil {
+		panic(err)
+	}
 	defer pool.Close()
 
-	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		fence, err := pglock.LockTx(ctx, tx, pglock.HashKey("example:invoice-numbers"))
 		if err != nil {
 			return err
@@ -110,7 +110,10 @@ func ExampleLockTx() {
 // batch whose transaction fails goes back to the queue.
 func ExampleQueue_Work() {
 	ctx := context.Background()
-	pool := examplePool()
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL")) // ideally a pool reserved for locks
+	if err != nil {
+		panic(err)
+	}
 	defer pool.Close()
 	q, err := pglock.NewQueue("example_mail_jobs")
 	if err != nil {
@@ -152,10 +155,13 @@ func ExampleHashKey() {
 	n, _ := k.Int64()
 	fmt.Println(n)
 
-	pool := examplePool()
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL")) // ideally a pool reserved for locks
+	if err != nil {
+		panic(err)
+	}
 	defer pool.Close()
 	var sql int64
-	err := pool.QueryRow(context.Background(),
+	err = pool.QueryRow(context.Background(),
 		`SELECT ('x' || left(encode(sha256(convert_to('invoice:42', 'UTF8')), 'hex'), 16))::bit(64)::bigint`).Scan(&sql)
 	fmt.Println(sql == n, err)
 	// Output:
@@ -166,7 +172,10 @@ func ExampleHashKey() {
 // WithKeyFunc puts names into the two-int4 key space, e.g. one lock per
 // (tenant, job) pair that a SQL job also locks with pg_advisory_lock(a, b).
 func ExampleWithKeyFunc() {
-	pool := examplePool()
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL")) // ideally a pool reserved for locks
+	if err != nil {
+		panic(err)
+	}
 	defer pool.Close()
 	locker, err := pglock.New(pool, pglock.WithKeyFunc(func(name string) (pglock.Key, error) {
 		tenant, job, ok := strings.Cut(name, "/")

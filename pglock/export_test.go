@@ -4,12 +4,12 @@ import (
 	"context"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // TryAcquireGrant is TryAcquire without the handle, so that tests see what
 // the grant itself returns, apart from dlock.Lock's wrapping.
-func (l *Locker) TryAcquireGrant(ctx context.Context, key string, ttl time.Duration) (g dlock.Grant, fence uint64, validUntil time.Time, err error) {
+func (l *Locker) TryAcquireGrant(ctx context.Context, key string, ttl time.Duration) (g driver.Grant, fence uint64, validUntil time.Time, err error) {
 	if err := l.checkArgs(ctx, key, ttl); err != nil {
 		return nil, 0, time.Time{}, err
 	}

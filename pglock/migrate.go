@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // FenceSequence is the sequence every acquisition draws its fence from, one
@@ -43,10 +45,10 @@ type Execer interface {
 // processes at once (see serialized); lock traffic may run while it does.
 func Migrate(ctx context.Context, db Execer) error {
 	if ctx == nil {
-		return dlock.Invalidf("nil context")
+		return driver.Invalidf("nil context")
 	}
 	if isNil(db) {
-		return dlock.Invalidf("nil database handle")
+		return driver.Invalidf("nil database handle")
 	}
 	if _, err := db.Exec(ctx, serialized(MigrateSQL)); err != nil {
 		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))

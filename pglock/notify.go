@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Wake-on-release
@@ -46,7 +46,7 @@ import (
 
 const notifyChannel = "dlock_release"
 
-var _ dlock.ReleaseNotifier = (*Locker)(nil)
+var _ driver.ReleaseNotifier = (*Locker)(nil)
 
 // listener is a Locker's LISTEN connection and the registry of its waiters.
 type listener struct {
@@ -70,13 +70,13 @@ func (l *Locker) lst() *listener {
 	return l.listeners
 }
 
-// NotifyRelease implements dlock.ReleaseNotifier: the channel receives a
+// NotifyRelease implements driver.ReleaseNotifier: the channel receives a
 // value when the lock on key may have been released. It sends nothing to
 // the server itself. stop must be called exactly once. With notifications
 // off (WithReleaseNotify(false)), for keys the key function rejects, and
 // after Close the channel never fires and waits poll.
 func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func()) {
-	if !l.notify || dlock.CheckKey(key) != nil {
+	if !l.notify || driver.CheckKey(key) != nil {
 		return nil, func() {}
 	}
 	k, err := l.keyFunc(l.prefix + key)

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Locker takes session-level advisory locks through a pgxpool.Pool. Every
@@ -59,7 +61,7 @@ type Option func(*Locker) error
 func WithKeyFunc(f func(name string) (Key, error)) Option {
 	return func(l *Locker) error {
 		if f == nil {
-			return dlock.Invalidf("nil key function")
+			return driver.Invalidf("nil key function")
 		}
 		l.keyFunc = f
 		return nil
@@ -99,7 +101,7 @@ func WithReleaseNotify(on bool) Option {
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error {
 		if logger == nil {
-			return dlock.Invalidf("nil logger")
+			return driver.Invalidf("nil logger")
 		}
 		l.logger = logger
 		return nil
@@ -126,10 +128,10 @@ func WithLogger(logger *slog.Logger) Option {
 func WithSessionLease(margin time.Duration) Option {
 	return func(l *Locker) error {
 		if margin < 0 {
-			return dlock.Invalidf("session lease margin %v: must not be negative", margin)
+			return driver.Invalidf("session lease margin %v: must not be negative", margin)
 		}
 		if margin > maxSessionLease-time.Millisecond {
-			return dlock.Invalidf("session lease margin %v: leaves no room for a ttl below idle_session_timeout's maximum of %dms (about 24.8 days)",
+			return driver.Invalidf("session lease margin %v: leaves no room for a ttl below idle_session_timeout's maximum of %dms (about 24.8 days)",
 				margin, maxSessionLease.Milliseconds())
 		}
 		l.lease = margin
@@ -147,8 +149,8 @@ func (l *Locker) checkLease(ttl time.Duration) error {
 	if l.lease < 0 {
 		return nil
 	}
-	if ms := dlock.Milliseconds(ttl + l.lease); ms > maxSessionLease.Milliseconds() {
-		return dlock.Invalidf("ttl %v + session lease margin %v = %dms: above idle_session_timeout's maximum of %dms (about 24.8 days)",
+	if ms := driver.Milliseconds(ttl + l.lease); ms > maxSessionLease.Milliseconds() {
+		return driver.Invalidf("ttl %v + session lease margin %v = %dms: above idle_session_timeout's maximum of %dms (about 24.8 days)",
 			ttl, l.lease, ms, maxSessionLease.Milliseconds())
 	}
 	return nil
@@ -157,7 +159,7 @@ func (l *Locker) checkLease(ttl time.Duration) error {
 // leaseMS returns the idle_session_timeout for ttl, in whole milliseconds,
 // rounded up.
 func (l *Locker) leaseMS(ttl time.Duration) string {
-	return strconv.FormatInt(dlock.Milliseconds(ttl+l.lease), 10)
+	return strconv.FormatInt(driver.Milliseconds(ttl+l.lease), 10)
 }
 
 // New returns a Locker over pool. It sends nothing to the server. The fence
@@ -169,7 +171,7 @@ func (l *Locker) leaseMS(ttl time.Duration) string {
 // starving the rest of the application.
 func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	if pool == nil {
-		return nil, dlock.Invalidf("nil pgxpool.Pool")
+		return nil, driver.Invalidf("nil pgxpool.Pool")
 	}
 	cfg := pool.Config()
 	l := &Locker{
@@ -184,7 +186,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	}
 	for _, o := range opts {
 		if o == nil {
-			return nil, dlock.Invalidf("nil option")
+			return nil, driver.Invalidf("nil option")
 		}
 		if err := o(l); err != nil {
 			return nil, err
@@ -221,7 +223,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", key, dlock.ErrInvalid, oneLine(err))
 	}
 	if !k.valid() {
-		return nil, dlock.Invalidf("key function returned the zero Key for %q", key)
+		return nil, driver.Invalidf("key function returned the zero Key for %q", key)
 	}
 	return l.tryAcquire(ctx, key, k, ttl)
 }
@@ -230,7 +232,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // KeyPair. The handle's Key() is k.String().
 func (l *Locker) TryAcquireKey(ctx context.Context, k Key, ttl time.Duration) (*dlock.Lock, error) {
 	if !k.valid() {
-		return nil, dlock.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+		return nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
 	}
 	if err := l.checkArgs(ctx, k.String(), ttl); err != nil {
 		return nil, err
@@ -259,7 +261,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 // release notifications like Acquire.
 func (l *Locker) AcquireKey(ctx context.Context, k Key, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
 	if !k.valid() {
-		return nil, dlock.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+		return nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
 	}
 	if err := l.exhausted(k.String()); err != nil {
 		return nil, err
@@ -271,7 +273,7 @@ func (l *Locker) AcquireKey(ctx context.Context, k Key, ttl time.Duration, opts 
 // TryAcquireKey), with Do's waiting and background checks.
 func (l *Locker) DoKey(ctx context.Context, k Key, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
 	if !k.valid() {
-		return dlock.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+		return driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
 	}
 	if err := l.exhausted(k.String()); err != nil {
 		return err
@@ -308,12 +310,12 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 
 func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) error {
 	if ctx == nil {
-		return dlock.Invalidf("nil context")
+		return driver.Invalidf("nil context")
 	}
-	if err := dlock.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return err
 	}
-	if err := dlock.CheckTTL(ttl); err != nil {
+	if err := driver.CheckTTL(ttl); err != nil {
 		return err
 	}
 	return l.checkLease(ttl)
@@ -324,7 +326,7 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 	if err != nil {
 		return nil, err
 	}
-	return dlock.NewLock(name, dlock.NewToken(), fence, validUntil, g), nil
+	return driver.NewLock(name, driver.NewToken(), fence, validUntil, g), nil
 }
 
 // grantLock makes one attempt to take the session lock on k and returns
@@ -458,7 +460,7 @@ func (g *grant) keyArgs() []any {
 // deadline does interrupt it, and then the lock is lost; without a
 // deadline the check gives up after releaseBound.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	if err := dlock.CheckTTL(ttl); err != nil {
+	if err := driver.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
 	if err := g.l.checkLease(ttl); err != nil {

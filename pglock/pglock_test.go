@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -51,6 +51,7 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 
+	os.Setenv("DATABASE_URL", shared.DSN()) // for the examples
 	code := m.Run()
 
 	// G10: no test may leave an advisory lock (or a waiter) behind.
@@ -62,7 +63,7 @@ func testMain(m *testing.M) int {
 	}
 	shared.Stop()
 	if code == 0 {
-		if err := testproxy.FindLeaks(testproxy.IgnoreLeaks); err != nil {
+		if err := testproxy.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // TryLockTx takes the transaction-level advisory lock on k inside tx, if no
@@ -82,11 +84,11 @@ func lockTx(ctx context.Context, tx pgx.Tx, k Key, sql string) (uint64, error) {
 func checkTx(ctx context.Context, tx pgx.Tx, k Key) error {
 	switch {
 	case ctx == nil:
-		return dlock.Invalidf("nil context")
+		return driver.Invalidf("nil context")
 	case isNil(tx):
-		return dlock.Invalidf("nil transaction")
+		return driver.Invalidf("nil transaction")
 	case !k.valid():
-		return dlock.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+		return driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/pglock"
 )
 

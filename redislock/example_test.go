@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,13 +13,9 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-// exampleClient connects to the redis-server that TestMain started; in your
-// code this is your own client.
-func exampleClient() *redis.Client { return redis.NewClient(shared.Options()) }
-
 func Example() {
 	ctx := context.Background()
-	client := exampleClient()
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer client.Close()
 	locker, err := redislock.New(client)
 	if err != nil {
@@ -42,7 +39,7 @@ func Example() {
 
 func ExampleLocker_Do() {
 	ctx := context.Background()
-	client := exampleClient()
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer client.Close()
 	locker, err := redislock.New(client)
 	if err != nil {
@@ -69,7 +66,7 @@ func ExampleLocker_Do() {
 
 func ExampleLocker_TryAcquire_fence() {
 	ctx := context.Background()
-	client := exampleClient()
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer client.Close()
 	locker, err := redislock.New(client)
 	if err != nil {

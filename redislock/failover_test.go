@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/locktest"
 )
 
 // The single-node lock's documented hole, and what the fence does about it.
@@ -57,7 +57,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 		t.Fatalf("A's write: %v", err)
 	}
 	master.Kill()
-	if err := rc.SlaveOf(testCtx(t), "NO", "ONE").Err(); err != nil {
+	if err := rc.Do(testCtx(t), "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatalf("promote replica: %v", err)
 	}
 

@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
@@ -30,7 +30,7 @@ const (
 func WithNativeCommands(m NativeMode) Option {
 	return func(l *Locker) error {
 		if m < NativeAuto || m > NativeNever {
-			return dlock.Invalidf("native mode %d", m)
+			return driver.Invalidf("native mode %d", m)
 		}
 		l.native = m
 		return nil
@@ -55,11 +55,11 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithDriftFactor sets the share of the TTL set aside for clock drift when
-// computing validity (see dlock.Drift). It must be in [0, 1). The default is
-// dlock.DefaultDriftFactor (0.01).
+// computing validity (see driver.Drift). It must be in [0, 1). The default is
+// driver.DefaultDriftFactor (0.01).
 func WithDriftFactor(f float64) Option {
 	return func(l *Locker) error {
-		if err := dlock.CheckDriftFactor(f); err != nil {
+		if err := driver.CheckDriftFactor(f); err != nil {
 			return err
 		}
 		l.driftFactor = f
@@ -72,7 +72,7 @@ func WithDriftFactor(f float64) Option {
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error {
 		if logger == nil {
-			return dlock.Invalidf("nil logger")
+			return driver.Invalidf("nil logger")
 		}
 		l.logger = logger
 		return nil
@@ -92,8 +92,8 @@ const DefaultFenceTTL = time.Hour
 // DefaultFenceTTL (1h).
 func WithFenceTTL(d time.Duration) Option {
 	return func(l *Locker) error {
-		if d < time.Millisecond || d > dlock.MaxTTL {
-			return dlock.Invalidf("fence ttl %v: must be between 1ms and %v", d, dlock.MaxTTL)
+		if d < time.Millisecond || d > driver.MaxTTL {
+			return driver.Invalidf("fence ttl %v: must be between 1ms and %v", d, driver.MaxTTL)
 		}
 		l.fenceTTL = d
 		return nil

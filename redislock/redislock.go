@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -39,21 +41,21 @@ type Locker struct {
 }
 
 var (
-	_ dlock.Locker          = (*Locker)(nil)
-	_ dlock.ReleaseNotifier = (*Locker)(nil)
+	_ dlock.Locker           = (*Locker)(nil)
+	_ driver.ReleaseNotifier = (*Locker)(nil)
 )
 
 // New returns a Locker over client. It sends nothing to the server; support
 // for the Redis 8.4 commands is detected on first use.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if rclient.IsNil(client) {
-		return nil, dlock.Invalidf("nil redis client")
+		return nil, driver.Invalidf("nil redis client")
 	}
-	l := &Locker{client: client, node: rclient.Name(client), driftFactor: dlock.DefaultDriftFactor,
+	l := &Locker{client: client, node: rclient.Name(client), driftFactor: driver.DefaultDriftFactor,
 		fenceTTL: DefaultFenceTTL, logger: slog.Default()}
 	for _, o := range opts {
 		if o == nil {
-			return nil, dlock.Invalidf("nil option")
+			return nil, driver.Invalidf("nil option")
 		}
 		if err := o(l); err != nil {
 			return nil, err
@@ -83,7 +85,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		return nil, err
 	}
 	full := l.prefix + key
-	token := dlock.NewToken()
+	token := driver.NewToken()
 	var plan *wake.Plan
 	if l.notify != nil {
 		plan = l.notify.Plan(full) // a local Acquire waits: queue for a wake-up
@@ -93,7 +95,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", key, dlock.ErrNotAcquired)
 	}
 	ks := []string{full, keys.Fence(full)}
-	args := []any{token, dlock.Milliseconds(ttl), l.fenceTTL.Milliseconds()}
+	args := []any{token, driver.Milliseconds(ttl), l.fenceTTL.Milliseconds()}
 	q, qargs, queued := plan.Queue(0)
 	if queued || l.clockOffset != 0 {
 		args = append(args, l.clockOffset)
@@ -128,12 +130,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	case scripts.NoExpiry:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner, and the key has no expiry: was it set by hand?)", key, dlock.ErrNotAcquired)
 	}
-	validUntil := dlock.ValidUntil(start, ttl, l.driftFactor)
+	validUntil := driver.ValidUntil(start, ttl, l.driftFactor)
 	if elapsed := time.Since(start); !validUntil.After(start.Add(elapsed)) {
 		l.cleanup(ctx, full, token, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
 	}
-	return dlock.NewLock(key, token, uint64(r.Fence), validUntil, &grant{l: l, key: full, token: token, fence: r.Fence}), nil
+	return driver.NewLock(key, token, uint64(r.Fence), validUntil, &grant{l: l, key: full, token: token, fence: r.Fence}), nil
 }
 
 // Acquire takes the lock on key, waiting while it is held (see dlock.Acquire
@@ -147,7 +149,7 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	return dlock.Do(ctx, l, key, ttl, fn, opts...)
 }
 
-// NotifyRelease implements dlock.ReleaseNotifier: the channel receives a
+// NotifyRelease implements driver.ReleaseNotifier: the channel receives a
 // value when the lock on key may have been released, so a waiting Acquire
 // retries at once instead of at its next poll. It sends nothing to the
 // server; the Locker's subscription starts when a waiting attempt first
@@ -155,7 +157,7 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 // usable pub/sub (a Ring) and after Close the channel never fires and waits
 // poll.
 func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan struct{}, stop func()) {
-	if l.notify == nil || dlock.CheckKey(key) != nil {
+	if l.notify == nil || driver.CheckKey(key) != nil {
 		return nil, func() {}
 	}
 	return l.notify.Register(l.prefix + key)
@@ -219,7 +221,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if err := l.checkTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
-	ms := dlock.Milliseconds(ttl)
+	ms := driver.Milliseconds(ttl)
 	start := time.Now()
 	held := false
 	if _, set := l.features(ctx); set {
@@ -242,7 +244,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if !held {
 		return time.Time{}, fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
 	}
-	return dlock.ValidUntil(start, ttl, l.driftFactor), nil
+	return driver.ValidUntil(start, ttl, l.driftFactor), nil
 }
 
 // Release deletes the key if it still holds the token, and wakes the
@@ -316,7 +318,7 @@ func (l *Locker) features(ctx context.Context) (del, set bool) {
 	if l.probed {
 		return l.nativeDel, l.nativeSet
 	}
-	probe := "dlock:probe:" + dlock.NewToken()
+	probe := "dlock:probe:" + driver.NewToken()
 	delErr := l.client.DelExArgs(ctx, probe, redis.DelExArgs{Mode: "IFEQ", MatchValue: "x"}).Err()
 	setErr := l.client.SetIFEQ(ctx, probe, "x", "y", time.Millisecond).Err()
 	if !answered(delErr) || !answered(setErr) {
@@ -345,7 +347,7 @@ func (l *Locker) warnEviction(ctx context.Context) {
 
 func (l *Locker) check(ctx context.Context, key string, ttl time.Duration) error {
 	if ctx == nil {
-		return dlock.Invalidf("nil context")
+		return driver.Invalidf("nil context")
 	}
 	if err := keys.Check(l.prefix, key); err != nil {
 		return err
@@ -354,11 +356,11 @@ func (l *Locker) check(ctx context.Context, key string, ttl time.Duration) error
 }
 
 func (l *Locker) checkTTL(ttl time.Duration) error {
-	if err := dlock.CheckTTL(ttl); err != nil {
+	if err := driver.CheckTTL(ttl); err != nil {
 		return err
 	}
-	if d := dlock.Drift(ttl, l.driftFactor); ttl <= d {
-		return dlock.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
+	if d := driver.Drift(ttl, l.driftFactor); ttl <= d {
+		return driver.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
 	}
 	return nil
 }
@@ -367,12 +369,12 @@ func (l *Locker) checkTTL(ttl time.Duration) error {
 // instead of a handle.
 func (l *Locker) checkToken(ctx context.Context, key, token string) error {
 	if ctx == nil {
-		return dlock.Invalidf("nil context")
+		return driver.Invalidf("nil context")
 	}
 	if err := keys.Check(l.prefix, key); err != nil {
 		return err
 	}
-	return dlock.CheckToken(key, token)
+	return driver.CheckToken(key, token)
 }
 
 // opErr classifies an error of a call to the server: dlock.ErrUnavailable

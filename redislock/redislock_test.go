@@ -10,14 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -37,11 +36,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	os.Setenv("REDIS_ADDR", shared.Addr) // for the examples
 	code := m.Run()
 	shared.Stop()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := testproxy.FindLeaks(testproxy.IgnoreLeaks); err != nil {
+		if err := testproxy.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
@@ -111,49 +111,6 @@ func TestConformance(t *testing.T) {
 	t.Run("Lua", func(t *testing.T) {
 		locktest.Run(t, sharedFactory(redislock.WithNativeCommands(redislock.NativeNever)), delLapse(raw))
 	})
-}
-
-// miniredis implements DELEX IFEQ (Redis 8.4) but not SET IFEQ, so it is
-// where the native release path runs; extension falls back to the script.
-// It is an in-process imitation of Redis, named as such; everything else
-// runs against real redis-server 7.
-func TestConformanceMiniredisNativeRelease(t *testing.T) {
-	m := miniredis.RunT(t)
-	stop := realTime(m)
-	defer stop()
-	newClient := func(t *testing.T) *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	probe := newLocker(t, newClient(t))
-	if del, set := probe.Features(testCtx(t)); !del || set {
-		t.Fatalf("miniredis features: DELEX %v, SET IFEQ %v; want true, false", del, set)
-	}
-	locktest.Run(t, func(t *testing.T) dlock.Locker { return newLocker(t, newClient(t)) }, delLapse(newClient(t)))
-}
-
-// realTime makes miniredis expire keys in real time (it only moves TTLs when
-// told to).
-func realTime(m *miniredis.Miniredis) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		last := time.Now()
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case now := <-tick.C:
-				m.FastForward(now.Sub(last))
-				last = now
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
 }
 
 func TestFeaturesOnRedis7(t *testing.T) {

@@ -14,15 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -507,34 +506,6 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 	for _, key := range []string{locktest.Key(t), "{tagged}" + locktest.Key(t), locktest.Key(t) + "-x"} {
 		if d := queuedHandOff(t, raw, holder, waiter, key); d > time.Second {
 			t.Fatalf("cluster hand-off of %q took %v with a 5s poll interval", key, d)
-		}
-	}
-
-}
-
-// The native release (DELEX IFEQ, here on miniredis) wakes the waiter
-// through the wake script pipelined with it.
-func TestWakeOnReleaseNative(t *testing.T) {
-	m := miniredis.RunT(t)
-	newClient := func() *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	raw := newClient()
-	holder, waiter := newLocker(t, newClient()), newLocker(t, newClient())
-	closeLocker(t, holder)
-	closeLocker(t, waiter)
-	if del, _ := holder.Features(testCtx(t)); !del {
-		t.Fatal("miniredis should support DELEX")
-	}
-	key := locktest.Key(t)
-	for round := range 2 {
-		if round == 1 {
-			raw.ScriptFlush(testCtx(t)) // the pipelined EVALSHA gets NOSCRIPT
-		}
-		if d := queuedHandOff(t, raw, holder, waiter, key); d > time.Second {
-			t.Fatalf("round %d: native hand-off took %v with a 5s poll interval", round, d)
 		}
 	}
 

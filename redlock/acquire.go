@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
 )
@@ -26,7 +28,7 @@ func (r *nodeReply) granted() bool { return r.err == nil && r.Status == scripts.
 
 func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
 	if ctx == nil {
-		return nil, dlock.Invalidf("nil context")
+		return nil, driver.Invalidf("nil context")
 	}
 	if err := l.checkTTL(ttl); err != nil {
 		return nil, err
@@ -35,7 +37,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 	for i, k := range keys {
 		full[i] = l.prefix + k
 	}
-	token := dlock.NewToken()
+	token := driver.NewToken()
 	var plan *wake.Plan
 	if len(full) == 1 {
 		plan = l.notify.Plan(full[0]) // a local Acquire waits: queue for a wake-up
@@ -64,10 +66,10 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 			ok = l.count(replies, (*nodeReply).granted) >= l.quorum
 		}
 		if ok {
-			validUntil := dlock.ValidUntil(start, ttl, l.driftFactor)
+			validUntil := driver.ValidUntil(start, ttl, l.driftFactor)
 			if elapsed := time.Since(start); validUntil.After(start.Add(elapsed)) {
 				g := &grant{l: l, keys: full, token: token, fence: fence, acquiring: c.progress}
-				return dlock.NewLock(display, token, uint64(fence), validUntil, g), nil
+				return driver.NewLock(display, token, uint64(fence), validUntil, g), nil
 			}
 			return l.fail(ctx, display, full, token, c.all(), dlock.ErrNotAcquired,
 				fmt.Sprintf("the acquisition took %v: no validity left of ttl %v", time.Since(start).Round(time.Microsecond), ttl))
@@ -96,7 +98,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 // a wake-up (plan), on the nodes where it listens.
 func (l *Locker) sendRound(ctx context.Context, full []string, token string, ttl time.Duration, plan *wake.Plan) *inflight[*nodeReply] {
 	ks := append(append(make([]string, 0, 2*len(full)+1), full...), fenceKeys(full)...)
-	args := []any{token, dlock.Milliseconds(ttl), l.fenceTTL.Milliseconds(), 0}
+	args := []any{token, driver.Milliseconds(ttl), l.fenceTTL.Milliseconds(), 0}
 	timeout := l.timeout(ttl)
 	s := sending{timeout: timeout, after: l.releasingOn(full), giveUp: true, progress: newProgress(len(l.nodes))}
 	return send(ctx, l, s, func(ctx context.Context, i int, n *node) *nodeReply {
@@ -283,7 +285,7 @@ func (l *Locker) dedupe(replies []*nodeReply) error {
 			continue
 		}
 		if l.strict {
-			return dlock.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].name, l.nodes[i].name, r.run)
+			return driver.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].name, l.nodes[i].name, r.run)
 		}
 		if l.nodes[i].dupOf.Swap(int32(j+1)) == 0 {
 			l.logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].name, "same_as", l.nodes[j].name, "run_id", r.run)

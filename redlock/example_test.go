@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -18,18 +18,10 @@ import (
 // holds the lock, which is extended in the background and released after.
 // The fence goes to the protected resource with every write.
 func ExampleLocker_Do() {
-	// Five throwaway redis-servers stand in for five independent masters.
+	// Five independent masters, as host:port,... in $REDLOCK_ADDRS.
 	var clients []redis.UniversalClient
-	for range 5 {
-		dir, _ := os.MkdirTemp("", "redlock-example")
-		defer os.RemoveAll(dir)
-		srv, err := testsrv.NewRedis(dir)
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		defer srv.Stop()
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	for _, addr := range strings.Split(os.Getenv("REDLOCK_ADDRS"), ",") {
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer c.Close()
 		clients = append(clients, c)
 	}
@@ -65,26 +57,27 @@ func ExampleLocker_Do() {
 
 // A quorum error says what every node answered.
 func ExampleQuorumError() {
+	// Three independent masters, from $REDLOCK_ADDRS.
 	var clients []redis.UniversalClient
-	for range 3 {
-		dir, _ := os.MkdirTemp("", "redlock-example")
-		defer os.RemoveAll(dir)
-		srv, err := testsrv.NewRedis(dir)
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		defer srv.Stop()
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	for _, addr := range strings.Split(os.Getenv("REDLOCK_ADDRS"), ",")[:3] {
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer c.Close()
 		clients = append(clients, c)
 	}
-	locker, _ := redlock.New(clients, redlock.WithNodeTimeout(500*time.Millisecond))
+	locker, err := redlock.New(clients, redlock.WithNodeTimeout(500*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	ctx := context.Background()
-	held, _ := locker.TryAcquire(ctx, "report", time.Minute)
+	held, err := locker.TryAcquire(ctx, "report", time.Minute)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer held.Release(ctx)
 
-	_, err := locker.TryAcquire(ctx, "report", time.Minute)
+	_, err = locker.TryAcquire(ctx, "report", time.Minute)
 	var qe *redlock.QuorumError
 	if errors.As(err, &qe) {
 		fmt.Printf("granted by %d of %d nodes, %d needed\n", qe.Got, len(qe.Nodes), qe.Need)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/internal/locktest"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -90,7 +90,7 @@ func TestFencesThroughRestarts(t *testing.T) {
 		900: func() { // node 4 dies; its replica, promoted, takes its place
 			rs[4].Kill()
 			replica.Resume()
-			if err := client(t, replica.Addr).SlaveOf(context.Background(), "NO", "ONE").Err(); err != nil {
+			if err := client(t, replica.Addr).Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
 				t.Fatal(err)
 			}
 			target.Store(replica.Addr)

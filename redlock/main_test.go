@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,9 +24,6 @@ import (
 var shared []*testsrv.Redis
 
 func TestMain(m *testing.M) {
-	if helperMain() {
-		return
-	}
 	if testsrv.FuzzWorker() {
 		os.Exit(m.Run()) // the fuzz targets need no server
 	}
@@ -46,13 +44,18 @@ func TestMain(m *testing.M) {
 		}
 		shared = append(shared, r)
 	}
+	var addrs []string
+	for _, r := range shared {
+		addrs = append(addrs, r.Addr)
+	}
+	os.Setenv("REDLOCK_ADDRS", strings.Join(addrs, ",")) // for the examples
 	code := m.Run()
 	for _, r := range shared {
 		r.Stop()
 	}
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := testproxy.FindLeaks(testproxy.IgnoreLeaks); err != nil {
+		if err := testproxy.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
@@ -16,11 +18,11 @@ type Option func(*Locker) error
 const DefaultNodeTimeout = 50 * time.Millisecond
 
 // WithDriftFactor sets the share of the TTL set aside for clock drift when
-// computing validity (see dlock.Drift): node-redlock's driftFactor. It must be
-// in [0, 1). The default is dlock.DefaultDriftFactor (0.01).
+// computing validity (see driver.Drift): node-redlock's driftFactor. It must be
+// in [0, 1). The default is driver.DefaultDriftFactor (0.01).
 func WithDriftFactor(f float64) Option {
 	return func(l *Locker) error {
-		if err := dlock.CheckDriftFactor(f); err != nil {
+		if err := driver.CheckDriftFactor(f); err != nil {
 			return err
 		}
 		l.driftFactor = f
@@ -38,7 +40,7 @@ func WithDriftFactor(f float64) Option {
 func WithNodeTimeout(d time.Duration) Option {
 	return func(l *Locker) error {
 		if d <= 0 {
-			return dlock.Invalidf("node timeout %v: must be positive", d)
+			return driver.Invalidf("node timeout %v: must be positive", d)
 		}
 		l.nodeTimeout = d
 		return nil
@@ -64,7 +66,7 @@ func WithPrefix(prefix string) Option {
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error {
 		if logger == nil {
-			return dlock.Invalidf("nil logger")
+			return driver.Invalidf("nil logger")
 		}
 		l.logger = logger
 		return nil
@@ -100,8 +102,8 @@ const DefaultFenceTTL = time.Hour
 // by.
 func WithFenceTTL(d time.Duration) Option {
 	return func(l *Locker) error {
-		if d < minFenceTTL || d > dlock.MaxTTL {
-			return dlock.Invalidf("fence ttl %v: must be between %v and %v (the nodes' clocks must agree within it)", d, minFenceTTL, dlock.MaxTTL)
+		if d < minFenceTTL || d > driver.MaxTTL {
+			return driver.Invalidf("fence ttl %v: must be between %v and %v (the nodes' clocks must agree within it)", d, minFenceTTL, driver.MaxTTL)
 		}
 		l.fenceTTL = d
 		return nil
@@ -121,7 +123,7 @@ func WithDefaults(opts ...dlock.Option) Option {
 	return func(l *Locker) error {
 		for _, o := range opts {
 			if o == nil {
-				return dlock.Invalidf("nil dlock option in WithDefaults")
+				return driver.Invalidf("nil dlock option in WithDefaults")
 			}
 		}
 		l.defaults = append(l.defaults, opts...)

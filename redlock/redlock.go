@@ -13,6 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -68,12 +70,12 @@ var _ dlock.Locker = (*Locker)(nil)
 // with WithStrict(true) these are errors too.
 func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if len(clients) == 0 {
-		return nil, dlock.Invalidf("no redis clients: Redlock needs N independent masters (5 is usual)")
+		return nil, driver.Invalidf("no redis clients: Redlock needs N independent masters (5 is usual)")
 	}
 	l := &Locker{
 		workers:     newWorkers(),
 		quorum:      len(clients)/2 + 1,
-		driftFactor: dlock.DefaultDriftFactor,
+		driftFactor: driver.DefaultDriftFactor,
 		nodeTimeout: DefaultNodeTimeout,
 		fenceTTL:    DefaultFenceTTL,
 		logger:      slog.Default(),
@@ -81,21 +83,21 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	for i, c := range clients {
 		switch c := c.(type) {
 		case nil:
-			return nil, dlock.Invalidf("redis client #%d is nil", i+1)
+			return nil, driver.Invalidf("redis client #%d is nil", i+1)
 		case *redis.Client:
 			if c == nil {
-				return nil, dlock.Invalidf("redis client #%d is nil", i+1)
+				return nil, driver.Invalidf("redis client #%d is nil", i+1)
 			}
 		case *redis.ClusterClient:
-			return nil, dlock.Invalidf("redis client #%d is a Cluster client: Redlock needs independent single masters, one client each", i+1)
+			return nil, driver.Invalidf("redis client #%d is a Cluster client: Redlock needs independent single masters, one client each", i+1)
 		case *redis.Ring:
-			return nil, dlock.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
+			return nil, driver.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
 		}
 		l.nodes = append(l.nodes, &node{client: c, name: nodeName(c, i)})
 	}
 	for _, o := range opts {
 		if o == nil {
-			return nil, dlock.Invalidf("nil option")
+			return nil, driver.Invalidf("nil option")
 		}
 		if err := o(l); err != nil {
 			return nil, err
@@ -124,7 +126,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	}
 	for _, p := range problems {
 		if l.strict {
-			return nil, dlock.Invalidf("%s", p)
+			return nil, driver.Invalidf("%s", p)
 		}
 		l.logger.Warn("dlock/redlock: "+p, "nodes", n)
 	}
@@ -259,7 +261,7 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 
 func (l *Locker) checkKeys(ks []string) error {
 	if len(ks) == 0 {
-		return dlock.Invalidf("no keys")
+		return driver.Invalidf("no keys")
 	}
 	seen := make(map[string]bool, len(ks))
 	for _, k := range ks {
@@ -267,7 +269,7 @@ func (l *Locker) checkKeys(ks []string) error {
 			return err
 		}
 		if seen[k] {
-			return dlock.Invalidf("key %q given twice", k)
+			return driver.Invalidf("key %q given twice", k)
 		}
 		seen[k] = true
 	}
@@ -277,11 +279,11 @@ func (l *Locker) checkKeys(ks []string) error {
 // checkTTL rejects a TTL that leaves no validity at all (not above the drift
 // margin).
 func (l *Locker) checkTTL(ttl time.Duration) error {
-	if err := dlock.CheckTTL(ttl); err != nil {
+	if err := driver.CheckTTL(ttl); err != nil {
 		return err
 	}
-	if d := dlock.Drift(ttl, l.driftFactor); ttl <= d {
-		return dlock.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
+	if d := driver.Drift(ttl, l.driftFactor); ttl <= d {
+		return driver.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
 	}
 	return nil
 }
@@ -290,7 +292,7 @@ func (l *Locker) checkTTL(ttl time.Duration) error {
 // timeout, but never beyond the TTL's validity, since a later reply could not
 // leave any.
 func (l *Locker) timeout(ttl time.Duration) time.Duration {
-	return min(l.nodeTimeout, ttl-dlock.Drift(ttl, l.driftFactor))
+	return min(l.nodeTimeout, ttl-driver.Drift(ttl, l.driftFactor))
 }
 
 // grant is one held Redlock lock: its keys (with prefix), token and fence.
@@ -332,7 +334,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		return time.Time{}, err
 	}
 	g.settle(ctx)
-	ms := dlock.Milliseconds(ttl)
+	ms := driver.Milliseconds(ttl)
 	start := time.Now()
 	timeout := g.l.timeout(ttl)
 	ks, args := g.keys, []any{g.token, ms, 0}
@@ -355,7 +357,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	})
 	ok, refused, nodes := g.l.tally(c.all(), c.got, errNotHeldHere)
 	if ok >= g.l.quorum {
-		return dlock.ValidUntil(start, ttl, g.l.driftFactor), nil
+		return driver.ValidUntil(start, ttl, g.l.driftFactor), nil
 	}
 	qe := &QuorumError{Op: "extend", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable}
 	if refused > len(g.l.nodes)-g.l.quorum {
@@ -540,24 +542,24 @@ func fenceKeys(lockKeys []string) []string {
 // instead of a handle.
 func (l *Locker) checkToken(ctx context.Context, key, token string) error {
 	if ctx == nil {
-		return dlock.Invalidf("nil context")
+		return driver.Invalidf("nil context")
 	}
 	if err := keys.Check(l.prefix, key); err != nil {
 		return err
 	}
-	return dlock.CheckToken(key, token)
+	return driver.CheckToken(key, token)
 }
 
-var _ dlock.ReleaseNotifier = (*Locker)(nil)
+var _ driver.ReleaseNotifier = (*Locker)(nil)
 
-// NotifyRelease implements dlock.ReleaseNotifier: the channel receives a
+// NotifyRelease implements driver.ReleaseNotifier: the channel receives a
 // value when the lock on key may have been released on some node, so a
 // waiting Acquire retries at once instead of at its next poll. It sends
 // nothing; the subscription to a node opens when a waiting attempt first
 // finds the key busy there. stop must be called exactly once. After Close
 // the channel never fires and waits poll.
 func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan struct{}, stop func()) {
-	if dlock.CheckKey(key) != nil {
+	if driver.CheckKey(key) != nil {
 		return nil, func() {}
 	}
 	return l.notify.Register(l.prefix + key)

@@ -10,14 +10,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/locktest"
+
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
 
 // proxied returns a Locker whose connections to the nodes in slow go
-// through a toxiproxy in front of the server, plus those proxies.
+// through a TCP proxy in front of the server, plus those proxies.
 func proxied(t *testing.T, rs []*testsrv.Redis, slow []int, opts ...redlock.Option) (*redlock.Locker, map[int]*testproxy.Proxy) {
 	t.Helper()
 	ps := map[int]*testproxy.Proxy{}
@@ -67,7 +69,7 @@ func TestSlowNodeBeyondTimeout(t *testing.T) {
 	lock := mustAcquire(t, l, key, ttl)
 	// The majority answered at once: the round did not wait out the slow
 	// node's 200ms timeout, and the validity shows it.
-	if left, limit := lock.Remaining(), ttl-200*time.Millisecond-dlock.Drift(ttl, dlock.DefaultDriftFactor); left <= limit {
+	if left, limit := lock.Remaining(), ttl-200*time.Millisecond-driver.Drift(ttl, driver.DefaultDriftFactor); left <= limit {
 		t.Fatalf("validity left %v, not more than ttl - node timeout - drift = %v: the acquisition waited for the slow node", left, limit)
 	}
 	if err := lock.Release(testCtx(t)); err != nil {
@@ -108,7 +110,7 @@ func TestAcquisitionExceedingTTLRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("one slow round of a 400ms TTL: %v", err)
 	}
-	if left, limit := lock.Remaining(), ttl-250*time.Millisecond-dlock.Drift(ttl, dlock.DefaultDriftFactor); left <= 0 || left > limit {
+	if left, limit := lock.Remaining(), ttl-250*time.Millisecond-driver.Drift(ttl, driver.DefaultDriftFactor); left <= 0 || left > limit {
 		t.Fatalf("validity left %v, want positive and at most ttl - 250ms - drift = %v", left, limit)
 	}
 	lock.Release(testCtx(t))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The torture part of `make test`: internal/torture's tests (a minute of
+# The torture part of `make test`: cmd/dlock/internal/torture's tests (a minute of
 # dlock torture per backend, the negative-control sweep, the checker's own
 # tests), run on their own so that their verdicts can be printed (go test
 # shows a passing package's output only with -v). Fails when a test fails,
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
-"${GO:-go}" test -race -count=1 -timeout 15m -v ./internal/torture >"$log" 2>&1
+(cd cmd/dlock && "${GO:-go}" test -race -count=1 -timeout 15m -v ./internal/torture) >"$log" 2>&1
 status=$?
 if [ "$status" -ne 0 ]; then
 	cat "$log"

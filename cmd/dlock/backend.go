@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
@@ -215,7 +217,7 @@ func (r *recorder) TryAcquire(ctx context.Context, key string, ttl time.Duration
 // NotifyRelease passes the backend's wake-on-release through, so waiting
 // through the recorder is as fast as without it.
 func (r *recorder) NotifyRelease(ctx context.Context, key string) (<-chan struct{}, func()) {
-	if n, ok := r.Locker.(dlock.ReleaseNotifier); ok {
+	if n, ok := r.Locker.(driver.ReleaseNotifier); ok {
 		return n.NotifyRelease(ctx, key)
 	}
 	return nil, func() {} // a nil channel never fires: polling only

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/demo"
+	"github.com/dlock-go/dlock/cmd/dlock/internal/demo"
 )
 
 func (a *app) demoCmd() *cobra.Command {

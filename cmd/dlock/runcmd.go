@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // forwardedSignals reach the command's process group while it runs; before
@@ -125,14 +127,14 @@ func splitRunArgs(cmd *cobra.Command, args []string) (key string, argv []string,
 	case args[1] == "":
 		return "", nil, usagef("empty command name")
 	}
-	if err := dlock.CheckKey(args[0]); err != nil {
+	if err := driver.CheckKey(args[0]); err != nil {
 		return "", nil, &usageError{err: err}
 	}
 	return args[0], args[1:], nil
 }
 
 func checkDurations(ttl, wait, grace time.Duration) error {
-	if err := dlock.CheckTTL(ttl); err != nil {
+	if err := driver.CheckTTL(ttl); err != nil {
 		return usagef("--ttl: %w", err)
 	}
 	if wait < 0 {

@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 func (a *app) acquireCmd() *cobra.Command {
@@ -51,7 +53,7 @@ it cannot outlive dlock (use dlock run).
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := dlock.CheckKey(key); err != nil {
+			if err := driver.CheckKey(key); err != nil {
 				return &usageError{err: err}
 			}
 			if err := checkDurations(ttl, wait, 0); err != nil {
@@ -87,7 +89,7 @@ it cannot outlive dlock (use dlock run).
 					Token string `json:"token"`
 					Fence uint64 `json:"fence"`
 					TTLms int64  `json:"ttl_ms"`
-				}{lock.Key(), lock.Token(), lock.Fence(), dlock.Milliseconds(ttl)})
+				}{lock.Key(), lock.Token(), lock.Fence(), driver.Milliseconds(ttl)})
 			}
 			_, err = fmt.Fprintf(a.stdout, "DLOCK_KEY=%s\nDLOCK_TOKEN=%s\nDLOCK_FENCE=%d\n", shellQuote(lock.Key()), shellQuote(lock.Token()), lock.Fence())
 			return err

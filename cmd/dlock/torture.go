@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/torture"
+	"github.com/dlock-go/dlock/cmd/dlock/internal/torture"
 )
 
 // tortureWorkerCmd is the hidden mode in which dlock torture re-executes

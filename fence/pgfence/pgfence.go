@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/fence"
 )
 
@@ -68,7 +70,7 @@ func NewGuard(opts ...GuardOption) (*Guard, error) {
 	g := &Guard{table: DefaultGuardTable, name: DefaultGuardTable}
 	for _, o := range opts {
 		if o == nil {
-			return nil, dlock.Invalidf("pgfence: nil option")
+			return nil, driver.Invalidf("pgfence: nil option")
 		}
 		if err := o(g); err != nil {
 			return nil, err
@@ -205,7 +207,7 @@ func NewTable(table, idColumn string, opts ...TableOption) (*Table, error) {
 	t := &Table{table: tq, id: idq, fence: `"fence"`, holder: `"fence_holder"`, name: table}
 	for _, o := range opts {
 		if o == nil {
-			return nil, dlock.Invalidf("pgfence: nil option")
+			return nil, driver.Invalidf("pgfence: nil option")
 		}
 		if err := o(t); err != nil {
 			return nil, err
@@ -241,7 +243,7 @@ func (t *Table) Update(ctx context.Context, q Querier, id any, f uint64, token s
 			return err
 		}
 		if cq == t.fence || cq == t.holder || cq == t.id {
-			return dlock.Invalidf("pgfence: update %s: column %q is managed by the guard", resource, col)
+			return driver.Invalidf("pgfence: update %s: column %q is managed by the guard", resource, col)
 		}
 		args = append(args, set[col])
 		assign = append(assign, cq+" = $"+strconv.Itoa(len(args)))
@@ -287,13 +289,13 @@ func (t *Table) Register(ctx context.Context, q Querier, id any, f uint64, token
 
 func check(ctx context.Context, q Querier) error {
 	if ctx == nil {
-		return dlock.Invalidf("pgfence: nil context")
+		return driver.Invalidf("pgfence: nil context")
 	}
 	if q == nil {
-		return dlock.Invalidf("pgfence: nil database handle")
+		return driver.Invalidf("pgfence: nil database handle")
 	}
 	if v := reflect.ValueOf(q); v.Kind() == reflect.Pointer && v.IsNil() {
-		return dlock.Invalidf("pgfence: nil database handle")
+		return driver.Invalidf("pgfence: nil database handle")
 	}
 	return nil
 }
@@ -322,14 +324,14 @@ func holder(token string) string {
 func quote(table string) (string, error) {
 	parts := strings.Split(table, ".")
 	if table == "" || len(parts) > 2 || strings.ContainsRune(table, 0) || slices.Contains(parts, "") {
-		return "", dlock.Invalidf("pgfence: table %q: want name or schema.name", table)
+		return "", driver.Invalidf("pgfence: table %q: want name or schema.name", table)
 	}
 	return pgx.Identifier(parts).Sanitize(), nil
 }
 
 func quoteColumn(col string) (string, error) {
 	if col == "" || strings.ContainsRune(col, 0) {
-		return "", dlock.Invalidf("pgfence: column name %q", col)
+		return "", driver.Invalidf("pgfence: column name %q", col)
 	}
 	return pgx.Identifier{col}.Sanitize(), nil
 }

@@ -16,6 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/internal/fencetest"
 	"github.com/dlock-go/dlock/fence/redisfence"
@@ -135,7 +137,7 @@ func TestReadValue(t *testing.T) {
 func TestTokenNotStored(t *testing.T) {
 	c := testsrv.StartRedis(t).Client(t)
 	g, k := newGuard(t, c), key(t)
-	tok := dlock.NewToken()
+	tok := driver.NewToken()
 	if err := g.Write(testCtx(t), k, 3, tok, "v"); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ package keys
 import (
 	"strings"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Fence returns the key of the fence counter for lockKey.
@@ -57,11 +57,11 @@ const Reserved = "dlock:"
 // counter or a waiter queue: releasing "dlock:fence:{foo}" would reset
 // foo's fences. Both errors match dlock.ErrInvalid.
 func Check(prefix, key string) error {
-	if err := dlock.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return err
 	}
 	if strings.HasPrefix(prefix+key, Reserved) {
-		return dlock.Invalidf("lock key %q: the %q namespace is reserved for dlock's own keys", prefix+key, Reserved)
+		return driver.Invalidf("lock key %q: the %q namespace is reserved for dlock's own keys", prefix+key, Reserved)
 	}
 	return nil
 }
@@ -70,7 +70,7 @@ func Check(prefix, key string) error {
 // that only starts it, such as "dl", is caught by Check with the key.)
 func CheckPrefix(prefix string) error {
 	if strings.HasPrefix(prefix, Reserved) {
-		return dlock.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, Reserved)
+		return driver.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, Reserved)
 	}
 	return nil
 }

@@ -4,9 +4,9 @@
 // through it without touching the server; `dlock torture` puts one in front
 // of every lock server for each worker.
 //
-// It is deliberately tiny instead of toxiproxy (which the tests use through
-// internal/testproxy): the dlock binary should not carry toxiproxy's
-// dependencies for four behaviours.
+// The tests use it through internal/testproxy. It is deliberately tiny
+// instead of toxiproxy: the library module should not require toxiproxy's
+// dependencies for five behaviours.
 package tcpproxy
 
 import (
@@ -32,6 +32,7 @@ type Proxy struct {
 	conns   map[net.Conn]struct{}
 	latency time.Duration // added to every chunk from the target
 	silent  chan struct{} // non-nil while blackholed; closed when it ends
+	held    chan struct{} // non-nil while replies are held; closed when it ends
 	refused bool
 	wg      sync.WaitGroup
 }
@@ -130,6 +131,9 @@ func (p *Proxy) pump(dst, src net.Conn, replies bool) {
 		for {
 			p.mu.Lock()
 			silent, latency := p.silent, p.latency
+			if silent == nil && replies {
+				silent = p.held
+			}
 			p.mu.Unlock()
 			if silent == nil {
 				if d := time.Until(c.read.Add(latency)); replies && d > 0 {
@@ -188,6 +192,22 @@ func (p *Proxy) Blackhole(on bool) {
 	}
 }
 
+// HoldReplies makes the proxy keep what the target sends (on), while it
+// still forwards requests: the server acts and the client never learns the
+// outcome, as when the network drops everything on the way back. Off
+// delivers what it held, late.
+func (p *Proxy) HoldReplies(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && p.held == nil:
+		p.held = make(chan struct{})
+	case !on && p.held != nil:
+		close(p.held)
+		p.held = nil
+	}
+}
+
 // Reset closes every connection through the proxy (data in flight is lost)
 // and keeps accepting new ones.
 func (p *Proxy) Reset() {
@@ -211,9 +231,11 @@ func (p *Proxy) Cut() {
 	for c := range p.conns {
 		c.Close()
 	}
-	if p.silent != nil {
-		close(p.silent) // writers waiting on it find their connection closed
-		p.silent = nil
+	for _, ch := range []*chan struct{}{&p.silent, &p.held} {
+		if *ch != nil {
+			close(*ch) // writers waiting on it find their connection closed
+			*ch = nil
+		}
 	}
 }
 

@@ -11,8 +11,8 @@ import (
 // went away from a goroutine that sleeps a second between tries and sees
 // its client's Close only then, which can be later than goleak's own
 // retries wait. A goroutine still there after 3s is reported. (It lives
-// here, beside IgnoreLeaks, because the bench module imports testsrv and
-// should not need goleak.)
+// here because the bench module imports testsrv and should not need
+// goleak.)
 func FindLeaks(opts ...goleak.Option) error {
 	deadline := time.Now().Add(3 * time.Second)
 	for {

@@ -14,9 +14,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
-	"github.com/dlock-go/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -77,7 +79,7 @@ const redlockNodes = 5
 // setup connects to the user's servers or starts temporary ones. On error
 // it has already undone whatever it started.
 func setup(ctx context.Context, opts Options) (*env, error) {
-	e := &env{prefix: "dlock-demo:" + dlock.NewToken()[:8] + ":"}
+	e := &env{prefix: "dlock-demo:" + driver.NewToken()[:8] + ":"}
 	if err := e.start(ctx, opts); err != nil {
 		e.close()
 		return nil, err
@@ -90,7 +92,7 @@ func (e *env) start(ctx context.Context, opts Options) error {
 		o, err := redis.ParseURL(u)
 		if err != nil {
 			// The parse error may quote the URL, password included.
-			return dlock.Invalidf("redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
+			return driver.Invalidf("redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
 		}
 		n, err := connectUser(ctx, o)
 		if err != nil {
@@ -195,7 +197,7 @@ func startEmbedded() (*node, error) {
 	}
 	// miniredis has no INFO server section; Redlock's scripts read the
 	// run_id from it to tell servers apart, so answer with one.
-	info := "# Server\r\nrun_id:" + dlock.NewToken() + "\r\n"
+	info := "# Server\r\nrun_id:" + driver.NewToken() + "\r\n"
 	m.Server().SetPreHook(func(p *server.Peer, cmd string, args ...string) bool {
 		if cmd == "INFO" && len(args) == 1 && strings.EqualFold(args[0], "server") {
 			p.WriteBulk(info)
@@ -288,12 +290,4 @@ func probe(ctx context.Context, c *redis.Client, prefix string) (serverInfo, err
 func isServerError(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && err != redis.Nil
-}
-
-// releasePath names the release path a NativeAuto locker takes on si.
-func (si serverInfo) releasePath() string {
-	if si.nativeDel {
-		return "native DELEX key IFEQ token"
-	}
-	return "Lua compare-and-delete script"
 }

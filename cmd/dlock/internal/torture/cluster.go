@@ -18,6 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/servers"
 	"github.com/dlock-go/dlock/internal/tcpproxy"
@@ -91,7 +93,7 @@ func startCluster(ctx context.Context, cfg *Config) (_ *cluster, err error) {
 		for i, u := range cfg.RedisURLs {
 			o, err := redis.ParseURL(u)
 			if err != nil {
-				return nil, dlock.Invalidf("torture: redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
+				return nil, driver.Invalidf("torture: redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
 			}
 			netw := o.Network
 			if netw == "" {
@@ -152,7 +154,7 @@ func (c *cluster) startPostgres(ctx context.Context) error {
 	}
 	pcfg, err := pgx.ParseConfig(ls.url)
 	if err != nil {
-		return dlock.Invalidf("torture: the PostgreSQL DSN does not parse")
+		return driver.Invalidf("torture: the PostgreSQL DSN does not parse")
 	}
 	ls.addr = net.JoinHostPort(pcfg.Host, strconv.Itoa(int(pcfg.Port)))
 	c.locks = append(c.locks, ls)

@@ -257,7 +257,7 @@ func (w *worker) connect(ctx context.Context) error {
 	return nil
 }
 
-// noDrift is the drift factor that makes dlock.Drift(ttl, f) zero: it
+// noDrift is the drift factor that makes driver.Drift(ttl, f) zero: it
 // cancels the 2ms constant.
 func noDrift(ttl time.Duration) float64 { return -float64(2*time.Millisecond) / float64(ttl) }
 

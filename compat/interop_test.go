@@ -1,4 +1,4 @@
-package redlock_test
+package compat_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/locktest"
 )
 
 // nodeRedlock makes sure Node.js and node-redlock (redlock@5.0.0-beta.2 with
@@ -38,7 +38,7 @@ func nodeRedlock(t *testing.T) string {
 	cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s: %v\n%s\ninstall by hand with: cd redlock/testdata && npm ci", dir, err, out)
+		t.Fatalf("npm ci in %s: %v\n%s\ninstall by hand with: cd compat/testdata && npm ci", dir, err, out)
 	}
 	return node
 }

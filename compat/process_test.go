@@ -1,4 +1,6 @@
-package redlock_test
+//go:build linux
+
+package compat_test
 
 import (
 	"context"
@@ -9,14 +11,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sys/unix"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -157,9 +160,10 @@ func criticalSection(dir, name string, fence uint64) error {
 // from a start-up offset that can be a few milliseconds off and made
 // back-to-back sections of two processes look overlapped.
 func monotonicNS() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err)
+	const clockMonotonic = 1 // CLOCK_MONOTONIC on Linux
+	var ts syscall.Timespec
+	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockMonotonic, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
+		panic(errno)
 	}
 	return ts.Nano()
 }

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/internal/timeline"
 )
 
 var fencingScenario = scenario{
@@ -34,7 +34,7 @@ var fencingScenario = scenario{
 		tA := time.Now()
 		lockA, err := l.TryAcquire(ctx, key, shortTTL)
 		if err != nil {
-			return fmt.Errorf("A could not acquire: %w", err)
+			return fmt.Errorf("holder A could not acquire: %w", err)
 		}
 		s.result(fmt.Sprintf("A acquires %q for %v", "invoice", shortTTL), fmt.Sprintf("fence %d", lockA.Fence()), true, "")
 		s.say("A stalls for %v (a GC pause, a slow disk) before writing; its lock expires.", stall)
@@ -44,7 +44,7 @@ var fencingScenario = scenario{
 		tB := time.Now()
 		lockB, err := l.TryAcquire(ctx, key, longTTL)
 		if err != nil {
-			return fmt.Errorf("B could not acquire after A's lock expired: %w", err)
+			return fmt.Errorf("holder B could not acquire after A's lock expired: %w", err)
 		}
 		defer lockB.Release(context.WithoutCancel(ctx))
 		s.result("B acquires it", fmt.Sprintf("fence %d", lockB.Fence()), lockB.Fence() > lockA.Fence(),

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/timeline"
+	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 )
 
 func wall(ns int64) time.Time { return time.Unix(0, ns) }

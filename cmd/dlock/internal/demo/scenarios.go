@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/timeline"
+	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -160,7 +160,7 @@ func expiry(ctx context.Context, e *env, s *section, plainDEL bool) error {
 	tA := time.Now()
 	lockA, err := l.TryAcquire(ctx, key, shortTTL)
 	if err != nil {
-		return fmt.Errorf("A could not acquire: %w", err)
+		return fmt.Errorf("holder A could not acquire: %w", err)
 	}
 	if err := sleep(ctx, stall); err != nil {
 		return err
@@ -168,7 +168,7 @@ func expiry(ctx context.Context, e *env, s *section, plainDEL bool) error {
 	tB := time.Now()
 	lockB, err := l.TryAcquire(ctx, key, longTTL)
 	if err != nil {
-		return fmt.Errorf("B could not acquire after A's lock expired: %w", err)
+		return fmt.Errorf("holder B could not acquire after A's lock expired: %w", err)
 	}
 	defer lockB.Release(context.WithoutCancel(ctx))
 	if err := sleep(ctx, afterB); err != nil {
@@ -210,7 +210,7 @@ func expiry(ctx context.Context, e *env, s *section, plainDEL bool) error {
 		}()
 	}
 	if err != nil && !errors.Is(err, dlock.ErrNotAcquired) {
-		return fmt.Errorf("C's attempt: %w", err)
+		return fmt.Errorf("holder C's attempt: %w", err)
 	}
 	cIn := err == nil
 	bHolds, err := e.holds(ctx, key, lockB.Token())
@@ -333,7 +333,7 @@ var workersScenario = scenario{
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
-			return fmt.Errorf("Do: %w", err)
+			return fmt.Errorf("do: %w", err)
 		}
 		s.result("workers that ran", fmt.Sprint(ran.Load()), ran.Load() == workers, fmt.Sprint(workers))
 		s.result("max inside the critical section at once", fmt.Sprint(maxInside.Load()), maxInside.Load() == 1, "1")

@@ -1,4 +1,4 @@
-package redlock_test
+package compat_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
-	"github.com/dlock-go/dlock/internal/locktest"
+	"github.com/dlock-go/dlock/locktest"
 )
 
 // A mixed fleet makes progress: for 4s, two dlock processes, two redsync

@@ -1,6 +1,14 @@
-// Package locktest is the conformance suite that every dlock backend runs:
+// Package locktest is the conformance suite for authors of dlock backends:
 // it states the contract of dlock.Locker and dlock.Lock once, in tests that
-// talk to the backend's real servers.
+// talk to the backend's real servers. Every backend in this repository runs
+// it, and a backend written elsewhere proves itself with the same call:
+//
+//	func TestConformance(t *testing.T) {
+//		locktest.Run(t, func(t *testing.T) dlock.Locker { return newLocker(t) },
+//			locktest.WithLapse(deleteKeyBehindTheHoldersBack))
+//	}
+//
+// Package driver has what a backend needs to implement the contract.
 package locktest
 
 import (

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Backends.
@@ -142,11 +142,11 @@ func (c Config) withDefaults() (Config, error) {
 		c.Backend = Redis
 	}
 	if c.Worker == nil {
-		return c, dlock.Invalidf("torture: no worker command")
+		return c, driver.Invalidf("torture: no worker command")
 	}
 	if c.Control != "" {
 		if !slices.Contains(Controls, c.Control) {
-			return c, dlock.Invalidf("torture: control %q: want one of %s", c.Control, strings.Join(Controls, ", "))
+			return c, driver.Invalidf("torture: control %q: want one of %s", c.Control, strings.Join(Controls, ", "))
 		}
 		if err := c.controlDefaults(); err != nil {
 			return c, err
@@ -175,27 +175,27 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.Backend != Redis && c.Backend != Redlock && c.Backend != Postgres:
-		return c, dlock.Invalidf("torture: backend %q: want redis, redlock or postgres", c.Backend)
+		return c, driver.Invalidf("torture: backend %q: want redis, redlock or postgres", c.Backend)
 	case c.Backend == Postgres && len(c.RedisURLs) > 0:
-		return c, dlock.Invalidf("torture: backend postgres with --redis servers")
+		return c, driver.Invalidf("torture: backend postgres with --redis servers")
 	case c.Backend != Postgres && c.PostgresDSN != "":
-		return c, dlock.Invalidf("torture: backend %s with a PostgreSQL DSN", c.Backend)
+		return c, driver.Invalidf("torture: backend %s with a PostgreSQL DSN", c.Backend)
 	case c.Backend == Redis && len(c.RedisURLs) > 1:
-		return c, dlock.Invalidf("torture: backend redis takes one server, got %d (several: redlock)", len(c.RedisURLs))
+		return c, driver.Invalidf("torture: backend redis takes one server, got %d (several: redlock)", len(c.RedisURLs))
 	case c.Backend == Redlock && len(c.RedisURLs) == 1:
-		return c, dlock.Invalidf("torture: backend redlock needs several servers, got one")
+		return c, driver.Invalidf("torture: backend redlock needs several servers, got one")
 	case c.Workers < 2 || c.Workers > 64:
-		return c, dlock.Invalidf("torture: %d workers: want 2 to 64", c.Workers)
+		return c, driver.Invalidf("torture: %d workers: want 2 to 64", c.Workers)
 	case c.Keys < 1 || c.Keys > 100:
-		return c, dlock.Invalidf("torture: %d keys: want 1 to 100", c.Keys)
+		return c, driver.Invalidf("torture: %d keys: want 1 to 100", c.Keys)
 	case c.Nodes < 1 || c.Nodes > 15:
-		return c, dlock.Invalidf("torture: %d nodes: want 1 to 15", c.Nodes)
+		return c, driver.Invalidf("torture: %d nodes: want 1 to 15", c.Nodes)
 	case c.TTL < 50*time.Millisecond:
-		return c, dlock.Invalidf("torture: ttl %v: want at least 50ms (shorter TTLs measure the machine's scheduling, not the lock)", c.TTL)
+		return c, driver.Invalidf("torture: ttl %v: want at least 50ms (shorter TTLs measure the machine's scheduling, not the lock)", c.TTL)
 	case c.Hold < 0:
-		return c, dlock.Invalidf("torture: hold %v: must not be negative", c.Hold)
+		return c, driver.Invalidf("torture: hold %v: must not be negative", c.Hold)
 	case c.Duration < time.Second:
-		return c, dlock.Invalidf("torture: duration %v: want at least 1s", c.Duration)
+		return c, driver.Invalidf("torture: duration %v: want at least 1s", c.Duration)
 	}
 	if c.Backend == Redlock && len(c.RedisURLs) > 0 {
 		c.Nodes = len(c.RedisURLs)
@@ -213,18 +213,18 @@ func (c Config) withDefaults() (Config, error) {
 
 func (c *Config) checkFault(f string) error {
 	if !slices.Contains(AllFaults, f) {
-		return dlock.Invalidf("torture: fault %q: want one of %s", f, strings.Join(AllFaults, ", "))
+		return driver.Invalidf("torture: fault %q: want one of %s", f, strings.Join(AllFaults, ", "))
 	}
 	server := f == FaultRestart || f == FaultRestartDelayed || f == FaultMajority || f == FaultTerminate || f == FaultRewind || f == FaultFastClock
 	switch {
 	case server && !c.serverControl():
-		return dlock.Invalidf("torture: fault %q needs control of the servers: on your own servers pass --server-faults", f)
+		return driver.Invalidf("torture: fault %q needs control of the servers: on your own servers pass --server-faults", f)
 	case f == FaultMajority && c.Backend != Redlock:
-		return dlock.Invalidf("torture: fault %q is for redlock", f)
+		return driver.Invalidf("torture: fault %q is for redlock", f)
 	case f == FaultTerminate && c.Backend != Postgres:
-		return dlock.Invalidf("torture: fault %q is for postgres", f)
+		return driver.Invalidf("torture: fault %q is for postgres", f)
 	case (f == FaultRewind || f == FaultFastClock) && c.Backend != Redis:
-		return dlock.Invalidf("torture: fault %q is for a single redis node", f)
+		return driver.Invalidf("torture: fault %q is for a single redis node", f)
 	}
 	return nil
 }
@@ -235,10 +235,10 @@ func (c *Config) checkFault(f string) error {
 func (c *Config) controlDefaults() error {
 	need := map[string]string{ControlQuorum: Redlock, ControlNoDrift: Redis, ControlGTE: Redis}
 	if b, ok := need[c.Control]; ok && c.Backend != b {
-		return dlock.Invalidf("torture: control %q runs on %s, not %s", c.Control, b, c.Backend)
+		return driver.Invalidf("torture: control %q runs on %s, not %s", c.Control, b, c.Backend)
 	}
 	if (c.Control == ControlPlainDel) && c.Backend == Postgres {
-		return dlock.Invalidf("torture: control %q is for the Redis backends", c.Control)
+		return driver.Invalidf("torture: control %q is for the Redis backends", c.Control)
 	}
 	// Short runs with a short TTL show each flaw within seconds. The
 	// drift control's holders ride their locks to the end, so it has
@@ -280,7 +280,7 @@ func (c *Config) driftFactor() float64 {
 	if c.Control == ControlNoDrift {
 		return controlDriftFactor
 	}
-	return dlock.DefaultDriftFactor
+	return driver.DefaultDriftFactor
 }
 
 func (c *Config) String() string {

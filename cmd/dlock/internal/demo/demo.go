@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/timeline"
+	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Options configures Run. The zero value starts temporary servers.
@@ -56,7 +56,7 @@ var scenarios = func() []scenario {
 // and uses its own key prefix.
 func Run(ctx context.Context, w io.Writer, opts Options) error {
 	if ctx == nil {
-		return dlock.Invalidf("demo: nil context")
+		return driver.Invalidf("demo: nil context")
 	}
 	if w == nil {
 		w = io.Discard

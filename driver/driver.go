@@ -1,0 +1,153 @@
+// Package driver is for authors of dlock backends, not for users of locks:
+// it holds what a backend needs to implement dlock.Locker (the Grant behind
+// every Lock, the constructor of a Lock, release announcements) and the
+// rules every backend applies the same way (argument checks, validity,
+// tokens). Package locktest is the conformance suite that proves a backend
+// against the contract.
+//
+// A backend's TryAcquire takes the lock on its servers, measures the
+// validity from the moment before it sent the request (ValidUntil), and
+// returns NewLock(key, token, fence, validUntil, grant). The Lock handle
+// does the bookkeeping every backend shares: its state, double releases,
+// one call at a time, validity that runs out; Acquire and Do build waiting
+// and auto-extension on top. Errors must match exactly one of dlock's
+// sentinels (dlock.ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable,
+// ErrInvalid), with node-level detail in a *dlock.NodeError.
+package driver
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/bridge"
+)
+
+// Grant is a backend's side of one acquired lock: the two operations that
+// talk to servers. The Lock handle wraps it with the bookkeeping every
+// backend shares (state, validity, double release), so a Grant may assume
+// it is called on a lock it believes held, and never concurrently with
+// itself.
+type Grant interface {
+	// Extend resets the lock's TTL to ttl if the server(s) still hold the
+	// lock's token, and returns the new validity deadline (see ValidUntil).
+	// It returns an error matching dlock.ErrNotHeld when the token is gone,
+	// and changes nothing then.
+	Extend(ctx context.Context, ttl time.Duration) (validUntil time.Time, err error)
+
+	// Release deletes the lock if it still holds the token. It returns an
+	// error matching dlock.ErrNotHeld when the token was already gone.
+	Release(ctx context.Context) error
+}
+
+// NewLock wraps a grant that was acquired with token and fence and is
+// valid until validUntil, which must carry a monotonic clock reading (come
+// from time.Now, not from a parsed or serialized time).
+func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *dlock.Lock {
+	return bridge.NewLock(key, token, fence, validUntil, g).(*dlock.Lock)
+}
+
+// Describer is an optional interface of a Grant: the backend's name
+// ("redis", "redlock", "postgres", "etcd") and how many of its nodes
+// granted the lock, for the events that observers receive
+// (dlock.Event's Backend and Nodes).
+type Describer interface {
+	Describe() (backend string, nodes int)
+}
+
+// A ReleaseNotifier is a Locker that can announce releases, so that
+// dlock.Acquire retries as soon as the holder lets go instead of at its
+// next poll. A notification is only a hint: the retry still has to win the
+// lock.
+type ReleaseNotifier interface {
+	// NotifyRelease registers interest in key. The channel receives a
+	// value when key may have been released; stop ends the interest and
+	// must be called exactly once.
+	NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func())
+}
+
+// MaxTTL is the longest TTL any backend accepts. Longer leases defeat the
+// point of a TTL (a crashed holder blocks everyone for that long) and
+// approach the limits of Redis's millisecond arithmetic.
+const MaxTTL = bridge.MaxTTL
+
+// DefaultDriftFactor is the share of the TTL that validity computations
+// set aside for clocks that tick at slightly different rates, as in the
+// Redis documentation's reference clients.
+const DefaultDriftFactor = bridge.DefaultDriftFactor
+
+// Invalidf returns an error that matches dlock.ErrInvalid and carries a
+// message naming the offending value.
+func Invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", dlock.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// CheckKey rejects an empty key with an error that matches
+// dlock.ErrInvalid.
+func CheckKey(key string) error {
+	if key == "" {
+		return Invalidf("empty lock key")
+	}
+	return nil
+}
+
+// CheckToken rejects an empty key or token, with an error that matches
+// dlock.ErrInvalid. It is for the operations that take a token instead of
+// a handle (a lock held across shell commands).
+func CheckToken(key, token string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if token == "" {
+		return Invalidf("empty token")
+	}
+	return nil
+}
+
+// CheckTTL rejects a TTL that no backend can honour: not positive, under
+// one millisecond (Redis's PX would round it to zero) or above MaxTTL.
+// TTLs that are not whole milliseconds are accepted; backends round them
+// up.
+func CheckTTL(ttl time.Duration) error {
+	if p := bridge.TTLProblem(ttl); p != "" {
+		return Invalidf("%s", p)
+	}
+	return nil
+}
+
+// CheckDriftFactor rejects a drift factor outside [0, 1) (or NaN) with an
+// error that matches dlock.ErrInvalid.
+func CheckDriftFactor(f float64) error {
+	if !(f >= 0 && f < 1) {
+		return Invalidf("drift factor %v: must be in [0, 1)", f)
+	}
+	return nil
+}
+
+// Milliseconds returns ttl in whole milliseconds, rounded up, as Redis's
+// PX and PEXPIRE take it.
+func Milliseconds(ttl time.Duration) int64 {
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+}
+
+// Drift returns the safety margin subtracted from a TTL when computing a
+// lock's validity: ttl × factor plus 2 ms (1 ms for Redis's expiry
+// precision and 1 ms as a floor), as in antirez's reference
+// implementation.
+func Drift(ttl time.Duration, factor float64) time.Duration { return bridge.Drift(ttl, factor) }
+
+// ValidUntil returns the validity deadline of a lock acquired or extended
+// with ttl by a request sent at start: start + ttl - drift. Measuring from
+// the moment before the request was sent is what makes it safe: the
+// server started its TTL later than that. A deadline that is not after
+// the moment the reply arrived means the lock must not be used.
+func ValidUntil(start time.Time, ttl time.Duration, driftFactor float64) time.Time {
+	return bridge.ValidUntil(start, ttl, driftFactor)
+}
+
+// NewToken returns a fresh random lock token: 128 bits from crypto/rand,
+// encoded as 26 base32 characters. Backends use it as the value of a lock
+// key so that only the holder can extend or release it.
+func NewToken() string { return rand.Text() }

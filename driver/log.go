@@ -1,0 +1,55 @@
+package driver
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/dlock-go/dlock"
+)
+
+// LogEvents returns an observer (for dlock.WithObserver) that logs a
+// lock's events to logger the way every backend of this repository does: a
+// Warn record when a lock is lost or an extension fails, with the key,
+// fence, backend and cause; Debug records for grants, refusals and
+// releases; nothing at Info, so that a busy service's hot path stays
+// silent. A record that the logger would drop costs one Enabled call.
+func LogEvents(logger *slog.Logger) func(context.Context, dlock.Event) {
+	return func(ctx context.Context, e dlock.Event) {
+		level := slog.LevelDebug
+		var msg string
+		switch e.Kind {
+		case dlock.EventLost:
+			level, msg = slog.LevelWarn, "dlock: lock lost"
+		case dlock.EventExtendFailed:
+			level, msg = slog.LevelWarn, "dlock: extension failed"
+		case dlock.EventGranted:
+			msg = "dlock: lock granted"
+		case dlock.EventRefused:
+			msg = "dlock: lock not acquired"
+		case dlock.EventReleased:
+			msg = "dlock: lock released"
+		default:
+			return
+		}
+		if !logger.Enabled(ctx, level) {
+			return
+		}
+		attrs := []slog.Attr{slog.String("key", e.Key), slog.String("backend", e.Backend)}
+		switch e.Kind {
+		case dlock.EventGranted:
+			attrs = append(attrs, slog.Uint64("fence", e.Fence), slog.Duration("wait", e.Wait), slog.Int("attempts", e.Attempts))
+		case dlock.EventRefused:
+			attrs = append(attrs, slog.Duration("wait", e.Wait), slog.Int("attempts", e.Attempts), slog.Any("error", e.Err))
+		case dlock.EventLost:
+			attrs = append(attrs, slog.Uint64("fence", e.Fence), slog.String("detected", e.Detected), slog.Duration("held", e.Hold), slog.Any("cause", e.Err))
+		case dlock.EventExtendFailed:
+			attrs = append(attrs, slog.Uint64("fence", e.Fence), slog.Any("cause", e.Err))
+		case dlock.EventReleased:
+			attrs = append(attrs, slog.Uint64("fence", e.Fence), slog.Duration("held", e.Hold))
+			if e.Err != nil {
+				attrs = append(attrs, slog.Any("error", e.Err))
+			}
+		}
+		logger.LogAttrs(ctx, level, msg, attrs...)
+	}
+}

@@ -1,0 +1,42 @@
+package driver_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+func TestLogEvents(t *testing.T) {
+	var buf bytes.Buffer
+	log := driver.LogEvents(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	ctx := context.Background()
+	log(ctx, dlock.Event{Kind: dlock.EventAttempt, Key: "k"})
+	log(ctx, dlock.Event{Kind: dlock.EventGranted, Key: "k", Backend: "redis", Fence: 7})
+	log(ctx, dlock.Event{Kind: dlock.EventLost, Key: "k", Backend: "redis", Fence: 7, Detected: "extension refused", Err: errors.New("gone")})
+	out := buf.String()
+	for _, want := range []string{`level=DEBUG msg="dlock: lock granted" key=k backend=redis fence=7`,
+		`level=WARN msg="dlock: lock lost" key=k backend=redis fence=7 detected="extension refused"`, "cause=gone"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log has no %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "msg=\"dlock: attempt") || strings.Count(out, "\n") != 2 {
+		t.Errorf("an attempt was logged:\n%s", out)
+	}
+
+	// At Info, only the warnings.
+	buf.Reset()
+	log = driver.LogEvents(slog.New(slog.NewTextHandler(&buf, nil)))
+	log(ctx, dlock.Event{Kind: dlock.EventGranted, Key: "k"})
+	log(ctx, dlock.Event{Kind: dlock.EventReleased, Key: "k"})
+	log(ctx, dlock.Event{Kind: dlock.EventExtendFailed, Key: "k", Err: errors.New("timeout")})
+	if out := buf.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, "level=WARN") {
+		t.Errorf("at Info: %q, want one warning", out)
+	}
+}

@@ -1,0 +1,117 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// EventKind says what happened to a lock (see Event).
+type EventKind uint8
+
+// The events a lock goes through, in the order they can happen.
+const (
+	EventAttempt      EventKind = iota + 1 // an attempt to take the lock began: Attempts counts it
+	EventGranted                           // the lock was taken: Fence, Wait, Attempts, Nodes
+	EventRefused                           // Acquire or Do ended without the lock: Err, Wait, Attempts
+	EventExtended                          // an extension succeeded
+	EventExtendFailed                      // an extension failed: Err (the lock may still be held)
+	EventLost                              // the lock was lost: Err, Detected, Hold
+	EventReleased                          // a Release ended: Err (nil: the lock was deleted), Hold
+)
+
+// String returns the kind's name: "attempt", "granted", "refused",
+// "extended", "extend_failed", "lost" or "released".
+func (k EventKind) String() string {
+	switch k {
+	case EventAttempt:
+		return "attempt"
+	case EventGranted:
+		return "granted"
+	case EventRefused:
+		return "refused"
+	case EventExtended:
+		return "extended"
+	case EventExtendFailed:
+		return "extend_failed"
+	case EventLost:
+		return "lost"
+	case EventReleased:
+		return "released"
+	}
+	return "unknown"
+}
+
+// Event is one thing that happened to a lock, as an observer set with
+// WithObserver sees it. Fields that do not apply to the kind are zero.
+type Event struct {
+	Kind EventKind
+	Key  string
+	// Backend names the backend that granted the lock ("redis",
+	// "redlock", "postgres", "etcd"; empty for a backend that does not
+	// say), and Nodes how many of its nodes granted it (Redlock's
+	// majority; 1 elsewhere). Known once the lock is granted.
+	Backend string
+	Nodes   int
+	Fence   uint64
+	// Attempts is the number of attempts made so far (EventAttempt,
+	// EventGranted, EventRefused); Wait the time since Acquire began
+	// (EventGranted, EventRefused); Hold the time since the grant
+	// (EventLost, EventReleased).
+	Attempts int
+	Wait     time.Duration
+	Hold     time.Duration
+	// Took is how long the call took (EventExtended, EventExtendFailed,
+	// EventReleased).
+	Took time.Duration
+	// Err is why: the refusal (matching ErrNotAcquired, ErrUnavailable or
+	// ErrInvalid), the failed extension, the loss, or the release's error.
+	Err error
+	// Detected says how a loss was found: "extension refused" (the server
+	// no longer held the lock), "session gone" (the backend reported the
+	// lock's session or lease gone), or "validity ran out" (no extension
+	// succeeded in time).
+	Detected string
+}
+
+// WithObserver makes Acquire and Do call observe with every event of the
+// attempt and, once granted, of the lock: its extensions, its loss and
+// its release (Do's own and fn's). ctx is the context of the call the
+// event belongs to (Acquire's, Extend's, Release's; a loss has none of its
+// own and gets context.Background()), so that a span can find its parent.
+// observe is called synchronously, on
+// the goroutine where the event happened, sometimes while the Lock's
+// internal mutex is held: it must return quickly and must not call the
+// Lock's methods. Several WithObserver options all receive every event, in
+// the order given. Without an observer, no event is built. Package
+// github.com/dlock-go/dlock/dlockotel turns events into OpenTelemetry metrics
+// and spans.
+func WithObserver(observe func(ctx context.Context, e Event)) Option {
+	return func(c *config) error {
+		if observe == nil {
+			return invalidf("nil observer")
+		}
+		if prev := c.observe; prev != nil {
+			c.observe = func(ctx context.Context, e Event) { prev(ctx, e); observe(ctx, e) }
+		} else {
+			c.observe = observe
+		}
+		return nil
+	}
+}
+
+// describer is a Grant that names its backend (driver.Describer).
+type describer interface {
+	Describe() (backend string, nodes int)
+}
+
+// emit sends e, filled with what the lock knows, to the lock's observer.
+func (l *Lock) emit(ctx context.Context, e Event) {
+	e.Key, e.Fence = l.key, l.fence
+	if d, ok := l.grant.(describer); ok {
+		e.Backend, e.Nodes = d.Describe()
+	}
+	if e.Kind == EventLost || e.Kind == EventReleased {
+		e.Hold = l.now().Sub(l.grantedAt)
+	}
+	l.observe(ctx, e)
+}

@@ -1,0 +1,155 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// recorder collects events.
+type recorder struct {
+	mu     sync.Mutex
+	events []dlock.Event
+}
+
+func (r *recorder) observe(_ context.Context, e dlock.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) kinds() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []string
+	for _, e := range r.events {
+		ks = append(ks, e.Kind.String())
+	}
+	return ks
+}
+
+func (r *recorder) last(k dlock.EventKind) dlock.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.events) - 1; i >= 0; i-- {
+		if r.events[i].Kind == k {
+			return r.events[i]
+		}
+	}
+	return dlock.Event{}
+}
+
+func TestEventsOfDo(t *testing.T) {
+	m := newMem()
+	var r recorder
+	err := dlock.Do(context.Background(), m, "k", 40*time.Millisecond, func(ctx context.Context) error {
+		time.Sleep(60 * time.Millisecond) // past one extension at least
+		return nil
+	}, dlock.WithObserver(r.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := r.kinds()
+	if len(ks) < 4 || ks[0] != "attempt" || ks[1] != "granted" || ks[len(ks)-1] != "released" || !slices.Contains(ks, "extended") {
+		t.Fatalf("events %v, want attempt, granted, extended..., released", ks)
+	}
+	g := r.last(dlock.EventGranted)
+	if g.Key != "k" || g.Fence == 0 || g.Attempts != 1 || g.Wait <= 0 {
+		t.Fatalf("granted event %+v", g)
+	}
+	if rel := r.last(dlock.EventReleased); rel.Err != nil || rel.Hold < 60*time.Millisecond || rel.Fence != g.Fence {
+		t.Fatalf("released event %+v, want no error and a hold of at least 60ms", rel)
+	}
+}
+
+func TestEventsOfRefusal(t *testing.T) {
+	m := newMem()
+	held, err := m.TryAcquire(context.Background(), "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	var r recorder
+	_, err = dlock.Acquire(context.Background(), m, "k", time.Minute, dlock.WithObserver(r.observe),
+		dlock.WithRetryCount(2), dlock.WithRetryDelay(time.Millisecond), dlock.WithRetryJitter(0))
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("got %v, want ErrNotAcquired", err)
+	}
+	if ks := r.kinds(); !slices.Equal(ks, []string{"attempt", "attempt", "attempt", "refused"}) {
+		t.Fatalf("events %v", ks)
+	}
+	if e := r.last(dlock.EventRefused); e.Attempts != 3 || !errors.Is(e.Err, dlock.ErrNotAcquired) {
+		t.Fatalf("refused event %+v", e)
+	}
+
+	// A wait that its context ends is a refusal too.
+	r = recorder{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = dlock.Acquire(ctx, m, "k", time.Minute, dlock.WithObserver(r.observe))
+	if e := r.last(dlock.EventRefused); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(e.Err, context.DeadlineExceeded) {
+		t.Fatalf("got %v and refused event %+v, want both to match DeadlineExceeded", err, e)
+	}
+}
+
+func TestEventsOfLoss(t *testing.T) {
+	m := newMem()
+	var r recorder
+	err := dlock.Do(context.Background(), m, "k", 40*time.Millisecond, func(ctx context.Context) error {
+		m.free("k") // the server forgets the lock: the next extension is refused
+		<-ctx.Done()
+		return nil
+	}, dlock.WithObserver(r.observe))
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("got %v, want ErrLockLost", err)
+	}
+	lost := r.last(dlock.EventLost)
+	if lost.Detected != "extension refused" || !errors.Is(lost.Err, dlock.ErrNotHeld) || lost.Hold <= 0 {
+		t.Fatalf("lost event %+v", lost)
+	}
+	if f := r.last(dlock.EventExtendFailed); !errors.Is(f.Err, dlock.ErrNotHeld) {
+		t.Fatalf("extend-failed event %+v", f)
+	}
+	if rel := r.last(dlock.EventReleased); !errors.Is(rel.Err, dlock.ErrNotHeld) {
+		t.Fatalf("released event %+v, want ErrNotHeld", rel)
+	}
+}
+
+func TestEventsOfExpiry(t *testing.T) {
+	m := newMem()
+	m.extend = func(ctx context.Context, ttl time.Duration) error { <-ctx.Done(); return ctx.Err() } // extensions hang
+	var r recorder
+	err := dlock.Do(context.Background(), m, "k", 40*time.Millisecond, func(ctx context.Context) error {
+		<-ctx.Done()
+		return nil
+	}, dlock.WithObserver(r.observe))
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("got %v, want ErrLockLost", err)
+	}
+	if lost := r.last(dlock.EventLost); lost.Detected != "validity ran out" {
+		t.Fatalf("lost event %+v", lost)
+	}
+}
+
+func TestObserversAllReceive(t *testing.T) {
+	var a, b recorder
+	lock, err := dlock.Acquire(context.Background(), newMem(), "k", time.Second, dlock.WithObserver(a.observe), dlock.WithObserver(b.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Release(context.Background())
+	if ka, kb := a.kinds(), b.kinds(); !slices.Equal(ka, []string{"attempt", "granted", "released"}) || !slices.Equal(ka, kb) {
+		t.Fatalf("observers saw %v and %v", ka, kb)
+	}
+}
+
+func TestObserverOption(t *testing.T) {
+	if _, err := dlock.Acquire(context.Background(), newMem(), "k", time.Second, dlock.WithObserver(nil)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("nil observer: got %v, want ErrInvalid", err)
+	}
+}

@@ -1,0 +1,125 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// Acquire waits for a lock and returns its handle; Release lets it go.
+// (The examples find Redis at $REDIS_ADDR; go-redis uses localhost:6379
+// when it is empty.)
+func ExampleAcquire() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer client.Close()
+	locker, err := redislock.New(client)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second) // how long to wait for the lock
+	defer cancel()
+	lock, err := dlock.Acquire(wait, locker, "report:daily", 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("held:", lock.Held(), "fence > 0:", lock.Fence() > 0)
+	// ... the work, passing lock.Fence() to the resource it writes ...
+	fmt.Println("release:", lock.Release(ctx))
+	fmt.Println("held after release:", lock.Held())
+	// Output:
+	// held: true fence > 0: true
+	// release: <nil>
+	// held after release: false
+}
+
+// Do holds the lock exactly as long as the function runs, extends it in
+// the background, and cancels the function's context with cause
+// ErrLockLost if the lock may be lost.
+func ExampleDo() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer client.Close()
+	locker, err := redislock.New(client)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	err = dlock.Do(ctx, locker, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
+		fence := dlock.LockFromContext(ctx).Fence()
+		// ... read, compute ...
+		if ctx.Err() != nil { // the lock may be lost: stop before the irreversible step
+			return context.Cause(ctx)
+		}
+		fmt.Println("posting with fence > 0:", fence > 0)
+		return nil
+	})
+	fmt.Println("Do:", err)
+	// Output:
+	// posting with fence > 0: true
+	// Do: <nil>
+}
+
+// Every error matches exactly one sentinel: busy, gone, lost, unreachable
+// or a bad argument.
+func Example_errors() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer client.Close()
+	locker, err := redislock.New(client)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	lock, err := locker.TryAcquire(ctx, "job:42", 10*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	defer lock.Release(ctx)
+
+	describe := func(err error) string {
+		switch {
+		case err == nil:
+			return "ok"
+		case errors.Is(err, dlock.ErrNotAcquired):
+			return "busy: someone else holds it"
+		case errors.Is(err, dlock.ErrNotHeld):
+			return "gone: your lock expired or was released"
+		case errors.Is(err, dlock.ErrLockLost):
+			return "lost: stop before the next irreversible step"
+		case errors.Is(err, dlock.ErrUnavailable):
+			return "unreachable: the outcome may be unknown"
+		case errors.Is(err, dlock.ErrInvalid):
+			return "invalid: " + err.Error()
+		}
+		return "unexpected: " + err.Error()
+	}
+	_, err = locker.TryAcquire(ctx, "job:42", 10*time.Second)
+	fmt.Println(describe(err))
+	_, err = locker.TryAcquire(ctx, "job:42", -time.Second)
+	fmt.Println(describe(err))
+
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	defer down.Close()
+	nowhere, err := redislock.New(down)
+	if err != nil {
+		panic(err)
+	}
+	_, err = nowhere.TryAcquire(ctx, "job:42", 10*time.Second)
+	fmt.Println(describe(err))
+	// Output:
+	// busy: someone else holds it
+	// invalid: invalid argument: ttl -1s: must be positive
+	// unreachable: the outcome may be unknown
+}

@@ -1,0 +1,46 @@
+// Package bridge holds what package dlock shares with package driver
+// without showing it to users of locks: the rules both apply (TTL limits,
+// validity) and the constructor of a Lock, which package dlock sets from
+// an init function (driver imports dlock, so dlock cannot import driver).
+package bridge
+
+import (
+	"fmt"
+	"time"
+)
+
+// MaxTTL is the longest TTL any backend accepts (see driver.MaxTTL).
+const MaxTTL = 30 * 24 * time.Hour
+
+// DefaultDriftFactor is the share of the TTL set aside for clock drift
+// (see driver.DefaultDriftFactor).
+const DefaultDriftFactor = 0.01
+
+// NewLock wraps a backend's grant in a *dlock.Lock (returned as any); g
+// must implement driver.Grant. Package dlock sets it.
+var NewLock func(key, token string, fence uint64, validUntil time.Time, g any) any
+
+// TTLProblem says what is wrong with ttl, or "" when every backend can
+// honour it.
+func TTLProblem(ttl time.Duration) string {
+	switch {
+	case ttl <= 0:
+		return fmt.Sprintf("ttl %v: must be positive", ttl)
+	case ttl < time.Millisecond:
+		return fmt.Sprintf("ttl %v: must be at least 1ms", ttl)
+	case ttl > MaxTTL:
+		return fmt.Sprintf("ttl %v: exceeds the maximum of %v", ttl, MaxTTL)
+	}
+	return ""
+}
+
+// Drift is the validity margin of a TTL (see driver.Drift).
+func Drift(ttl time.Duration, factor float64) time.Duration {
+	return time.Duration(float64(ttl)*factor) + 2*time.Millisecond
+}
+
+// ValidUntil is the validity deadline of a request sent at start (see
+// driver.ValidUntil).
+func ValidUntil(start time.Time, ttl time.Duration, factor float64) time.Time {
+	return start.Add(ttl - Drift(ttl, factor))
+}
