@@ -48,26 +48,32 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts 
 }
 
 func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config) (*Lock, error) {
-	if cfg.observe == nil {
-		lock, _, err := wait(ctx, l, key, ttl, cfg)
+	own := cfg.observe // the options' observers, without the Locker's
+	observe := both(observerOf(l), own)
+	if observe == nil {
+		lock, _, err := wait(ctx, l, key, ttl, cfg, nil)
 		return lock, err
 	}
 	began := time.Now()
-	lock, attempts, err := wait(ctx, l, key, ttl, cfg)
+	lock, attempts, err := wait(ctx, l, key, ttl, cfg, observe)
 	e := Event{Key: key, Attempts: attempts, Wait: time.Since(began)}
 	if err != nil {
 		e.Kind, e.Err = EventRefused, err
-		cfg.observe(ctx, e)
+		observe(ctx, e)
 		return nil, err
 	}
-	lock.observe = cfg.observe // before anyone else sees the lock
+	// The lock already has its grant's observer (the Locker's, for the
+	// backends of this repository); the options' join it, before anyone
+	// else sees the lock.
+	lock.observe = both(lock.observe, own)
 	e.Kind = EventGranted
-	lock.emit(ctx, e)
+	lock.fill(&e)
+	observe(ctx, e)
 	return lock, nil
 }
 
 // wait is Acquire's loop of attempts; it also returns how many it made.
-func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config) (_ *Lock, attempts int, _ error) {
+func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config, observe func(context.Context, Event)) (_ *Lock, attempts int, _ error) {
 	var released <-chan struct{}
 	if n, ok := l.(releaseNotifier); ok && cfg.retryCount != 0 {
 		// Listen before the first attempt, so a release that comes between
@@ -81,8 +87,8 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 	unreachable := 0 // attempts in a row that could not reach the backend
 	for attempt := 0; ; attempt++ {
 		attempts = attempt + 1
-		if cfg.observe != nil {
-			cfg.observe(ctx, Event{Kind: EventAttempt, Key: key, Attempts: attempts})
+		if observe != nil {
+			observe(ctx, Event{Kind: EventAttempt, Key: key, Attempts: attempts})
 		}
 		lock, err := l.TryAcquire(ctx, key, ttl)
 		if err == nil {

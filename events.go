@@ -90,13 +90,34 @@ func WithObserver(observe func(ctx context.Context, e Event)) Option {
 		if observe == nil {
 			return invalidf("nil observer")
 		}
-		if prev := c.observe; prev != nil {
-			c.observe = func(ctx context.Context, e Event) { prev(ctx, e); observe(ctx, e) }
-		} else {
-			c.observe = observe
-		}
+		c.observe = both(c.observe, observe)
 		return nil
 	}
+}
+
+// observable is a Locker or Grant with an observer of its own
+// (driver.Observable).
+type observable interface {
+	Observer() func(ctx context.Context, e Event)
+}
+
+// observerOf returns x's own observer, or nil.
+func observerOf(x any) func(context.Context, Event) {
+	if o, ok := x.(observable); ok {
+		return o.Observer()
+	}
+	return nil
+}
+
+// both calls a, then b; either may be nil.
+func both(a, b func(context.Context, Event)) func(context.Context, Event) {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return func(ctx context.Context, e Event) { a(ctx, e); b(ctx, e) }
 }
 
 // describer is a Grant that names its backend (driver.Describer).
@@ -106,6 +127,12 @@ type describer interface {
 
 // emit sends e, filled with what the lock knows, to the lock's observer.
 func (l *Lock) emit(ctx context.Context, e Event) {
+	l.fill(&e)
+	l.observe(ctx, e)
+}
+
+// fill sets what the lock knows of e: key, fence, backend, hold time.
+func (l *Lock) fill(e *Event) {
 	e.Key, e.Fence = l.key, l.fence
 	if d, ok := l.grant.(describer); ok {
 		e.Backend, e.Nodes = d.Describe()
@@ -113,5 +140,4 @@ func (l *Lock) emit(ctx context.Context, e Event) {
 	if e.Kind == EventLost || e.Kind == EventReleased {
 		e.Hold = l.now().Sub(l.grantedAt)
 	}
-	l.observe(ctx, e)
 }

@@ -63,7 +63,7 @@ type Lock struct {
 	grant grant
 	now   func() time.Time
 
-	observe   func(context.Context, Event) // nil: no events (set by Acquire before it returns the lock)
+	observe   func(context.Context, Event) // nil: no events (the grant's observer, and Acquire's)
 	grantedAt time.Time
 
 	// turn is taken by every call into grant, so that Extends apply in
@@ -83,7 +83,7 @@ type Lock struct {
 // newLock wraps a backend's grant (driver.NewLock).
 func newLock(key, token string, fence uint64, validUntil time.Time, g grant) *Lock {
 	return &Lock{key: key, token: token, fence: fence, grant: g, now: time.Now, validUntil: validUntil,
-		turn: make(chan struct{}, 1), grantedAt: time.Now()}
+		turn: make(chan struct{}, 1), grantedAt: time.Now(), observe: observerOf(g)}
 }
 
 func init() {

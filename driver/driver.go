@@ -57,6 +57,39 @@ type Describer interface {
 	Describe() (backend string, nodes int)
 }
 
+// Observable is an optional interface of a Locker and of a Grant: the
+// observer the backend was configured with (its logger, see LogEvents,
+// and its users' observers), or nil. dlock.Acquire and dlock.Do send the
+// attempt's events to a Locker's observer, beside those of
+// dlock.WithObserver; a Lock sends its own events (extended, lost,
+// released) to its Grant's observer, whether it came from Acquire or from
+// a bare TryAcquire.
+type Observable interface {
+	Observer() func(ctx context.Context, e dlock.Event)
+}
+
+// Observers combines observers into one that calls each in turn, leaving
+// out nil ones; it returns nil when none is left.
+func Observers(observers ...func(ctx context.Context, e dlock.Event)) func(ctx context.Context, e dlock.Event) {
+	var list []func(context.Context, dlock.Event)
+	for _, o := range observers {
+		if o != nil {
+			list = append(list, o)
+		}
+	}
+	switch len(list) {
+	case 0:
+		return nil
+	case 1:
+		return list[0]
+	}
+	return func(ctx context.Context, e dlock.Event) {
+		for _, o := range list {
+			o(ctx, e)
+		}
+	}
+}
+
 // A ReleaseNotifier is a Locker that can announce releases, so that
 // dlock.Acquire retries as soon as the holder lets go instead of at its
 // next poll. A notification is only a hint: the retry still has to win the

@@ -12,8 +12,12 @@ import (
 // Warn record when a lock is lost or an extension fails, with the key,
 // fence, backend and cause; Debug records for grants, refusals and
 // releases; nothing at Info, so that a busy service's hot path stays
-// silent. A record that the logger would drop costs one Enabled call.
+// silent. A record that the logger would drop costs one Enabled call; a
+// logger whose handler is slog.DiscardHandler gives nil (no observer).
 func LogEvents(logger *slog.Logger) func(context.Context, dlock.Event) {
+	if logger == nil || logger.Handler() == slog.DiscardHandler {
+		return nil
+	}
 	return func(ctx context.Context, e dlock.Event) {
 		level := slog.LevelDebug
 		var msg string

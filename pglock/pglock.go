@@ -27,14 +27,16 @@ import (
 // are reentrant, so a shared connection would let a second holder in).
 // A Locker is safe for concurrent use; create one per pool and share it.
 type Locker struct {
-	pool     *pgxpool.Pool
-	node     string // host:port, for dlock.NodeError
-	maxConns int32
-	keyFunc  func(name string) (Key, error)
-	prefix   string
-	notify   bool
-	lease    time.Duration // WithSessionLease margin; < 0: off
-	logger   *slog.Logger
+	pool      *pgxpool.Pool
+	node      string // host:port, for dlock.NodeError
+	maxConns  int32
+	keyFunc   func(name string) (Key, error)
+	prefix    string
+	notify    bool
+	lease     time.Duration // WithSessionLease margin; < 0: off
+	logger    *slog.Logger
+	observers []func(context.Context, dlock.Event) // WithObserver's
+	observe   func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
 
 	stmts statements
 	exec  rowExec
@@ -95,15 +97,35 @@ func WithReleaseNotify(on bool) Option {
 	}
 }
 
-// WithLogger sets where warnings go: a release listener that lost its
-// connection or cannot connect (waiters then poll until it is back). The
-// default is slog.Default().
+// WithLogger sets where the Locker logs: a Warn record when a lock is lost
+// (its session ended) or an extension fails (key, fence, backend, cause),
+// Debug records for grants, refusals and releases, nothing at Info (see
+// driver.LogEvents); and a release listener that lost its connection or
+// cannot connect (waiters then poll until it is back). A logger whose
+// handler is slog.DiscardHandler costs nothing. The default is
+// slog.Default().
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error {
 		if logger == nil {
 			return driver.Invalidf("nil logger")
 		}
 		l.logger = logger
+		return nil
+	}
+}
+
+// WithObserver adds an observer of every lock this Locker takes: the
+// events of Acquire and Do (attempts, grant, refusal) and of each handle,
+// also one from a bare TryAcquire (extensions, loss, release); see
+// dlock.Event. Several observers all receive the events. Package
+// github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and
+// spans of them. The default is none, beside the logger's.
+func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
+	return func(l *Locker) error {
+		if observe == nil {
+			return driver.Invalidf("nil observer")
+		}
+		l.observers = append(l.observers, observe)
 		return nil
 	}
 }
@@ -193,8 +215,19 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		}
 	}
 	l.buildStatements()
+	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
 	return l, nil
 }
+
+// Observer implements driver.Observable: the Locker's logger and its
+// observers (WithLogger, WithObserver), or nil.
+func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
+
+// Observer implements driver.Observable for the lock's own events.
+func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
+
+// Describe implements driver.Describer.
+func (g *grant) Describe() (backend string, nodes int) { return "postgres", 1 }
 
 // TryAcquire makes one attempt to take the session-level advisory lock on
 // key (WithPrefix's prefix and key, mapped by HashKey or WithKeyFunc) and

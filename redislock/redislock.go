@@ -30,8 +30,10 @@ type Locker struct {
 	fenceTTL    time.Duration
 	native      NativeMode
 	logger      *slog.Logger
-	notify      *wake.Notifier // nil for clients without usable pub/sub (a Ring)
-	clockOffset int64          // µs added to the server's clock for fences; tests only
+	observers   []func(context.Context, dlock.Event) // WithObserver's
+	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
+	notify      *wake.Notifier                       // nil for clients without usable pub/sub (a Ring)
+	clockOffset int64                                // µs added to the server's clock for fences; tests only
 
 	probeMu   sync.Mutex
 	probed    bool
@@ -68,8 +70,19 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		l.logger.Warn("dlock: the redis client ignores context deadlines (ContextTimeoutEnabled is false): a call to a server that does not answer returns only after ReadTimeout",
 			"node", l.node)
 	}
+	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
 	return l, nil
 }
+
+// Observer implements driver.Observable: the Locker's logger and its
+// observers (WithLogger, WithObserver), or nil.
+func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
+
+// Observer implements driver.Observable for the lock's own events.
+func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
+
+// Describe implements driver.Describer.
+func (g *grant) Describe() (backend string, nodes int) { return "redis", 1 }
 
 // TryAcquire makes one attempt to take the lock on key for ttl: one script
 // that sets the key to a fresh token if it is free and draws the fence, in

@@ -66,9 +66,13 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 			ok = l.count(replies, (*nodeReply).granted) >= l.quorum
 		}
 		if ok {
+			nodes := l.quorum // the majority awaited; the others may still answer
+			if replies != nil {
+				nodes = l.count(replies, (*nodeReply).granted)
+			}
 			validUntil := driver.ValidUntil(start, ttl, l.driftFactor)
 			if elapsed := time.Since(start); validUntil.After(start.Add(elapsed)) {
-				g := &grant{l: l, keys: full, token: token, fence: fence, acquiring: c.progress}
+				g := &grant{l: l, keys: full, token: token, fence: fence, acquiring: c.progress, nodes: nodes}
 				return driver.NewLock(display, token, uint64(fence), validUntil, g), nil
 			}
 			return l.fail(ctx, display, full, token, c.all(), dlock.ErrNotAcquired,

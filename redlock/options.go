@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -61,14 +62,33 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithLogger sets where warnings go: an even number of nodes, fewer than
-// three, the same server given twice. The default is slog.Default().
+// WithLogger sets where the Locker logs: a Warn record when a lock is lost
+// or an extension fails (key, fence, backend, cause), Debug records for
+// grants, refusals and releases, nothing at Info (see driver.LogEvents);
+// and its configuration warnings. A logger whose handler is
+// slog.DiscardHandler costs nothing. The default is slog.Default().
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error {
 		if logger == nil {
 			return driver.Invalidf("nil logger")
 		}
 		l.logger = logger
+		return nil
+	}
+}
+
+// WithObserver adds an observer of every lock this Locker takes: the
+// events of Acquire and Do (attempts, grant, refusal) and of each handle,
+// also one from a bare TryAcquire (extensions, loss, release); see
+// dlock.Event. Several observers all receive the events. Package
+// github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and
+// spans of them. The default is none, beside the logger's.
+func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
+	return func(l *Locker) error {
+		if observe == nil {
+			return driver.Invalidf("nil observer")
+		}
+		l.observers = append(l.observers, observe)
 		return nil
 	}
 }

@@ -31,6 +31,8 @@ type Locker struct {
 	nodeTimeout time.Duration
 	fenceTTL    time.Duration
 	logger      *slog.Logger
+	observers   []func(context.Context, dlock.Event) // WithObserver's
+	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
 	strict      bool
 	defaults    []dlock.Option
 	notify      *wake.Notifier // wake-on-release
@@ -130,8 +132,19 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		}
 		l.logger.Warn("dlock/redlock: "+p, "nodes", n)
 	}
+	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
 	return l, nil
 }
+
+// Observer implements driver.Observable: the Locker's logger and its
+// observers (WithLogger, WithObserver), or nil.
+func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
+
+// Observer implements driver.Observable for the lock's own events.
+func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
+
+// Describe implements driver.Describer.
+func (g *grant) Describe() (backend string, nodes int) { return "redlock", g.nodes }
 
 // Quorum returns the number of nodes that must agree: N/2+1.
 func (l *Locker) Quorum() int { return l.quorum }
@@ -309,6 +322,8 @@ type grant struct {
 	// the acquisition cannot overtake it there (which would leave a key
 	// behind until its TTL).
 	acquiring *progress
+	// nodes is how many nodes granted the lock when it counted as held.
+	nodes int
 	// waitAll makes Release wait for every node's answer, for callers that
 	// may exit right after it (ReleaseToken: shell scripts, the CLI).
 	waitAll bool
