@@ -29,7 +29,11 @@ import (
 // (with a TTL shorter than the threshold, Do extends again at once, with
 // its own TTL). fn may release it too, with its own context: Do stops
 // extending, the context ends (cause matching ErrNotHeld) once the release
-// is done, and Do does not release again.
+// is done, and Do does not release again. A release that is still in
+// flight, or whose outcome was unknown (ErrUnavailable), when the validity
+// runs out ends the context as a loss (cause matching ErrLockLost), and Do
+// then returns an error matching ErrLockLost: the key may have expired and
+// another owner taken it. Do releases again after fn returns in that case.
 //
 // The lock itself (its fence, its validity) is available to fn through
 // LockFromContext.
@@ -37,7 +41,8 @@ import (
 // Do returns fn's error as it is when nothing else went wrong. When the
 // lock was lost, it returns fn's error (if any) followed by the loss cause,
 // on one line, matching ErrLockLost (a release error after the loss is
-// only detail in its message); otherwise fn's error followed by the release
+// only detail in its message), even when ctx was cancelled first and fn's
+// context carries ctx's cause; otherwise fn's error followed by the release
 // error, if any. When the lock cannot be acquired fn is not called and the
 // acquire error is returned. Do starts one goroutine for the extension (and
 // one per extension in flight) and waits for them before returning.
@@ -81,6 +86,11 @@ func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ct
 		<-done
 		fnCtx.check() // a validity that ran out as fn returned is a loss too
 		lost := lostCause(base)
+		if lost == nil {
+			// base may have ended with ctx's cause before the loss: the
+			// handle's record is what counts.
+			lost = asLoss(lock.watch().loss(lock.Key(), lock.now()))
+		}
 		var relErr error
 		if !lock.released() { // fn may have released it itself
 			relCtx, cancelRel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(ttl))
@@ -137,8 +147,11 @@ func (c *lockContext) check() {
 	if c.Context.Err() != nil {
 		return
 	}
-	if s := c.lock.watch(); s.ended() {
-		c.end(s.gone, s.lost)
+	s := c.lock.watch()
+	if lost := s.loss(c.lock.Key(), c.lock.now()); lost != nil {
+		c.end(lost, true)
+	} else if s.ended() {
+		c.end(s.gone, false)
 	}
 }
 
@@ -146,10 +159,19 @@ func (c *lockContext) check() {
 // matching ErrLockLost alone (an extension refused with ErrNotHeld is its
 // detail), a released one with its ErrNotHeld.
 func (c *lockContext) end(gone error, lost bool) {
-	if lost && !errors.Is(gone, ErrLockLost) {
-		gone = fmt.Errorf("dlock: %w: %w", ErrLockLost, hideSentinels{gone})
+	if lost {
+		gone = asLoss(gone)
 	}
 	c.cancel(gone)
+}
+
+// asLoss returns the cause of a lost lock as an error matching ErrLockLost
+// alone.
+func asLoss(cause error) error {
+	if cause == nil || errors.Is(cause, ErrLockLost) {
+		return cause
+	}
+	return fmt.Errorf("dlock: %w: %w", ErrLockLost, hideSentinels{cause})
 }
 
 // lostCause returns the cause with which fn's context was cancelled if that
@@ -222,14 +244,21 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 
 	for {
 		s := lock.watch()
-		if s.ended() {
-			end(s.gone, s.lost)
+		now := lock.now()
+		if lost := s.loss(lock.Key(), now); lost != nil {
+			end(lost, true)
 			return
 		}
-		now := lock.now()
+		if s.ended() {
+			end(s.gone, false)
+			return
+		}
 		switch {
-		case s.gone != nil: // fn is releasing the lock: wait for the outcome
-			deadline.Stop()
+		case s.gone != nil:
+			// fn is releasing the lock: wait for the outcome, but not past
+			// the validity (the release may hang, or leave the outcome
+			// unknown), which the loss check above then reports.
+			deadline.Reset(s.until.Sub(now))
 			next.Stop()
 		case result != nil || limited:
 			deadline.Reset(s.until.Sub(now))

@@ -281,3 +281,104 @@ func sigstopHolder() {
 		}
 	}, dlock.WithMaxHold(holderTTL)) // no extension: the validity ends with the first TTL
 }
+
+// doReleaseUnknown runs Do with a function that releases the lock itself
+// through release (whose outcome stays unknown) and then waits for its
+// context; it returns the context's cause (nil if it outlived the
+// validity by far) and Do's error.
+func doReleaseUnknown(t *testing.T, m *memLocker, ttl time.Duration, release func(l *dlock.Lock)) (cause, err error) {
+	t.Helper()
+	err = dlock.Do(context.Background(), m, "k", ttl, func(ctx context.Context) error {
+		release(dlock.LockFromContext(ctx))
+		select {
+		case <-ctx.Done():
+			cause = context.Cause(ctx)
+		case <-time.After(ttl + 2*time.Second): // generous: 2 cores shared
+		}
+		return nil
+	})
+	return cause, err
+}
+
+// A release by the function whose outcome is unknown (its context was
+// already done) leaves the handle releasing: the function's context must
+// still end at the validity deadline, as a loss, and so must Do's error.
+func TestDoOwnReleaseUnknownEndsAtValidity(t *testing.T) {
+	m := newMem()
+	ttl := 300 * time.Millisecond
+	cause, err := doReleaseUnknown(t, m, ttl, func(l *dlock.Lock) {
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		m.release = func(ctx context.Context) error { return ctx.Err() }
+		if err := l.Release(done); !errors.Is(err, dlock.ErrUnavailable) {
+			t.Errorf("Release: %v, want ErrUnavailable", err)
+		}
+		m.release = nil
+	})
+	if !errors.Is(cause, dlock.ErrLockLost) {
+		t.Errorf("fn's context cause %v after the validity, want ErrLockLost", cause)
+	}
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do: %v, want ErrLockLost", err)
+	}
+}
+
+// A release by the function that hangs past the validity: the context
+// ends at the validity deadline, not when the release returns.
+func TestDoOwnReleaseHangsEndsAtValidity(t *testing.T) {
+	m := newMem()
+	ttl := 300 * time.Millisecond
+	unblock := make(chan struct{})
+	m.release = func(ctx context.Context) error {
+		select {
+		case <-unblock:
+			return errors.New("connection reset")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var wg sync.WaitGroup
+	cause, err := doReleaseUnknown(t, m, ttl, func(l *dlock.Lock) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.Release(context.Background())
+		}()
+		locktest.Eventually(t, time.Second, func() error {
+			if l.Held() {
+				return errors.New("release not started")
+			}
+			return nil
+		})
+	})
+	close(unblock)
+	wg.Wait()
+	if !errors.Is(cause, dlock.ErrLockLost) {
+		t.Errorf("fn's context cause %v after the validity, want ErrLockLost", cause)
+	}
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do: %v, want ErrLockLost", err)
+	}
+}
+
+// A loss after the caller's context was cancelled (Do keeps extending so
+// that fn can finish) is still reported as a loss.
+func TestDoLossAfterCallerCancelled(t *testing.T) {
+	m := newMem()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := dlock.Do(ctx, m, "k", 300*time.Millisecond, func(ctx context.Context) error {
+		cancel()
+		m.free("k") // the next extension is refused
+		locktest.Eventually(t, 2*time.Second, func() error {
+			if dlock.LockFromContext(ctx).Held() {
+				return errors.New("still held")
+			}
+			return nil
+		})
+		return nil
+	})
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do: %v, want ErrLockLost", err)
+	}
+}

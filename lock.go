@@ -331,6 +331,21 @@ func (l *Lock) watch() snapshot {
 // called it may still need its context for the call.
 func (s snapshot) ended() bool { return s.gone != nil && (s.lost || !s.releasing) }
 
+// loss returns why the lock in s is lost, or nil: its recorded loss, or a
+// validity that ran out by now while a Release was under way or left its
+// outcome unknown (the key may have expired and another owner taken it;
+// the handle stays releasing, so that Release may be retried).
+func (s snapshot) loss(key string, now time.Time) error {
+	switch {
+	case s.lost:
+		return s.gone
+	case s.releasing && !s.until.After(now):
+		return fmt.Errorf("dlock: %w: validity of %q ran out at %v while its release was under way or of unknown outcome",
+			ErrLockLost, key, s.until.Round(0).Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
 // gone is goneLocked for callers that do not hold l.mu.
 func (l *Lock) gone(op string) error {
 	l.mu.Lock()

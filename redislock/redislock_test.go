@@ -445,3 +445,61 @@ func TestConformanceOutage(t *testing.T) {
 			}
 		})
 }
+
+// A loss after the caller's context was cancelled (Do keeps extending so
+// that fn can finish) is still a loss: Do's error matches ErrLockLost.
+func TestDoLossAfterCallerCancelled(t *testing.T) {
+	raw := shared.Client(t)
+	l := newLocker(t, shared.Client(t))
+	key := locktest.Key(t)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	err := l.Do(ctx, key, 400*time.Millisecond, func(ctx context.Context) error {
+		cancel()
+		raw.Set(testCtx(t), key, "someone-else", time.Minute)
+		locktest.Eventually(t, 5*time.Second, func() error {
+			if dlock.LockFromContext(ctx).Held() {
+				return errors.New("still held")
+			}
+			return nil
+		})
+		return nil
+	})
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do returned %v, want ErrLockLost", err)
+	}
+}
+
+// fn releases the lock itself with a context already done: the outcome is
+// unknown, the key expires and another owner takes it; fn's context must
+// have ended by then, as a loss.
+func TestDoOwnReleaseUnknownEndsAtValidity(t *testing.T) {
+	l, other := newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t))
+	key := locktest.Key(t)
+	ttl := 400 * time.Millisecond
+	err := l.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+		done, cancelDone := context.WithCancel(context.Background())
+		cancelDone()
+		if err := dlock.LockFromContext(ctx).Release(done); !errors.Is(err, dlock.ErrUnavailable) {
+			t.Errorf("Release with a done context: %v, want ErrUnavailable", err)
+		}
+		taken, err := other.Acquire(testCtx(t), key, 10*time.Second)
+		if err != nil {
+			t.Errorf("other owner: %v", err)
+			return nil
+		}
+		defer taken.Release(testCtx(t))
+		select {
+		case <-ctx.Done():
+		default:
+			t.Error("fn's context alive while another owner holds the key")
+		}
+		if cause := context.Cause(ctx); !errors.Is(cause, dlock.ErrLockLost) {
+			t.Errorf("cause %v, want ErrLockLost", cause)
+		}
+		return nil
+	})
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do returned %v, want ErrLockLost", err)
+	}
+}
