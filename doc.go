@@ -5,9 +5,11 @@
 // function runs and tells the function, through its context, the moment the
 // lock may be lost.
 //
-// This package holds what every backend shares: the Locker interface, the
-// Lock handle, waiting (Acquire), auto-extension (Do) and the errors. It
-// imports only the standard library.
+// This package holds what a user of locks programs against: the Locker
+// interface, the Lock handle, waiting (Acquire), auto-extension (Do), the
+// errors, events for observers (WithObserver) and inspection (Inspector).
+// It imports only the standard library. Package driver has what only a
+// backend needs, and package locktest the conformance suite.
 //
 // # Quick start
 //
@@ -61,6 +63,18 @@
 // validity with the clock on every look (Err, Done, context.Cause), so a
 // process resumed after a pause sees the loss at once; and Do follows the
 // function's own Extend calls.
+//
+// # Events and inspection
+//
+// WithObserver (and each backend's WithObserver option) receives every
+// event of a lock: attempts, grant (with the wait and the fence), refusal,
+// extensions, loss (and how it was detected), release (with the hold
+// time). The backends' loggers turn them into a Warn record for a lost
+// lock or a failed extension and Debug records for the rest; package
+// github.com/dlock-go/dlock/dlockotel turns them into OpenTelemetry
+// metrics and spans. Every backend is an Inspector: it lists the held
+// locks matching a pattern, with their remaining TTL, fence, holder and
+// waiters, as `dlock inspect` shows them.
 //
 // # Errors
 //

@@ -20,9 +20,9 @@
 // What was verified where: the script paths run against real redis-server
 // 7.0 in this package's tests, including a three-master Cluster started by
 // the test harness. No server that implements DELEX and SET IFEQ could be
-// installed here; the native release (DELEX IFEQ) runs against miniredis, an
-// in-process imitation that implements DELEX but not SET IFEQ, and the
-// native extension path (SET IFEQ) is exercised only by a test showing that
+// installed here; the native release (DELEX IFEQ) runs against miniredis (in
+// the repository's compat module), an in-process imitation that implements
+// DELEX but not SET IFEQ, and the native extension path (SET IFEQ) is exercised only by a test showing that
 // forcing it really sends the command. Treat NativeAlways on 8.4 as less
 // tested than the scripts.
 //
