@@ -2,6 +2,7 @@ package etcdlock_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -58,4 +59,16 @@ func TestConformance(t *testing.T) {
 	locktest.Run(t, func(t *testing.T) dlock.Locker {
 		return newLocker(t, c.Client(t))
 	}, locktest.WithLapse(func(t *testing.T, key string) { revokeHolder(t, admin, key) }))
+}
+
+// queueLen fails unless key's queue has want keys.
+func queueLen(ctx context.Context, cli *clientv3.Client, key string, want int) error {
+	resp, err := cli.Get(ctx, key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return err
+	}
+	if int(resp.Count) != want {
+		return fmt.Errorf("queue of %q has %d keys, want %d", key, resp.Count, want)
+	}
+	return nil
 }

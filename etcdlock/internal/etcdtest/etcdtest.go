@@ -17,6 +17,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Member is one etcd server process of a Cluster.
@@ -153,7 +154,7 @@ func (c *Cluster) Client(t testing.TB, endpoints ...string) *clientv3.Client {
 		endpoints = c.Endpoints()
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
-		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second})
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("etcd client: %v", err)
 	}
