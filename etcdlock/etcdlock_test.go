@@ -72,3 +72,26 @@ func queueLen(ctx context.Context, cli *clientv3.Client, key string, want int) e
 	}
 	return nil
 }
+
+// TestOutage: the conformance suite's outage case, with every member of
+// the cluster killed (a majority gone) and restarted.
+func TestOutage(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	locktest.RunOutage(t, func(t *testing.T) dlock.Locker {
+		return newLocker(t, c.Client(t))
+	}, func(t *testing.T) func() {
+		for _, m := range c.Members {
+			m.Kill()
+		}
+		return func() {
+			for _, m := range c.Members {
+				m.Restart(t)
+			}
+		}
+	})
+}
+
+// queueOrder reads a queue's keys oldest first.
+func queueOrder() []clientv3.OpOption {
+	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+}
