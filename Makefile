@@ -7,6 +7,7 @@ GO ?= go
 
 test: deps vet
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/internal/torture$$')
+	cd etcdlock && $(GO) test -race -count=1 -timeout 10m ./... # its own module: a 3-member etcd cluster
 	$(MAKE) fuzz
 	GO=$(GO) scripts/torture.sh
 
@@ -31,6 +32,7 @@ deps:
 vet:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./... # its own module: the benchmarks must build too
+	cd etcdlock && $(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
