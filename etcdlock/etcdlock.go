@@ -249,6 +249,9 @@ func (l *Locker) waitDelete(ctx context.Context, key string, c *contender) error
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for deleted := false; !deleted; {
+		if beforeWatch != nil {
+			beforeWatch(c.read)
+		}
 		wch := l.client.Watch(wctx, ahead, clientv3.WithRev(c.read+1))
 		for resp := range wch {
 			if resp.CompactRevision != 0 || resp.Err() != nil {
@@ -278,6 +281,10 @@ func (l *Locker) waitDelete(ctx context.Context, key string, c *contender) error
 	}
 	return l.findAhead(ctx, key, c)
 }
+
+// beforeWatch, when set (by tests), runs before each watch of the key
+// ahead with the revision the watch starts after.
+var beforeWatch func(read int64)
 
 // abandon revokes a lease whose key did not become a lock, in the
 // background and within a short bound: its key would otherwise block the

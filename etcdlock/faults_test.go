@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/locktest"
@@ -188,7 +190,9 @@ func TestLeaseRevokedByAnotherClient(t *testing.T) {
 }
 
 // TestCompactionWhileWaiting: a compaction past the revision a waiter
-// watches from does not strand it.
+// watches from (between its read of the key ahead and its watch, so the
+// watch is refused as compacted) does not strand it: it reads again and
+// gets the lock when the holder releases.
 func TestCompactionWhileWaiting(t *testing.T) {
 	c := etcdtest.Start(t, 3)
 	ctx := testCtx(t)
@@ -198,6 +202,27 @@ func TestCompactionWhileWaiting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var compacted, watches atomic.Int64
+	etcdlock.SetBeforeWatch(func(read int64) {
+		watches.Add(1)
+		if compacted.Load() != 0 {
+			return
+		}
+		var rev int64
+		for i := range 20 {
+			resp, err := admin.Put(ctx, fmt.Sprint("filler/", i), "x")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			rev = resp.Header.Revision
+		}
+		if _, err := admin.Compact(ctx, rev); err != nil {
+			t.Errorf("compact: %v", err)
+		}
+		compacted.Store(rev)
+	})
+	t.Cleanup(func() { etcdlock.SetBeforeWatch(nil) })
 	waiter := newLocker(t, c.Client(t))
 	got := make(chan error, 1)
 	go func() {
@@ -207,17 +232,16 @@ func TestCompactionWhileWaiting(t *testing.T) {
 		}
 		got <- err
 	}()
-	locktest.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "compact", 2) })
-	var rev int64
-	for i := range 50 {
-		resp, err := admin.Put(ctx, fmt.Sprint("filler/", i), "x")
-		if err != nil {
-			t.Fatal(err)
+	locktest.Eventually(t, 5*time.Second, func() error {
+		if compacted.Load() == 0 {
+			return errors.New("no compaction yet")
 		}
-		rev = resp.Header.Revision
-	}
-	if _, err := admin.Compact(ctx, rev); err != nil {
-		t.Fatalf("compact: %v", err)
+		return nil
+	})
+	select {
+	case err := <-got:
+		t.Fatalf("waiter returned while the lock was held: %v", err)
+	case <-time.After(500 * time.Millisecond):
 	}
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -229,5 +253,10 @@ func TestCompactionWhileWaiting(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter stranded after the compaction")
+	}
+	// One refused watch, one from the fresh read: no spinning on the
+	// compacted revision while the lock was held.
+	if n := watches.Load(); n > 3 {
+		t.Fatalf("%d watches of the key ahead, want at most 3", n)
 	}
 }
