@@ -94,21 +94,26 @@ func (l *Locker) enqueue(ctx context.Context, key string, ttl time.Duration) (*c
 		return nil, l.opErr(ctx, err, true)
 	}
 	c := &contender{lease: lease.ID, key: l.queue(key) + token(lease.ID)}
+	// As concurrency.Mutex does: the put and the read of the queue's first
+	// key in one transaction, so "first" is decided at the put's revision.
 	cmp := clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)
 	put := clientv3.OpPut(c.key, "", clientv3.WithLease(lease.ID))
 	get := clientv3.OpGet(c.key)
-	resp, err := l.client.Txn(ctx).If(cmp).Then(put).Else(get).Commit()
+	owner := clientv3.OpGet(l.queue(key), clientv3.WithFirstCreate()...)
+	resp, err := l.client.Txn(ctx).If(cmp).Then(put, owner).Else(get, owner).Commit()
 	if err != nil {
 		l.abandon(ctx, lease.ID, ttl)
 		return nil, l.opErr(ctx, err, true)
 	}
-	c.rev = resp.Header.Revision
+	c.rev, c.read = resp.Header.Revision, resp.Header.Revision
 	if !resp.Succeeded { // a retried put whose first reply was lost
 		c.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
 	}
-	if err := l.findAhead(ctx, key, c); err != nil {
-		l.abandon(ctx, lease.ID, ttl)
-		return nil, err
+	if first := resp.Responses[1].GetResponseRange().Kvs; len(first) == 0 || first[0].CreateRevision != c.rev {
+		c.ahead = &mvccpb.KeyValue{} // someone is ahead; findAhead says who
+		if len(first) > 0 {
+			c.ahead = first[0]
+		}
 	}
 	return c, nil
 }
@@ -195,16 +200,20 @@ func (w *waiter) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 			}
 		}
 	}()
-	for c.ahead != nil {
-		if err := l.waitDelete(waitCtx, key, c); err != nil {
-			stopWait()
-			<-keep
-			l.abandon(ctx, c.lease, ttl)
-			if ctx.Err() == nil && waitCtx.Err() != nil {
-				err = fmt.Errorf("%w (the wait's lease expired)", dlock.ErrNotAcquired)
-			}
-			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
+	if c.ahead != nil {
+		err = l.findAhead(waitCtx, key, c)
+	}
+	for err == nil && c.ahead != nil {
+		err = l.waitDelete(waitCtx, key, c)
+	}
+	if err != nil {
+		stopWait()
+		<-keep
+		l.abandon(ctx, c.lease, ttl)
+		if ctx.Err() == nil && waitCtx.Err() != nil {
+			err = fmt.Errorf("%w (the wait's lease expired)", dlock.ErrNotAcquired)
 		}
+		return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 	}
 	stopWait()
 	<-keep
@@ -213,6 +222,17 @@ func (w *waiter) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if _, err := l.client.KeepAliveOnce(ctx, c.lease); err != nil {
 		l.abandon(ctx, c.lease, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
+	}
+	// Being first counts only if our key is still there: it may have been
+	// deleted during the wait by someone other than its lease.
+	resp, err := l.client.Get(ctx, c.key)
+	if err != nil {
+		l.abandon(ctx, c.lease, ttl)
+		return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != c.rev {
+		l.abandon(ctx, c.lease, ttl)
+		return nil, fmt.Errorf("dlock: acquire %q: %w (its queue key was deleted during the wait)", key, dlock.ErrNotAcquired)
 	}
 	return l.granted(ctx, key, ttl, start, c)
 }

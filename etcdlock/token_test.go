@@ -93,3 +93,47 @@ func TestUnreachable(t *testing.T) {
 	}
 	t.Logf("TryAcquire with the cluster down: %v", err)
 }
+
+// TestWaiterKeyDeleted: a waiter whose queue key was deleted behind its back
+// does not take the lock without a key; it queues again.
+func TestWaiterKeyDeleted(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	ctx := testCtx(t)
+	admin := c.Client(t)
+	l := newLocker(t, c.Client(t))
+	lock, err := l.TryAcquire(ctx, "deleted", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		w, err := l.Acquire(ctx, "deleted", 5*time.Second)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- w
+	}()
+	locktest.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "deleted", 2) })
+	resp, err := admin.Get(ctx, "deleted/", queueOrder()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Delete(ctx, string(resp.Kvs[1].Key)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	defer w.Release(context.Background())
+	now, err := admin.Get(ctx, "deleted/"+w.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(now.Kvs) != 1 || uint64(now.Kvs[0].CreateRevision) != w.Fence() {
+		t.Fatalf("waiter holds fence %d but its key is %v: a lock without a key", w.Fence(), now.Kvs)
+	}
+}
