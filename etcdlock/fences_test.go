@@ -1,0 +1,74 @@
+package etcdlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
+	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/locktest"
+)
+
+// TestFencesAcrossLeaderKills: fences keep increasing while the leader is
+// killed and restarted between holders, and a fence guard accepts them.
+func TestFencesAcrossLeaderKills(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	l := newLocker(t, c.Client(t))
+	kill := func() {
+		m := c.Leader(t)
+		m.Kill()
+		m.Restart(t)
+	}
+	fences := locktest.FenceHistory(t, l, "fences", 8, map[int]func(){3: kill, 6: kill})
+	g := fence.NewMemory()
+	for i, f := range fences {
+		if err := g.Write("res", f, fmt.Sprint("holder", i), func() error { return nil }); err != nil {
+			t.Fatalf("guard refused fence %d of %v: %v", f, fences, err)
+		}
+	}
+}
+
+// TestFIFO: waiters get the lock in the order they queued.
+func TestFIFO(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	ctx := testCtx(t)
+	l := newLocker(t, c.Client(t))
+	first, err := l.TryAcquire(ctx, "fifo", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	queued := newLocker(t, c.Client(t))
+	admin := c.Client(t)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lock, err := queued.Acquire(ctx, "fifo", 5*time.Second)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			lock.Release(context.Background())
+		}()
+		// Each waiter's key is in the queue before the next starts.
+		locktest.Eventually(t, 5*time.Second, func() error {
+			return queueLen(ctx, admin, "fifo", i+2)
+		})
+	}
+	first.Release(ctx)
+	wg.Wait()
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("waiters served in order %v, want 0 1 2 3", order)
+		}
+	}
+}

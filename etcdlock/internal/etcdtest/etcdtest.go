@@ -1,0 +1,207 @@
+// Package etcdtest starts etcd clusters for tests: real etcd server
+// processes (the etcd binary on PATH, Debian's etcd-server package) on free
+// loopback ports, so that tests can kill and restart members.
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Member is one etcd server process of a Cluster.
+type Member struct {
+	Name       string
+	ClientURL  string
+	ClientAddr string // host:port
+	peerURL    string
+	dir        string
+	args       []string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// Cluster is a set of etcd members started for a test.
+type Cluster struct {
+	Members []*Member
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Start starts an n-member cluster with short raft timings (10ms heartbeat,
+// 100ms election) so that leader elections are fast and the minimum lease
+// TTL is one second. It skips the test when no etcd binary is installed
+// (scripts/install-deps.sh installs it). The cluster is stopped at cleanup.
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		t.Fatal("etcd not found on PATH; install it with: apt-get install -y etcd-server (or run `make test`, which does)")
+	}
+	c := &Cluster{}
+	var initial []string
+	for i := range n {
+		cp, pp := freePort(t), freePort(t)
+		m := &Member{
+			Name:       fmt.Sprintf("m%d", i),
+			ClientAddr: fmt.Sprintf("127.0.0.1:%d", cp),
+			ClientURL:  fmt.Sprintf("http://127.0.0.1:%d", cp),
+			peerURL:    fmt.Sprintf("http://127.0.0.1:%d", pp),
+			dir:        t.TempDir(),
+		}
+		c.Members = append(c.Members, m)
+		initial = append(initial, m.Name+"="+m.peerURL)
+	}
+	for _, m := range c.Members {
+		m.args = []string{
+			"--name", m.Name, "--data-dir", filepath.Join(m.dir, "data"),
+			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
+			"--listen-peer-urls", m.peerURL, "--initial-advertise-peer-urls", m.peerURL,
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", "dlock-test",
+			"--heartbeat-interval", "10", "--election-timeout", "100",
+			"--logger", "zap", "--log-outputs", filepath.Join(m.dir, "etcd.log"),
+		}
+		if err := m.start(bin); err != nil {
+			t.Fatalf("start etcd %s: %v", m.Name, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, m := range c.Members {
+			m.Kill()
+		}
+	})
+	c.WaitHealthy(t)
+	return c
+}
+
+func (m *Member) start(bin string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cmd := exec.Command(bin, m.args...)
+	cmd.Env = append(os.Environ(), "ETCD_UNSUPPORTED_ARCH=")
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	m.cmd = cmd
+	return nil
+}
+
+// Kill stops the member with SIGKILL and waits for it to exit. It does
+// nothing when the member is not running.
+func (m *Member) Kill() {
+	m.mu.Lock()
+	cmd := m.cmd
+	m.cmd = nil
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+}
+
+// Restart starts a killed member again with its data.
+func (m *Member) Restart(t testing.TB) {
+	t.Helper()
+	bin, _ := exec.LookPath("etcd")
+	args := append([]string(nil), m.args...)
+	for i, a := range args {
+		if a == "--initial-cluster-state" {
+			args[i+1] = "existing"
+		}
+	}
+	m.args = args
+	if err := m.start(bin); err != nil {
+		t.Fatalf("restart etcd %s: %v", m.Name, err)
+	}
+}
+
+// Endpoints are the members' client URLs.
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, m := range c.Members {
+		eps = append(eps, m.ClientURL)
+	}
+	return eps
+}
+
+// Client returns a client of the cluster (all endpoints, or those given),
+// closed at cleanup.
+func (c *Cluster) Client(t testing.TB, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	if len(endpoints) == 0 {
+		endpoints = c.Endpoints()
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// WaitHealthy waits until every running member answers and the cluster has
+// a leader.
+func (c *Cluster) WaitHealthy(t testing.TB) {
+	t.Helper()
+	cli := c.Client(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for _, m := range c.Members {
+		m.mu.Lock()
+		running := m.cmd != nil
+		m.mu.Unlock()
+		if !running {
+			continue
+		}
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st, err := cli.Status(ctx, m.ClientURL)
+			cancel()
+			if err == nil && st.Leader != 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("etcd %s not healthy: %v", m.Name, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// Leader returns the member that is the raft leader.
+func (c *Cluster) Leader(t testing.TB) *Member {
+	t.Helper()
+	cli := c.Client(t)
+	for _, m := range c.Members {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := cli.Status(ctx, m.ClientURL)
+		cancel()
+		if err == nil && st.Leader == st.Header.MemberId {
+			return m
+		}
+	}
+	t.Fatal("no etcd leader")
+	return nil
+}
