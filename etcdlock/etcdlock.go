@@ -27,6 +27,8 @@ type Locker struct {
 	prefix      string
 	driftFactor float64
 	logger      *slog.Logger
+	observers   []func(context.Context, dlock.Event) // WithObserver's
+	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
 }
 
 var (
@@ -49,8 +51,22 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
+	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
 	return l, nil
 }
+
+// Observer implements driver.Observable: the Locker's logger and its
+// observers (WithLogger, WithObserver), or nil.
+func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
+
+// Observer implements driver.Observable for waits through Acquire and Do.
+func (w *waiter) Observer() func(ctx context.Context, e dlock.Event) { return w.l.observe }
+
+// Observer implements driver.Observable for the lock's own events.
+func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
+
+// Describe implements driver.Describer.
+func (g *grant) Describe() (backend string, nodes int) { return "etcd", 1 }
 
 // queue is the prefix under which the contenders for key have their keys,
 // as in concurrency.NewMutex(session, prefix+key).

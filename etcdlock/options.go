@@ -1,8 +1,10 @@
 package etcdlock
 
 import (
+	"context"
 	"log/slog"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keys"
 )
@@ -37,13 +39,32 @@ func WithDriftFactor(f float64) Option {
 	}
 }
 
-// WithLogger sets the logger for warnings. The default is slog.Default().
+// WithLogger sets where the Locker logs: a Warn record when a lock is lost
+// or an extension fails (key, fence, backend, cause), Debug records for
+// grants, refusals and releases, nothing at Info (see driver.LogEvents). A
+// logger whose handler is slog.DiscardHandler costs nothing. The default is
+// slog.Default().
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error {
 		if logger == nil {
 			return driver.Invalidf("nil logger")
 		}
 		l.logger = logger
+		return nil
+	}
+}
+
+// WithObserver adds an observer of every lock this Locker takes: the
+// events of Acquire and Do (attempts, grant, refusal) and of each handle,
+// also one from a bare TryAcquire (extensions, loss, release); see
+// dlock.Event. Several observers all receive the events. The default is
+// none, beside the logger's.
+func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
+	return func(l *Locker) error {
+		if observe == nil {
+			return driver.Invalidf("nil observer")
+		}
+		l.observers = append(l.observers, observe)
 		return nil
 	}
 }
