@@ -242,9 +242,9 @@ func acquireError(err error, rec *recorder, key string, wait time.Duration) erro
 		return unreachable(err)
 	case errors.Is(err, dlock.ErrNotAcquired) && rec.busy():
 		if wait > 0 {
-			return exitf(exitBusy, "lock %q is busy: another owner held it for all of --wait %v", key, wait)
+			return busyf("lock %q is busy: another owner held it for all of --wait %v", key, wait)
 		}
-		return exitf(exitBusy, "lock %q is busy: another owner holds it", key)
+		return busyf("lock %q is busy: another owner holds it", key)
 	case errors.Is(err, dlock.ErrNotAcquired):
 		return exitf(exitUnavailable, "backend unreachable: no answer within --wait %v", wait)
 	}

@@ -34,6 +34,7 @@ const exitCodesHelp = `Exit codes:
   64       usage error: bad flag, argument or backend choice
   69       backend unreachable (or it answered with an error)
   75       lock busy: another owner held it until --wait ran out
+           (-E N exits N instead; -q prints nothing for it)
   76       lock lost: run: lost while the command ran (the command was
            terminated); extend/release: the token no longer holds the lock
   126      run: the command could not be started
@@ -119,7 +120,10 @@ func run(ctx context.Context, args []string, env []string, stdin io.Reader, stdo
 	code, msg := exitUsage, err.Error()
 	var ee *exitError
 	var ue *usageError
+	var be *busyError
 	switch {
+	case errors.As(err, &be):
+		code = exitBusy // a command without -E
 	case errors.As(err, &ee):
 		code = ee.code
 		if ee.err == nil {
@@ -180,10 +184,13 @@ never printed.
 
   # hold a lock across several shell commands
   export DLOCK_REDIS=redis://:secret@redis.internal:6379
-  lock=$(dlock acquire deploy --ttl 5m) || exit
+  lock=$(dlock acquire deploy -t 5m) || exit
   eval "$lock"   # sets DLOCK_KEY, DLOCK_TOKEN, DLOCK_FENCE
-  ./migrate && dlock extend deploy "$DLOCK_TOKEN" --ttl 5m && ./restart
-  dlock release deploy "$DLOCK_TOKEN"
+  ./migrate && dlock extend deploy -t 5m && ./restart   # the token comes from DLOCK_TOKEN
+  dlock release deploy
+
+  # in cron: skip silently while the previous run still holds the lock
+  */5 * * * * dlock run -n -q -E 0 sync -- ./sync.sh
 
   # see who holds what
   dlock inspect 'billing:*'

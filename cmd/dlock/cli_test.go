@@ -49,7 +49,7 @@ func TestUsageErrors(t *testing.T) {
 		{"run without command", redisEnv, []string{"run", "k", "--"}, "missing command after"},
 		{"run with empty command", redisEnv, []string{"run", "k", "--", ""}, "empty command name"},
 		{"run with empty key", redisEnv, []string{"run", "", "--", "true"}, "empty lock key"},
-		{"bad duration", redisEnv, run("--ttl", "soon"), `invalid argument "soon" for "--ttl"`},
+		{"bad duration", redisEnv, run("--ttl", "soon"), `invalid argument "soon" for "-t, --ttl"`},
 		{"zero ttl", redisEnv, run("--ttl", "0"), "--ttl: invalid argument: ttl 0s: must be positive"},
 		{"ttl below drift margin", redisEnv, run("--ttl", "1ms"), "clock-drift margin"},
 		{"negative wait", redisEnv, run("--wait", "-1s"), "--wait -1s: must not be negative"},
@@ -252,9 +252,9 @@ func parseVars(t *testing.T, out string) map[string]string {
 	vars := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), "=")
+		k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
 		if !ok {
-			t.Fatalf("not a NAME=value line: %q", sc.Text())
+			t.Fatalf("not an export NAME=value line: %q", sc.Text())
 		}
 		vars[k] = strings.Trim(v, "'")
 	}
@@ -332,7 +332,10 @@ func TestExitCodeBySentinel(t *testing.T) {
 	code := func(err error) int {
 		var ee *exitError
 		var ue *usageError
+		var be *busyError
 		switch {
+		case errors.As(err, &be):
+			return exitBusy
 		case errors.As(err, &ee):
 			return ee.code
 		case errors.As(err, &ue):

@@ -2,12 +2,39 @@
 // jobs: flock(1) across machines, on a single Redis node, on Redlock across
 // several independent Redis masters, or on a PostgreSQL advisory lock.
 //
-//	dlock run [--redis URL]... [--postgres DSN] [--ttl 30s] [--wait 0] [--grace 10s] KEY -- CMD [ARG]...
-//	dlock acquire KEY [--ttl D] [--wait D] [--json]
-//	dlock extend KEY TOKEN [--ttl D]
-//	dlock release KEY TOKEN
+//	dlock run [--redis URL]... [--postgres DSN] [-t TTL] [-w WAIT | -n] [-E N] [-q] [--grace 10s] KEY -- CMD [ARG]...
+//	dlock run [flags] -c 'SHELL COMMAND' KEY
+//	dlock acquire KEY [-t TTL] [-w WAIT | -n] [-E N] [-q] [--json]
+//	dlock extend KEY [TOKEN] [-t TTL]
+//	dlock release KEY [TOKEN]
 //	dlock inspect [PATTERN] [--json]
 //	dlock demo [--redis URL]...
+//
+// The lock flags follow flock(1): -t/--ttl is the lease (30s); -w/--wait is
+// how long to wait for a busy lock (0, the default, tries once); -n is
+// --wait 0; -E/--conflict-exit-code N exits N instead of 75 when the lock is
+// busy; -q/--quiet prints nothing for a busy lock (other errors still print);
+// run -c runs a string with /bin/sh -c instead of -- CMD ARG.... extend and
+// release read the token from DLOCK_TOKEN when it is not an argument (an
+// argument is visible in ps), and acquire prints export lines of DLOCK_KEY,
+// DLOCK_TOKEN and DLOCK_FENCE for eval (kept in a variable first: eval "$(...)" exits 0
+// even when the command inside failed):
+//
+//	lock=$(dlock acquire deploy -t 5m) || exit
+//	eval "$lock"
+//	./migrate.sh --fence "$DLOCK_FENCE" && dlock extend deploy -t 5m
+//	dlock release deploy
+//
+// In cron, skip a run silently while the previous one still holds the lock,
+// and keep the job's own exit status otherwise:
+//
+//	*/5 * * * * dlock run -n -q -E 0 sync -- ./sync.sh
+//
+// Every wait is bounded: by --wait while the lock is busy, and for a backend
+// that does not answer (down, or accepting connections and staying silent)
+// by the larger of --wait and one try, which the URL's dial_timeout (5s) and
+// read_timeout/write_timeout (3s) bound, or the DSN's connect_timeout; then
+// dlock exits 69.
 //
 // One --redis URL selects a single Redis node, several select Redlock; the
 // variables DLOCK_REDIS (comma-separated) and DLOCK_POSTGRES are used when
@@ -35,13 +62,15 @@
 //	1      other failure
 //	64     usage error
 //	69     backend unreachable
-//	75     lock busy: held by another owner until --wait ran out
+//	75     lock busy: held by another owner until --wait ran out (-E N: N)
 //	76     lock lost while the command ran, or the token no longer holds it
 //	126    run: the command could not be started
 //	127    run: the command was not found
 //	128+N  run: the command died of signal N (or dlock did, while waiting)
 //
-// Otherwise run exits with the command's own status, which may coincide with
-// one of the codes above; a script that must tell them apart should have
-// its command avoid 64-76.
+// The codes are the same in every subcommand. Otherwise run exits with the
+// command's own status, which may coincide with one of the codes above (-E
+// never changes it); a script that must tell them apart should have its
+// command avoid 64-76. The table lives in exitCodesHelp (cli.go) too, which
+// every --help prints.
 package main

@@ -26,19 +26,22 @@ var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 
 func (a *app) runCmd() *cobra.Command {
 	var (
-		bf               backendFlags
-		ttl, wait, grace time.Duration
-		noHolder         bool
+		bf       backendFlags
+		lf       lockFlags
+		grace    time.Duration
+		noHolder bool
+		shellCmd string
 	)
 	cmd := &cobra.Command{
-		Use:   "run [flags] KEY -- COMMAND [ARG]...",
+		Use:   "run [flags] KEY -- COMMAND [ARG]... | run [flags] -c SHELL-COMMAND KEY",
 		Short: "Run a command while holding a lock",
 		Long: `Run takes the lock on KEY, runs COMMAND while holding it, and releases it when
 COMMAND exits. Two dlock run on the same KEY, on any machines that share the
 backend, never run their commands at the same time.
 
-With --wait 0 (the default) run tries once and exits 75 if the lock is busy; with
-a duration it waits up to that long for the holder to let go. An unreachable
+With --wait 0 (the default, or -n) run tries once and exits 75 if the lock is busy
+(-E N: exits N instead; -q: says nothing about it on stderr); with a duration it
+waits up to that long for the holder to let go. An unreachable
 backend exits 69 at once, or when --wait runs out for one that does not answer
 (a single try is bounded by the URL's dial_timeout and read_timeout, 5s and 3s
 by default, or the DSN's connect_timeout).
@@ -79,13 +82,21 @@ ran.
   # a PostgreSQL advisory lock; the command passes the fence on
   dlock run --postgres 'postgres://app@db/app' ledger -- sh -c './post.sh --fence "$DLOCK_FENCE"'
 
-  # in cron: skip this run quietly if the last one is still going
-  */5 * * * * dlock run sync -- ./sync.sh; [ $? -eq 75 ] && exit 0`,
+  # in cron: skip this run silently (exit 0, nothing on stderr) while the last one
+  # is still going; a failure of sync.sh itself keeps its exit code
+  */5 * * * * dlock run -n -q -E 0 sync -- ./sync.sh
+
+  # a shell command, as with flock -c
+  dlock run -w 1m -c 'pg_dump app | gzip > /backup/app.gz' backup`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, argv, err := splitRunArgs(cmd, args)
+			key, argv, err := splitRunArgs(cmd, args, shellCmd)
 			if err != nil {
 				return err
 			}
+			if err := lf.check(cmd); err != nil {
+				return err
+			}
+			ttl, wait := lf.ttl, lf.wait
 			if err := checkDurations(ttl, wait, grace); err != nil {
 				return err
 			}
@@ -96,28 +107,45 @@ ran.
 			}
 			defer be.close()
 			r := &runner{a: a, be: be, key: key, argv: argv, ttl: ttl, wait: wait, grace: grace, holder: !noHolder}
-			return r.run(cmd.Context())
+			return lf.busy(r.run(cmd.Context()))
 		},
 	}
 	f := cmd.Flags()
 	addBackendFlags(cmd, &bf)
 	cmd.Flags().BoolVar(&bf.createTable, "create-fence-table", false,
 		"with --postgres: create the dlock_fence sequence that fences come from if it is\nmissing (needs CREATE rights)")
-	f.DurationVar(&ttl, "ttl", 30*time.Second, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
-	f.DurationVar(&wait, "wait", 0, "how long to wait while the lock is busy; 0 tries once")
+	lf.addTTL(cmd, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
+	lf.addWait(cmd)
+	f.StringVarP(&shellCmd, "command", "c", "", "run this shell command with /bin/sh -c, instead of -- COMMAND [ARG]...")
 	f.DurationVar(&grace, "grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command")
 	f.BoolVar(&noHolder, "no-holder", false, "do not publish holder info (host, pid, since) for dlock inspect")
 	return cmd
 }
 
 // splitRunArgs checks the KEY -- COMMAND shape of run's arguments.
-func splitRunArgs(cmd *cobra.Command, args []string) (key string, argv []string, err error) {
+func splitRunArgs(cmd *cobra.Command, args []string, shellCmd string) (key string, argv []string, err error) {
 	dash := cmd.ArgsLenAtDash()
+	if cmd.Flags().Changed("command") {
+		switch {
+		case len(args) == 0:
+			return "", nil, usagef("missing KEY: dlock run -c 'SHELL COMMAND' KEY")
+		case len(args) > 1 && dash >= 0:
+			return "", nil, usagef(`-c and a command after "--" exclude each other`)
+		case len(args) > 1:
+			return "", nil, usagef("expected one KEY with -c, got %d arguments: %q", len(args), args)
+		case shellCmd == "":
+			return "", nil, usagef("-c: empty shell command")
+		}
+		if err := driver.CheckKey(args[0]); err != nil {
+			return "", nil, &usageError{err: err}
+		}
+		return args[0], []string{"/bin/sh", "-c", shellCmd}, nil
+	}
 	switch {
 	case dash < 0 && len(args) == 0:
-		return "", nil, usagef("missing KEY and command: dlock run KEY -- COMMAND [ARG]...")
+		return "", nil, usagef("missing KEY and command: dlock run KEY -- COMMAND [ARG]... or dlock run -c 'SHELL COMMAND' KEY")
 	case dash < 0:
-		return "", nil, usagef(`missing "--" between KEY and the command`)
+		return "", nil, usagef(`missing "--" between KEY and the command (or -c 'SHELL COMMAND')`)
 	case dash == 0:
 		return "", nil, usagef(`missing KEY before "--"`)
 	case dash > 1:
@@ -319,7 +347,7 @@ func (r *runner) outcome(err error, rec *recorder) error {
 	case waitSig != nil && !entered:
 		return exitf(signalCode(waitSig), "interrupted by %v while waiting for lock %q", waitSig, r.key)
 	case r.aborted:
-		return exitf(exitBusy, "lock %q is busy: --wait %v ran out", r.key, r.wait)
+		return busyf("lock %q is busy: --wait %v ran out", r.key, r.wait)
 	case !entered:
 		return acquireError(err, rec, r.key, r.wait)
 	case r.startErr != nil:

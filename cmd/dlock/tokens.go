@@ -19,21 +19,24 @@ import (
 
 func (a *app) acquireCmd() *cobra.Command {
 	var (
-		bf        backendFlags
-		ttl, wait time.Duration
-		asJSON    bool
+		bf     backendFlags
+		lf     lockFlags
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "acquire [flags] KEY",
 		Short: "Take a lock that outlives this command (for shell scripts)",
 		Long: `Acquire takes the lock on KEY for --ttl and prints it. The lock stays held after
 dlock exits, until it is released, or --ttl passes without an extend. Keep the
-token: extend and release need it.
+token: extend and release need it, as an argument or (not visible in ps) in
+DLOCK_TOKEN, which eval of the output exports. (Keep the output in a variable
+first: eval "$(dlock acquire KEY)" exits 0 even when acquire failed.)
 
-Output, one variable per line, ready for eval (values are shell-quoted):
-  DLOCK_KEY=billing
-  DLOCK_TOKEN=M3ZKQ6XBL5RF2TQ7NW4JH5DAYE
-  DLOCK_FENCE=42
+Output, one exported variable per line, ready for eval (values are
+shell-quoted):
+  export DLOCK_KEY=billing
+  export DLOCK_TOKEN=M3ZKQ6XBL5RF2TQ7NW4JH5DAYE
+  export DLOCK_FENCE=42
 With --json: {"key":"billing","token":"M3ZK...","fence":42,"ttl_ms":30000}
 
 Redis only: a PostgreSQL advisory lock ends with the session that took it, so
@@ -41,12 +44,15 @@ it cannot outlive dlock (use dlock run).
 
 ` + exitCodesHelp,
 		Example: `  export DLOCK_REDIS=redis://:secret@redis.internal:6379
-  lock=$(dlock acquire deploy --ttl 5m --wait 1m) || exit   # 75: busy, 69: unreachable
+  lock=$(dlock acquire deploy -t 5m -w 1m) || exit   # 75: busy, 69: unreachable
   eval "$lock"
-  trap 'dlock release deploy "$DLOCK_TOKEN"' EXIT
+  trap 'dlock release deploy' EXIT    # the token comes from DLOCK_TOKEN
   ./migrate.sh --fence "$DLOCK_FENCE"
-  dlock extend deploy "$DLOCK_TOKEN" --ttl 5m || exit   # 76: the lock is gone, stop
+  dlock extend deploy -t 5m || exit   # 76: the lock is gone, stop
   ./restart.sh
+
+  # give up at once, silently, with exit 0, if someone else deploys
+  lock=$(dlock acquire deploy -n -q -E 0 -t 5m) || exit; [ -n "$lock" ] || exit 0
 
   # JSON for programs
   dlock acquire deploy --ttl 5m --json | jq -r .token`,
@@ -56,6 +62,10 @@ it cannot outlive dlock (use dlock run).
 			if err := driver.CheckKey(key); err != nil {
 				return &usageError{err: err}
 			}
+			if err := lf.check(cmd); err != nil {
+				return err
+			}
+			ttl, wait := lf.ttl, lf.wait
 			if err := checkDurations(ttl, wait, 0); err != nil {
 				return err
 			}
@@ -81,7 +91,7 @@ it cannot outlive dlock (use dlock run).
 				if sig := interrupted(); sig != nil {
 					return exitf(signalCode(sig), "interrupted by %v while waiting for lock %q", sig, key)
 				}
-				return acquireError(err, rec, key, wait)
+				return lf.busy(acquireError(err, rec, key, wait))
 			}
 			if asJSON {
 				return json.NewEncoder(a.stdout).Encode(struct {
@@ -91,14 +101,14 @@ it cannot outlive dlock (use dlock run).
 					TTLms int64  `json:"ttl_ms"`
 				}{lock.Key(), lock.Token(), lock.Fence(), driver.Milliseconds(ttl)})
 			}
-			_, err = fmt.Fprintf(a.stdout, "DLOCK_KEY=%s\nDLOCK_TOKEN=%s\nDLOCK_FENCE=%d\n", shellQuote(lock.Key()), shellQuote(lock.Token()), lock.Fence())
+			_, err = fmt.Fprintf(a.stdout, "export DLOCK_KEY=%s\nexport DLOCK_TOKEN=%s\nexport DLOCK_FENCE=%d\n", shellQuote(lock.Key()), shellQuote(lock.Token()), lock.Fence())
 			return err
 		},
 	}
 	addBackendFlags(cmd, &bf)
 	f := cmd.Flags()
-	f.DurationVar(&ttl, "ttl", 30*time.Second, "lock lease: the lock expires this long after acquire or the last extend")
-	f.DurationVar(&wait, "wait", 0, "how long to wait while the lock is busy; 0 tries once")
+	lf.addTTL(cmd, "lock lease: the lock expires this long after acquire or the last extend")
+	lf.addWait(cmd)
 	f.BoolVar(&asJSON, "json", false, "print a JSON object instead of shell variables")
 	return cmd
 }
@@ -109,18 +119,23 @@ func (a *app) extendCmd() *cobra.Command {
 		ttl time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "extend [flags] KEY TOKEN",
+		Use:   "extend [flags] KEY [TOKEN]",
 		Short: "Reset the TTL of a lock taken with acquire",
-		Long: `Extend resets the lock on KEY to expire --ttl from now, if it still holds TOKEN.
+		Long: `Extend resets the lock on KEY to expire --ttl from now, if it still holds TOKEN
+(default: $DLOCK_TOKEN, which eval of acquire's output sets).
 It exits 0 when it did, and 76 when the lock is no longer held by TOKEN (it
 expired, was released, or another owner took it): stop the work then.
 
 Redis only (see dlock acquire --help).
 
 ` + exitCodesHelp,
-		Example: `  dlock extend deploy "$DLOCK_TOKEN" --ttl 5m || { echo "lost the deploy lock" >&2; exit 1; }`,
-		Args:    exactArgs("KEY", "TOKEN"),
+		Example: `  dlock extend deploy -t 5m || { echo "lost the deploy lock" >&2; exit 1; }`,
+		Args:    tokenArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			key, token, err := a.keyToken(args)
+			if err != nil {
+				return err
+			}
 			if err := checkDurations(ttl, 0, 0); err != nil {
 				return err
 			}
@@ -130,39 +145,44 @@ Redis only (see dlock acquire --help).
 				return err
 			}
 			defer be.close()
-			if err := be.tokens.ExtendToken(cmd.Context(), args[0], args[1], ttl); err != nil {
-				return tokenError(err, args[0])
+			if err := be.tokens.ExtendToken(cmd.Context(), key, token, ttl); err != nil {
+				return tokenError(err, key)
 			}
 			return nil
 		},
 	}
 	addBackendFlags(cmd, &bf)
-	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "new lease, counted from now")
+	cmd.Flags().DurationVarP(&ttl, "ttl", "t", 30*time.Second, "new lease, counted from now")
 	return cmd
 }
 
 func (a *app) releaseCmd() *cobra.Command {
 	var bf backendFlags
 	cmd := &cobra.Command{
-		Use:   "release [flags] KEY TOKEN",
+		Use:   "release [flags] KEY [TOKEN]",
 		Short: "Release a lock taken with acquire",
-		Long: `Release deletes the lock on KEY if it still holds TOKEN, and never touches a lock
-another owner took since. It exits 0 when it released the lock and 76 when the
+		Long: `Release deletes the lock on KEY if it still holds TOKEN (default: $DLOCK_TOKEN),
+and never touches a lock another owner took since. It exits 0 when it released the lock and 76 when the
 lock was no longer held by TOKEN.
 
 Redis only (see dlock acquire --help).
 
 ` + exitCodesHelp,
-		Example: `  dlock release deploy "$DLOCK_TOKEN"`,
-		Args:    exactArgs("KEY", "TOKEN"),
+		Example: `  lock=$(dlock acquire deploy) || exit; eval "$lock"
+  ./deploy.sh; dlock release deploy`,
+		Args: tokenArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			key, token, err := a.keyToken(args)
+			if err != nil {
+				return err
+			}
 			be, err := a.openBackend(cmd.Context(), cmd, &bf, useTokens)
 			if err != nil {
 				return err
 			}
 			defer be.close()
-			if err := be.tokens.ReleaseToken(cmd.Context(), args[0], args[1]); err != nil {
-				return tokenError(err, args[0])
+			if err := be.tokens.ReleaseToken(cmd.Context(), key, token); err != nil {
+				return tokenError(err, key)
 			}
 			return nil
 		},
@@ -183,6 +203,30 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// tokenArgs accepts KEY [TOKEN]: the token defaults to $DLOCK_TOKEN, so it
+// need not appear in ps.
+func tokenArgs(cmd *cobra.Command, args []string) error {
+	switch {
+	case len(args) == 0:
+		return usagef("missing KEY")
+	case len(args) > 2:
+		return usagef("too many arguments: want KEY [TOKEN], got %q", args)
+	}
+	return nil
+}
+
+// keyToken returns the KEY and the TOKEN argument, or $DLOCK_TOKEN without it.
+func (a *app) keyToken(args []string) (key, token string, err error) {
+	key = args[0]
+	if len(args) == 2 {
+		return key, args[1], nil
+	}
+	if token = a.lookupEnv("DLOCK_TOKEN"); token == "" {
+		return "", "", usagef("missing TOKEN: give it as an argument or in DLOCK_TOKEN")
+	}
+	return key, token, nil
 }
 
 // interruptible returns a context cancelled by SIGINT, SIGTERM or SIGHUP,

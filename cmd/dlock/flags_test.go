@@ -1,0 +1,128 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testsrv"
+)
+
+// TestLockFlags covers each flock(1)-style flag and each exit code, in every
+// subcommand it applies to, against a real Redis where another owner holds
+// "busy".
+func TestLockFlags(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	env := []string{"DLOCK_REDIS=" + srv.URL(), "PATH=/usr/bin:/bin"}
+	held := runInProcess(t, env, "acquire", "busy", "-t", "1m")
+	if held.code != 0 {
+		t.Fatalf("acquire busy: exit %d; stderr: %s", held.code, held.stderr)
+	}
+	token := parseVars(t, held.stdout)["DLOCK_TOKEN"]
+	withToken := append(append([]string{}, env...), "DLOCK_TOKEN="+token)
+	down := []string{"DLOCK_REDIS=" + closedURL(t, ""), "DLOCK_TOKEN=x"}
+
+	const silent, says = "", "busy"
+	cases := []struct {
+		name   string
+		env    []string
+		args   []string
+		code   int
+		stderr string // "" wants it empty; otherwise a substring
+		minDur time.Duration
+	}{
+		// The cron line of dlock run --help.
+		{"run cron example", env, []string{"run", "-n", "-q", "-E", "0", "busy", "--", "true"}, 0, silent, 0},
+		{"run busy", env, []string{"run", "busy", "--", "true"}, exitBusy, says, 0},
+		{"run -n", env, []string{"run", "-n", "busy", "--", "true"}, exitBusy, says, 0},
+		{"run --nonblock", env, []string{"run", "--nonblock", "busy", "--", "true"}, exitBusy, says, 0},
+		{"run -E", env, []string{"run", "-E", "3", "busy", "--", "true"}, 3, says, 0},
+		{"run --conflict-exit-code", env, []string{"run", "--conflict-exit-code=9", "busy", "--", "true"}, 9, says, 0},
+		{"run -E 0 without -q says so", env, []string{"run", "-E", "0", "busy", "--", "true"}, 0, says, 0},
+		{"run -q", env, []string{"run", "-q", "busy", "--", "true"}, exitBusy, silent, 0},
+		{"run -w", env, []string{"run", "-w", "300ms", "busy", "--", "true"}, exitBusy, says, 300 * time.Millisecond},
+		{"run --wait -q", env, []string{"run", "--wait", "300ms", "-q", "busy", "--", "true"}, exitBusy, silent, 300 * time.Millisecond},
+		{"run -t", env, []string{"run", "-t", "5s", "free1", "--", "true"}, 0, silent, 0},
+		{"run -c", env, []string{"run", "-c", `test "$DLOCK_KEY" = free2`, "free2"}, 0, silent, 0},
+		{"run -c keeps the command's 75", env, []string{"run", "-E", "0", "-q", "-c", "exit 75", "free3"}, 75, silent, 0},
+		{"run -c busy", env, []string{"run", "-n", "-q", "-E", "0", "-c", "exit 1", "busy"}, 0, silent, 0},
+		{"run -c and --", env, []string{"run", "-c", "true", "free4", "--", "true"}, exitUsage, "exclude each other", 0},
+		{"run -c without key", env, []string{"run", "-c", "true"}, exitUsage, "missing KEY", 0},
+		{"run -n with --wait", env, []string{"run", "-n", "-w", "1s", "busy", "--", "true"}, exitUsage, "contradict", 0},
+		{"run -E out of range", env, []string{"run", "-E", "256", "busy", "--", "true"}, exitUsage, "0..255", 0},
+		{"run -t 0", env, []string{"run", "-t", "0", "k", "--", "true"}, exitUsage, "--ttl", 0},
+		{"run unreachable", down, []string{"run", "-q", "k", "--", "true"}, exitUnavailable, "unreachable", 0},
+		{"run unreachable -E 0", down, []string{"run", "-E", "0", "k", "--", "true"}, exitUnavailable, "unreachable", 0},
+
+		{"acquire busy", env, []string{"acquire", "busy"}, exitBusy, says, 0},
+		{"acquire -n -q -E", env, []string{"acquire", "-n", "-q", "-E", "7", "busy"}, 7, silent, 0},
+		{"acquire -w", env, []string{"acquire", "-w", "300ms", "busy"}, exitBusy, says, 300 * time.Millisecond},
+		{"acquire -n with --wait", env, []string{"acquire", "-n", "--wait", "1s", "busy"}, exitUsage, "contradict", 0},
+		{"acquire unreachable", down, []string{"acquire", "-q", "k"}, exitUnavailable, "unreachable", 0},
+
+		{"extend with DLOCK_TOKEN", withToken, []string{"extend", "busy", "-t", "2m"}, 0, silent, 0},
+		{"extend with a token argument", env, []string{"extend", "busy", token, "--ttl", "2m"}, 0, silent, 0},
+		{"extend wrong DLOCK_TOKEN", append(env[:1:1], "DLOCK_TOKEN=wrong"), []string{"extend", "busy"}, exitLost, "not held", 0},
+		{"extend no token", env, []string{"extend", "busy"}, exitUsage, "DLOCK_TOKEN", 0},
+		{"extend unreachable", down, []string{"extend", "k"}, exitUnavailable, "unreachable", 0},
+		{"release wrong DLOCK_TOKEN", append(env[:1:1], "DLOCK_TOKEN=wrong"), []string{"release", "busy"}, exitLost, "not held", 0},
+		{"release no token", env, []string{"release", "busy"}, exitUsage, "DLOCK_TOKEN", 0},
+		{"release too many", env, []string{"release", "busy", "a", "b"}, exitUsage, "too many", 0},
+		{"release unreachable", down, []string{"release", "k"}, exitUnavailable, "unreachable", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runInProcess(t, c.env, c.args...)
+			if r.code != c.code {
+				t.Fatalf("%q: exit %d, want %d; stderr: %s", c.args, r.code, c.code, r.stderr)
+			}
+			if c.stderr == "" && r.stderr != "" {
+				t.Fatalf("%q: stderr %q, want none", c.args, r.stderr)
+			}
+			if c.stderr != "" && !strings.Contains(r.stderr, c.stderr) {
+				t.Fatalf("%q: stderr %q, want it to say %q", c.args, r.stderr, c.stderr)
+			}
+			if r.elapsed < c.minDur {
+				t.Fatalf("%q: returned after %v, before its --wait %v", c.args, r.elapsed, c.minDur)
+			}
+		})
+	}
+
+	// acquire's output, evaluated, lets release go without a token argument.
+	if r := runInProcess(t, withToken, "release", "busy"); r.code != 0 {
+		t.Fatalf("release with DLOCK_TOKEN: exit %d; stderr: %s", r.code, r.stderr)
+	}
+	if r := runInProcess(t, env, "run", "-n", "busy", "--", "true"); r.code != 0 {
+		t.Fatalf("after release, run on busy: exit %d; stderr: %s", r.code, r.stderr)
+	}
+}
+
+// TestSilentServerBounded: a server that accepts TCP and never answers ends
+// every subcommand with 69 within its bound (--wait, or the URL's timeouts).
+func TestSilentServerBounded(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	p, err := tcpproxy.New("", srv.Addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Blackhole(true)
+	url := "redis://" + p.Addr + "/0?dial_timeout=500ms&read_timeout=500ms&write_timeout=500ms"
+	env := []string{"DLOCK_REDIS=" + url, "DLOCK_TOKEN=x"}
+	for _, args := range [][]string{
+		{"run", "-w", "1s", "k", "--", "true"},
+		{"run", "-n", "k", "--", "true"},
+		{"acquire", "-w", "1s", "k"},
+		{"acquire", "k"},
+		{"extend", "k"},
+		{"release", "k"},
+	} {
+		r := runInProcess(t, env, args...)
+		// 1s of --wait or 500ms timeouts; 10s is the margin of a loaded
+		// 2-core machine, far below a hang.
+		if r.code != exitUnavailable || r.elapsed > 10*time.Second {
+			t.Errorf("%q on a silent server: exit %d after %v, want %d; stderr: %s", args, r.code, r.elapsed, exitUnavailable, r.stderr)
+		}
+	}
+}
