@@ -6,11 +6,11 @@ GO ?= go
 
 # The repository's modules, tied together by go.work: the library, the
 # command (with its demo and torture runner), the tests beside other
-# clients, and the benchmarks.
-MODULES = . cmd/dlock compat bench
+# clients, the benchmarks, and the OpenTelemetry observer.
+MODULES = . cmd/dlock compat bench dlockotel
 # The packages whose tests run in the main pass: every module's, but the
 # torture runner's (scripts/torture.sh) and the benchmarks' (make bench).
-TEST_MODULES = . cmd/dlock compat
+TEST_MODULES = . cmd/dlock compat dlockotel
 
 .PHONY: test deps vet lint fuzz demo bench
 
