@@ -3,6 +3,7 @@ package dlockotel_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -231,14 +232,13 @@ func TestLostThenReleased(t *testing.T) {
 
 func TestKeyOptions(t *testing.T) {
 	for _, c := range []struct {
-		name         string
-		opt          dlockotel.Option
-		key, hash    bool
-		metricsByKey bool
+		name      string
+		opt       dlockotel.Option
+		key, hash bool
 	}{
-		{"default", nil, true, false, false},
-		{"hash", dlockotel.WithKeyHash(), false, true, false},
-		{"none", dlockotel.WithoutKey(), false, false, false},
+		{"default", nil, true, false},
+		{"hash", dlockotel.WithKeyHash(), false, true},
+		{"none", dlockotel.WithoutKey(), false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var opts []dlockotel.Option
@@ -249,6 +249,9 @@ func TestKeyOptions(t *testing.T) {
 			if err := dlock.Do(context.Background(), newMem(), "customer:42", time.Minute,
 				func(context.Context) error { return nil }, r.obs.Option()); err != nil {
 				t.Fatal(err)
+			}
+			if keys := r.grantKeys(t); len(keys) != 0 {
+				t.Errorf("metrics carry keys %v without WithKeyOnMetrics", keys)
 			}
 			for _, s := range r.spans.GetSpans() {
 				if _, ok := attr(s, "dlock.key"); ok != c.key {
@@ -300,5 +303,58 @@ func TestTrackedBound(t *testing.T) {
 	}
 	if n := r.sum(t, "dlock.hold.duration"); n != 2 {
 		t.Errorf("%d holds recorded, want 2 (the dropped one has none)", n)
+	}
+}
+
+// grantKeys returns the dlock.key and dlock.key_hash values of
+// dlock.grants' data points.
+func (r *recorded) grantKeys(t *testing.T) []string {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "dlock.grants" {
+				for _, p := range d.DataPoints {
+					for _, k := range []attribute.Key{"dlock.key", "dlock.key_hash"} {
+						if v, ok := p.Attributes.Value(k); ok {
+							keys = append(keys, v.AsString())
+						}
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func TestKeyOnMetrics(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts []dlockotel.Option
+		want []string
+	}{
+		{"plain", []dlockotel.Option{dlockotel.WithKeyOnMetrics()}, []string{"a", "b"}},
+		{"hash", []dlockotel.Option{dlockotel.WithKeyOnMetrics(), dlockotel.WithKeyHash()},
+			slices.Sorted(slices.Values([]string{dlockotel.HashKey("a"), dlockotel.HashKey("b")}))},
+		{"none", []dlockotel.Option{dlockotel.WithKeyOnMetrics(), dlockotel.WithoutKey()}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRecorded(t, c.opts...)
+			m := newMem()
+			for _, k := range []string{"a", "b", "a"} {
+				if err := dlock.Do(context.Background(), m, k, time.Minute,
+					func(context.Context) error { return nil }, r.obs.Option()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := r.grantKeys(t); !slices.Equal(got, c.want) {
+				t.Errorf("dlock.grants' keys %v, want %v", got, c.want)
+			}
+		})
 	}
 }
