@@ -7,10 +7,10 @@ GO ?= go
 # The repository's modules, tied together by go.work: the library, the
 # command (with its demo and torture runner), the tests beside other
 # clients, and the benchmarks.
-MODULES = . cmd/dlock compat etcdlock bench
+MODULES = . cmd/dlock compat etcdlock dlockotel bench
 # The packages whose tests run in the main pass: every module's, but the
 # torture runner's (scripts/torture.sh) and the benchmarks' (make bench).
-TEST_MODULES = . cmd/dlock compat etcdlock
+TEST_MODULES = . cmd/dlock compat etcdlock dlockotel
 
 .PHONY: test deps vet lint fuzz demo bench
 
