@@ -56,7 +56,7 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 	}
 	began := time.Now()
 	lock, attempts, err := wait(ctx, l, key, ttl, cfg, observe)
-	e := Event{Key: key, Attempts: attempts, Wait: time.Since(began)}
+	e := Event{Key: key, Backend: backendOf(l), Attempts: attempts, Wait: time.Since(began)}
 	if err != nil {
 		e.Kind, e.Err = EventRefused, err
 		observe(ctx, e)
@@ -88,7 +88,7 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 	for attempt := 0; ; attempt++ {
 		attempts = attempt + 1
 		if observe != nil {
-			observe(ctx, Event{Kind: EventAttempt, Key: key, Attempts: attempts})
+			observe(ctx, Event{Kind: EventAttempt, Key: key, Backend: backendOf(l), Attempts: attempts})
 		}
 		lock, err := l.TryAcquire(ctx, key, ttl)
 		if err == nil {

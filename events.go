@@ -46,10 +46,10 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind EventKind
 	Key  string
-	// Backend names the backend that granted the lock ("redis",
-	// "redlock", "postgres", "etcd"; empty for a backend that does not
-	// say), and Nodes how many of its nodes granted it (Redlock's
-	// majority; 1 elsewhere). Known once the lock is granted.
+	// Backend names the backend ("redis", "redlock", "postgres", "etcd";
+	// empty for a backend that does not say), and Nodes how many of its
+	// nodes granted the lock (Redlock's majority; 1 elsewhere; known once
+	// the lock is granted).
 	Backend string
 	Nodes   int
 	Fence   uint64
@@ -123,6 +123,15 @@ func both(a, b func(context.Context, Event)) func(context.Context, Event) {
 // describer is a Grant that names its backend (driver.Describer).
 type describer interface {
 	Describe() (backend string, nodes int)
+}
+
+// backendOf is the name a Locker gives its backend, if it does.
+func backendOf(l Locker) string {
+	if d, ok := l.(describer); ok {
+		backend, _ := d.Describe()
+		return backend
+	}
+	return ""
 }
 
 // emit sends e, filled with what the lock knows, to the lock's observer.

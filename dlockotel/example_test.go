@@ -71,7 +71,7 @@ func ExampleNew() {
 		}
 	}
 	// Output:
-	// dlock_grants_total 1
-	// dlock_held 0
-	// dlock_hold_duration_seconds_count{dlock_outcome="released"} 1
+	// dlock_grants_total{dlock_backend="redis"} 1
+	// dlock_held{dlock_backend="redis"} 0
+	// dlock_hold_duration_seconds_count{dlock_backend="redis",dlock_outcome="released"} 1
 }

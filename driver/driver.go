@@ -49,10 +49,11 @@ func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *dl
 	return bridge.NewLock(key, token, fence, validUntil, g).(*dlock.Lock)
 }
 
-// Describer is an optional interface of a Grant: the backend's name
-// ("redis", "redlock", "postgres", "etcd") and how many of its nodes
-// granted the lock, for the events that observers receive
-// (dlock.Event's Backend and Nodes).
+// Describer is an optional interface of a Grant and of a Locker: the
+// backend's name ("redis", "redlock", "postgres", "etcd") and, for a
+// Grant, how many of its nodes granted the lock (a Locker's count is
+// ignored), for the events that observers receive (dlock.Event's Backend
+// and Nodes).
 type Describer interface {
 	Describe() (backend string, nodes int)
 }

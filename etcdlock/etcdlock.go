@@ -59,11 +59,18 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 // observers (WithLogger, WithObserver), or nil.
 func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
 
+// Describe implements driver.Describer for waits through Acquire and Do.
+func (w *waiter) Describe() (backend string, nodes int) { return "etcd", 0 }
+
 // Observer implements driver.Observable for waits through Acquire and Do.
 func (w *waiter) Observer() func(ctx context.Context, e dlock.Event) { return w.l.observe }
 
 // Observer implements driver.Observable for the lock's own events.
 func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
+
+// Describe implements driver.Describer: the backend's name, for the
+// events of attempts and refusals.
+func (l *Locker) Describe() (backend string, nodes int) { return "etcd", 0 }
 
 // Describe implements driver.Describer.
 func (g *grant) Describe() (backend string, nodes int) { return "etcd", 1 }

@@ -81,6 +81,10 @@ func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.
 // Observer implements driver.Observable for the lock's own events.
 func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
 
+// Describe implements driver.Describer: the backend's name, for the
+// events of attempts and refusals.
+func (l *Locker) Describe() (backend string, nodes int) { return "redis", 0 }
+
 // Describe implements driver.Describer.
 func (g *grant) Describe() (backend string, nodes int) { return "redis", 1 }
 
