@@ -27,7 +27,8 @@ var _ dlock.Inspector = (*Locker)(nil)
 // later), never KEYS, so a large database is not blocked; on a Cluster
 // every master is scanned. At most limit locks are returned (0:
 // rinspect's default bound, 1000), sorted by key; the scan stops once it
-// has them. It returns an error matching dlock.ErrUnavailable when a server
+// has them (the first the scan finds, not the first by name). It returns
+// an error matching dlock.ErrUnavailable when a server
 // could not be reached or answered with an error.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
 	if ctx == nil {
