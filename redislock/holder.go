@@ -21,8 +21,10 @@ import (
 // token decide who holds the lock. service names the program (it may be
 // empty). The default is off: nothing is written beside the lock.
 //
-// Its cost, measured on redis 7 on loopback (BenchmarkHolderInfo): see the
-// commit that added it.
+// Its cost: one more script in the grant's and in the release's round trip.
+// An uncontended TryAcquire+Release cycle (BenchmarkHolderInfo, loopback
+// redis-server, scripts path, a loaded 2-core machine) took 176-336µs and
+// 35 allocations without it, 210-318µs and 79 allocations with it.
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error {
 		if err := driver.CheckKey(service); service != "" && err != nil {
