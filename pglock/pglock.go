@@ -45,6 +45,8 @@ type Locker struct {
 
 	lmu       sync.Mutex
 	listeners *listener
+
+	names sync.Map // the locks this Locker holds, for Inspect (inspect.go)
 }
 
 var _ dlock.Locker = (*Locker)(nil)
@@ -403,6 +405,7 @@ func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Dur
 	}
 	l.held.Add(1)
 	g.conn, g.pid = conn, r.pid
+	l.names.Store(g, heldLock{since: time.Now(), fence: uint64(r.fence.Int64)})
 	return g, uint64(r.fence.Int64), validUntil, nil
 }
 
@@ -576,6 +579,7 @@ func (g *grant) Release(ctx context.Context) error {
 	g.conn.Release()
 	g.conn, g.ended = nil, errors.New("released")
 	g.l.held.Add(-1)
+	g.l.names.Delete(g)
 	return nil
 }
 
@@ -606,6 +610,7 @@ func (g *grant) end(sessionGone bool, why error) {
 	discard(g.conn)
 	g.conn, g.ended, g.sessionGone = nil, why, sessionGone
 	g.l.held.Add(-1)
+	g.l.names.Delete(g)
 }
 
 // endedErr is the error of an operation on a grant whose connection is

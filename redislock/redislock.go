@@ -34,6 +34,7 @@ type Locker struct {
 	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
 	notify      *wake.Notifier                       // nil for clients without usable pub/sub (a Ring)
 	clockOffset int64                                // µs added to the server's clock for fences; tests only
+	holderHead  string                               // WithHolderInfo's record up to "since" ("": off; holder.go)
 
 	probeMu   sync.Mutex
 	probed    bool
@@ -122,7 +123,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		args = append(args, qargs...)
 	}
 	start := time.Now()
-	v, err := scripts.Acquire.Run(ctx, l.client, ks, args...).Result()
+	v, holder, err := l.acquireScript(ctx, ks, args, token, ttl)
 	if err != nil {
 		plan.Lost(0) // it may have queued the Locker
 		if !rclient.IsReply(err) {
@@ -152,7 +153,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		l.cleanup(ctx, full, token, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
 	}
-	return driver.NewLock(key, token, uint64(r.Fence), validUntil, &grant{l: l, key: full, token: token, fence: r.Fence}), nil
+	return driver.NewLock(key, token, uint64(r.Fence), validUntil, &grant{l: l, key: full, token: token, fence: r.Fence, holder: holder}), nil
 }
 
 // Acquire takes the lock on key, waiting while it is held (see dlock.Acquire
@@ -228,7 +229,8 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 type grant struct {
 	l          *Locker
 	key, token string
-	fence      int64 // 0 for a lock known only by its token
+	fence      int64  // 0 for a lock known only by its token
+	holder     string // the holder record written at the grant (WithHolderInfo)
 }
 
 // Extend resets the TTL if the key still holds the token (and renews the
@@ -261,13 +263,20 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if !held {
 		return time.Time{}, fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
 	}
+	g.extendHolder(ctx, ttl)
 	return driver.ValidUntil(start, ttl, l.driftFactor), nil
 }
 
 // Release deletes the key if it still holds the token, and wakes the
 // longest waiter of the key in the same round trip.
 func (g *grant) Release(ctx context.Context) error {
-	n, woken, err := g.l.release(ctx, g.key, g.token, true)
+	var n, woken int64
+	var err error
+	if g.holder != "" {
+		n, woken, err = g.l.releaseHolder(ctx, g.key, g.token, g.holder)
+	} else {
+		n, woken, err = g.l.release(ctx, g.key, g.token, true)
+	}
 	if err != nil {
 		return g.l.opErr(ctx, err, false)
 	}

@@ -46,7 +46,7 @@ type use int
 const (
 	useRun     use = iota // a lock held by this process: every backend
 	useTokens             // a lock that outlives the process: Redis only
-	useInspect            // reading Redis keys: Redis only
+	useInspect            // listing held locks: every backend
 )
 
 // backend is the lock service a command talks to.
@@ -111,8 +111,6 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFla
 		switch u {
 		case useTokens:
 			return nil, usagef("%s needs Redis: a PostgreSQL advisory lock belongs to a database session and ends with the dlock process (use dlock run)", cmd.Name())
-		case useInspect:
-			return nil, usagef("inspect needs Redis: for PostgreSQL, SELECT * FROM pg_locks WHERE locktype = 'advisory' (fences come from one sequence for all keys: SELECT last_value FROM dlock_fence)")
 		}
 		return a.openPostgres(ctx, dsn, f.createTable)
 	}

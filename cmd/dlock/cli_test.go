@@ -67,7 +67,7 @@ func TestUsageErrors(t *testing.T) {
 		{"release extra argument", redisEnv, []string{"release", "k", "t", "x"}, "too many arguments"},
 		{"release on postgres", []string{"DLOCK_POSTGRES=postgres://db/x"}, []string{"release", "k", "t"}, "release needs Redis"},
 		{"inspect two patterns", redisEnv, []string{"inspect", "a", "b"}, "at most one PATTERN"},
-		{"inspect on postgres", nil, []string{"inspect", "--postgres", "postgres://db/x"}, "inspect needs Redis"},
+		{"inspect negative limit", redisEnv, []string{"inspect", "--limit", "-1"}, "--limit -1"},
 		{"demo arguments", nil, []string{"demo", "x"}, "unexpected arguments"},
 		{"demo bad URL", nil, []string{"demo", "--redis", "nope://x"}, "invalid URL scheme"},
 		{"torture arguments", nil, []string{"torture", "x"}, "unexpected arguments"},

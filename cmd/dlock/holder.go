@@ -17,9 +17,10 @@ import (
 // and what `dlock inspect` shows. It is informational only: the lock key and
 // its token decide who holds the lock.
 type holderInfo struct {
-	Host  string    `json:"host"`
-	PID   int       `json:"pid"`
-	Since time.Time `json:"since"`
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Service string    `json:"service,omitempty"`
+	Since   time.Time `json:"since"`
 }
 
 // holderPub keeps the holder key alive while the lock is held: written with

@@ -5,65 +5,80 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"os"
+	"os/signal"
 	"strconv"
-	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock"
 )
 
 // lockRow is one held lock on one node, as inspect reports it. The JSON
 // field names are part of the CLI contract.
 type lockRow struct {
-	Key    string      `json:"key"`
-	Node   string      `json:"node"`
-	TTLms  int64       `json:"ttl_ms"` // remaining time to live (PTTL)
-	Fence  *uint64     `json:"fence"`  // the key's fence counter; null without one
-	Holder *holderInfo `json:"holder"` // null unless the holder published itself
+	Key      string      `json:"key"`
+	Node     string      `json:"node"`
+	TTLms    int64       `json:"ttl_ms"` // remaining time to live (PTTL); 0 for PostgreSQL
+	Fence    *uint64     `json:"fence"`  // the key's fence counter; null without one
+	Holder   *holderInfo `json:"holder"` // null unless the holder published itself (or PostgreSQL knows it)
+	Token    string      `json:"token,omitempty"`
+	Waiting  int         `json:"waiting"`
+	Majority bool        `json:"majority"`
 }
-
-// ownPrefix is where dlock keeps its auxiliary keys (fences, holders).
-const ownPrefix = "dlock:"
 
 func (a *app) inspectCmd() *cobra.Command {
 	var (
 		bf     backendFlags
 		asJSON bool
+		watch  time.Duration
+		limit  int
 	)
 	cmd := &cobra.Command{
 		Use:   "inspect [flags] [PATTERN]",
 		Short: "List held locks: key, remaining TTL, fence, holder",
-		Long: `Inspect lists the locks held in Redis whose keys match PATTERN (a Redis
-glob, default "*"): each key's remaining TTL, its fence counter (if dlock took
-the lock at least once: the holder's fence, or higher, since a refused attempt
-on one node draws a number too; with Redlock, that node's counter) and, when
-the holder is a dlock run that published itself, the holder's host, pid and
-start time. When a release hands the lock to a waiting dlock through a
-reservation (after a hold under 1ms), the key holds the reservation for up to
-half a second and is listed too.
+		Long: `Inspect lists the held locks whose keys match PATTERN (a glob, default
+"*"): each key's remaining TTL, its fence counter (if dlock took the lock at
+least once: the holder's fence, or higher, since a refused attempt on one
+node draws a number too; with Redlock, that node's counter), the number of
+waiters queued behind it and, when the holder published itself (dlock run;
+the backends' WithHolderInfo option), its host, pid, service and start time.
 
-Any string key with a TTL is listed, because a lock taken by another client
-(node-redlock, redsync, a plain SET NX PX) looks exactly like that: narrow the
-listing with PATTERN. dlock's own keys (dlock:*) are skipped unless PATTERN
-starts with "dlock:". The keys are found with SCAN, never KEYS, so a large
-database is not blocked (SCAN ... TYPE needs Redis 6 or later); a lock taken or
-released during the scan may be missed or reported. With several --redis URLs
-(Redlock) every node is listed separately.
+Redis: any string key with a TTL is listed, because a lock taken by another
+client (node-redlock, redsync, a plain SET NX PX) looks exactly like that:
+narrow the listing with PATTERN. dlock's own keys (dlock:*) are skipped
+unless PATTERN starts with "dlock:". The keys are found with SCAN, never
+KEYS, so a large database is not blocked (SCAN ... TYPE needs Redis 6 or
+later); a lock taken or released during the scan may be missed or reported.
+When a release hands the lock to a waiting dlock through a reservation, the
+key holds the reservation for up to half a second and is listed too. With
+several --redis URLs (Redlock) every node is listed separately, and MAJORITY
+says whether a majority of the nodes hold the key with the same token.
+
+PostgreSQL: the exclusive advisory locks of the database (pg_locks), with the
+holding session's pid, application_name and start (the server does not
+record when a lock was granted; a session is never younger than its locks).
+A lock is named by its advisory key, "advisory:<n>" or "advisory:<a>,<b>",
+or, when PATTERN is a plain lock name, by that name.
+
+--limit bounds the listing (default 1000). --watch 2s redraws it every 2s,
+clearing the screen, until interrupted.
 
 With --json the output is one object:
   {"locks":[{"key":"billing","node":"10.0.0.5:6379","ttl_ms":28500,
              "fence":42,"holder":{"host":"web-1","pid":4242,
-             "since":"2026-12-01T10:00:00Z"}}]}
+             "since":"2026-12-01T10:00:00Z"},"token":"...",
+             "waiting":0,"majority":true}]}
 "fence" and "holder" are null when absent; "locks" is [] when nothing matches.
 
 ` + exitCodesHelp,
 		Example: `  dlock inspect --redis redis://redis.internal:6379
-  dlock inspect 'billing:*' --json | jq '.locks[] | select(.ttl_ms < 5000)'`,
+  dlock inspect 'billing:*' --json | jq '.locks[] | select(.ttl_ms < 5000)'
+  dlock inspect --postgres postgres://db/app --watch 2s`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usagef("at most one PATTERN, got %q", args)
@@ -75,113 +90,98 @@ With --json the output is one object:
 			if len(args) == 1 {
 				pattern = args[0]
 			}
+			if limit < 0 {
+				return usagef("--limit %d: must not be negative", limit)
+			}
+			if watch < 0 {
+				return usagef("--watch %v: must not be negative", watch)
+			}
 			be, err := a.openBackend(cmd.Context(), cmd, &bf, useInspect)
 			if err != nil {
 				return err
 			}
 			defer be.close()
-			rows := []lockRow{}
-			for i, c := range be.clients {
-				r, err := scanLocks(cmd.Context(), c, be.nodes[i], pattern)
+			in, ok := be.locker.(dlock.Inspector)
+			if !ok {
+				return exitf(exitFailure, "the %s backend cannot list its locks", be.kind)
+			}
+			show := func(ctx context.Context) error {
+				rows, err := inspectRows(ctx, in, pattern, limit)
 				if err != nil {
-					var re redis.Error
-					if errors.As(err, &re) {
-						return exitf(exitFailure, "inspect %s: %v", be.nodes[i], err)
-					}
-					return exitf(exitUnavailable, "backend unreachable: %s: %v", be.nodes[i], err)
+					return err
 				}
-				rows = append(rows, r...)
-			}
-			sort.Slice(rows, func(i, j int) bool {
-				if rows[i].Key != rows[j].Key {
-					return rows[i].Key < rows[j].Key
+				if asJSON {
+					return json.NewEncoder(a.stdout).Encode(struct {
+						Locks []lockRow `json:"locks"`
+					}{rows})
 				}
-				return rows[i].Node < rows[j].Node
-			})
-			if asJSON {
-				return json.NewEncoder(a.stdout).Encode(struct {
-					Locks []lockRow `json:"locks"`
-				}{rows})
+				return printLocks(a, rows, len(be.nodes) > 1, pattern)
 			}
-			return printLocks(a, rows, len(be.clients) > 1, pattern)
+			if watch == 0 {
+				return show(cmd.Context())
+			}
+			return watchLocks(cmd.Context(), a, watch, show)
 		},
 	}
 	addBackendFlags(cmd, &bf)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (stable field names) instead of a table")
+	cmd.Flags().DurationVar(&watch, "watch", 0, "redraw the listing every `INTERVAL` (e.g. 2s), like top, until interrupted")
+	cmd.Flags().IntVar(&limit, "limit", 0, "list at most `N` locks (default 1000)")
 	return cmd
 }
 
-// scanLocks finds the string keys with a TTL that match pattern on one node,
-// with their fence counters and holder info.
-func scanLocks(ctx context.Context, c redis.UniversalClient, node, pattern string) ([]lockRow, error) {
-	skipOwn := !strings.HasPrefix(pattern, ownPrefix)
-	seen := map[string]bool{}
-	var rows []lockRow
-	var cursor uint64
-	for {
-		batch, next, err := c.ScanType(ctx, cursor, pattern, 1000, "string").Result()
-		if err != nil {
-			return nil, err
+// inspectRows lists the locks through the backend's Inspect.
+func inspectRows(ctx context.Context, in dlock.Inspector, pattern string, limit int) ([]lockRow, error) {
+	infos, err := in.Inspect(ctx, pattern, limit)
+	if err != nil {
+		switch {
+		case errors.Is(err, dlock.ErrInvalid):
+			return nil, &usageError{err: err}
+		case errors.As(err, new(redis.Error)):
+			return nil, exitf(exitFailure, "%v", err) // the server refused (SCAN ... TYPE before Redis 6)
+		case errors.Is(err, dlock.ErrUnavailable):
+			return nil, unreachable(err)
 		}
-		var found []string
-		for _, k := range batch {
-			if !seen[k] && !(skipOwn && strings.HasPrefix(k, ownPrefix)) {
-				seen[k] = true
-				found = append(found, k)
-			}
-		}
-		if len(found) > 0 {
-			r, err := describe(ctx, c, node, found)
-			if err != nil {
-				return nil, err
-			}
-			rows = append(rows, r...)
-		}
-		if cursor = next; cursor == 0 {
-			return rows, nil
-		}
+		return nil, exitf(exitFailure, "inspect: %v", err)
 	}
-}
-
-// describe reads the TTL, fence and holder of keys in one round trip.
-func describe(ctx context.Context, c redis.UniversalClient, node string, found []string) ([]lockRow, error) {
-	type reply struct {
-		ttl           *redis.DurationCmd
-		fence, holder *redis.StringCmd
-	}
-	replies := make([]reply, len(found))
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range found {
-			replies[i] = reply{p.PTTL(ctx, k), p.Get(ctx, keys.Fence(k)), p.Get(ctx, keys.Holder(k))}
+	rows := make([]lockRow, 0, len(infos))
+	for _, li := range infos {
+		r := lockRow{Key: li.Key, Node: li.Node, TTLms: li.TTL.Milliseconds(), Token: li.Token,
+			Waiting: li.Waiting, Majority: li.Majority}
+		if li.Fence != 0 {
+			f := li.Fence
+			r.Fence = &f
 		}
-		return nil
-	})
-	if err != nil && err != redis.Nil {
-		return nil, err
-	}
-	var rows []lockRow
-	for i, k := range found {
-		ttl, err := replies[i].ttl.Result()
-		if err != nil || ttl <= 0 {
-			continue // no expiry (not a lock) or gone since the scan
+		if li.Host != "" || li.PID != 0 || li.Service != "" || !li.Since.IsZero() {
+			r.Holder = &holderInfo{Host: li.Host, PID: li.PID, Service: li.Service, Since: li.Since}
 		}
-		row := lockRow{Key: k, Node: node, TTLms: ttl.Milliseconds()}
-		// The key's fence counter: the lock's fence on one node, this
-		// node's draw for Redlock (the lock's fence is the largest).
-		if s, err := replies[i].fence.Result(); err == nil {
-			if f, err := strconv.ParseUint(s, 10, 64); err == nil {
-				row.Fence = &f
-			}
-		}
-		if s, err := replies[i].holder.Result(); err == nil {
-			var h holderInfo
-			if json.Unmarshal([]byte(s), &h) == nil {
-				row.Holder = &h
-			}
-		}
-		rows = append(rows, row)
+		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// watchLocks redraws the listing every interval, clearing the terminal
+// first, until ctx ends or an interrupt arrives (then it returns nil).
+func watchLocks(ctx context.Context, a *app, every time.Duration, show func(context.Context) error) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // cursor home, clear screen
+		fmt.Fprintf(a.stdout, "every %v, %s\n\n", every, time.Now().Format(time.TimeOnly))
+		if err := show(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 func printLocks(a *app, rows []lockRow, withNode bool, pattern string) error {
@@ -193,21 +193,45 @@ func printLocks(a *app, rows []lockRow, withNode bool, pattern string) error {
 	if withNode {
 		fmt.Fprint(tw, "NODE\t")
 	}
-	fmt.Fprintln(tw, "KEY\tTTL\tFENCE\tHOLDER")
+	fmt.Fprint(tw, "KEY\tTTL\tFENCE\tWAITING\t")
+	if withNode {
+		fmt.Fprint(tw, "MAJORITY\t")
+	}
+	fmt.Fprintln(tw, "HOLDER")
 	now := time.Now()
 	for _, r := range rows {
 		if withNode {
 			fmt.Fprintf(tw, "%s\t", r.Node)
 		}
-		fence, holder := "-", "-"
+		ttl, fence, holder := "-", "-", "-"
+		if r.TTLms > 0 {
+			ttl = (time.Duration(r.TTLms) * time.Millisecond).String()
+		}
 		if r.Fence != nil {
 			fence = strconv.FormatUint(*r.Fence, 10)
 		}
 		if h := r.Holder; h != nil {
-			holder = fmt.Sprintf("%s pid %d since %s (%v ago)", h.Host, h.PID,
-				h.Since.Format(time.RFC3339), now.Sub(h.Since).Round(time.Second))
+			holder = ""
+			if h.Host != "" {
+				holder = h.Host + " "
+			}
+			holder += fmt.Sprintf("pid %d", h.PID)
+			if h.Service != "" {
+				holder += " (" + h.Service + ")"
+			}
+			if !h.Since.IsZero() {
+				holder += fmt.Sprintf(" since %s (%v ago)", h.Since.Format(time.RFC3339), now.Sub(h.Since).Round(time.Second))
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\n", r.Key, time.Duration(r.TTLms)*time.Millisecond, fence, holder)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t", r.Key, ttl, fence, r.Waiting)
+		if withNode {
+			maj := "no"
+			if r.Majority {
+				maj = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t", maj)
+		}
+		fmt.Fprintln(tw, holder)
 	}
 	return tw.Flush()
 }

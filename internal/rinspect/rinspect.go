@@ -1,0 +1,163 @@
+// Package rinspect lists the locks held on a Redis server, for the Inspect
+// methods of redislock and redlock and for `dlock inspect`.
+package rinspect
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keys"
+)
+
+// DefaultLimit is how many locks a listing returns when its caller asks for
+// no bound (limit 0).
+const DefaultLimit = 1000
+
+// scanCount is the COUNT hint of each SCAN call: the server looks at about
+// that many keys per call, so one call stays short however large the
+// database.
+const scanCount = 1000
+
+// Holder is what a holder publishes about itself in keys.Holder(key): dlock
+// run, and the backends' WithHolderInfo option. It is informational only:
+// the lock key and its token decide who holds the lock.
+type Holder struct {
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Service string    `json:"service,omitempty"`
+	Since   time.Time `json:"since"`
+}
+
+// Limit returns the bound a listing applies for limit.
+func Limit(limit int) int {
+	if limit <= 0 {
+		return DefaultLimit
+	}
+	return limit
+}
+
+// Scan lists the held locks on one server (a single node or one master of a
+// Cluster) whose keys, without prefix, match pattern: string keys with a TTL,
+// found with SCAN ... MATCH ... COUNT ... TYPE string (Redis 6 or later),
+// never KEYS, at most limit of them. dlock's own keys (dlock:*) are skipped
+// unless prefix+pattern starts with "dlock:".
+func Scan(ctx context.Context, c redis.UniversalClient, node, prefix, pattern string, limit int) ([]dlock.LockInfo, error) {
+	limit = Limit(limit)
+	match := escape(prefix) + pattern
+	skipOwn := !strings.HasPrefix(prefix+pattern, keys.Reserved)
+	seen := map[string]bool{}
+	var rows []dlock.LockInfo
+	var cursor uint64
+	for {
+		batch, next, err := c.ScanType(ctx, cursor, match, scanCount, "string").Result()
+		if err != nil {
+			return nil, err
+		}
+		var found []string
+		for _, k := range batch {
+			if !seen[k] && !(skipOwn && strings.HasPrefix(k, keys.Reserved)) && strings.HasPrefix(k, prefix) {
+				seen[k] = true
+				found = append(found, k)
+			}
+		}
+		if len(found) > 0 {
+			r, err := Describe(ctx, c, node, prefix, found)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
+		}
+		if len(rows) >= limit {
+			return Sort(rows[:limit]), nil
+		}
+		if cursor = next; cursor == 0 {
+			return Sort(rows), nil
+		}
+	}
+}
+
+// Describe reads, in one round trip, what a server knows of the locks on
+// the full keys ks (prefix included): remaining TTL, token, fence counter,
+// published holder and the number of Lockers queued. Keys without a TTL
+// (not locks) or gone are left out.
+func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string, ks []string) ([]dlock.LockInfo, error) {
+	type reply struct {
+		ttl                  *redis.DurationCmd
+		token, fence, holder *redis.StringCmd
+		waiting              *redis.IntCmd
+	}
+	replies := make([]reply, len(ks))
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range ks {
+			replies[i] = reply{p.PTTL(ctx, k), p.Get(ctx, k), p.Get(ctx, keys.Fence(k)),
+				p.Get(ctx, keys.Holder(k)), p.ZCard(ctx, keys.Queue(k))}
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil && !isWrongType(err) {
+		return nil, err
+	}
+	var rows []dlock.LockInfo
+	for i, k := range ks {
+		ttl, err := replies[i].ttl.Result()
+		token, terr := replies[i].token.Result()
+		if err != nil || ttl <= 0 || terr != nil {
+			continue // no expiry (not a lock), or gone since the scan
+		}
+		info := dlock.LockInfo{Key: strings.TrimPrefix(k, prefix), Node: node, TTL: ttl, Token: token, Majority: true}
+		// The key's fence counter: the lock's fence on one node, this
+		// node's draw for Redlock (the lock's fence is the largest).
+		if s, err := replies[i].fence.Result(); err == nil {
+			info.Fence, _ = strconv.ParseUint(s, 10, 64)
+		}
+		if s, err := replies[i].holder.Result(); err == nil {
+			var h Holder
+			if json.Unmarshal([]byte(s), &h) == nil {
+				info.Host, info.PID, info.Service, info.Since = h.Host, h.PID, h.Service, h.Since
+			}
+		}
+		if n, err := replies[i].waiting.Result(); err == nil {
+			info.Waiting = int(n)
+		}
+		rows = append(rows, info)
+	}
+	return rows, nil
+}
+
+// Sort orders rows by key, then node.
+func Sort(rows []dlock.LockInfo) []dlock.LockInfo {
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].Key != rows[j].Key {
+			return rows[i].Key < rows[j].Key
+		}
+		return rows[i].Node < rows[j].Node
+	})
+	return rows
+}
+
+// escape quotes the glob characters of a literal prefix.
+func escape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// isWrongType reports a WRONGTYPE reply: a key beside a lock that is not
+// dlock's (a user's own key named like a fence counter) is skipped, not an
+// error of the whole listing.
+func isWrongType(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }

@@ -1,0 +1,206 @@
+package pglock
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+var _ dlock.Inspector = (*Locker)(nil)
+
+// DefaultInspectLimit is how many locks Inspect returns when asked for no
+// bound (limit 0).
+const DefaultInspectLimit = 1000
+
+// heldLock is what the Locker remembers of a lock it holds (in names,
+// keyed by its *grant), for Inspect.
+type heldLock struct {
+	since time.Time
+	fence uint64
+}
+
+// inspectSQL lists the exclusive advisory locks granted in the current
+// database, with their holder's session and the number of sessions blocked
+// behind them. pg_locks is a view of the server's shared lock table, whose
+// size max_locks_per_transaction × max_connections bounds it, so it is read
+// whole and filtered here.
+const inspectSQL = `SELECT l.classid::int8, l.objid::int8, l.objsubid::int4, l.pid,
+	coalesce(a.application_name, ''), a.backend_start,
+	(SELECT count(*) FROM pg_locks w WHERE w.locktype = 'advisory' AND NOT w.granted
+		AND w.database = l.database AND w.classid = l.classid AND w.objid = l.objid
+		AND w.objsubid = l.objsubid)
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
+	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
+// Inspect lists the exclusive advisory locks held in the Locker's database
+// (by any session: this Locker's, another program's, psql's) whose names
+// match pattern, a glob ("*", "billing:*"; * any text, ? one character,
+// [...] a class, \ quotes). Each LockInfo has the holder's backend pid
+// (PID) and application_name (Service), and Waiting, the sessions blocked
+// in pg_advisory_lock behind it (pglock's own waiters poll with
+// pg_try_advisory_lock and are not counted). TTL is 0: a session lock
+// lasts as long as its session.
+//
+// Key is the lock's name where the Locker knows it: for the locks it holds
+// itself (as its handles name them; then Fence and Since are the grant's
+// and Since is exact), and, when pattern is a plain name without glob
+// characters, for the lock that name maps to (WithPrefix, WithKeyFunc).
+// Other locks are listed as "advisory:<n>" (bigint keys) or
+// "advisory:<a>,<b>" (int4 pairs), which a pattern may match too. The
+// server does not record when a lock was granted: for locks of other
+// sessions, Since is the session's backend_start, the one time that is
+// never later than the grant (query_start and state_change move with every
+// later statement of the session, and xact_start ends with the
+// transaction, so each may be after the grant).
+//
+// At most limit locks are returned (0: DefaultInspectLimit), sorted by key.
+// It returns an error matching dlock.ErrUnavailable when the query fails.
+func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
+	if ctx == nil {
+		return nil, driver.Invalidf("nil context")
+	}
+	if limit < 0 {
+		return nil, driver.Invalidf("inspect limit %d: must not be negative", limit)
+	}
+	if limit == 0 {
+		limit = DefaultInspectLimit
+	}
+	if pattern == "" {
+		pattern = "*"
+	}
+	match, err := globRegexp(pattern)
+	if err != nil {
+		return nil, driver.Invalidf("inspect pattern %q: %v", pattern, err)
+	}
+	type lockID struct {
+		classid, objid int64
+		objsubid       int32
+		pid            int32
+	}
+	type own struct {
+		name string
+		heldLock
+	}
+	mine := map[lockID]own{}
+	l.names.Range(func(k, v any) bool {
+		g := k.(*grant)
+		c, o, s := g.key.lockID()
+		mine[lockID{c, o, int32(s), g.pid}] = own{g.name, v.(heldLock)}
+		return true
+	})
+	var named *Key
+	if !strings.ContainsAny(pattern, `*?[\`) {
+		if k, err := l.keyFunc(l.prefix + pattern); err == nil && k.valid() {
+			named = &k
+		}
+	}
+
+	rows, err := l.pool.Query(ctx, inspectSQL)
+	if err != nil {
+		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+	}
+	defer rows.Close()
+	var out []dlock.LockInfo
+	for rows.Next() {
+		var (
+			id      lockID
+			app     string
+			started pgtype.Timestamptz
+			waiting int64
+		)
+		if err := rows.Scan(&id.classid, &id.objid, &id.objsubid, &id.pid, &app, &started, &waiting); err != nil {
+			return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+		}
+		info := dlock.LockInfo{Node: l.node, PID: int(id.pid), Service: app, Waiting: int(waiting), Majority: true}
+		if started.Valid {
+			info.Since = started.Time
+		}
+		switch o, ok := mine[id]; {
+		case ok:
+			info.Key, info.Fence, info.Since = o.name, o.fence, o.since
+		case named != nil && sameLock(*named, id.classid, id.objid, id.objsubid):
+			info.Key = pattern
+		default:
+			info.Key = advisoryName(id.classid, id.objid, id.objsubid)
+		}
+		if match.MatchString(info.Key) {
+			out = append(out, info)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+	}
+	sortInfos(out)
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func sameLock(k Key, classid, objid int64, objsubid int32) bool {
+	c, o, s := k.lockID()
+	return c == classid && o == objid && int32(s) == objsubid
+}
+
+// advisoryName names a lock whose name the Locker does not know by its
+// key: "advisory:<n>" for a bigint key, "advisory:<a>,<b>" for a pair.
+func advisoryName(classid, objid int64, objsubid int32) string {
+	if objsubid == 2 {
+		return "advisory:" + strconv.Itoa(int(int32(uint32(classid)))) + "," + strconv.Itoa(int(int32(uint32(objid))))
+	}
+	return "advisory:" + strconv.FormatInt(int64(uint64(classid)<<32|uint64(objid)), 10)
+}
+
+// globRegexp compiles a Redis-style glob to an anchored regexp.
+func globRegexp(glob string) (*regexp.Regexp, error) {
+	var b strings.Builder
+	b.WriteString(`^`)
+	for i := 0; i < len(glob); i++ {
+		switch c := glob[i]; c {
+		case '*':
+			b.WriteString(`(?s:.*)`)
+		case '?':
+			b.WriteString(`(?s:.)`)
+		case '\\':
+			if i+1 < len(glob) {
+				i++
+			}
+			b.WriteString(regexp.QuoteMeta(glob[i : i+1]))
+		case '[':
+			end := strings.IndexByte(glob[i+1:], ']')
+			if end < 0 {
+				b.WriteString(`\[`)
+				continue
+			}
+			class := glob[i+1 : i+1+end]
+			if strings.HasPrefix(class, "!") {
+				class = "^" + class[1:]
+			}
+			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
+			i += end + 1
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString(`$`)
+	return regexp.Compile(b.String())
+}
+
+func sortInfos(rows []dlock.LockInfo) {
+	slices.SortFunc(rows, func(a, b dlock.LockInfo) int {
+		if c := strings.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return a.PID - b.PID
+	})
+}

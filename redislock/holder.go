@@ -1,0 +1,79 @@
+package redislock
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// WithHolderInfo makes the Locker publish who holds each of its locks, for
+// Inspect and `dlock inspect`: a JSON record {"host", "pid", "service",
+// "since"} in the key "dlock:holder:{key}", written in the same round trip
+// as the grant (only if the grant is this Locker's), given the lock's TTL
+// at each extension, and deleted with the release (where it is still this
+// lock's record). The record is informational only: the lock key and its
+// token decide who holds the lock. service names the program (it may be
+// empty). The default is off: nothing is written beside the lock.
+//
+// Its cost: one more script in the grant's and in the release's round trip.
+// An uncontended TryAcquire+Release cycle (BenchmarkHolderInfo, loopback
+// redis-server, scripts path, a loaded 2-core machine) took 176-336µs and
+// 35 allocations without it, 210-318µs and 79 allocations with it.
+func WithHolderInfo(service string) Option {
+	return func(l *Locker) error {
+		if err := driver.CheckKey(service); service != "" && err != nil {
+			return err
+		}
+		host, _ := os.Hostname()
+		h, _ := json.Marshal(host)
+		s, _ := json.Marshal(service)
+		l.holderHead = `{"host":` + string(h) + `,"pid":` + strconv.Itoa(os.Getpid()) + `,"service":` + string(s) + `,"since":"`
+		return nil
+	}
+}
+
+// holderRecord returns the holder record of a lock granted at since.
+func (l *Locker) holderRecord(since time.Time) string {
+	return l.holderHead + since.UTC().Format(time.RFC3339Nano) + `"}`
+}
+
+// acquireScript runs the acquire script and, with WithHolderInfo, the
+// holder record's write after it in the same round trip; it returns the
+// acquire script's reply and the record written ("" without the option).
+func (l *Locker) acquireScript(ctx context.Context, ks []string, args []any, token string, ttl time.Duration) (any, string, error) {
+	if l.holderHead == "" {
+		v, err := scripts.Acquire.Run(ctx, l.client, ks, args...).Result()
+		return v, "", err
+	}
+	rec := l.holderRecord(time.Now())
+	res := scripts.Pipelined(ctx, l.client,
+		scripts.Call{Script: scripts.Acquire, Keys: ks, Args: args},
+		scripts.Call{Script: scripts.Holder, Keys: []string{ks[0], keys.Holder(ks[0])}, Args: []any{token, rec, driver.Milliseconds(ttl)}})
+	v, err := res[0].Result()
+	return v, rec, err
+}
+
+// extendHolder gives the holder record the lock's new TTL (best effort:
+// the record is informational).
+func (g *grant) extendHolder(ctx context.Context, ttl time.Duration) {
+	if g.holder == "" {
+		return
+	}
+	_ = scripts.Holder.Run(ctx, g.l.client, []string{g.key, keys.Holder(g.key)}, g.token, g.holder, driver.Milliseconds(ttl)).Err()
+}
+
+// releaseHolder releases the lock (as release does, waking the longest
+// waiter) and deletes its holder record where it is still this lock's, in
+// one round trip.
+func (l *Locker) releaseHolder(ctx context.Context, key, token, rec string) (deleted, woken int64, err error) {
+	res := scripts.Pipelined(ctx, l.client,
+		scripts.Call{Script: scripts.Release, Keys: []string{key, keys.Queue(key)}, Args: []any{token}},
+		scripts.Call{Script: scripts.Release, Keys: []string{keys.Holder(key)}, Args: []any{rec}})
+	return scripts.ReleaseReply(res[0].Result())
+}

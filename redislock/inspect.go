@@ -1,0 +1,73 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/rinspect"
+)
+
+var _ dlock.Inspector = (*Locker)(nil)
+
+// Inspect lists the held locks whose keys (without the Locker's prefix)
+// match pattern, a Redis glob ("*", "billing:*"): each key's remaining TTL,
+// token, fence counter, the holder published by WithHolderInfo or `dlock
+// run`, and the number of Lockers queued for a wake-up (Waiting: a Locker
+// counts once however many of its goroutines wait). Any string key with a
+// TTL is listed, since a lock taken by another client (node-redlock,
+// redsync, SET NX PX) looks exactly like that; dlock's own keys (dlock:*)
+// are not.
+//
+// The keys are found with SCAN ... COUNT 1000 ... TYPE string (Redis 6 or
+// later), never KEYS, so a large database is not blocked; on a Cluster
+// every master is scanned. At most limit locks are returned (0:
+// rinspect's default bound, 1000), sorted by key; the scan stops once it
+// has them (the first the scan finds, not the first by name). It returns
+// an error matching dlock.ErrUnavailable when a server
+// could not be reached or answered with an error.
+func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
+	if ctx == nil {
+		return nil, driver.Invalidf("nil context")
+	}
+	if limit < 0 {
+		return nil, driver.Invalidf("inspect limit %d: must not be negative", limit)
+	}
+	if pattern == "" {
+		pattern = "*"
+	}
+	cc, ok := l.client.(*redis.ClusterClient)
+	if !ok {
+		rows, err := rinspect.Scan(ctx, l.client, l.node, l.prefix, pattern, limit)
+		if err != nil {
+			return nil, fmt.Errorf("dlock: inspect: %w", l.opErr(ctx, err, false))
+		}
+		return rows, nil
+	}
+	var (
+		mu   sync.Mutex
+		rows []dlock.LockInfo
+	)
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		r, err := rinspect.Scan(ctx, c, c.Options().Addr, l.prefix, pattern, limit)
+		if err != nil {
+			return &dlock.NodeError{Node: c.Options().Addr, Err: err}
+		}
+		mu.Lock()
+		rows = append(rows, r...)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, err)
+	}
+	rows = rinspect.Sort(rows)
+	if n := rinspect.Limit(limit); len(rows) > n {
+		rows = rows[:n]
+	}
+	return rows, nil
+}

@@ -1,0 +1,132 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/rinspect"
+)
+
+var _ dlock.Inspector = (*Locker)(nil)
+
+// Inspect lists, node by node, the held locks whose keys (without the
+// Locker's prefix) match pattern, a Redis glob: one LockInfo per node that
+// holds the key, with that node's TTL, token, fence counter (the node's
+// draw: the lock's fence is the largest), published holder and queued
+// Lockers. Majority reports whether a majority of the nodes (Quorum) hold
+// the key with that token: a key on a minority is the residue of a failed
+// or expiring acquisition, not a lock.
+//
+// Every node is scanned with SCAN (see redislock's Inspect), then every key
+// found on some node is read on the nodes whose scan missed it, so that
+// Majority is exact for the keys listed. At most limit keys are listed (0:
+// a default bound of 1000), each on every node that holds it. A node that
+// does not answer is left out: the others are listed, and the error
+// (matching dlock.ErrUnavailable) names it; Majority still counts it as
+// not holding.
+func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
+	if ctx == nil {
+		return nil, driver.Invalidf("nil context")
+	}
+	if limit < 0 {
+		return nil, driver.Invalidf("inspect limit %d: must not be negative", limit)
+	}
+	if pattern == "" {
+		pattern = "*"
+	}
+	limit = rinspect.Limit(limit)
+	perNode := make([]scanned, len(l.nodes))
+	var wg sync.WaitGroup
+	for i, n := range l.nodes {
+		if n.dupOf.Load() != 0 {
+			continue // the same server as an earlier node
+		}
+		wg.Go(func() {
+			rows, err := rinspect.Scan(ctx, n.client, n.name, l.prefix, pattern, limit)
+			perNode[i] = scanned{rows, err}
+		})
+	}
+	wg.Wait()
+	// The keys listed: the first limit of all the nodes found.
+	found := map[string]bool{}
+	for _, s := range perNode {
+		for _, r := range s.rows {
+			found[r.Key] = true
+		}
+	}
+	listed := sortedKeys(found, limit)
+	var errs []error
+	var rows []dlock.LockInfo
+	for i, s := range perNode {
+		n := l.nodes[i]
+		if s.err != nil {
+			errs = append(errs, &dlock.NodeError{Node: n.name, Err: s.err})
+			continue
+		}
+		have := map[string]bool{}
+		for _, r := range s.rows {
+			if inList(listed, r.Key) {
+				have[r.Key] = true
+				rows = append(rows, r)
+			}
+		}
+		var missing []string
+		for _, k := range listed {
+			if !have[k] {
+				missing = append(missing, l.prefix+k)
+			}
+		}
+		if len(missing) > 0 && n.dupOf.Load() == 0 {
+			r, err := rinspect.Describe(ctx, n.client, n.name, l.prefix, missing)
+			if err != nil {
+				errs = append(errs, &dlock.NodeError{Node: n.name, Err: err})
+				continue
+			}
+			rows = append(rows, r...)
+		}
+	}
+	votes := map[[2]string]int{}
+	for _, r := range rows {
+		votes[[2]string{r.Key, r.Token}]++
+	}
+	for i := range rows {
+		rows[i].Majority = votes[[2]string{rows[i].Key, rows[i].Token}] >= l.quorum
+	}
+	rows = rinspect.Sort(rows)
+	if len(errs) > 0 {
+		return rows, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, errors.Join(errs...))
+	}
+	return rows, nil
+}
+
+type scanned struct {
+	rows []dlock.LockInfo
+	err  error
+}
+
+func sortedKeys(set map[string]bool, limit int) []string {
+	infos := make([]dlock.LockInfo, 0, len(set))
+	for k := range set {
+		infos = append(infos, dlock.LockInfo{Key: k})
+	}
+	infos = rinspect.Sort(infos)
+	if len(infos) > limit {
+		infos = infos[:limit]
+	}
+	ks := make([]string, len(infos))
+	for i, r := range infos {
+		ks[i] = r.Key
+	}
+	return ks
+}
+
+// inList reports whether k is in the sorted list ks.
+func inList(ks []string, k string) bool {
+	_, ok := slices.BinarySearch(ks, k)
+	return ok
+}
