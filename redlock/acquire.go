@@ -102,7 +102,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 // a wake-up (plan), on the nodes where it listens.
 func (l *Locker) sendRound(ctx context.Context, full []string, token string, ttl time.Duration, plan *wake.Plan) *inflight[*nodeReply] {
 	ks := append(append(make([]string, 0, 2*len(full)+1), full...), fenceKeys(full)...)
-	args := []any{token, driver.Milliseconds(ttl), l.fenceTTL.Milliseconds(), 0}
+	args := []any{token, driver.Milliseconds(ttl), l.fenceTTLArg, 0}
 	timeout := l.timeout(ttl)
 	s := sending{timeout: timeout, after: l.releasingOn(full), giveUp: true, progress: newProgress(len(l.nodes))}
 	return send(ctx, l, s, func(ctx context.Context, i int, n *node) *nodeReply {
