@@ -30,7 +30,7 @@ type LockInfo struct {
 	// nodes hold the key with this token; on others, true.
 	Majority bool
 	// Who holds it, where the holder published it (dlock run does; the
-	// backends' WithHolderInfo option does for library users) or the
+	// redislock's WithHolderInfo option does for library users) or the
 	// server knows it (PostgreSQL: the session's pid, application name
 	// and since when it holds the lock).
 	Host    string
