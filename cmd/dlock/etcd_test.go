@@ -148,9 +148,13 @@ func TestRunEtcd(t *testing.T) {
 	})
 
 	t.Run("unreachable", func(t *testing.T) {
-		r := runBin(t, env, runArgs([]string{"--etcd", fmt.Sprintf("http://%s", c.Members[0].ClientAddr)}, "e:gone", "exit", "0")...)
+		r := runBin(t, env, runArgs([]string{"--etcd", fmt.Sprintf("http://dlock:s3cr3t-pw@%s", c.Members[0].ClientAddr)}, "e:gone", "exit", "0")...)
 		if r.code != exitUnavailable {
 			t.Errorf("dead cluster: exit %d, want %d; stderr: %s", r.code, exitUnavailable, r.stderr)
 		}
+		if strings.Contains(r.stderr, "s3cr3t-pw") {
+			t.Errorf("the password was printed: %s", r.stderr)
+		}
+		oneLine(t, r.stderr)
 	})
 }
