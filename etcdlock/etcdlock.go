@@ -89,7 +89,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 	}
 	if c.ahead != nil {
-		l.abandon(ctx, c.lease, ttl)
+		// Revoked before returning, not in the background: a caller that
+		// exits right after the refusal (dlock run -n) would leave its key
+		// in the queue, ahead of every later contender, for its TTL.
+		if _, err := l.client.Revoke(ctx, c.lease); err != nil {
+			l.abandon(ctx, c.lease, ttl)
+		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
 	}
 	return l.granted(ctx, key, ttl, start, c)
