@@ -89,9 +89,14 @@ func (a *app) openEtcd(urls []string, u use) (*backend, error) {
 		cfg.Endpoints = append(cfg.Endpoints, p.Scheme+"://"+p.Host)
 		nodes = append(nodes, p.Host)
 	}
+	if cfg.Username != "" {
+		// The client authenticates in New, and without a dial timeout it
+		// would wait for an unreachable cluster forever.
+		cfg.DialTimeout = etcdAttempt
+	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, usagef("etcd: %v", err)
+		return nil, exitf(exitUnavailable, "backend unreachable: etcd %s: %v", strings.Join(nodes, ","), err)
 	}
 	l, err := etcdlock.New(cli, etcdlock.WithLogger(a.logger()))
 	if err != nil {

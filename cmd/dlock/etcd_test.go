@@ -97,7 +97,9 @@ func TestRunEtcd(t *testing.T) {
 		if r := h.wait(t); r.code != exitLost || !strings.Contains(r.stderr, "lost") {
 			t.Errorf("holder after its lease was revoked: exit %d, want %d; stderr: %s", r.code, exitLost, r.stderr)
 		}
-		if r := runBin(t, env, runArgs(nil, "e:busy", "exit", "0")...); r.code != 0 {
+		// -w: a waiter whose --wait ran out mid-attempt may leave its key
+		// in the queue until its lease (3s) expires.
+		if r := runBin(t, env, runArgs([]string{"-w", "10s"}, "e:busy", "exit", "0")...); r.code != 0 {
 			t.Errorf("after the loss: exit %d, want 0; stderr: %s", r.code, r.stderr)
 		}
 	})
