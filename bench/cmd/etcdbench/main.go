@@ -10,9 +10,12 @@
 //
 // Both sides take a lease with the lock's TTL: etcdlock grants one per lock
 // (see its package doc), a Mutex runs on a concurrency.Session's lease. The
-// uncontended table shows the Mutex twice: on a session per lock (the same
-// work as etcdlock: grant, put, delete, revoke) and on one long-lived
-// session (put and delete only), which is how a Mutex is usually used.
+// uncontended table shows the Mutex twice: on a session per lock (a lease
+// per lock, as etcdlock: grant, put, delete, revoke; etcdlock's release
+// revokes alone) and on one long-lived session (put and delete only), which
+// is how a Mutex is usually used. In the contended group each Mutex waiter
+// keeps one session, so a cycle is 2 Raft commits against etcdlock's 3
+// (grant, put, revoke): the lease per lock is what the gap pays for.
 package main
 
 import (
