@@ -96,7 +96,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 	}
 	if c.ahead != nil {
-		l.abandon(ctx, c.lease, ttl)
+		// Revoked before returning, not in the background: a caller that
+		// exits right after the refusal (dlock run -n) would leave its key
+		// in the queue, ahead of every later contender, for its TTL.
+		if _, err := l.client.Revoke(ctx, c.lease); err != nil {
+			l.abandon(ctx, c.lease, ttl)
+		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
 	}
 	return l.granted(ctx, key, ttl, start, c)
@@ -421,19 +426,24 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	return driver.ValidUntil(start, min(ttl, time.Duration(ka.TTL)*time.Second), l.driftFactor), nil
 }
 
-// Release deletes the key if it still lives by the lease, then revokes the
-// lease. Deleting the key wakes the next waiter.
+// Release revokes the lease, which deletes the key (its name is the lease
+// id, so it lives by no other lease) and wakes the next waiter: one Raft
+// commit, where deleting the key and then revoking took two. A linearizable
+// read first tells whether the key was still ours.
 func (g *grant) Release(ctx context.Context) error {
 	l := g.l
-	cmp := clientv3.Compare(clientv3.LeaseValue(g.key), "=", g.lease)
-	resp, err := l.client.Txn(ctx).If(cmp).Then(clientv3.OpDelete(g.key)).Commit()
+	resp, err := l.client.Get(ctx, g.key)
 	if err != nil {
 		return l.opErr(ctx, err, false)
 	}
-	if _, err := l.client.Revoke(ctx, g.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		l.abandon(ctx, g.lease, time.Second)
+	held := len(resp.Kvs) == 1 && clientv3.LeaseID(resp.Kvs[0].Lease) == g.lease
+	if _, err := l.client.Revoke(ctx, g.lease); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("%w (the lease expired or was revoked)", dlock.ErrNotHeld)
+		}
+		return l.opErr(ctx, err, false)
 	}
-	if !resp.Succeeded {
+	if !held {
 		return fmt.Errorf("%w (the lease expired or another owner holds the key)", dlock.ErrNotHeld)
 	}
 	return nil

@@ -26,6 +26,7 @@ import (
 type backendFlags struct {
 	redis    []string
 	postgres string
+	etcd     []string
 	ttl      time.Duration // the command's --ttl, if it has one (sizes Redlock's node timeout)
 	// createTable lets `run` create PostgreSQL's fence sequence when it is
 	// missing; without it dlock never changes a database's schema. (The
@@ -38,6 +39,7 @@ func addBackendFlags(cmd *cobra.Command, f *backendFlags) {
 		"Redis `URL` (redis://, rediss:// for TLS, unix://); repeat it for Redlock across\nindependent nodes (default: $DLOCK_REDIS, comma-separated)")
 	cmd.Flags().StringVar(&f.postgres, "postgres", "",
 		"PostgreSQL `DSN` for an advisory lock (default: $DLOCK_POSTGRES)")
+	addEtcdFlag(cmd, f)
 }
 
 // A use says what a command needs from its backend.
@@ -51,10 +53,10 @@ const (
 
 // backend is the lock service a command talks to.
 type backend struct {
-	kind    string // "redis", "redlock" or "postgres"
+	kind    string // "redis", "redlock", "postgres" or "etcd"
 	locker  dlock.Locker
 	tokens  tokenLocker             // nil for postgres
-	clients []redis.UniversalClient // nil for postgres
+	clients []redis.UniversalClient // nil for postgres and etcd
 	nodes   []string                // addresses, for messages (never with passwords)
 	closers []func()
 }
@@ -95,7 +97,7 @@ func (a *app) backendSpec(cmd *cobra.Command, f *backendFlags) (urls []string, d
 	case len(urls) > 0 && dsn != "":
 		return nil, "", usagef("choose one backend: Redis (--redis, DLOCK_REDIS) or PostgreSQL (--postgres, DLOCK_POSTGRES), not both")
 	case len(urls) == 0 && dsn == "":
-		return nil, "", usagef("no backend: give --redis URL or --postgres DSN, or set DLOCK_REDIS or DLOCK_POSTGRES")
+		return nil, "", usagef("no backend: give --redis URL, --postgres DSN or --etcd URL, or set DLOCK_REDIS, DLOCK_POSTGRES or DLOCK_ETCD")
 	}
 	return urls, dsn, nil
 }
@@ -103,6 +105,12 @@ func (a *app) backendSpec(cmd *cobra.Command, f *backendFlags) (urls []string, d
 // openBackend builds the backend for a command. It sends nothing to any
 // server, so an unreachable one shows up at the first operation.
 func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFlags, u use) (*backend, error) {
+	if eps, err := a.etcdSpec(cmd, f); err != nil || len(eps) > 0 {
+		if err != nil {
+			return nil, err
+		}
+		return a.openEtcd(eps, u)
+	}
 	urls, dsn, err := a.backendSpec(cmd, f)
 	if err != nil {
 		return nil, err

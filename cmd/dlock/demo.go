@@ -22,7 +22,10 @@ plain DEL (a slow holder deletes its successor's lock) and then with a
 token-checked release (it cannot); the release script; fencing, with the
 resource rejecting a stale holder's late write; five workers taking turns
 through the Do helper; and Redlock on five servers, surviving the loss of two
-and refusing to lock with three lost.
+and refusing to lock with three lost. Where an etcd binary is installed, a last
+scenario starts three temporary etcd members and shows where etcd differs: the
+fence is the cluster's revision, the leader's loss changes nothing, and a holder
+paused past its lease has its late write refused.
 
 Every outcome is checked against what the lesson says: a mismatch prints FAILED
 on its line and dlock demo exits 1 after the other scenarios ran.

@@ -44,7 +44,7 @@ With --wait 0 (the default, or -n) run tries once and exits 75 if the lock is bu
 waits up to that long for the holder to let go. An unreachable
 backend exits 69 at once, or when --wait runs out for one that does not answer
 (a single try is bounded by the URL's dial_timeout and read_timeout, 5s and 3s
-by default, or the DSN's connect_timeout).
+by default, or the DSN's connect_timeout, or 5s on etcd).
 
 The command gets DLOCK_KEY, DLOCK_TOKEN and DLOCK_FENCE in its environment.
 DLOCK_FENCE grows with every acquisition of KEY: pass it to the resource you
@@ -81,6 +81,10 @@ ran.
 
   # a PostgreSQL advisory lock; the command passes the fence on
   dlock run --postgres 'postgres://app@db/app' ledger -- sh -c './post.sh --fence "$DLOCK_FENCE"'
+
+  # etcd: one URL per member of the cluster; the fence is the grant's revision
+  dlock run --etcd http://etcd1:2379 --etcd http://etcd2:2379 --etcd http://etcd3:2379 \
+    ledger -- sh -c './post.sh --fence "$DLOCK_FENCE"'
 
   # in cron: skip this run silently (exit 0, nothing on stderr) while the last one
   # is still going; a failure of sync.sh itself keeps its exit code

@@ -39,7 +39,8 @@ shell-quoted):
   export DLOCK_FENCE=42
 With --json: {"key":"billing","token":"M3ZK...","fence":42,"ttl_ms":30000}
 
-Redis only: a PostgreSQL advisory lock ends with the session that took it, so
+Redis or etcd (on etcd the lock is a lease of --ttl, rounded up to whole
+seconds): a PostgreSQL advisory lock ends with the session that took it, so
 it cannot outlive dlock (use dlock run).
 
 ` + exitCodesHelp,
@@ -126,7 +127,7 @@ func (a *app) extendCmd() *cobra.Command {
 It exits 0 when it did, and 76 when the lock is no longer held by TOKEN (it
 expired, was released, or another owner took it): stop the work then.
 
-Redis only (see dlock acquire --help).
+Redis or etcd (see dlock acquire --help).
 
 ` + exitCodesHelp,
 		Example: `  dlock extend deploy -t 5m || { echo "lost the deploy lock" >&2; exit 1; }`,
@@ -165,7 +166,7 @@ func (a *app) releaseCmd() *cobra.Command {
 and never touches a lock another owner took since. It exits 0 when it released the lock and 76 when the
 lock was no longer held by TOKEN.
 
-Redis only (see dlock acquire --help).
+Redis or etcd (see dlock acquire --help).
 
 ` + exitCodesHelp,
 		Example: `  lock=$(dlock acquire deploy) || exit; eval "$lock"

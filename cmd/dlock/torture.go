@@ -30,7 +30,10 @@ through the chosen backend, with dlock.Do, while it injects faults: it pauses
 the holder (SIGSTOP) beyond the TTL, kills lock servers and restarts them
 empty (at once, or after the TTL), loses a Redlock majority, delays replies,
 silences and drops connections through a TCP proxy in front of every server,
-and terminates a PostgreSQL holder's backend.
+and terminates a PostgreSQL holder's backend. With --backend etcd it starts a
+throwaway 3-member etcd cluster (the etcd binary on PATH; --nodes changes the
+size) and kills and restarts members (keeping their data), a minority or a
+majority; a lock must survive both, since grants wait for a quorum.
 
 Inside the critical section each worker records its entry and exit with an
 oracle (a Redis server no fault touches) and reads and writes a register
@@ -57,7 +60,7 @@ with a quorum of N/2), nodrift (validity without the drift margin).
 
 Faults: ` + strings.Join(torture.AllFaults, ", ") + `.
 Defaults: pause, latency, blackhole, cut, and on servers it controls restart,
-restart-delayed (and terminate for postgres); majority, rewind and fastclock
+restart-delayed (and terminate for postgres, majority for etcd); majority, rewind and fastclock
 only when asked for.
 
 torture exits 0 when the verdict is SAFE (every must-be-zero count is 0 and
@@ -68,6 +71,7 @@ be), 64 for bad flags and 69 when a server cannot be reached or started.
 		Example: `  dlock torture
   dlock torture --backend redlock --faults majority --duration 1m
   dlock torture --backend postgres --seed 7 --timeline run.svg
+  dlock torture --backend etcd --duration 1m
   dlock torture --redis redis://127.0.0.1:6379 --workers 8
   dlock torture --control quorum`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -130,11 +134,11 @@ be), 64 for bad flags and 69 when a server cannot be reached or started.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Backend, "backend", "", "redis, redlock or postgres (default: redis, or what --redis/--postgres imply)")
+	f.StringVar(&cfg.Backend, "backend", "", "redis, redlock, postgres or etcd (default: redis, or what --redis/--postgres imply)")
 	f.StringArrayVar(&cfg.RedisURLs, "redis", nil, "your Redis `URL` to run on instead of throwaway servers; repeat it for Redlock")
 	f.StringVar(&cfg.PostgresDSN, "postgres", "", "your PostgreSQL `DSN` to run on (it needs dlock's fence sequence)")
 	f.BoolVar(&cfg.ServerFaults, "server-faults", false, "allow server faults on your servers (deleting this run's keys, ending its sessions)")
-	f.IntVar(&cfg.Nodes, "nodes", 0, "Redlock: how many throwaway servers (default 5)")
+	f.IntVar(&cfg.Nodes, "nodes", 0, "Redlock: how many throwaway servers (default 5); etcd: how many members (default 3)")
 	f.IntVar(&cfg.Workers, "workers", 0, "worker processes (default 4)")
 	f.IntVar(&cfg.Keys, "keys", 0, "lock keys the workers choose from (default 1)")
 	f.DurationVar(&cfg.TTL, "ttl", 0, "lock TTL (default 500ms; a negative control's own)")

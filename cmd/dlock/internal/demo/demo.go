@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/cmd/dlock/internal/etcdsrv"
 	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/driver"
 )
@@ -38,7 +39,7 @@ type scenario struct {
 // scenarios lists the lessons in order (a variable so that tests can check
 // how Run reports a lesson that does not hold).
 var scenarios = func() []scenario {
-	return []scenario{
+	list := []scenario{
 		basicScenario,
 		expiryScenario,
 		luaScenario,
@@ -46,6 +47,10 @@ var scenarios = func() []scenario {
 		workersScenario,
 		redlockScenario,
 	}
+	if etcdsrv.Installed() {
+		list = append(list, etcdScenario) // its own servers: etcd, not Redis
+	}
+	return list
 }
 
 // Run runs the narrated scenarios and writes them to w. Every outcome is

@@ -6,7 +6,10 @@
 // Lua release used before Redis 8.4; fencing, where a stale holder's late
 // write is rejected by the resource; five workers through Do that never
 // overlap; and Redlock on five servers surviving the loss of two and
-// refusing once three are lost. Each step prints its real outcome in an
+// refusing once three are lost; and, where an etcd binary is installed,
+// etcd on three temporary members of its own, where the fence comes from
+// consensus, the leader's loss changes nothing, and a holder paused past its
+// lease has its late write refused. Each step prints its real outcome in an
 // aligned column, and each scenario ends with what it proves.
 //
 // # Checked, not just printed

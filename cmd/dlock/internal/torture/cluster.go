@@ -16,8 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/cmd/dlock/internal/etcdsrv"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keys"
@@ -34,6 +36,7 @@ type lockServer struct {
 	redis *servers.Redis    // a throwaway redis-server; nil for the user's
 	pg    *servers.Postgres // a throwaway PostgreSQL; nil for the user's
 	rdb   *redis.Client     // a direct client (checks, faults); Redis only
+	etcd  *etcdsrv.Member   // a member of the throwaway etcd cluster
 	down  bool              // killed and not restarted yet
 }
 
@@ -49,6 +52,9 @@ type cluster struct {
 	ordb     *redis.Client
 	guardPG  *servers.Postgres // the PostgreSQL guard (pglock runs); no fault touches it
 	guardDSN string
+
+	etcd    *etcdsrv.Cluster // the etcd backend's cluster
+	etcdCli *clientv3.Client // a direct client of it (checks)
 
 	proxies [][]*tcpproxy.Proxy // [worker][lock server]
 
@@ -88,6 +94,16 @@ func startCluster(ctx context.Context, cfg *Config) (_ *cluster, err error) {
 	case cfg.Backend == Postgres:
 		if err := c.startPostgres(ctx); err != nil {
 			return nil, err
+		}
+	case cfg.Backend == Etcd:
+		if c.etcd, err = etcdsrv.Start(ctx, c.subdir("etcd"), cfg.Nodes); err != nil {
+			return nil, fmt.Errorf("torture: start etcd: %w", err)
+		}
+		if c.etcdCli, err = c.etcd.Client(); err != nil {
+			return nil, fmt.Errorf("torture: etcd client: %w", err)
+		}
+		for _, m := range c.etcd.Members {
+			c.locks = append(c.locks, &lockServer{url: m.ClientURL, addr: m.ClientAddr, net: "tcp", etcd: m})
 		}
 	case len(cfg.RedisURLs) > 0:
 		for i, u := range cfg.RedisURLs {
@@ -233,6 +249,12 @@ func (c *cluster) close() {
 			ls.pg.Stop()
 		}
 	}
+	if c.etcdCli != nil {
+		c.etcdCli.Close()
+	}
+	if c.etcd != nil {
+		c.etcd.Stop()
+	}
 	if c.guardPG != nil {
 		c.guardPG.Stop()
 	}
@@ -270,6 +292,9 @@ func (c *cluster) kill(ctx context.Context, idx []int) error {
 	for _, i := range idx {
 		ls := c.locks[i]
 		switch {
+		case ls.etcd != nil:
+			ls.etcd.Kill() // SIGKILL: a member keeps what it wrote to disk
+			ls.down = true
 		case ls.redis != nil:
 			ls.redis.Kill()
 			ls.down = true
@@ -297,6 +322,8 @@ func (c *cluster) restart(idx []int) error {
 			continue
 		}
 		switch {
+		case ls.etcd != nil:
+			errs = append(errs, c.etcd.Restart(ls.etcd))
 		case ls.redis != nil:
 			errs = append(errs, ls.redis.Restart())
 		case ls.pg != nil:
@@ -486,6 +513,15 @@ func (c *cluster) countLocks(ctx context.Context) (int, error) {
 			return nil
 		})
 		return n, err
+	}
+	if c.etcd != nil {
+		// A lock is a queue of keys under prefix+key+"/"; any left is a
+		// holder or waiter whose lease has not expired.
+		resp, err := c.etcdCli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, err
+		}
+		return int(resp.Count), nil
 	}
 	n := 0
 	for _, ls := range c.locks {

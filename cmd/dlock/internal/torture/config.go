@@ -16,6 +16,7 @@ const (
 	Redis    = "redis"
 	Redlock  = "redlock"
 	Postgres = "postgres"
+	Etcd     = "etcd" // a throwaway 3-member cluster (Nodes members)
 )
 
 // Fault kinds. A schedule draws from the kinds a run enables (see
@@ -112,6 +113,9 @@ func DefaultFaults(backend string, ownServers bool) []string {
 		return f
 	}
 	f = append(f, FaultRestart, FaultRestartDelayed)
+	if backend == Etcd {
+		f = append(f, FaultMajority) // the cluster stops granting; no lock may be lost
+	}
 	if backend == Postgres {
 		f = append(f, FaultTerminate)
 	}
@@ -161,6 +165,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Keys == 0 {
 		c.Keys = 1
 	}
+	if c.TTL == 0 && c.Backend == Etcd {
+		c.TTL = time.Second // etcd's shortest lease: the lease is the TTL
+	}
 	if c.TTL == 0 {
 		c.TTL = 500 * time.Millisecond
 	}
@@ -170,12 +177,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Duration == 0 {
 		c.Duration = 20 * time.Second
 	}
+	if c.Nodes == 0 && c.Backend == Etcd {
+		c.Nodes = 3
+	}
 	if c.Nodes == 0 {
 		c.Nodes = 5
 	}
 	switch {
-	case c.Backend != Redis && c.Backend != Redlock && c.Backend != Postgres:
-		return c, driver.Invalidf("torture: backend %q: want redis, redlock or postgres", c.Backend)
+	case c.Backend != Redis && c.Backend != Redlock && c.Backend != Postgres && c.Backend != Etcd:
+		return c, driver.Invalidf("torture: backend %q: want redis, redlock, postgres or etcd", c.Backend)
+	case c.Backend == Etcd && (len(c.RedisURLs) > 0 || c.PostgresDSN != ""):
+		return c, driver.Invalidf("torture: backend etcd runs on a throwaway cluster of its own, not on --redis or --postgres servers")
 	case c.Backend == Postgres && len(c.RedisURLs) > 0:
 		return c, driver.Invalidf("torture: backend postgres with --redis servers")
 	case c.Backend != Postgres && c.PostgresDSN != "":
@@ -219,8 +231,8 @@ func (c *Config) checkFault(f string) error {
 	switch {
 	case server && !c.serverControl():
 		return driver.Invalidf("torture: fault %q needs control of the servers: on your own servers pass --server-faults", f)
-	case f == FaultMajority && c.Backend != Redlock:
-		return driver.Invalidf("torture: fault %q is for redlock", f)
+	case f == FaultMajority && c.Backend != Redlock && c.Backend != Etcd:
+		return driver.Invalidf("torture: fault %q is for redlock and etcd", f)
 	case f == FaultTerminate && c.Backend != Postgres:
 		return driver.Invalidf("torture: fault %q is for postgres", f)
 	case (f == FaultRewind || f == FaultFastClock) && c.Backend != Redis:
@@ -237,7 +249,7 @@ func (c *Config) controlDefaults() error {
 	if b, ok := need[c.Control]; ok && c.Backend != b {
 		return driver.Invalidf("torture: control %q runs on %s, not %s", c.Control, b, c.Backend)
 	}
-	if (c.Control == ControlPlainDel) && c.Backend == Postgres {
+	if (c.Control == ControlPlainDel) && (c.Backend == Postgres || c.Backend == Etcd) {
 		return driver.Invalidf("torture: control %q is for the Redis backends", c.Control)
 	}
 	// Short runs with a short TTL show each flaw within seconds. The

@@ -77,7 +77,7 @@ func plan(cfg *Config) []plannedFault {
 		return time.Duration((lo + rng.Float64()*(hi-lo)) * float64(ttl))
 	}
 	n := 1
-	if cfg.Backend == Redlock {
+	if cfg.Backend == Redlock || cfg.Backend == Etcd {
 		n = cfg.Nodes
 	}
 	minority := func() []int {
@@ -240,7 +240,9 @@ func (in *injector) inject(ctx context.Context, p plannedFault) {
 		err := in.c.kill(ctx, p.Nodes)
 		err2 := in.c.restart(p.Nodes)
 		f.Detail = fmt.Sprintf("%s killed and restarted empty at once%s", servers, errNote(err, err2))
-		if in.c.locks[0].redis == nil && in.c.locks[0].pg == nil {
+		if in.c.etcd != nil {
+			f.Detail = fmt.Sprintf("etcd member(s) %s killed and restarted at once (with their data)%s", nodeList(p.Nodes), errNote(err, err2))
+		} else if in.c.locks[0].redis == nil && in.c.locks[0].pg == nil {
 			f.Detail = fmt.Sprintf("%s: this run's keys deleted (your server is not killed)%s", servers, errNote(err, err2))
 		}
 	case FaultRestartDelayed:
@@ -248,6 +250,9 @@ func (in *injector) inject(ctx context.Context, p plannedFault) {
 		sleepCtx(context.WithoutCancel(ctx), p.For)
 		err2 := in.c.restart(p.Nodes)
 		f.Detail = fmt.Sprintf("%s killed, restarted empty %v later%s", servers, p.For.Round(time.Millisecond), errNote(err, err2))
+		if in.c.etcd != nil {
+			f.Detail = fmt.Sprintf("etcd member(s) %s killed, restarted %v later (with their data)%s", nodeList(p.Nodes), p.For.Round(time.Millisecond), errNote(err, err2))
+		}
 	case FaultTerminate:
 		pids, err := in.c.terminate(ctx, false)
 		f.Detail = fmt.Sprintf("pg_terminate_backend of the holder's backend, pid %v%s", pids, errNote(err))

@@ -170,6 +170,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Backend == Postgres {
 		wait += time.Second
 	}
+	if cfg.Backend == Etcd {
+		wait += 2 * time.Second // leases count whole seconds, and expire at the leader's next check
+	}
 	left, leftErr := c.locksLeft(checkCtx, wait)
 
 	var events []Event
@@ -262,6 +265,11 @@ func (c *cluster) describe() string {
 		s = fmt.Sprintf("a throwaway PostgreSQL on %s", c.locks[0].addr)
 	case c.cfg.Backend == Postgres:
 		s = fmt.Sprintf("your PostgreSQL at %s", c.locks[0].addr)
+	case c.etcd != nil:
+		s = fmt.Sprintf("a throwaway %d-member etcd cluster on", len(c.locks))
+		for _, ls := range c.locks {
+			s += " " + ls.addr
+		}
 	case c.locks[0].redis != nil:
 		s = fmt.Sprintf("%d throwaway redis-server(s) on", len(c.locks))
 		for _, ls := range c.locks {

@@ -18,8 +18,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/negative"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
@@ -101,6 +104,7 @@ type worker struct {
 	locker  dlock.Locker
 	lockRDB []*redis.Client // the lock servers' clients (Redis backends)
 	pool    *pgxpool.Pool   // the lock server's pool (postgres)
+	etcd    *clientv3.Client
 	oracle  *redis.Client
 	reg     register
 	doOpts  []dlock.Option
@@ -213,6 +217,25 @@ func newWorker(cfg workerConfig, stdout, stderr io.Writer) (w *worker, err error
 		}
 		w.closers = append([]func(){func() { l.Close() }}, w.closers...)
 		w.locker = l
+	case Etcd:
+		// One client over every member, each through this worker's proxy.
+		var eps []string
+		for _, p := range cfg.Proxies {
+			eps = append(eps, "http://"+p)
+		}
+		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop(),
+			DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second})
+		if err != nil {
+			return nil, err
+		}
+		w.closers = append(w.closers, func() { cli.Close() })
+		w.etcd = cli
+		l, err := etcdlock.New(cli, etcdlock.WithPrefix(cfg.Prefix), etcdlock.WithLogger(logger),
+			etcdlock.WithDriftFactor(cfg.DriftFactor))
+		if err != nil {
+			return nil, err
+		}
+		w.locker = l
 	default:
 		return nil, fmt.Errorf("backend %q", cfg.Backend)
 	}
@@ -247,6 +270,11 @@ func (w *worker) connect(ctx context.Context) error {
 	for i, c := range w.lockRDB {
 		if err := c.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("lock server #%d: %w", i+1, err)
+		}
+	}
+	if w.etcd != nil {
+		if _, err := w.etcd.Get(ctx, "torture-ping"); err != nil {
+			return fmt.Errorf("etcd: %w", err)
 		}
 	}
 	if w.pool != nil {

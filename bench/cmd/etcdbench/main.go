@@ -1,0 +1,296 @@
+// Command etcdbench measures etcdlock against etcd's own
+// concurrency.Mutex on the same 3-member cluster, in one run, and prints
+// the comparison (issue 26, item 6): an uncontended acquire+release cycle
+// by one goroutine, and the contended hand-off rate of 16 goroutines on one
+// key. It starts its own etcd members (the etcd binary on PATH, Debian's
+// etcd-server) on free loopback ports and stops them on exit. Usage, from
+// the repository root:
+//
+//	go run ./bench/cmd/etcdbench [-n 2000] [-window 5s] [-passes 5]
+//
+// Both sides take a lease with the lock's TTL: etcdlock grants one per lock
+// (see its package doc), a Mutex runs on a concurrency.Session's lease. The
+// uncontended table shows the Mutex twice: on a session per lock (a lease
+// per lock, as etcdlock: grant, put, delete, revoke; etcdlock's release
+// revokes alone) and on one long-lived session (put and delete only), which
+// is how a Mutex is usually used. In the contended group each Mutex waiter
+// keeps one session, so a cycle is 2 Raft commits against etcdlock's 3
+// (grant, put, revoke): the lease per lock is what the gap pays for.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/dlock-go/dlock/etcdlock"
+)
+
+const ttl = 10 * time.Second
+
+func main() {
+	n := flag.Int("n", 1000, "uncontended cycles per pass")
+	window := flag.Duration("window", 3*time.Second, "each contended window")
+	passes := flag.Int("passes", 5, "passes over both groups, interleaved; the tables show medians")
+	waiters := flag.Int("waiters", 16, "goroutines on one key in the contended group")
+	flag.Parse()
+
+	dir, err := os.MkdirTemp("", "etcdbench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	eps, stop, err := startCluster(dir, 3)
+	defer stop()
+	if err != nil {
+		log.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+	l, err := etcdlock.New(cli, etcdlock.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	unc := map[string][]float64{} // µs per cycle
+	con := map[string][]float64{} // hand-offs per second
+	for p := range *passes {
+		key := fmt.Sprintf("bench/u%d", p)
+		unc["etcdlock"] = append(unc["etcdlock"], cycle(*n, func() error {
+			lock, err := l.TryAcquire(ctx, key, ttl)
+			if err != nil {
+				return err
+			}
+			return lock.Release(ctx)
+		}))
+		unc["Mutex, session per lock"] = append(unc["Mutex, session per lock"], cycle(*n, func() error {
+			s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second)))
+			if err != nil {
+				return err
+			}
+			m := concurrency.NewMutex(s, key)
+			if err := m.TryLock(ctx); err != nil {
+				s.Close()
+				return err
+			}
+			if err := m.Unlock(ctx); err != nil {
+				s.Close()
+				return err
+			}
+			return s.Close() // revokes the lease
+		}))
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second)))
+		if err != nil {
+			log.Fatal(err)
+		}
+		m := concurrency.NewMutex(s, key)
+		unc["Mutex, one session"] = append(unc["Mutex, one session"], cycle(*n, func() error {
+			if err := m.TryLock(ctx); err != nil {
+				return err
+			}
+			return m.Unlock(ctx)
+		}))
+		s.Close()
+
+		ckey := fmt.Sprintf("bench/c%d", p)
+		con["etcdlock"] = append(con["etcdlock"], contended(*waiters, *window, func(int) (func() error, func()) {
+			return func() error {
+				lock, err := l.Acquire(ctx, ckey, ttl)
+				if err != nil {
+					return err
+				}
+				return lock.Release(ctx)
+			}, func() {}
+		}))
+		con["Mutex"] = append(con["Mutex"], contended(*waiters, *window, func(int) (func() error, func()) {
+			s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second)))
+			if err != nil {
+				log.Fatal(err)
+			}
+			m := concurrency.NewMutex(s, ckey)
+			return func() error {
+				if err := m.Lock(ctx); err != nil {
+					return err
+				}
+				return m.Unlock(ctx)
+			}, func() { s.Close() }
+		}))
+	}
+
+	fmt.Printf("# etcdlock against concurrency.Mutex (3-member etcd cluster, %s, GOMAXPROCS %d)\n\n", etcdVersion(), gomaxprocs())
+	fmt.Printf("Medians of %d interleaved passes.\n\n", *passes)
+	fmt.Printf("Uncontended acquire+release, one goroutine, %d cycles per pass:\n\n", *n)
+	fmt.Println("| implementation | µs per cycle | etcdlock's speed relative to it |")
+	fmt.Println("|---|---:|---:|")
+	e := median(unc["etcdlock"])
+	for _, name := range []string{"etcdlock", "Mutex, session per lock", "Mutex, one session"} {
+		v := median(unc[name])
+		fmt.Printf("| %s | %.0f | %.2fx |\n", name, v, v/e)
+	}
+	fmt.Printf("\nContended hand-off, %d goroutines on one key, %v windows:\n\n", *waiters, *window)
+	fmt.Println("| implementation | hand-offs per second | etcdlock's rate relative to it |")
+	fmt.Println("|---|---:|---:|")
+	ce := median(con["etcdlock"])
+	for _, name := range []string{"etcdlock", "Mutex"} {
+		v := median(con[name])
+		fmt.Printf("| %s | %.0f | %.2fx |\n", name, v, ce/v)
+	}
+	fmt.Println()
+	check := func(what string, ok bool, got string) {
+		mark := "met"
+		if !ok {
+			mark = "NOT met"
+		}
+		fmt.Printf("- target %s: %s (%s)\n", what, mark, got)
+	}
+	ms := median(unc["Mutex, session per lock"])
+	check("uncontended >= 0.95x of the Mutex (like for like: a lease per lock)", ms/e >= 0.95, fmt.Sprintf("%.2fx", ms/e))
+	check("contended no slower than the Mutex", ce/median(con["Mutex"]) >= 1, fmt.Sprintf("%.2fx", ce/median(con["Mutex"])))
+}
+
+// cycle runs f n times and returns µs per call.
+func cycle(n int, f func() error) float64 {
+	start := time.Now()
+	for range n {
+		if err := f(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	return float64(time.Since(start).Microseconds()) / float64(n)
+}
+
+// contended runs w goroutines, each looping over its setup's function
+// (take the lock, release it at once) for window, and returns the
+// acquisitions per second.
+func contended(w int, window time.Duration, setup func(i int) (func() error, func())) float64 {
+	var count atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	start := make(chan struct{})
+	for i := range w {
+		f, done := setup(i)
+		wg.Go(func() {
+			defer done()
+			<-start
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := f(); err != nil {
+					log.Fatal(err)
+				}
+				count.Add(1)
+			}
+		})
+	}
+	t0 := time.Now()
+	close(start)
+	time.Sleep(window)
+	n := count.Load()
+	el := time.Since(t0)
+	close(stop)
+	wg.Wait()
+	return float64(n) / el.Seconds()
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func gomaxprocs() int { return runtime.GOMAXPROCS(0) }
+
+func etcdVersion() string {
+	out, err := exec.Command("etcd", "--version").Output()
+	if err != nil {
+		return "etcd"
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(line)
+}
+
+func freePort() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startCluster starts n etcd members with default timings and returns
+// their client URLs once the cluster answers.
+func startCluster(dir string, n int) ([]string, func(), error) {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		return nil, func() {}, fmt.Errorf("etcd not found on PATH (apt-get install etcd-server)")
+	}
+	var eps, peers, initial []string
+	for i := range n {
+		eps = append(eps, fmt.Sprintf("http://127.0.0.1:%d", freePort()))
+		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", freePort()))
+		initial = append(initial, fmt.Sprintf("m%d=%s", i, peers[i]))
+	}
+	var cmds []*exec.Cmd
+	stop := func() {
+		for _, c := range cmds {
+			_ = c.Process.Signal(syscall.SIGKILL)
+			_ = c.Wait()
+		}
+	}
+	for i := range n {
+		d := filepath.Join(dir, fmt.Sprintf("m%d", i))
+		cmd := exec.Command(bin, "--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(d, "data"),
+			"--listen-client-urls", eps[i], "--advertise-client-urls", eps[i],
+			"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i],
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--log-outputs", filepath.Join(dir, fmt.Sprintf("m%d.log", i)), "--logger", "zap")
+		cmd.Env = append(os.Environ(), "ETCD_UNSUPPORTED_ARCH=")
+		if err := cmd.Start(); err != nil {
+			return nil, stop, err
+		}
+		cmds = append(cmds, cmd)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, stop, err
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cli.Put(ctx, "bench/ready", "1")
+		cancel()
+		if err == nil {
+			return eps, stop, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, stop, fmt.Errorf("etcd cluster not ready: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

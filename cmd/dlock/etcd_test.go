@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/cmd/dlock/internal/etcdsrv"
+)
+
+// TestRunEtcd: dlock run --etcd on a real 3-member cluster: runs serialize
+// with fences that grow, -n/-w/-E/-q behave as with Redis, a revoked lease
+// ends the command with 76, the token commands work, one member down of
+// three changes nothing, and an unreachable cluster exits 69.
+func TestRunEtcd(t *testing.T) {
+	t.Parallel()
+	if !etcdsrv.Installed() {
+		t.Fatal(etcdsrv.ErrNoEtcd) // make test installs it
+	}
+	c, err := etcdsrv.Start(context.Background(), t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	var flags []string
+	for _, ep := range c.Endpoints() {
+		flags = append(flags, "--etcd", ep)
+	}
+	env := binEnv()
+	cli, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx := context.Background()
+
+	t.Run("serial", func(t *testing.T) {
+		log := filepath.Join(t.TempDir(), "log")
+		var procs []*proc
+		for range 3 {
+			procs = append(procs, startBin(t, env, runArgs(append([]string{"--wait", "30s", "--ttl", "2s"}, flags...), "e:serial", "record", log, "200ms")...))
+		}
+		for i, p := range procs {
+			if r := p.wait(t); r.code != 0 {
+				t.Fatalf("run #%d: exit %d; stderr: %s", i, r.code, r.stderr)
+			}
+		}
+		lines := strings.Split(strings.TrimSpace(readFile(t, log)), "\n")
+		if len(lines) != 6 {
+			t.Fatalf("want 3 enter/exit pairs:\n%s", strings.Join(lines, "\n"))
+		}
+		var last uint64
+		for i := 0; i < 6; i += 2 {
+			if !strings.HasPrefix(lines[i], "enter") || !strings.HasPrefix(lines[i+1], "exit") {
+				t.Fatalf("the commands overlapped:\n%s", strings.Join(lines, "\n"))
+			}
+			f, _ := strconv.ParseUint(strings.Fields(lines[i])[2], 10, 64)
+			if f <= last {
+				t.Errorf("fence %d after %d: want growing", f, last)
+			}
+			last = f
+		}
+	})
+
+	t.Run("busy", func(t *testing.T) {
+		// The cluster from the environment, comma-separated.
+		env := binEnv("DLOCK_ETCD=" + strings.Join(c.Endpoints(), ","))
+		ready := filepath.Join(t.TempDir(), "ready")
+		h := startBin(t, env, runArgs([]string{"--ttl", "3s"}, "e:busy", "hold", ready, "60s")...)
+		waitFile(t, ready, h)
+		if r := runBin(t, env, runArgs(nil, "e:busy", "exit", "0")...); r.code != exitBusy {
+			t.Errorf("-w 0 on a held lock: exit %d, want %d; stderr: %s", r.code, exitBusy, r.stderr)
+		}
+		if r := runBin(t, env, runArgs([]string{"-n", "-q", "-E", "0"}, "e:busy", "exit", "3")...); r.code != 0 || r.stderr != "" {
+			t.Errorf("-n -q -E 0 on a held lock: exit %d, stderr %q; want 0 and nothing", r.code, r.stderr)
+		}
+		r := runBin(t, env, runArgs([]string{"-w", "1s"}, "e:busy", "exit", "0")...)
+		if r.code != exitBusy || r.elapsed < time.Second {
+			t.Errorf("-w 1s on a held lock: exit %d after %v, want %d after 1s; stderr: %s", r.code, r.elapsed, exitBusy, r.stderr)
+		}
+
+		// The holder's lease revoked by another client: the lock is lost,
+		// the command is terminated, dlock exits 76.
+		resp, err := cli.Get(ctx, "e:busy/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil || len(resp.Kvs) == 0 {
+			t.Fatalf("the holder's key: %v, %d keys", err, len(resp.Kvs))
+		}
+		if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.wait(t); r.code != exitLost || !strings.Contains(r.stderr, "lost") {
+			t.Errorf("holder after its lease was revoked: exit %d, want %d; stderr: %s", r.code, exitLost, r.stderr)
+		}
+		// -w: a waiter whose --wait ran out mid-attempt may leave its key
+		// in the queue until its lease (3s) expires.
+		if r := runBin(t, env, runArgs([]string{"-w", "10s"}, "e:busy", "exit", "0")...); r.code != 0 {
+			t.Errorf("after the loss: exit %d, want 0; stderr: %s", r.code, r.stderr)
+		}
+	})
+
+	t.Run("tokens", func(t *testing.T) {
+		renv := []string{"DLOCK_ETCD=" + strings.Join(c.Endpoints(), ",")}
+		r := runInProcess(t, renv, "acquire", "e:tokens", "--ttl", "20s")
+		if r.code != 0 {
+			t.Fatalf("acquire: exit %d; stderr: %s", r.code, r.stderr)
+		}
+		vars := parseVars(t, r.stdout)
+		if r := runInProcess(t, renv, "acquire", "e:tokens"); r.code != exitBusy {
+			t.Errorf("second acquire: exit %d, want %d; stderr: %s", r.code, exitBusy, r.stderr)
+		}
+		if r := runInProcess(t, renv, "extend", "e:tokens", vars["DLOCK_TOKEN"], "--ttl", "20s"); r.code != 0 {
+			t.Errorf("extend: exit %d; stderr: %s", r.code, r.stderr)
+		}
+		if r := runInProcess(t, renv, "release", "e:tokens", vars["DLOCK_TOKEN"]); r.code != 0 {
+			t.Errorf("release: exit %d; stderr: %s", r.code, r.stderr)
+		}
+		if r := runInProcess(t, renv, "release", "e:tokens", vars["DLOCK_TOKEN"]); r.code != exitLost {
+			t.Errorf("second release: exit %d, want %d", r.code, exitLost)
+		}
+		if r := runInProcess(t, renv, "extend", "e:tokens", vars["DLOCK_TOKEN"]); r.code != exitLost {
+			t.Errorf("extend after release: exit %d, want %d", r.code, exitLost)
+		}
+		if r := runInProcess(t, renv, "inspect", "e:*"); r.code != exitUsage {
+			t.Errorf("inspect with etcd: exit %d, want %d", r.code, exitUsage)
+		}
+		if r := runInProcess(t, append(renv, "DLOCK_REDIS=redis://127.0.0.1:1"), "acquire", "e:tokens"); r.code != exitUsage {
+			t.Errorf("DLOCK_ETCD and DLOCK_REDIS: exit %d, want %d", r.code, exitUsage)
+		}
+	})
+
+	// Last: these stop members.
+	t.Run("minority down", func(t *testing.T) {
+		c.Members[0].Kill()
+		log := filepath.Join(t.TempDir(), "log")
+		if r := runBin(t, env, runArgs(append([]string{"-w", "20s"}, flags...), "e:minority", "record", log, "10ms")...); r.code != 0 {
+			t.Errorf("with 1 of 3 members down: exit %d, want 0; stderr: %s", r.code, r.stderr)
+		}
+		c.Members[1].Kill()
+		r := runBin(t, env, runArgs(flags, "e:minority", "exit", "0")...)
+		if r.code != exitUnavailable {
+			t.Errorf("with 2 of 3 members down: exit %d, want %d; stderr: %s", r.code, exitUnavailable, r.stderr)
+		}
+		oneLine(t, r.stderr)
+	})
+
+	t.Run("unreachable", func(t *testing.T) {
+		r := runBin(t, env, runArgs([]string{"--etcd", fmt.Sprintf("http://dlock:s3cr3t-pw@%s", c.Members[0].ClientAddr)}, "e:gone", "exit", "0")...)
+		if r.code != exitUnavailable {
+			t.Errorf("dead cluster: exit %d, want %d; stderr: %s", r.code, exitUnavailable, r.stderr)
+		}
+		if strings.Contains(r.stderr, "s3cr3t-pw") {
+			t.Errorf("the password was printed: %s", r.stderr)
+		}
+		oneLine(t, r.stderr)
+	})
+}
