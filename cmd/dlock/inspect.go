@@ -105,22 +105,30 @@ With --json the output is one object:
 			if !ok {
 				return exitf(exitFailure, "the %s backend cannot list its locks", be.kind)
 			}
-			show := func(ctx context.Context) error {
+			// load reads the listing, and returns what prints it: a screen
+			// of --watch is cleared only once its rows are in.
+			load := func(ctx context.Context) (draw func() error, err error) {
 				rows, err := inspectRows(ctx, in, pattern, limit)
+				if err != nil {
+					return nil, err
+				}
+				return func() error {
+					if asJSON {
+						return json.NewEncoder(a.stdout).Encode(struct {
+							Locks []lockRow `json:"locks"`
+						}{rows})
+					}
+					return printLocks(a, rows, len(be.nodes) > 1, pattern)
+				}, nil
+			}
+			if watch == 0 {
+				draw, err := load(cmd.Context())
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return json.NewEncoder(a.stdout).Encode(struct {
-						Locks []lockRow `json:"locks"`
-					}{rows})
-				}
-				return printLocks(a, rows, len(be.nodes) > 1, pattern)
+				return draw()
 			}
-			if watch == 0 {
-				return show(cmd.Context())
-			}
-			return watchLocks(cmd.Context(), a, watch, show)
+			return watchLocks(cmd.Context(), a, watch, load)
 		},
 	}
 	addBackendFlags(cmd, &bf)
@@ -162,18 +170,22 @@ func inspectRows(ctx context.Context, in dlock.Inspector, pattern string, limit 
 
 // watchLocks redraws the listing every interval, clearing the terminal
 // first, until ctx ends or an interrupt arrives (then it returns nil).
-func watchLocks(ctx context.Context, a *app, every time.Duration, show func(context.Context) error) error {
+func watchLocks(ctx context.Context, a *app, every time.Duration, load func(context.Context) (func() error, error)) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // cursor home, clear screen
-		fmt.Fprintf(a.stdout, "every %v, %s\n\n", every, time.Now().Format(time.TimeOnly))
-		if err := show(ctx); err != nil {
+		draw, err := load(ctx)
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
+			return err
+		}
+		fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // cursor home, clear screen
+		fmt.Fprintf(a.stdout, "every %v, %s\n\n", every, time.Now().Format(time.TimeOnly))
+		if err := draw(); err != nil {
 			return err
 		}
 		select {
