@@ -7,7 +7,7 @@ import (
 	"github.com/dlock-go/dlock/fence"
 )
 
-// The seed's scenario. A took the lock with fence 1 and stalled; its lock
+// A stale holder's late write. A took the lock with fence 1 and stalled; its lock
 // expired, B took it with fence 2 and wrote. When A wakes up and writes with
 // fence 1, the guard refuses it. In a real program the fences and tokens
 // come from lock.Fence() and lock.Token().

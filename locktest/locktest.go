@@ -139,7 +139,7 @@ func (s *suite) sameLockerIsAnotherOwner(t *testing.T) {
 	WantError(t, err, dlock.ErrNotAcquired)
 }
 
-// The seed's expiry bug: A is slower than its lock, B acquires, A releases.
+// The classic expiry bug: A is slower than its lock, B acquires, A releases.
 // A must be told it no longer holds the lock, B must keep it, C is refused.
 func (s *suite) staleReleaseRefused(t *testing.T) {
 	a, b, c := s.newLocker(t), s.newLocker(t), s.newLocker(t)

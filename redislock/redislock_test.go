@@ -129,7 +129,7 @@ func TestFeaturesOnRedis7(t *testing.T) {
 	}
 }
 
-// The seed's first scenario: one winner, the loser is refused, a wrong token
+// The basic scenario: one winner, the loser is refused, a wrong token
 // cannot release, the right one can.
 func TestSeedBasics(t *testing.T) {
 	raw := shared.Client(t)
@@ -162,7 +162,7 @@ func TestSeedBasics(t *testing.T) {
 	}
 }
 
-// The seed's expiry bug, both ways. A's 200ms lock expires while A works; B
+// The classic expiry bug, both ways. A's 200ms lock expires while A works; B
 // acquires; A releases; C arrives while B still works. With a plain DEL, A
 // deletes B's lock and C gets in: two holders. With dlock's release, A is
 // told it no longer holds the lock, B keeps it, C is refused.

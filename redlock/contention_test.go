@@ -13,7 +13,7 @@ import (
 	"github.com/dlock-go/dlock/redlock"
 )
 
-// The seed's stall: 8 contenders on 5 nodes, everyone always wanting the
+// A stall under contention: 8 contenders on 5 nodes, everyone always wanting the
 // lock. Split votes are undone at once and retried after a random pause, so
 // the longest stretch in which nobody holds the lock stays a small multiple
 // of the retry delay; and never do two hold it at once.

@@ -16,7 +16,7 @@ func (a *app) demoCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo [--redis URL]...",
 		Short: "Show, on real servers, how distributed locks fail and what prevents it",
-		Long: `Demo runs the scenarios of the dlock lessons in order and narrates each one with
+		Long: `Demo runs dlock's scenarios in order and narrates each one with
 its real outcome: a basic acquire and release; the expiry bug, first with a
 plain DEL (a slow holder deletes its successor's lock) and then with a
 token-checked release (it cannot); the release script; fencing, with the
@@ -27,7 +27,7 @@ scenario starts three temporary etcd members and shows where etcd differs: the
 fence is the cluster's revision, the leader's loss changes nothing, and a holder
 paused past its lease has its late write refused.
 
-Every outcome is checked against what the lesson says: a mismatch prints FAILED
+Every outcome is checked against what its scenario claims: a mismatch prints FAILED
 on its line and dlock demo exits 1 after the other scenarios ran.
 
 Without --redis it starts five temporary redis-server processes (found on PATH)

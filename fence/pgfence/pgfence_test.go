@@ -212,7 +212,7 @@ func TestContract(t *testing.T) {
 	})
 }
 
-// The seed's scenario with a real Postgres lock: holder A reads under its
+// The stale-holder scenario with a real Postgres lock: holder A reads under its
 // fence and pauses; its session dies (terminated, as idle_session_timeout
 // or a network cut would do), so B gets the lock with a higher fence and
 // writes. A wakes up and writes: refused, and B's value stands.

@@ -268,7 +268,7 @@ func TestServerFrozen(t *testing.T) {
 	}
 }
 
-// The seed's scenario with real locks: A locks with a short TTL, registers
+// The stale-holder scenario with real locks: A locks with a short TTL, registers
 // its fence with a read, and stalls past the TTL; B locks (higher fence),
 // reads and writes; A's late write is refused and the value is B's.
 func TestSeedWithLocks(t *testing.T) {

@@ -27,7 +27,7 @@ type Options struct {
 	Timeline string
 }
 
-// scenario is one lesson: what it runs and what it proves.
+// scenario is one claim: what it runs and what it proves.
 type scenario struct {
 	title   string
 	short   string   // the title in the summary
@@ -36,8 +36,8 @@ type scenario struct {
 	run     func(ctx context.Context, e *env, s *section) error
 }
 
-// scenarios lists the lessons in order (a variable so that tests can check
-// how Run reports a lesson that does not hold).
+// scenarios lists the scenarios in order (a variable so that tests can check
+// how Run reports a claim that does not hold).
 var scenarios = func() []scenario {
 	list := []scenario{
 		basicScenario,
@@ -54,7 +54,7 @@ var scenarios = func() []scenario {
 }
 
 // Run runs the narrated scenarios and writes them to w. Every outcome is
-// checked: when one is not what its lesson says, the line says FAILED and
+// checked: when one is not what its scenario claims, the line says FAILED and
 // Run returns an error after the remaining scenarios ran. When ctx ends, Run
 // stops, removes the servers it started and returns an error matching
 // ctx's error. Concurrent calls share nothing: each starts its own servers
@@ -110,7 +110,7 @@ func Run(ctx context.Context, w io.Writer, opts Options) error {
 				p.printf("     %s\n", l)
 			}
 		} else {
-			p.printf("   FAILED: this scenario did not behave as its lesson says.\n")
+			p.printf("   FAILED: this scenario did not behave as it claims.\n")
 			failed = append(failed, fmt.Sprintf("%d (%s): %s", i+1, sc.title, strings.Join(s.failures, "; ")))
 		}
 		verdicts = append(verdicts, verdict{sc.short, sc.summary, len(s.failures) > 0})

@@ -71,8 +71,8 @@ func run(t *testing.T, opts Options) (string, error) {
 	return out.String(), err
 }
 
-// checkLessons asserts the key lines of every scenario.
-func checkLessons(t *testing.T, out string) {
+// checkClaims asserts the key lines of every scenario.
+func checkClaims(t *testing.T, out string) {
 	t.Helper()
 	plain, checked, ok := strings.Cut(out, "Released with dlock's token-checked release")
 	if !ok {
@@ -128,7 +128,7 @@ func TestRunOnTemporaryServers(t *testing.T) {
 		t.Errorf("first line %q does not say it started redis-server", first)
 	}
 	mustMatch(t, out, `It has neither DELEX nor SET IFEQ`)
-	checkLessons(t, out)
+	checkClaims(t, out)
 	if ps := ports(out); len(ps) != 5 {
 		t.Errorf("header names ports %v, want 5", ps)
 	} else if left := redisProcesses(ps); len(left) > 0 {
@@ -155,7 +155,7 @@ func TestRunEmbeddedFallback(t *testing.T) {
 		t.Errorf("the output does not start by saying it runs on embedded servers:\n%s", first)
 	}
 	mustMatch(t, out, `It has DELEX but not SET IFEQ`)
-	checkLessons(t, out)
+	checkClaims(t, out)
 }
 
 // Five user-given servers: nothing is started; losing nodes is simulated by
@@ -187,7 +187,7 @@ func TestRunOnGivenServers(t *testing.T) {
 	}
 	mustMatch(t, out, `dlock demo on your servers `)
 	mustMatch(t, out, `cut off`)
-	checkLessons(t, out)
+	checkClaims(t, out)
 
 	ctx := context.Background()
 	for i, r := range rs {
@@ -217,7 +217,7 @@ func TestRunOnOneGivenServer(t *testing.T) {
 	mustMatch(t, out, `dlock demo on your server `+regexp.QuoteMeta(r.Addr))
 	mustMatch(t, out, `also started 4 temporary redis-server\nprocesses`)
 	mustMatch(t, out, `killed \(SIGKILL\)`)
-	checkLessons(t, out)
+	checkClaims(t, out)
 	if left := redisProcesses(ports(out)); len(left) > 0 {
 		t.Errorf("redis-server processes left running: %v", left)
 	}
@@ -239,10 +239,10 @@ func TestRunOnOneGivenServerEmbeddedRest(t *testing.T) {
 	mustMatch(t, out, `no redis-server is on PATH, so the other 4 are\nembedded in-process servers`)
 	mustMatch(t, out, `Scenarios 1-5 run on `+regexp.QuoteMeta(r.Addr)+` \(Redis 7`)
 	mustMatch(t, out, `is shut down\.`)
-	checkLessons(t, out)
+	checkClaims(t, out)
 }
 
-// A lesson that does not hold is reported on its line, in the summary and
+// A claim that does not hold is reported on its line, in the summary and
 // in Run's error, and the other scenarios still run.
 func TestRunReportsFailures(t *testing.T) {
 	orig := scenarios

@@ -1,4 +1,4 @@
-// Package demo implements `dlock demo`: the first seed's scenarios, run
+// Package demo implements `dlock demo`: the classic lock scenarios, run
 // against real servers, narrated, and checked.
 //
 // Run goes through six scenarios in order: basic acquire and release; the
@@ -14,7 +14,7 @@
 //
 // # Checked, not just printed
 //
-// Every outcome is compared with what the lesson says (for the plain-DEL
+// Every outcome is compared with what its scenario claims (for the plain-DEL
 // anti-pattern that means two holders at once). A mismatch prints FAILED on
 // the line and makes Run return an error after the other scenarios ran, so
 // the demo doubles as an acceptance test of the library on the user's

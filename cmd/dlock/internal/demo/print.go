@@ -42,7 +42,7 @@ func (s *section) say(format string, a ...any) {
 }
 
 // result prints an outcome in the aligned column and checks it: when ok is
-// false the line says FAILED and what the lesson expected.
+// false the line says FAILED and what the scenario expected.
 func (s *section) result(label, got string, ok bool, want string) {
 	line := "   " + pad(label+":", labelWidth) + " " + got
 	if !ok {
@@ -68,7 +68,7 @@ func pad(s string, n int) string {
 }
 
 // errName names an error by the dlock sentinel it matches, which is what
-// the lessons talk about.
+// the scenarios talk about.
 func errName(err error) string {
 	switch {
 	case err == nil:

@@ -16,7 +16,7 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-// The expiry scenarios' timing, as in the seed: A's lock lives 200ms, A
+// The expiry scenarios' timing: A's lock lives 200ms, A
 // works 300ms, B arrives when A's lock is gone, A finishes 100ms later.
 const (
 	shortTTL = 200 * time.Millisecond
@@ -217,7 +217,7 @@ func expiry(ctx context.Context, e *env, s *section, plainDEL bool) error {
 	if err != nil {
 		return err
 	}
-	// The plain-DEL half is the anti-pattern: the lesson is that it
+	// The plain-DEL half is the anti-pattern: the point is that it
 	// fails, so two holders is the expected outcome there.
 	s.result("  C acquires while B is still inside its critical section", yesNo(cIn), cIn == plainDEL, yesNo(plainDEL))
 	s.result("  B still holds the lock", yesNo(bHolds), bHolds != plainDEL, yesNo(!plainDEL))
