@@ -11,9 +11,12 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockotel"
 	dlockredis "github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
 )
 
 // hook is one configuration of dlock's uncontended cycle (TryAcquire and
@@ -22,6 +25,10 @@ import (
 type hook struct {
 	name string
 	opts func(tb testing.TB) []dlockredis.Option
+	// redlock, when set, makes the row Redlock's instead: the cycle over
+	// B's five servers, with these options, against the same cycle with
+	// no observer.
+	redlock []redlock.Option
 }
 
 // discard is a logger that drops everything: with it the Locker has no
@@ -30,13 +37,13 @@ var discard = slog.New(slog.DiscardHandler)
 
 var hooks = []hook{
 	// The baseline against itself: the method's own error.
-	{"none", func(testing.TB) []dlockredis.Option { return nil }},
+	{"none", func(testing.TB) []dlockredis.Option { return nil }, nil},
 	// The default configuration, as in A: slog.Default()'s handler at Info,
 	// so the logger's observer only asks it whether Debug is enabled.
-	{"default-logger", nil},
+	{"default-logger", nil, nil},
 	{"noop", func(testing.TB) []dlockredis.Option {
 		return []dlockredis.Option{dlockredis.WithObserver(func(context.Context, dlock.Event) {})}
-	}},
+	}, nil},
 	// dlockotel with the SDK's providers: every metric recorded (a manual
 	// reader, never collected) and every span sampled (exported nowhere:
 	// the exporter's cost is not the hook's).
@@ -52,21 +59,31 @@ var hooks = []hook{
 			tb.Fatal(err)
 		}
 		return []dlockredis.Option{dlockredis.WithObserver(o.Observe)}
-	}},
+	}, nil},
 	{"holder", func(testing.TB) []dlockredis.Option {
 		return []dlockredis.Option{dlockredis.WithHolderInfo("bench")}
-	}},
+	}, nil},
+	{"redlock-holder", nil, []redlock.Option{redlock.WithHolderInfo("bench")}},
 }
 
 // BenchmarkHook: dlock's uncontended cycle with an observer or the holder
 // record, interleaved in blocks of interleaveBlock cycles on one client
-// with the cycle that has no observer at all (a logger that discards).
+// with the cycle that has no observer at all (a logger that discards);
+// redlock-holder is Redlock's cycle over B's five servers with and without
+// WithHolderInfo.
 // x-none is the cycle time over the baseline's in the same blocks,
 // p50-x-none the median's, and allocs/cycle and base-allocs/cycle count
 // each side's heap allocations (runtime.MemStats, around each block).
 func BenchmarkHook(b *testing.B) {
 	for _, h := range hooks {
 		b.Run(h.name, func(b *testing.B) {
+			if h.redlock != nil {
+				cs := redlockClients(b)
+				base := tryCycle(newRedlock(b, cs, redlock.WithLogger(discard)), freshKey("HB"))
+				impl := tryCycle(newRedlock(b, cs, append([]redlock.Option{redlock.WithLogger(discard)}, h.redlock...)...), freshKey("HB"))
+				interleaveAllocs(b, base, impl)
+				return
+			}
 			c := newClient(b, redisAddr)
 			base := tryCycle(newDlock(b, c, dlockredis.WithLogger(discard)), freshKey("H"))
 			opts := []dlockredis.Option{dlockredis.WithLogger(discard)}
@@ -79,6 +96,19 @@ func BenchmarkHook(b *testing.B) {
 			interleaveAllocs(b, base, impl)
 		})
 	}
+}
+
+func newRedlock(b *testing.B, cs []*redis.Client, opts ...redlock.Option) *redlock.Locker {
+	ucs := make([]redis.UniversalClient, len(cs))
+	for i, c := range cs {
+		ucs[i] = c
+	}
+	l, err := redlock.New(ucs, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() }) // before the clients: lets the last release finish
+	return l
 }
 
 // interleaveAllocs is interleave, reporting cycle time ratios (impl's over

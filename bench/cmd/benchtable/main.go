@@ -607,7 +607,7 @@ func hookTable(g *group) []string {
 			num(v("us/cycle")), num(v("base-us")), num(v("allocs/cycle")), num(v("base-allocs/cycle")))
 	}
 	fmt.Println()
-	fmt.Println("TryAcquire and Release on one redislock.Locker, interleaved in blocks of 25 cycles on one client with the same cycle on a Locker whose logger discards (no observer at all, no event built). none is that baseline against itself, the method's own error; default-logger is the default configuration (slog.Default(), Info: the logger's observer asks whether Debug is enabled); noop adds WithObserver(func(context.Context, dlock.Event) {}); otel adds dlockotel's Observer on the OpenTelemetry SDK's providers (every metric recorded by a manual reader, every span sampled, nothing exported); holder adds WithHolderInfo. Allocations are each side's runtime.MemStats.Mallocs around its blocks, per cycle; cycle time ratios above 1 are slower.")
+	fmt.Println("TryAcquire and Release on one redislock.Locker, interleaved in blocks of 25 cycles on one client with the same cycle on a Locker whose logger discards (no observer at all, no event built). none is that baseline against itself, the method's own error; default-logger is the default configuration (slog.Default(), Info: the logger's observer asks whether Debug is enabled); noop adds WithObserver(func(context.Context, dlock.Event) {}); otel adds dlockotel's Observer on the OpenTelemetry SDK's providers (every metric recorded by a manual reader, every span sampled, nothing exported); holder adds WithHolderInfo; redlock-holder is Redlock's cycle over B's five servers with WithHolderInfo, against the same cycle with no observer. Allocations are each side's runtime.MemStats.Mallocs around its blocks, per cycle; cycle time ratios above 1 are slower.")
 	fmt.Println()
 	var out []string
 	none := g.find("none")
@@ -627,7 +627,7 @@ func hookTable(g *group) []string {
 		ba, _ := n.get("base-allocs/cycle")
 		out = append(out, check(math.Round(a) == math.Round(ba), "Hook no-op observer: %s allocs/cycle, equal to the no-observer baseline's %s", num(a), num(ba)))
 	}
-	for _, name := range []string{"noop", "otel", "holder"} {
+	for _, name := range []string{"noop", "otel", "holder", "redlock-holder"} {
 		if r := g.find(name); r != nil {
 			x, _ := r.get("x-none")
 			bus, _ := r.get("base-us")
