@@ -107,8 +107,10 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 // The default is off: nothing is written beside the lock.
 //
 // Its cost: one more script in each node's grant, extension and release,
-// in the same round trip as the lock's own (see redislock's WithHolderInfo
-// for a cycle measured with and without).
+// in the same round trip as the lock's own. An uncontended TryAcquire and
+// Release over five loopback redis-servers (bench/'s Hook group, a loaded
+// 2-core machine) took 1.20x as long with it as without, and 400
+// allocations instead of 204.
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error {
 		head, err := scripts.HolderHead(service)

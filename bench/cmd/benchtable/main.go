@@ -172,7 +172,7 @@ var titles = map[string]string{
 	"D":  "D. 64 goroutines on their own keys, one shared client",
 	"E":  "E. PostgreSQL session advisory lock, one goroutine",
 
-	"Hook": "Hook. A's dlock cycle with an observer or the holder record, against no observer at all",
+	"Hook": "Hook. dlock's uncontended cycle with an observer or the holder record, against no observer at all",
 
 	"Residue": "Residue. Distinct names locked and released once each: what the servers hold",
 }
