@@ -102,9 +102,11 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 // Locker's attempt), given the lock's TTL with each extension on the nodes
 // that extended, and deleted with the release (on each node where it is
 // still this lock's record). An attempt that fails deletes it with its
-// undo. The record is informational only: the lock keys and their token
-// decide who holds the lock. service names the program (it may be empty).
-// The default is off: nothing is written beside the lock.
+// undo; ReleaseToken and ExtendToken, which do not know the record, leave
+// it to expire with the TTL it was given. The record is informational
+// only: the lock keys and their token decide who holds the lock. service
+// names the program (it may be empty). The default is off: nothing is
+// written beside the lock.
 //
 // Its cost: one more script in each node's grant, extension and release,
 // in the same round trip as the lock's own. An uncontended TryAcquire and
