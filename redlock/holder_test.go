@@ -113,8 +113,9 @@ func TestHolderInfoExpires(t *testing.T) {
 	cs := clients(t, nodes)
 	l := newLocker(t, nodes, redlock.WithHolderInfo("billing"))
 	const ttl = 400 * time.Millisecond
+	// A new Locker's first attempt waits for every node's reply (it learns
+	// their run_ids), so each node has granted and written its record.
 	lk := mustAcquire(t, l, "rholder:e", ttl)
-	l.Close() // every node's reply is in: each granting node wrote its record
 	for i, c := range cs {
 		var key, holder *redis.DurationCmd
 		if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
