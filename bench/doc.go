@@ -11,8 +11,8 @@
 // which starts its own redis-server processes (one, plus five for Redlock),
 // lets the Postgres benchmark start a throwaway cluster, runs `go test
 // -bench` and prints markdown tables of ratios to the raw baselines, each
-// with the targets of issues 18 (item 6) and 19 (items 3 and 7) checked
-// beneath it (cmd/benchtable; see RESULTS.md for the last run). The groups:
+// with the targets of issues 18 (item 6), 19 (items 3 and 7) and 25
+// (items 1 and 5) checked beneath it (cmd/benchtable; see RESULTS.md for the last run). The groups:
 //
 //   - A: an uncontended acquire+release by one goroutine, against raw SET NX
 //     PX plus the compare-and-delete script. raw-lua runs dlock's own acquire
@@ -20,6 +20,11 @@
 //     which separates what the scripts cost from what the library's Go code
 //     costs; raw-fenced is the least a fenced lock can send (SET NX PX and
 //     an INCR in one pipeline).
+//   - Hook: A's dlock cycle with an observer (the default logger's, a no-op
+//     one, dlockotel's on the OpenTelemetry SDK) or with WithHolderInfo,
+//     interleaved with the same cycle on a Locker with no observer at all,
+//     with each side's allocations per cycle: what a hook costs, and that
+//     none set costs nothing.
 //   - B: the same over five independent Redis masters (Redlock), against a
 //     raw fan-out of SET NX PX to every node and the compare-and-delete on
 //     every node, each waiting for all five replies. dlock runs its acquire

@@ -2,7 +2,8 @@
 # Runs dlock's benchmarks against redsync, bsm/redislock and rueidislock and
 # prints markdown to stdout: machine facts, then tables of ratios to a raw
 # go-redis baseline measured in the same run, each with the targets of
-# issues 18 (item 6) and 19 (items 3 and 7) checked beneath it (go test's
+# issues 18 (item 6), 19 (items 3 and 7) and 25 (items 1 and 5: what an
+# observer and the holder record cost) checked beneath it (go test's
 # own output goes to stderr). Usage, from the repository root:
 #
 #   bash bench/run.sh > bench/RESULTS.md
@@ -130,7 +131,6 @@ ic1passes=${BENCH_IC1PASSES:-5}
 idpasses=${BENCH_IDPASSES:-3}
 idpairs=18 # BenchmarkID runs 6 pairs of windows per b.N
 only=${BENCH_ONLY:-.}
-export GOFLAGS=-mod=mod
 
 go test -c -o "$tmp/bench.test" . >&2
 out=$tmp/bench.txt
@@ -147,6 +147,9 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/${3:-$onl
 	# compares each implementation with the baseline of the same pass.
 	for _ in $(seq "$count"); do bench A 1500x; done
 	for _ in $(seq "$count"); do bench IA 1000x; done
+	# dlock's cycle with an observer or the holder record, each
+	# interleaved with the cycle that has none (issue 25).
+	for _ in $(seq "$count"); do bench Hook 500x .; done
 	for _ in $(seq "$count"); do bench B 400x; done
 	for _ in $(seq "$count"); do bench IB 300x; done
 	# Each pass of the contended groups is followed by PINGs on one client,
@@ -172,7 +175,7 @@ cat <<EOF
 
 Reproduce with \`bash bench/run.sh\` (from the repository root). Figures are
 ratios within one run on a shared machine; absolute numbers drift between
-runs, ratios much less. Medians of $count alternating passes for A, B, D and E,
+runs, ratios much less. Medians of $count alternating passes for A, Hook, B, D and E,
 where each ratio is the median of the passes' own ratios (the middle half of
 them in brackets); medians of $cpasses passes of one ${BENCH_WINDOW} window per
 implementation for C1 and C2, each ratio again the median of the passes' own,

@@ -149,8 +149,8 @@ func tryCycle(l dlock.Locker, key string) cycleFunc {
 	}
 }
 
-func newDlock(tb testing.TB, c redis.UniversalClient) *dlockredis.Locker {
-	l, err := dlockredis.New(c)
+func newDlock(tb testing.TB, c redis.UniversalClient, opts ...dlockredis.Option) *dlockredis.Locker {
+	l, err := dlockredis.New(c, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}

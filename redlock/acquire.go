@@ -47,15 +47,19 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", display, dlock.ErrNotAcquired)
 	}
 
+	rec := "" // the holder record (WithHolderInfo)
+	if l.holderHead != "" {
+		rec = scripts.HolderRecord(l.holderHead, time.Now())
+	}
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		c := l.sendRound(ctx, full, token, ttl, plan)
+		c := l.sendRound(ctx, full, token, rec, ttl, plan)
 		fence, ok := l.awaitMajority(c)
 		var replies []*nodeReply
 		if !ok {
 			replies = c.all()
 			if err := l.dedupe(replies); err != nil {
-				l.releaseEverywhere(ctx, full, token)
+				l.releaseEverywhere(ctx, full, token, rec)
 				return nil, err
 			}
 			for _, r := range replies {
@@ -72,26 +76,26 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 			}
 			validUntil := driver.ValidUntil(start, ttl, l.driftFactor)
 			if elapsed := time.Since(start); validUntil.After(start.Add(elapsed)) {
-				g := &grant{l: l, keys: full, token: token, fence: fence, acquiring: c.progress, nodes: nodes}
+				g := &grant{l: l, keys: full, token: token, holder: rec, fence: fence, acquiring: c.progress, nodes: nodes}
 				return driver.NewLock(display, token, uint64(fence), validUntil, g), nil
 			}
-			return l.fail(ctx, display, full, token, c.all(), dlock.ErrNotAcquired,
+			return l.fail(ctx, display, full, token, rec, c.all(), dlock.ErrNotAcquired,
 				fmt.Sprintf("the acquisition took %v: no validity left of ttl %v", time.Since(start).Round(time.Microsecond), ttl))
 		}
 		if attempt >= maxSplitRetries || !l.splitVote(replies) || ctx.Err() != nil {
 			answered := l.count(replies, func(r *nodeReply) bool { return r.err == nil })
 			if answered < l.quorum {
-				return l.fail(ctx, display, full, token, replies, dlock.ErrUnavailable, fmt.Sprintf("only %d nodes answered", answered))
+				return l.fail(ctx, display, full, token, rec, replies, dlock.ErrUnavailable, fmt.Sprintf("only %d nodes answered", answered))
 			}
-			return l.fail(ctx, display, full, token, replies, dlock.ErrNotAcquired, "")
+			return l.fail(ctx, display, full, token, rec, replies, dlock.ErrNotAcquired, "")
 		}
 		// Nobody can hold a majority: the contenders split the vote. Undo
 		// this attempt everywhere and try again after a random pause that
 		// grows with each split, so one contender ends up alone.
-		l.releaseEverywhere(ctx, full, token)
+		l.releaseEverywhere(ctx, full, token, rec)
 		base := max(time.Since(start), time.Millisecond)
 		if !sleep(ctx, rand.N(base<<(attempt+1))) {
-			return l.fail(ctx, display, full, token, replies, dlock.ErrNotAcquired, "")
+			return l.fail(ctx, display, full, token, rec, replies, dlock.ErrNotAcquired, "")
 		}
 	}
 }
@@ -99,10 +103,16 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 // sendRound sends the acquire script to every node, each node's after this
 // Locker's release of the same keys returned there (releasingOn), and
 // returns at once. A waiting attempt on one key also queues the Locker for
-// a wake-up (plan), on the nodes where it listens.
-func (l *Locker) sendRound(ctx context.Context, full []string, token string, ttl time.Duration, plan *wake.Plan) *inflight[*nodeReply] {
+// a wake-up (plan), on the nodes where it listens. With a holder record
+// (rec, WithHolderInfo), each node writes it after the script, in the same
+// round trip, where the script granted.
+func (l *Locker) sendRound(ctx context.Context, full []string, token, rec string, ttl time.Duration, plan *wake.Plan) *inflight[*nodeReply] {
 	ks := append(append(make([]string, 0, 2*len(full)+1), full...), fenceKeys(full)...)
 	args := []any{token, driver.Milliseconds(ttl), l.fenceTTLArg, 0}
+	var holders []scripts.Call
+	if rec != "" {
+		holders = scripts.WriteHolders(full, token, rec, ttl)
+	}
 	timeout := l.timeout(ttl)
 	s := sending{timeout: timeout, after: l.releasingOn(full), giveUp: true, progress: newProgress(len(l.nodes))}
 	return send(ctx, l, s, func(ctx context.Context, i int, n *node) *nodeReply {
@@ -118,7 +128,7 @@ func (l *Locker) sendRound(ctx context.Context, full []string, token string, ttl
 			nks = append(ks[:len(ks):len(ks)], q)
 			nargs = append(nargs[:len(nargs):len(nargs)], qargs...)
 		}
-		r := l.attempt(ctx, n, nks, nargs, timeout)
+		r := l.attempt(ctx, n, nks, nargs, holders, timeout)
 		if r.err == nil {
 			plan.Observe(i, r.Status != scripts.Granted, r.Place, r.Expiry)
 		} else {
@@ -128,28 +138,29 @@ func (l *Locker) sendRound(ctx context.Context, full []string, token string, ttl
 	})
 }
 
-// attempt runs the acquire script on one node; the first call to a node
-// also asks for its run_id, in the same round trip, to find two nodes that
-// are the same server.
-func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, timeout time.Duration) *nodeReply {
+// attempt runs the acquire script on one node, then the calls of holders
+// (the holder record's writes) in the same round trip; the first call to a
+// node also asks for its run_id, in the same round trip, to find two nodes
+// that are the same server.
+func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, holders []scripts.Call, timeout time.Duration) *nodeReply {
 	var v any
 	var err error
 	var run string
+	calls := func() []scripts.Call {
+		return append([]scripts.Call{{Script: scripts.Acquire, Keys: ks, Args: args}}, holders...)
+	}
 	if n.run.Load() == nil {
-		pipe := n.client.Pipeline()
-		info := pipe.Info(ctx, "server")
-		acq := scripts.Acquire.EvalSha(ctx, pipe, ks, args...)
-		_, _ = pipe.Exec(ctx)
-		v, err = acq.Result()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			v, err = scripts.Acquire.Run(ctx, n.client, ks, args...).Result()
-		}
+		var info *redis.StringCmd
+		res := scripts.PipelinedAfter(ctx, n.client, func(p redis.Pipeliner) { info = p.Info(ctx, "server") }, calls()...)
+		v, err = res[0].Result()
 		if s, ierr := info.Result(); ierr == nil {
 			run = runID(s)
 			if run != "" {
 				n.run.CompareAndSwap(nil, &run)
 			}
 		}
+	} else if len(holders) > 0 {
+		v, err = scripts.Pipelined(ctx, n.client, calls()...)[0].Result()
 	} else {
 		v, err = scripts.Acquire.Run(ctx, n.client, ks, args...).Result()
 	}
@@ -211,8 +222,8 @@ func (l *Locker) awaitMajority(c *inflight[*nodeReply]) (int64, bool) {
 const maxSplitRetries = 6
 
 // fail releases a failed attempt on every node and builds its error.
-func (l *Locker) fail(ctx context.Context, display string, full []string, token string, replies []*nodeReply, sentinel error, reason string) (*dlock.Lock, error) {
-	l.releaseEverywhere(ctx, full, token)
+func (l *Locker) fail(ctx context.Context, display string, full []string, token, rec string, replies []*nodeReply, sentinel error, reason string) (*dlock.Lock, error) {
+	l.releaseEverywhere(ctx, full, token, rec)
 	qe := l.acquireError(replies, sentinel, reason)
 	if cerr := ctx.Err(); cerr != nil {
 		qe.sentinel = dlock.ErrNotAcquired

@@ -105,9 +105,11 @@
 // Beside it, in the "dlock:" namespace: the fence counter "dlock:fence:{key}",
 // which expires WithFenceTTL (1h by default) after the last grant, extension
 // or release that wrote it, and the waiter queue "dlock:waiters:{key}", which
-// lives while Lockers wait and 60s after the last one came by. Nothing else
-// is stored; after locks are released and those times have passed, a node
-// holds nothing of dlock's.
+// lives while Lockers wait and 60s after the last one came by; with
+// WithHolderInfo, the holder record "dlock:holder:{key}", which lives as
+// long as the lock key and is deleted with it. Nothing else is stored;
+// after locks are released and those times have passed, a node holds
+// nothing of dlock's.
 //
 // # What it guarantees, and what it does not
 //

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // Option configures a Locker.
@@ -90,6 +91,33 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 		}
 		l.observers = append(l.observers, observe)
 		return nil
+	}
+}
+
+// WithHolderInfo makes the Locker publish who holds each of its locks,
+// for Inspect and `dlock inspect`: the record that redislock's
+// WithHolderInfo writes, a JSON object {"host", "pid", "service",
+// "since"} in the key "dlock:holder:{key}" on each node, written in the
+// same round trip as the node's grant (only where the node granted this
+// Locker's attempt), given the lock's TTL with each extension on the nodes
+// that extended, and deleted with the release (on each node where it is
+// still this lock's record). An attempt that fails deletes it with its
+// undo; ReleaseToken and ExtendToken, which do not know the record, leave
+// it to expire with the TTL it was given. The record is informational
+// only: the lock keys and their token decide who holds the lock. service
+// names the program (it may be empty). The default is off: nothing is
+// written beside the lock.
+//
+// Its cost: one more script in each node's grant, extension and release,
+// in the same round trip as the lock's own. An uncontended TryAcquire and
+// Release over five loopback redis-servers (bench/'s Hook group, a loaded
+// 2-core machine) took 1.20x as long with it as without, and 400
+// allocations instead of 204.
+func WithHolderInfo(service string) Option {
+	return func(l *Locker) error {
+		head, err := scripts.HolderHead(service)
+		l.holderHead = head
+		return err
 	}
 }
 

@@ -35,6 +35,7 @@ type Locker struct {
 	observers   []func(context.Context, dlock.Event) // WithObserver's
 	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
 	strict      bool
+	holderHead  string // WithHolderInfo's record up to "since" ("": off; see scripts.HolderHead)
 	defaults    []dlock.Option
 	notify      *wake.Notifier // wake-on-release
 	workers     workers        // the goroutines of the fan-outs (fanout.go)
@@ -319,6 +320,9 @@ type grant struct {
 	l     *Locker
 	keys  []string
 	token string
+	// holder is the holder record written with the grant (WithHolderInfo;
+	// "": none).
+	holder string
 	// fence is the lock's fence, which its extensions and its release
 	// write to every node's counters that are below it (0: not known).
 	fence int64
@@ -363,11 +367,22 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		ks = append(append([]string(nil), g.keys...), fenceKeys(g.keys)...)
 		args = []any{g.token, ms, g.fence, g.l.fenceTTLArg}
 	}
+	var holders []scripts.Call
+	if g.holder != "" {
+		holders = append([]scripts.Call{{Script: scripts.Extend, Keys: ks, Args: args}},
+			scripts.WriteHolders(g.keys, g.token, g.holder, ttl)...)
+	}
 	c := send(ctx, g.l, sending{timeout: timeout}, func(ctx context.Context, _ int, n *node) error {
 		if err := g.l.dupErr(n); err != nil {
 			return err
 		}
-		ok, err := scripts.Extend.Run(ctx, n.client, ks, args...).Int64()
+		var ok int64
+		var err error
+		if holders != nil { // the records' new TTL, in the same round trip
+			ok, err = scripts.Pipelined(ctx, n.client, holders...)[0].Int64()
+		} else {
+			ok, err = scripts.Extend.Run(ctx, n.client, ks, args...).Int64()
+		}
 		if err != nil {
 			return g.l.nodeErr(err, timeout)
 		}
@@ -392,7 +407,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 // then released, and the other nodes' deletions finish within the node
 // timeout. It also returns when ctx ends, with the deletions still under way.
 func (g *grant) Release(ctx context.Context) error {
-	c := g.l.release(ctx, g.keys, g.token, g.fence, true, g.acquiring)
+	c := g.l.release(ctx, g.keys, g.token, g.holder, g.fence, true, g.acquiring)
 	ok := 0
 	for c.left > 0 {
 		i := c.nextCtx(ctx)
@@ -441,8 +456,9 @@ var (
 // within the node timeout), so that giving up on a release leaves no key
 // behind; until they have, the Locker's next acquisition of the same keys
 // waits for them (releasingOn). With wakeUp, each node also wakes the
-// longest waiter of each key it deleted.
-func (l *Locker) release(ctx context.Context, lockKeys []string, token string, fence int64, wakeUp bool, after *progress) *inflight[error] {
+// longest waiter of each key it deleted. With a holder record (rec), each
+// node deletes it too where it is still rec, in the same round trip.
+func (l *Locker) release(ctx context.Context, lockKeys []string, token, rec string, fence int64, wakeUp bool, after *progress) *inflight[error] {
 	ks := append(make([]string, 0, 3*len(lockKeys)), lockKeys...)
 	args := []any{token, len(lockKeys), fence, l.fenceTTLArg}
 	if fence > 0 {
@@ -462,7 +478,14 @@ func (l *Locker) release(ctx context.Context, lockKeys []string, token string, f
 		if err := l.dupErr(n); err != nil {
 			return err
 		}
-		deleted, woken, err := scripts.ReleaseReply(scripts.Release.Run(ctx, n.client, ks, args...).Result())
+		var deleted, woken int64
+		var err error
+		if rec != "" {
+			res := scripts.Pipelined(ctx, n.client, scripts.Call{Script: scripts.Release, Keys: ks, Args: args}, scripts.DropHolders(lockKeys, rec))
+			deleted, woken, err = scripts.ReleaseReply(res[0].Result())
+		} else {
+			deleted, woken, err = scripts.ReleaseReply(scripts.Release.Run(ctx, n.client, ks, args...).Result())
+		}
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)
 		}
@@ -501,9 +524,10 @@ func pendingID(keys []string) string {
 // those whose reply was lost, and waits (at most one node timeout) so that
 // the attempt leaves nothing behind when TryAcquire returns. It announces
 // nothing: the lock was never held, and waking a waiter (maybe this Locker
-// itself) would only make it retry against the same holder.
-func (l *Locker) releaseEverywhere(ctx context.Context, keys []string, token string) {
-	l.release(ctx, keys, token, 0, false, nil).all()
+// itself) would only make it retry against the same holder. rec is the
+// attempt's holder record ("": none), deleted where it was written.
+func (l *Locker) releaseEverywhere(ctx context.Context, keys []string, token, rec string) {
+	l.release(ctx, keys, token, rec, 0, false, nil).all()
 }
 
 // tally counts the nodes whose result is nil (each server once) and those

@@ -32,6 +32,9 @@ type backendFlags struct {
 	// missing; without it dlock never changes a database's schema. (The
 	// flag's name, --create-fence-table, predates the sequence.)
 	createTable bool
+	// holder makes `run` publish who holds the lock, for dlock inspect
+	// (the Redis backends' WithHolderInfo; --no-holder turns it off).
+	holder bool
 }
 
 func addBackendFlags(cmd *cobra.Command, f *backendFlags) {
@@ -122,7 +125,7 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFla
 		}
 		return a.openPostgres(ctx, dsn, f.createTable)
 	}
-	return a.openRedis(urls, f.ttl)
+	return a.openRedis(urls, f.ttl, f.holder)
 }
 
 // quietLogger drops go-redis's internal log lines (dial retries and the
@@ -146,7 +149,7 @@ func (a *app) logger() *slog.Logger {
 	}))
 }
 
-func (a *app) openRedis(urls []string, ttl time.Duration) (*backend, error) {
+func (a *app) openRedis(urls []string, ttl time.Duration, holder bool) (*backend, error) {
 	b := &backend{kind: "redis"}
 	for i, u := range urls {
 		opt, err := redis.ParseURL(u)
@@ -173,7 +176,11 @@ func (a *app) openRedis(urls []string, ttl time.Duration) (*backend, error) {
 		b.closers = append(b.closers, func() { c.Close() })
 	}
 	if len(b.clients) == 1 {
-		l, err := redislock.New(b.clients[0], redislock.WithLogger(a.logger()))
+		opts := []redislock.Option{redislock.WithLogger(a.logger())}
+		if holder {
+			opts = append(opts, redislock.WithHolderInfo(""))
+		}
+		l, err := redislock.New(b.clients[0], opts...)
 		if err != nil {
 			b.close()
 			return nil, err
@@ -185,7 +192,7 @@ func (a *app) openRedis(urls []string, ttl time.Duration) (*backend, error) {
 		b.locker, b.tokens = l, l
 		return b, nil
 	}
-	return a.openRedlock(b, ttl)
+	return a.openRedlock(b, ttl, holder)
 }
 
 // recorder wraps a Locker to learn, after a failed wait, whether any attempt

@@ -26,7 +26,7 @@ func redlockNodeTimeout(ttl time.Duration) time.Duration {
 }
 
 // openRedlock makes b, which holds several Redis clients, a Redlock backend.
-func (a *app) openRedlock(b *backend, ttl time.Duration) (*backend, error) {
+func (a *app) openRedlock(b *backend, ttl time.Duration, holder bool) (*backend, error) {
 	seen := map[string]int{}
 	for i, n := range b.nodes {
 		if j, ok := seen[n]; ok {
@@ -35,7 +35,11 @@ func (a *app) openRedlock(b *backend, ttl time.Duration) (*backend, error) {
 		}
 		seen[n] = i
 	}
-	l, err := redlock.New(b.clients, redlock.WithLogger(a.logger()), redlock.WithNodeTimeout(redlockNodeTimeout(ttl)))
+	opts := []redlock.Option{redlock.WithLogger(a.logger()), redlock.WithNodeTimeout(redlockNodeTimeout(ttl))}
+	if holder {
+		opts = append(opts, redlock.WithHolderInfo(""))
+	}
+	l, err := redlock.New(b.clients, opts...)
 	if err != nil {
 		b.close()
 		return nil, err

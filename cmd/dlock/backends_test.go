@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/testsrv"
 )
 
@@ -201,4 +203,51 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestRunHolderRedlock: dlock run on a Redlock publishes its holder record
+// on every node that granted (Redlock's WithHolderInfo), inspect shows it
+// on each node's row, and it goes with the release; --no-holder publishes
+// none.
+func TestRunHolderRedlock(t *testing.T) {
+	t.Parallel()
+	srvs := testsrv.StartRedisN(t, 3)
+	var flags []string
+	for _, s := range srvs {
+		flags = append(flags, "--redis", s.URL())
+	}
+	env := binEnv()
+	ctx := context.Background()
+	host, _ := os.Hostname()
+	for _, noHolder := range []bool{false, true} {
+		args := append([]string{"--ttl", "20s"}, flags...)
+		if noHolder {
+			args = append(args, "--no-holder")
+		}
+		ready := filepath.Join(t.TempDir(), "ready")
+		p := startBin(t, env, runArgs(args, "rl:holder", "hold", ready, "60s")...)
+		waitFile(t, ready, p)
+		r := runBin(t, env, append([]string{"inspect", "rl:*", "--json"}, flags...)...)
+		var got struct{ Locks []lockRow }
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got.Locks) != 3 {
+			t.Fatalf("inspect (--no-holder %v): %v, %s; stderr: %s", noHolder, err, r.stdout, r.stderr)
+		}
+		for _, l := range got.Locks {
+			switch {
+			case !l.Majority:
+				t.Errorf("row %+v: want majority", l)
+			case noHolder && l.Holder != nil:
+				t.Errorf("--no-holder: row %+v shows holder %+v", l, l.Holder)
+			case !noHolder && (l.Holder == nil || l.Holder.PID != p.cmd.Process.Pid || l.Holder.Host != host):
+				t.Errorf("row %+v: holder %+v, want pid %d on %s", l, l.Holder, p.cmd.Process.Pid, host)
+			}
+		}
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.wait(t)
+		for _, s := range srvs {
+			if n, _ := s.Client(t).Exists(ctx, "rl:holder", keys.Holder("rl:holder")).Result(); n != 0 {
+				t.Errorf("%s: %d of the lock and holder keys are left after dlock ended", s.Addr, n)
+			}
+		}
+	}
 }

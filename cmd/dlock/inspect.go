@@ -31,6 +31,18 @@ type lockRow struct {
 	Majority bool        `json:"majority"`
 }
 
+// holderInfo is who holds a lock, as inspect shows it: what `dlock run`
+// and the backends' WithHolderInfo publish beside a Redis lock (host, pid,
+// service, since), or what PostgreSQL knows of the session. It is
+// informational only: the lock key and its token decide who holds the
+// lock.
+type holderInfo struct {
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Service string    `json:"service,omitempty"`
+	Since   time.Time `json:"since"`
+}
+
 func (a *app) inspectCmd() *cobra.Command {
 	var (
 		bf     backendFlags

@@ -104,13 +104,13 @@ ran.
 			if err := checkDurations(ttl, wait, grace); err != nil {
 				return err
 			}
-			bf.ttl = ttl
+			bf.ttl, bf.holder = ttl, !noHolder
 			be, err := a.openBackend(cmd.Context(), cmd, &bf, useRun)
 			if err != nil {
 				return err
 			}
 			defer be.close()
-			r := &runner{a: a, be: be, key: key, argv: argv, ttl: ttl, wait: wait, grace: grace, holder: !noHolder}
+			r := &runner{a: a, be: be, key: key, argv: argv, ttl: ttl, wait: wait, grace: grace}
 			return lf.busy(r.run(cmd.Context()))
 		},
 	}
@@ -186,7 +186,6 @@ type runner struct {
 	key              string
 	argv             []string
 	ttl, wait, grace time.Duration
-	holder           bool
 
 	mu         sync.Mutex
 	entered    bool      // the lock was granted and the command is being started
@@ -272,12 +271,6 @@ func (r *runner) hold(ctx context.Context) error {
 	}
 	r.entered = true
 	lock := dlock.LockFromContext(ctx)
-
-	var pub *holderPub
-	if r.holder && len(r.be.clients) > 0 {
-		pub = publishHolder(ctx, r.be.clients, r.key, r.ttl)
-	}
-	defer pub.stop()
 
 	cmd := exec.Command(r.argv[0], r.argv[1:]...)
 	cmd.Env = childEnv(r.a.env, lock)

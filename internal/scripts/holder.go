@@ -3,8 +3,15 @@ package scripts
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
+	"os"
+	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/keys"
 )
 
 //go:embed holder.lua
@@ -13,6 +20,49 @@ var holderSrc string
 // Holder writes a lock's holder record beside it while the lock key holds
 // the caller's token (holder.lua).
 var Holder = redis.NewScript(holderSrc)
+
+// HolderHead returns the holder record that WithHolderInfo publishes (the
+// JSON object {"host", "pid", "service", "since"} that rinspect.Holder
+// reads) up to the value of "since", which HolderRecord completes. service
+// may be empty; otherwise it must be a valid key (driver.CheckKey).
+func HolderHead(service string) (string, error) {
+	if service != "" {
+		if err := driver.CheckKey(service); err != nil {
+			return "", err
+		}
+	}
+	host, _ := os.Hostname()
+	h, _ := json.Marshal(host)
+	s, _ := json.Marshal(service)
+	return `{"host":` + string(h) + `,"pid":` + strconv.Itoa(os.Getpid()) + `,"service":` + string(s) + `,"since":"`, nil
+}
+
+// HolderRecord returns the holder record of a lock granted at since.
+func HolderRecord(head string, since time.Time) string {
+	return head + since.UTC().Format(time.RFC3339Nano) + `"}`
+}
+
+// WriteHolders returns the calls that write rec beside each of lockKeys
+// for ttl, each only while its key holds token: after an acquire or an
+// extend script in the same pipeline, they write only where it granted.
+func WriteHolders(lockKeys []string, token, rec string, ttl time.Duration) []Call {
+	ms := driver.Milliseconds(ttl)
+	calls := make([]Call, len(lockKeys))
+	for i, k := range lockKeys {
+		calls[i] = Call{Script: Holder, Keys: []string{k, keys.Holder(k)}, Args: []any{token, rec, ms}}
+	}
+	return calls
+}
+
+// DropHolders returns the call that deletes the holder records of
+// lockKeys that are still rec (a later holder may have written its own).
+func DropHolders(lockKeys []string, rec string) Call {
+	hks := make([]string, len(lockKeys))
+	for i, k := range lockKeys {
+		hks[i] = keys.Holder(k)
+	}
+	return Call{Script: Release, Keys: hks, Args: []any{rec, len(lockKeys)}}
+}
 
 // Call is one script call of Pipelined.
 type Call struct {
@@ -25,8 +75,17 @@ type Call struct {
 // first call the server did not know (NOSCRIPT) on, each call runs again
 // with Run, in order: the calls after it must be safe to repeat.
 func Pipelined(ctx context.Context, c redis.UniversalClient, calls ...Call) []*redis.Cmd {
+	return PipelinedAfter(ctx, c, nil, calls...)
+}
+
+// PipelinedAfter is Pipelined with the commands that queue (when not nil)
+// puts in the pipeline first, such as an INFO; they do not run again.
+func PipelinedAfter(ctx context.Context, c redis.UniversalClient, queue func(redis.Pipeliner), calls ...Call) []*redis.Cmd {
 	out := make([]*redis.Cmd, len(calls))
 	pipe := c.Pipeline()
+	if queue != nil {
+		queue(pipe)
+	}
 	for i, call := range calls {
 		out[i] = call.Script.EvalSha(ctx, pipe, call.Keys, call.Args...)
 	}

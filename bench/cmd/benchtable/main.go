@@ -1,8 +1,8 @@
 // Command benchtable reads `go test -bench` output of package bench on
 // stdin and prints markdown tables of the figures, with every row's ratio
 // to the raw baseline measured in the same run, and under each table one
-// line per target of issues 18 (item 6) and 19 (items 3 and 7) saying
-// whether the run met it. When a benchmark ran several times (run.sh's
+// line per target of issues 18 (item 6), 19 (items 3 and 7) and 25 (items
+// 1 and 5) saying whether the run met it. When a benchmark ran several times (run.sh's
 // passes, which alternate the implementations), each figure is the median
 // of its runs, and each ratio the median of the passes' own ratios: an
 // implementation is compared with the baseline measured moments before it,
@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -136,7 +137,7 @@ func main() {
 	for _, g := range groups {
 		byName[g.name] = g
 	}
-	for _, name := range []string{"A", "B", "C1", "C2", "D", "E", "Residue"} {
+	for _, name := range []string{"A", "Hook", "B", "C1", "C2", "D", "E", "Residue"} {
 		g := byName[name]
 		if g == nil {
 			continue
@@ -151,6 +152,8 @@ func main() {
 			parallelTable(g, byName["I"+g.name])
 		case "Residue":
 			targets = residueTable(g)
+		case "Hook":
+			targets = hookTable(g)
 		}
 		for _, t := range targets {
 			fmt.Println("- " + t)
@@ -168,6 +171,8 @@ var titles = map[string]string{
 	"C2": "C2. 16 goroutines (own clients), one key, hold 1ms, then step aside until another holds it",
 	"D":  "D. 64 goroutines on their own keys, one shared client",
 	"E":  "E. PostgreSQL session advisory lock, one goroutine",
+
+	"Hook": "Hook. dlock's uncontended cycle with an observer or the holder record, against no observer at all",
 
 	"Residue": "Residue. Distinct names locked and released once each: what the servers hold",
 }
@@ -587,3 +592,49 @@ func residueTable(g *group) []string {
 }
 
 func kB(b float64) string { return fmt.Sprintf("%.0f kB", b/1024) }
+
+// hookTable prints BenchmarkHook: what an observer (none set, a no-op, the
+// OpenTelemetry one) and WithHolderInfo add to dlock's uncontended cycle,
+// interleaved with the cycle that has no observer at all (issue 25 items
+// 1 and 5).
+func hookTable(g *group) []string {
+	fmt.Printf("### %s\n\n", titles[g.name])
+	fmt.Println("| configuration | cycle time vs no observer, interleaved (middle half of passes) | p50 vs no observer | µs/cycle | no observer's µs/cycle | allocs/cycle | no observer's allocs/cycle |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	for _, r := range g.rows {
+		v := func(u string) float64 { x, _ := r.get(u); return x }
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.impl, medianCell(r.metrics["x-none"]), medianCell(r.metrics["p50-x-none"]),
+			num(v("us/cycle")), num(v("base-us")), num(v("allocs/cycle")), num(v("base-allocs/cycle")))
+	}
+	fmt.Println()
+	fmt.Println("TryAcquire and Release on one redislock.Locker, interleaved in blocks of 25 cycles on one client with the same cycle on a Locker whose logger discards (no observer at all, no event built). none is that baseline against itself, the method's own error; default-logger is the default configuration (slog.Default(), Info: the logger's observer asks whether Debug is enabled); noop adds WithObserver(func(context.Context, dlock.Event) {}); otel adds dlockotel's Observer on the OpenTelemetry SDK's providers (every metric recorded by a manual reader, every span sampled, nothing exported); holder adds WithHolderInfo; redlock-holder is Redlock's cycle over B's five servers with WithHolderInfo, against the same cycle with no observer. Allocations are each side's runtime.MemStats.Mallocs around its blocks, per cycle; cycle time ratios above 1 are slower.")
+	fmt.Println()
+	var out []string
+	none := g.find("none")
+	self := 0.0
+	if none != nil {
+		self, _ = none.get("x-none")
+	}
+	if d := g.find("default-logger"); d != nil {
+		x, _ := d.get("x-none")
+		a, _ := d.get("allocs/cycle")
+		ba, _ := d.get("base-allocs/cycle")
+		out = append(out, check(math.Round(a) == math.Round(ba), "Hook no hook set (default logger): %s allocs/cycle, equal to the no-observer baseline's %s", num(a), num(ba)))
+		out = append(out, check(x <= 1.05, "Hook no hook set (default logger): cycle time %.2fx the no-observer baseline's, interleaved (the baseline against itself: %.2fx) (<= 1.05x)", x, self))
+	}
+	if n := g.find("noop"); n != nil {
+		a, _ := n.get("allocs/cycle")
+		ba, _ := n.get("base-allocs/cycle")
+		out = append(out, check(math.Round(a) == math.Round(ba), "Hook no-op observer: %s allocs/cycle, equal to the no-observer baseline's %s", num(a), num(ba)))
+	}
+	for _, name := range []string{"noop", "otel", "holder", "redlock-holder"} {
+		if r := g.find(name); r != nil {
+			x, _ := r.get("x-none")
+			bus, _ := r.get("base-us")
+			a, _ := r.get("allocs/cycle")
+			ba, _ := r.get("base-allocs/cycle")
+			out = append(out, forScale("Hook %s: cycle time %.2fx the no-observer baseline's (%+.1fµs on its %sµs), %+.0f allocs/cycle", name, x, (x-1)*bus, num(bus), a-ba))
+		}
+	}
+	return out
+}
