@@ -20,9 +20,9 @@ var _ dlock.Inspector = (*Locker)(nil)
 const DefaultInspectLimit = 1000
 
 // Inspect implements dlock.Inspector: the locks under the Locker's prefix
-// whose names match pattern (a path.Match glob), with the holder's lease
-// (the token) and its remaining TTL, the fence (the holder key's create
-// revision) and the number of waiters queued behind it. It reads the
+// whose names match pattern (a path.Match glob), with the holder's token
+// (its lease and its key's create revision, as Lock.Token gives it), the
+// lease's remaining TTL, the fence (the holder key's create revision) and the number of waiters queued behind it. It reads the
 // queues with one range request, bounded to ten keys per lock asked for,
 // and each holder's lease with one more; every read is linearizable.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
@@ -85,7 +85,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	infos := make([]dlock.LockInfo, 0, len(names))
 	for _, name := range names {
 		q := queues[name]
-		info := dlock.LockInfo{Key: name, Node: l.node, Fence: uint64(q.fence), Token: token(q.owner),
+		info := dlock.LockInfo{Key: name, Node: l.node, Fence: uint64(q.fence), Token: lockToken(q.owner, q.fence),
 			Waiting: q.waiting, Majority: true}
 		if ttl, err := l.client.TimeToLive(ctx, q.owner); err == nil && ttl.TTL > 0 {
 			info.TTL = time.Duration(ttl.TTL) * time.Second
