@@ -30,6 +30,7 @@ type Locker struct {
 	logger      *slog.Logger
 	observers   []func(context.Context, dlock.Event) // WithObserver's
 	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
+	holderHead  string                               // WithHolderInfo's record up to "since"; "" without it
 
 	mu       sync.Mutex
 	sessions map[int64][]*session // by lease TTL in seconds
@@ -143,7 +144,7 @@ func (l *Locker) contender(name string, s *session) *contender {
 func (l *Locker) tryPut(ctx context.Context, c *contender) error {
 	q := l.queue(c.name)
 	empty := clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix()
-	put := clientv3.OpPut(c.key, "", clientv3.WithLease(c.s.id))
+	put := clientv3.OpPut(c.key, l.holderValue(), clientv3.WithLease(c.s.id))
 	first := clientv3.OpGet(q, clientv3.WithFirstCreate()...)
 	c.start = time.Now()
 	resp, err := l.client.Txn(ctx).If(empty).Then(put).Else(first).Commit()
@@ -173,7 +174,7 @@ func (l *Locker) enqueue(ctx context.Context, c *contender) error {
 	// As concurrency.Mutex does: the put and the read of the queue's first
 	// key in one transaction, so "first" is decided at the put's revision.
 	cmp := clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)
-	put := clientv3.OpPut(c.key, "", clientv3.WithLease(c.s.id))
+	put := clientv3.OpPut(c.key, l.holderValue(), clientv3.WithLease(c.s.id))
 	get := clientv3.OpGet(c.key)
 	owner := clientv3.OpGet(l.queue(c.name), clientv3.WithFirstCreate()...)
 	c.start = time.Now()
