@@ -56,8 +56,10 @@
 //     locks.
 //   - Extend renews the lease, and so extends every lock of the session on
 //     it, then checks that the key is still this lock's. A lock that is
-//     neither extended nor released stays in place while another lock on
-//     its lease is extended: release every lock (Do does).
+//     neither extended nor released stays in place while its lease is kept
+//     alive for another lock (extended, or waiting): its validity still ends
+//     on time, but others wait for the key until the lease lapses or Close.
+//     Release every lock (Do does).
 //   - When the lease is lost (it expired, a keep-alive found it gone, or
 //     another client revoked it), every lock on it is lost: each one's next
 //     Extend is refused with dlock.ErrNotHeld, so Do ends fn's context with
