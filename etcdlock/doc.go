@@ -28,22 +28,52 @@
 // the key again. dlock.Acquire with a Locker instead retries TryAcquire,
 // woken by a watch on the queue (ReleaseNotifier).
 //
-// # One lease per lock
+// # A lease per session
 //
-// Each lock has its own lease with the lock's TTL, and its token is the
-// lease id. A lease per Locker session would share one TTL between all locks
-// of the session, and losing it would lose all of them at once; with a
-// lease per lock, TTLs are per lock as on dlock's other backends, a lock
-// lost is lost alone, and ReleaseToken and ExtendToken need only the key and
-// the token: the key is prefix+key+"/"+token and the lease is the token. The
-// cost is one lease grant per acquisition.
+// A Locker shares leases between its locks: one lease per lease TTL (the
+// lock's TTL rounded up to whole seconds) for all the locks it holds or
+// waits for, as a concurrency.Session does for its Mutexes. A lease per
+// lock cost one more Raft commit (the grant) on every acquisition: with a
+// shared lease, a cycle is one commit to take the lock and one to release
+// it, as for a Mutex on a long-lived session. Only a second acquisition of
+// a name the Locker already holds or waits for takes another lease (the
+// key is the name and the lease id, so one lease has one key per name);
+// such leases are shared too.
+//
+// What sharing means for a lock:
+//
+//   - Its token is the lease id in hex, a dash and its key's create
+//     revision, so each lock has its own; ReleaseToken and ExtendToken need
+//     only the name and the token.
+//   - Its validity is ttl from the request that created its key (or found
+//     it first in the queue), but never past the time the lease is known to
+//     live (the send time of its last grant or keep-alive plus the TTL the
+//     cluster answered with), less the drift margin. A lease with less than
+//     half of ttl known to be left is renewed before a lock is taken on it,
+//     so a new lock is valid for at least half of its TTL.
+//   - Release deletes its key only, if it is still this lock's (its create
+//     revision): one transaction. The lease lives on for the session's other
+//     locks.
+//   - Extend renews the lease, and so extends every lock of the session on
+//     it, then checks that the key is still this lock's. A lock that is
+//     neither extended nor released stays in place while its lease is kept
+//     alive for another lock (extended, or waiting): its validity still ends
+//     on time, but others wait for the key until the lease lapses or Close.
+//     Release every lock (Do does).
+//   - When the lease is lost (it expired, a keep-alive found it gone, or
+//     another client revoked it), every lock on it is lost: each one's next
+//     Extend is refused with dlock.ErrNotHeld, so Do ends fn's context with
+//     dlock.ErrLockLost, and the Locker takes later locks on a new lease.
+//
+// A wait keeps its lease alive. When no lock uses a lease any more, no one
+// keeps it alive: it lapses at the end of its TTL, and is reused by the
+// next acquisition while it lives (a lapsed lease holds no key, so it costs
+// the cluster nothing and the Locker no goroutine). Close revokes the
+// leases at once.
 //
 // etcd leases count whole seconds, and a cluster raises a lease below its
-// minimum TTL (1.5 election timeouts) to that minimum. The lease is ttl
-// rounded up; the lock's validity is computed from ttl, so the lease
-// outlives the validity and never the other way round. Extend renews the
-// lease (KeepAliveOnce) and checks that the key is still there; it cannot
-// lengthen the lease beyond the TTL it was granted with.
+// minimum TTL (1.5 election timeouts) to that minimum; the validity never
+// counts on more than the cluster answered with.
 //
 // # Errors
 //

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -29,6 +30,10 @@ type Locker struct {
 	logger      *slog.Logger
 	observers   []func(context.Context, dlock.Event) // WithObserver's
 	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
+	holderHead  string                               // WithHolderInfo's record up to "since"; "" without it
+
+	mu       sync.Mutex
+	sessions map[int64][]*session // by lease TTL in seconds
 }
 
 var (
@@ -42,7 +47,7 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 		return nil, driver.Invalidf("nil etcd client")
 	}
 	l := &Locker{client: client, node: strings.Join(client.Endpoints(), ","),
-		driftFactor: driver.DefaultDriftFactor, logger: slog.Default()}
+		driftFactor: driver.DefaultDriftFactor, logger: slog.Default(), sessions: map[int64][]*session{}}
 	for _, o := range opts {
 		if o == nil {
 			return nil, driver.Invalidf("nil option")
@@ -79,61 +84,103 @@ func (g *grant) Describe() (backend string, nodes int) { return "etcd", 1 }
 // as in concurrency.NewMutex(session, prefix+key).
 func (l *Locker) queue(key string) string { return l.prefix + key + "/" }
 
-// TryAcquire makes one attempt to take the lock on key for ttl: it grants a
-// lease, creates the contender key under it in a transaction only if absent
-// and reads the queue's first key in the same transaction. When another
-// contender is first, it revokes the lease (deleting its key) and returns an
-// error matching dlock.ErrNotAcquired. It returns dlock.ErrUnavailable when
-// the cluster could not be reached (a *dlock.NodeError in the chain) and
+// TryAcquire makes one attempt to take the lock on key for ttl: in one
+// transaction, it creates its key under the session's lease if key's queue
+// is empty, and reads the queue's first key otherwise. When another
+// contender is first it has written nothing, and returns an error matching
+// dlock.ErrNotAcquired. It returns dlock.ErrUnavailable when the cluster
+// could not be reached (a *dlock.NodeError in the chain) and
 // dlock.ErrInvalid for bad arguments.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	if err := l.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	c, err := l.enqueue(ctx, key, ttl)
-	if err != nil {
-		return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
-	}
-	if c.ahead != nil {
-		// Revoked before returning, not in the background: a caller that
-		// exits right after the refusal (dlock run -n) would leave its key
-		// in the queue, ahead of every later contender, for its TTL.
-		if _, err := l.client.Revoke(ctx, c.lease); err != nil {
-			l.abandon(ctx, c.lease, ttl)
+	for retried := false; ; retried = true {
+		s, err := l.take(ctx, key, ttl)
+		if err != nil {
+			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 		}
-		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
+		c := l.contender(key, s)
+		err = l.tryPut(ctx, c)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
+			// Revoked by someone else while we thought it alive: once
+			// more, on a new lease.
+			l.lose(s)
+			l.free(s, key)
+			continue
+		}
+		if err != nil {
+			l.abandon(ctx, c, ttl) // the put's outcome is unknown
+			return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
+		}
+		if c.ahead != nil {
+			l.free(s, key) // nothing was written
+			return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
+		}
+		return l.granted(ctx, ttl, c)
 	}
-	return l.granted(ctx, key, ttl, start, c)
 }
 
 // contender is a key of ours in a lock's queue.
 type contender struct {
-	lease clientv3.LeaseID
+	s     *session
+	name  string // the lock's name, as the caller gave it
 	key   string
 	rev   int64            // the key's create revision: the fence once it is first
 	ahead *mvccpb.KeyValue // the key just ahead of ours, nil when ours is first
 	read  int64            // the revision at which ahead was read
+	// start is the send time of the request that last saw the key first
+	// in its queue, or created it (the lock's validity counts from it).
+	start time.Time
+	gone  bool // the last read found the key deleted
 }
 
-// enqueue grants a lease for ttl and puts a key under it at the end of key's
-// queue. On error no key of ours remains (the lease is revoked).
-func (l *Locker) enqueue(ctx context.Context, key string, ttl time.Duration) (*contender, error) {
-	lease, err := l.client.Grant(ctx, leaseSeconds(ttl))
+func (l *Locker) contender(name string, s *session) *contender {
+	return &contender{s: s, name: name, key: l.queue(name) + token(s.id)}
+}
+
+// tryPut is TryAcquire's transaction: the put only if the queue is empty,
+// else the read of its first key.
+func (l *Locker) tryPut(ctx context.Context, c *contender) error {
+	q := l.queue(c.name)
+	empty := clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix()
+	put := clientv3.OpPut(c.key, l.holderValue(), clientv3.WithLease(c.s.id))
+	first := clientv3.OpGet(q, clientv3.WithFirstCreate()...)
+	c.start = time.Now()
+	resp, err := l.client.Txn(ctx).If(empty).Then(put).Else(first).Commit()
 	if err != nil {
-		return nil, l.opErr(ctx, err, true)
+		return err
 	}
-	c := &contender{lease: lease.ID, key: l.queue(key) + token(lease.ID)}
+	if resp.Succeeded {
+		c.rev = resp.Header.Revision
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) > 0 && string(kvs[0].Key) == c.key {
+		c.rev = kvs[0].CreateRevision // a retried put whose first reply was lost
+		return nil
+	}
+	c.ahead = &mvccpb.KeyValue{}
+	if len(kvs) > 0 {
+		c.ahead = kvs[0]
+	}
+	return nil
+}
+
+// enqueue puts c's key under its session's lease at the end of its queue,
+// and reads the queue's first key in the same transaction. On an error
+// other than a lease not found, the put's outcome is unknown.
+func (l *Locker) enqueue(ctx context.Context, c *contender) error {
 	// As concurrency.Mutex does: the put and the read of the queue's first
 	// key in one transaction, so "first" is decided at the put's revision.
 	cmp := clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)
-	put := clientv3.OpPut(c.key, "", clientv3.WithLease(lease.ID))
+	put := clientv3.OpPut(c.key, l.holderValue(), clientv3.WithLease(c.s.id))
 	get := clientv3.OpGet(c.key)
-	owner := clientv3.OpGet(l.queue(key), clientv3.WithFirstCreate()...)
+	owner := clientv3.OpGet(l.queue(c.name), clientv3.WithFirstCreate()...)
+	c.start = time.Now()
 	resp, err := l.client.Txn(ctx).If(cmp).Then(put, owner).Else(get, owner).Commit()
 	if err != nil {
-		l.abandon(ctx, lease.ID, ttl)
-		return nil, l.opErr(ctx, err, true)
+		return err
 	}
 	c.rev, c.read = resp.Header.Revision, resp.Header.Revision
 	if !resp.Succeeded { // a retried put whose first reply was lost
@@ -145,33 +192,37 @@ func (l *Locker) enqueue(ctx context.Context, key string, ttl time.Duration) (*c
 			c.ahead = first[0]
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // findAhead reads the key just ahead of c in the queue (the newest one
-// created before it), as concurrency.Mutex's waitDeletes does.
-func (l *Locker) findAhead(ctx context.Context, key string, c *contender) error {
+// created before it), as concurrency.Mutex's waitDeletes does, and in the
+// same read whether c's own key is still there (c.gone).
+func (l *Locker) findAhead(ctx context.Context, c *contender) error {
 	opts := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(c.rev - 1)}, clientv3.WithLastCreate()...)
-	resp, err := l.client.Get(ctx, l.queue(key), opts...)
+	start := time.Now()
+	resp, err := l.client.Txn(ctx).Then(clientv3.OpGet(l.queue(c.name), opts...), clientv3.OpGet(c.key)).Commit()
 	if err != nil {
 		return l.opErr(ctx, err, true)
 	}
-	c.ahead, c.read = nil, resp.Header.Revision
-	if len(resp.Kvs) > 0 {
-		c.ahead = resp.Kvs[0]
+	c.ahead, c.read, c.start = nil, resp.Header.Revision, start
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		c.ahead = kvs[0]
 	}
+	own := resp.Responses[1].GetResponseRange().Kvs
+	c.gone = len(own) == 0 || own[0].CreateRevision != c.rev
 	return nil
 }
 
 // granted turns a contender that is first in its queue into a lock.
-func (l *Locker) granted(ctx context.Context, key string, ttl time.Duration, start time.Time, c *contender) (*dlock.Lock, error) {
-	validUntil := driver.ValidUntil(start, ttl, l.driftFactor)
-	if elapsed := time.Since(start); !validUntil.After(start.Add(elapsed)) {
-		l.abandon(ctx, c.lease, ttl)
-		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
+func (l *Locker) granted(ctx context.Context, ttl time.Duration, c *contender) (*dlock.Lock, error) {
+	validUntil := l.validUntil(c.s, c.start, ttl)
+	if now := time.Now(); !validUntil.After(now) {
+		l.abandon(ctx, c, ttl)
+		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", c.name, dlock.ErrNotAcquired, now.Sub(c.start), ttl)
 	}
-	g := &grant{l: l, key: c.key, lease: c.lease}
-	return driver.NewLock(key, token(c.lease), uint64(c.rev), validUntil, g), nil
+	g := &grant{l: l, s: c.s, name: c.name, key: c.key, lease: c.s.id, rev: c.rev}
+	return driver.NewLock(c.name, lockToken(c.s.id, c.rev), uint64(c.rev), validUntil, g), nil
 }
 
 // Acquire takes the lock on key, waiting in the queue while it is held: it
@@ -204,9 +255,27 @@ func (w *waiter) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := l.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	c, err := l.enqueue(ctx, key, ttl)
-	if err != nil {
-		return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
+	var c *contender
+	for retried := false; ; retried = true {
+		s, err := l.take(ctx, key, ttl)
+		if err != nil {
+			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
+		}
+		c = l.contender(key, s)
+		err = l.enqueue(ctx, c)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
+			l.lose(s)
+			l.free(s, key)
+			continue
+		}
+		if err != nil {
+			l.abandon(ctx, c, ttl)
+			return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
+		}
+		break
+	}
+	if c.ahead == nil {
+		return l.granted(ctx, ttl, c)
 	}
 	// Keep the lease alive while waiting; the holder's Extend takes over.
 	waitCtx, stopWait := context.WithCancel(ctx)
@@ -214,57 +283,48 @@ func (w *waiter) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	keep := make(chan struct{})
 	go func() {
 		defer close(keep)
-		t := time.NewTicker(max(time.Duration(leaseSeconds(ttl))*time.Second/3, 100*time.Millisecond))
+		t := time.NewTicker(max(time.Duration(c.s.seconds)*time.Second/3, 100*time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
 			case <-waitCtx.Done():
 				return
 			case <-t.C:
-				if _, err := l.client.KeepAliveOnce(waitCtx, c.lease); err != nil && waitCtx.Err() == nil {
-					if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-						stopWait()
-						return
-					}
+				if _, err := l.renew(waitCtx, c.s, true); errors.Is(err, errLeaseGone) {
+					stopWait()
+					return
 				}
 			}
 		}
 	}()
-	if c.ahead != nil {
-		err = l.findAhead(waitCtx, key, c)
+	err := l.findAhead(waitCtx, c)
+	for err == nil && c.ahead != nil && !c.gone {
+		err = l.waitDelete(waitCtx, c)
 	}
-	for err == nil && c.ahead != nil {
-		err = l.waitDelete(waitCtx, key, c)
-	}
-	if err != nil {
-		stopWait()
-		<-keep
-		l.abandon(ctx, c.lease, ttl)
-		if ctx.Err() == nil && waitCtx.Err() != nil {
+	stopWait()
+	<-keep
+	if err != nil || c.gone {
+		l.abandon(ctx, c, ttl)
+		switch {
+		case c.gone && err == nil:
+			// Being first counts only if our key is still there: it may
+			// have been deleted during the wait by someone other than its
+			// lease.
+			err = fmt.Errorf("%w (its queue key was deleted during the wait)", dlock.ErrNotAcquired)
+		case ctx.Err() == nil && waitCtx.Err() != nil:
 			err = fmt.Errorf("%w (the wait's lease expired)", dlock.ErrNotAcquired)
 		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 	}
-	stopWait()
-	<-keep
-	// Refresh the lease so the holder gets its whole TTL from now.
-	start := time.Now()
-	if _, err := l.client.KeepAliveOnce(ctx, c.lease); err != nil {
-		l.abandon(ctx, c.lease, ttl)
-		return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
+	if l.validUntil(c.s, time.Now(), ttl).Before(time.Now().Add(ttl / 2)) {
+		// Less than half the TTL known to be left of the lease: renew it
+		// so the holder gets its validity.
+		if _, err := l.renew(ctx, c.s, true); err != nil {
+			l.abandon(ctx, c, ttl)
+			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
+		}
 	}
-	// Being first counts only if our key is still there: it may have been
-	// deleted during the wait by someone other than its lease.
-	resp, err := l.client.Get(ctx, c.key)
-	if err != nil {
-		l.abandon(ctx, c.lease, ttl)
-		return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
-	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != c.rev {
-		l.abandon(ctx, c.lease, ttl)
-		return nil, fmt.Errorf("dlock: acquire %q: %w (its queue key was deleted during the wait)", key, dlock.ErrNotAcquired)
-	}
-	return l.granted(ctx, key, ttl, start, c)
+	return l.granted(ctx, ttl, c)
 }
 
 // NotifyRelease implements driver.ReleaseNotifier for waits through
@@ -294,7 +354,7 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 // waitDelete waits until c.ahead is deleted, then looks for a new key
 // ahead (one ahead of that may still be waiting, or may have been deleted
 // already).
-func (l *Locker) waitDelete(ctx context.Context, key string, c *contender) error {
+func (l *Locker) waitDelete(ctx context.Context, c *contender) error {
 	ahead := string(c.ahead.Key)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -329,27 +389,33 @@ func (l *Locker) waitDelete(ctx context.Context, key string, c *contender) error
 			deleted = len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != c.ahead.CreateRevision
 		}
 	}
-	return l.findAhead(ctx, key, c)
+	return l.findAhead(ctx, c)
 }
 
 // beforeWatch, when set (by tests), runs before each watch of the key
 // ahead with the revision the watch starts after.
 var beforeWatch func(read int64)
 
-// abandon revokes a lease whose key did not become a lock, in the
-// background and within a short bound: its key would otherwise block the
-// queue until the lease expired.
-func (l *Locker) abandon(ctx context.Context, lease clientv3.LeaseID, ttl time.Duration) {
+// abandon deletes the key of a contender that did not become a lock, in
+// the background and within a short bound (it would otherwise block the
+// queue until its lease expired), and then frees its name on its session.
+// The key is ours if it lives by our lease: its name is the lease id, and
+// the session has one key per name.
+func (l *Locker) abandon(ctx context.Context, c *contender, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(ttl, time.Second))
 	go func() {
 		defer cancel()
-		_, _ = l.client.Revoke(ctx, lease)
+		ours := clientv3.Compare(clientv3.LeaseValue(c.key), "=", c.s.id)
+		if _, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(c.key)).Commit(); err == nil {
+			l.free(c.s, c.name)
+		}
 	}()
 }
 
-// ReleaseToken releases the lock on key if it still holds token (the lease
-// id, in hex, as Lock.Token returns it). It returns an error matching
-// dlock.ErrNotHeld when key does not hold token.
+// ReleaseToken releases the lock on key if it still holds token (as
+// Lock.Token returns it: the lease id in hex and the key's create
+// revision). It returns an error matching dlock.ErrNotHeld when key does
+// not hold token.
 func (l *Locker) ReleaseToken(ctx context.Context, key, tok string) error {
 	g, err := l.tokenGrant(ctx, key, tok)
 	if err != nil {
@@ -362,8 +428,8 @@ func (l *Locker) ReleaseToken(ctx context.Context, key, tok string) error {
 }
 
 // ExtendToken renews the lease of the lock on key if it still holds token
-// (see ReleaseToken). It returns an error matching dlock.ErrNotHeld when
-// key does not hold token.
+// (see ReleaseToken), and so every lock on that lease. It returns an error
+// matching dlock.ErrNotHeld when key does not hold token.
 func (l *Locker) ExtendToken(ctx context.Context, key, tok string, ttl time.Duration) error {
 	g, err := l.tokenGrant(ctx, key, tok)
 	if err != nil {
@@ -385,65 +451,69 @@ func (l *Locker) tokenGrant(ctx context.Context, key, tok string) (*grant, error
 	if err := driver.CheckToken(key, tok); err != nil {
 		return nil, err
 	}
-	id, err := strconv.ParseUint(tok, 16, 63)
-	if err != nil || id == 0 || token(clientv3.LeaseID(id)) != tok {
-		return nil, driver.Invalidf("token %q: not an etcd lease id in hex", tok)
+	lease, rev, ok := parseToken(tok)
+	if !ok {
+		return nil, driver.Invalidf("token %q: not an etcd lease id in hex, a dash and a revision", tok)
 	}
-	return &grant{l: l, key: l.queue(key) + tok, lease: clientv3.LeaseID(id)}, nil
+	return &grant{l: l, name: key, key: l.queue(key) + token(lease), lease: lease, rev: rev}, nil
 }
 
-// grant is one held lock's connection to the cluster: its key and the
-// lease the key lives by.
+// grant is one held lock's connection to the cluster: its key, the
+// key's create revision, and the lease the key lives by (s is nil for a
+// lock known by its token only).
 type grant struct {
 	l     *Locker
+	s     *session
+	name  string
 	key   string
 	lease clientv3.LeaseID
+	rev   int64
 }
 
-// Extend renews the lease once and checks that the key is still there. The
-// lease's TTL was fixed when it was granted, so the new validity is the
-// shorter of ttl and that TTL.
+// Extend renews the lease once (and with it every lock on it) and checks
+// that the key is still this lock's. The lease's TTL was fixed when it was
+// granted, so the new validity is the shorter of ttl and that TTL.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	l := g.l
 	if err := l.checkTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
+	if g.s != nil && l.isDead(g.s) {
+		return time.Time{}, fmt.Errorf("%w (the session's lease expired or was revoked)", dlock.ErrNotHeld)
+	}
+	s := g.s
+	if s == nil {
+		s = &session{id: g.lease}
+	}
 	start := time.Now()
-	ka, err := l.client.KeepAliveOnce(ctx, g.lease)
+	leaseTTL, err := l.renew(ctx, s, false)
 	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return time.Time{}, fmt.Errorf("%w (the lease expired or was revoked)", dlock.ErrNotHeld)
-		}
-		return time.Time{}, l.opErr(ctx, err, false)
+		return time.Time{}, err
 	}
-	resp, err := l.client.Get(ctx, g.key, clientv3.WithCountOnly())
-	if err != nil {
-		return time.Time{}, l.opErr(ctx, err, false)
-	}
-	if resp.Count == 0 {
-		return time.Time{}, fmt.Errorf("%w (the key was deleted)", dlock.ErrNotHeld)
-	}
-	return driver.ValidUntil(start, min(ttl, time.Duration(ka.TTL)*time.Second), l.driftFactor), nil
-}
-
-// Release revokes the lease, which deletes the key (its name is the lease
-// id, so it lives by no other lease) and wakes the next waiter: one Raft
-// commit, where deleting the key and then revoking took two. A linearizable
-// read first tells whether the key was still ours.
-func (g *grant) Release(ctx context.Context) error {
-	l := g.l
 	resp, err := l.client.Get(ctx, g.key)
 	if err != nil {
-		return l.opErr(ctx, err, false)
+		return time.Time{}, l.opErr(ctx, err, false)
 	}
-	held := len(resp.Kvs) == 1 && clientv3.LeaseID(resp.Kvs[0].Lease) == g.lease
-	if _, err := l.client.Revoke(ctx, g.lease); err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return fmt.Errorf("%w (the lease expired or was revoked)", dlock.ErrNotHeld)
-		}
-		return l.opErr(ctx, err, false)
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != g.rev {
+		return time.Time{}, fmt.Errorf("%w (the key was deleted)", dlock.ErrNotHeld)
 	}
-	if !held {
+	return driver.ValidUntil(start, min(ttl, leaseTTL), l.driftFactor), nil
+}
+
+// Release deletes the key if it is still this lock's (its create revision
+// is the lock's): one transaction, one Raft commit. The session's lease
+// lives on for its other locks and the next ones.
+func (g *grant) Release(ctx context.Context) error {
+	l := g.l
+	ours := clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.rev)
+	resp, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(g.key)).Commit()
+	if err != nil {
+		return l.opErr(ctx, err, false) // outcome unknown: the name stays reserved
+	}
+	if g.s != nil {
+		l.free(g.s, g.name)
+	}
+	if !resp.Succeeded {
 		return fmt.Errorf("%w (the lease expired or another owner holds the key)", dlock.ErrNotHeld)
 	}
 	return nil
@@ -497,6 +567,29 @@ func leaseSeconds(ttl time.Duration) int64 {
 	return int64((ttl + time.Second - 1) / time.Second)
 }
 
-// token is how a lock's lease id is written in its key and token: lower
-// case hex, as concurrency.Mutex writes it.
+// token is how a lease id is written in a key: lower case hex, as
+// concurrency.Mutex writes it.
 func token(id clientv3.LeaseID) string { return strconv.FormatInt(int64(id), 16) }
+
+// lockToken is a lock's token: its lease in hex, a dash and its key's
+// create revision, so that locks sharing a lease have tokens of their own.
+func lockToken(id clientv3.LeaseID, rev int64) string {
+	return token(id) + "-" + strconv.FormatInt(rev, 10)
+}
+
+// parseToken is lockToken's inverse.
+func parseToken(tok string) (clientv3.LeaseID, int64, bool) {
+	lh, rh, ok := strings.Cut(tok, "-")
+	if !ok {
+		return 0, 0, false
+	}
+	id, err := strconv.ParseUint(lh, 16, 63)
+	if err != nil || id == 0 || token(clientv3.LeaseID(id)) != lh {
+		return 0, 0, false
+	}
+	rev, err := strconv.ParseInt(rh, 10, 64)
+	if err != nil || rev <= 0 || strconv.FormatInt(rev, 10) != rh {
+		return 0, 0, false
+	}
+	return clientv3.LeaseID(id), rev, true
+}

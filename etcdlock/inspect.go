@@ -20,11 +20,13 @@ var _ dlock.Inspector = (*Locker)(nil)
 const DefaultInspectLimit = 1000
 
 // Inspect implements dlock.Inspector: the locks under the Locker's prefix
-// whose names match pattern (a path.Match glob), with the holder's lease
-// (the token) and its remaining TTL, the fence (the holder key's create
-// revision) and the number of waiters queued behind it. It reads the
-// queues with one range request, bounded to ten keys per lock asked for,
-// and each holder's lease with one more; every read is linearizable.
+// whose names match pattern (a path.Match glob), with the holder's token
+// (its lease and its key's create revision, as Lock.Token gives it), the
+// lease's remaining TTL, the fence (the holder key's create revision), the
+// number of waiters queued behind it and, with WithHolderInfo, who holds
+// it. It reads the queues with one range request, bounded to ten keys per
+// lock asked for, and each holder's lease with one more; every read is
+// linearizable.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
 	if ctx == nil {
 		return nil, driver.Invalidf("nil context")
@@ -47,6 +49,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	type queue struct {
 		owner   clientv3.LeaseID
 		fence   int64
+		value   []byte // the holder key's
 		waiting int
 	}
 	queues := map[string]*queue{}
@@ -69,7 +72,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 			if q.fence != 0 {
 				q.waiting++
 			}
-			q.owner, q.fence = clientv3.LeaseID(kv.Lease), kv.CreateRevision
+			q.owner, q.fence, q.value = clientv3.LeaseID(kv.Lease), kv.CreateRevision, kv.Value
 		} else {
 			q.waiting++
 		}
@@ -85,8 +88,9 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	infos := make([]dlock.LockInfo, 0, len(names))
 	for _, name := range names {
 		q := queues[name]
-		info := dlock.LockInfo{Key: name, Node: l.node, Fence: uint64(q.fence), Token: token(q.owner),
+		info := dlock.LockInfo{Key: name, Node: l.node, Fence: uint64(q.fence), Token: lockToken(q.owner, q.fence),
 			Waiting: q.waiting, Majority: true}
+		holderOf(&info, q.value)
 		if ttl, err := l.client.TimeToLive(ctx, q.owner); err == nil && ttl.TTL > 0 {
 			info.TTL = time.Duration(ttl.TTL) * time.Second
 		}

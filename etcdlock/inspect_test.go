@@ -4,15 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
 	"github.com/dlock-go/dlock/locktest"
 )
 
-// Inspect reports the holder (its lease as the token, its fence, a TTL)
+// Inspect reports the holder (its token, its fence, a TTL)
 // and the waiters queued behind it, for the names the pattern matches.
 func TestInspect(t *testing.T) {
 	c := etcdtest.Start(t, 3)
@@ -58,5 +60,41 @@ func TestInspect(t *testing.T) {
 	}
 	if _, err := l.Inspect(ctx, "[", 0); !errors.Is(err, dlock.ErrInvalid) {
 		t.Fatalf("bad pattern: %v, want ErrInvalid", err)
+	}
+}
+
+// TestInspectHolderInfo: with WithHolderInfo the lock's key carries the
+// holder record and Inspect reports it; without it the value is empty, as
+// a Mutex's, and Inspect reports no holder.
+func TestInspectHolderInfo(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ctx := testCtx(t)
+	before := time.Now().Add(-time.Second)
+	l := newLocker(t, c.Client(t), etcdlock.WithHolderInfo("billing"))
+	lock, err := l.TryAcquire(ctx, "who", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(context.Background())
+	plain, err := newLocker(t, c.Client(t)).TryAcquire(ctx, "anon", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Release(context.Background())
+	infos, err := l.Inspect(ctx, "*", 0)
+	if err != nil || len(infos) != 2 {
+		t.Fatalf("Inspect = %+v, %v; want anon and who", infos, err)
+	}
+	host, _ := os.Hostname()
+	anon, who := infos[0], infos[1]
+	if who.Key != "who" || who.Host != host || who.PID != os.Getpid() || who.Service != "billing" ||
+		who.Since.Before(before) || who.Since.After(time.Now()) {
+		t.Fatalf("Inspect(who) = %+v, want host %s, pid %d, service billing, since about now", who, host, os.Getpid())
+	}
+	if anon.Key != "anon" || anon.Host != "" || anon.PID != 0 || !anon.Since.IsZero() {
+		t.Fatalf("Inspect(anon) = %+v, want no holder", anon)
+	}
+	if _, err := etcdlock.New(c.Client(t), etcdlock.WithHolderInfo("")); err != nil {
+		t.Fatalf("WithHolderInfo(\"\"): %v, want accepted", err)
 	}
 }

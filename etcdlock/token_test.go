@@ -129,7 +129,7 @@ func TestWaiterKeyDeleted(t *testing.T) {
 		t.FailNow()
 	}
 	defer w.Release(context.Background())
-	now, err := admin.Get(ctx, "deleted/"+w.Token())
+	now, err := admin.Get(ctx, "deleted/"+leaseOf(t, w.Token()))
 	if err != nil {
 		t.Fatal(err)
 	}

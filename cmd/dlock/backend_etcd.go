@@ -61,11 +61,9 @@ func (a *app) etcdSpec(cmd *cobra.Command, f *backendFlags) ([]string, error) {
 }
 
 // openEtcd builds an etcd backend on the cluster whose members are urls.
-// Like the others it sends nothing until the first operation.
-func (a *app) openEtcd(urls []string, u use) (*backend, error) {
-	if u == useInspect {
-		return nil, usagef("inspect needs Redis: for etcd, etcdctl get --prefix KEY/ lists the holder and the waiters (the lowest create revision holds)")
-	}
+// Like the others it sends nothing until the first operation. Every use
+// works on etcd: run, the token commands and inspect.
+func (a *app) openEtcd(urls []string, _ use) (*backend, error) {
 	cfg := clientv3.Config{Logger: zap.NewNop(), DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second}
 	var nodes []string
 	for i, raw := range urls {
@@ -150,4 +148,13 @@ func (e *etcdLocker) ExtendToken(parent context.Context, key, token string, ttl 
 	ctx, cancel := bounded(parent)
 	defer cancel()
 	return noAnswer(parent, ctx, e.Locker.ExtendToken(ctx, key, token, ttl))
+}
+
+// Inspect lists the locks through etcdlock's Inspect, bounded as the other
+// requests are.
+func (e *etcdLocker) Inspect(parent context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
+	ctx, cancel := bounded(parent)
+	defer cancel()
+	infos, err := e.Locker.Inspect(ctx, pattern, limit)
+	return infos, noAnswer(parent, ctx, err)
 }

@@ -63,7 +63,7 @@ func TestUsageErrors(t *testing.T) {
 		{"etcd and postgres variables", []string{"DLOCK_ETCD=127.0.0.1:1", "DLOCK_POSTGRES=postgres://db/x"}, run(), "choose one backend"},
 		{"empty etcd URL", nil, run("--etcd", ""), "--etcd: empty URL"},
 		{"bad etcd URL scheme", nil, run("--etcd", "redis://127.0.0.1:1"), "etcd URL #1"},
-		{"inspect on etcd", nil, []string{"inspect", "--etcd", "http://127.0.0.1:1"}, "inspect needs Redis"},
+		{"inspect on etcd, bad pattern", nil, []string{"inspect", "--etcd", "http://127.0.0.1:1", "["}, `pattern "["`},
 		{"acquire on postgres", nil, []string{"acquire", "--postgres", "postgres://db/x", "k"}, "acquire needs Redis"},
 		{"acquire bad ttl", redisEnv, []string{"acquire", "--ttl", "-5s", "k"}, "--ttl: invalid argument: ttl -5s"},
 		{"acquire without key", redisEnv, []string{"acquire"}, "missing KEY"},

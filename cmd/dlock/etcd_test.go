@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -126,11 +127,44 @@ func TestRunEtcd(t *testing.T) {
 		if r := runInProcess(t, renv, "extend", "e:tokens", vars["DLOCK_TOKEN"]); r.code != exitLost {
 			t.Errorf("extend after release: exit %d, want %d", r.code, exitLost)
 		}
-		if r := runInProcess(t, renv, "inspect", "e:*"); r.code != exitUsage {
-			t.Errorf("inspect with etcd: exit %d, want %d", r.code, exitUsage)
-		}
 		if r := runInProcess(t, append(renv, "DLOCK_REDIS=redis://127.0.0.1:1"), "acquire", "e:tokens"); r.code != exitUsage {
 			t.Errorf("DLOCK_ETCD and DLOCK_REDIS: exit %d, want %d", r.code, exitUsage)
+		}
+	})
+
+	t.Run("inspect", func(t *testing.T) {
+		renv := []string{"DLOCK_ETCD=" + strings.Join(c.Endpoints(), ",")}
+		r := runInProcess(t, renv, "acquire", "e:insp", "--ttl", "20s")
+		if r.code != 0 {
+			t.Fatalf("acquire: exit %d; stderr: %s", r.code, r.stderr)
+		}
+		vars := parseVars(t, r.stdout)
+		defer runInProcess(t, renv, "release", "e:insp", vars["DLOCK_TOKEN"])
+		r = runInProcess(t, renv, "inspect", "e:ins*", "--json")
+		if r.code != 0 {
+			t.Fatalf("inspect --json: exit %d; stderr: %s", r.code, r.stderr)
+		}
+		var out struct{ Locks []lockRow }
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			t.Fatalf("inspect --json: %v: %s", err, r.stdout)
+		}
+		if len(out.Locks) != 1 {
+			t.Fatalf("inspect --json: %d locks, want e:insp alone: %s", len(out.Locks), r.stdout)
+		}
+		got := out.Locks[0]
+		if got.Key != "e:insp" || got.Token != vars["DLOCK_TOKEN"] || got.Fence == nil ||
+			strconv.FormatUint(*got.Fence, 10) != vars["DLOCK_FENCE"] || got.TTLms <= 0 || got.Waiting != 0 || !got.Majority {
+			t.Fatalf("inspect --json: %+v, want e:insp with token %s, fence %s", got, vars["DLOCK_TOKEN"], vars["DLOCK_FENCE"])
+		}
+		r = runInProcess(t, renv, "inspect", "e:ins*")
+		if r.code != 0 || !strings.Contains(r.stdout, "e:insp") || !strings.Contains(r.stdout, vars["DLOCK_FENCE"]) {
+			t.Fatalf("inspect: exit %d, stdout %q, stderr %s; want a row for e:insp with its fence", r.code, r.stdout, r.stderr)
+		}
+		if r := runInProcess(t, renv, "inspect", "e:none*"); r.code != 0 || !strings.Contains(r.stdout, "no held locks") {
+			t.Errorf("inspect of nothing: exit %d, stdout %q", r.code, r.stdout)
+		}
+		if r := runInProcess(t, renv, "inspect", "e:[", "--json"); r.code != exitUsage {
+			t.Errorf("inspect with a bad pattern: exit %d, want %d", r.code, exitUsage)
 		}
 	})
 

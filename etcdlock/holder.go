@@ -1,0 +1,60 @@
+package etcdlock
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// WithHolderInfo makes the Locker publish who holds each of its locks, for
+// Inspect and `dlock inspect`: a JSON record {"host", "pid", "service",
+// "since"} as the value of the lock's queue key, written by the put that
+// creates the key (no request of its own). "since" is when the key was put:
+// the grant's time for a lock taken at once, the time it joined the queue
+// for one that waited. The record is informational only: the key's create
+// revision and lease decide who holds the lock. concurrency.Mutex and
+// `etcdctl lock` put an empty value and never read it, so they share the
+// queue with such keys unchanged. service names the program (it may be
+// empty). The default is off: the value is empty, as a Mutex's.
+func WithHolderInfo(service string) Option {
+	return func(l *Locker) error {
+		if err := driver.CheckKey(service); service != "" && err != nil {
+			return err
+		}
+		host, _ := os.Hostname()
+		h, _ := json.Marshal(host)
+		s, _ := json.Marshal(service)
+		l.holderHead = `{"host":` + string(h) + `,"pid":` + strconv.Itoa(os.Getpid()) + `,"service":` + string(s) + `,"since":"`
+		return nil
+	}
+}
+
+// holderValue is the value of a key put now: the holder record with
+// WithHolderInfo, empty without.
+func (l *Locker) holderValue() string {
+	if l.holderHead == "" {
+		return ""
+	}
+	return l.holderHead + time.Now().UTC().Format(time.RFC3339Nano) + `"}`
+}
+
+// holderOf fills info's holder fields from a key's value, when it is a
+// holder record.
+func holderOf(info *dlock.LockInfo, value []byte) {
+	if len(value) == 0 || value[0] != '{' {
+		return
+	}
+	var rec struct {
+		Host    string    `json:"host"`
+		PID     int       `json:"pid"`
+		Service string    `json:"service"`
+		Since   time.Time `json:"since"`
+	}
+	if json.Unmarshal(value, &rec) == nil {
+		info.Host, info.PID, info.Service, info.Since = rec.Host, rec.PID, rec.Service, rec.Since
+	}
+}
