@@ -2,12 +2,10 @@ package etcdlock
 
 import (
 	"encoding/json"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/holder"
 )
 
 // WithHolderInfo makes the Locker publish who holds each of its locks, for
@@ -22,14 +20,9 @@ import (
 // empty). The default is off: the value is empty, as a Mutex's.
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error {
-		if err := driver.CheckKey(service); service != "" && err != nil {
-			return err
-		}
-		host, _ := os.Hostname()
-		h, _ := json.Marshal(host)
-		s, _ := json.Marshal(service)
-		l.holderHead = `{"host":` + string(h) + `,"pid":` + strconv.Itoa(os.Getpid()) + `,"service":` + string(s) + `,"since":"`
-		return nil
+		head, err := holder.Head(service)
+		l.holderHead = head
+		return err
 	}
 }
 
@@ -39,7 +32,7 @@ func (l *Locker) holderValue() string {
 	if l.holderHead == "" {
 		return ""
 	}
-	return l.holderHead + time.Now().UTC().Format(time.RFC3339Nano) + `"}`
+	return holder.Record(l.holderHead, time.Now())
 }
 
 // holderOf fills info's holder fields from a key's value, when it is a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -23,7 +24,7 @@ import (
 // 35 allocations without it, 210-318µs and 79 allocations with it.
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error {
-		head, err := scripts.HolderHead(service)
+		head, err := holder.Head(service)
 		l.holderHead = head
 		return err
 	}
@@ -37,7 +38,7 @@ func (l *Locker) acquireScript(ctx context.Context, ks []string, args []any, tok
 		v, err := scripts.Acquire.Run(ctx, l.client, ks, args...).Result()
 		return v, "", err
 	}
-	rec := scripts.HolderRecord(l.holderHead, time.Now())
+	rec := holder.Record(l.holderHead, time.Now())
 	res := scripts.Pipelined(ctx, l.client, append([]scripts.Call{{Script: scripts.Acquire, Keys: ks, Args: args}},
 		scripts.WriteHolders(ks[:1], token, rec, ttl)...)...)
 	v, err := res[0].Result()

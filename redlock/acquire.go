@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
 )
@@ -49,7 +50,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 
 	rec := "" // the holder record (WithHolderInfo)
 	if l.holderHead != "" {
-		rec = scripts.HolderRecord(l.holderHead, time.Now())
+		rec = holder.Record(l.holderHead, time.Now())
 	}
 	for attempt := 0; ; attempt++ {
 		start := time.Now()

@@ -8,8 +8,8 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // Option configures a Locker.
@@ -115,7 +115,7 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 // allocations instead of 204.
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error {
-		head, err := scripts.HolderHead(service)
+		head, err := holder.Head(service)
 		l.holderHead = head
 		return err
 	}

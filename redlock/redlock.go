@@ -35,7 +35,7 @@ type Locker struct {
 	observers   []func(context.Context, dlock.Event) // WithObserver's
 	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
 	strict      bool
-	holderHead  string // WithHolderInfo's record up to "since" ("": off; see scripts.HolderHead)
+	holderHead  string // WithHolderInfo's record up to "since" ("": off; see holder.Head)
 	defaults    []dlock.Option
 	notify      *wake.Notifier // wake-on-release
 	workers     workers        // the goroutines of the fan-outs (fanout.go)

@@ -33,7 +33,7 @@ type backendFlags struct {
 	// flag's name, --create-fence-table, predates the sequence.)
 	createTable bool
 	// holder makes `run` publish who holds the lock, for dlock inspect
-	// (the Redis backends' WithHolderInfo; --no-holder turns it off).
+	// (the backends' WithHolderInfo; --no-holder turns it off).
 	holder bool
 }
 
@@ -112,7 +112,7 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFla
 		if err != nil {
 			return nil, err
 		}
-		return a.openEtcd(eps, u)
+		return a.openEtcd(eps, f.holder)
 	}
 	urls, dsn, err := a.backendSpec(cmd, f)
 	if err != nil {

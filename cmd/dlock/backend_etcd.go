@@ -61,9 +61,10 @@ func (a *app) etcdSpec(cmd *cobra.Command, f *backendFlags) ([]string, error) {
 }
 
 // openEtcd builds an etcd backend on the cluster whose members are urls.
-// Like the others it sends nothing until the first operation. Every use
+// Like the others it sends nothing until the first operation; with
+// holder, run's locks carry the holder record (etcdlock.WithHolderInfo). Every use
 // works on etcd: run, the token commands and inspect.
-func (a *app) openEtcd(urls []string, _ use) (*backend, error) {
+func (a *app) openEtcd(urls []string, holder bool) (*backend, error) {
 	cfg := clientv3.Config{Logger: zap.NewNop(), DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second}
 	var nodes []string
 	for i, raw := range urls {
@@ -96,7 +97,11 @@ func (a *app) openEtcd(urls []string, _ use) (*backend, error) {
 	if err != nil {
 		return nil, exitf(exitUnavailable, "backend unreachable: etcd %s: %v", strings.Join(nodes, ","), err)
 	}
-	l, err := etcdlock.New(cli, etcdlock.WithLogger(a.logger()))
+	opts := []etcdlock.Option{etcdlock.WithLogger(a.logger())}
+	if holder {
+		opts = append(opts, etcdlock.WithHolderInfo(""))
+	}
+	l, err := etcdlock.New(cli, opts...)
 	if err != nil {
 		cli.Close()
 		return nil, err

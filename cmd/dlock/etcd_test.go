@@ -75,6 +75,12 @@ func TestRunEtcd(t *testing.T) {
 		ready := filepath.Join(t.TempDir(), "ready")
 		h := startBin(t, env, runArgs([]string{"--ttl", "3s"}, "e:busy", "hold", ready, "60s")...)
 		waitFile(t, ready, h)
+		// run publishes its holder record as the key's value.
+		var listed struct{ Locks []lockRow }
+		if r := runBin(t, env, "inspect", "e:busy*", "--json"); json.Unmarshal([]byte(r.stdout), &listed) != nil ||
+			len(listed.Locks) != 1 || listed.Locks[0].Holder == nil || listed.Locks[0].Holder.PID != h.cmd.Process.Pid {
+			t.Errorf("inspect of a dlock run's lock: %s (stderr %s), want its holder, pid %d", r.stdout, r.stderr, h.cmd.Process.Pid)
+		}
 		if r := runBin(t, env, runArgs(nil, "e:busy", "exit", "0")...); r.code != exitBusy {
 			t.Errorf("-w 0 on a held lock: exit %d, want %d; stderr: %s", r.code, exitBusy, r.stderr)
 		}

@@ -62,8 +62,9 @@ releases the lock and exits with the command's status: its exit code, or 128+N
 if it died of signal N.
 
 While it runs, dlock publishes who holds the lock (host, pid, since) for dlock
-inspect, in a key of its own that expires with the lock (--no-holder turns this
-off; PostgreSQL locks are never published). If dlock itself is killed with
+inspect: on Redis in a key of its own that expires with the lock, on etcd as
+the lock key's value (--no-holder turns this off; on PostgreSQL, inspect shows
+the session's pid and application name instead). If dlock itself is killed with
 SIGKILL, the command gets SIGKILL too (on Linux): its lock would expire while it
 ran.
 

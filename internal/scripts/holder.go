@@ -3,9 +3,6 @@ package scripts
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,27 +17,6 @@ var holderSrc string
 // Holder writes a lock's holder record beside it while the lock key holds
 // the caller's token (holder.lua).
 var Holder = redis.NewScript(holderSrc)
-
-// HolderHead returns the holder record that WithHolderInfo publishes (the
-// JSON object {"host", "pid", "service", "since"} that rinspect.Holder
-// reads) up to the value of "since", which HolderRecord completes. service
-// may be empty; otherwise it must be a valid key (driver.CheckKey).
-func HolderHead(service string) (string, error) {
-	if service != "" {
-		if err := driver.CheckKey(service); err != nil {
-			return "", err
-		}
-	}
-	host, _ := os.Hostname()
-	h, _ := json.Marshal(host)
-	s, _ := json.Marshal(service)
-	return `{"host":` + string(h) + `,"pid":` + strconv.Itoa(os.Getpid()) + `,"service":` + string(s) + `,"since":"`, nil
-}
-
-// HolderRecord returns the holder record of a lock granted at since.
-func HolderRecord(head string, since time.Time) string {
-	return head + since.UTC().Format(time.RFC3339Nano) + `"}`
-}
 
 // WriteHolders returns the calls that write rec beside each of lockKeys
 // for ttl, each only while its key holds token: after an acquire or an
