@@ -65,9 +65,7 @@ client (node-redlock, redsync, a plain SET NX PX) looks exactly like that:
 narrow the listing with PATTERN. dlock's own keys (dlock:*) are skipped
 unless PATTERN starts with "dlock:". The keys are found with SCAN, never
 KEYS, so a large database is not blocked (SCAN ... TYPE needs Redis 6 or
-later); a lock taken or released during the scan may be missed or reported.
-When a release hands the lock to a waiting dlock through a reservation, the
-key holds the reservation for up to half a second and is listed too. With
+later); a lock taken or released during the scan may be missed or reported. With
 several --redis URLs (Redlock) every node is listed separately, and MAJORITY
 says whether a majority of the nodes hold the key with the same token.
 
@@ -76,6 +74,11 @@ holding session's pid, application_name and start (the server does not
 record when a lock was granted; a session is never younger than its locks).
 A lock is named by its advisory key, "advisory:<n>" or "advisory:<a>,<b>",
 or, when PATTERN is a plain lock name, by that name.
+
+etcd: the locks whose names match PATTERN (dlock's, concurrency.Mutex's and
+etcdctl lock's alike), with the holder's token, its lease's remaining TTL, the
+fence (the holder key's create revision), the waiters queued behind it and,
+for dlock run, who holds it; every read is linearizable.
 
 --limit bounds the listing (default 1000). --watch 2s redraws it every 2s,
 clearing the screen, until interrupted.
@@ -90,7 +93,8 @@ With --json the output is one object:
 ` + exitCodesHelp,
 		Example: `  dlock inspect --redis redis://redis.internal:6379
   dlock inspect 'billing:*' --json | jq '.locks[] | select(.ttl_ms < 5000)'
-  dlock inspect --postgres postgres://db/app --watch 2s`,
+  dlock inspect --postgres postgres://db/app --watch 2s
+  dlock inspect --etcd http://etcd-1:2379 'deploy:*'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usagef("at most one PATTERN, got %q", args)
