@@ -181,22 +181,31 @@ func timed(ctx context.Context, next func() error) error {
 }
 
 // sentNames is a hook that records the names of the commands a client
-// sends, so that the server's per-command times (commandUsec) can be
+// sends, so that the server's per-command times (cmdStats) can be
 // summed over them. A script's EVALSHA is one name; the server counts the
 // commands the script runs under their own names as well, and includes
 // their time in the EVALSHA's, so only what the client sent is summed.
 type sentNames struct {
 	mu    sync.Mutex
 	names map[string]bool
+	calls map[string]float64 // how many of each were sent
 }
 
 func (h *sentNames) add(name string) {
 	h.mu.Lock()
 	if h.names == nil {
-		h.names = map[string]bool{}
+		h.names, h.calls = map[string]bool{}, map[string]float64{}
 	}
 	h.names[name] = true
+	h.calls[name]++
 	h.mu.Unlock()
+}
+
+// sent returns how many commands named name were sent.
+func (h *sentNames) sent(name string) float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls[name]
 }
 
 func (h *sentNames) list() []string {
@@ -221,28 +230,6 @@ func (h *sentNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		}
 		return next(ctx, cmds)
 	}
-}
-
-// commandUsec returns the server's total µs per command name, from INFO
-// commandstats ("cmdstat_set:calls=3,usec=5,...").
-func commandUsec(tb testing.TB, c *redis.Client) map[string]float64 {
-	usec := map[string]float64{}
-	for name, v := range infoFields(tb, c, "commandstats") {
-		name, ok := strings.CutPrefix(name, "cmdstat_")
-		if !ok {
-			continue
-		}
-		for _, kv := range strings.Split(v, ",") {
-			if x, ok := strings.CutPrefix(kv, "usec="); ok {
-				f, err := strconv.ParseFloat(x, 64)
-				if err != nil {
-					tb.Fatalf("INFO commandstats %s: %v", name, err)
-				}
-				usec[name] = f
-			}
-		}
-	}
-	return usec
 }
 
 var keySeq atomic.Int64
