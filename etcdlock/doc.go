@@ -55,11 +55,13 @@
 //     revision): one transaction. The lease lives on for the session's other
 //     locks.
 //   - Extend renews the lease, and so extends every lock of the session on
-//     it, then checks that the key is still this lock's. A lock that is
-//     neither extended nor released stays in place while its lease is kept
-//     alive for another lock (extended, or waiting): its validity still ends
-//     on time, but others wait for the key until the lease lapses or Close.
-//     Release every lock (Do does).
+//     it, then checks that the key is still this lock's.
+//   - A lock that is neither extended nor released still ends at its TTL,
+//     as on the other backends: every renewal of the lease deletes the key
+//     of a lock whose validity has ended (if its create revision is still
+//     the lock's), and a lease no one renews lapses with it. Such a lock is
+//     freed within one lease TTL after its validity ends, when its handle
+//     already counts it lost; from then on its Extend is refused.
 //   - When the lease is lost (it expired, a keep-alive found it gone, or
 //     another client revoked it), every lock on it is lost: each one's next
 //     Extend is refused with dlock.ErrNotHeld, so Do ends fn's context with

@@ -96,33 +96,34 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		return nil, err
 	}
 	for retried := false; ; retried = true {
-		s, err := l.take(ctx, key, ttl)
+		sl, err := l.take(ctx, key, ttl)
 		if err != nil {
 			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 		}
-		c := l.contender(key, s)
-		err = l.tryPut(ctx, c)
+		c := contender{slot: sl, s: sl.s, name: key, key: sl.key}
+		err = l.tryPut(ctx, &c)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
 			// Revoked by someone else while we thought it alive: once
 			// more, on a new lease.
-			l.lose(s)
-			l.free(s, key)
+			l.lose(sl.s)
+			l.free(sl)
 			continue
 		}
 		if err != nil {
-			l.abandon(ctx, c, ttl) // the put's outcome is unknown
+			l.abandon(ctx, &c, ttl) // the put's outcome is unknown
 			return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
 		}
 		if c.ahead != nil {
-			l.free(s, key) // nothing was written
+			l.free(sl) // nothing was written
 			return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
 		}
-		return l.granted(ctx, ttl, c)
+		return l.granted(ctx, ttl, &c)
 	}
 }
 
 // contender is a key of ours in a lock's queue.
 type contender struct {
+	slot  *slot
 	s     *session
 	name  string // the lock's name, as the caller gave it
 	key   string
@@ -133,10 +134,6 @@ type contender struct {
 	// in its queue, or created it (the lock's validity counts from it).
 	start time.Time
 	gone  bool // the last read found the key deleted
-}
-
-func (l *Locker) contender(name string, s *session) *contender {
-	return &contender{s: s, name: name, key: l.queue(name) + token(s.id)}
 }
 
 // tryPut is TryAcquire's transaction: the put only if the queue is empty,
@@ -221,7 +218,10 @@ func (l *Locker) granted(ctx context.Context, ttl time.Duration, c *contender) (
 		l.abandon(ctx, c, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", c.name, dlock.ErrNotAcquired, now.Sub(c.start), ttl)
 	}
-	g := &grant{l: l, s: c.s, name: c.name, key: c.key, lease: c.s.id, rev: c.rev}
+	l.mu.Lock()
+	c.slot.rev, c.slot.validUntil = c.rev, validUntil
+	l.mu.Unlock()
+	g := &grant{l: l, slot: c.slot, name: c.name, key: c.key, lease: c.s.id, rev: c.rev}
 	return driver.NewLock(c.name, lockToken(c.s.id, c.rev), uint64(c.rev), validUntil, g), nil
 }
 
@@ -257,15 +257,15 @@ func (w *waiter) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	var c *contender
 	for retried := false; ; retried = true {
-		s, err := l.take(ctx, key, ttl)
+		sl, err := l.take(ctx, key, ttl)
 		if err != nil {
 			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 		}
-		c = l.contender(key, s)
+		c = &contender{slot: sl, s: sl.s, name: key, key: sl.key}
 		err = l.enqueue(ctx, c)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
-			l.lose(s)
-			l.free(s, key)
+			l.lose(sl.s)
+			l.free(sl)
 			continue
 		}
 		if err != nil {
@@ -407,7 +407,7 @@ func (l *Locker) abandon(ctx context.Context, c *contender, ttl time.Duration) {
 		defer cancel()
 		ours := clientv3.Compare(clientv3.LeaseValue(c.key), "=", c.s.id)
 		if _, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(c.key)).Commit(); err == nil {
-			l.free(c.s, c.name)
+			l.free(c.slot)
 		}
 	}()
 }
@@ -455,15 +455,27 @@ func (l *Locker) tokenGrant(ctx context.Context, key, tok string) (*grant, error
 	if !ok {
 		return nil, driver.Invalidf("token %q: not an etcd lease id in hex, a dash and a revision", tok)
 	}
-	return &grant{l: l, name: key, key: l.queue(key) + token(lease), lease: lease, rev: rev}, nil
+	g := &grant{l: l, name: key, key: l.queue(key) + token(lease), lease: lease, rev: rev}
+	// A lock of this Locker's is extended and released through its slot,
+	// as its handle would: sweep must see the extension.
+	l.mu.Lock()
+	for _, pool := range l.sessions {
+		for _, s := range pool {
+			if sl := s.names[key]; s.id == lease && sl != nil && sl.rev == rev {
+				g.slot = sl
+			}
+		}
+	}
+	l.mu.Unlock()
+	return g, nil
 }
 
 // grant is one held lock's connection to the cluster: its key, the
-// key's create revision, and the lease the key lives by (s is nil for a
-// lock known by its token only).
+// key's create revision, and the lease the key lives by (slot is nil for
+// a lock of another Locker, known by its token only).
 type grant struct {
 	l     *Locker
-	s     *session
+	slot  *slot
 	name  string
 	key   string
 	lease clientv3.LeaseID
@@ -478,13 +490,36 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if err := l.checkTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
-	if g.s != nil && l.isDead(g.s) {
-		return time.Time{}, fmt.Errorf("%w (the session's lease expired or was revoked)", dlock.ErrNotHeld)
+	s := &session{id: g.lease}
+	if g.slot != nil {
+		s = g.slot.s
+		l.mu.Lock()
+		dead, lost := s.dead, g.slot.lost
+		if !dead && !lost {
+			g.slot.extending++ // sweep leaves it alone until we are done
+		}
+		l.mu.Unlock()
+		switch {
+		case dead:
+			return time.Time{}, fmt.Errorf("%w (the session's lease expired or was revoked)", dlock.ErrNotHeld)
+		case lost:
+			return time.Time{}, fmt.Errorf("%w (its validity ended unextended: the key was deleted)", dlock.ErrNotHeld)
+		}
 	}
-	s := g.s
-	if s == nil {
-		s = &session{id: g.lease}
+	until, err := g.extend(ctx, s, ttl)
+	if g.slot != nil {
+		l.mu.Lock()
+		g.slot.extending--
+		if err == nil && until.After(g.slot.validUntil) {
+			g.slot.validUntil = until
+		}
+		l.mu.Unlock()
 	}
+	return until, err
+}
+
+func (g *grant) extend(ctx context.Context, s *session, ttl time.Duration) (time.Time, error) {
+	l := g.l
 	start := time.Now()
 	leaseTTL, err := l.renew(ctx, s, false)
 	if err != nil {
@@ -510,8 +545,8 @@ func (g *grant) Release(ctx context.Context) error {
 	if err != nil {
 		return l.opErr(ctx, err, false) // outcome unknown: the name stays reserved
 	}
-	if g.s != nil {
-		l.free(g.s, g.name)
+	if g.slot != nil {
+		l.free(g.slot)
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("%w (the lease expired or another owner holds the key)", dlock.ErrNotHeld)

@@ -33,21 +33,39 @@ type session struct {
 	// dead: the cluster said the lease is gone (expired or revoked), or
 	// Close revoked it. Nothing new is put under it.
 	dead bool
-	// names are the locks with a key under the lease: held, waiting, or
-	// whose release is of unknown outcome. One lease has at most one key
-	// per lock name (the key is the name and the lease id), so a second
-	// acquisition of a name in use takes another session.
-	names map[string]struct{}
+	// names are the locks with a key under the lease, by name: held,
+	// waiting, or whose release is of unknown outcome. One lease has at
+	// most one key per lock name (the key is the name and the lease id),
+	// so a second acquisition of a name in use takes another session.
+	names map[string]*slot
+}
+
+// slot is one lock's place on a session, from its reservation by take
+// until its key is known to be gone. Its fields are guarded by the
+// Locker's mu.
+type slot struct {
+	s    *session
+	name string
+	key  string
+	// rev is the key's create revision once the lock is granted (0 while
+	// it waits), and validUntil its handle's validity, as granted or last
+	// extended.
+	rev        int64
+	validUntil time.Time
+	extending  int // Extends in flight: sweep leaves the lock alone
+	// lost: sweep found the validity ended unextended and deletes the key
+	// (or retries at the next renewal); Extend refuses from then on.
+	lost bool
 }
 
 // errLeaseGone: the cluster has no such lease (it expired or was revoked).
 var errLeaseGone = errors.New("the lease expired or was revoked")
 
-// take returns a session for an acquisition of name with ttl, with name
-// reserved on it: a live one of the same lease TTL without a key for name,
+// take returns a slot for an acquisition of name with ttl, reserved on a
+// session: a live one of the same lease TTL without a key for name,
 // renewed first when less than half of ttl is known to be left of it, or
 // else a new lease.
-func (l *Locker) take(ctx context.Context, name string, ttl time.Duration) (*session, error) {
+func (l *Locker) take(ctx context.Context, name string, ttl time.Duration) (*slot, error) {
 	secs := leaseSeconds(ttl)
 	for {
 		l.mu.Lock()
@@ -70,17 +88,18 @@ func (l *Locker) take(ctx context.Context, name string, ttl time.Duration) (*ses
 			l.mu.Unlock()
 			return l.grantSession(ctx, name, secs)
 		}
-		s.names[name] = struct{}{}
+		sl := &slot{s: s, name: name, key: l.queue(name) + token(s.id)}
+		s.names[name] = sl
 		renew := s.aliveUntil.Sub(now) < ttl/2
 		l.mu.Unlock()
 		if !renew {
-			return s, nil
+			return sl, nil
 		}
 		_, err := l.renew(ctx, s, true)
 		if err == nil {
-			return s, nil
+			return sl, nil
 		}
-		l.free(s, name)
+		l.free(sl)
 		if !errors.Is(err, errLeaseGone) {
 			return nil, err
 		}
@@ -89,24 +108,26 @@ func (l *Locker) take(ctx context.Context, name string, ttl time.Duration) (*ses
 }
 
 // grantSession grants a new lease of secs seconds with name reserved on it.
-func (l *Locker) grantSession(ctx context.Context, name string, secs int64) (*session, error) {
+func (l *Locker) grantSession(ctx context.Context, name string, secs int64) (*slot, error) {
 	start := time.Now()
 	resp, err := l.client.Grant(ctx, secs)
 	if err != nil {
 		return nil, l.opErr(ctx, err, true)
 	}
-	s := &session{id: resp.ID, seconds: secs, aliveUntil: start.Add(time.Duration(resp.TTL) * time.Second),
-		names: map[string]struct{}{name: {}}}
+	s := &session{id: resp.ID, seconds: secs, aliveUntil: start.Add(time.Duration(resp.TTL) * time.Second)}
+	sl := &slot{s: s, name: name, key: l.queue(name) + token(s.id)}
+	s.names = map[string]*slot{name: sl}
 	l.mu.Lock()
 	l.sessions[secs] = append(l.sessions[secs], s)
 	l.mu.Unlock()
-	return s, nil
+	return sl, nil
 }
 
 // renew keeps s's lease alive once and returns the TTL the cluster
-// answered with. It returns an error matching errLeaseGone (and
-// dlock.ErrNotHeld) when the lease is gone, and marks s dead then; other
-// errors are classified as opErr does, for an acquisition if acquiring.
+// answered with, and then sweeps s. It returns an error matching
+// errLeaseGone (and dlock.ErrNotHeld) when the lease is gone, and marks s
+// dead then; other errors are classified as opErr does, for an acquisition
+// if acquiring.
 func (l *Locker) renew(ctx context.Context, s *session, acquiring bool) (time.Duration, error) {
 	start := time.Now()
 	ka, err := l.client.KeepAliveOnce(ctx, s.id)
@@ -123,7 +144,41 @@ func (l *Locker) renew(ctx context.Context, s *session, acquiring bool) (time.Du
 		s.aliveUntil = until
 	}
 	l.mu.Unlock()
+	l.sweep(ctx, s)
 	return ttl, nil
+}
+
+// sweep deletes the keys of s's locks whose handle's validity ended
+// without a release or an extension (a forgotten lock), each in a
+// transaction only if its create revision is still the lock's, and then
+// frees their names. Without it, such a key would live as long as the
+// shared lease, which the session's other locks and waits keep alive:
+// others would wait for it long past its TTL. Every renewal of the lease
+// sweeps it, so a forgotten lock is freed at the first renewal after its
+// validity ends, or with the lease when no one renews it, within one
+// lease TTL of its validity's end either way; a renewal finding nothing
+// due sends nothing more. The holder's handle already counts itself lost
+// (its validity ran out), so nothing it believes is taken from it. A
+// deletion that fails is retried at the next renewal, the name staying
+// reserved meanwhile (a new key of that name on this lease would take the
+// old one's revision as its own).
+func (l *Locker) sweep(ctx context.Context, s *session) {
+	l.mu.Lock()
+	now := time.Now()
+	var due []*slot
+	for _, sl := range s.names {
+		if sl.rev != 0 && sl.extending == 0 && (sl.lost || !sl.validUntil.After(now)) {
+			sl.lost = true
+			due = append(due, sl)
+		}
+	}
+	l.mu.Unlock()
+	for _, sl := range due {
+		ours := clientv3.Compare(clientv3.CreateRevision(sl.key), "=", sl.rev)
+		if _, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(sl.key)).Commit(); err == nil {
+			l.free(sl)
+		}
+	}
 }
 
 // lose marks s dead: its lease is gone, and every lock under it with it.
@@ -133,17 +188,13 @@ func (l *Locker) lose(s *session) {
 	l.mu.Unlock()
 }
 
-// isDead reports whether s's lease is known to be gone.
-func (l *Locker) isDead(s *session) bool {
+// free takes sl's reservation off its session: its key is known to be
+// gone. A later lock of the same name on the session keeps its own.
+func (l *Locker) free(sl *slot) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return s.dead
-}
-
-// free takes name's reservation off s: its key is known to be gone.
-func (l *Locker) free(s *session, name string) {
-	l.mu.Lock()
-	delete(s.names, name)
+	if sl.s.names[sl.name] == sl {
+		delete(sl.s.names, sl.name)
+	}
 	l.mu.Unlock()
 }
 
