@@ -61,7 +61,11 @@
 //     of a lock whose validity has ended (if its create revision is still
 //     the lock's), and a lease no one renews lapses with it. Such a lock is
 //     freed within one lease TTL after its validity ends, when its handle
-//     already counts it lost; from then on its Extend is refused.
+//     already counts it lost; from then on its Extend is refused. Only
+//     the Locker that took a lock knows its validity: while that Locker
+//     lives, an ExtendToken from another process does not keep the lock
+//     past the validity its own handle knows (extend through the handle,
+//     or release it and let the other process take the lock).
 //   - When the lease is lost (it expired, a keep-alive found it gone, or
 //     another client revoked it), every lock on it is lost: each one's next
 //     Extend is refused with dlock.ErrNotHeld, so Do ends fn's context with
