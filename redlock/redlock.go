@@ -367,9 +367,9 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		ks = append(append([]string(nil), g.keys...), fenceKeys(g.keys)...)
 		args = []any{g.token, ms, g.fence, g.l.fenceTTLArg}
 	}
-	var holders []scripts.Call
+	var withHolder []scripts.Call // the extension, then the records' new TTL
 	if g.holder != "" {
-		holders = append([]scripts.Call{{Script: scripts.Extend, Keys: ks, Args: args}},
+		withHolder = append([]scripts.Call{{Script: scripts.Extend, Keys: ks, Args: args}},
 			scripts.WriteHolders(g.keys, g.token, g.holder, ttl)...)
 	}
 	c := send(ctx, g.l, sending{timeout: timeout}, func(ctx context.Context, _ int, n *node) error {
@@ -378,8 +378,8 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		}
 		var ok int64
 		var err error
-		if holders != nil { // the records' new TTL, in the same round trip
-			ok, err = scripts.Pipelined(ctx, n.client, holders...)[0].Int64()
+		if withHolder != nil { // one round trip
+			ok, err = scripts.Pipelined(ctx, n.client, withHolder...)[0].Int64()
 		} else {
 			ok, err = scripts.Extend.Run(ctx, n.client, ks, args...).Int64()
 		}

@@ -65,9 +65,10 @@ client (node-redlock, redsync, a plain SET NX PX) looks exactly like that:
 narrow the listing with PATTERN. dlock's own keys (dlock:*) are skipped
 unless PATTERN starts with "dlock:". The keys are found with SCAN, never
 KEYS, so a large database is not blocked (SCAN ... TYPE needs Redis 6 or
-later); a lock taken or released during the scan may be missed or reported. With
-several --redis URLs (Redlock) every node is listed separately, and MAJORITY
-says whether a majority of the nodes hold the key with the same token.
+later); a lock taken or released during the scan may be missed or reported.
+With several --redis URLs (Redlock) every node is listed separately, and
+MAJORITY says whether a majority of the nodes hold the key with the same
+token.
 
 PostgreSQL: the exclusive advisory locks of the database (pg_locks), with the
 holding session's pid, application_name and start (the server does not
