@@ -1,17 +1,14 @@
 package etcdlock_test
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
+	"github.com/dlock-go/dlock/internal/eventtest"
 )
 
 // A lease revoked behind the holder's back: the observer sees the grant and
@@ -20,22 +17,8 @@ func TestEventsAndLogOfALoss(t *testing.T) {
 	c := etcdtest.Start(t, 3)
 	ctx := testCtx(t)
 	admin := c.Client(t)
-	var (
-		mu    sync.Mutex
-		kinds []string
-		lost  dlock.Event
-		logs  bytes.Buffer
-	)
-	observe := func(_ context.Context, e dlock.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		kinds = append(kinds, e.Kind.String())
-		if e.Kind == dlock.EventLost {
-			lost = e
-		}
-	}
-	logger := slog.New(slog.NewTextHandler(&syncWriter{w: &logs, mu: &mu}, nil))
-	l := newLocker(t, c.Client(t), etcdlock.WithObserver(observe), etcdlock.WithLogger(logger))
+	rec := eventtest.New()
+	l := newLocker(t, c.Client(t), etcdlock.WithObserver(rec.Observe), etcdlock.WithLogger(rec.Logger()))
 	err := l.Do(ctx, "observed", 3*time.Second, func(ctx context.Context) error {
 		revokeHolder(t, admin, "observed")
 		<-ctx.Done()
@@ -44,27 +27,15 @@ func TestEventsAndLogOfALoss(t *testing.T) {
 	if err == nil {
 		t.Fatal("Do returned nil after the lease was revoked")
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	kinds := rec.Kinds()
 	if len(kinds) < 3 || kinds[0] != "attempt" || kinds[1] != "granted" {
 		t.Fatalf("events %v, want attempt, granted, ..., lost", kinds)
 	}
+	lost, _ := rec.Wait(ctx, dlock.EventLost)
 	if lost.Backend != "etcd" || lost.Fence == 0 || lost.Detected == "" {
 		t.Fatalf("lost event %+v", lost)
 	}
-	if out := logs.String(); !strings.Contains(out, `level=WARN msg="dlock: lock lost" key=observed backend=etcd`) {
-		t.Fatalf("no Warn record of the loss in:\n%s", out)
+	if warn, ok := rec.Find("dlock: lock lost"); !ok || warn["level"] != "WARN" || warn["key"] != "observed" || warn["backend"] != "etcd" {
+		t.Fatalf("no Warn record of the loss: %v (found %v)", warn, ok)
 	}
-}
-
-type syncWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-// Write takes mu, which the test's observer and its checks take too.
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
