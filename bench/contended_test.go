@@ -24,6 +24,9 @@ type releaseFunc func(ctx context.Context) error
 // waitFunc waits until it holds key or ctx ends.
 type waitFunc func(ctx context.Context) (releaseFunc, error)
 
+// turns holds dlock-turns' channel of turns for each key.
+var turns sync.Map
+
 // contended is one implementation's waiting acquire; newWaiter is called
 // once per goroutine, each with its own client.
 type contended struct {
@@ -66,6 +69,38 @@ var contendeds = []contended{
 				return nil, err
 			}
 			return lock.Release, nil
+		}
+	}},
+	{name: "dlock-turns", newWaiter: func(tb testing.TB, addr, key string) waitFunc {
+		// Not a lock anyone would use: the goroutines take turns through
+		// a Go channel, each making one TryAcquire (which succeeds, as the
+		// previous turn has released) and a Release. It is the ceiling of
+		// every design whose next attempt is sent once a release has
+		// returned (the releaser taking the key again, or a wake-up that
+		// cost nothing), with dlock's scripts.
+		l := newDlock(tb, newClient(tb, addr))
+		v, _ := turns.LoadOrStore(key, make(chan struct{}, 1))
+		turn := v.(chan struct{})
+		select {
+		case turn <- struct{}{}: // the first turn
+		default:
+		}
+		return func(ctx context.Context) (releaseFunc, error) {
+			select {
+			case <-turn:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			lock, err := l.TryAcquire(ctx, key, ttl)
+			if err != nil {
+				turn <- struct{}{}
+				return nil, err
+			}
+			return func(ctx context.Context) error {
+				err := lock.Release(ctx)
+				turn <- struct{}{}
+				return err
+			}, nil
 		}
 	}},
 	{name: "redsync", newWaiter: redsyncWaiter()},

@@ -2,8 +2,9 @@
 # Runs dlock's benchmarks against redsync, bsm/redislock and rueidislock and
 # prints markdown to stdout: machine facts, then tables of ratios to a raw
 # go-redis baseline measured in the same run, each with the targets of
-# issues 18 (item 6), 19 (items 3 and 7) and 25 (items 1 and 5: what an
-# observer and the holder record cost) checked beneath it (go test's
+# issues 18 (item 6), 19 (item 3), 25 (items 1 and 5: what an observer and
+# the holder record cost) and 27 (what a lock costs the server, D, the
+# allocations per cycle, C1's throughput, B) checked beneath it (go test's
 # own output goes to stderr). Usage, from the repository root:
 #
 #   bash bench/run.sh > bench/RESULTS.md
@@ -160,8 +161,8 @@ bench() { "$tmp/bench.test" -test.run '^$' -test.bench "^Benchmark$1\$/${3:-$onl
 		bench Ping 2000x .
 	done
 	for _ in $(seq "$ic1passes"); do bench IC1 1x; done
-	# D and E are no target this round: ID runs 3 passes by default
-	# (BENCH_IDPASSES; it ran 5), each of 18 pairs of 100ms windows.
+	# ID runs 3 passes by default (BENCH_IDPASSES), each of 18 pairs of
+	# 100ms windows.
 	for _ in $(seq "$count"); do bench D 5000x; done
 	for _ in $(seq "$idpasses"); do bench ID "$((idpairs / 6))x"; done
 	if [ "${only_e:-}" != skip ]; then
@@ -193,7 +194,7 @@ script that deletes the key if it holds the token, pops the head of the
 key's waiter queue and PUBLISHes to it. A waiting Acquire queues in the
 attempt's own round trip; the woken waiter retries at once, with a plain SET
 NX like anyone's (the key is free between holders); a Locker whose release
-woke a waiter lets it go first for 10ms; polls every 50-100ms cover the
+woke a waiter lets it go first for 50ms; polls every 50-100ms cover the
 rest. Redlock: the same scripts on each of the five nodes in one fan-out,
 held once a majority granted (no second round); the release raises every
 node's counter to the lock's fence.
