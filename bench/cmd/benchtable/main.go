@@ -405,21 +405,28 @@ func parallelTable(g, ig *group) []string {
 	if g.find("dlock") == nil {
 		return nil
 	}
-	ratios := map[string]float64{}
-	for _, impl := range []string{"dlock", "bsm", "redsync"} {
-		if g.find(impl) != nil {
-			ratios[impl], _ = cycleRatio(g, ig, impl)
-		}
-	}
-	_, how := cycleRatio(g, ig, "dlock")
-	d := ratios["dlock"]
+	d, how := cycleRatio(g, ig, "dlock")
 	out := []string{check(d >= 1, "D dlock cycles/s %.2fx raw's, %s (>= 1.0x)", d, how)}
 	for _, peer := range []string{"bsm", "redsync"} {
-		if p, ok := ratios[peer]; ok {
+		if g.find(peer) != nil {
+			p, _ := cycleRatio(g, ig, peer)
 			out = append(out, check(d > p, "D dlock %.2fx raw's against %s's %.2fx, %s (ahead)", d, peer, p, how))
 		}
 	}
 	return out
+}
+
+// againstPeer returns dlock's (r's) acquisitions per second over peer's in
+// C1: from BenchmarkIC1 (ig) when it ran the peer, else window by window.
+func againstPeer(r, peer *row, ig *group) (ratio float64, how string) {
+	if ig != nil {
+		if p := ig.find(peer.impl); p != nil {
+			x, _ := p.get("x-peer")
+			return x, "interleaved"
+		}
+	}
+	x, _, _ := r.versus(peer, "acq/s")
+	return x, "separate windows"
 }
 
 // perPass returns the median over passes of a[i]/b[i] and every pass's
@@ -508,16 +515,8 @@ func contendedTable(g, ig, ping *group) []string {
 	switch g.name {
 	case "C1": // issue 18 items 4 and 6, issue 27 item 4
 		if bsm := g.find("bsm-1ms"); bsm != nil {
-			dr, bs := vs(r, "acq/s"), vs(bsm, "acq/s")
-			x, _, _ := r.versus(bsm, "acq/s")
-			how := "separate windows"
-			if ig != nil {
-				if p := ig.find("bsm-1ms"); p != nil {
-					x, _ = p.get("x-peer")
-					how = "interleaved"
-				}
-			}
-			out = append(out, check(x >= 1, "C1 dlock acq/s %.2fx bsm-1ms's, %s (dlock %.2fx raw's, bsm-1ms %.2fx, separate windows) (>= 1.0x)", x, how, dr, bs))
+			x, how := againstPeer(r, bsm, ig)
+			out = append(out, check(x >= 1, "C1 dlock acq/s %.2fx bsm-1ms's, %s (dlock %.2fx raw's, bsm-1ms %.2fx, separate windows) (>= 1.0x)", x, how, vs(r, "acq/s"), vs(bsm, "acq/s")))
 		}
 		share := r.metrics["acq-min-x-mean"]
 		out = append(out, check(median(share) >= 0.25, "C1 dlock's fewest acquisitions of one goroutine %.2fx the mean%s (>= 0.25x)", median(share), passes(share)))
@@ -552,16 +551,7 @@ func contendedTable(g, ig, ping *group) []string {
 		if t := g.find("dlock-turns"); t != nil {
 			// The ceiling of a hand-off that waits for the release: see
 			// the row's comment in bench/contended_test.go.
-			x, how := 0.0, "interleaved"
-			if ig != nil {
-				if p := ig.find("dlock-turns"); p != nil {
-					x, _ = p.get("x-peer")
-				}
-			}
-			if x == 0 {
-				x, _, _ = r.versus(t, "acq/s")
-				how = "separate windows"
-			}
+			x, how := againstPeer(r, t, ig)
 			out = append(out, forScale("C1 dlock-turns (turns passed through a Go channel, each a TryAcquire and a Release: the ceiling of any design whose next attempt is sent after the release returns) %.2fx raw's acq/s; dlock %.2fx dlock-turns', %s", vs(t, "acq/s"), x, how))
 		}
 	case "C2": // issue 18 item 6
