@@ -7,6 +7,7 @@
 package scripts
 
 import (
+	"context"
 	_ "embed"
 	"fmt"
 	"strconv"
@@ -104,4 +105,20 @@ func AcquireReply(reply any) (AcquireResult, error) {
 		return AcquireResult{}, fmt.Errorf("unexpected reply %v from the acquire script", reply)
 	}
 	return r, nil
+}
+
+// Cmd returns an EVALSHA of s as a command not yet sent, for a sender that
+// is not a go-redis Scripter (a batch). args must be scalars. A reply of
+// NOSCRIPT means the script did not run: send s.Eval then.
+func Cmd(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", s.Hash(), len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	cmd := redis.NewCmd(ctx, append(a, args...)...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
 }
