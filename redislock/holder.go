@@ -43,12 +43,7 @@ func (l *Locker) acquireScript(ctx context.Context, ks []string, args []any, tok
 			// The attempt may be granted after its caller gave up on it:
 			// then give the key back.
 			left.OnReply(func(cmd redis.Cmder) {
-				took := !answered(cmd.Err())
-				if cmd.Err() == nil {
-					r, err := scripts.AcquireReply(cmd.(*redis.Cmd).Val())
-					took = err != nil || r.Status == scripts.Granted
-				}
-				if took {
+				if scripts.MayHaveTaken(cmd) {
 					l.cleanup(ctx, ks[0], token, ttl)
 				}
 			})

@@ -70,9 +70,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if _, ring := client.(*redis.Ring); !ring {
 		l.notify = wake.New([]redis.UniversalClient{client})
 	}
-	if c, ok := client.(*redis.Client); ok {
-		l.batch = batch.New(c)
-	}
+	l.batch = batch.For(client)
 	if !rclient.ContextTimeouts(client) {
 		l.logger.Warn("dlock: the redis client ignores context deadlines (ContextTimeoutEnabled is false): a call to a server that does not answer returns only after ReadTimeout",
 			"node", l.node)
@@ -340,20 +338,7 @@ func (l *Locker) release(ctx context.Context, key, token string, tokenArg []any,
 // A call whose context ended before the reply has a *batch.LeftError as
 // its command's error.
 func (l *Locker) run(ctx context.Context, s *redis.Script, ks []string, args []any) *redis.Cmd {
-	if l.batch == nil {
-		return s.Run(ctx, l.client, ks, args...)
-	}
-	cmd := scripts.Cmd(ctx, s, ks, args)
-	err := l.batch.Do(ctx, cmd)
-	if left, ok := err.(*batch.LeftError); ok {
-		c := redis.NewCmd(ctx) // cmd may still be in flight: not to be touched
-		c.SetErr(left)
-		return c
-	}
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return s.Eval(ctx, l.client, ks, args...)
-	}
-	return cmd
+	return scripts.Run(ctx, l.batch, l.client, s, ks, args)
 }
 
 // cleanup deletes key if it holds token, in the background and within a

@@ -60,6 +60,16 @@ func New(c *redis.Client) *Batcher {
 	}
 }
 
+// For returns a Batcher over c when c is a single-node client (NewClient,
+// NewFailoverClient), else nil: a Cluster or a Ring client routes each
+// command to a node of its own.
+func For(c redis.UniversalClient) *Batcher {
+	if c, ok := c.(*redis.Client); ok {
+		return New(c)
+	}
+	return nil
+}
+
 // NewFunc returns a Batcher that sends each batch with send, which must
 // leave each command's reply or error in it. It is for tests of the
 // Batcher's schedule.
