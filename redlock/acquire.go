@@ -192,8 +192,9 @@ func (l *Locker) attempt(ctx context.Context, n *node, full []string, token stri
 }
 
 // releaseOn deletes the lock keys that hold token on node n, within the
-// node timeout and whatever ctx: the attempt that set them has given up.
-// It wakes nobody: the lock was never held.
+// node timeout and whatever ctx: the attempt's call there has given up, so
+// its grant was not counted. It wakes nobody: the lock was not granted, or
+// it is held on the other nodes.
 func (l *Locker) releaseOn(ctx context.Context, n *node, full []string, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.nodeTimeout)
 	defer cancel()
