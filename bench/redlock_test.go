@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
@@ -123,25 +122,6 @@ func BenchmarkDB(b *testing.B) {
 			return func(key string) cycleFunc { return tryCycle(l, key) }
 		}},
 	} {
-		b.Run(impl.name, func(b *testing.B) {
-			mk := impl.setup(b, redlockClients(b))
-			var mu sync.Mutex
-			b.SetParallelism(32) // 32 x GOMAXPROCS(2) = 64 goroutines
-			b.ResetTimer()
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				mu.Lock()
-				cycle := mk(freshKey("DB"))
-				mu.Unlock()
-				ctx := context.Background()
-				for pb.Next() {
-					if err := cycle(ctx); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
-		})
+		b.Run(impl.name, func(b *testing.B) { onOwnKeys(b, "DB", impl.setup(b, redlockClients(b))) })
 	}
 }
