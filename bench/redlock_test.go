@@ -41,51 +41,9 @@ var redlocks = []struct {
 	name  string
 	setup func(b *testing.B, cs []*redis.Client) cycleFunc
 }{
-	{"raw-fanout", func(b *testing.B, cs []*redis.Client) cycleFunc {
-		key := freshKey("B")
-		quorum := len(cs)/2 + 1
-		return func(ctx context.Context) error {
-			tok := token()
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			granted := 0
-			for _, c := range cs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if ok, err := c.SetNX(ctx, key, tok, ttl).Result(); err == nil && ok {
-						mu.Lock()
-						granted++
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			for _, c := range cs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					_ = rawRelease.Run(ctx, c, []string{key}, tok).Err()
-				}()
-			}
-			wg.Wait()
-			if granted < quorum {
-				return errBusy
-			}
-			return nil
-		}
-	}},
+	{"raw-fanout", func(b *testing.B, cs []*redis.Client) cycleFunc { return rawFanout(cs, freshKey("B")) }},
 	{"dlock", func(b *testing.B, cs []*redis.Client) cycleFunc {
-		ucs := make([]redis.UniversalClient, len(cs))
-		for i, c := range cs {
-			ucs[i] = c
-		}
-		l, err := redlock.New(ucs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { l.Close() }) // before the clients: lets the last release finish
-		return tryCycle(l, freshKey("B"))
+		return tryCycle(newRedlockOver(b, cs), freshKey("B"))
 	}},
 	{"redsync", func(b *testing.B, cs []*redis.Client) cycleFunc {
 		pools := make([]redsyncredis.Pool, len(cs))
@@ -103,4 +61,67 @@ var redlocks = []struct {
 			return nil
 		}
 	}},
+}
+
+// rawFanout is raw-fanout's cycle on key over cs.
+func rawFanout(cs []*redis.Client, key string) cycleFunc {
+	quorum := len(cs)/2 + 1
+	return func(ctx context.Context) error {
+		tok := token()
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		granted := 0
+		for _, c := range cs {
+			wg.Go(func() {
+				if ok, err := c.SetNX(ctx, key, tok, ttl).Result(); err == nil && ok {
+					mu.Lock()
+					granted++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		for _, c := range cs {
+			wg.Go(func() { _ = rawRelease.Run(ctx, c, []string{key}, tok).Err() })
+		}
+		wg.Wait()
+		if granted < quorum {
+			return errBusy
+		}
+		return nil
+	}
+}
+
+// newRedlockOver returns dlock's Redlock over cs.
+func newRedlockOver(b *testing.B, cs []*redis.Client) *redlock.Locker {
+	ucs := make([]redis.UniversalClient, len(cs))
+	for i, c := range cs {
+		ucs[i] = c
+	}
+	l, err := redlock.New(ucs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() }) // before the clients: lets the last release finish
+	return l
+}
+
+// BenchmarkDB is D over Redlock: 64 goroutines, each on its own key, share
+// the five servers' clients (and one Locker). Not in run.sh: a check of
+// the group commit on each node (bench/RESULTS.md).
+func BenchmarkDB(b *testing.B) {
+	for _, impl := range []struct {
+		name  string
+		setup func(b *testing.B, cs []*redis.Client) func(key string) cycleFunc
+	}{
+		{"raw-fanout", func(b *testing.B, cs []*redis.Client) func(string) cycleFunc {
+			return func(key string) cycleFunc { return rawFanout(cs, key) }
+		}},
+		{"dlock", func(b *testing.B, cs []*redis.Client) func(string) cycleFunc {
+			l := newRedlockOver(b, cs)
+			return func(key string) cycleFunc { return tryCycle(l, key) }
+		}},
+	} {
+		b.Run(impl.name, func(b *testing.B) { onOwnKeys(b, "DB", impl.setup(b, redlockClients(b))) })
+	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -35,7 +38,17 @@ func WithHolderInfo(service string) Option {
 // acquire script's reply and the record written ("" without the option).
 func (l *Locker) acquireScript(ctx context.Context, ks []string, args []any, token string, ttl time.Duration) (any, string, error) {
 	if l.holderHead == "" {
-		v, err := scripts.Acquire.Run(ctx, l.client, ks, args...).Result()
+		cmd := l.run(ctx, scripts.Acquire, ks, args)
+		if left, ok := cmd.Err().(*batch.LeftError); ok {
+			// The attempt may be granted after its caller gave up on it:
+			// then give the key back.
+			left.OnReply(func(cmd redis.Cmder) {
+				if scripts.MayHaveTaken(cmd) {
+					l.cleanup(ctx, ks[0], token, ttl)
+				}
+			})
+		}
+		v, err := cmd.Result()
 		return v, "", err
 	}
 	rec := holder.Record(l.holderHead, time.Now())

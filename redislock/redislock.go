@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -34,6 +35,7 @@ type Locker struct {
 	observers   []func(context.Context, dlock.Event) // WithObserver's
 	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
 	notify      *wake.Notifier                       // nil for clients without usable pub/sub (a Ring)
+	batch       *batch.Batcher                       // the scripts' sender on a single-node client, else nil
 	clockOffset int64                                // µs added to the server's clock for fences; tests only
 	holderHead  string                               // WithHolderInfo's record up to "since" ("": off; holder.go)
 
@@ -68,6 +70,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if _, ring := client.(*redis.Ring); !ring {
 		l.notify = wake.New([]redis.UniversalClient{client})
 	}
+	l.batch = batch.For(client)
 	if !rclient.ContextTimeouts(client) {
 		l.logger.Warn("dlock: the redis client ignores context deadlines (ContextTimeoutEnabled is false): a call to a server that does not answer returns only after ReadTimeout",
 			"node", l.node)
@@ -128,9 +131,11 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	v, holder, err := l.acquireScript(ctx, ks, args, token, ttl)
 	if err != nil {
 		plan.Lost(0) // it may have queued the Locker
-		if !rclient.IsReply(err) {
+		if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
 			// The reply was lost, not the request: the key may be ours
 			// now. Remove it so it does not block others for a whole TTL.
+			// (An attempt that left its batch was never sent, or is
+			// cleaned up when its reply comes: acquireScript.)
 			l.cleanup(ctx, full, token, ttl)
 		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
@@ -261,7 +266,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		if g.fence > 0 {
 			ks, args = []string{g.key, keys.Fence(g.key)}, []any{g.token, ms, g.fence, l.fenceTTL.Milliseconds()}
 		}
-		n, err := scripts.Extend.Run(ctx, l.client, ks, args...).Int64()
+		n, err := l.run(ctx, scripts.Extend, ks, args).Int64()
 		if err != nil {
 			return time.Time{}, l.opErr(ctx, err, false)
 		}
@@ -326,7 +331,14 @@ func (l *Locker) release(ctx context.Context, key, token string, tokenArg []any,
 	if tokenArg == nil {
 		tokenArg = []any{token}
 	}
-	return scripts.ReleaseReply(scripts.Release.Run(ctx, l.client, ks, tokenArg...).Result())
+	return scripts.ReleaseReply(l.run(ctx, scripts.Release, ks, tokenArg).Result())
+}
+
+// run runs script s, through the Locker's batch on a single-node client.
+// A call whose context ended before the reply has a *batch.LeftError as
+// its command's error.
+func (l *Locker) run(ctx context.Context, s *redis.Script, ks []string, args []any) *redis.Cmd {
+	return scripts.Run(ctx, l.batch, l.client, s, ks, args)
 }
 
 // cleanup deletes key if it holds token, in the background and within a

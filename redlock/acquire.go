@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -129,7 +130,7 @@ func (l *Locker) sendRound(ctx context.Context, full []string, token, rec string
 			nks = append(ks[:len(ks):len(ks)], q)
 			nargs = append(nargs[:len(nargs):len(nargs)], qargs...)
 		}
-		r := l.attempt(ctx, n, nks, nargs, holders, timeout)
+		r := l.attempt(ctx, n, full, token, nks, nargs, holders, timeout)
 		if r.err == nil {
 			plan.Observe(i, r.Status != scripts.Granted, r.Place, r.Expiry)
 		} else {
@@ -142,8 +143,9 @@ func (l *Locker) sendRound(ctx context.Context, full []string, token, rec string
 // attempt runs the acquire script on one node, then the calls of holders
 // (the holder record's writes) in the same round trip; the first call to a
 // node also asks for its run_id, in the same round trip, to find two nodes
-// that are the same server.
-func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, holders []scripts.Call, timeout time.Duration) *nodeReply {
+// that are the same server. full are the lock keys of the attempt, ks and
+// args the script's.
+func (l *Locker) attempt(ctx context.Context, n *node, full []string, token string, ks []string, args []any, holders []scripts.Call, timeout time.Duration) *nodeReply {
 	var v any
 	var err error
 	var run string
@@ -163,7 +165,17 @@ func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, 
 	} else if len(holders) > 0 {
 		v, err = scripts.Pipelined(ctx, n.client, calls()...)[0].Result()
 	} else {
-		v, err = scripts.Acquire.Run(ctx, n.client, ks, args...).Result()
+		cmd := scripts.Run(ctx, n.batch, n.client, scripts.Acquire, ks, args)
+		if left, ok := cmd.Err().(*batch.LeftError); ok {
+			// The node may grant the attempt after its call gave up on
+			// it: then give the keys back there.
+			left.OnReply(func(cmd redis.Cmder) {
+				if scripts.MayHaveTaken(cmd) {
+					l.workers.run(func() { l.releaseOn(ctx, n, full, token) })
+				}
+			})
+		}
+		v, err = cmd.Result()
 	}
 	if err != nil {
 		return &nodeReply{err: l.nodeErr(err, timeout)}
@@ -177,6 +189,16 @@ func (l *Locker) attempt(ctx context.Context, n *node, ks []string, args []any, 
 		r.run = *p
 	}
 	return r
+}
+
+// releaseOn deletes the lock keys that hold token on node n, within the
+// node timeout and whatever ctx: the attempt's call there has given up, so
+// its grant was not counted. It wakes nobody: the lock was not granted, or
+// it is held on the other nodes.
+func (l *Locker) releaseOn(ctx context.Context, n *node, full []string, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.nodeTimeout)
+	defer cancel()
+	_ = scripts.Run(ctx, n.batch, n.client, scripts.Release, full, []any{token, len(full), 0, l.fenceTTLArg}).Err()
 }
 
 // runID reads run_id from the reply of INFO server.

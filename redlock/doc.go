@@ -61,6 +61,13 @@
 // server): it may run a request whose reply was given up on after the release
 // meant to undo it, and that key then expires with its TTL.
 //
+// The calls of concurrent attempts, releases and extensions to one node
+// share its round trips, as a group commit (see package redislock,
+// "Concurrent calls"); a call's node timeout includes its wait for the
+// next round trip there, and a call that gives up on a node while its
+// round trip is in flight has the keys it may have set there released when
+// the reply comes.
+//
 // When the vote split (the nodes that refused name different holders, and no
 // single holder can have a majority even counting the silent nodes), nobody
 // holds the lock; TryAcquire then retries by itself after a random pause that

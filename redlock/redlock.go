@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -50,6 +51,7 @@ type Locker struct {
 
 type node struct {
 	client redis.UniversalClient
+	batch  *batch.Batcher // the scripts' sender (internal/batch)
 	name   string
 	// dupOf is 1+the index of an earlier node that turned out to be the same
 	// server (same run_id); 0 while none did. A duplicate's votes do not
@@ -97,7 +99,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		case *redis.Ring:
 			return nil, driver.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
 		}
-		l.nodes = append(l.nodes, &node{client: c, name: nodeName(c, i)})
+		l.nodes = append(l.nodes, &node{client: c, batch: batch.For(c), name: nodeName(c, i)})
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -381,7 +383,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		if withHolder != nil { // one round trip
 			ok, err = scripts.Pipelined(ctx, n.client, withHolder...)[0].Int64()
 		} else {
-			ok, err = scripts.Extend.Run(ctx, n.client, ks, args...).Int64()
+			ok, err = scripts.Run(ctx, n.batch, n.client, scripts.Extend, ks, args).Int64()
 		}
 		if err != nil {
 			return g.l.nodeErr(err, timeout)
@@ -484,7 +486,7 @@ func (l *Locker) release(ctx context.Context, lockKeys []string, token, rec stri
 			res := scripts.Pipelined(ctx, n.client, scripts.Call{Script: scripts.Release, Keys: ks, Args: args}, scripts.DropHolders(lockKeys, rec))
 			deleted, woken, err = scripts.ReleaseReply(res[0].Result())
 		} else {
-			deleted, woken, err = scripts.ReleaseReply(scripts.Release.Run(ctx, n.client, ks, args...).Result())
+			deleted, woken, err = scripts.ReleaseReply(scripts.Run(ctx, n.batch, n.client, scripts.Release, ks, args).Result())
 		}
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)

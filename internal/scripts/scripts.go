@@ -7,11 +7,15 @@
 package scripts
 
 import (
+	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/batch"
 )
 
 var (
@@ -104,4 +108,57 @@ func AcquireReply(reply any) (AcquireResult, error) {
 		return AcquireResult{}, fmt.Errorf("unexpected reply %v from the acquire script", reply)
 	}
 	return r, nil
+}
+
+// Run runs s over c, through b when b is not nil (batch.For), falling back
+// to EVAL on NOSCRIPT as redis.Script.Run does. A call whose context ended
+// before its reply has a *batch.LeftError as its command's error.
+func Run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Script, keys []string, args []any) *redis.Cmd {
+	if b == nil {
+		return s.Run(ctx, c, keys, args...)
+	}
+	cmd := Cmd(ctx, s, keys, args)
+	err := b.Do(ctx, cmd)
+	if left, ok := err.(*batch.LeftError); ok {
+		c := redis.NewCmd(ctx) // cmd may still be in flight: not to be touched
+		c.SetErr(left)
+		return c
+	}
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return s.Eval(ctx, c, keys, args...)
+	}
+	return cmd
+}
+
+// Cmd returns an EVALSHA of s as a command not yet sent, for a sender that
+// is not a go-redis Scripter (a batch). args must be scalars. A reply of
+// NOSCRIPT means the script did not run: send s.Eval then.
+func Cmd(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", s.Hash(), len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	cmd := redis.NewCmd(ctx, append(a, args...)...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
+}
+
+// MayHaveTaken reports whether cmd, an acquire script's call that holds its
+// reply, may have taken the lock: it was granted, or its outcome is
+// unknown (no reply, or one that cannot be read).
+func MayHaveTaken(cmd redis.Cmder) bool {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return false
+	}
+	err := c.Err()
+	if err != nil {
+		var re redis.Error
+		return err == redis.Nil || !errors.As(err, &re) // an error reply changed nothing
+	}
+	r, err := AcquireReply(c.Val())
+	return err != nil || r.Status == Granted
 }

@@ -1,0 +1,279 @@
+// Package batch sends the commands of concurrent callers over one go-redis
+// client as a group commit: while one batch is in flight, commands that
+// arrive wait, and are sent together, as one pipeline, when it returns. A
+// caller alone sends its command at once with its own context, as without
+// the package.
+//
+// It exists for throughput under many keys, measured on a 2-core VM with
+// Redis 7.0.15 (bench/RESULTS.md, "Group commit"): 64 goroutines, each
+// taking and releasing its own key over one client (bench D), ran dlock's
+// lock at 1.46x a raw SET NX/DEL lock's cycles, where dlock's scripts sent
+// one at a time read 0.82x; over five servers (BenchmarkDB), Redlock read
+// 2.27-2.40x the raw fan-out against 0.91-0.93x before. One goroutine's
+// cycle is unchanged (A, B): a call alone is sent as before.
+//
+// Every caller keeps its own deadline. A waiting caller whose context ends
+// leaves the queue and its command is never sent. The batch is sent with a
+// context that keeps the deadline of its sender, which is chosen as the
+// waiting caller with the latest deadline, and carries only callers whose
+// deadline is not later than the sender's: a batch never cuts a caller's
+// time short nor holds a caller past its deadline. A caller whose context
+// ends while its command is in flight returns at once, and may ask for its
+// reply, when it comes, so that an attempt's effect can be undone
+// (LeftError.OnReply). The package starts no goroutine.
+package batch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Batcher is a group commit over one client. Its zero value is not usable;
+// create one with New.
+type Batcher struct {
+	// one sends a command alone, many a batch; each leaves the replies
+	// in the commands. Two functions: a one-element slice for the first
+	// would cost the uncontended call an allocation.
+	one  func(ctx context.Context, cmd redis.Cmder)
+	many func(ctx context.Context, cmds []redis.Cmder)
+
+	mu       sync.Mutex
+	inflight bool       // a batch is being sent
+	pending  []*request // waiting for the next batch, in arrival order
+}
+
+// New returns a Batcher that sends over c: one command alone, more as a
+// pipeline.
+func New(c *redis.Client) *Batcher {
+	return &Batcher{
+		one: func(ctx context.Context, cmd redis.Cmder) { _ = c.Process(ctx, cmd) }, // the error is in cmd
+		many: func(ctx context.Context, cmds []redis.Cmder) {
+			p := c.Pipeline()
+			for _, cmd := range cmds {
+				_ = p.Process(ctx, cmd)
+			}
+			_, _ = p.Exec(ctx) // each command holds its own error
+		},
+	}
+}
+
+// For returns a Batcher over c when c is a single-node client (NewClient,
+// NewFailoverClient), else nil: a Cluster or a Ring client routes each
+// command to a node of its own.
+func For(c redis.UniversalClient) *Batcher {
+	if c, ok := c.(*redis.Client); ok {
+		return New(c)
+	}
+	return nil
+}
+
+// NewFunc returns a Batcher that sends each batch with send, which must
+// leave each command's reply or error in it. It is for tests of the
+// Batcher's schedule.
+func NewFunc(send func(ctx context.Context, cmds []redis.Cmder)) *Batcher {
+	return &Batcher{one: func(ctx context.Context, cmd redis.Cmder) { send(ctx, []redis.Cmder{cmd}) }, many: send}
+}
+
+// state is where a waiting request is; b.mu guards it.
+type state int8
+
+const (
+	queued   state = iota // in b.pending
+	leading               // chosen to send the next batch
+	sent                  // in the batch in flight
+	replied               // its command holds its reply
+	left                  // its caller returned while it was in flight
+	orphaned              // its caller returned, and then its reply came
+)
+
+type request struct {
+	ctx      context.Context
+	cmd      redis.Cmder
+	onReply  func(redis.Cmder) // LeftError.OnReply's
+	deadline time.Time         // zero: none
+	state    state
+	done     chan struct{} // closed when state becomes leading or replied
+}
+
+// LeftError is the error of a call whose context ended before its reply.
+// Sent tells whether the command may have reached the server. It unwraps
+// to the context's error.
+type LeftError struct {
+	Err  error
+	Sent bool
+
+	b *Batcher
+	r *request
+}
+
+// OnReply has fn called with the command, once it holds its reply (or the
+// error of its batch), if Sent: at once if it has already, else on the
+// goroutine that sent the batch, which fn must not block. It is for undoing
+// what a command may have done for a caller that has given up on it.
+func (e *LeftError) OnReply(fn func(cmd redis.Cmder)) {
+	if !e.Sent {
+		return
+	}
+	e.b.mu.Lock()
+	if e.r.state == left {
+		e.r.onReply = fn
+		e.b.mu.Unlock()
+		return
+	}
+	e.b.mu.Unlock()
+	fn(e.r.cmd) // orphaned: the reply is in
+}
+
+func (e *LeftError) Error() string {
+	if e.Sent {
+		return fmt.Sprintf("%v (left the batch in flight)", e.Err)
+	}
+	return fmt.Sprintf("%v (left the queue before sending)", e.Err)
+}
+
+func (e *LeftError) Unwrap() error { return e.Err }
+
+// Do sends cmd, in the next batch if one is in flight, and returns with its
+// reply (the command's own error) or, when ctx ends first, a *LeftError;
+// the caller must not touch cmd after a LeftError.
+func (b *Batcher) Do(ctx context.Context, cmd redis.Cmder) error {
+	b.mu.Lock()
+	if !b.inflight {
+		b.inflight = true
+		b.mu.Unlock()
+		b.one(ctx, cmd)
+		b.finish(nil)
+		return cmd.Err()
+	}
+	r := &request{cmd: cmd, state: queued, done: make(chan struct{})}
+	r.deadline, _ = ctx.Deadline()
+	b.pending = append(b.pending, r)
+	b.mu.Unlock()
+
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	switch r.state {
+	case queued:
+		b.pending = slices.DeleteFunc(b.pending, func(q *request) bool { return q == r })
+		b.mu.Unlock()
+		return &LeftError{Err: ctx.Err()}
+	case sent:
+		r.state = left
+		b.mu.Unlock()
+		return &LeftError{Err: ctx.Err(), Sent: true, b: b, r: r}
+	case replied:
+		b.mu.Unlock()
+		return cmd.Err()
+	}
+	// leading
+	if err := ctx.Err(); err != nil {
+		b.handOn()
+		b.mu.Unlock()
+		return &LeftError{Err: err}
+	}
+	batch := []*request{r}
+	b.pending = slices.DeleteFunc(b.pending, func(q *request) bool {
+		if r.deadline.IsZero() || (!q.deadline.IsZero() && !q.deadline.After(r.deadline)) {
+			batch = append(batch, q)
+			return true
+		}
+		return false // a later deadline than the sender's: the next batch
+	})
+	for _, q := range batch {
+		q.state = sent
+	}
+	b.mu.Unlock()
+
+	if len(batch) == 1 {
+		b.one(ctx, cmd)
+	} else {
+		b.sendBatch(ctx, r.deadline, batch)
+	}
+	b.finish(batch)
+	return cmd.Err()
+}
+
+// sendBatch sends the commands of batch, whose sender's context is ctx:
+// the others' commands must not fail with its cancellation, and its
+// deadline is the latest of the batch.
+func (b *Batcher) sendBatch(ctx context.Context, deadline time.Time, batch []*request) {
+	cmds := make([]redis.Cmder, len(batch))
+	for i, q := range batch {
+		cmds[i] = q.cmd
+	}
+	ctx = context.WithoutCancel(ctx)
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	b.many(ctx, cmds)
+}
+
+// finish hands out the replies of a batch that returned and starts the
+// next one, if any caller waits.
+func (b *Batcher) finish(batch []*request) {
+	var orphans []*request
+	b.mu.Lock()
+	for _, q := range batch {
+		if q.state == left {
+			q.state = orphaned
+			if q.onReply != nil {
+				orphans = append(orphans, q)
+			}
+			continue
+		}
+		q.state = replied
+		if q != batch[0] { // the sender is not waiting
+			close(q.done)
+		}
+	}
+	b.handOn()
+	b.mu.Unlock()
+	for _, q := range orphans {
+		q.onReply(q.cmd)
+	}
+}
+
+// handOn makes the waiting request with the latest deadline the sender of
+// the next batch, or marks nothing in flight. b.mu must be held.
+func (b *Batcher) handOn() {
+	if len(b.pending) == 0 {
+		b.inflight = false
+		return
+	}
+	i := 0
+	for j, q := range b.pending[1:] {
+		if later(q.deadline, b.pending[i].deadline) {
+			i = j + 1
+		}
+	}
+	next := b.pending[i]
+	b.pending = slices.Delete(b.pending, i, i+1)
+	next.state = leading
+	close(next.done)
+}
+
+// later reports whether deadline a is later than b, a zero deadline (none)
+// being the latest.
+func later(a, b time.Time) bool {
+	if a.IsZero() {
+		return !b.IsZero()
+	}
+	return !b.IsZero() && a.After(b)
+}
+
+// Waiting reports how many calls wait for the next batch (for tests).
+func (b *Batcher) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending)
+}

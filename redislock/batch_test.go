@@ -1,0 +1,187 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testproxy"
+	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// The Locker sends the scripts of concurrent calls on a single-node client
+// together (internal/batch). These tests hold the replies back with a proxy
+// to see what the batch does to each caller.
+
+// slowLocker returns a Locker, and its client, whose replies come latency
+// late (with a read timeout well above it). It uses the scripts (no probe
+// for native commands), loaded already, and its first connection is open:
+// a new one takes round trips to set up.
+func slowLocker(t *testing.T, latency time.Duration) (*redislock.Locker, *redis.Client) {
+	t.Helper()
+	proxy := testproxy.Start(t, shared.Addr)
+	opts := shared.Options()
+	opts.Addr = proxy.Addr
+	opts.ReadTimeout = 10 * latency
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	l := newLocker(t, c, redislock.WithNativeCommands(redislock.NativeNever))
+	lock, err := l.TryAcquire(testCtx(t), locktest.Key(t), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// go-redis 9.17's first pipeline on a client took three round trips.
+	if _, err := c.Pipelined(testCtx(t), func(p redis.Pipeliner) error { return p.Ping(testCtx(t)).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Latency(t, latency, 0)
+	return l, c
+}
+
+// inFlight starts a TryAcquire of key and returns once the server has run
+// it (its reply still on the way); the channel gets its outcome. The key
+// is deleted when the test ends.
+func inFlight(t *testing.T, l *redislock.Locker, key string) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.TryAcquire(testCtx(t), key, 30*time.Second)
+		done <- err
+	}()
+	waitKey(t, key, true)
+	t.Cleanup(func() { shared.Client(t).Del(context.Background(), key) })
+	return done
+}
+
+// waitKey waits until key exists on the server (or does not).
+func waitKey(t *testing.T, key string, exists bool) {
+	t.Helper()
+	raw := shared.Client(t)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n, err := raw.Exists(testCtx(t), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (n == 1) == exists {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %s: exists %v, want %v", key, n == 1, exists)
+		}
+	}
+}
+
+// Attempts made while another is in flight share its connection's next
+// round trip: 32 concurrent attempts on their own keys use one connection,
+// where one each would open the client's whole pool.
+func TestConcurrentAttemptsShareAConnection(t *testing.T) {
+	l, c := slowLocker(t, 200*time.Millisecond)
+	base := locktest.Key(t)
+	var wg sync.WaitGroup
+	locks := make([]*dlock.Lock, 32)
+	for i := range locks {
+		wg.Go(func() {
+			lock, err := l.TryAcquire(testCtx(t), fmt.Sprint(base, i), 30*time.Second)
+			if err != nil {
+				t.Error(err)
+			}
+			locks[i] = lock
+		})
+	}
+	wg.Wait()
+	if n := c.PoolStats().TotalConns; n > 2 {
+		t.Errorf("32 concurrent attempts opened %d connections, want 1 (2 at most)", n)
+	}
+	for _, lock := range locks {
+		if lock != nil {
+			wg.Go(func() {
+				if err := lock.Release(testCtx(t)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// An attempt waiting for the next batch leaves at its own deadline, and is
+// never sent: its key and its fence counter are untouched.
+func TestWaitingAttemptLeavesAtItsDeadline(t *testing.T) {
+	l, _ := slowLocker(t, time.Second)
+	first := inFlight(t, l, locktest.Key(t)+"first")
+	key := locktest.Key(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := l.TryAcquire(ctx, key, 30*time.Second)
+	took := time.Since(start)
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if took > 800*time.Millisecond {
+		t.Fatalf("returned after %v with a 300ms deadline", took)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	raw := shared.Client(t)
+	if n, err := raw.Exists(testCtx(t), key, keys.Fence(key)).Result(); err != nil || n != 0 {
+		t.Fatalf("the attempt that left before sending touched %d of its keys (%v)", n, err)
+	}
+}
+
+// An attempt whose deadline passes while its batch is in flight returns at
+// its deadline; the server grants it, and the Locker gives the key back
+// when the reply comes instead of leaving it held for its TTL. The batch's
+// sender is the caller with the later deadline, which gets its lock.
+func TestAttemptLeftInFlightGivesTheKeyBack(t *testing.T) {
+	l, _ := slowLocker(t, time.Second)
+	first := inFlight(t, l, locktest.Key(t)+"first")
+	short, long := locktest.Key(t)+"short", locktest.Key(t)+"long"
+	longDone := make(chan error, 1)
+	go func() {
+		_, err := l.TryAcquire(testCtx(t), long, 30*time.Second)
+		longDone <- err
+	}()
+	t.Cleanup(func() { shared.Client(t).Del(context.Background(), long) })
+	shortDone := make(chan error, 1)
+	var shortTook time.Duration
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := l.TryAcquire(ctx, short, 30*time.Second)
+		shortTook = time.Since(start)
+		shortDone <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); l.BatchWaiting() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d attempts wait for the next batch, want 2", l.BatchWaiting())
+		}
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	err := <-shortDone
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("short deadline: got %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if shortTook > 2*time.Second {
+		t.Fatalf("short deadline: returned after %v with a 1.5s deadline", shortTook)
+	}
+	if err := <-longDone; err != nil {
+		t.Fatalf("the batch's sender: %v", err)
+	}
+	waitKey(t, short, false) // given back, long before its 30s TTL
+}

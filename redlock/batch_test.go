@@ -1,0 +1,109 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/testproxy"
+	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// The calls to one node share its round trips (internal/batch). These
+// tests slow the nodes' replies with proxies to see what that does.
+
+// slowNodes returns a Locker over the shared servers, each behind a proxy,
+// with its clients and proxies. The Locker has met every node and each
+// client has made its first pipeline (go-redis 9.17's took three round
+// trips) before any latency is set.
+func slowNodes(t *testing.T) (*redlock.Locker, []*redis.Client, []*testproxy.Proxy) {
+	t.Helper()
+	var cs []*redis.Client
+	var ucs []redis.UniversalClient
+	var ps []*testproxy.Proxy
+	for _, r := range shared {
+		p := testproxy.Start(t, r.Addr)
+		c := client(t, p.Addr, func(o *redis.Options) { o.ReadTimeout = 10 * time.Second })
+		if _, err := c.Pipelined(testCtx(t), func(p redis.Pipeliner) error { return p.Ping(testCtx(t)).Err() }); err != nil {
+			t.Fatal(err)
+		}
+		ps, cs, ucs = append(ps, p), append(cs, c), append(ucs, c)
+	}
+	l, err := redlock.New(ucs, redlock.WithNodeTimeout(5*time.Second), redlock.WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm(t, l)
+	return l, cs, ps
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// Concurrent attempts share each node's round trips: 16 of them on their
+// own keys use one connection per node, where one each would open 16.
+func TestConcurrentAttemptsShareNodeConnections(t *testing.T) {
+	l, cs, ps := slowNodes(t)
+	for _, p := range ps {
+		p.Latency(t, 100*time.Millisecond, 0)
+	}
+	base := locktest.Key(t)
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() { mustAcquire(t, l, fmt.Sprint(base, i), 30*time.Second) })
+	}
+	wg.Wait()
+	for i, c := range cs {
+		if n := c.PoolStats().TotalConns; n > 2 {
+			t.Errorf("node %d: 16 concurrent attempts opened %d connections, want 1 (2 at most)", i, n)
+		}
+	}
+}
+
+// An attempt's call to a node that gives up while its round trip is in
+// flight (here: the caller cancels once it holds the lock on the other
+// four) has its key there released when the node's reply comes, not left
+// for the TTL.
+func TestCallGivingUpOnANodeGivesItsKeyBack(t *testing.T) {
+	l, _, ps := slowNodes(t)
+	ps[4].Latency(t, time.Second, 0)
+	node4 := shared[4].Client(t)
+	exists := func(key string) bool {
+		n, err := node4.Exists(testCtx(t), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	keyA, keyB, keyC := locktest.Key(t)+"a", locktest.Key(t)+"b", locktest.Key(t)+"c"
+
+	mustAcquire(t, l, keyA, 30*time.Second) // the majority answered; node 4's reply is on its way
+	waitFor(t, "A's call on node 4 to run", func() bool { return exists(keyA) })
+	ctxB, cancelB := context.WithCancel(context.Background())
+	defer cancelB()
+	lockB, err := l.TryAcquire(ctxB, keyB, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lockB.Release(context.Background()) })
+	waitFor(t, "B's call to wait on node 4", func() bool { return l.BatchWaiting(4) == 1 })
+	mustAcquire(t, l, keyC, 30*time.Second) // a later deadline than B's: it sends node 4's next batch
+	waitFor(t, "C's call to wait on node 4", func() bool { return l.BatchWaiting(4) == 2 })
+	waitFor(t, "B's call on node 4 to run", func() bool { return exists(keyB) })
+	cancelB()
+	waitFor(t, "B's key on node 4 to be released", func() bool { return !exists(keyB) })
+	if !exists(keyC) {
+		t.Fatal("C's key on node 4 is gone: only B's call gave up")
+	}
+}
