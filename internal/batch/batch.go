@@ -92,7 +92,6 @@ const (
 )
 
 type request struct {
-	ctx      context.Context
 	cmd      redis.Cmder
 	onReply  func(redis.Cmder) // LeftError.OnReply's
 	deadline time.Time         // zero: none
