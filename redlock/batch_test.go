@@ -19,8 +19,8 @@ import (
 
 // slowNodes returns a Locker over the shared servers, each behind a proxy,
 // with its clients and proxies. The Locker has met every node and each
-// client has made its first pipeline (go-redis 9.17's took three round
-// trips) before any latency is set.
+// client has made its first pipeline (through a slow proxy, a client's
+// first took three times the latency) before any latency is set.
 func slowNodes(t *testing.T) (*redlock.Locker, []*redis.Client, []*testproxy.Proxy) {
 	t.Helper()
 	var cs []*redis.Client

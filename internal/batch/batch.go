@@ -5,7 +5,7 @@
 // the package.
 //
 // It exists for throughput under many keys, measured on a 2-core VM with
-// Redis 7.0.15 (bench/RESULTS.md, "Group commit"): 64 goroutines, each
+// Redis 7.0.15 (bench/RESULTS.md, "Group commit in the library"): 64 goroutines, each
 // taking and releasing its own key over one client (bench D), ran dlock's
 // lock at 1.46x a raw SET NX/DEL lock's cycles, where dlock's scripts sent
 // one at a time read 0.82x; over five servers (BenchmarkDB), Redlock read
