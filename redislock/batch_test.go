@@ -69,18 +69,13 @@ func inFlight(t *testing.T, l *redislock.Locker, key string) <-chan error {
 func waitKey(t *testing.T, key string, exists bool) {
 	t.Helper()
 	raw := shared.Client(t)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	locktest.Eventually(t, 10*time.Second, func() error {
 		n, err := raw.Exists(testCtx(t), key).Result()
-		if err != nil {
-			t.Fatal(err)
+		if err == nil && (n == 1) != exists {
+			err = fmt.Errorf("key %s: exists %v, want %v", key, n == 1, exists)
 		}
-		if (n == 1) == exists {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %s: exists %v, want %v", key, n == 1, exists)
-		}
-	}
+		return err
+	})
 }
 
 // Attempts made while another is in flight share its connection's next
@@ -166,11 +161,12 @@ func TestAttemptLeftInFlightGivesTheKeyBack(t *testing.T) {
 		shortTook = time.Since(start)
 		shortDone <- err
 	}()
-	for deadline := time.Now().Add(5 * time.Second); l.BatchWaiting() < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d attempts wait for the next batch, want 2", l.BatchWaiting())
+	locktest.Eventually(t, 5*time.Second, func() error {
+		if n := l.BatchWaiting(); n != 2 {
+			return fmt.Errorf("%d attempts wait for the next batch, want 2", n)
 		}
-	}
+		return nil
+	})
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}

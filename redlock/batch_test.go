@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -42,13 +43,15 @@ func slowNodes(t *testing.T) (*redlock.Locker, []*redis.Client, []*testproxy.Pro
 	return l, cs, ps
 }
 
+// waitFor waits until cond holds; what says what it waits for.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	locktest.Eventually(t, 10*time.Second, func() error {
+		if !cond() {
+			return errors.New("still waiting for " + what)
 		}
-	}
+		return nil
+	})
 }
 
 // Concurrent attempts share each node's round trips: 16 of them on their

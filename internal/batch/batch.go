@@ -83,12 +83,11 @@ func NewFunc(send func(ctx context.Context, cmds []redis.Cmder)) *Batcher {
 type state int8
 
 const (
-	queued   state = iota // in b.pending
-	leading               // chosen to send the next batch
-	sent                  // in the batch in flight
-	replied               // its command holds its reply
-	left                  // its caller returned while it was in flight
-	orphaned              // its caller returned, and then its reply came
+	queued  state = iota // in b.pending
+	leading              // chosen to send the next batch
+	sent                 // in the batch in flight
+	replied              // its command holds its reply
+	left                 // its caller returned while it was in flight
 )
 
 type request struct {
@@ -125,7 +124,7 @@ func (e *LeftError) OnReply(fn func(cmd redis.Cmder)) {
 		return
 	}
 	e.b.mu.Unlock()
-	fn(e.r.cmd) // orphaned: the reply is in
+	fn(e.r.cmd) // replied already
 }
 
 func (e *LeftError) Error() string {
@@ -180,11 +179,11 @@ func (b *Batcher) Do(ctx context.Context, cmd redis.Cmder) error {
 	}
 	batch := []*request{r}
 	b.pending = slices.DeleteFunc(b.pending, func(q *request) bool {
-		if r.deadline.IsZero() || (!q.deadline.IsZero() && !q.deadline.After(r.deadline)) {
-			batch = append(batch, q)
-			return true
+		if later(q.deadline, r.deadline) {
+			return false // for the next batch
 		}
-		return false // a later deadline than the sender's: the next batch
+		batch = append(batch, q)
+		return true
 	})
 	for _, q := range batch {
 		q.state = sent
@@ -223,15 +222,12 @@ func (b *Batcher) finish(batch []*request) {
 	var orphans []*request
 	b.mu.Lock()
 	for _, q := range batch {
-		if q.state == left {
-			q.state = orphaned
-			if q.onReply != nil {
-				orphans = append(orphans, q)
-			}
-			continue
-		}
+		gone := q.state == left
 		q.state = replied
-		if q != batch[0] { // the sender is not waiting
+		switch {
+		case gone && q.onReply != nil:
+			orphans = append(orphans, q)
+		case !gone && q != batch[0]: // the sender is not waiting
 			close(q.done)
 		}
 	}

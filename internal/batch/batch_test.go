@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/internal/batch"
+	"github.com/dlock-go/dlock/locktest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -65,13 +66,15 @@ func call(b *batch.Batcher, ctx context.Context, c redis.Cmder) <-chan error {
 	return ch
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waiting waits until n calls wait for b's next batch.
+func waiting(t *testing.T, b *batch.Batcher, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	locktest.Eventually(t, 5*time.Second, func() error {
+		if w := b.Waiting(); w != n {
+			return fmt.Errorf("%d calls wait, want %d", w, n)
 		}
-	}
+		return nil
+	})
 }
 
 func names(cmds []redis.Cmder) []string {
@@ -101,7 +104,7 @@ func TestCallsWaitingGoTogether(t *testing.T) {
 		cmds = append(cmds, c)
 		errs = append(errs, call(b, context.Background(), c))
 	}
-	waitFor(t, "5 waiting calls", func() bool { return b.Waiting() == 5 })
+	waiting(t, b, 5)
 	g.release <- struct{}{}
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -145,7 +148,7 @@ func TestSenderHasTheLatestDeadline(t *testing.T) {
 				defer cancel()
 				cancels = append(cancels, cancel)
 				errs = append(errs, call(b, ctx, cmd(fmt.Sprint("c", i))))
-				waitFor(t, "the call to wait", func() bool { return b.Waiting() == i+1 })
+				waiting(t, b, i+1)
 			}
 			g.release <- struct{}{}
 			<-first
@@ -218,9 +221,9 @@ func TestCallLeavingInFlightGetsItsReply(t *testing.T) {
 			g.next(t)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 			leaving := call(b, ctx, cmd("leaving"))
-			waitFor(t, "the call to wait", func() bool { return b.Waiting() == 1 })
+			waiting(t, b, 1)
 			sender := call(b, context.Background(), cmd("sender")) // no deadline: it sends
-			waitFor(t, "the second call to wait", func() bool { return b.Waiting() == 2 })
+			waiting(t, b, 2)
 			g.release <- struct{}{}
 			<-first
 			if s := g.next(t); len(s.cmds) != 2 || s.cmds[0].Name() != "sender" {
@@ -322,7 +325,12 @@ func TestScheduleUnderLoad(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	waitFor(t, "every reply of a call that left", func() bool { return replied.Load() == leftSent.Load() })
+	locktest.Eventually(t, 5*time.Second, func() error {
+		if r, l := replied.Load(), leftSent.Load(); r != l {
+			return fmt.Errorf("%d of the %d calls that left in flight got their reply", r, l)
+		}
+		return nil
+	})
 	for c, m := range all {
 		n := m.sends.Load()
 		_, never := neverSent.Load(c)

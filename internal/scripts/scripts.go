@@ -9,13 +9,13 @@ package scripts
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/batch"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 var (
@@ -154,10 +154,8 @@ func MayHaveTaken(cmd redis.Cmder) bool {
 	if !ok {
 		return false
 	}
-	err := c.Err()
-	if err != nil {
-		var re redis.Error
-		return err == redis.Nil || !errors.As(err, &re) // an error reply changed nothing
+	if err := c.Err(); err != nil {
+		return !rclient.IsReply(err) // an error reply changed nothing
 	}
 	r, err := AcquireReply(c.Val())
 	return err != nil || r.Status == Granted
