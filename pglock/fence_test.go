@@ -155,7 +155,7 @@ func TestFenceSurvivesCrash(t *testing.T) {
 // CREATE), whether it runs on a connection or inside a transaction, and
 // then locks.
 func TestMigrateConcurrently(t *testing.T) {
-	const rounds, workers = 5, 6
+	const rounds, workers = 5, 8
 	ctx := testCtx(t)
 	queue, err := pglock.NewQueue("jobs")
 	if err != nil {

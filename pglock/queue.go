@@ -14,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
 // Queue is a job table from which many workers claim distinct jobs with
@@ -60,7 +61,7 @@ func (q *Queue) Migrate(ctx context.Context, db Execer) error {
 	if ctx == nil || isNil(db) {
 		return driver.Invalidf("nil context or database handle")
 	}
-	_, err := db.Exec(ctx, serialized(`CREATE TABLE IF NOT EXISTS `+q.table+` (
+	_, err := db.Exec(ctx, pgmigrate.Serialized(`CREATE TABLE IF NOT EXISTS `+q.table+` (
 		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 		payload bytea NOT NULL,
 		enqueued_at timestamptz NOT NULL DEFAULT now()
