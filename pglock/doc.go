@@ -224,6 +224,15 @@
 // other QueryExecMode, or a Tracer, they go through QueryRow, so a pool set
 // up for a proxy, or traced, sees them as before.
 //
+// # Inspection
+//
+// Locker.Inspect lists the advisory locks held in the database, by any
+// session. The server knows a lock only by its key, a hash of the name:
+// WithHolderInfo makes a Locker publish each held lock's name in its
+// session's application_name (set and restored in the statements that take
+// and release the lock), so that every Locker with the same prefix and key
+// function, and `dlock inspect`, lists it by name.
+//
 // # Job queues
 //
 // For "each job exactly once", a lock per job is the wrong tool: let the
