@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/locktest"
@@ -326,6 +327,15 @@ func TestNotMigrated(t *testing.T) {
 	_, err = pglock.TryLockTx(ctx, tx, pglock.HashKey("x"))
 	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrNotMigrated)
 	tx.Rollback(ctx)
+	sqlDB := stdlib.OpenDB(*cfg.ConnConfig)
+	defer sqlDB.Close()
+	stx, err := sqlDB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pglock.TryLockSQLTx(ctx, stx, pglock.HashKey("x"))
+	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrNotMigrated)
+	stx.Rollback()
 	if left, err := shared.WaitNoAdvisoryLocks(ctx); err != nil {
 		t.Fatalf("a failed acquisition left a lock: %+v (%v)", left, err)
 	}

@@ -23,7 +23,8 @@ import (
 )
 
 // Querier is what the guards need: a pgx.Tx (the usual case: the
-// transaction that also writes), a *pgxpool.Pool or a *pgx.Conn.
+// transaction that also writes), a *pgxpool.Pool or a *pgx.Conn; for
+// database/sql (a *sql.Tx, *sql.DB or *sql.Conn), wrap the handle with SQL.
 type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -297,13 +298,22 @@ func check(ctx context.Context, q Querier) error {
 	if ctx == nil {
 		return driver.Invalidf("pgfence: nil context")
 	}
-	if q == nil {
-		return driver.Invalidf("pgfence: nil database handle")
-	}
-	if v := reflect.ValueOf(q); v.Kind() == reflect.Pointer && v.IsNil() {
+	if isNil(q) {
 		return driver.Invalidf("pgfence: nil database handle")
 	}
 	return nil
+}
+
+// isNil reports whether q is nil, a typed nil pointer, or SQL of one.
+func isNil(q any) bool {
+	if s, ok := q.(sqlQuerier); ok {
+		q = s.db
+	}
+	if q == nil {
+		return true
+	}
+	v := reflect.ValueOf(q)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 func stale(op, resource string, f uint64, highest string, sameHolder bool) error {
