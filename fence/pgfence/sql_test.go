@@ -6,25 +6,11 @@ import (
 	"fmt"
 	"testing"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/internal/fencetest"
 	"github.com/dlock-go/dlock/fence/pgfence"
 )
-
-// openSQL opens the test database through database/sql and pgx's stdlib
-// driver, as sqlx, GORM, ent and bun users do.
-func openSQL(t *testing.T) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("pgx", shared.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
 
 // inSQLTx runs fn in a database/sql transaction that commits when fn
 // returns nil.
@@ -116,7 +102,7 @@ func (v *sqlGuardValue) Peek() (string, uint64) {
 // driver): a *sql.DB for single statements, a *sql.Tx for
 // register-then-read and register-then-write.
 func TestContractDatabaseSQL(t *testing.T) {
-	db := openSQL(t)
+	db := shared.SQLDB(t)
 	t.Run("Table", func(t *testing.T) {
 		fencetest.Run(t, func(t *testing.T) fencetest.Guard { return &sqlTableValue{t: t, db: db, id: newRow(t)} })
 	})
@@ -130,7 +116,7 @@ func TestContractDatabaseSQL(t *testing.T) {
 // Migrate works, and a nil handle is refused before anything is sent.
 func TestDatabaseSQLErrors(t *testing.T) {
 	ctx := testCtx(t)
-	db := openSQL(t)
+	db := shared.SQLDB(t)
 	err := values.Update(ctx, pgfence.SQL(db), int64(-1), 1, "tok", map[string]any{"value": "x"})
 	if !errors.Is(err, pgfence.ErrNoRow) || errors.Is(err, fence.ErrStale) {
 		t.Errorf("missing row: %v, want ErrNoRow", err)
