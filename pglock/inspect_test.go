@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -134,10 +135,32 @@ func testInspectHolderInfo(t *testing.T, lease bool) {
 			t.Fatalf("Inspect(%q): %+v, %v; want %s held by service billing", pattern, got, err, name)
 		}
 	}
+	// A refused attempt changes nothing on its session.
+	cfg2 := shared.PoolConfig(1)
+	cfg2.ConnConfig.RuntimeParams["application_name"] = "app1"
+	pool2, err := pgxpool.NewWithConfig(ctx, cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool2.Close)
+	rival, err := pglock.New(pool2, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rival.Close() })
+	_, err = rival.TryAcquire(ctx, name, time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+	var app, idle string
+	if err := pool2.QueryRow(ctx, "SELECT current_setting('application_name'), current_setting('idle_session_timeout')").Scan(&app, &idle); err != nil {
+		t.Fatal(err)
+	}
+	if app != "app1" || idle != "0" {
+		t.Fatalf("after a refused attempt the session shows application_name %q, idle_session_timeout %q; want app1, 0", app, idle)
+	}
+
 	if err := lock.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var app, idle string
 	if err := pool.QueryRow(ctx, "SELECT current_setting('application_name'), current_setting('idle_session_timeout')").Scan(&app, &idle); err != nil {
 		t.Fatal(err)
 	}

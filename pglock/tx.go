@@ -58,8 +58,11 @@ func LockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
 }
 
 // TryLockSQLTx is TryLockTx for a database/sql transaction on PostgreSQL
-// (pgx's stdlib driver, lib/pq; sqlx, GORM, ent and bun hand out the
-// same *sql.Tx): the same lock, drawn fence and errors.
+// (sqlx, GORM, ent and bun hand out the same *sql.Tx): the same lock,
+// drawn fence and errors, with pgx's stdlib driver. pglock reads the
+// server's reasons (ErrNotMigrated, ErrDeadlock, lock_timeout, ...) from
+// pgx's *pgconn.PgError; through another driver, a server error matches
+// dlock.ErrUnavailable only.
 //
 // Only a transaction makes sense here, hence *sql.Tx: a *sql.DB or a
 // *sql.Conn outside a transaction runs each statement in a transaction of
@@ -74,9 +77,9 @@ func TryLockSQLTx(ctx context.Context, tx *sql.Tx, k Key) (fence uint64, err err
 }
 
 // LockSQLTx is LockTx for a database/sql transaction (see TryLockSQLTx).
-// When ctx ends the wait, the driver cancels the statement (pgx's stdlib
-// closes the connection, as pgx does; lib/pq sends a cancel request), so
-// no waiter is left on the server; tx is then aborted: roll it back.
+// When ctx ends the wait, pgx's stdlib driver closes the connection, as
+// pgx does, so no waiter is left on the server; tx is then unusable: roll
+// it back.
 func LockSQLTx(ctx context.Context, tx *sql.Tx, k Key) (fence uint64, err error) {
 	if err := checkTx(ctx, tx, k); err != nil {
 		return 0, err

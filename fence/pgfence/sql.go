@@ -20,9 +20,11 @@ type SQLQuerier interface {
 
 // SQL adapts a database/sql handle to Querier, so that the guards run on
 // it: guard.Register(ctx, pgfence.SQL(tx), resource, fence, token). The
-// driver must speak PostgreSQL and take $1 placeholders (pgx's stdlib,
-// lib/pq). The rules do not change with the handle: register in the
-// transaction that reads and writes (a *sql.Tx), before the first read.
+// guards' statements are PostgreSQL's, with $1 placeholders: use pgx's
+// stdlib driver (what this package is tested with) or another PostgreSQL
+// driver that takes them. The rules do not change with the handle:
+// register in the transaction that reads and writes (a *sql.Tx), before
+// the first read.
 //
 // The Querier it returns is for the guards' calls: its Exec reports a
 // command tag that carries only the number of rows affected, and its
