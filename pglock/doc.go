@@ -1,7 +1,8 @@
 // Package pglock implements dlock's locks with PostgreSQL advisory locks,
 // through pgx v5: session-level locks behind the common dlock.Locker API
 // (TryAcquire, Acquire, Do, fences), transaction-level locks for work inside
-// a transaction of yours (TryLockTx, LockTx), and a job queue whose workers
+// a transaction of yours (TryLockTx, LockTx; TryLockSQLTx, LockSQLTx on
+// database/sql), and a job queue whose workers
 // claim distinct jobs with SELECT ... FOR UPDATE SKIP LOCKED (Queue).
 //
 // # When PostgreSQL is the better choice
@@ -165,8 +166,12 @@
 //
 // TryLockTx and LockTx take pg_try_advisory_xact_lock / pg_advisory_xact_lock
 // inside your pgx.Tx and draw a fence in the same statement, from the same
-// sequence. The lock ends with the transaction, commit or rollback, and
-// cannot end earlier. Sequences are not transactional: a rollback does not
+// sequence. TryLockSQLTx and LockSQLTx do the same inside a database/sql
+// *sql.Tx (with pgx's stdlib driver; the transaction sqlx, GORM, ent and
+// bun hand out). database/sql gets the transaction locks only: a session
+// lock pins a connection for its lifetime, which a Locker takes from a
+// pgxpool.Pool (Queue is pgx-only too). The lock ends with the
+// transaction, commit or rollback, and cannot end earlier. Sequences are not transactional: a rollback does not
 // give the number back, so no fence is handed out twice; the fence is on
 // disk once the transaction has committed (after a crash before that, it
 // can come again, like everything else the transaction did). LockTx waits
@@ -223,6 +228,15 @@
 // their few values are encoded by hand, past pgx's type mapping; with any
 // other QueryExecMode, or a Tracer, they go through QueryRow, so a pool set
 // up for a proxy, or traced, sees them as before.
+//
+// # Inspection
+//
+// Locker.Inspect lists the advisory locks held in the database, by any
+// session. The server knows a lock only by its key, a hash of the name:
+// WithHolderInfo makes a Locker publish each held lock's name in its
+// session's application_name (set and restored in the statements that take
+// and release the lock), so that every Locker with the same prefix and key
+// function, and `dlock inspect`, lists it by name.
 //
 // # Job queues
 //

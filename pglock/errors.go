@@ -54,6 +54,7 @@ var (
 // SQLSTATE codes pglock tells apart.
 const (
 	codeUndefinedTable = "42P01"
+	codeNotNull        = "23502"
 	codeReadOnly       = "25006"
 	codeDeadlock       = "40P01"
 	codeOutOfMemory    = "53200"

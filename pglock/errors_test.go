@@ -186,6 +186,10 @@ func TestErrorSentinels(t *testing.T) {
 			_, err := pglock.New(pool, pglock.WithSessionLease(-time.Second))
 			return err
 		}},
+		{"holder service not ASCII", dlock.ErrInvalid, nil, func(*testing.T) error {
+			_, err := pglock.New(pool, pglock.WithHolderInfo("dépôt"))
+			return err
+		}},
 		{"nil context", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, nil, "k", time.Second) }},
 		{"empty key", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, ctx, "", time.Second) }},
 		{"zero ttl", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, ctx, "k", 0) }},

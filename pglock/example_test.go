@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -102,6 +103,33 @@ func ExampleLockTx() {
 		return nil
 	}) // the lock ends here
 	fmt.Println("committed:", err)
+	// Output:
+	// committed: <nil>
+}
+
+// The same on database/sql, here with pgx's driver (registered as "pgx" by
+// importing github.com/jackc/pgx/v5/stdlib); sqlx, GORM, ent and bun hand
+// out the same *sql.Tx.
+func ExampleLockSQLTx() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		panic(err)
+	}
+	defer tx.Rollback()
+	fence, err := pglock.LockSQLTx(ctx, tx, pglock.HashKey("example:invoice-numbers"))
+	if err != nil {
+		panic(err)
+	}
+	// ... allocate the next invoice number in tx ...
+	_ = fence
+	fmt.Println("committed:", tx.Commit()) // the lock ends here
 	// Output:
 	// committed: <nil>
 }

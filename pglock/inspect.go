@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/dlock-go/dlock"
@@ -51,12 +52,16 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 // pg_try_advisory_lock and are not counted). TTL is 0: a session lock
 // lasts as long as its session.
 //
-// Key is the lock's name where the Locker knows it: for the locks it holds
-// itself (as its handles name them; then Fence and Since are the grant's
-// and Since is exact), and, when pattern is a plain name without glob
-// characters, for the lock that name maps to (WithPrefix, WithKeyFunc).
-// Other locks are listed as "advisory:<n>" (bigint keys) or
-// "advisory:<a>,<b>" (int4 pairs), which a pattern may match too. The
+// Key is the lock's name where the Locker can know it: for the locks it
+// holds itself (as its handles name them; then Fence and Since are the
+// grant's and Since is exact); for locks whose holder published its name
+// (WithHolderInfo, in any process: then Service is the holder's service),
+// when this Locker's prefix and key function map that name to the lock's
+// key; and, when pattern is a plain name without glob characters, for the
+// lock that name maps to (WithPrefix, WithKeyFunc). An advisory key is a
+// hash: a glob cannot be matched against the names behind it. Other locks
+// are listed as "advisory:<n>" (bigint keys) or "advisory:<a>,<b>" (int4
+// pairs), which a pattern may match too. The
 // server does not record when a lock was granted: for locks of other
 // sessions, Since is the session's backend_start, the one time that is
 // never later than the grant (query_start and state_change move with every
@@ -82,26 +87,10 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	if err != nil {
 		return nil, driver.Invalidf("inspect pattern %q: %v", pattern, err)
 	}
-	type lockID struct {
-		classid, objid int64
-		objsubid       int32
-		pid            int32
-	}
-	type own struct {
-		name string
-		heldLock
-	}
-	mine := map[lockID]own{}
-	l.names.Range(func(k, v any) bool {
-		g := k.(*grant)
-		c, o, s := g.key.lockID()
-		mine[lockID{c, o, int32(s), g.pid}] = own{g.name, v.(heldLock)}
-		return true
-	})
-	var named *Key
+	n := naming{mine: l.ownLocks()}
 	if !strings.ContainsAny(pattern, `*?[\`) {
 		if k, err := l.keyFunc(l.prefix + pattern); err == nil && k.valid() {
-			named = &k
+			n.pattern, n.named = pattern, &k
 		}
 	}
 
@@ -112,26 +101,9 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	defer rows.Close()
 	var out []dlock.LockInfo
 	for rows.Next() {
-		var (
-			id      lockID
-			app     string
-			started pgtype.Timestamptz
-			waiting int64
-		)
-		if err := rows.Scan(&id.classid, &id.objid, &id.objsubid, &id.pid, &app, &started, &waiting); err != nil {
+		info, err := l.lockInfo(rows, n)
+		if err != nil {
 			return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
-		}
-		info := dlock.LockInfo{Node: l.node, PID: int(id.pid), Service: app, Waiting: int(waiting), Majority: true}
-		if started.Valid {
-			info.Since = started.Time
-		}
-		switch o, ok := mine[id]; {
-		case ok:
-			info.Key, info.Fence, info.Since = o.name, o.fence, o.since
-		case named != nil && sameLock(*named, id.classid, id.objid, id.objsubid):
-			info.Key = pattern
-		default:
-			info.Key = advisoryName(id.classid, id.objid, id.objsubid)
 		}
 		if match.MatchString(info.Key) {
 			out = append(out, info)
@@ -147,9 +119,79 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	return out, nil
 }
 
-func sameLock(k Key, classid, objid int64, objsubid int32) bool {
+// lockID is how pg_locks shows a held advisory lock, with its holder's
+// backend pid.
+type lockID struct {
+	classid, objid int64
+	objsubid       int32
+	pid            int32
+}
+
+// is reports whether the lock is on key k.
+func (id lockID) is(k Key) bool {
 	c, o, s := k.lockID()
-	return c == classid && o == objid && int32(s) == objsubid
+	return c == id.classid && o == id.objid && int32(s) == id.objsubid
+}
+
+// ownLock is a lock this Locker holds, for Inspect.
+type ownLock struct {
+	name string
+	heldLock
+}
+
+// ownLocks returns the locks this Locker holds.
+func (l *Locker) ownLocks() map[lockID]ownLock {
+	mine := map[lockID]ownLock{}
+	l.names.Range(func(k, v any) bool {
+		g := k.(*grant)
+		c, o, s := g.key.lockID()
+		mine[lockID{c, o, int32(s), g.pid}] = ownLock{g.name, v.(heldLock)}
+		return true
+	})
+	return mine
+}
+
+// naming is what Inspect knows of lock names beside what holders publish:
+// its own locks, and the key of the pattern when it is a plain name.
+type naming struct {
+	mine    map[lockID]ownLock
+	named   *Key
+	pattern string
+}
+
+// lockInfo reads one row of inspectSQL and names its lock: this Locker's
+// own by its handle's name, then by the name its holder published
+// (WithHolderInfo), then by the pattern when that is the lock's plain
+// name, and otherwise by its advisory key.
+func (l *Locker) lockInfo(rows pgx.Rows, n naming) (dlock.LockInfo, error) {
+	var (
+		id      lockID
+		app     string
+		started pgtype.Timestamptz
+		waiting int64
+	)
+	if err := rows.Scan(&id.classid, &id.objid, &id.objsubid, &id.pid, &app, &started, &waiting); err != nil {
+		return dlock.LockInfo{}, err
+	}
+	info := dlock.LockInfo{Node: l.node, PID: int(id.pid), Service: app, Waiting: int(waiting), Majority: true}
+	if started.Valid {
+		info.Since = started.Time
+	}
+	name, service, published := l.publishedName(app, id)
+	if published {
+		info.Service = service
+	}
+	switch o, ok := n.mine[id]; {
+	case ok:
+		info.Key, info.Fence, info.Since = o.name, o.fence, o.since
+	case published:
+		info.Key = name
+	case n.named != nil && id.is(*n.named):
+		info.Key = n.pattern
+	default:
+		info.Key = advisoryName(id.classid, id.objid, id.objsubid)
+	}
+	return info, nil
 }
 
 // advisoryName names a lock whose name the Locker does not know by its

@@ -2,10 +2,15 @@ package pglock_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -88,5 +93,142 @@ func TestInspectAdvisory(t *testing.T) {
 	mine.Release(ctx)
 	if got, _ := l.Inspect(ctx, "insp:mine", 0); len(got) != 0 {
 		t.Fatalf("released insp:mine still listed: %+v", got)
+	}
+}
+
+// With WithHolderInfo, a Locker's held lock shows its name (and service) in
+// its session's application_name, so that any Locker's Inspect lists it by
+// name for any pattern; the session's own application_name comes back at
+// release. A name that application_name cannot carry whole is listed by
+// its key, and found by its plain name.
+func TestInspectHolderInfo(t *testing.T) {
+	for _, lease := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lease=%v", lease), func(t *testing.T) { testInspectHolderInfo(t, lease) })
+	}
+}
+
+func testInspectHolderInfo(t *testing.T, lease bool) {
+	ctx := testCtx(t)
+	cfg := shared.PoolConfig(1)
+	cfg.ConnConfig.RuntimeParams["application_name"] = "app0"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	opts := []pglock.Option{pglock.WithHolderInfo("billing")}
+	if lease {
+		opts = append(opts, pglock.WithSessionLease(time.Minute))
+	}
+	holder, err := pglock.New(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close() })
+	viewer := newLocker(t, 2)
+
+	name := "insp:held:" + strconv.FormatBool(lease)
+	lock := mustAcquire(t, holder, name, 10*time.Second)
+	for _, pattern := range []string{"*", "insp:held:*", name} {
+		got, err := viewer.Inspect(ctx, pattern, 0)
+		if err != nil || len(got) != 1 || got[0].Key != name || got[0].Service != "billing" || got[0].PID == 0 {
+			t.Fatalf("Inspect(%q): %+v, %v; want %s held by service billing", pattern, got, err, name)
+		}
+	}
+	// A refused attempt changes nothing on its session.
+	cfg2 := shared.PoolConfig(1)
+	cfg2.ConnConfig.RuntimeParams["application_name"] = "app1"
+	pool2, err := pgxpool.NewWithConfig(ctx, cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool2.Close)
+	rival, err := pglock.New(pool2, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rival.Close() })
+	_, err = rival.TryAcquire(ctx, name, time.Second)
+	wantIs(t, err, dlock.ErrNotAcquired)
+	var app, idle string
+	if err := pool2.QueryRow(ctx, "SELECT current_setting('application_name'), current_setting('idle_session_timeout')").Scan(&app, &idle); err != nil {
+		t.Fatal(err)
+	}
+	if app != "app1" || idle != "0" {
+		t.Fatalf("after a refused attempt the session shows application_name %q, idle_session_timeout %q; want app1, 0", app, idle)
+	}
+
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT current_setting('application_name'), current_setting('idle_session_timeout')").Scan(&app, &idle); err != nil {
+		t.Fatal(err)
+	}
+	if app != "app0" || idle != "0" {
+		t.Fatalf("after release the session shows application_name %q, idle_session_timeout %q; want app0, 0", app, idle)
+	}
+
+	long := "insp:" + strings.Repeat("x", 60) // beyond application_name's 63 bytes
+	lock = mustAcquire(t, holder, long, 10*time.Second)
+	n, _ := pglock.HashKey(long).Int64()
+	got, err := viewer.Inspect(ctx, "*", 0)
+	if err != nil || len(got) != 1 || got[0].Key != "advisory:"+strconv.FormatInt(n, 10) {
+		t.Fatalf("Inspect(*) with a long name held: %+v, %v; want it by its key", got, err)
+	}
+	if got, _ := viewer.Inspect(ctx, long, 0); len(got) != 1 || got[0].Key != long {
+		t.Fatalf("Inspect(long name): %+v", got)
+	}
+	lock.Release(ctx)
+}
+
+// A name published under a prefix is listed without it by a Locker with
+// the same prefix, and whole by one without a prefix; a Locker with
+// another prefix cannot name it (and shows the session's application_name
+// as it is, in Service).
+func TestInspectHolderInfoPrefix(t *testing.T) {
+	ctx := testCtx(t)
+	holder := newLocker(t, 2, pglock.WithPrefix("t1:"), pglock.WithHolderInfo(""))
+	mustAcquire(t, holder, "job", 10*time.Second)
+	n, _ := pglock.HashKey("t1:job").Int64()
+	for _, tc := range []struct {
+		opts []pglock.Option
+		want string
+	}{
+		{[]pglock.Option{pglock.WithPrefix("t1:")}, "job"},
+		{nil, "t1:job"},
+		{[]pglock.Option{pglock.WithPrefix("t2:")}, "advisory:" + strconv.FormatInt(n, 10)},
+	} {
+		got, err := newLocker(t, 1, tc.opts...).Inspect(ctx, "*", 0)
+		if err != nil || len(got) != 1 || got[0].Key != tc.want {
+			t.Errorf("Inspect with options %d: %+v, %v; want %s", len(tc.opts), got, err, tc.want)
+		}
+	}
+}
+
+// BenchmarkHolderInfo: an uncontended TryAcquire+Release cycle without and
+// with WithHolderInfo (a CTE and two set_config calls more per cycle).
+func BenchmarkHolderInfo(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opts []pglock.Option
+	}{{"off", nil}, {"on", []pglock.Option{pglock.WithHolderInfo("bench")}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, err := pglock.New(shared.Pool(b, 2), bc.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			ctx := b.Context()
+			b.ReportAllocs()
+			for b.Loop() {
+				lk, err := l.TryAcquire(ctx, "bench:holder", 10*time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lk.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

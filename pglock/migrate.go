@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
 // FenceSequence is the sequence every acquisition draws its fence from, one
@@ -42,7 +42,8 @@ type Execer interface {
 // it returns an error matching dlock.ErrInvalid. pglock never creates the
 // sequence on its own: a Locker whose database lacks it fails with
 // ErrNotMigrated. Migrate is idempotent, and safe to run from several
-// processes at once (see serialized); lock traffic may run while it does.
+// processes at once (each holds a transaction-level advisory lock while it
+// creates); lock traffic may run while it does.
 func Migrate(ctx context.Context, db Execer) error {
 	if ctx == nil {
 		return driver.Invalidf("nil context")
@@ -50,31 +51,11 @@ func Migrate(ctx context.Context, db Execer) error {
 	if isNil(db) {
 		return driver.Invalidf("nil database handle")
 	}
-	if _, err := db.Exec(ctx, serialized(MigrateSQL)); err != nil {
+	if _, err := db.Exec(ctx, pgmigrate.Serialized(MigrateSQL)); err != nil {
 		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
 	}
 	return checkSequence(ctx, db)
 }
-
-// serialized makes a CREATE ... IF NOT EXISTS safe to run from several
-// sessions at once. On its own it is not: two sessions that both find the
-// object missing both insert it into the catalog, and the second fails
-// with a unique violation (23505 on pg_class_relname_nsp_index) once the
-// first commits. Here each first takes a transaction-level advisory lock
-// on migrateKey, in the same implicit transaction (one simple-protocol
-// query, as pgx sends an Exec without arguments), so the next one runs
-// after the first has committed and finds the object. Inside a caller's
-// transaction the lock lasts until that transaction ends.
-func serialized(create string) string {
-	return "SELECT pg_advisory_xact_lock(" + migrateKeySQL + "); " + create
-}
-
-// migrateKey is the bigint advisory key that Migrate and Queue.Migrate hold
-// while they create schema objects: bytes 8 to 15 of the SHA-256 of
-// "pglock migrate", as WaitKey is made.
-const migrateKey int64 = -2338369163326999730
-
-var migrateKeySQL = strconv.FormatInt(migrateKey, 10)
 
 // checkSequence verifies the fence sequence's settings, when db can also run
 // a query (every pgx handle can).

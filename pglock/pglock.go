@@ -34,6 +34,9 @@ type Locker struct {
 	prefix    string
 	notify    bool
 	lease     time.Duration // WithSessionLease margin; < 0: off
+	holder    bool          // WithHolderInfo: publish held locks' names
+	service   string        // WithHolderInfo's service
+	settings  []string      // session settings a grant changes (sessionSettings)
 	logger    *slog.Logger
 	observers []func(context.Context, dlock.Event) // WithObserver's
 	observe   func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
@@ -216,6 +219,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
+	l.settings = l.sessionSettings()
 	l.buildStatements()
 	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
 	return l, nil
@@ -383,7 +387,12 @@ func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Dur
 	dest := append(g.dest[:0], &r.fence, &r.pid)
 	if l.lease >= 0 {
 		args = append(args, l.leaseMS(ttl))
-		dest = append(dest, &r.leased, &g.prevTimeout)
+	}
+	if l.holder {
+		args = append(args, l.appName(l.prefix+name))
+	}
+	for i := range l.settings {
+		dest = append(dest, &r.set[i], &g.prev[i])
 	}
 
 	start := time.Now()
@@ -409,13 +418,13 @@ func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Dur
 	return g, uint64(r.fence.Int64), validUntil, nil
 }
 
-// acquireRow is what the acquiring statement returns (the lease's previous
-// idle_session_timeout goes to grant.prevTimeout). The fence is NULL when
-// the lock was not granted.
+// acquireRow is what the acquiring statement returns (the previous values
+// of the session settings it changes go to grant.prev). The fence is NULL
+// when the lock was not granted.
 type acquireRow struct {
-	fence  pgtype.Int8
-	pid    int32
-	leased bool
+	fence pgtype.Int8
+	pid   int32
+	set   [2]bool // per session setting: whether it was set
 }
 
 // pin takes a connection from the pool for an attempt, refusing at once
@@ -459,9 +468,10 @@ type grant struct {
 	key  Key
 	name string
 	pid  int32 // pg_backend_pid() at acquisition
-	// prevTimeout is the session's idle_session_timeout before a lease
-	// changed it, restored at release.
-	prevTimeout string
+	// prev are the values the session settings that the grant changed
+	// (sessionSettings: a lease's idle_session_timeout, holder info's
+	// application_name) had before, restored at release.
+	prev [2]string
 
 	mu   sync.Mutex // a pgx connection serves one statement at a time
 	conn *pgxpool.Conn
@@ -562,10 +572,10 @@ func (g *grant) Release(ctx context.Context) error {
 	// the statement's implicit transaction commits, after the unlock.
 	args := g.keyArgs()
 	dest := append(g.dest[:0], &g.outcome)
-	var restored bool
-	if g.l.lease >= 0 {
-		args = append(args, g.prevTimeout)
-		dest = append(dest, &restored)
+	var restored [2]bool
+	for i := range g.l.settings {
+		args = append(args, g.prev[i])
+		dest = append(dest, &restored[i])
 	}
 	if err := g.l.exec.queryRow(ctx, g.conn.Conn(), g.l.stmts.release[g.key.form()], &g.bufs, args, dest); err != nil {
 		return g.connErr(err, false)

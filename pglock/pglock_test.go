@@ -151,6 +151,9 @@ func TestConformance(t *testing.T) {
 	t.Run("Poll", func(t *testing.T) {
 		locktest.Run(t, func(t *testing.T) dlock.Locker { return newLocker(t, 4, pglock.WithReleaseNotify(false)) }, lapse)
 	})
+	t.Run("HolderInfo", func(t *testing.T) {
+		locktest.Run(t, func(t *testing.T) dlock.Locker { return newLocker(t, 4, pglock.WithHolderInfo("conformance")) }, lapse)
+	})
 }
 
 // F17: a killed session is noticed by Do's next check, within one check

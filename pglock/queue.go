@@ -14,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
 // Queue is a job table from which many workers claim distinct jobs with
@@ -39,8 +40,11 @@ type Job struct {
 }
 
 // NewQueue returns the queue kept in table ("jobs" or "schema.jobs"). Create
-// the table with Migrate, or yourself with the columns id bigint primary key
-// and payload bytea.
+// the table with Migrate, or yourself with at least these columns: id, a
+// bigint primary key that numbers new rows itself (GENERATED ... AS
+// IDENTITY, or bigserial), in the order they are added, and payload bytea.
+// Enqueue on a table whose id has no default returns an error matching
+// dlock.ErrInvalid that says so.
 func NewQueue(table string) (*Queue, error) {
 	parts := strings.Split(table, ".")
 	if table == "" || len(parts) > 2 || strings.ContainsRune(table, 0) {
@@ -60,7 +64,7 @@ func (q *Queue) Migrate(ctx context.Context, db Execer) error {
 	if ctx == nil || isNil(db) {
 		return driver.Invalidf("nil context or database handle")
 	}
-	_, err := db.Exec(ctx, serialized(`CREATE TABLE IF NOT EXISTS `+q.table+` (
+	_, err := db.Exec(ctx, pgmigrate.Serialized(`CREATE TABLE IF NOT EXISTS `+q.table+` (
 		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 		payload bytea NOT NULL,
 		enqueued_at timestamptz NOT NULL DEFAULT now()
@@ -86,13 +90,10 @@ func (q *Queue) Enqueue(ctx context.Context, db Querier, payloads ...[]byte) ([]
 	if len(payloads) == 0 {
 		return nil, nil
 	}
-	for i, p := range payloads {
-		if p == nil {
-			payloads[i] = []byte{} // bytea NOT NULL: an empty payload is fine
-		}
-	}
+	// A nil payload is stored empty (payload is NOT NULL in Migrate's
+	// table), by the server: the caller's slice is left as it is.
 	rows, err := db.Query(ctx, `INSERT INTO `+q.table+` (payload)
-		SELECT p FROM unnest($1::bytea[]) WITH ORDINALITY AS u(p, n) ORDER BY n RETURNING id`, payloads)
+		SELECT coalesce(p, '') FROM unnest($1::bytea[]) WITH ORDINALITY AS u(p, n) ORDER BY n RETURNING id`, payloads)
 	if err != nil {
 		return nil, q.err("enqueue", err)
 	}
@@ -180,8 +181,14 @@ func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx cont
 
 func (q *Queue) err(op string, err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == codeUndefinedTable {
+	switch {
+	case !errors.As(err, &pe):
+	case pe.Code == codeUndefinedTable:
 		return fmt.Errorf("pglock: queue %q: %s: %w: table missing (create it with Queue.Migrate): %w", q.name, op, dlock.ErrUnavailable, oneLine(err))
+	case pe.Code == codeNotNull && pe.ColumnName == "id":
+		// Retrying cannot help: the table must change.
+		return fmt.Errorf("pglock: queue %q: %s: %w: the table's id column has no default; make it number new rows (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, or bigserial), or create the table with Queue.Migrate: %w",
+			q.name, op, dlock.ErrInvalid, oneLine(err))
 	}
 	return fmt.Errorf("pglock: queue %q: %s: %w: %w", q.name, op, dlock.ErrUnavailable, oneLine(err))
 }

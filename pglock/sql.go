@@ -76,22 +76,25 @@ type statements struct {
 }
 
 func (l *Locker) buildStatements() {
+	sets := l.settings
 	for i, pair := range []bool{false, true} {
 		p, next := keyParams(pair)
-		n := strconv.Itoa(next)
 
 		// The columns: the fence (NULL when not granted), the backend's
-		// pid, and with a lease whether it was set and the previous
-		// idle_session_timeout.
+		// pid, and for each session setting whether it was set and its
+		// previous value, read in the CTE before set_config changes it.
+		// The settings change only when the lock was granted.
 		fence := fenceExpr(`pg_try_advisory_lock` + p)
-		if l.lease < 0 {
+		if len(sets) == 0 {
 			l.stmts.acquire[i] = `SELECT ` + fence + `, pg_backend_pid()`
 		} else {
-			// prev is read in the CTE, before set_config changes it; the
-			// lease is set only when the lock was granted.
-			l.stmts.acquire[i] = `WITH l AS MATERIALIZED (SELECT ` + fence + ` AS fence,
-	current_setting('idle_session_timeout') AS prev)
-SELECT l.fence, pg_backend_pid(), CASE WHEN l.fence IS NOT NULL THEN set_config('idle_session_timeout', $` + n + `::text, false) END IS NOT NULL, l.prev FROM l`
+			cte, sel := `WITH l AS MATERIALIZED (SELECT `+fence+` AS fence`, `SELECT l.fence, pg_backend_pid()`
+			for j, set := range sets {
+				prev, arg := `p`+strconv.Itoa(j), `$`+strconv.Itoa(next+j)
+				cte += `, current_setting('` + set + `') AS ` + prev
+				sel += `, CASE WHEN l.fence IS NOT NULL THEN set_config('` + set + `', ` + arg + `::text, false) END IS NOT NULL, l.` + prev
+			}
+			l.stmts.acquire[i] = cte + ")\n" + sel + ` FROM l`
 		}
 
 		// The release's first column: 0 when the session did not hold the
@@ -109,9 +112,24 @@ SELECT l.fence, pg_backend_pid(), CASE WHEN l.fence IS NOT NULL THEN set_config(
 	WHEN pg_notify('` + notifyChannel + `', ` + payload + `) IS NOT NULL THEN 2`
 		}
 		rel += ` ELSE 1 END`
-		if l.lease >= 0 {
-			rel += `, set_config('idle_session_timeout', $` + n + `::text, false) IS NOT NULL`
+		for j, set := range sets {
+			rel += `, set_config('` + set + `', $` + strconv.Itoa(next+j) + `::text, false) IS NOT NULL`
 		}
 		l.stmts.release[i] = rel
 	}
+}
+
+// sessionSettings are the settings a grant changes on its session and
+// release restores, in the order of the statements' columns and
+// arguments: idle_session_timeout with a lease, application_name with
+// holder info.
+func (l *Locker) sessionSettings() []string {
+	sets := make([]string, 0, 2)
+	if l.lease >= 0 {
+		sets = append(sets, "idle_session_timeout")
+	}
+	if l.holder {
+		sets = append(sets, "application_name")
+	}
+	return sets
 }

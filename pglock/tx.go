@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -37,7 +38,7 @@ func TryLockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) 
 	if err := checkTx(ctx, tx, k); err != nil {
 		return 0, err
 	}
-	return lockTx(ctx, tx, k, txTrySQL[k.form()])
+	return lockTx(ctx, k, txNode(tx), tx.QueryRow(ctx, txTrySQL[k.form()], k.args()...))
 }
 
 // LockTx is TryLockTx that waits, in the server's lock queue, while another
@@ -53,8 +54,42 @@ func LockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
 	if err := checkTx(ctx, tx, k); err != nil {
 		return 0, err
 	}
-	return lockTx(ctx, tx, k, txWaitSQL[k.form()])
+	return lockTx(ctx, k, txNode(tx), tx.QueryRow(ctx, txWaitSQL[k.form()], k.args()...))
 }
+
+// TryLockSQLTx is TryLockTx for a database/sql transaction on PostgreSQL
+// (sqlx, GORM, ent and bun hand out the same *sql.Tx): the same lock,
+// drawn fence and errors, with pgx's stdlib driver. pglock reads the
+// server's reasons (ErrNotMigrated, ErrDeadlock, lock_timeout, ...) from
+// pgx's *pgconn.PgError; through another driver, a server error matches
+// dlock.ErrUnavailable only.
+//
+// Only a transaction makes sense here, hence *sql.Tx: a *sql.DB or a
+// *sql.Conn outside a transaction runs each statement in a transaction of
+// its own, which would end the lock as soon as it was granted. Session
+// locks (Locker) need a pgxpool.Pool, whose connection a lock pins; there
+// is no database/sql form of them.
+func TryLockSQLTx(ctx context.Context, tx *sql.Tx, k Key) (fence uint64, err error) {
+	if err := checkTx(ctx, tx, k); err != nil {
+		return 0, err
+	}
+	return lockTx(ctx, k, sqlNode, tx.QueryRowContext(ctx, txTrySQL[k.form()], k.args()...))
+}
+
+// LockSQLTx is LockTx for a database/sql transaction (see TryLockSQLTx).
+// When ctx ends the wait, pgx's stdlib driver closes the connection, as
+// pgx does, so no waiter is left on the server; tx is then unusable: roll
+// it back.
+func LockSQLTx(ctx context.Context, tx *sql.Tx, k Key) (fence uint64, err error) {
+	if err := checkTx(ctx, tx, k); err != nil {
+		return 0, err
+	}
+	return lockTx(ctx, k, sqlNode, tx.QueryRowContext(ctx, txWaitSQL[k.form()], k.args()...))
+}
+
+// sqlNode names the server in errors of a *sql.Tx, which does not say
+// where it is connected.
+const sqlNode = "postgres"
 
 // The transaction-lock statements, for bigint keys and pairs; each yields
 // the fence, NULL when the lock was not granted. The waiting form calls
@@ -70,10 +105,12 @@ func init() {
 	}
 }
 
-func lockTx(ctx context.Context, tx pgx.Tx, k Key, sql string) (uint64, error) {
-	var f pgtype.Int8
-	if err := tx.QueryRow(ctx, sql, k.args()...).Scan(&f); err != nil {
-		return 0, acquireErr(ctx, k.String(), txNode(tx), err)
+// lockTx reads the fence from the row of a transaction-lock statement
+// (txTrySQL or txWaitSQL), from pgx or database/sql.
+func lockTx(ctx context.Context, k Key, node string, row interface{ Scan(...any) error }) (uint64, error) {
+	var f pgtype.Int8 // a sql.Scanner too
+	if err := row.Scan(&f); err != nil {
+		return 0, acquireErr(ctx, k.String(), node, err)
 	}
 	if !f.Valid {
 		return 0, fmt.Errorf("dlock: acquire %q: %w (held by another session)", k.String(), dlock.ErrNotAcquired)
@@ -81,7 +118,7 @@ func lockTx(ctx context.Context, tx pgx.Tx, k Key, sql string) (uint64, error) {
 	return uint64(f.Int64), nil
 }
 
-func checkTx(ctx context.Context, tx pgx.Tx, k Key) error {
+func checkTx(ctx context.Context, tx any, k Key) error {
 	switch {
 	case ctx == nil:
 		return driver.Invalidf("nil context")

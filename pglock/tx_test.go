@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/locktest"
@@ -28,118 +30,185 @@ func begin(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
 	return tx
 }
 
+// testTx is a transaction of one of the two APIs the transaction locks
+// take: pgx (TryLockTx, LockTx) or database/sql (TryLockSQLTx, LockSQLTx).
+type testTx interface {
+	tryLock(ctx context.Context, k pglock.Key) (uint64, error)
+	lock(ctx context.Context, k pglock.Key) (uint64, error)
+	exec(ctx context.Context, sql string) error
+	commit() error
+	rollback() error
+}
+
+type pgxTestTx struct{ tx pgx.Tx }
+
+func (t pgxTestTx) tryLock(ctx context.Context, k pglock.Key) (uint64, error) {
+	return pglock.TryLockTx(ctx, t.tx, k)
+}
+func (t pgxTestTx) lock(ctx context.Context, k pglock.Key) (uint64, error) {
+	return pglock.LockTx(ctx, t.tx, k)
+}
+func (t pgxTestTx) exec(ctx context.Context, sql string) error {
+	_, err := t.tx.Exec(ctx, sql)
+	return err
+}
+func (t pgxTestTx) commit() error   { return t.tx.Commit(context.Background()) }
+func (t pgxTestTx) rollback() error { return t.tx.Rollback(context.Background()) }
+
+type sqlTestTx struct{ tx *sql.Tx }
+
+func (t sqlTestTx) tryLock(ctx context.Context, k pglock.Key) (uint64, error) {
+	return pglock.TryLockSQLTx(ctx, t.tx, k)
+}
+func (t sqlTestTx) lock(ctx context.Context, k pglock.Key) (uint64, error) {
+	return pglock.LockSQLTx(ctx, t.tx, k)
+}
+func (t sqlTestTx) exec(ctx context.Context, sql string) error {
+	_, err := t.tx.ExecContext(ctx, sql)
+	return err
+}
+func (t sqlTestTx) commit() error   { return t.tx.Commit() }
+func (t sqlTestTx) rollback() error { return t.tx.Rollback() }
+
+// txAPIs run a test over each API; begin starts a transaction that is
+// rolled back when the test ends, if it is still open.
+func txAPIs(t *testing.T, test func(t *testing.T, begin func() testTx)) {
+	t.Run("pgx", func(t *testing.T) {
+		pool := shared.Pool(t, 4)
+		test(t, func() testTx { return pgxTestTx{begin(t, pool)} })
+	})
+	t.Run("database/sql", func(t *testing.T) {
+		db := shared.SQLDB(t)
+		test(t, func() testTx {
+			tx, err := db.BeginTx(testCtx(t), nil)
+			if err != nil {
+				t.Fatalf("BeginTx: %v", err)
+			}
+			t.Cleanup(func() { tx.Rollback() })
+			return sqlTestTx{tx}
+		})
+	})
+}
+
 // A transaction lock excludes other transactions and session locks, is
 // released by commit and by rollback, and its fences increase with every
-// grant, rolled back or not.
+// grant, rolled back or not; the same on pgx and on database/sql (pgx's
+// stdlib driver).
 func TestTxLock(t *testing.T) {
-	pool := shared.Pool(t, 4)
-	name := uniqueKey(t)
-	k := pglock.HashKey(name)
+	txAPIs(t, func(t *testing.T, begin func() testTx) {
+		name := uniqueKey(t)
+		k := pglock.HashKey(name)
 
-	tx1 := begin(t, pool)
-	f1, err := pglock.TryLockTx(testCtx(t), tx1, k)
-	if err != nil {
-		t.Fatalf("TryLockTx: %v", err)
-	}
-	tx2 := begin(t, pool)
-	_, err = pglock.TryLockTx(testCtx(t), tx2, k)
-	wantIs(t, err, dlock.ErrNotAcquired)
-	locker := newLocker(t, 2)
-	_, err = locker.TryAcquire(testCtx(t), name, time.Second)
-	wantIs(t, err, dlock.ErrNotAcquired)
+		tx1 := begin()
+		f1, err := tx1.tryLock(testCtx(t), k)
+		if err != nil {
+			t.Fatalf("TryLockTx: %v", err)
+		}
+		tx2 := begin()
+		_, err = tx2.tryLock(testCtx(t), k)
+		wantIs(t, err, dlock.ErrNotAcquired)
+		locker := newLocker(t, 2)
+		_, err = locker.TryAcquire(testCtx(t), name, time.Second)
+		wantIs(t, err, dlock.ErrNotAcquired)
 
-	if err := tx1.Commit(testCtx(t)); err != nil {
-		t.Fatalf("Commit: %v", err)
-	}
-	// tx2 is still usable after a refused try (no error was raised).
-	f2, err := pglock.TryLockTx(testCtx(t), tx2, k)
-	if err != nil {
-		t.Fatalf("TryLockTx after the holder committed: %v", err)
-	}
-	if f2 <= f1 {
-		t.Fatalf("fence %d after commit not above %d", f2, f1)
-	}
-	if err := tx2.Rollback(testCtx(t)); err != nil {
-		t.Fatalf("Rollback: %v", err)
-	}
+		if err := tx1.commit(); err != nil {
+			t.Fatalf("Commit: %v", err)
+		}
+		// tx2 is still usable after a refused try (no error was raised).
+		f2, err := tx2.tryLock(testCtx(t), k)
+		if err != nil {
+			t.Fatalf("TryLockTx after the holder committed: %v", err)
+		}
+		if f2 <= f1 {
+			t.Fatalf("fence %d after commit not above %d", f2, f1)
+		}
+		if err := tx2.rollback(); err != nil {
+			t.Fatalf("Rollback: %v", err)
+		}
 
-	// Rolled back: the lock is free, and the fence drawn in tx2 is not
-	// handed out again (the sequence is not transactional).
-	lock := mustAcquire(t, locker, name, time.Second)
-	if lock.Fence() <= f2 {
-		t.Fatalf("session fence after a rolled-back tx lock: %d, want above %d (never handed out twice)", lock.Fence(), f2)
-	}
-	tx3 := begin(t, pool)
-	_, err = pglock.TryLockTx(testCtx(t), tx3, k)
-	wantIs(t, err, dlock.ErrNotAcquired)
-	tx3.Rollback(testCtx(t))
-	if err := lock.Release(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+		// Rolled back: the lock is free, and the fence drawn in tx2 is not
+		// handed out again (the sequence is not transactional).
+		lock := mustAcquire(t, locker, name, time.Second)
+		if lock.Fence() <= f2 {
+			t.Fatalf("session fence after a rolled-back tx lock: %d, want above %d (never handed out twice)", lock.Fence(), f2)
+		}
+		tx3 := begin()
+		_, err = tx3.tryLock(testCtx(t), k)
+		wantIs(t, err, dlock.ErrNotAcquired)
+		tx3.rollback()
+		if err := lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
 
-	// The two-int4 form works inside transactions too.
-	tx4 := begin(t, pool)
-	if _, err := pglock.LockTx(testCtx(t), tx4, pglock.KeyPair(3, 4)); err != nil {
-		t.Fatalf("LockTx(KeyPair): %v", err)
-	}
-	holderPID(t, pglock.KeyPair(3, 4))
-	tx4.Commit(testCtx(t))
+		// The two-int4 form works inside transactions too.
+		tx4 := begin()
+		if _, err := tx4.lock(testCtx(t), pglock.KeyPair(3, 4)); err != nil {
+			t.Fatalf("LockTx(KeyPair): %v", err)
+		}
+		holderPID(t, pglock.KeyPair(3, 4))
+		tx4.commit()
+	})
 }
 
 // LockTx waits in the server's queue and gets the lock as soon as the holder
-// commits; a wait that ends with its context leaves no waiter behind.
+// commits; a wait that ends with its context leaves no waiter behind; the
+// same on pgx and on database/sql.
 func TestLockTxWaits(t *testing.T) {
-	pool := shared.Pool(t, 4)
-	k := pglock.HashKey(uniqueKey(t))
-	holder := begin(t, pool)
-	if _, err := pglock.LockTx(testCtx(t), holder, k); err != nil {
-		t.Fatalf("LockTx: %v", err)
-	}
+	txAPIs(t, func(t *testing.T, begin func() testTx) {
+		k := pglock.HashKey(uniqueKey(t))
+		holder := begin()
+		if _, err := holder.lock(testCtx(t), k); err != nil {
+			t.Fatalf("LockTx: %v", err)
+		}
 
-	// The context ends the wait.
-	waiter := begin(t, pool)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	start := time.Now()
-	_, err := pglock.LockTx(ctx, waiter, k)
-	cancel()
-	wantIs(t, err, dlock.ErrNotAcquired, context.DeadlineExceeded)
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("a 200ms wait took %v", d)
-	}
-	waitFor(t, "the cancelled waiter to leave pg_locks", func() bool {
-		locks, err := shared.AdvisoryLocks(testCtx(t))
-		return err == nil && len(locks) == 1 && locks[0].Granted
+		// The context ends the wait.
+		waiter := begin()
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		start := time.Now()
+		_, err := waiter.lock(ctx, k)
+		cancel()
+		wantIs(t, err, dlock.ErrNotAcquired, context.DeadlineExceeded)
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("a 200ms wait took %v", d)
+		}
+		waitFor(t, "the cancelled waiter to leave pg_locks", func() bool {
+			locks, err := shared.AdvisoryLocks(testCtx(t))
+			return err == nil && len(locks) == 1 && locks[0].Granted
+		})
+
+		// lock_timeout in the transaction ends it too, as ErrNotAcquired.
+		waiter2 := begin()
+		if err := waiter2.exec(testCtx(t), "SET LOCAL lock_timeout = '100ms'"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = waiter2.lock(testCtx(t), k)
+		wantIs(t, err, dlock.ErrNotAcquired)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("lock_timeout reported as a context error: %v", err)
+		}
+		waiter2.rollback()
+
+		// A waiter is granted the lock when the holder commits.
+		got := make(chan error, 1)
+		waiter3 := begin()
+		go func() {
+			_, err := waiter3.lock(testCtx(t), k)
+			got <- err
+		}()
+		waitFor(t, "the waiter to queue", func() bool {
+			locks, err := shared.AdvisoryLocks(testCtx(t))
+			return err == nil && len(locks) == 2
+		})
+		committed := time.Now()
+		if err := holder.commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("waiting LockTx: %v", err)
+		}
+		t.Logf("waiter granted %v after the commit", time.Since(committed))
+		waiter3.commit()
 	})
-
-	// lock_timeout in the transaction ends it too, as ErrNotAcquired.
-	waiter2 := begin(t, pool)
-	if _, err := waiter2.Exec(testCtx(t), "SET LOCAL lock_timeout = '100ms'"); err != nil {
-		t.Fatal(err)
-	}
-	_, err = pglock.LockTx(testCtx(t), waiter2, k)
-	wantIs(t, err, dlock.ErrNotAcquired)
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("lock_timeout reported as a context error: %v", err)
-	}
-	waiter2.Rollback(testCtx(t))
-
-	// A waiter is granted the lock when the holder commits.
-	got := make(chan error, 1)
-	waiter3 := begin(t, pool)
-	go func() {
-		_, err := pglock.LockTx(testCtx(t), waiter3, k)
-		got <- err
-	}()
-	time.Sleep(100 * time.Millisecond)
-	committed := time.Now()
-	if err := holder.Commit(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("waiting LockTx: %v", err)
-	}
-	t.Logf("waiter granted %v after the commit", time.Since(committed))
-	waiter3.Commit(testCtx(t))
 }
 
 // F22: two transactions take keys in opposite order; PostgreSQL aborts one
@@ -200,6 +269,13 @@ func TestTxBadInput(t *testing.T) {
 	}
 	if _, err := pglock.TryLockTx(testCtx(t), nil, pglock.Int64Key(1)); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("nil tx: %v", err)
+	}
+	var nilSQLTx *sql.Tx
+	if _, err := pglock.LockSQLTx(testCtx(t), nilSQLTx, pglock.Int64Key(1)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil *sql.Tx: %v", err)
+	}
+	if _, err := pglock.TryLockSQLTx(testCtx(t), nil, pglock.Key{}); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil *sql.Tx, zero key: %v", err)
 	}
 	if _, err := pglock.LockTx(testCtx(t), tx, pglock.Key{}); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("zero key: %v", err)
@@ -326,6 +402,15 @@ func TestNotMigrated(t *testing.T) {
 	_, err = pglock.TryLockTx(ctx, tx, pglock.HashKey("x"))
 	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrNotMigrated)
 	tx.Rollback(ctx)
+	sqlDB := stdlib.OpenDB(*cfg.ConnConfig)
+	defer sqlDB.Close()
+	stx, err := sqlDB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pglock.TryLockSQLTx(ctx, stx, pglock.HashKey("x"))
+	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrNotMigrated)
+	stx.Rollback()
 	if left, err := shared.WaitNoAdvisoryLocks(ctx); err != nil {
 		t.Fatalf("a failed acquisition left a lock: %+v (%v)", left, err)
 	}

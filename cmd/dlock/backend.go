@@ -123,7 +123,7 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFla
 		case useTokens:
 			return nil, usagef("%s needs Redis: a PostgreSQL advisory lock belongs to a database session and ends with the dlock process (use dlock run)", cmd.Name())
 		}
-		return a.openPostgres(ctx, dsn, f.createTable)
+		return a.openPostgres(ctx, dsn, f.createTable, f.holder)
 	}
 	return a.openRedis(urls, f.ttl, f.holder)
 }

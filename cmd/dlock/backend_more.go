@@ -52,8 +52,9 @@ func (a *app) openRedlock(b *backend, ttl time.Duration, holder bool) (*backend,
 }
 
 // openPostgres builds a PostgreSQL advisory-lock backend. It connects
-// lazily, like the Redis ones.
-func (a *app) openPostgres(ctx context.Context, dsn string, createTable bool) (*backend, error) {
+// lazily, like the Redis ones. With holder, a held lock's session
+// publishes the lock's name in its application_name, for inspect.
+func (a *app) openPostgres(ctx context.Context, dsn string, createTable, holder bool) (*backend, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, usagef("PostgreSQL DSN: %v", err)
@@ -67,7 +68,11 @@ func (a *app) openPostgres(ctx context.Context, dsn string, createTable bool) (*
 	if err != nil {
 		return nil, usagef("PostgreSQL DSN: %v", err)
 	}
-	l, err := pglock.New(pool)
+	var opts []pglock.Option
+	if holder {
+		opts = append(opts, pglock.WithHolderInfo(""))
+	}
+	l, err := pglock.New(pool, opts...)
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -56,6 +56,12 @@
 // extend it before --ttl passes. They need Redis: a PostgreSQL advisory lock
 // belongs to the database session, which ends with the dlock process.
 //
+// inspect lists held locks. PostgreSQL knows an advisory lock only by a
+// hash of its name: a lock held by dlock run is listed by its name, which
+// run publishes in its session's application_name (names up to 63 bytes of
+// printable ASCII); other locks are listed as "advisory:<n>", or by name
+// when the pattern is that plain name.
+//
 // # Exit codes
 //
 //	0      success (run: the command exited 0)

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,6 +48,55 @@ func TestInspectPostgres(t *testing.T) {
 	r = runInProcess(t, env, "inspect", "jobs:nightly")
 	if r.code != 0 || !strings.Contains(r.stdout, "jobs:nightly") || !strings.Contains(r.stdout, "pid "+strconv.Itoa(pid)+" (cron)") {
 		t.Fatalf("inspect --postgres jobs:nightly (table): exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestInspectPostgresRun: a lock held by `dlock run --postgres` is listed
+// by its name, for every pattern that matches the name; with --no-holder
+// the name is not published and only a plain name finds it.
+func TestInspectPostgresRun(t *testing.T) {
+	t.Parallel()
+	pg := testsrv.StartPostgres(t)
+	env := binEnv("DLOCK_POSTGRES=" + pg.DSN())
+	if err := pg.Exec(context.Background(), pglock.MigrateSQL); err != nil {
+		t.Fatal(err)
+	}
+	for _, noHolder := range []bool{false, true} {
+		key := "pg:inspect:held"
+		var args []string
+		if noHolder {
+			key, args = "pg:inspect:anonymous", []string{"--no-holder"}
+		}
+		ready := filepath.Join(t.TempDir(), "ready")
+		p := startBin(t, env, runArgs(args, key, "hold", ready, "60s")...)
+		waitFile(t, ready, p)
+		n, _ := pglock.HashKey(key).Int64()
+		advisory := "advisory:" + strconv.FormatInt(n, 10)
+		for _, pattern := range []string{"*", "pg:*", key} {
+			want := key
+			if noHolder && pattern != key {
+				want = advisory
+			}
+			r := runInProcess(t, env, "inspect", pattern, "--json")
+			var got struct{ Locks []lockRow }
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &got) != nil {
+				t.Fatalf("inspect %s --json: exit %d\n%s%s", pattern, r.code, r.stdout, r.stderr)
+			}
+			if noHolder && pattern == "pg:*" {
+				want = "" // advisory:<n> does not match pg:*
+			}
+			switch {
+			case want == "" && len(got.Locks) != 0:
+				t.Errorf("--no-holder %v, inspect %s: %s, want nothing", noHolder, pattern, r.stdout)
+			case want != "" && (len(got.Locks) != 1 || got.Locks[0].Key != want || got.Locks[0].Holder == nil):
+				t.Errorf("--no-holder %v, inspect %s: %s, want %s with its holder", noHolder, pattern, r.stdout, want)
+			}
+		}
+		if r := runInProcess(t, env, "inspect"); !noHolder && (r.code != 0 || !strings.Contains(r.stdout, key+" ")) {
+			t.Errorf("inspect (table): exit %d, want %s listed\n%s%s", r.code, key, r.stdout, r.stderr)
+		}
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.wait(t)
 	}
 }
 

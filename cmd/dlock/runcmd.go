@@ -61,12 +61,13 @@ exited, to whatever it left behind in its group), and exits 76. Otherwise it
 releases the lock and exits with the command's status: its exit code, or 128+N
 if it died of signal N.
 
-While it runs, dlock publishes who holds the lock (host, pid, since) for dlock
-inspect: on Redis in a key of its own that expires with the lock, on etcd as
-the lock key's value (--no-holder turns this off; on PostgreSQL, inspect shows
-the session's pid and application name instead). If dlock itself is killed with
-SIGKILL, the command gets SIGKILL too (on Linux): its lock would expire while it
-ran.
+While it runs, dlock publishes who holds the lock for dlock inspect: on Redis
+(host, pid, since) in a key of its own that expires with the lock, on etcd as
+the lock key's value, on PostgreSQL the lock's name in its session's
+application_name, beside the session's pid (--no-holder turns this off).
+
+If dlock itself is killed with SIGKILL, the command gets SIGKILL too (on
+Linux): its lock would expire while it ran.
 
 ` + exitCodesHelp,
 		Example: `  # nightly billing runs on one replica at a time; the others exit 75 at once
@@ -123,7 +124,7 @@ ran.
 	lf.addWait(cmd)
 	f.StringVarP(&shellCmd, "command", "c", "", "run this shell command with /bin/sh -c, instead of -- COMMAND [ARG]...")
 	f.DurationVar(&grace, "grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command")
-	f.BoolVar(&noHolder, "no-holder", false, "do not publish holder info (host, pid, since) for dlock inspect")
+	f.BoolVar(&noHolder, "no-holder", false, "do not publish holder info (host, pid, since; PostgreSQL: the lock's name) for dlock inspect")
 	return cmd
 }
 

@@ -38,7 +38,8 @@
 // # Transactions
 //
 // The guards run their statements on whatever they are given: pass the
-// pgx.Tx that does the work. Under READ COMMITTED (PostgreSQL's default) a
+// pgx.Tx that does the work, or, on database/sql (and sqlx, GORM, ent,
+// bun), the *sql.Tx wrapped with [SQL]. Under READ COMMITTED (PostgreSQL's default) a
 // concurrent guarded transaction waits for the row lock and is then judged
 // against the committed fence; under REPEATABLE READ or SERIALIZABLE it may
 // fail with a serialization error instead (dlock.ErrUnavailable), which the

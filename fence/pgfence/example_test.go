@@ -2,8 +2,10 @@ package pgfence_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,4 +68,40 @@ func ExampleTable_Update() {
 	// Output:
 	// holder's write: <nil>
 	// stale write refused: true
+}
+
+// The guards on database/sql, here with pgx's driver (registered as "pgx"
+// by importing github.com/jackc/pgx/v5/stdlib); sqlx, GORM, ent and bun
+// hand out the same *sql.Tx. Wrap the transaction with SQL.
+func ExampleSQL() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+
+	locker, err := pglock.New(pool) // any dlock backend gives a fence
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	lock, err := locker.TryAcquire(ctx, "nightly-report", 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	defer lock.Release(ctx)
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer tx.Rollback()
+	if err := guard.Register(ctx, pgfence.SQL(tx), "nightly-report", lock.Fence(), lock.Token()); err != nil {
+		panic(err) // stale: the lock was lost; write nothing
+	}
+	// ... the transaction's reads and writes, all fenced ...
+	fmt.Println("commit:", tx.Commit())
+	// Output:
+	// commit: <nil>
 }

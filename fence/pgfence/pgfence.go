@@ -19,10 +19,12 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
 // Querier is what the guards need: a pgx.Tx (the usual case: the
-// transaction that also writes), a *pgxpool.Pool or a *pgx.Conn.
+// transaction that also writes), a *pgxpool.Pool or a *pgx.Conn; for
+// database/sql (a *sql.Tx, *sql.DB or *sql.Conn), wrap the handle with SQL.
 type Querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -79,8 +81,10 @@ func NewGuard(opts ...GuardOption) (*Guard, error) {
 	return g, nil
 }
 
-// MigrateSQL returns the statement that creates the guard table. Fences are
-// numeric(20,0): every uint64, compared exactly.
+// MigrateSQL returns the statement that creates the guard table, for a
+// migration tool. Fences are numeric(20,0): every uint64, compared
+// exactly. Run from several sessions at once it can fail with a unique
+// violation (SQLSTATE 23505); Migrate serializes itself and does not.
 func (g *Guard) MigrateSQL() string {
 	return `CREATE TABLE IF NOT EXISTS ` + g.table + ` (
 	resource text PRIMARY KEY,
@@ -89,12 +93,15 @@ func (g *Guard) MigrateSQL() string {
 )`
 }
 
-// Migrate creates the guard table if it does not exist.
+// Migrate creates the guard table if it does not exist. It is safe to run
+// from several processes at once, as replicas that start together do:
+// each holds a transaction-level advisory lock while it creates (inside
+// db's transaction, if db is one, until it ends).
 func (g *Guard) Migrate(ctx context.Context, db Querier) error {
 	if err := check(ctx, db); err != nil {
 		return err
 	}
-	if _, err := db.Exec(ctx, g.MigrateSQL()); err != nil {
+	if _, err := db.Exec(ctx, pgmigrate.Serialized(g.MigrateSQL())); err != nil {
 		return fmt.Errorf("pgfence: migrate %s: %w: %w", g.name, dlock.ErrUnavailable, err)
 	}
 	return nil
@@ -291,13 +298,22 @@ func check(ctx context.Context, q Querier) error {
 	if ctx == nil {
 		return driver.Invalidf("pgfence: nil context")
 	}
-	if q == nil {
-		return driver.Invalidf("pgfence: nil database handle")
-	}
-	if v := reflect.ValueOf(q); v.Kind() == reflect.Pointer && v.IsNil() {
+	if isNil(q) {
 		return driver.Invalidf("pgfence: nil database handle")
 	}
 	return nil
+}
+
+// isNil reports whether q is nil, a typed nil pointer, or SQL of one.
+func isNil(q any) bool {
+	if s, ok := q.(sqlQuerier); ok {
+		q = s.db
+	}
+	if q == nil {
+		return true
+	}
+	v := reflect.ValueOf(q)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 func stale(op, resource string, f uint64, highest string, sameHolder bool) error {

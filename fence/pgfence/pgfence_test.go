@@ -70,6 +70,7 @@ func testMain(m *testing.M) int {
 			return 1
 		}
 	}
+	os.Setenv("DATABASE_URL", shared.DSN()) // for the examples
 	code := m.Run()
 	pool.Close()
 	shared.Stop()

@@ -2,10 +2,14 @@ package testsrv
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver for SQLDB
 
 	"github.com/dlock-go/dlock/internal/servers"
 )
@@ -96,4 +100,81 @@ func (p *Postgres) Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	}
 	tb.Cleanup(pool.Close)
 	return pool
+}
+
+// SQLDB returns a database/sql handle on this server, opened through pgx's
+// driver registration ("pgx", from package stdlib) as sqlx, GORM, ent and
+// bun users open theirs; it is closed when the test ends.
+func (p *Postgres) SQLDB(tb testing.TB) *sql.DB {
+	tb.Helper()
+	db, err := sql.Open("pgx", p.DSN())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
+// SchemaPool creates schema, an empty namespace (a fresh database for what
+// is found through the search_path), and returns a pool of at most
+// maxConns connections whose search_path is that schema. Both go when the
+// test ends.
+func (p *Postgres) SchemaPool(tb testing.TB, schema string, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	ctx := context.Background()
+	if err := p.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+	cfg := p.PoolConfig(maxConns)
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// DB is what a *pgx.Conn and a pgx.Tx both offer.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Together runs fn on n connections of pool at once, as replicas that
+// start together do: every connection is open before any fn starts, and
+// every other fn runs inside a transaction (committed when fn returns
+// nil). It returns the errors of the calls that failed.
+func Together(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, n int, fn func(db DB) error) []error {
+	tb.Helper()
+	conns := make([]*pgxpool.Conn, n)
+	for i := range conns {
+		var err error
+		if conns[i], err = pool.Acquire(ctx); err != nil {
+			tb.Fatal(err)
+		}
+		defer conns[i].Release()
+	}
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	for i, c := range conns {
+		go func() {
+			<-start
+			if i%2 == 0 {
+				errs <- fn(c.Conn())
+				return
+			}
+			errs <- pgx.BeginFunc(ctx, c.Conn(), func(tx pgx.Tx) error { return fn(tx) })
+		}()
+	}
+	close(start)
+	var failed []error
+	for range n {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	return failed
 }

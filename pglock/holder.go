@@ -1,0 +1,89 @@
+package pglock
+
+import (
+	"strings"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// WithHolderInfo makes the Locker publish the name of each lock it holds,
+// for Inspect and `dlock inspect` (of any process): while the lock is
+// held, its session's application_name is the lock's name (WithPrefix's
+// prefix included), followed by " (service)" when service is not empty;
+// release sets the session's previous application_name back. A Locker's
+// Inspect lists a lock by the published name when its own prefix and key
+// function map that name to the lock's key, so a lock is never listed
+// under a name that is not its own. pg_stat_activity shows the name too.
+//
+// PostgreSQL keeps 63 bytes of application_name, printable ASCII only: a
+// name that does not fit is not published (application_name is then the
+// service alone), and such a lock is listed by its advisory key, or by its
+// name when the pattern is that name. service must be printable ASCII; it
+// is dropped where the name leaves no room for it. The name is set in the
+// statement that takes the lock and restored in the one that releases it:
+// no extra round trip. The default is off: the session's application_name
+// is left alone.
+func WithHolderInfo(service string) Option {
+	return func(l *Locker) error {
+		if !publishable(service) {
+			return driver.Invalidf("holder service %q: PostgreSQL's application_name keeps at most %d bytes of printable ASCII", service, maxAppName)
+		}
+		l.holder, l.service = true, service
+		return nil
+	}
+}
+
+// maxAppName is how many bytes of application_name PostgreSQL keeps
+// (NAMEDATALEN - 1).
+const maxAppName = 63
+
+// publishable reports whether application_name can carry s unchanged:
+// PostgreSQL replaces bytes outside printable ASCII with '?' and
+// truncates to maxAppName bytes.
+func publishable(s string) bool {
+	if len(s) > maxAppName {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// appName is the application_name that publishes name (prefix included)
+// while its lock is held.
+func (l *Locker) appName(name string) string {
+	switch {
+	case !publishable(name):
+		return l.service
+	case l.service != "" && len(name)+len(l.service)+3 <= maxAppName:
+		return name + " (" + l.service + ")"
+	}
+	return name
+}
+
+// publishedName returns the lock name and service that a holder's
+// application_name (appName) carries, when this Locker's prefix and key
+// function map that name to the lock id; ok is false otherwise. The name
+// may itself contain " (": every split is tried, the key decides.
+func (l *Locker) publishedName(app string, id lockID) (name, service string, ok bool) {
+	for end := len(app); end >= 0; end = strings.LastIndex(app[:end], " (") {
+		svc := ""
+		if end < len(app) {
+			if !strings.HasSuffix(app, ")") {
+				break
+			}
+			svc = app[end+2 : len(app)-1]
+		}
+		name, ok := strings.CutPrefix(app[:end], l.prefix)
+		if !ok {
+			continue
+		}
+		if k, err := l.keyFunc(app[:end]); err == nil && k.valid() && id.is(k) {
+			return name, svc, true
+		}
+	}
+	return "", "", false
+}
