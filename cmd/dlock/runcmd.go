@@ -53,21 +53,31 @@ command's stdin, stdout and stderr are dlock's. It runs in its own process group
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
 forwarded to that group.
 
+Nothing the command starts outlives the lock. dlock runs it under a small
+supervising process (dlock's own binary, "dlock run-supervisor" in ps), which
+on Linux is the subreaper of everything the command starts: a daemon that
+calls setsid, or a process whose parent exited, stays within its reach. When
+the command exits, whatever it left running is killed (SIGKILL) before the
+lock is released. When dlock itself dies (SIGKILL, the OOM killer, a crash),
+the supervisor kills the command and everything it started at once; the lock
+then expires with its TTL (on PostgreSQL it ends with dlock's session, at
+once, so the next holder may start in the milliseconds the kill takes). Out
+of reach: processes started for the command outside its tree (systemd-run,
+at, ssh, a container runtime) and, should the supervisor itself be killed,
+what the command started outside its process group. On other systems than
+Linux only the command's process group is killed.
+
 While the command runs, dlock extends the lock before half of --ttl has passed.
 If the lock is lost (an extension is refused, or the backend stays unreachable
 until the validity runs out), dlock says why on stderr, sends SIGTERM to the
-command's process group, SIGKILL after --grace (or as soon as the command has
-exited, to whatever it left behind in its group), and exits 76. Otherwise it
-releases the lock and exits with the command's status: its exit code, or 128+N
-if it died of signal N.
+command's process group, SIGKILL to the command and everything it started
+after --grace, and exits 76. Otherwise it releases the lock and exits with the
+command's status: its exit code, or 128+N if it died of signal N.
 
 While it runs, dlock publishes who holds the lock for dlock inspect: on Redis
 (host, pid, since) in a key of its own that expires with the lock, on etcd as
 the lock key's value, on PostgreSQL the lock's name in its session's
 application_name, beside the session's pid (--no-holder turns this off).
-
-If dlock itself is killed with SIGKILL, the command gets SIGKILL too (on
-Linux): its lock would expire while it ran.
 
 ` + exitCodesHelp,
 		Example: `  # nightly billing runs on one replica at a time; the others exit 75 at once
@@ -191,7 +201,7 @@ type runner struct {
 
 	mu         sync.Mutex
 	entered    bool      // the lock was granted and the command is being started
-	group      int       // the command's process group while it runs
+	sup        int       // the command's supervisor while it runs
 	waitSig    os.Signal // the signal that ended the wait, if one did
 	cancelWait context.CancelCauseFunc
 
@@ -247,14 +257,14 @@ func (r *runner) run(ctx context.Context) error {
 	return r.outcome(err, rec)
 }
 
-// signal forwards sig to the command's group, or ends the wait for the lock
-// if the command has not started.
+// signal forwards sig to the command (through its supervisor), or ends the
+// wait for the lock if the command has not started.
 func (r *runner) signal(sig os.Signal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case r.group != 0:
-		_ = syscall.Kill(-r.group, sig.(syscall.Signal))
+	case r.sup != 0:
+		_ = syscall.Kill(r.sup, sig.(syscall.Signal))
 	case !r.entered && r.waitSig == nil:
 		r.waitSig = sig
 		r.cancelWait(fmt.Errorf("interrupted by %v", sig))
@@ -262,8 +272,10 @@ func (r *runner) signal(sig os.Signal) {
 }
 
 // hold is the function dlock.Do runs while the lock is held: it runs the
-// command and waits for it, or terminates it when ctx ends (lost lock).
+// command under its supervisor and waits for it, or terminates it when the
+// lock is lost.
 func (r *runner) hold(ctx context.Context) error {
+	lock := dlock.LockFromContext(ctx)
 	r.mu.Lock()
 	if ctx.Err() != nil {
 		// The wait ended (timeout or signal) just as the lock was granted.
@@ -272,67 +284,100 @@ func (r *runner) hold(ctx context.Context) error {
 		return nil
 	}
 	r.entered = true
-	lock := dlock.LockFromContext(ctx)
-
-	cmd := exec.Command(r.argv[0], r.argv[1:]...)
-	cmd.Env = childEnv(r.a.env, lock)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.a.stdin, r.a.stdout, r.a.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	dieWithParent(cmd.SysProcAttr)
 	tty := foregroundTTY(r.a.stdin)
-	if tty >= 0 {
-		// Interactive: the command's group takes the terminal, so it can
-		// read it and gets Ctrl-C directly.
-		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, tty
-	}
-	// Only matters when stdio are not files (tests): a grandchild holding
-	// a pipe open must not keep dlock waiting.
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
+	sup, control, err := r.start(lock, tty)
+	if err != nil {
 		r.startErr = err
 		r.mu.Unlock()
 		return nil
 	}
-	group := cmd.Process.Pid
-	r.group = group
+	r.sup = sup.Process.Pid
 	r.mu.Unlock()
 
 	exited := make(chan struct{})
 	go func() {
-		_ = cmd.Wait() // the status is in cmd.ProcessState
+		_ = sup.Wait() // the command's status is the supervisor's
 		r.mu.Lock()
-		r.group = 0 // reaped: the pid may be reused
+		r.sup = 0 // reaped: the pid may be reused
 		r.mu.Unlock()
 		close(exited)
 	}()
-
-	select {
-	case <-exited:
-	case <-ctx.Done():
-		cause := context.Cause(ctx)
-		if errors.Is(cause, dlock.ErrLockLost) {
-			r.lostCause = cause
-			r.a.errorf("dlock run: lock %q lost: %v; sending SIGTERM to the command, SIGKILL after --grace %v", r.key, cause, r.grace)
-		}
-		r.terminate(group, exited)
-	}
+	r.watch(ctx, exited, control)
 	restoreForeground(tty)
-	r.state = cmd.ProcessState
+	r.state = sup.ProcessState
 	return nil
 }
 
-// terminate sends SIGTERM to the command's group and SIGKILL after the grace
-// period, or as soon as the command exited (to what it left in its group).
-func (r *runner) terminate(group int, exited <-chan struct{}) {
-	_ = syscall.Kill(-group, syscall.SIGTERM)
+// start starts the command under its supervisor, dlock's own binary (see
+// supervise), and returns the supervisor and the write end of its control
+// pipe: closing it, or dlock's death, kills every process of the command.
+func (r *runner) start(lock *dlock.Lock, tty int) (*exec.Cmd, *os.File, error) {
+	path, err := exec.LookPath(r.argv[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	self, err := selfExe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("dlock's own binary: %w", err)
+	}
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rd.Close()
+	mode := "-"
+	if tty >= 0 {
+		// Interactive: the command's group takes the terminal, so it can
+		// read it and gets Ctrl-C directly.
+		mode = "tty"
+	}
+	sup := exec.Command(self, append([]string{superviseArg, mode, path}, r.argv...)...)
+	sup.Args[0] = "dlock" // for ps, instead of /proc/self/exe
+	sup.Env = childEnv(r.a.env, lock)
+	sup.Stdin, sup.Stdout, sup.Stderr = r.a.stdin, r.a.stdout, r.a.stderr
+	sup.ExtraFiles = []*os.File{rd} // controlFD
+	// A group of its own: signals sent to dlock's group reach the command
+	// once, through dlock.
+	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Only matters when stdio are not files (tests): a process holding a
+	// pipe open must not keep dlock waiting.
+	sup.WaitDelay = time.Second
+	if err := sup.Start(); err != nil {
+		wr.Close()
+		return nil, nil, err
+	}
+	return sup, wr, nil
+}
+
+// watch waits for the command to exit, or terminates it when ctx ends (a
+// lost lock).
+func (r *runner) watch(ctx context.Context, exited <-chan struct{}, control *os.File) {
+	defer control.Close() // after the command exited: nothing is left to kill
+	select {
+	case <-exited:
+		return
+	case <-ctx.Done():
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, dlock.ErrLockLost) {
+		r.lostCause = cause
+		r.a.errorf("dlock run: lock %q lost: %v; sending SIGTERM to the command, SIGKILL after --grace %v", r.key, cause, r.grace)
+	}
+	r.terminate(exited, control)
+}
+
+// terminate sends SIGTERM to the command, and SIGKILL to it and everything
+// it started (closing the control pipe) after the grace period, unless it
+// exited first; the supervisor kills what the command left running either
+// way.
+func (r *runner) terminate(exited <-chan struct{}, control *os.File) {
+	r.signal(syscall.SIGTERM)
 	t := time.NewTimer(r.grace)
 	defer t.Stop()
 	select {
 	case <-exited:
-		_ = syscall.Kill(-group, syscall.SIGKILL)
 	case <-t.C:
 		r.a.errorf("dlock run: the command did not exit within --grace %v of SIGTERM; sending SIGKILL", r.grace)
-		_ = syscall.Kill(-group, syscall.SIGKILL)
+		control.Close()
 		<-exited
 	}
 }
@@ -375,8 +420,8 @@ func (r *runner) outcome(err error, rec *recorder) error {
 
 // exitStatus reports a finished process's status as a shell does.
 func exitStatus(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return exitSignalBase + int(ws.Signal())
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		return shellStatus(ws)
 	}
 	return ps.ExitCode()
 }
