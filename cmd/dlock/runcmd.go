@@ -37,7 +37,7 @@ func (a *app) runCmd() *cobra.Command {
 		Short: "Run a command while holding a lock",
 		Long: `Run takes the lock on KEY, runs COMMAND while holding it, and releases it when
 COMMAND exits. Two dlock run on the same KEY, on any machines that share the
-backend, never run their commands at the same time.
+backend, never run their commands at the same time (but see the limits below).
 
 With --wait 0 (the default, or -n) run tries once and exits 75 if the lock is busy
 (-E N: exits N instead; -q: says nothing about it on stderr); with a duration it
@@ -67,12 +67,20 @@ at, ssh, a container runtime) and, should the supervisor itself be killed,
 what the command started outside its process group. On other systems than
 Linux only the command's process group is killed.
 
-While the command runs, dlock extends the lock before half of --ttl has passed.
-If the lock is lost (an extension is refused, or the backend stays unreachable
-until the validity runs out), dlock says why on stderr, sends SIGTERM to the
-command's process group, SIGKILL to the command and everything it started
-after --grace, and exits 76. Otherwise it releases the lock and exits with the
-command's status: its exit code, or 128+N if it died of signal N.
+While the command runs, dlock extends the lock each time a third of --ttl has
+passed. When an extension is refused (the lock is gone), dlock sends SIGTERM
+to the command's process group at once; while the backend does not answer it
+keeps trying, and sends SIGTERM when only --grace of the validity is left
+(--grace is at most a third of --ttl). SIGKILL, to the command and everything
+it started, follows --grace later but never after the validity's end, before
+another holder can take the lock; dlock says why on stderr and exits 76.
+Otherwise it releases the lock and exits with the command's status: its exit
+code, or 128+N if it died of signal N.
+
+What remains: dlock can act only while it runs. If dlock is paused (SIGSTOP,
+a frozen VM or machine) past the lock's validity, the command runs on beside
+the next holder until dlock resumes. A command whose overlap would corrupt
+data must pass DLOCK_FENCE to the resource it writes.
 
 While it runs, dlock publishes who holds the lock for dlock inspect: on Redis
 (host, pid, since) in a key of its own that expires with the lock, on etcd as
@@ -122,7 +130,9 @@ application_name, beside the session's pid (--no-holder turns this off).
 				return err
 			}
 			defer be.close()
-			r := &runner{a: a, be: be, key: key, argv: argv, ttl: ttl, wait: wait, grace: grace}
+			// The grace must leave room to extend the lock before it
+			// starts (see run).
+			r := &runner{a: a, be: be, key: key, argv: argv, ttl: ttl, wait: wait, grace: min(grace, ttl/3)}
 			return lf.busy(r.run(cmd.Context()))
 		},
 	}
@@ -133,7 +143,7 @@ application_name, beside the session's pid (--no-holder turns this off).
 	lf.addTTL(cmd, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
 	lf.addWait(cmd)
 	f.StringVarP(&shellCmd, "command", "c", "", "run this shell command with /bin/sh -c, instead of -- COMMAND [ARG]...")
-	f.DurationVar(&grace, "grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command")
+	f.DurationVar(&grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL to the command when the lock is lost or\ncannot be extended; at most a third of --ttl, and never past the validity")
 	f.BoolVar(&noHolder, "no-holder", false, "do not publish holder info (host, pid, since; PostgreSQL: the lock's name) for dlock inspect")
 	return cmd
 }
@@ -238,7 +248,10 @@ func (r *runner) run(ctx context.Context) error {
 	defer func() { close(stop); <-done }()
 
 	rec := &recorder{Locker: r.be.locker}
-	var opts []dlock.Option
+	// Extend when a third of the TTL has passed, so that a backend that
+	// does not answer has another third (at least; the grace is at most a
+	// third) to come back before the command is terminated.
+	opts := []dlock.Option{dlock.WithExtendThreshold(r.ttl - r.ttl/3)}
 	if r.wait == 0 {
 		opts = append(opts, dlock.WithRetryCount(0))
 	} else {
@@ -273,7 +286,7 @@ func (r *runner) signal(sig os.Signal) {
 
 // hold is the function dlock.Do runs while the lock is held: it runs the
 // command under its supervisor and waits for it, or terminates it when the
-// lock is lost.
+// lock is lost or about to be.
 func (r *runner) hold(ctx context.Context) error {
 	lock := dlock.LockFromContext(ctx)
 	r.mu.Lock()
@@ -302,7 +315,7 @@ func (r *runner) hold(ctx context.Context) error {
 		r.mu.Unlock()
 		close(exited)
 	}()
-	r.watch(ctx, exited, control)
+	r.watch(ctx, lock, exited, control)
 	restoreForeground(tty)
 	r.state = sup.ProcessState
 	return nil
@@ -349,34 +362,57 @@ func (r *runner) start(lock *dlock.Lock, tty int) (*exec.Cmd, *os.File, error) {
 	return sup, wr, nil
 }
 
-// watch waits for the command to exit, or terminates it when ctx ends (a
-// lost lock).
-func (r *runner) watch(ctx context.Context, exited <-chan struct{}, control *os.File) {
+// watch waits for the command to exit. When the lock is lost it terminates
+// the command at once; when no extension succeeded by the time only --grace
+// of the validity is left, it terminates it then. Either way SIGKILL comes
+// no later than the end of the validity.
+func (r *runner) watch(ctx context.Context, lock *dlock.Lock, exited <-chan struct{}, control *os.File) {
 	defer control.Close() // after the command exited: nothing is left to kill
-	select {
-	case <-exited:
+	check := time.NewTimer(time.Until(lock.ValidUntil()) - r.grace)
+	defer check.Stop()
+	for {
+		select {
+		case <-exited:
+			return
+		case <-check.C:
+			left := time.Until(lock.ValidUntil())
+			if left > r.grace { // extended meanwhile
+				check.Reset(left - r.grace)
+				continue
+			}
+			r.lostCause = fmt.Errorf("not extended with %v of its validity left", max(left, 0).Round(time.Millisecond))
+			r.a.errorf("dlock run: lock %q could not be extended, and only %v of its validity is left: sending SIGTERM to the command, SIGKILL at its end",
+				r.key, max(left, 0).Round(time.Millisecond))
+		case <-ctx.Done():
+			if cause := context.Cause(ctx); errors.Is(cause, dlock.ErrLockLost) {
+				r.lostCause = cause
+				r.a.errorf("dlock run: lock %q lost: %v; sending SIGTERM to the command, SIGKILL in %v",
+					r.key, cause, r.killDelay(lock).Round(time.Millisecond))
+			}
+		}
+		r.terminate(lock, exited, control)
 		return
-	case <-ctx.Done():
 	}
-	if cause := context.Cause(ctx); errors.Is(cause, dlock.ErrLockLost) {
-		r.lostCause = cause
-		r.a.errorf("dlock run: lock %q lost: %v; sending SIGTERM to the command, SIGKILL after --grace %v", r.key, cause, r.grace)
-	}
-	r.terminate(exited, control)
+}
+
+// killDelay is the time between SIGTERM and SIGKILL: --grace, but no more
+// than what is left of the lock's validity.
+func (r *runner) killDelay(lock *dlock.Lock) time.Duration {
+	return max(min(r.grace, time.Until(lock.ValidUntil())), 0)
 }
 
 // terminate sends SIGTERM to the command, and SIGKILL to it and everything
-// it started (closing the control pipe) after the grace period, unless it
-// exited first; the supervisor kills what the command left running either
-// way.
-func (r *runner) terminate(exited <-chan struct{}, control *os.File) {
+// it started (closing the control pipe) after killDelay, unless it exited
+// first; the supervisor kills what the command left running either way.
+func (r *runner) terminate(lock *dlock.Lock, exited <-chan struct{}, control *os.File) {
+	delay := r.killDelay(lock)
 	r.signal(syscall.SIGTERM)
-	t := time.NewTimer(r.grace)
+	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
 	case <-exited:
 	case <-t.C:
-		r.a.errorf("dlock run: the command did not exit within --grace %v of SIGTERM; sending SIGKILL", r.grace)
+		r.a.errorf("dlock run: the command did not exit within %v of SIGTERM; sending SIGKILL", delay.Round(time.Millisecond))
 		control.Close()
 		<-exited
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testsrv"
 )
 
@@ -162,5 +164,71 @@ func TestRunExitTakesTheTree(t *testing.T) {
 	}
 	if l := living(pids); len(l) > 0 {
 		t.Errorf("processes %v the command left behind run on after dlock released the lock and exited", l)
+	}
+}
+
+// TestRunKillsByValidityEnd: a command that ignores SIGTERM is dead when
+// the lock's validity ends, not --grace later: while the backend does not
+// answer, dlock starts terminating it --grace before the validity ends,
+// and the next holder, granted when the key expires, finds it gone.
+func TestRunKillsByValidityEnd(t *testing.T) {
+	t.Parallel()
+	srv := testsrv.StartRedis(t)
+	c := srv.Client(t)
+	proxy := testproxy.Start(t, srv.Addr)
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	const ttl, grace = 6 * time.Second, 2 * time.Second
+	holder := startBin(t, binEnv(), runArgs([]string{"--redis", "redis://" + proxy.Addr, "--ttl", ttl.String(), "--grace", grace.String()},
+		"validity", "hold-ignore", ready, "60s")...)
+	pid, _ := strconv.Atoi(waitFile(t, ready, holder))
+	t.Cleanup(func() {
+		if alive(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+
+	// The holder can no longer extend; the key expires on the server when
+	// its TTL runs out.
+	proxy.Blackhole(t)
+	pttl, err := c.PTTL(context.Background(), "validity").Result()
+	if err != nil || pttl <= 0 {
+		t.Fatalf("PTTL: %v, %v", pttl, err)
+	}
+	expires := time.Now().Add(pttl)
+
+	out := filepath.Join(dir, "probe")
+	next := startBin(t, binEnv("DLOCK_REDIS="+srv.URL()), runArgs([]string{"--wait", "30s"}, "validity", "probe", out, strconv.Itoa(pid))...)
+	for alive(pid) && time.Until(expires) > -10*time.Second {
+		time.Sleep(5 * time.Millisecond)
+	}
+	died := time.Now()
+	t.Logf("the command died %v before the key expired on the server (negative: after)", expires.Sub(died).Round(time.Millisecond))
+	if r := next.wait(t); r.code != 0 {
+		t.Fatalf("the next holder: exit %d; stderr: %s", r.code, r.stderr)
+	}
+	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "dead") {
+		t.Errorf("the next holder was granted the lock while the old holder's command still ran: %s", b)
+	}
+	r := holder.wait(t)
+	if r.code != exitLost {
+		t.Errorf("holder: exit %d, want %d; stderr: %s", r.code, exitLost, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "SIGTERM") || !strings.Contains(r.stderr, "SIGKILL") {
+		t.Errorf("holder's stderr does not say it sent SIGTERM and SIGKILL: %s", r.stderr)
+	}
+}
+
+// TestRunExtendsPastGrace: a command that runs for several TTLs, with the
+// largest grace allowed (a third of the TTL, to which a larger --grace is
+// cut), is left alone: each extension moves the moment termination would
+// start.
+func TestRunExtendsPastGrace(t *testing.T) {
+	t.Parallel()
+	srv := testsrv.StartRedis(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	r := runBin(t, binEnv("DLOCK_REDIS="+srv.URL()), runArgs([]string{"--ttl", "3s", "--grace", "1m"}, "extended", "hold", ready, "7s")...)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("a command that outlives several TTLs: exit %d, want 0; stderr: %s", r.code, r.stderr)
 	}
 }
