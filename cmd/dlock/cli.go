@@ -35,8 +35,9 @@ const exitCodesHelp = `Exit codes:
   69       backend unreachable (or it answered with an error)
   75       lock busy: another owner held it until --wait ran out
            (-E N exits N instead; -q prints nothing for it)
-  76       lock lost: run: lost while the command ran (the command was
-           terminated); extend/release: the token no longer holds the lock
+  76       lock lost: run: lost, or not extended in time, while the
+           command ran (the command was terminated); extend/release: the
+           token no longer holds the lock
   126      run: the command could not be started
   127      run: the command was not found
   128+N    run: the command died of signal N, or dlock got signal N

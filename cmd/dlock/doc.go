@@ -43,13 +43,34 @@
 // # Guarantees and limits
 //
 // run holds the lock exactly while the command runs: it extends the lock in
-// the background, and when an extension is refused or the lock's validity
-// runs out first, it sends SIGTERM to the command's process group, SIGKILL
-// after --grace, and exits 76. What it cannot do is stop the command between
-// the moment the lock lapsed and the moment dlock noticed (up to half the
-// TTL, or longer if dlock itself was paused): a command whose overlap would
-// corrupt data must pass DLOCK_FENCE to the resource it writes, which rejects
-// writes that carry a fence lower than one it has seen (see package fence).
+// the background (each time a third of the TTL has passed). When an
+// extension is refused it sends SIGTERM to the command's process group at
+// once; while the backend does not answer it sends SIGTERM when only
+// --grace of the validity is left (--grace is at most a third of the TTL).
+// SIGKILL follows --grace later, and never after the validity's end, so the
+// next holder cannot start beside the command; run then exits 76.
+//
+// Nothing the command starts outlives the lock. The command runs under a
+// supervising process, dlock's own binary ("dlock run-supervisor" in ps),
+// that on Linux is the subreaper of all the command's descendants, so that
+// even a daemon that left the process group (setsid) or lost its parent
+// stays within reach. Whatever the command left running when it exits is
+// killed before the lock is released. If dlock dies without cleaning up
+// (SIGKILL, the OOM killer, a panic), the supervisor sees its control pipe
+// close and kills every process of the command at once; the lock expires
+// with its TTL (on PostgreSQL it ends with the session, at once, and the
+// next holder may start in the milliseconds the kill takes). Out of reach:
+// processes started for the command outside its tree (systemd-run, at, ssh,
+// a container runtime) and, if the supervisor itself is killed, what the
+// command started outside its process group. On other systems than Linux
+// only the command's process group is killed.
+//
+// What no supervision can do is act while dlock itself is paused (SIGSTOP,
+// a frozen VM or machine) past the validity: the command then runs beside
+// the next holder until dlock resumes. A command whose overlap would
+// corrupt data must pass DLOCK_FENCE to the resource it writes, which
+// rejects writes that carry a fence lower than one it has seen (see package
+// fence).
 //
 // acquire, extend and release let a script hold a lock across several
 // commands; nothing extends such a lock automatically, so the script must
@@ -69,7 +90,8 @@
 //	64     usage error
 //	69     backend unreachable
 //	75     lock busy: held by another owner until --wait ran out (-E N: N)
-//	76     lock lost while the command ran, or the token no longer holds it
+//	76     lock lost, or not extended in time, while the command ran; or the
+//	       token no longer holds it
 //	126    run: the command could not be started
 //	127    run: the command was not found
 //	128+N  run: the command died of signal N (or dlock did, while waiting)

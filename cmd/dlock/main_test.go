@@ -27,6 +27,9 @@ var dlockBin string
 const childMarker = "DLOCK_TEST_CHILD"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == superviseArg {
+		os.Exit(supervise(os.Args[2:])) // under an in-process dlock run
+	}
 	if os.Getenv(childMarker) == "1" {
 		os.Exit(child(os.Args[1:]))
 	}
@@ -62,6 +65,10 @@ func TestMain(m *testing.M) {
 //	hold-ignore READY DUR  the same, ignoring SIGTERM
 //	hold-trap READY DUR OUT  the same; on SIGTERM append "TERM" to OUT and exit 7
 //	cat                    copy stdin to stdout
+//	spawn READY DUR        start "hold READY DUR" in a session of its own
+//	                       (a daemon that left the group) and exit at once
+//	await FILE...          wait until every FILE exists
+//	probe OUT PID...       append "PID alive" or "PID dead" to OUT for each PID
 func child(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, "child: no role")
@@ -98,6 +105,33 @@ func child(args []string) int {
 			appendLine(args[3], "TERM")
 			return 7
 		}
+	case "spawn":
+		cmd := exec.Command(childArgv()[0], "hold", args[1], args[2])
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "child spawn:", err)
+			return 2
+		}
+	case "await":
+		for _, f := range args[1:] {
+			for {
+				if _, err := os.Stat(f); err == nil {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	case "probe":
+		var b strings.Builder
+		for _, p := range args[2:] {
+			pid, _ := strconv.Atoi(p)
+			state := "dead"
+			if alive(pid) {
+				state = "alive"
+			}
+			fmt.Fprintf(&b, "%d %s\n", pid, state)
+		}
+		appendLine(args[1], strings.TrimSuffix(b.String(), "\n"))
 	case "cat":
 		var b bytes.Buffer
 		b.ReadFrom(os.Stdin)
@@ -107,6 +141,17 @@ func child(args []string) int {
 		return 2
 	}
 	return 0
+}
+
+// alive reports whether pid is a process that has not exited (a zombie has).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
 func appendLine(path, line string) {
@@ -159,9 +204,18 @@ type proc struct {
 // startBin starts the binary with env (see binEnv) and args.
 func startBin(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(dlockBin, args...), done: make(chan struct{})}
+	return startExe(t, dlockBin, env, args...)
+}
+
+// startExe starts the binary bin (a build of dlock) with env and args.
+func startExe(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	// A process that outlived dlock and holds its output open must not
+	// hide dlock's own exit.
+	p.cmd.WaitDelay = 5 * time.Second
 	p.start = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

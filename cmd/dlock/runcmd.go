@@ -37,7 +37,7 @@ func (a *app) runCmd() *cobra.Command {
 		Short: "Run a command while holding a lock",
 		Long: `Run takes the lock on KEY, runs COMMAND while holding it, and releases it when
 COMMAND exits. Two dlock run on the same KEY, on any machines that share the
-backend, never run their commands at the same time.
+backend, never run their commands at the same time (but see the limits below).
 
 With --wait 0 (the default, or -n) run tries once and exits 75 if the lock is busy
 (-E N: exits N instead; -q: says nothing about it on stderr); with a duration it
@@ -53,21 +53,39 @@ command's stdin, stdout and stderr are dlock's. It runs in its own process group
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
 forwarded to that group.
 
-While the command runs, dlock extends the lock before half of --ttl has passed.
-If the lock is lost (an extension is refused, or the backend stays unreachable
-until the validity runs out), dlock says why on stderr, sends SIGTERM to the
-command's process group, SIGKILL after --grace (or as soon as the command has
-exited, to whatever it left behind in its group), and exits 76. Otherwise it
-releases the lock and exits with the command's status: its exit code, or 128+N
-if it died of signal N.
+Nothing the command starts outlives the lock. dlock runs it under a small
+supervising process (dlock's own binary, "dlock run-supervisor" in ps), which
+on Linux is the subreaper of everything the command starts: a daemon that
+calls setsid, or a process whose parent exited, stays within its reach. When
+the command exits, whatever it left running is killed (SIGKILL) before the
+lock is released. When dlock itself dies (SIGKILL, the OOM killer, a crash),
+the supervisor kills the command and everything it started at once; the lock
+then expires with its TTL (on PostgreSQL it ends with dlock's session, at
+once, so the next holder may start in the milliseconds the kill takes). Out
+of reach: processes started for the command outside its tree (systemd-run,
+at, ssh, a container runtime) and, should the supervisor itself be killed,
+what the command started outside its process group. On other systems than
+Linux only the command's process group is killed.
+
+While the command runs, dlock extends the lock each time a third of --ttl has
+passed. When an extension is refused (the lock is gone), dlock sends SIGTERM
+to the command's process group at once; while the backend does not answer it
+keeps trying, and sends SIGTERM when only --grace of the validity is left
+(--grace is at most a third of --ttl). SIGKILL, to the command and everything
+it started, follows --grace later but never after the validity's end, before
+another holder can take the lock; dlock says why on stderr and exits 76.
+Otherwise it releases the lock and exits with the command's status: its exit
+code, or 128+N if it died of signal N.
+
+What remains: dlock can act only while it runs. If dlock is paused (SIGSTOP,
+a frozen VM or machine) past the lock's validity, the command runs on beside
+the next holder until dlock resumes. A command whose overlap would corrupt
+data must pass DLOCK_FENCE to the resource it writes.
 
 While it runs, dlock publishes who holds the lock for dlock inspect: on Redis
 (host, pid, since) in a key of its own that expires with the lock, on etcd as
 the lock key's value, on PostgreSQL the lock's name in its session's
 application_name, beside the session's pid (--no-holder turns this off).
-
-If dlock itself is killed with SIGKILL, the command gets SIGKILL too (on
-Linux): its lock would expire while it ran.
 
 ` + exitCodesHelp,
 		Example: `  # nightly billing runs on one replica at a time; the others exit 75 at once
@@ -112,7 +130,9 @@ Linux): its lock would expire while it ran.
 				return err
 			}
 			defer be.close()
-			r := &runner{a: a, be: be, key: key, argv: argv, ttl: ttl, wait: wait, grace: grace}
+			// The grace must leave room to extend the lock before it
+			// starts (see run).
+			r := &runner{a: a, be: be, key: key, argv: argv, ttl: ttl, wait: wait, grace: min(grace, ttl/3)}
 			return lf.busy(r.run(cmd.Context()))
 		},
 	}
@@ -123,7 +143,7 @@ Linux): its lock would expire while it ran.
 	lf.addTTL(cmd, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
 	lf.addWait(cmd)
 	f.StringVarP(&shellCmd, "command", "c", "", "run this shell command with /bin/sh -c, instead of -- COMMAND [ARG]...")
-	f.DurationVar(&grace, "grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command")
+	f.DurationVar(&grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL to the command when the lock is lost or\ncannot be extended; at most a third of --ttl, and never past the validity")
 	f.BoolVar(&noHolder, "no-holder", false, "do not publish holder info (host, pid, since; PostgreSQL: the lock's name) for dlock inspect")
 	return cmd
 }
@@ -191,7 +211,7 @@ type runner struct {
 
 	mu         sync.Mutex
 	entered    bool      // the lock was granted and the command is being started
-	group      int       // the command's process group while it runs
+	sup        int       // the command's supervisor while it runs
 	waitSig    os.Signal // the signal that ended the wait, if one did
 	cancelWait context.CancelCauseFunc
 
@@ -228,7 +248,10 @@ func (r *runner) run(ctx context.Context) error {
 	defer func() { close(stop); <-done }()
 
 	rec := &recorder{Locker: r.be.locker}
-	var opts []dlock.Option
+	// Extend when a third of the TTL has passed, so that a backend that
+	// does not answer has another third (at least; the grace is at most a
+	// third) to come back before the command is terminated.
+	opts := []dlock.Option{dlock.WithExtendThreshold(r.ttl - r.ttl/3)}
 	if r.wait == 0 {
 		opts = append(opts, dlock.WithRetryCount(0))
 	} else {
@@ -247,14 +270,14 @@ func (r *runner) run(ctx context.Context) error {
 	return r.outcome(err, rec)
 }
 
-// signal forwards sig to the command's group, or ends the wait for the lock
-// if the command has not started.
+// signal forwards sig to the command (through its supervisor), or ends the
+// wait for the lock if the command has not started.
 func (r *runner) signal(sig os.Signal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case r.group != 0:
-		_ = syscall.Kill(-r.group, sig.(syscall.Signal))
+	case r.sup != 0:
+		_ = syscall.Kill(r.sup, sig.(syscall.Signal))
 	case !r.entered && r.waitSig == nil:
 		r.waitSig = sig
 		r.cancelWait(fmt.Errorf("interrupted by %v", sig))
@@ -262,8 +285,10 @@ func (r *runner) signal(sig os.Signal) {
 }
 
 // hold is the function dlock.Do runs while the lock is held: it runs the
-// command and waits for it, or terminates it when ctx ends (lost lock).
+// command under its supervisor and waits for it, or terminates it when the
+// lock is lost or about to be.
 func (r *runner) hold(ctx context.Context) error {
+	lock := dlock.LockFromContext(ctx)
 	r.mu.Lock()
 	if ctx.Err() != nil {
 		// The wait ended (timeout or signal) just as the lock was granted.
@@ -272,67 +297,123 @@ func (r *runner) hold(ctx context.Context) error {
 		return nil
 	}
 	r.entered = true
-	lock := dlock.LockFromContext(ctx)
-
-	cmd := exec.Command(r.argv[0], r.argv[1:]...)
-	cmd.Env = childEnv(r.a.env, lock)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.a.stdin, r.a.stdout, r.a.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	dieWithParent(cmd.SysProcAttr)
 	tty := foregroundTTY(r.a.stdin)
-	if tty >= 0 {
-		// Interactive: the command's group takes the terminal, so it can
-		// read it and gets Ctrl-C directly.
-		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, tty
-	}
-	// Only matters when stdio are not files (tests): a grandchild holding
-	// a pipe open must not keep dlock waiting.
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
+	sup, control, err := r.start(lock, tty)
+	if err != nil {
 		r.startErr = err
 		r.mu.Unlock()
 		return nil
 	}
-	group := cmd.Process.Pid
-	r.group = group
+	r.sup = sup.Process.Pid
 	r.mu.Unlock()
 
 	exited := make(chan struct{})
 	go func() {
-		_ = cmd.Wait() // the status is in cmd.ProcessState
+		_ = sup.Wait() // the command's status is the supervisor's
 		r.mu.Lock()
-		r.group = 0 // reaped: the pid may be reused
+		r.sup = 0 // reaped: the pid may be reused
 		r.mu.Unlock()
 		close(exited)
 	}()
-
-	select {
-	case <-exited:
-	case <-ctx.Done():
-		cause := context.Cause(ctx)
-		if errors.Is(cause, dlock.ErrLockLost) {
-			r.lostCause = cause
-			r.a.errorf("dlock run: lock %q lost: %v; sending SIGTERM to the command, SIGKILL after --grace %v", r.key, cause, r.grace)
-		}
-		r.terminate(group, exited)
-	}
+	r.watch(ctx, lock, exited, control)
 	restoreForeground(tty)
-	r.state = cmd.ProcessState
+	r.state = sup.ProcessState
 	return nil
 }
 
-// terminate sends SIGTERM to the command's group and SIGKILL after the grace
-// period, or as soon as the command exited (to what it left in its group).
-func (r *runner) terminate(group int, exited <-chan struct{}) {
-	_ = syscall.Kill(-group, syscall.SIGTERM)
-	t := time.NewTimer(r.grace)
+// start starts the command under its supervisor, dlock's own binary (see
+// supervise), and returns the supervisor and the write end of its control
+// pipe: closing it, or dlock's death, kills every process of the command.
+func (r *runner) start(lock *dlock.Lock, tty int) (*exec.Cmd, *os.File, error) {
+	path, err := exec.LookPath(r.argv[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	self, err := selfExe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("dlock's own binary: %w", err)
+	}
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rd.Close()
+	mode := "-"
+	if tty >= 0 {
+		// Interactive: the command's group takes the terminal, so it can
+		// read it and gets Ctrl-C directly.
+		mode = "tty"
+	}
+	sup := exec.Command(self, append([]string{superviseArg, mode, path}, r.argv...)...)
+	sup.Args[0] = "dlock" // for ps, instead of /proc/self/exe
+	sup.Env = childEnv(r.a.env, lock)
+	sup.Stdin, sup.Stdout, sup.Stderr = r.a.stdin, r.a.stdout, r.a.stderr
+	sup.ExtraFiles = []*os.File{rd} // controlFD
+	// A group of its own: signals sent to dlock's group reach the command
+	// once, through dlock.
+	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Only matters when stdio are not files (tests): a process holding a
+	// pipe open must not keep dlock waiting.
+	sup.WaitDelay = time.Second
+	if err := sup.Start(); err != nil {
+		wr.Close()
+		return nil, nil, err
+	}
+	return sup, wr, nil
+}
+
+// watch waits for the command to exit. When the lock is lost it terminates
+// the command at once; when no extension succeeded by the time only --grace
+// of the validity is left, it terminates it then. Either way SIGKILL comes
+// no later than the end of the validity.
+func (r *runner) watch(ctx context.Context, lock *dlock.Lock, exited <-chan struct{}, control *os.File) {
+	defer control.Close() // after the command exited: nothing is left to kill
+	check := time.NewTimer(time.Until(lock.ValidUntil()) - r.grace)
+	defer check.Stop()
+	for {
+		select {
+		case <-exited:
+			return
+		case <-check.C:
+			left := time.Until(lock.ValidUntil())
+			if left > r.grace { // extended meanwhile
+				check.Reset(left - r.grace)
+				continue
+			}
+			r.lostCause = fmt.Errorf("not extended with %v of its validity left", max(left, 0).Round(time.Millisecond))
+			r.a.errorf("dlock run: lock %q could not be extended, and only %v of its validity is left: sending SIGTERM to the command, SIGKILL at its end",
+				r.key, max(left, 0).Round(time.Millisecond))
+		case <-ctx.Done():
+			if cause := context.Cause(ctx); errors.Is(cause, dlock.ErrLockLost) {
+				r.lostCause = cause
+				r.a.errorf("dlock run: lock %q lost: %v; sending SIGTERM to the command, SIGKILL in %v",
+					r.key, cause, r.killDelay(lock).Round(time.Millisecond))
+			}
+		}
+		r.terminate(lock, exited, control)
+		return
+	}
+}
+
+// killDelay is the time between SIGTERM and SIGKILL: --grace, but no more
+// than what is left of the lock's validity.
+func (r *runner) killDelay(lock *dlock.Lock) time.Duration {
+	return max(min(r.grace, time.Until(lock.ValidUntil())), 0)
+}
+
+// terminate sends SIGTERM to the command, and SIGKILL to it and everything
+// it started (closing the control pipe) after killDelay, unless it exited
+// first; the supervisor kills what the command left running either way.
+func (r *runner) terminate(lock *dlock.Lock, exited <-chan struct{}, control *os.File) {
+	delay := r.killDelay(lock)
+	r.signal(syscall.SIGTERM)
+	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
 	case <-exited:
-		_ = syscall.Kill(-group, syscall.SIGKILL)
 	case <-t.C:
-		r.a.errorf("dlock run: the command did not exit within --grace %v of SIGTERM; sending SIGKILL", r.grace)
-		_ = syscall.Kill(-group, syscall.SIGKILL)
+		r.a.errorf("dlock run: the command did not exit within %v of SIGTERM; sending SIGKILL", delay.Round(time.Millisecond))
+		control.Close()
 		<-exited
 	}
 }
@@ -375,8 +456,8 @@ func (r *runner) outcome(err error, rec *recorder) error {
 
 // exitStatus reports a finished process's status as a shell does.
 func exitStatus(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return exitSignalBase + int(ws.Signal())
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		return shellStatus(ws)
 	}
 	return ps.ExitCode()
 }
