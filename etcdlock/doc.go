@@ -67,9 +67,11 @@
 //     past the validity its own handle knows (extend through the handle,
 //     or release it and let the other process take the lock).
 //   - When the lease is lost (it expired, a keep-alive found it gone, or
-//     another client revoked it), every lock on it is lost: each one's next
-//     Extend is refused with dlock.ErrNotHeld, so Do ends fn's context with
-//     dlock.ErrLockLost, and the Locker takes later locks on a new lease.
+//     another client revoked it), every lock on it is lost, and each handle
+//     says so as soon as the Locker learns it (at the first renewal that
+//     finds the lease gone, whichever lock or wait sent it): Held reports
+//     false, Extend fails with dlock.ErrLockLost, and Do ends fn's context.
+//     The Locker takes later locks on a new lease.
 //
 // A wait keeps its lease alive. When no lock uses a lease any more, no one
 // keeps it alive: it lapses at the end of its TTL, and is reused by the
@@ -84,8 +86,10 @@
 // # Errors
 //
 // Every error matches exactly one of dlock's sentinels. A lease that expired
-// or was revoked makes Extend and Release fail with dlock.ErrNotHeld (and
-// dlock.Do cancels fn's context with dlock.ErrLockLost); an unreachable
+// or was revoked makes Extend fail with dlock.ErrLockLost once the Locker
+// knows (dlock.ErrNotHeld when it is the one that finds out) and Release
+// with dlock.ErrNotHeld, and dlock.Do cancels fn's context with
+// dlock.ErrLockLost; an unreachable
 // cluster gives dlock.ErrUnavailable with a *dlock.NodeError naming the
 // endpoints.
 //

@@ -218,11 +218,12 @@ func (l *Locker) granted(ctx context.Context, ttl time.Duration, c *contender) (
 		l.abandon(ctx, c, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", c.name, dlock.ErrNotAcquired, now.Sub(c.start), ttl)
 	}
-	l.mu.Lock()
-	c.slot.rev, c.slot.validUntil = c.rev, validUntil
-	l.mu.Unlock()
 	g := &grant{l: l, slot: c.slot, name: c.name, key: c.key, lease: c.s.id, rev: c.rev}
-	return driver.NewLock(c.name, lockToken(c.s.id, c.rev), uint64(c.rev), validUntil, g), nil
+	lock := driver.NewLock(c.name, lockToken(c.s.id, c.rev), uint64(c.rev), validUntil, g)
+	l.mu.Lock()
+	c.slot.rev, c.slot.validUntil, c.slot.lock = c.rev, validUntil, lock
+	l.mu.Unlock()
+	return lock, nil
 }
 
 // Acquire takes the lock on key, waiting in the queue while it is held: it

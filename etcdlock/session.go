@@ -56,6 +56,7 @@ type slot struct {
 	// lost: sweep found the validity ended unextended and deletes the key
 	// (or retries at the next renewal); Extend refuses from then on.
 	lost bool
+	lock *dlock.Lock // the handle, once granted
 }
 
 // errLeaseGone: the cluster has no such lease (it expired or was revoked).
@@ -182,10 +183,26 @@ func (l *Locker) sweep(ctx context.Context, s *session) {
 }
 
 // lose marks s dead: its lease is gone, and every lock under it with it.
+// Their handles are lost at once.
 func (l *Locker) lose(s *session) {
 	l.mu.Lock()
 	s.dead = true
+	handles := s.handles(nil)
 	l.mu.Unlock()
+	for _, h := range handles {
+		driver.Lost(h, fmt.Errorf("dlock: %w: the lease of %q expired or was revoked", dlock.ErrLockLost, h.Key()))
+	}
+}
+
+// handles appends the handles of s's granted locks to hs. The Locker's mu
+// must be held.
+func (s *session) handles(hs []*dlock.Lock) []*dlock.Lock {
+	for _, sl := range s.names {
+		if sl.lock != nil {
+			hs = append(hs, sl.lock)
+		}
+	}
+	return hs
 }
 
 // free takes sl's reservation off its session: its key is known to be
@@ -209,22 +226,32 @@ func (l *Locker) validUntil(s *session, start time.Time, ttl time.Duration) time
 }
 
 // Close revokes the leases of the Locker's sessions, within 5s: every lock
-// it holds is deleted with them and lost (release them first), and waits
-// in progress fail. The Locker stays usable: later acquisitions grant new
-// leases. Close does not close the client. Without Close, a lease that no
-// lock uses any more lapses at the end of its TTL. It returns the first
-// error of a revocation, matching dlock.ErrUnavailable.
+// it holds is deleted with them, and lost (release them first): by the time
+// Close returns, each handle reports so (Held is false, Extend fails with
+// dlock.ErrLockLost) and Do has ended its function's context, even when a
+// revocation fails. Waits in progress fail. The Locker stays usable: later
+// acquisitions grant new leases. Close does not close the client. Without
+// Close, a lease that no lock uses any more lapses at the end of its TTL.
+// It returns the first error of a revocation, matching
+// dlock.ErrUnavailable.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	var all []*session
+	var handles []*dlock.Lock
 	for secs, pool := range l.sessions {
 		for _, s := range pool {
 			s.dead = true
 			all = append(all, s)
+			handles = s.handles(handles)
 		}
 		delete(l.sessions, secs)
 	}
 	l.mu.Unlock()
+	// The handles first: nobody else can hold the locks before the leases
+	// are revoked.
+	for _, h := range handles {
+		driver.Lost(h, fmt.Errorf("dlock: %w: Close revoked the lease of %q", dlock.ErrLockLost, h.Key()))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var first error
