@@ -83,6 +83,12 @@
 // minimum TTL (1.5 election timeouts) to that minimum; the validity never
 // counts on more than the cluster answered with.
 //
+// A renewal, and the read that checks the key is still the lock's, is sent
+// in attempts bounded to a sixteenth of the lease at first (growing to a
+// quarter after each one that gets no answer), each to the next member the
+// client picks: a member that is frozen or cut off silently costs one
+// attempt, not the lock.
+//
 // # Errors
 //
 // Every error matches exactly one of dlock's sentinels. A lease that expired

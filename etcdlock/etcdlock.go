@@ -491,7 +491,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if err := l.checkTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
-	s := &session{id: g.lease}
+	s := &session{id: g.lease, seconds: leaseSeconds(ttl)}
 	if g.slot != nil {
 		s = g.slot.s
 		l.mu.Lock()
@@ -526,7 +526,11 @@ func (g *grant) extend(ctx context.Context, s *session, ttl time.Duration) (time
 	if err != nil {
 		return time.Time{}, err
 	}
-	resp, err := l.client.Get(ctx, g.key)
+	var resp *clientv3.GetResponse
+	err = attempts(ctx, s.seconds, func(ctx context.Context) (err error) {
+		resp, err = l.client.Get(ctx, g.key)
+		return err
+	})
 	if err != nil {
 		return time.Time{}, l.opErr(ctx, err, false)
 	}

@@ -130,8 +130,13 @@ func (l *Locker) grantSession(ctx context.Context, name string, secs int64) (*sl
 // dead then; other errors are classified as opErr does, for an acquisition
 // if acquiring.
 func (l *Locker) renew(ctx context.Context, s *session, acquiring bool) (time.Duration, error) {
-	start := time.Now()
-	ka, err := l.client.KeepAliveOnce(ctx, s.id)
+	var start time.Time
+	var ka *clientv3.LeaseKeepAliveResponse
+	err := attempts(ctx, s.seconds, func(ctx context.Context) (err error) {
+		start = time.Now()
+		ka, err = l.client.KeepAliveOnce(ctx, s.id)
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			l.lose(s)
@@ -147,6 +152,29 @@ func (l *Locker) renew(ctx context.Context, s *session, acquiring bool) (time.Du
 	l.mu.Unlock()
 	l.sweep(ctx, s)
 	return ttl, nil
+}
+
+// attempts runs op, a request that may be sent again (a renewal, a read),
+// in attempts of a bounded time: a sixteenth of a lease of secs seconds at
+// first (at least 50ms), twice as long after each attempt that ran out, up
+// to a quarter of the lease. The client sends each attempt to the next
+// member in turn, so a member that takes requests and answers none (frozen,
+// or cut off without a reset) costs an attempt, not the lease, and a slow
+// cluster still gets the time it needs. It returns op's first error that is
+// not an attempt running out, or the last one once ctx ends.
+func attempts(ctx context.Context, secs int64, op func(ctx context.Context) error) error {
+	lease := time.Duration(secs) * time.Second
+	bound := max(lease/16, 50*time.Millisecond)
+	for {
+		actx, cancel := context.WithTimeout(ctx, bound)
+		err := op(actx)
+		ranOut := actx.Err() != nil
+		cancel()
+		if err == nil || !ranOut || ctx.Err() != nil {
+			return err
+		}
+		bound = min(2*bound, max(lease/4, 50*time.Millisecond))
+	}
 }
 
 // sweep deletes the keys of s's locks whose handle's validity ended
