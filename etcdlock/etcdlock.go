@@ -399,18 +399,35 @@ var beforeWatch func(read int64)
 
 // abandon deletes the key of a contender that did not become a lock, in
 // the background and within a short bound (it would otherwise block the
-// queue until its lease expired), and then frees its name on its session.
-// The key is ours if it lives by our lease: its name is the lease id, and
-// the session has one key per name.
+// queue), and then frees its name on its session. A deletion that fails
+// is retried at each renewal of the session (see sweep), so the key ends
+// with its lease at the latest, even while other locks keep the lease
+// alive. The key is ours if it lives by our lease: its name is the lease
+// id, and the session has one key per name.
 func (l *Locker) abandon(ctx context.Context, c *contender, ttl time.Duration) {
+	l.mu.Lock()
+	c.slot.doomed = true
+	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(ttl, time.Second))
 	go func() {
 		defer cancel()
-		ours := clientv3.Compare(clientv3.LeaseValue(c.key), "=", c.s.id)
-		if _, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(c.key)).Commit(); err == nil {
-			l.free(c.slot)
-		}
+		l.delete(ctx, c.slot)
 	}()
+}
+
+// delete deletes sl's key if it is still the one sl stands for, and then
+// frees sl: a granted lock's by its create revision, an abandoned
+// contender's by its lease.
+func (l *Locker) delete(ctx context.Context, sl *slot) {
+	l.mu.Lock()
+	ours := clientv3.Compare(clientv3.CreateRevision(sl.key), "=", sl.rev)
+	if sl.doomed {
+		ours = clientv3.Compare(clientv3.LeaseValue(sl.key), "=", sl.s.id)
+	}
+	l.mu.Unlock()
+	if _, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(sl.key)).Commit(); err == nil {
+		l.free(sl)
+	}
 }
 
 // ReleaseToken releases the lock on key if it still holds token (as

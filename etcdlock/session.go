@@ -56,7 +56,10 @@ type slot struct {
 	// lost: sweep found the validity ended unextended and deletes the key
 	// (or retries at the next renewal); Extend refuses from then on.
 	lost bool
-	lock *dlock.Lock // the handle, once granted
+	// doomed: the key stands for no lock (an abandoned wait, a put of
+	// unknown outcome) and must be deleted; sweep retries until it is.
+	doomed bool
+	lock   *dlock.Lock // the handle, once granted
 }
 
 // errLeaseGone: the cluster has no such lease (it expired or was revoked).
@@ -179,8 +182,9 @@ func attempts(ctx context.Context, secs int64, op func(ctx context.Context) erro
 
 // sweep deletes the keys of s's locks whose handle's validity ended
 // without a release or an extension (a forgotten lock), each in a
-// transaction only if its create revision is still the lock's, and then
-// frees their names. Without it, such a key would live as long as the
+// transaction only if its create revision is still the lock's, and the
+// keys of contenders abandoned whose deletion failed (see abandon), and
+// then frees their names. Without it, such a key would live as long as the
 // shared lease, which the session's other locks and waits keep alive:
 // others would wait for it long past its TTL. Every renewal of the lease
 // sweeps it, so a forgotten lock is freed at the first renewal after its
@@ -196,17 +200,16 @@ func (l *Locker) sweep(ctx context.Context, s *session) {
 	now := time.Now()
 	var due []*slot
 	for _, sl := range s.names {
-		if sl.rev != 0 && sl.extending == 0 && (sl.lost || !sl.validUntil.After(now)) {
+		if sl.doomed {
+			due = append(due, sl)
+		} else if sl.rev != 0 && sl.extending == 0 && (sl.lost || !sl.validUntil.After(now)) {
 			sl.lost = true
 			due = append(due, sl)
 		}
 	}
 	l.mu.Unlock()
 	for _, sl := range due {
-		ours := clientv3.Compare(clientv3.CreateRevision(sl.key), "=", sl.rev)
-		if _, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(sl.key)).Commit(); err == nil {
-			l.free(sl)
-		}
+		l.delete(ctx, sl)
 	}
 }
 
