@@ -55,7 +55,14 @@
 //     revision): one transaction. The lease lives on for the session's other
 //     locks.
 //   - Extend renews the lease, and so extends every lock of the session on
-//     it, then checks that the key is still this lock's.
+//     it, then checks that the key is still this lock's. An etcd lease
+//     keeps the TTL it was granted with: an Extend (or ExtendToken) with a
+//     longer TTL grants a lease of that TTL for the lock alone and moves the
+//     key under it, in a transaction that keeps the key's create revision,
+//     so the fence, the token and the lock's place in the queue do not
+//     change (concurrency.Mutex and `etcdctl lock` see the same key). The
+//     lock then lives by that lease: later extensions renew it, and Release
+//     and Close revoke it.
 //   - A lock that is neither extended nor released still ends at its TTL,
 //     as on the other backends: every renewal of the lease deletes the key
 //     of a lock whose validity has ended (if its create revision is still

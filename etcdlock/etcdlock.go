@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -218,8 +217,7 @@ func (l *Locker) granted(ctx context.Context, ttl time.Duration, c *contender) (
 		l.abandon(ctx, c, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", c.name, dlock.ErrNotAcquired, now.Sub(c.start), ttl)
 	}
-	g := &grant{l: l, slot: c.slot, name: c.name, key: c.key, lease: c.s.id, rev: c.rev}
-	lock := driver.NewLock(c.name, lockToken(c.s.id, c.rev), uint64(c.rev), validUntil, g)
+	lock := driver.NewLock(c.name, lockToken(c.s.id, c.rev), uint64(c.rev), validUntil, &grant{l: l, slot: c.slot})
 	l.mu.Lock()
 	c.slot.rev, c.slot.validUntil, c.slot.lock = c.rev, validUntil, lock
 	l.mu.Unlock()
@@ -430,152 +428,6 @@ func (l *Locker) delete(ctx context.Context, sl *slot) {
 	}
 }
 
-// ReleaseToken releases the lock on key if it still holds token (as
-// Lock.Token returns it: the lease id in hex and the key's create
-// revision). It returns an error matching dlock.ErrNotHeld when key does
-// not hold token.
-func (l *Locker) ReleaseToken(ctx context.Context, key, tok string) error {
-	g, err := l.tokenGrant(ctx, key, tok)
-	if err != nil {
-		return err
-	}
-	if err := g.Release(ctx); err != nil {
-		return fmt.Errorf("dlock: release %q: %w", key, err)
-	}
-	return nil
-}
-
-// ExtendToken renews the lease of the lock on key if it still holds token
-// (see ReleaseToken), and so every lock on that lease. It returns an error
-// matching dlock.ErrNotHeld when key does not hold token.
-func (l *Locker) ExtendToken(ctx context.Context, key, tok string, ttl time.Duration) error {
-	g, err := l.tokenGrant(ctx, key, tok)
-	if err != nil {
-		return err
-	}
-	if _, err := g.Extend(ctx, ttl); err != nil {
-		return fmt.Errorf("dlock: extend %q: %w", key, err)
-	}
-	return nil
-}
-
-func (l *Locker) tokenGrant(ctx context.Context, key, tok string) (*grant, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
-	}
-	if err := keys.Check(l.prefix, key); err != nil {
-		return nil, err
-	}
-	if err := driver.CheckToken(key, tok); err != nil {
-		return nil, err
-	}
-	lease, rev, ok := parseToken(tok)
-	if !ok {
-		return nil, driver.Invalidf("token %q: not an etcd lease id in hex, a dash and a revision", tok)
-	}
-	g := &grant{l: l, name: key, key: l.queue(key) + token(lease), lease: lease, rev: rev}
-	// A lock of this Locker's is extended and released through its slot,
-	// as its handle would: sweep must see the extension.
-	l.mu.Lock()
-	for _, pool := range l.sessions {
-		for _, s := range pool {
-			if sl := s.names[key]; s.id == lease && sl != nil && sl.rev == rev {
-				g.slot = sl
-			}
-		}
-	}
-	l.mu.Unlock()
-	return g, nil
-}
-
-// grant is one held lock's connection to the cluster: its key, the
-// key's create revision, and the lease the key lives by (slot is nil for
-// a lock of another Locker, known by its token only).
-type grant struct {
-	l     *Locker
-	slot  *slot
-	name  string
-	key   string
-	lease clientv3.LeaseID
-	rev   int64
-}
-
-// Extend renews the lease once (and with it every lock on it) and checks
-// that the key is still this lock's. The lease's TTL was fixed when it was
-// granted, so the new validity is the shorter of ttl and that TTL.
-func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	l := g.l
-	if err := l.checkTTL(ttl); err != nil {
-		return time.Time{}, err
-	}
-	s := &session{id: g.lease, seconds: leaseSeconds(ttl)}
-	if g.slot != nil {
-		s = g.slot.s
-		l.mu.Lock()
-		dead, lost := s.dead, g.slot.lost
-		if !dead && !lost {
-			g.slot.extending++ // sweep leaves it alone until we are done
-		}
-		l.mu.Unlock()
-		switch {
-		case dead:
-			return time.Time{}, fmt.Errorf("%w (the session's lease expired or was revoked)", dlock.ErrNotHeld)
-		case lost:
-			return time.Time{}, fmt.Errorf("%w (its validity ended unextended: the key was deleted)", dlock.ErrNotHeld)
-		}
-	}
-	until, err := g.extend(ctx, s, ttl)
-	if g.slot != nil {
-		l.mu.Lock()
-		g.slot.extending--
-		if err == nil && until.After(g.slot.validUntil) {
-			g.slot.validUntil = until
-		}
-		l.mu.Unlock()
-	}
-	return until, err
-}
-
-func (g *grant) extend(ctx context.Context, s *session, ttl time.Duration) (time.Time, error) {
-	l := g.l
-	start := time.Now()
-	leaseTTL, err := l.renew(ctx, s, false)
-	if err != nil {
-		return time.Time{}, err
-	}
-	var resp *clientv3.GetResponse
-	err = attempts(ctx, s.seconds, func(ctx context.Context) (err error) {
-		resp, err = l.client.Get(ctx, g.key)
-		return err
-	})
-	if err != nil {
-		return time.Time{}, l.opErr(ctx, err, false)
-	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != g.rev {
-		return time.Time{}, fmt.Errorf("%w (the key was deleted)", dlock.ErrNotHeld)
-	}
-	return driver.ValidUntil(start, min(ttl, leaseTTL), l.driftFactor), nil
-}
-
-// Release deletes the key if it is still this lock's (its create revision
-// is the lock's): one transaction, one Raft commit. The session's lease
-// lives on for its other locks and the next ones.
-func (g *grant) Release(ctx context.Context) error {
-	l := g.l
-	ours := clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.rev)
-	resp, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(g.key)).Commit()
-	if err != nil {
-		return l.opErr(ctx, err, false) // outcome unknown: the name stays reserved
-	}
-	if g.slot != nil {
-		l.free(g.slot)
-	}
-	if !resp.Succeeded {
-		return fmt.Errorf("%w (the lease expired or another owner holds the key)", dlock.ErrNotHeld)
-	}
-	return nil
-}
-
 func (l *Locker) check(ctx context.Context, key string, ttl time.Duration) error {
 	if ctx == nil {
 		return driver.Invalidf("nil context")
@@ -622,31 +474,4 @@ func (h hide) As(target any) bool { return errors.As(h.err, target) }
 // The lock's validity is still computed from ttl, so the lease outlives it.
 func leaseSeconds(ttl time.Duration) int64 {
 	return int64((ttl + time.Second - 1) / time.Second)
-}
-
-// token is how a lease id is written in a key: lower case hex, as
-// concurrency.Mutex writes it.
-func token(id clientv3.LeaseID) string { return strconv.FormatInt(int64(id), 16) }
-
-// lockToken is a lock's token: its lease in hex, a dash and its key's
-// create revision, so that locks sharing a lease have tokens of their own.
-func lockToken(id clientv3.LeaseID, rev int64) string {
-	return token(id) + "-" + strconv.FormatInt(rev, 10)
-}
-
-// parseToken is lockToken's inverse.
-func parseToken(tok string) (clientv3.LeaseID, int64, bool) {
-	lh, rh, ok := strings.Cut(tok, "-")
-	if !ok {
-		return 0, 0, false
-	}
-	id, err := strconv.ParseUint(lh, 16, 63)
-	if err != nil || id == 0 || token(clientv3.LeaseID(id)) != lh {
-		return 0, 0, false
-	}
-	rev, err := strconv.ParseInt(rh, 10, 64)
-	if err != nil || rev <= 0 || strconv.FormatInt(rev, 10) != rh {
-		return 0, 0, false
-	}
-	return clientv3.LeaseID(id), rev, true
 }

@@ -47,7 +47,8 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		return nil, fmt.Errorf("dlock: inspect: %w", l.opErr(ctx, err, false))
 	}
 	type queue struct {
-		owner   clientv3.LeaseID
+		named   clientv3.LeaseID // the lease whose id names the holder's key
+		owner   clientv3.LeaseID // the lease it lives by (another once extended beyond it)
 		fence   int64
 		value   []byte // the holder key's
 		waiting int
@@ -56,8 +57,12 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	for _, kv := range resp.Kvs {
 		rest := strings.TrimPrefix(string(kv.Key), l.prefix)
 		i := strings.LastIndex(rest, "/") // names may hold slashes; the lease is last
-		if i < 0 || kv.Lease == 0 || rest[i+1:] != token(clientv3.LeaseID(kv.Lease)) {
+		if i < 0 || kv.Lease == 0 {
 			continue // not a lock key
+		}
+		named, ok := parseLease(rest[i+1:])
+		if !ok {
+			continue
 		}
 		name := rest[:i]
 		if m, _ := path.Match(pattern, name); !m {
@@ -72,7 +77,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 			if q.fence != 0 {
 				q.waiting++
 			}
-			q.owner, q.fence, q.value = clientv3.LeaseID(kv.Lease), kv.CreateRevision, kv.Value
+			q.named, q.owner, q.fence, q.value = named, clientv3.LeaseID(kv.Lease), kv.CreateRevision, kv.Value
 		} else {
 			q.waiting++
 		}
@@ -88,7 +93,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	infos := make([]dlock.LockInfo, 0, len(names))
 	for _, name := range names {
 		q := queues[name]
-		info := dlock.LockInfo{Key: name, Node: l.node, Fence: uint64(q.fence), Token: lockToken(q.owner, q.fence),
+		info := dlock.LockInfo{Key: name, Node: l.node, Fence: uint64(q.fence), Token: lockToken(q.named, q.fence),
 			Waiting: q.waiting, Majority: true}
 		holderOf(&info, q.value)
 		if ttl, err := l.client.TimeToLive(ctx, q.owner); err == nil && ttl.TTL > 0 {

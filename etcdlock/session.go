@@ -44,9 +44,12 @@ type session struct {
 // until its key is known to be gone. Its fields are guarded by the
 // Locker's mu.
 type slot struct {
-	s    *session
+	s    *session // whose lease id names the key
 	name string
 	key  string
+	// on is the session whose lease the key lives by: s, or a lease of the
+	// lock's own once an extension beyond s's TTL moved the key under it.
+	on *session
 	// rev is the key's create revision once the lock is granted (0 while
 	// it waits), and validUntil its handle's validity, as granted or last
 	// extended.
@@ -92,7 +95,7 @@ func (l *Locker) take(ctx context.Context, name string, ttl time.Duration) (*slo
 			l.mu.Unlock()
 			return l.grantSession(ctx, name, secs)
 		}
-		sl := &slot{s: s, name: name, key: l.queue(name) + token(s.id)}
+		sl := &slot{s: s, on: s, name: name, key: l.queue(name) + token(s.id)}
 		s.names[name] = sl
 		renew := s.aliveUntil.Sub(now) < ttl/2
 		l.mu.Unlock()
@@ -119,7 +122,7 @@ func (l *Locker) grantSession(ctx context.Context, name string, secs int64) (*sl
 		return nil, l.opErr(ctx, err, true)
 	}
 	s := &session{id: resp.ID, seconds: secs, aliveUntil: start.Add(time.Duration(resp.TTL) * time.Second)}
-	sl := &slot{s: s, name: name, key: l.queue(name) + token(s.id)}
+	sl := &slot{s: s, on: s, name: name, key: l.queue(name) + token(s.id)}
 	s.names = map[string]*slot{name: sl}
 	l.mu.Lock()
 	l.sessions[secs] = append(l.sessions[secs], s)
@@ -213,27 +216,35 @@ func (l *Locker) sweep(ctx context.Context, s *session) {
 	}
 }
 
-// lose marks s dead: its lease is gone, and every lock under it with it.
-// Their handles are lost at once.
+// lose marks s dead: its lease is gone, and every lock that lives by it
+// with it. Their handles are lost at once.
 func (l *Locker) lose(s *session) {
 	l.mu.Lock()
 	s.dead = true
-	handles := s.handles(nil)
+	var handles []*dlock.Lock
+	for _, sl := range l.slots() {
+		if sl.on == s && sl.lock != nil {
+			handles = append(handles, sl.lock)
+		}
+	}
 	l.mu.Unlock()
 	for _, h := range handles {
 		driver.Lost(h, fmt.Errorf("dlock: %w: the lease of %q expired or was revoked", dlock.ErrLockLost, h.Key()))
 	}
 }
 
-// handles appends the handles of s's granted locks to hs. The Locker's mu
-// must be held.
-func (s *session) handles(hs []*dlock.Lock) []*dlock.Lock {
-	for _, sl := range s.names {
-		if sl.lock != nil {
-			hs = append(hs, sl.lock)
+// slots returns every slot of the Locker's sessions. The Locker's mu must
+// be held.
+func (l *Locker) slots() []*slot {
+	var all []*slot
+	for _, pool := range l.sessions {
+		for _, s := range pool {
+			for _, sl := range s.names {
+				all = append(all, sl)
+			}
 		}
 	}
-	return hs
+	return all
 }
 
 // free takes sl's reservation off its session: its key is known to be
@@ -269,13 +280,20 @@ func (l *Locker) Close() error {
 	l.mu.Lock()
 	var all []*session
 	var handles []*dlock.Lock
-	for secs, pool := range l.sessions {
-		for _, s := range pool {
-			s.dead = true
-			all = append(all, s)
-			handles = s.handles(handles)
+	for _, sl := range l.slots() {
+		if sl.on != sl.s {
+			all = append(all, sl.on) // a lease of the lock's own
 		}
+		if sl.lock != nil {
+			handles = append(handles, sl.lock)
+		}
+	}
+	for secs, pool := range l.sessions {
+		all = append(all, pool...)
 		delete(l.sessions, secs)
+	}
+	for _, s := range all {
+		s.dead = true
 	}
 	l.mu.Unlock()
 	// The handles first: nobody else can hold the locks before the leases
