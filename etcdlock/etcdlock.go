@@ -320,6 +320,11 @@ func (w *waiter) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		// so the holder gets its validity.
 		if _, err := l.renew(ctx, c.s, true); err != nil {
 			l.abandon(ctx, c, ttl)
+			if errors.Is(err, errLeaseGone) {
+				// It never held the lock: not ErrNotHeld, but a wait to
+				// begin again on a new lease.
+				err = fmt.Errorf("%w (the wait's lease expired: it queues again)", dlock.ErrNotAcquired)
+			}
 			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 		}
 	}
