@@ -89,10 +89,15 @@ func (l *Locker) queue(key string) string { return l.prefix + key + "/" }
 // contender is first it has written nothing, and returns an error matching
 // dlock.ErrNotAcquired. It returns dlock.ErrUnavailable when the cluster
 // could not be reached (a *dlock.NodeError in the chain) and
-// dlock.ErrInvalid for bad arguments.
+// dlock.ErrInvalid for bad arguments. While the Locker itself has a key in
+// key's queue (a lock it holds or waits for, an attempt in flight), it
+// answers ErrNotAcquired at once, without a request: it could not be first.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	if err := l.check(ctx, key, ttl); err != nil {
 		return nil, err
+	}
+	if l.queued(key) {
+		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker holds it, waits for it or is taking it)", key, dlock.ErrNotAcquired)
 	}
 	for retried := false; ; retried = true {
 		sl, err := l.take(ctx, key, ttl)

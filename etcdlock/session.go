@@ -114,6 +114,23 @@ func (l *Locker) take(ctx context.Context, name string, ttl time.Duration) (*slo
 	}
 }
 
+// queued reports whether one of the Locker's live sessions has a key of
+// name's queue, or is putting one there. A session that lapsed does not
+// count: its key may be gone.
+func (l *Locker) queued(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	for _, pool := range l.sessions {
+		for _, s := range pool {
+			if s.names[name] != nil && !s.dead && s.aliveUntil.After(now) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // grantSession grants a new lease of secs seconds with name reserved on it.
 func (l *Locker) grantSession(ctx context.Context, name string, secs int64) (*slot, error) {
 	start := time.Now()
