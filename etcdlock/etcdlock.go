@@ -33,6 +33,7 @@ type Locker struct {
 
 	mu       sync.Mutex
 	sessions map[int64][]*session // by lease TTL in seconds
+	waits    map[string]*wait     // by lock name: waits of dlock.Acquire in progress
 }
 
 var (
@@ -46,7 +47,7 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 		return nil, driver.Invalidf("nil etcd client")
 	}
 	l := &Locker{client: client, node: strings.Join(client.Endpoints(), ","),
-		driftFactor: driver.DefaultDriftFactor, logger: slog.Default(), sessions: map[int64][]*session{}}
+		driftFactor: driver.DefaultDriftFactor, logger: slog.Default(), sessions: map[int64][]*session{}, waits: map[string]*wait{}}
 	for _, o := range opts {
 		if o == nil {
 			return nil, driver.Invalidf("nil option")
@@ -62,12 +63,6 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 // Observer implements driver.Observable: the Locker's logger and its
 // observers (WithLogger, WithObserver), or nil.
 func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
-
-// Describe implements driver.Describer for waits through Acquire and Do.
-func (w *waiter) Describe() (backend string, nodes int) { return "etcd", 0 }
-
-// Observer implements driver.Observable for waits through Acquire and Do.
-func (w *waiter) Observer() func(ctx context.Context, e dlock.Event) { return w.l.observe }
 
 // Observer implements driver.Observable for the lock's own events.
 func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
@@ -92,20 +87,41 @@ func (l *Locker) queue(key string) string { return l.prefix + key + "/" }
 // dlock.ErrInvalid for bad arguments. While the Locker itself has a key in
 // key's queue (a lock it holds or waits for, an attempt in flight), it
 // answers ErrNotAcquired at once, without a request: it could not be first.
+// While dlock.Acquire or dlock.Do waits for key with this Locker, its
+// attempts wait in the queue instead (see NotifyRelease).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	if err := l.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
+	if lock, waiting, err := l.fromQueue(ctx, key, ttl); waiting {
+		return lock, err
+	}
 	if l.queued(key) {
 		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker holds it, waits for it or is taking it)", key, dlock.ErrNotAcquired)
 	}
+	c, err := l.put(ctx, key, ttl, l.tryPut)
+	if err != nil {
+		return nil, err
+	}
+	if c.ahead != nil {
+		l.free(c.slot) // nothing was written
+		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
+	}
+	return l.granted(ctx, ttl, c)
+}
+
+// put takes a slot for key and runs op (tryPut or enqueue) to put its key
+// in key's queue, once more on a new lease when the cluster no longer has
+// the session's. On another error the put's outcome is unknown, and the
+// key is abandoned.
+func (l *Locker) put(ctx context.Context, key string, ttl time.Duration, op func(context.Context, *contender) error) (*contender, error) {
 	for retried := false; ; retried = true {
 		sl, err := l.take(ctx, key, ttl)
 		if err != nil {
 			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 		}
-		c := contender{slot: sl, s: sl.s, name: key, key: sl.key}
-		err = l.tryPut(ctx, &c)
+		c := &contender{slot: sl, s: sl.s, name: key, key: sl.key}
+		err = op(ctx, c)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
 			// Revoked by someone else while we thought it alive: once
 			// more, on a new lease.
@@ -114,14 +130,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 			continue
 		}
 		if err != nil {
-			l.abandon(ctx, &c, ttl) // the put's outcome is unknown
+			l.abandon(ctx, c)
 			return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
 		}
-		if c.ahead != nil {
-			l.free(sl) // nothing was written
-			return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
-		}
-		return l.granted(ctx, ttl, &c)
+		return c, nil
 	}
 }
 
@@ -198,11 +210,17 @@ func (l *Locker) enqueue(ctx context.Context, c *contender) error {
 
 // findAhead reads the key just ahead of c in the queue (the newest one
 // created before it), as concurrency.Mutex's waitDeletes does, and in the
-// same read whether c's own key is still there (c.gone).
+// same read whether c's own key is still there (c.gone), in bounded
+// attempts (see attempts).
 func (l *Locker) findAhead(ctx context.Context, c *contender) error {
 	opts := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(c.rev - 1)}, clientv3.WithLastCreate()...)
-	start := time.Now()
-	resp, err := l.client.Txn(ctx).Then(clientv3.OpGet(l.queue(c.name), opts...), clientv3.OpGet(c.key)).Commit()
+	var start time.Time
+	var resp *clientv3.TxnResponse
+	err := attempts(ctx, c.s.seconds, func(ctx context.Context) (err error) {
+		start = time.Now()
+		resp, err = l.client.Txn(ctx).Then(clientv3.OpGet(l.queue(c.name), opts...), clientv3.OpGet(c.key)).Commit()
+		return err
+	})
 	if err != nil {
 		return l.opErr(ctx, err, true)
 	}
@@ -219,7 +237,7 @@ func (l *Locker) findAhead(ctx context.Context, c *contender) error {
 func (l *Locker) granted(ctx context.Context, ttl time.Duration, c *contender) (*dlock.Lock, error) {
 	validUntil := l.validUntil(c.s, c.start, ttl)
 	if now := time.Now(); !validUntil.After(now) {
-		l.abandon(ctx, c, ttl)
+		l.abandon(ctx, c)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", c.name, dlock.ErrNotAcquired, now.Sub(c.start), ttl)
 	}
 	lock := driver.NewLock(c.name, lockToken(c.s.id, c.rev), uint64(c.rev), validUntil, &grant{l: l, slot: c.slot})
@@ -229,181 +247,17 @@ func (l *Locker) granted(ctx context.Context, ttl time.Duration, c *contender) (
 	return lock, nil
 }
 
-// Acquire takes the lock on key, waiting in the queue while it is held: it
-// puts its key at the end of key's queue once and watches the deletion of
-// the key just ahead, so waiters are served in arrival order and a crashed
-// holder's lease expiry wakes the next one, without polling. It returns
-// errors as dlock.Acquire does; the retry options are accepted for
-// compatibility (WithRetryCount(0) makes it TryAcquire) but waits do not
-// poll. While waiting it keeps its lease alive; an outage of the cluster
-// during the wait restarts the wait at the end of the queue.
+// Acquire is dlock.Acquire with this Locker: it waits in key's queue (see
+// NotifyRelease).
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	// dlock.Acquire validates the options and does the retries through
-	// outages; this Locker's TryAcquire path is replaced by queueing, see
-	// waiter.
-	return dlock.Acquire(ctx, &waiter{l: l}, key, ttl, opts...)
+	return dlock.Acquire(ctx, l, key, ttl, opts...)
 }
 
-// Do runs fn under the lock on key with auto-extension (see dlock.Do). It
-// waits in the queue as Acquire does.
+// Do is dlock.Do with this Locker: it waits in key's queue (see
+// NotifyRelease).
 func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	return dlock.Do(ctx, &waiter{l: l}, key, ttl, fn, opts...)
+	return dlock.Do(ctx, l, key, ttl, fn, opts...)
 }
-
-// waiter is a Locker whose TryAcquire waits in key's queue until it is
-// first, or until ctx ends.
-type waiter struct{ l *Locker }
-
-func (w *waiter) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	l := w.l
-	if err := l.check(ctx, key, ttl); err != nil {
-		return nil, err
-	}
-	var c *contender
-	for retried := false; ; retried = true {
-		sl, err := l.take(ctx, key, ttl)
-		if err != nil {
-			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
-		}
-		c = &contender{slot: sl, s: sl.s, name: key, key: sl.key}
-		err = l.enqueue(ctx, c)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
-			l.lose(sl.s)
-			l.free(sl)
-			continue
-		}
-		if err != nil {
-			l.abandon(ctx, c, ttl)
-			return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
-		}
-		break
-	}
-	if c.ahead == nil {
-		return l.granted(ctx, ttl, c)
-	}
-	// Keep the lease alive while waiting; the holder's Extend takes over.
-	waitCtx, stopWait := context.WithCancel(ctx)
-	defer stopWait()
-	keep := make(chan struct{})
-	go func() {
-		defer close(keep)
-		t := time.NewTicker(max(time.Duration(c.s.seconds)*time.Second/3, 100*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-waitCtx.Done():
-				return
-			case <-t.C:
-				if _, err := l.renew(waitCtx, c.s, true); errors.Is(err, errLeaseGone) {
-					stopWait()
-					return
-				}
-			}
-		}
-	}()
-	err := l.findAhead(waitCtx, c)
-	for err == nil && c.ahead != nil && !c.gone {
-		err = l.waitDelete(waitCtx, c)
-	}
-	stopWait()
-	<-keep
-	if err != nil || c.gone {
-		l.abandon(ctx, c, ttl)
-		switch {
-		case c.gone && err == nil:
-			// Being first counts only if our key is still there: it may
-			// have been deleted during the wait by someone other than its
-			// lease.
-			err = fmt.Errorf("%w (its queue key was deleted during the wait)", dlock.ErrNotAcquired)
-		case ctx.Err() == nil && waitCtx.Err() != nil:
-			err = fmt.Errorf("%w (the wait's lease expired)", dlock.ErrNotAcquired)
-		}
-		return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
-	}
-	if l.validUntil(c.s, time.Now(), ttl).Before(time.Now().Add(ttl / 2)) {
-		// Less than half the TTL known to be left of the lease: renew it
-		// so the holder gets its validity.
-		if _, err := l.renew(ctx, c.s, true); err != nil {
-			l.abandon(ctx, c, ttl)
-			if errors.Is(err, errLeaseGone) {
-				// It never held the lock: not ErrNotHeld, but a wait to
-				// begin again on a new lease.
-				err = fmt.Errorf("%w (the wait's lease expired: it queues again)", dlock.ErrNotAcquired)
-			}
-			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
-		}
-	}
-	return l.granted(ctx, ttl, c)
-}
-
-// NotifyRelease implements driver.ReleaseNotifier for waits through
-// dlock.Acquire with this Locker's TryAcquire: the channel receives a value
-// when a key in key's queue is deleted. Locker.Acquire and Locker.Do queue
-// instead and do not need it.
-func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func()) {
-	if keys.Check(l.prefix, key) != nil {
-		return nil, func() {}
-	}
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	ch := make(chan struct{}, 1)
-	done := make(chan struct{})
-	wch := l.client.Watch(ctx, l.queue(key), clientv3.WithPrefix(), clientv3.WithFilterPut())
-	go func() {
-		defer close(done)
-		for range wch {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return ch, func() { cancel(); <-done }
-}
-
-// waitDelete waits until c.ahead is deleted, then looks for a new key
-// ahead (one ahead of that may still be waiting, or may have been deleted
-// already).
-func (l *Locker) waitDelete(ctx context.Context, c *contender) error {
-	ahead := string(c.ahead.Key)
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for deleted := false; !deleted; {
-		if beforeWatch != nil {
-			beforeWatch(c.read)
-		}
-		wch := l.client.Watch(wctx, ahead, clientv3.WithRev(c.read+1))
-		for resp := range wch {
-			if resp.CompactRevision != 0 || resp.Err() != nil {
-				break // compacted past c.read, or the watch failed: read again
-			}
-			for _, ev := range resp.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					deleted = true
-				}
-			}
-			if deleted {
-				break
-			}
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: %w", dlock.ErrNotAcquired, context.Cause(ctx))
-		}
-		if !deleted {
-			// Re-read from the current revision: the key may be gone.
-			resp, err := l.client.Get(ctx, ahead)
-			if err != nil {
-				return l.opErr(ctx, err, true)
-			}
-			c.read = resp.Header.Revision
-			deleted = len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != c.ahead.CreateRevision
-		}
-	}
-	return l.findAhead(ctx, c)
-}
-
-// beforeWatch, when set (by tests), runs before each watch of the key
-// ahead with the revision the watch starts after.
-var beforeWatch func(read int64)
 
 // abandon deletes the key of a contender that did not become a lock, in
 // the background and within a short bound (it would otherwise block the
@@ -412,11 +266,11 @@ var beforeWatch func(read int64)
 // with its lease at the latest, even while other locks keep the lease
 // alive. The key is ours if it lives by our lease: its name is the lease
 // id, and the session has one key per name.
-func (l *Locker) abandon(ctx context.Context, c *contender, ttl time.Duration) {
+func (l *Locker) abandon(ctx context.Context, c *contender) {
 	l.mu.Lock()
 	c.slot.doomed = true
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(ttl, time.Second))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(time.Duration(c.s.seconds)*time.Second, time.Second))
 	go func() {
 		defer cancel()
 		l.delete(ctx, c.slot)

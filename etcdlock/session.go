@@ -268,10 +268,15 @@ func (l *Locker) slots() []*slot {
 // gone. A later lock of the same name on the session keeps its own.
 func (l *Locker) free(sl *slot) {
 	l.mu.Lock()
+	l.freeLocked(sl)
+	l.mu.Unlock()
+}
+
+// freeLocked is free with the Locker's mu held.
+func (l *Locker) freeLocked(sl *slot) {
 	if sl.s.names[sl.name] == sl {
 		delete(sl.s.names, sl.name)
 	}
-	l.mu.Unlock()
 }
 
 // validUntil is the validity of a lock whose key was created (or found
@@ -288,8 +293,9 @@ func (l *Locker) validUntil(s *session, start time.Time, ttl time.Duration) time
 // it holds is deleted with them, and lost (release them first): by the time
 // Close returns, each handle reports so (Held is false, Extend fails with
 // dlock.ErrLockLost) and Do has ended its function's context, even when a
-// revocation fails. Waits in progress fail. The Locker stays usable: later
-// acquisitions grant new leases. Close does not close the client. Without
+// revocation fails. Waits in progress lose their places in the queues and
+// queue again on new leases: the Locker stays usable, later acquisitions
+// grant new leases. Close does not close the client. Without
 // Close, a lease that no lock uses any more lapses at the end of its TTL.
 // It returns the first error of a revocation, matching
 // dlock.ErrUnavailable.
