@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/locktest"
 )
 
@@ -120,6 +121,35 @@ func TestBackendLossEndsHandle(t *testing.T) {
 			t.Fatalf("Release after the backend reported the session gone was sent again (%d calls)", calls)
 		}
 	})
+}
+
+// A backend that declares a held lock lost (driver.Lost) ends the handle at
+// once, without a request: Held is false, Extend returns the cause, Do's
+// function sees its context end with it; a lost or released lock is left
+// as it is.
+func TestDeclaredLost(t *testing.T) {
+	cause := fmt.Errorf("dlock: %w: the backend revoked its session", dlock.ErrLockLost)
+	m := newMem()
+	lock := mustTry(t, m, "k", time.Minute)
+	driver.Lost(lock, cause)
+	wantRefused(t, m, lock, dlock.ErrLockLost)
+	locktest.WantError(t, lock.Extend(context.Background(), time.Minute), dlock.ErrLockLost, cause)
+
+	released := mustTry(t, m, "r", time.Minute)
+	if err := released.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	driver.Lost(released, cause)
+	locktest.WantError(t, released.Extend(context.Background(), time.Minute), dlock.ErrNotHeld)
+
+	err := dlock.Do(context.Background(), m, "d", time.Minute, func(ctx context.Context) error {
+		driver.Lost(dlock.LockFromContext(ctx), cause)
+		if ctx.Err() == nil || !errors.Is(context.Cause(ctx), cause) {
+			return fmt.Errorf("after driver.Lost: context %v, cause %v", ctx.Err(), context.Cause(ctx))
+		}
+		return nil
+	})
+	locktest.WantError(t, err, dlock.ErrLockLost, cause)
 }
 
 // Two Extends on one handle: a slow one with a long TTL whose reply comes

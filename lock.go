@@ -90,6 +90,7 @@ func init() {
 	bridge.NewLock = func(key, token string, fence uint64, validUntil time.Time, g any) any {
 		return newLock(key, token, fence, validUntil, g.(grant))
 	}
+	bridge.Lose = func(lock any, cause error) { lock.(*Lock).lose(cause) }
 }
 
 // Key returns the locked key, as the caller named it (without any prefix a
@@ -292,6 +293,16 @@ func (l *Lock) expire(cause error) {
 	defer l.mu.Unlock()
 	if l.state == stateHeld && !l.validUntil.After(l.now()) {
 		l.loseLocked(cause, lostExpired)
+	}
+}
+
+// lose declares the lock lost with cause if it is held: its backend knows
+// the lock is gone without having been asked (driver.Lost).
+func (l *Lock) lose(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == stateHeld {
+		l.loseLocked(cause, lostSession)
 	}
 }
 

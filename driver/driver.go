@@ -49,6 +49,15 @@ func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *dl
 	return bridge.NewLock(key, token, fence, validUntil, g).(*dlock.Lock)
 }
 
+// Lost declares lock lost with cause, which must match dlock.ErrLockLost:
+// from then on Held reports false, Extend returns cause, and Do ends its
+// function's context with it. A backend calls it when it learns that the
+// lock is gone without being asked, such as when it revoked the lock's
+// session itself. It does nothing to a lock that is no longer held (lost,
+// or being released). It must not be called while holding a mutex that an
+// observer of the lock's events may need.
+func Lost(lock *dlock.Lock, cause error) { bridge.Lose(lock, cause) }
+
 // Describer is an optional interface of a Grant and of a Locker: the
 // backend's name ("redis", "redlock", "postgres", "etcd") and, for a
 // Grant, how many of its nodes granted the lock (a Locker's count is

@@ -21,12 +21,20 @@
 //
 // # Waiting
 //
-// Locker.Acquire and Locker.Do put their key in the queue once and watch the
-// deletion of the key just ahead, as concurrency.Mutex does: waiters are
-// served in arrival order, without polling, and a crashed holder's lease
-// expiry wakes the next. A watch that loses its place to a compaction reads
-// the key again. dlock.Acquire with a Locker instead retries TryAcquire,
-// woken by a watch on the queue (ReleaseNotifier).
+// dlock.Acquire and dlock.Do with a Locker wait in the lock's queue, as
+// concurrency.Mutex does (see Locker.NotifyRelease): the first attempt puts
+// a key at the end of the queue, a goroutine keeps its lease alive and
+// watches the deletion of the key just ahead, and the next attempt takes
+// the lock once the key is first. Waiters are served in the order they
+// queued, without polling, and a crashed holder's lease expiry wakes the
+// next. A watch that loses its place to a compaction, or that went to a
+// member answering nothing, reads the queue again (at the latest at the
+// next renewal of the lease). A wait whose lease ran out (a process paused
+// past it) queues again with a new lease, within the caller's context; a
+// wait that ends deletes its key, again at each renewal of the lease if
+// the first try failed. Waits of one Locker on one name each have a key in
+// the queue; they take them in queue order, whichever tries first. A bare
+// TryAcquire never waits: it puts its key only if the queue is empty.
 //
 // # A lease per session
 //
@@ -55,7 +63,14 @@
 //     revision): one transaction. The lease lives on for the session's other
 //     locks.
 //   - Extend renews the lease, and so extends every lock of the session on
-//     it, then checks that the key is still this lock's.
+//     it, then checks that the key is still this lock's. An etcd lease
+//     keeps the TTL it was granted with: an Extend (or ExtendToken) with a
+//     longer TTL grants a lease of that TTL for the lock alone and moves the
+//     key under it, in a transaction that keeps the key's create revision,
+//     so the fence, the token and the lock's place in the queue do not
+//     change (concurrency.Mutex and `etcdctl lock` see the same key). The
+//     lock then lives by that lease: later extensions renew it, and Release
+//     and Close revoke it.
 //   - A lock that is neither extended nor released still ends at its TTL,
 //     as on the other backends: every renewal of the lease deletes the key
 //     of a lock whose validity has ended (if its create revision is still
@@ -67,9 +82,11 @@
 //     past the validity its own handle knows (extend through the handle,
 //     or release it and let the other process take the lock).
 //   - When the lease is lost (it expired, a keep-alive found it gone, or
-//     another client revoked it), every lock on it is lost: each one's next
-//     Extend is refused with dlock.ErrNotHeld, so Do ends fn's context with
-//     dlock.ErrLockLost, and the Locker takes later locks on a new lease.
+//     another client revoked it), every lock on it is lost, and each handle
+//     says so as soon as the Locker learns it (at the first renewal that
+//     finds the lease gone, whichever lock or wait sent it): Held reports
+//     false, Extend fails with dlock.ErrLockLost, and Do ends fn's context.
+//     The Locker takes later locks on a new lease.
 //
 // A wait keeps its lease alive. When no lock uses a lease any more, no one
 // keeps it alive: it lapses at the end of its TTL, and is reused by the
@@ -81,11 +98,19 @@
 // minimum TTL (1.5 election timeouts) to that minimum; the validity never
 // counts on more than the cluster answered with.
 //
+// A renewal, and the read that checks the key is still the lock's, is sent
+// in attempts bounded to a sixteenth of the lease at first (growing to a
+// quarter after each one that gets no answer), each to the next member the
+// client picks: a member that is frozen or cut off silently costs one
+// attempt, not the lock.
+//
 // # Errors
 //
 // Every error matches exactly one of dlock's sentinels. A lease that expired
-// or was revoked makes Extend and Release fail with dlock.ErrNotHeld (and
-// dlock.Do cancels fn's context with dlock.ErrLockLost); an unreachable
+// or was revoked makes Extend fail with dlock.ErrLockLost once the Locker
+// knows (dlock.ErrNotHeld when it is the one that finds out) and Release
+// with dlock.ErrNotHeld, and dlock.Do cancels fn's context with
+// dlock.ErrLockLost; an unreachable
 // cluster gives dlock.ErrUnavailable with a *dlock.NodeError naming the
 // endpoints.
 //

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +33,7 @@ type Locker struct {
 
 	mu       sync.Mutex
 	sessions map[int64][]*session // by lease TTL in seconds
+	waits    map[string]*wait     // by lock name: waits of dlock.Acquire in progress
 }
 
 var (
@@ -47,7 +47,7 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 		return nil, driver.Invalidf("nil etcd client")
 	}
 	l := &Locker{client: client, node: strings.Join(client.Endpoints(), ","),
-		driftFactor: driver.DefaultDriftFactor, logger: slog.Default(), sessions: map[int64][]*session{}}
+		driftFactor: driver.DefaultDriftFactor, logger: slog.Default(), sessions: map[int64][]*session{}, waits: map[string]*wait{}}
 	for _, o := range opts {
 		if o == nil {
 			return nil, driver.Invalidf("nil option")
@@ -63,12 +63,6 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 // Observer implements driver.Observable: the Locker's logger and its
 // observers (WithLogger, WithObserver), or nil.
 func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
-
-// Describe implements driver.Describer for waits through Acquire and Do.
-func (w *waiter) Describe() (backend string, nodes int) { return "etcd", 0 }
-
-// Observer implements driver.Observable for waits through Acquire and Do.
-func (w *waiter) Observer() func(ctx context.Context, e dlock.Event) { return w.l.observe }
 
 // Observer implements driver.Observable for the lock's own events.
 func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
@@ -90,18 +84,44 @@ func (l *Locker) queue(key string) string { return l.prefix + key + "/" }
 // contender is first it has written nothing, and returns an error matching
 // dlock.ErrNotAcquired. It returns dlock.ErrUnavailable when the cluster
 // could not be reached (a *dlock.NodeError in the chain) and
-// dlock.ErrInvalid for bad arguments.
+// dlock.ErrInvalid for bad arguments. While the Locker itself has a key in
+// key's queue (a lock it holds or waits for, an attempt in flight), it
+// answers ErrNotAcquired at once, without a request: it could not be first.
+// While dlock.Acquire or dlock.Do waits for key with this Locker, its
+// attempts wait in the queue instead (see NotifyRelease).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	if err := l.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
+	if lock, waiting, err := l.fromQueue(ctx, key, ttl); waiting {
+		return lock, err
+	}
+	if l.queued(key) {
+		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker holds it, waits for it or is taking it)", key, dlock.ErrNotAcquired)
+	}
+	c, err := l.put(ctx, key, ttl, l.tryPut)
+	if err != nil {
+		return nil, err
+	}
+	if c.ahead != nil {
+		l.free(c.slot) // nothing was written
+		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
+	}
+	return l.granted(ctx, ttl, c)
+}
+
+// put takes a slot for key and runs op (tryPut or enqueue) to put its key
+// in key's queue, once more on a new lease when the cluster no longer has
+// the session's. On another error the put's outcome is unknown, and the
+// key is abandoned.
+func (l *Locker) put(ctx context.Context, key string, ttl time.Duration, op func(context.Context, *contender) error) (*contender, error) {
 	for retried := false; ; retried = true {
 		sl, err := l.take(ctx, key, ttl)
 		if err != nil {
 			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 		}
-		c := contender{slot: sl, s: sl.s, name: key, key: sl.key}
-		err = l.tryPut(ctx, &c)
+		c := &contender{slot: sl, s: sl.s, name: key, key: sl.key}
+		err = op(ctx, c)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
 			// Revoked by someone else while we thought it alive: once
 			// more, on a new lease.
@@ -110,14 +130,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 			continue
 		}
 		if err != nil {
-			l.abandon(ctx, &c, ttl) // the put's outcome is unknown
+			l.abandon(ctx, c)
 			return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
 		}
-		if c.ahead != nil {
-			l.free(sl) // nothing was written
-			return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
-		}
-		return l.granted(ctx, ttl, &c)
+		return c, nil
 	}
 }
 
@@ -194,11 +210,17 @@ func (l *Locker) enqueue(ctx context.Context, c *contender) error {
 
 // findAhead reads the key just ahead of c in the queue (the newest one
 // created before it), as concurrency.Mutex's waitDeletes does, and in the
-// same read whether c's own key is still there (c.gone).
+// same read whether c's own key is still there (c.gone), in bounded
+// attempts (see attempts).
 func (l *Locker) findAhead(ctx context.Context, c *contender) error {
 	opts := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(c.rev - 1)}, clientv3.WithLastCreate()...)
-	start := time.Now()
-	resp, err := l.client.Txn(ctx).Then(clientv3.OpGet(l.queue(c.name), opts...), clientv3.OpGet(c.key)).Commit()
+	var start time.Time
+	var resp *clientv3.TxnResponse
+	err := attempts(ctx, c.s.seconds, func(ctx context.Context) (err error) {
+		start = time.Now()
+		resp, err = l.client.Txn(ctx).Then(clientv3.OpGet(l.queue(c.name), opts...), clientv3.OpGet(c.key)).Commit()
+		return err
+	})
 	if err != nil {
 		return l.opErr(ctx, err, true)
 	}
@@ -215,343 +237,59 @@ func (l *Locker) findAhead(ctx context.Context, c *contender) error {
 func (l *Locker) granted(ctx context.Context, ttl time.Duration, c *contender) (*dlock.Lock, error) {
 	validUntil := l.validUntil(c.s, c.start, ttl)
 	if now := time.Now(); !validUntil.After(now) {
-		l.abandon(ctx, c, ttl)
+		l.abandon(ctx, c)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", c.name, dlock.ErrNotAcquired, now.Sub(c.start), ttl)
 	}
+	lock := driver.NewLock(c.name, lockToken(c.s.id, c.rev), uint64(c.rev), validUntil, &grant{l: l, slot: c.slot})
 	l.mu.Lock()
-	c.slot.rev, c.slot.validUntil = c.rev, validUntil
+	c.slot.rev, c.slot.validUntil, c.slot.lock = c.rev, validUntil, lock
 	l.mu.Unlock()
-	g := &grant{l: l, slot: c.slot, name: c.name, key: c.key, lease: c.s.id, rev: c.rev}
-	return driver.NewLock(c.name, lockToken(c.s.id, c.rev), uint64(c.rev), validUntil, g), nil
+	return lock, nil
 }
 
-// Acquire takes the lock on key, waiting in the queue while it is held: it
-// puts its key at the end of key's queue once and watches the deletion of
-// the key just ahead, so waiters are served in arrival order and a crashed
-// holder's lease expiry wakes the next one, without polling. It returns
-// errors as dlock.Acquire does; the retry options are accepted for
-// compatibility (WithRetryCount(0) makes it TryAcquire) but waits do not
-// poll. While waiting it keeps its lease alive; an outage of the cluster
-// during the wait restarts the wait at the end of the queue.
+// Acquire is dlock.Acquire with this Locker: it waits in key's queue (see
+// NotifyRelease).
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	// dlock.Acquire validates the options and does the retries through
-	// outages; this Locker's TryAcquire path is replaced by queueing, see
-	// waiter.
-	return dlock.Acquire(ctx, &waiter{l: l}, key, ttl, opts...)
+	return dlock.Acquire(ctx, l, key, ttl, opts...)
 }
 
-// Do runs fn under the lock on key with auto-extension (see dlock.Do). It
-// waits in the queue as Acquire does.
+// Do is dlock.Do with this Locker: it waits in key's queue (see
+// NotifyRelease).
 func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	return dlock.Do(ctx, &waiter{l: l}, key, ttl, fn, opts...)
+	return dlock.Do(ctx, l, key, ttl, fn, opts...)
 }
-
-// waiter is a Locker whose TryAcquire waits in key's queue until it is
-// first, or until ctx ends.
-type waiter struct{ l *Locker }
-
-func (w *waiter) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	l := w.l
-	if err := l.check(ctx, key, ttl); err != nil {
-		return nil, err
-	}
-	var c *contender
-	for retried := false; ; retried = true {
-		sl, err := l.take(ctx, key, ttl)
-		if err != nil {
-			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
-		}
-		c = &contender{slot: sl, s: sl.s, name: key, key: sl.key}
-		err = l.enqueue(ctx, c)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
-			l.lose(sl.s)
-			l.free(sl)
-			continue
-		}
-		if err != nil {
-			l.abandon(ctx, c, ttl)
-			return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
-		}
-		break
-	}
-	if c.ahead == nil {
-		return l.granted(ctx, ttl, c)
-	}
-	// Keep the lease alive while waiting; the holder's Extend takes over.
-	waitCtx, stopWait := context.WithCancel(ctx)
-	defer stopWait()
-	keep := make(chan struct{})
-	go func() {
-		defer close(keep)
-		t := time.NewTicker(max(time.Duration(c.s.seconds)*time.Second/3, 100*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-waitCtx.Done():
-				return
-			case <-t.C:
-				if _, err := l.renew(waitCtx, c.s, true); errors.Is(err, errLeaseGone) {
-					stopWait()
-					return
-				}
-			}
-		}
-	}()
-	err := l.findAhead(waitCtx, c)
-	for err == nil && c.ahead != nil && !c.gone {
-		err = l.waitDelete(waitCtx, c)
-	}
-	stopWait()
-	<-keep
-	if err != nil || c.gone {
-		l.abandon(ctx, c, ttl)
-		switch {
-		case c.gone && err == nil:
-			// Being first counts only if our key is still there: it may
-			// have been deleted during the wait by someone other than its
-			// lease.
-			err = fmt.Errorf("%w (its queue key was deleted during the wait)", dlock.ErrNotAcquired)
-		case ctx.Err() == nil && waitCtx.Err() != nil:
-			err = fmt.Errorf("%w (the wait's lease expired)", dlock.ErrNotAcquired)
-		}
-		return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
-	}
-	if l.validUntil(c.s, time.Now(), ttl).Before(time.Now().Add(ttl / 2)) {
-		// Less than half the TTL known to be left of the lease: renew it
-		// so the holder gets its validity.
-		if _, err := l.renew(ctx, c.s, true); err != nil {
-			l.abandon(ctx, c, ttl)
-			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
-		}
-	}
-	return l.granted(ctx, ttl, c)
-}
-
-// NotifyRelease implements driver.ReleaseNotifier for waits through
-// dlock.Acquire with this Locker's TryAcquire: the channel receives a value
-// when a key in key's queue is deleted. Locker.Acquire and Locker.Do queue
-// instead and do not need it.
-func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func()) {
-	if keys.Check(l.prefix, key) != nil {
-		return nil, func() {}
-	}
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	ch := make(chan struct{}, 1)
-	done := make(chan struct{})
-	wch := l.client.Watch(ctx, l.queue(key), clientv3.WithPrefix(), clientv3.WithFilterPut())
-	go func() {
-		defer close(done)
-		for range wch {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return ch, func() { cancel(); <-done }
-}
-
-// waitDelete waits until c.ahead is deleted, then looks for a new key
-// ahead (one ahead of that may still be waiting, or may have been deleted
-// already).
-func (l *Locker) waitDelete(ctx context.Context, c *contender) error {
-	ahead := string(c.ahead.Key)
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for deleted := false; !deleted; {
-		if beforeWatch != nil {
-			beforeWatch(c.read)
-		}
-		wch := l.client.Watch(wctx, ahead, clientv3.WithRev(c.read+1))
-		for resp := range wch {
-			if resp.CompactRevision != 0 || resp.Err() != nil {
-				break // compacted past c.read, or the watch failed: read again
-			}
-			for _, ev := range resp.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					deleted = true
-				}
-			}
-			if deleted {
-				break
-			}
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: %w", dlock.ErrNotAcquired, context.Cause(ctx))
-		}
-		if !deleted {
-			// Re-read from the current revision: the key may be gone.
-			resp, err := l.client.Get(ctx, ahead)
-			if err != nil {
-				return l.opErr(ctx, err, true)
-			}
-			c.read = resp.Header.Revision
-			deleted = len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != c.ahead.CreateRevision
-		}
-	}
-	return l.findAhead(ctx, c)
-}
-
-// beforeWatch, when set (by tests), runs before each watch of the key
-// ahead with the revision the watch starts after.
-var beforeWatch func(read int64)
 
 // abandon deletes the key of a contender that did not become a lock, in
 // the background and within a short bound (it would otherwise block the
-// queue until its lease expired), and then frees its name on its session.
-// The key is ours if it lives by our lease: its name is the lease id, and
-// the session has one key per name.
-func (l *Locker) abandon(ctx context.Context, c *contender, ttl time.Duration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(ttl, time.Second))
+// queue), and then frees its name on its session. A deletion that fails
+// is retried at each renewal of the session (see sweep), so the key ends
+// with its lease at the latest, even while other locks keep the lease
+// alive. The key is ours if it lives by our lease: its name is the lease
+// id, and the session has one key per name.
+func (l *Locker) abandon(ctx context.Context, c *contender) {
+	l.mu.Lock()
+	c.slot.doomed = true
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(time.Duration(c.s.seconds)*time.Second, time.Second))
 	go func() {
 		defer cancel()
-		ours := clientv3.Compare(clientv3.LeaseValue(c.key), "=", c.s.id)
-		if _, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(c.key)).Commit(); err == nil {
-			l.free(c.slot)
-		}
+		l.delete(ctx, c.slot)
 	}()
 }
 
-// ReleaseToken releases the lock on key if it still holds token (as
-// Lock.Token returns it: the lease id in hex and the key's create
-// revision). It returns an error matching dlock.ErrNotHeld when key does
-// not hold token.
-func (l *Locker) ReleaseToken(ctx context.Context, key, tok string) error {
-	g, err := l.tokenGrant(ctx, key, tok)
-	if err != nil {
-		return err
-	}
-	if err := g.Release(ctx); err != nil {
-		return fmt.Errorf("dlock: release %q: %w", key, err)
-	}
-	return nil
-}
-
-// ExtendToken renews the lease of the lock on key if it still holds token
-// (see ReleaseToken), and so every lock on that lease. It returns an error
-// matching dlock.ErrNotHeld when key does not hold token.
-func (l *Locker) ExtendToken(ctx context.Context, key, tok string, ttl time.Duration) error {
-	g, err := l.tokenGrant(ctx, key, tok)
-	if err != nil {
-		return err
-	}
-	if _, err := g.Extend(ctx, ttl); err != nil {
-		return fmt.Errorf("dlock: extend %q: %w", key, err)
-	}
-	return nil
-}
-
-func (l *Locker) tokenGrant(ctx context.Context, key, tok string) (*grant, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
-	}
-	if err := keys.Check(l.prefix, key); err != nil {
-		return nil, err
-	}
-	if err := driver.CheckToken(key, tok); err != nil {
-		return nil, err
-	}
-	lease, rev, ok := parseToken(tok)
-	if !ok {
-		return nil, driver.Invalidf("token %q: not an etcd lease id in hex, a dash and a revision", tok)
-	}
-	g := &grant{l: l, name: key, key: l.queue(key) + token(lease), lease: lease, rev: rev}
-	// A lock of this Locker's is extended and released through its slot,
-	// as its handle would: sweep must see the extension.
+// delete deletes sl's key if it is still the one sl stands for, and then
+// frees sl: a granted lock's by its create revision, an abandoned
+// contender's by its lease.
+func (l *Locker) delete(ctx context.Context, sl *slot) {
 	l.mu.Lock()
-	for _, pool := range l.sessions {
-		for _, s := range pool {
-			if sl := s.names[key]; s.id == lease && sl != nil && sl.rev == rev {
-				g.slot = sl
-			}
-		}
+	ours := clientv3.Compare(clientv3.CreateRevision(sl.key), "=", sl.rev)
+	if sl.doomed {
+		ours = clientv3.Compare(clientv3.LeaseValue(sl.key), "=", sl.s.id)
 	}
 	l.mu.Unlock()
-	return g, nil
-}
-
-// grant is one held lock's connection to the cluster: its key, the
-// key's create revision, and the lease the key lives by (slot is nil for
-// a lock of another Locker, known by its token only).
-type grant struct {
-	l     *Locker
-	slot  *slot
-	name  string
-	key   string
-	lease clientv3.LeaseID
-	rev   int64
-}
-
-// Extend renews the lease once (and with it every lock on it) and checks
-// that the key is still this lock's. The lease's TTL was fixed when it was
-// granted, so the new validity is the shorter of ttl and that TTL.
-func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	l := g.l
-	if err := l.checkTTL(ttl); err != nil {
-		return time.Time{}, err
+	if _, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(sl.key)).Commit(); err == nil {
+		l.free(sl)
 	}
-	s := &session{id: g.lease}
-	if g.slot != nil {
-		s = g.slot.s
-		l.mu.Lock()
-		dead, lost := s.dead, g.slot.lost
-		if !dead && !lost {
-			g.slot.extending++ // sweep leaves it alone until we are done
-		}
-		l.mu.Unlock()
-		switch {
-		case dead:
-			return time.Time{}, fmt.Errorf("%w (the session's lease expired or was revoked)", dlock.ErrNotHeld)
-		case lost:
-			return time.Time{}, fmt.Errorf("%w (its validity ended unextended: the key was deleted)", dlock.ErrNotHeld)
-		}
-	}
-	until, err := g.extend(ctx, s, ttl)
-	if g.slot != nil {
-		l.mu.Lock()
-		g.slot.extending--
-		if err == nil && until.After(g.slot.validUntil) {
-			g.slot.validUntil = until
-		}
-		l.mu.Unlock()
-	}
-	return until, err
-}
-
-func (g *grant) extend(ctx context.Context, s *session, ttl time.Duration) (time.Time, error) {
-	l := g.l
-	start := time.Now()
-	leaseTTL, err := l.renew(ctx, s, false)
-	if err != nil {
-		return time.Time{}, err
-	}
-	resp, err := l.client.Get(ctx, g.key)
-	if err != nil {
-		return time.Time{}, l.opErr(ctx, err, false)
-	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != g.rev {
-		return time.Time{}, fmt.Errorf("%w (the key was deleted)", dlock.ErrNotHeld)
-	}
-	return driver.ValidUntil(start, min(ttl, leaseTTL), l.driftFactor), nil
-}
-
-// Release deletes the key if it is still this lock's (its create revision
-// is the lock's): one transaction, one Raft commit. The session's lease
-// lives on for its other locks and the next ones.
-func (g *grant) Release(ctx context.Context) error {
-	l := g.l
-	ours := clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.rev)
-	resp, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(g.key)).Commit()
-	if err != nil {
-		return l.opErr(ctx, err, false) // outcome unknown: the name stays reserved
-	}
-	if g.slot != nil {
-		l.free(g.slot)
-	}
-	if !resp.Succeeded {
-		return fmt.Errorf("%w (the lease expired or another owner holds the key)", dlock.ErrNotHeld)
-	}
-	return nil
 }
 
 func (l *Locker) check(ctx context.Context, key string, ttl time.Duration) error {
@@ -600,31 +338,4 @@ func (h hide) As(target any) bool { return errors.As(h.err, target) }
 // The lock's validity is still computed from ttl, so the lease outlives it.
 func leaseSeconds(ttl time.Duration) int64 {
 	return int64((ttl + time.Second - 1) / time.Second)
-}
-
-// token is how a lease id is written in a key: lower case hex, as
-// concurrency.Mutex writes it.
-func token(id clientv3.LeaseID) string { return strconv.FormatInt(int64(id), 16) }
-
-// lockToken is a lock's token: its lease in hex, a dash and its key's
-// create revision, so that locks sharing a lease have tokens of their own.
-func lockToken(id clientv3.LeaseID, rev int64) string {
-	return token(id) + "-" + strconv.FormatInt(rev, 10)
-}
-
-// parseToken is lockToken's inverse.
-func parseToken(tok string) (clientv3.LeaseID, int64, bool) {
-	lh, rh, ok := strings.Cut(tok, "-")
-	if !ok {
-		return 0, 0, false
-	}
-	id, err := strconv.ParseUint(lh, 16, 63)
-	if err != nil || id == 0 || token(clientv3.LeaseID(id)) != lh {
-		return 0, 0, false
-	}
-	rev, err := strconv.ParseInt(rh, 10, 64)
-	if err != nil || rev <= 0 || strconv.FormatInt(rev, 10) != rh {
-		return 0, 0, false
-	}
-	return clientv3.LeaseID(id), rev, true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if eps := os.Getenv(waiterEnv); eps != "" {
+		os.Exit(runWaiter(strings.Split(eps, ",")))
+	}
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/dlock-go/dlock/internal/tcpproxy"
 	"github.com/dlock-go/dlock/locktest"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // follower returns a member that is not the leader.
@@ -259,4 +260,59 @@ func TestCompactionWhileWaiting(t *testing.T) {
 	if n := watches.Load(); n > 3 {
 		t.Fatalf("%d watches of the key ahead, want at most 3", n)
 	}
+}
+
+// TestFrozenMemberDuringHold: a member frozen (SIGSTOP) while the lock is
+// held does not cost the lock, though the client sends a share of its
+// requests to it: each renewal attempt is bounded to a fraction of the
+// lease and tried again on another member. The lock stays exclusive. The
+// client does no keep-alive pings of its own, so it never stops sending
+// requests to the frozen member.
+func TestFrozenMemberDuringHold(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	ctx := testCtx(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	l := newLocker(t, cli)
+	other := newLocker(t, c.Client(t))
+	frozen := follower(t, c)
+	var checks int
+	err = dlock.Do(ctx, l, "frozen", time.Second, func(ctx context.Context) error {
+		frozen.Pause(t)
+		resumed := false
+		defer func() {
+			if !resumed {
+				frozen.Resume(t)
+			}
+		}()
+		for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if ctx.Err() != nil {
+				return fmt.Errorf("lock lost while a member was frozen: %w", context.Cause(ctx))
+			}
+			tctx, cancel := context.WithTimeout(ctx, time.Second)
+			lock, err := other.TryAcquire(tctx, "frozen", time.Second)
+			cancel()
+			if err == nil {
+				lock.Release(context.Background())
+				return errors.New("another Locker got the lock while it was held")
+			}
+			checks++
+		}
+		// The release is one request, not retried: let the member catch up
+		// first, so that it does not go to a member still frozen.
+		frozen.Resume(t)
+		resumed = true
+		c.WaitHealthy(t)
+		if ctx.Err() != nil {
+			return fmt.Errorf("lock lost as the member resumed: %w", context.Cause(ctx))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Do while a member was frozen for 6s (1s lease): %v", err)
+	}
+	t.Logf("held through the freeze; %d attempts of another Locker refused", checks)
 }

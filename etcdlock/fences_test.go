@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/locktest"
@@ -31,25 +32,28 @@ func TestFencesAcrossLeaderKills(t *testing.T) {
 	}
 }
 
-// TestFIFO: waiters get the lock in the order they queued.
+// TestFIFO: dlock.Acquire with a Locker waits in the lock's queue as
+// concurrency.Mutex does: each waiter's key is in the queue while it waits,
+// the waiters (of four Lockers) get the lock in the order they queued, and
+// each is woken by the deletion of the key ahead, not by polling (the retry
+// delay is a minute).
 func TestFIFO(t *testing.T) {
 	c := etcdtest.Start(t, 3)
 	ctx := testCtx(t)
-	l := newLocker(t, c.Client(t))
-	first, err := l.TryAcquire(ctx, "fifo", 5*time.Second)
+	admin := c.Client(t)
+	first, err := newLocker(t, c.Client(t)).TryAcquire(ctx, "queued", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	var order []int
 	var wg sync.WaitGroup
-	queued := newLocker(t, c.Client(t))
-	admin := c.Client(t)
 	for i := range 4 {
+		l := newLocker(t, c.Client(t))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lock, err := queued.Acquire(ctx, "fifo", 5*time.Second)
+			lock, err := dlock.Acquire(ctx, l, "queued", 5*time.Second, dlock.WithRetryDelay(time.Minute))
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
@@ -59,16 +63,19 @@ func TestFIFO(t *testing.T) {
 			mu.Unlock()
 			lock.Release(context.Background())
 		}()
-		// Each waiter's key is in the queue before the next starts.
 		locktest.Eventually(t, 5*time.Second, func() error {
-			return queueLen(ctx, admin, "fifo", i+2)
+			return queueLen(ctx, admin, "queued", i+2)
 		})
 	}
+	start := time.Now()
 	first.Release(ctx)
 	wg.Wait()
 	for i, w := range order {
 		if w != i {
 			t.Fatalf("waiters served in order %v, want 0 1 2 3", order)
 		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("four hand-offs took %v", d)
 	}
 }

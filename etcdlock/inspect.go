@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
@@ -46,37 +47,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	if err != nil {
 		return nil, fmt.Errorf("dlock: inspect: %w", l.opErr(ctx, err, false))
 	}
-	type queue struct {
-		owner   clientv3.LeaseID
-		fence   int64
-		value   []byte // the holder key's
-		waiting int
-	}
-	queues := map[string]*queue{}
-	for _, kv := range resp.Kvs {
-		rest := strings.TrimPrefix(string(kv.Key), l.prefix)
-		i := strings.LastIndex(rest, "/") // names may hold slashes; the lease is last
-		if i < 0 || kv.Lease == 0 || rest[i+1:] != token(clientv3.LeaseID(kv.Lease)) {
-			continue // not a lock key
-		}
-		name := rest[:i]
-		if m, _ := path.Match(pattern, name); !m {
-			continue
-		}
-		q := queues[name]
-		if q == nil {
-			q = &queue{}
-			queues[name] = q
-		}
-		if q.fence == 0 || kv.CreateRevision < q.fence {
-			if q.fence != 0 {
-				q.waiting++
-			}
-			q.owner, q.fence, q.value = clientv3.LeaseID(kv.Lease), kv.CreateRevision, kv.Value
-		} else {
-			q.waiting++
-		}
-	}
+	queues := l.queues(resp.Kvs, pattern)
 	names := make([]string, 0, len(queues))
 	for name := range queues {
 		names = append(names, name)
@@ -88,7 +59,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	infos := make([]dlock.LockInfo, 0, len(names))
 	for _, name := range names {
 		q := queues[name]
-		info := dlock.LockInfo{Key: name, Node: l.node, Fence: uint64(q.fence), Token: lockToken(q.owner, q.fence),
+		info := dlock.LockInfo{Key: name, Node: l.node, Fence: uint64(q.fence), Token: lockToken(q.named, q.fence),
 			Waiting: q.waiting, Majority: true}
 		holderOf(&info, q.value)
 		if ttl, err := l.client.TimeToLive(ctx, q.owner); err == nil && ttl.TTL > 0 {
@@ -97,4 +68,48 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		infos = append(infos, info)
 	}
 	return infos, nil
+}
+
+// inspected is what Inspect reads of one lock's queue.
+type inspected struct {
+	named   clientv3.LeaseID // the lease whose id names the holder's key
+	owner   clientv3.LeaseID // the lease it lives by (another once extended beyond it)
+	fence   int64
+	value   []byte // the holder key's
+	waiting int
+}
+
+// queues sorts the keys read by Inspect into the queues of the locks whose
+// names match pattern, by name.
+func (l *Locker) queues(kvs []*mvccpb.KeyValue, pattern string) map[string]*inspected {
+	queues := map[string]*inspected{}
+	for _, kv := range kvs {
+		rest := strings.TrimPrefix(string(kv.Key), l.prefix)
+		i := strings.LastIndex(rest, "/") // names may hold slashes; the lease is last
+		if i < 0 || kv.Lease == 0 {
+			continue // not a lock key
+		}
+		named, ok := parseLease(rest[i+1:])
+		if !ok {
+			continue
+		}
+		name := rest[:i]
+		if m, _ := path.Match(pattern, name); !m {
+			continue
+		}
+		q := queues[name]
+		if q == nil {
+			q = &inspected{}
+			queues[name] = q
+		}
+		if q.fence == 0 || kv.CreateRevision < q.fence {
+			if q.fence != 0 {
+				q.waiting++
+			}
+			q.named, q.owner, q.fence, q.value = named, clientv3.LeaseID(kv.Lease), kv.CreateRevision, kv.Value
+		} else {
+			q.waiting++
+		}
+	}
+	return queues
 }

@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,4 +41,47 @@ func TestTryAcquireRefusedLeavesNothing(t *testing.T) {
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestContendersOfOneLockerSendNothing: TryAcquires of a name the Locker
+// holds are refused without a request: no lease is granted for them and no
+// Raft commit made (a hundred of them once cost a hundred commits, which a
+// loaded 3-member test cluster did not always serve in time).
+func TestContendersOfOneLockerSendNothing(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	ctx := context.Background()
+	admin := c.Client(t)
+	l := newLocker(t, c.Client(t))
+	held, err := l.TryAcquire(ctx, "crowd", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := admin.Get(ctx, "crowd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if _, err := l.TryAcquire(ctx, "crowd", 10*time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("TryAcquire of a name the Locker holds: %v, want ErrNotAcquired", err)
+			}
+		})
+	}
+	wg.Wait()
+	after, err := admin.Get(ctx, "crowd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := leases(t, admin); n != 1 || after.Header.Revision != before.Header.Revision {
+		t.Fatalf("50 refused TryAcquires: %d leases (want 1), revision %d -> %d (want unchanged)", n, before.Header.Revision, after.Header.Revision)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := l.TryAcquire(ctx, "crowd", 10*time.Second)
+	if err != nil {
+		t.Fatalf("TryAcquire after the release: %v", err)
+	}
+	again.Release(ctx)
 }

@@ -44,9 +44,12 @@ type session struct {
 // until its key is known to be gone. Its fields are guarded by the
 // Locker's mu.
 type slot struct {
-	s    *session
+	s    *session // whose lease id names the key
 	name string
 	key  string
+	// on is the session whose lease the key lives by: s, or a lease of the
+	// lock's own once an extension beyond s's TTL moved the key under it.
+	on *session
 	// rev is the key's create revision once the lock is granted (0 while
 	// it waits), and validUntil its handle's validity, as granted or last
 	// extended.
@@ -56,6 +59,10 @@ type slot struct {
 	// lost: sweep found the validity ended unextended and deletes the key
 	// (or retries at the next renewal); Extend refuses from then on.
 	lost bool
+	// doomed: the key stands for no lock (an abandoned wait, a put of
+	// unknown outcome) and must be deleted; sweep retries until it is.
+	doomed bool
+	lock   *dlock.Lock // the handle, once granted
 }
 
 // errLeaseGone: the cluster has no such lease (it expired or was revoked).
@@ -88,7 +95,7 @@ func (l *Locker) take(ctx context.Context, name string, ttl time.Duration) (*slo
 			l.mu.Unlock()
 			return l.grantSession(ctx, name, secs)
 		}
-		sl := &slot{s: s, name: name, key: l.queue(name) + token(s.id)}
+		sl := &slot{s: s, on: s, name: name, key: l.queue(name) + token(s.id)}
 		s.names[name] = sl
 		renew := s.aliveUntil.Sub(now) < ttl/2
 		l.mu.Unlock()
@@ -107,6 +114,23 @@ func (l *Locker) take(ctx context.Context, name string, ttl time.Duration) (*slo
 	}
 }
 
+// queued reports whether one of the Locker's live sessions has a key of
+// name's queue, or is putting one there. A session that lapsed does not
+// count: its key may be gone.
+func (l *Locker) queued(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	for _, pool := range l.sessions {
+		for _, s := range pool {
+			if s.names[name] != nil && !s.dead && s.aliveUntil.After(now) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // grantSession grants a new lease of secs seconds with name reserved on it.
 func (l *Locker) grantSession(ctx context.Context, name string, secs int64) (*slot, error) {
 	start := time.Now()
@@ -115,7 +139,7 @@ func (l *Locker) grantSession(ctx context.Context, name string, secs int64) (*sl
 		return nil, l.opErr(ctx, err, true)
 	}
 	s := &session{id: resp.ID, seconds: secs, aliveUntil: start.Add(time.Duration(resp.TTL) * time.Second)}
-	sl := &slot{s: s, name: name, key: l.queue(name) + token(s.id)}
+	sl := &slot{s: s, on: s, name: name, key: l.queue(name) + token(s.id)}
 	s.names = map[string]*slot{name: sl}
 	l.mu.Lock()
 	l.sessions[secs] = append(l.sessions[secs], s)
@@ -129,8 +153,13 @@ func (l *Locker) grantSession(ctx context.Context, name string, secs int64) (*sl
 // dead then; other errors are classified as opErr does, for an acquisition
 // if acquiring.
 func (l *Locker) renew(ctx context.Context, s *session, acquiring bool) (time.Duration, error) {
-	start := time.Now()
-	ka, err := l.client.KeepAliveOnce(ctx, s.id)
+	var start time.Time
+	var ka *clientv3.LeaseKeepAliveResponse
+	err := attempts(ctx, s.seconds, func(ctx context.Context) (err error) {
+		start = time.Now()
+		ka, err = l.client.KeepAliveOnce(ctx, s.id)
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			l.lose(s)
@@ -148,10 +177,34 @@ func (l *Locker) renew(ctx context.Context, s *session, acquiring bool) (time.Du
 	return ttl, nil
 }
 
+// attempts runs op, a request that may be sent again (a renewal, a read),
+// in attempts of a bounded time: a sixteenth of a lease of secs seconds at
+// first (at least 50ms), twice as long after each attempt that ran out, up
+// to a quarter of the lease. The client sends each attempt to the next
+// member in turn, so a member that takes requests and answers none (frozen,
+// or cut off without a reset) costs an attempt, not the lease, and a slow
+// cluster still gets the time it needs. It returns op's first error that is
+// not an attempt running out, or the last one once ctx ends.
+func attempts(ctx context.Context, secs int64, op func(ctx context.Context) error) error {
+	lease := time.Duration(secs) * time.Second
+	bound := max(lease/16, 50*time.Millisecond)
+	for {
+		actx, cancel := context.WithTimeout(ctx, bound)
+		err := op(actx)
+		ranOut := actx.Err() != nil
+		cancel()
+		if err == nil || !ranOut || ctx.Err() != nil {
+			return err
+		}
+		bound = min(2*bound, max(lease/4, 50*time.Millisecond))
+	}
+}
+
 // sweep deletes the keys of s's locks whose handle's validity ended
 // without a release or an extension (a forgotten lock), each in a
-// transaction only if its create revision is still the lock's, and then
-// frees their names. Without it, such a key would live as long as the
+// transaction only if its create revision is still the lock's, and the
+// keys of contenders abandoned whose deletion failed (see abandon), and
+// then frees their names. Without it, such a key would live as long as the
 // shared lease, which the session's other locks and waits keep alive:
 // others would wait for it long past its TTL. Every renewal of the lease
 // sweeps it, so a forgotten lock is freed at the first renewal after its
@@ -167,35 +220,63 @@ func (l *Locker) sweep(ctx context.Context, s *session) {
 	now := time.Now()
 	var due []*slot
 	for _, sl := range s.names {
-		if sl.rev != 0 && sl.extending == 0 && (sl.lost || !sl.validUntil.After(now)) {
+		if sl.doomed {
+			due = append(due, sl)
+		} else if sl.rev != 0 && sl.extending == 0 && (sl.lost || !sl.validUntil.After(now)) {
 			sl.lost = true
 			due = append(due, sl)
 		}
 	}
 	l.mu.Unlock()
 	for _, sl := range due {
-		ours := clientv3.Compare(clientv3.CreateRevision(sl.key), "=", sl.rev)
-		if _, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(sl.key)).Commit(); err == nil {
-			l.free(sl)
-		}
+		l.delete(ctx, sl)
 	}
 }
 
-// lose marks s dead: its lease is gone, and every lock under it with it.
+// lose marks s dead: its lease is gone, and every lock that lives by it
+// with it. Their handles are lost at once.
 func (l *Locker) lose(s *session) {
 	l.mu.Lock()
 	s.dead = true
+	var handles []*dlock.Lock
+	for _, sl := range l.slots() {
+		if sl.on == s && sl.lock != nil {
+			handles = append(handles, sl.lock)
+		}
+	}
 	l.mu.Unlock()
+	for _, h := range handles {
+		driver.Lost(h, fmt.Errorf("dlock: %w: the lease of %q expired or was revoked", dlock.ErrLockLost, h.Key()))
+	}
+}
+
+// slots returns every slot of the Locker's sessions. The Locker's mu must
+// be held.
+func (l *Locker) slots() []*slot {
+	var all []*slot
+	for _, pool := range l.sessions {
+		for _, s := range pool {
+			for _, sl := range s.names {
+				all = append(all, sl)
+			}
+		}
+	}
+	return all
 }
 
 // free takes sl's reservation off its session: its key is known to be
 // gone. A later lock of the same name on the session keeps its own.
 func (l *Locker) free(sl *slot) {
 	l.mu.Lock()
+	l.freeLocked(sl)
+	l.mu.Unlock()
+}
+
+// freeLocked is free with the Locker's mu held.
+func (l *Locker) freeLocked(sl *slot) {
 	if sl.s.names[sl.name] == sl {
 		delete(sl.s.names, sl.name)
 	}
-	l.mu.Unlock()
 }
 
 // validUntil is the validity of a lock whose key was created (or found
@@ -209,22 +290,40 @@ func (l *Locker) validUntil(s *session, start time.Time, ttl time.Duration) time
 }
 
 // Close revokes the leases of the Locker's sessions, within 5s: every lock
-// it holds is deleted with them and lost (release them first), and waits
-// in progress fail. The Locker stays usable: later acquisitions grant new
-// leases. Close does not close the client. Without Close, a lease that no
-// lock uses any more lapses at the end of its TTL. It returns the first
-// error of a revocation, matching dlock.ErrUnavailable.
+// it holds is deleted with them, and lost (release them first): by the time
+// Close returns, each handle reports so (Held is false, Extend fails with
+// dlock.ErrLockLost) and Do has ended its function's context, even when a
+// revocation fails. Waits in progress lose their places in the queues and
+// queue again on new leases: the Locker stays usable, later acquisitions
+// grant new leases. Close does not close the client. Without
+// Close, a lease that no lock uses any more lapses at the end of its TTL.
+// It returns the first error of a revocation, matching
+// dlock.ErrUnavailable.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	var all []*session
-	for secs, pool := range l.sessions {
-		for _, s := range pool {
-			s.dead = true
-			all = append(all, s)
+	var handles []*dlock.Lock
+	for _, sl := range l.slots() {
+		if sl.on != sl.s {
+			all = append(all, sl.on) // a lease of the lock's own
 		}
+		if sl.lock != nil {
+			handles = append(handles, sl.lock)
+		}
+	}
+	for secs, pool := range l.sessions {
+		all = append(all, pool...)
 		delete(l.sessions, secs)
 	}
+	for _, s := range all {
+		s.dead = true
+	}
 	l.mu.Unlock()
+	// The handles first: nobody else can hold the locks before the leases
+	// are revoked.
+	for _, h := range handles {
+		driver.Lost(h, fmt.Errorf("dlock: %w: Close revoked the lease of %q", dlock.ErrLockLost, h.Key()))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var first error

@@ -3,7 +3,9 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,8 +121,9 @@ func TestSharedLeaseValidity(t *testing.T) {
 }
 
 // TestSharedLeaseLost: when the shared lease is revoked, every lock on it
-// is lost: Do's context ends with ErrLockLost, the other lock's Extend is
-// refused; the Locker then takes locks on a new lease.
+// is lost: Do's context ends with ErrLockLost, and the other lock's handle
+// is lost as soon as the Locker learns of it (its Extend fails with
+// ErrLockLost without asking); the Locker then takes locks on a new lease.
 func TestSharedLeaseLost(t *testing.T) {
 	c := etcdtest.Start(t, 3)
 	ctx := testCtx(t)
@@ -136,7 +139,10 @@ func TestSharedLeaseLost(t *testing.T) {
 		return nil
 	})
 	locktest.WantError(t, err, dlock.ErrLockLost)
-	locktest.WantError(t, other.Extend(ctx, 3*time.Second), dlock.ErrNotHeld)
+	if other.Held() {
+		t.Fatal("the other lock on the lost lease is still held")
+	}
+	locktest.WantError(t, other.Extend(ctx, 3*time.Second), dlock.ErrLockLost)
 	locktest.WantError(t, other.Release(ctx), dlock.ErrNotHeld)
 	again, err := l.TryAcquire(ctx, "lost-y", 3*time.Second)
 	if err != nil {
@@ -187,6 +193,46 @@ func TestSameNameOneLocker(t *testing.T) {
 		t.Fatalf("second lock: token %q fence %d; first: %q %d", w.Token(), w.Fence(), first.Token(), first.Fence())
 	}
 	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWaitsOfOneLocker: three waits of one Locker on one name hold three
+// keys in the queue, all are served once the holder releases, one at a
+// time, and they leave no key behind.
+func TestWaitsOfOneLocker(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	ctx := testCtx(t)
+	admin := c.Client(t)
+	holder, err := newLocker(t, c.Client(t)).TryAcquire(ctx, "three", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(t, c.Client(t))
+	var inside atomic.Int32
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			errs <- dlock.Do(ctx, l, "three", 5*time.Second, func(context.Context) error {
+				if n := inside.Add(1); n != 1 {
+					return fmt.Errorf("%d waits of one Locker inside at once", n)
+				}
+				time.Sleep(50 * time.Millisecond)
+				inside.Add(-1)
+				return nil
+			})
+		}()
+	}
+	locktest.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "three", 4) })
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := queueLen(ctx, admin, "three", 0); err != nil {
 		t.Fatal(err)
 	}
 }

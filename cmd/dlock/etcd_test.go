@@ -138,6 +138,27 @@ func TestRunEtcd(t *testing.T) {
 		}
 	})
 
+	// extend -t beyond acquire's --ttl: the lock is kept for the new TTL,
+	// not for the lease it was taken with.
+	t.Run("extend beyond the lease", func(t *testing.T) {
+		renv := []string{"DLOCK_ETCD=" + strings.Join(c.Endpoints(), ",")}
+		r := runInProcess(t, renv, "acquire", "e:longer", "--ttl", "1s")
+		if r.code != 0 {
+			t.Fatalf("acquire: exit %d; stderr: %s", r.code, r.stderr)
+		}
+		tok := parseVars(t, r.stdout)["DLOCK_TOKEN"]
+		if r := runInProcess(t, renv, "extend", "e:longer", tok, "--ttl", "8s"); r.code != 0 {
+			t.Fatalf("extend -t 8s: exit %d; stderr: %s", r.code, r.stderr)
+		}
+		time.Sleep(3 * time.Second) // three times the first lease
+		if r := runInProcess(t, renv, "acquire", "e:longer", "-n"); r.code != exitBusy {
+			t.Errorf("acquire -n 3s after extend -t 8s of a 1s lock: exit %d, want %d; stderr: %s", r.code, exitBusy, r.stderr)
+		}
+		if r := runInProcess(t, renv, "release", "e:longer", tok); r.code != 0 {
+			t.Errorf("release: exit %d; stderr: %s", r.code, r.stderr)
+		}
+	})
+
 	t.Run("inspect", func(t *testing.T) {
 		renv := []string{"DLOCK_ETCD=" + strings.Join(c.Endpoints(), ",")}
 		r := runInProcess(t, renv, "acquire", "e:insp", "--ttl", "20s")

@@ -20,6 +20,10 @@ const DefaultDriftFactor = 0.01
 // must implement driver.Grant. Package dlock sets it.
 var NewLock func(key, token string, fence uint64, validUntil time.Time, g any) any
 
+// Lose declares a *dlock.Lock (given as any) lost with cause (see
+// driver.Lost). Package dlock sets it.
+var Lose func(lock any, cause error)
+
 // TTLProblem says what is wrong with ttl, or "" when every backend can
 // honour it.
 func TTLProblem(ttl time.Duration) string {

@@ -121,6 +121,26 @@ func (m *Member) Kill() {
 	_ = cmd.Wait()
 }
 
+// Pause freezes the member with SIGSTOP, as a machine that stopped: its
+// connections stay open and nothing answers on them. Resume undoes it; the
+// cluster's cleanup resumes a member still paused before killing it.
+func (m *Member) Pause(t testing.TB) { m.signal(t, syscall.SIGSTOP) }
+
+// Resume continues a paused member (SIGCONT).
+func (m *Member) Resume(t testing.TB) { m.signal(t, syscall.SIGCONT) }
+
+func (m *Member) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		t.Fatalf("etcd %s is not running", m.Name)
+	}
+	if err := m.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal etcd %s: %v", m.Name, err)
+	}
+}
+
 // Restart starts a killed member again with its data.
 func (m *Member) Restart(t testing.TB) {
 	t.Helper()

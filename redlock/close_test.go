@@ -1,0 +1,15 @@
+package redlock_test
+
+import (
+	"testing"
+
+	"github.com/dlock-go/dlock/locktest"
+)
+
+// TestCloseKeepsLocks: Close ends the Locker's subscriptions and waits for
+// releases under way, not its locks: they stay held and truthful, and the
+// Locker still works.
+func TestCloseKeepsLocks(t *testing.T) {
+	l := newLocker(t, shared)
+	locktest.CloseKeepsLocks(t, l, newLocker(t, shared), l.Close)
+}
