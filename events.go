@@ -78,10 +78,12 @@ type Event struct {
 // its release (Do's own and fn's). ctx is the context of the call the
 // event belongs to (Acquire's, Extend's, Release's; a loss has none of its
 // own and gets context.Background()), so that a span can find its parent.
-// observe is called synchronously, on
-// the goroutine where the event happened, sometimes while the Lock's
-// internal mutex is held: it must return quickly and must not call the
-// Lock's methods. Several WithObserver options all receive every event, in
+// observe is called under none of the library's locks, so it may look
+// into ctx and call the Lock's methods; a lock's events reach it one at a
+// time, in the order they happened, on the goroutine of the call they
+// belong to or, while an earlier event of the same lock is still being
+// observed, on that one's once it returns. It should return quickly:
+// the call it observes waits for it. Several WithObserver options all receive every event, in
 // the order given. Without an observer, no event is built. Package
 // github.com/dlock-go/dlock/dlockotel turns events into OpenTelemetry metrics
 // and spans.
@@ -134,10 +136,65 @@ func backendOf(l Locker) string {
 	return ""
 }
 
-// emit sends e, filled with what the lock knows, to the lock's observer.
-func (l *Lock) emit(ctx context.Context, e Event) {
+// queued is an event recorded for delivery, with the context of the call
+// it belongs to.
+type queued struct {
+	ctx context.Context
+	e   Event
+}
+
+// recordLocked fills e with what the lock knows and queues it for the
+// observer, if there is one; l.mu is held. The observer is a callback of
+// the user's: it runs later, in deliver, under none of the lock's mutex
+// and turn, so that it may look into ctx (Do's context looks at the lock)
+// and call the lock's methods.
+func (l *Lock) recordLocked(ctx context.Context, e Event) {
+	if l.observe == nil {
+		return
+	}
 	l.fill(&e)
-	l.observe(ctx, e)
+	if len(l.pending) == 0 {
+		l.pending = l.buf[:0]
+	}
+	l.pending = append(l.pending, queued{ctx, e})
+}
+
+// deliver sends the recorded events to the observer, one at a time and in
+// the order they were recorded; it must be called without l.mu and the
+// turn. When another goroutine is delivering (an observer that called back
+// into the lock, or a concurrent call), that one sends them.
+func (l *Lock) deliver() {
+	l.mu.Lock()
+	if l.delivering || len(l.pending) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	l.delivering = true
+	for len(l.pending) > 0 {
+		q := l.pending[0]
+		l.pending[0] = queued{}
+		l.pending = l.pending[1:]
+		l.mu.Unlock()
+		l.send(q)
+		l.mu.Lock()
+	}
+	l.delivering = false
+	l.mu.Unlock()
+}
+
+// send calls the observer with q. If the observer panics, the panic goes
+// on, and the next call of deliver sends the events after q.
+func (l *Lock) send(q queued) {
+	sent := false
+	defer func() {
+		if !sent {
+			l.mu.Lock()
+			l.delivering = false
+			l.mu.Unlock()
+		}
+	}()
+	l.observe(q.ctx, q.e)
+	sent = true
 }
 
 // fill sets what the lock knows of e: key, fence, backend, hold time.

@@ -78,6 +78,12 @@ type Lock struct {
 	// changed, once watch made it, is closed at the next change of state
 	// or validUntil, so that Do follows the handle without polling it.
 	changed chan struct{}
+	// pending are the events recorded under mu and not delivered yet
+	// (deliver), in order; buf holds the first, so that an event costs no
+	// allocation. delivering is set while a goroutine delivers them.
+	pending    []queued
+	buf        [1]queued
+	delivering bool
 }
 
 // newLock wraps a backend's grant (driver.NewLock).
@@ -155,6 +161,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.gone("extend"); err != nil {
 		return err
 	}
+	defer l.deliver() // the events, once the turn is given back
 	if err := l.takeTurn(ctx, "extend"); err != nil {
 		return err
 	}
@@ -172,9 +179,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	if err != nil {
 		err = &opError{"extend", l.key, known(err)}
-		if l.observe != nil {
-			l.emit(ctx, Event{Kind: EventExtendFailed, Err: err, Took: l.now().Sub(start)})
-		}
+		l.recordLocked(ctx, Event{Kind: EventExtendFailed, Err: err, Took: l.now().Sub(start)})
 		if errors.Is(err, ErrNotHeld) {
 			l.loseLocked(err, lostRefused)
 		} else if errors.Is(err, ErrLockLost) {
@@ -191,9 +196,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return l.lostCause
 	}
 	l.setValidLocked(until)
-	if l.observe != nil {
-		l.emit(ctx, Event{Kind: EventExtended, Took: l.now().Sub(start)})
-	}
+	l.recordLocked(ctx, Event{Kind: EventExtended, Took: l.now().Sub(start)})
 	return nil
 }
 
@@ -223,6 +226,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.setStateLocked(stateReleasing)
 	l.mu.Unlock()
 
+	defer l.deliver() // the events, once the turn is given back
 	if err := l.takeTurn(ctx, "release"); err != nil {
 		return err
 	}
@@ -242,9 +246,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if err != nil {
 		err = &opError{"release", l.key, known(err)}
 	}
-	if l.observe != nil {
-		l.emit(ctx, Event{Kind: EventReleased, Err: err, Took: l.now().Sub(start)})
-	}
+	l.recordLocked(ctx, Event{Kind: EventReleased, Err: err, Took: l.now().Sub(start)})
 	if err == nil {
 		l.setStateLocked(stateReleased)
 		return nil
@@ -289,6 +291,7 @@ func known(err error) error {
 // expire declares the lock lost with cause if it is held and its validity
 // has run out. It is how Do records a validity that ran out, saying why.
 func (l *Lock) expire(cause error) {
+	defer l.deliver()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == stateHeld && !l.validUntil.After(l.now()) {
@@ -327,6 +330,7 @@ type snapshot struct {
 
 // watch returns a snapshot of the lock (see goneLocked).
 func (l *Lock) watch() snapshot {
+	defer l.deliver()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	gone := l.goneLocked("hold")
@@ -359,6 +363,7 @@ func (s snapshot) loss(key string, now time.Time) error {
 
 // gone is goneLocked for callers that do not hold l.mu.
 func (l *Lock) gone(op string) error {
+	defer l.deliver()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.goneLocked(op)
@@ -392,9 +397,7 @@ const (
 func (l *Lock) loseLocked(cause error, how string) {
 	l.lostCause = cause
 	l.setStateLocked(stateLost)
-	if l.observe != nil {
-		l.emit(context.Background(), Event{Kind: EventLost, Err: cause, Detected: how})
-	}
+	l.recordLocked(context.Background(), Event{Kind: EventLost, Err: cause, Detected: how})
 }
 
 func (l *Lock) setStateLocked(s lockState) {
