@@ -38,7 +38,7 @@ func TestObserverReadsDoContext(t *testing.T) {
 	}
 	for _, op := range []string{"extend", "release"} {
 		t.Run(op, func(t *testing.T) {
-			m := newMem()
+			m := newObserved(observe)
 			within(t, "Do", func() error {
 				return dlock.Do(context.Background(), m, "k", time.Minute, func(ctx context.Context) error {
 					lock := dlock.LockFromContext(ctx)
@@ -46,7 +46,7 @@ func TestObserverReadsDoContext(t *testing.T) {
 						return lock.Extend(ctx, time.Minute)
 					}
 					return lock.Release(ctx)
-				}, dlock.WithObserver(observe))
+				})
 			})
 		})
 	}
@@ -55,7 +55,6 @@ func TestObserverReadsDoContext(t *testing.T) {
 // An observer may call the lock it reports on: read it, extend it,
 // release it.
 func TestObserverCallsLock(t *testing.T) {
-	m := newMem()
 	var lock atomic.Pointer[dlock.Lock]
 	var extended atomic.Int32
 	released := make(chan error, 1)
@@ -74,7 +73,7 @@ func TestObserverCallsLock(t *testing.T) {
 			released <- l.Release(ctx)
 		}
 	}
-	l, err := dlock.Acquire(context.Background(), m, "k", time.Minute, dlock.WithObserver(observe))
+	l, err := dlock.Acquire(context.Background(), newObserved(observe), "k", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

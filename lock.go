@@ -63,8 +63,8 @@ type Lock struct {
 	grant grant
 	now   func() time.Time
 
-	observe   func(context.Context, Event) // nil: no events (the grant's observer, and Acquire's)
 	grantedAt time.Time
+	nodes     int // how many of the backend's nodes granted the lock
 
 	// turn is taken by every call into grant, so that Extends apply in
 	// the order their replies are recorded and the grant is never called
@@ -84,12 +84,25 @@ type Lock struct {
 	pending    []queued
 	buf        [1]queued
 	delivering bool
+	// backend and observe, set by the Locker's events (driver.Events)
+	// before the lock is returned, name the backend and receive the
+	// lock's events; observe is nil when the Locker has no observers.
+	backend string
+	observe func(context.Context, Event)
 }
+
+// nodeCounter is a grant that says how many of its backend's nodes
+// granted the lock (driver.Grant); without it, one did.
+type nodeCounter interface{ Nodes() int }
 
 // newLock wraps a backend's grant (driver.NewLock).
 func newLock(key, token string, fence uint64, validUntil time.Time, g grant) *Lock {
+	nodes := 1
+	if n, ok := g.(nodeCounter); ok {
+		nodes = n.Nodes()
+	}
 	return &Lock{key: key, token: token, fence: fence, grant: g, now: time.Now, validUntil: validUntil,
-		turn: make(chan struct{}, 1), grantedAt: time.Now(), observe: observerOf(g)}
+		turn: make(chan struct{}, 1), grantedAt: time.Now(), nodes: nodes}
 }
 
 func init() {

@@ -26,13 +26,13 @@ func TestSDKMeterWithOwnRelease(t *testing.T) {
 		t.Run(op, func(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
-				done <- dlock.Do(context.Background(), newMem(), "k", time.Minute, func(ctx context.Context) error {
+				done <- dlock.Do(context.Background(), newMem(obs.Observe), "k", time.Minute, func(ctx context.Context) error {
 					lock := dlock.LockFromContext(ctx)
 					if op == "extend" {
 						return lock.Extend(ctx, time.Minute)
 					}
 					return lock.Release(ctx)
-				}, obs.Option())
+				})
 			}()
 			select {
 			case err := <-done:

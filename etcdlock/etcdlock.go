@@ -28,7 +28,7 @@ type Locker struct {
 	driftFactor float64
 	logger      *slog.Logger
 	observers   []func(context.Context, dlock.Event) // WithObserver's
-	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
+	events      driver.Events                        // the logger's and observers'
 	holderHead  string                               // WithHolderInfo's record up to "since"; "" without it
 
 	mu       sync.Mutex
@@ -56,23 +56,9 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
-	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
+	l.events = driver.NewEvents("etcd", l.logger, l.observers...)
 	return l, nil
 }
-
-// Observer implements driver.Observable: the Locker's logger and its
-// observers (WithLogger, WithObserver), or nil.
-func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
-
-// Observer implements driver.Observable for the lock's own events.
-func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
-
-// Describe implements driver.Describer: the backend's name, for the
-// events of attempts and refusals.
-func (l *Locker) Describe() (backend string, nodes int) { return "etcd", 0 }
-
-// Describe implements driver.Describer.
-func (g *grant) Describe() (backend string, nodes int) { return "etcd", 1 }
 
 // queue is the prefix under which the contenders for key have their keys,
 // as in concurrency.NewMutex(session, prefix+key).
@@ -90,6 +76,11 @@ func (l *Locker) queue(key string) string { return l.prefix + key + "/" }
 // While dlock.Acquire or dlock.Do waits for key with this Locker, its
 // attempts wait in the queue instead (see NotifyRelease).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	a := l.events.Attempt(ctx, key)
+	return a.End(l.tryAcquire(ctx, key, ttl))
+}
+
+func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	if err := l.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}

@@ -39,3 +39,12 @@ func TestEventsAndLogOfALoss(t *testing.T) {
 		t.Fatalf("no Warn record of the loss: %v (found %v)", warn, ok)
 	}
 }
+
+// A bare TryAcquire reports its attempt and its grant or refusal, as
+// Acquire does: its observer sees every lock the Locker makes.
+func TestEventsOfBareTryAcquire(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	rec := eventtest.New()
+	l := newLocker(t, c.Client(t), etcdlock.WithObserver(rec.Observe))
+	eventtest.CheckTryAcquire(t, l, rec, "bare", "etcd")
+}

@@ -56,3 +56,11 @@ func TestEventsAndLogOfATerminatedSession(t *testing.T) {
 		t.Errorf("records at Info: %v", info)
 	}
 }
+
+// A bare TryAcquire reports its attempt and its grant or refusal, as
+// Acquire does: its observer sees every lock the Locker makes.
+func TestEventsOfBareTryAcquire(t *testing.T) {
+	rec := eventtest.New()
+	l := newLocker(t, 2, pglock.WithObserver(rec.Observe))
+	eventtest.CheckTryAcquire(t, l, rec, uniqueKey(t), "postgres")
+}

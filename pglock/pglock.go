@@ -39,7 +39,7 @@ type Locker struct {
 	settings  []string      // session settings a grant changes (sessionSettings)
 	logger    *slog.Logger
 	observers []func(context.Context, dlock.Event) // WithObserver's
-	observe   func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
+	events    driver.Events                        // the logger's and observers'
 
 	stmts statements
 	exec  rowExec
@@ -119,10 +119,10 @@ func WithLogger(logger *slog.Logger) Option {
 	}
 }
 
-// WithObserver adds an observer of every lock this Locker takes: the
-// events of Acquire and Do (attempts, grant, refusal) and of each handle,
-// also one from a bare TryAcquire (extensions, loss, release); see
-// dlock.Event. Several observers all receive the events. Package
+// WithObserver adds an observer of every attempt this Locker makes and
+// every lock it takes, from a bare TryAcquire or within dlock.Acquire and
+// dlock.Do: attempts, grant or refusal, extensions, loss, release (see
+// dlock.Event, and Events in package dlock's documentation). Several observers all receive the events. Package
 // github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and
 // spans of them. The default is none, beside the logger's.
 func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
@@ -221,23 +221,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	}
 	l.settings = l.sessionSettings()
 	l.buildStatements()
-	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
+	l.events = driver.NewEvents("postgres", l.logger, l.observers...)
 	return l, nil
 }
-
-// Observer implements driver.Observable: the Locker's logger and its
-// observers (WithLogger, WithObserver), or nil.
-func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
-
-// Observer implements driver.Observable for the lock's own events.
-func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
-
-// Describe implements driver.Describer: the backend's name, for the
-// events of attempts and refusals.
-func (l *Locker) Describe() (backend string, nodes int) { return "postgres", 0 }
-
-// Describe implements driver.Describer.
-func (g *grant) Describe() (backend string, nodes int) { return "postgres", 1 }
 
 // TryAcquire makes one attempt to take the session-level advisory lock on
 // key (WithPrefix's prefix and key, mapped by HashKey or WithKeyFunc) and
@@ -258,6 +244,11 @@ func (g *grant) Describe() (backend string, nodes int) { return "postgres", 1 }
 // arguments. A wait for a free pool connection ends with ctx, matching
 // dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	a := l.events.Attempt(ctx, key)
+	return a.End(l.tryName(ctx, key, ttl))
+}
+
+func (l *Locker) tryName(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	if err := l.checkArgs(ctx, key, ttl); err != nil {
 		return nil, err
 	}
@@ -274,13 +265,14 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // TryAcquireKey is TryAcquire for a Key chosen by the caller, such as a
 // KeyPair. The handle's Key() is k.String().
 func (l *Locker) TryAcquireKey(ctx context.Context, k Key, ttl time.Duration) (*dlock.Lock, error) {
+	a := l.events.Attempt(ctx, k.String())
 	if !k.valid() {
-		return nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+		return a.End(nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)"))
 	}
 	if err := l.checkArgs(ctx, k.String(), ttl); err != nil {
-		return nil, err
+		return a.End(nil, err)
 	}
-	return l.tryAcquire(ctx, k.String(), k, ttl)
+	return a.End(l.tryAcquire(ctx, k.String(), k, ttl))
 }
 
 // Acquire takes the lock on key, waiting while another session holds it

@@ -84,10 +84,10 @@ func WithLogger(logger *slog.Logger) Option {
 	}
 }
 
-// WithObserver adds an observer of every lock this Locker takes: the
-// events of Acquire and Do (attempts, grant, refusal) and of each handle,
-// also one from a bare TryAcquire (extensions, loss, release); see
-// dlock.Event. Several observers all receive the events. Package
+// WithObserver adds an observer of every attempt this Locker makes and
+// every lock it takes, from a bare TryAcquire or within dlock.Acquire and
+// dlock.Do: attempts, grant or refusal, extensions, loss, release (see
+// dlock.Event, and Events in package dlock's documentation). Several observers all receive the events. Package
 // github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and
 // spans of them. The default is none, beside the logger's.
 func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {

@@ -33,7 +33,7 @@ type Locker struct {
 	native      NativeMode
 	logger      *slog.Logger
 	observers   []func(context.Context, dlock.Event) // WithObserver's
-	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
+	events      driver.Events                        // the logger's and observers'
 	notify      *wake.Notifier                       // nil for clients without usable pub/sub (a Ring)
 	batch       *batch.Batcher                       // the scripts' sender on a single-node client, else nil
 	clockOffset int64                                // µs added to the server's clock for fences; tests only
@@ -76,23 +76,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 			"node", l.node)
 	}
 	l.fenceTTLArg = l.fenceTTL.Milliseconds()
-	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
+	l.events = driver.NewEvents("redis", l.logger, l.observers...)
 	return l, nil
 }
-
-// Observer implements driver.Observable: the Locker's logger and its
-// observers (WithLogger, WithObserver), or nil.
-func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
-
-// Observer implements driver.Observable for the lock's own events.
-func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
-
-// Describe implements driver.Describer: the backend's name, for the
-// events of attempts and refusals.
-func (l *Locker) Describe() (backend string, nodes int) { return "redis", 0 }
-
-// Describe implements driver.Describer.
-func (g *grant) Describe() (backend string, nodes int) { return "redis", 1 }
 
 // TryAcquire makes one attempt to take the lock on key for ttl: one script
 // that sets the key to a fresh token if it is free and draws the fence, in
@@ -104,6 +90,11 @@ func (g *grant) Describe() (backend string, nodes int) { return "redis", 1 }
 // nothing when it fails, and a key set by an attempt whose reply was lost is
 // deleted again (best effort, in the background).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	a := l.events.Attempt(ctx, key)
+	return a.End(l.tryAcquire(ctx, key, ttl))
+}
+
+func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	if err := l.check(ctx, key, ttl); err != nil {
 		return nil, err
 	}

@@ -54,3 +54,11 @@ func TestEventsAndLogOfALoss(t *testing.T) {
 		t.Errorf("records at Info: %v", info)
 	}
 }
+
+// A bare TryAcquire reports its attempt and its grant or refusal, as
+// Acquire does: its observer sees every lock the Locker makes.
+func TestEventsOfBareTryAcquire(t *testing.T) {
+	rec := eventtest.New()
+	l := newLocker(t, shared, redlock.WithObserver(rec.Observe))
+	eventtest.CheckTryAcquire(t, l, rec, locktest.Key(t), "redlock")
+}

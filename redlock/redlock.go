@@ -34,7 +34,7 @@ type Locker struct {
 	fenceTTLArg any // fenceTTL in ms, boxed once: one allocation less per call
 	logger      *slog.Logger
 	observers   []func(context.Context, dlock.Event) // WithObserver's
-	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
+	events      driver.Events                        // the logger's and observers'
 	strict      bool
 	holderHead  string // WithHolderInfo's record up to "since" ("": off; see holder.Head)
 	defaults    []dlock.Option
@@ -137,23 +137,12 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		}
 		l.logger.Warn("dlock/redlock: "+p, "nodes", n)
 	}
-	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
+	l.events = driver.NewEvents("redlock", l.logger, l.observers...)
 	return l, nil
 }
 
-// Observer implements driver.Observable: the Locker's logger and its
-// observers (WithLogger, WithObserver), or nil.
-func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
-
-// Observer implements driver.Observable for the lock's own events.
-func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
-
-// Describe implements driver.Describer: the backend's name, for the
-// events of attempts and refusals.
-func (l *Locker) Describe() (backend string, nodes int) { return "redlock", 0 }
-
-// Describe implements driver.Describer.
-func (g *grant) Describe() (backend string, nodes int) { return "redlock", g.nodes }
+// Nodes is how many nodes granted the lock (see driver.Grant).
+func (g *grant) Nodes() int { return g.nodes }
 
 // Quorum returns the number of nodes that must agree: N/2+1.
 func (l *Locker) Quorum() int { return l.quorum }
@@ -166,10 +155,11 @@ func (l *Locker) Quorum() int { return l.quorum }
 // arguments. Failed attempts are released on every node before TryAcquire
 // returns. A *QuorumError in the chain says what each node answered.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	a := l.events.Attempt(ctx, key)
 	if err := keys.Check(l.prefix, key); err != nil {
-		return nil, err
+		return a.End(nil, err)
 	}
-	return l.tryAcquire(ctx, []string{key}, key, ttl)
+	return a.End(l.tryAcquire(ctx, []string{key}, key, ttl))
 }
 
 // TryAcquireMulti takes the locks on all keys at once, or none: on each node
@@ -179,10 +169,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // the keys, and Extend and Release act on all keys together. Errors are as
 // for TryAcquire; empty or repeated keys are rejected.
 func (l *Locker) TryAcquireMulti(ctx context.Context, keys []string, ttl time.Duration) (*dlock.Lock, error) {
+	display := strings.Join(keys, ",")
+	a := l.events.Attempt(ctx, display)
 	if err := l.checkKeys(keys); err != nil {
-		return nil, err
+		return a.End(nil, err)
 	}
-	return l.tryAcquire(ctx, keys, strings.Join(keys, ","), ttl)
+	return a.End(l.tryAcquire(ctx, keys, display, ttl))
 }
 
 // Acquire takes the lock on key, waiting while it is held (see dlock.Acquire
@@ -227,8 +219,9 @@ type multi struct {
 	keys []string
 }
 
-func (m multi) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dlock.Lock, error) {
-	return m.l.tryAcquire(ctx, m.keys, strings.Join(m.keys, ","), ttl)
+func (m multi) TryAcquire(ctx context.Context, display string, ttl time.Duration) (*dlock.Lock, error) {
+	a := m.l.events.Attempt(ctx, display)
+	return a.End(m.l.tryAcquire(ctx, m.keys, display, ttl))
 }
 
 // ReleaseToken releases the lock on key if it still holds token, on every
