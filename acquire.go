@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // releaseNotifier is a Locker that announces releases
@@ -32,7 +34,8 @@ type releaseNotifier interface {
 //     ErrNotAcquired or ErrUnavailable, with that attempt's error as detail
 //     (errors.As finds a *NodeError in it);
 //   - at once, without retrying, ErrInvalid or any other error of an
-//     attempt: waiting cannot fix them.
+//     attempt, and one that the backend says waiting cannot change
+//     (pglock's ErrPoolExhausted): waiting cannot fix them.
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	if l == nil {
 		return nil, invalidf("nil Locker")
@@ -83,6 +86,9 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 		lock, err := l.TryAcquire(ctx, key, ttl)
 		if err == nil {
 			return lock, nil
+		}
+		if final := (*bridge.Final)(nil); errors.As(err, &final) {
+			return nil, err // the backend says waiting cannot change it
 		}
 		if ctx.Err() != nil {
 			return nil, waitEnded(ctx, key, last, err)

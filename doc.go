@@ -18,7 +18,7 @@
 //		ContextTimeoutEnabled: true, // let context deadlines bound every call
 //	}))
 //	if err != nil { ... }
-//	err = locker.Do(ctx, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
+//	err = dlock.Do(ctx, locker, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
 //		inv, err := loadInvoice(ctx, "4821")
 //		if err != nil {
 //			return err

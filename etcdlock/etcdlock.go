@@ -238,18 +238,6 @@ func (l *Locker) granted(ctx context.Context, ttl time.Duration, c *contender) (
 	return lock, nil
 }
 
-// Acquire is dlock.Acquire with this Locker: it waits in key's queue (see
-// NotifyRelease).
-func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	return dlock.Acquire(ctx, l, key, ttl, opts...)
-}
-
-// Do is dlock.Do with this Locker: it waits in key's queue (see
-// NotifyRelease).
-func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	return dlock.Do(ctx, l, key, ttl, fn, opts...)
-}
-
 // abandon deletes the key of a contender that did not become a lock, in
 // the background and within a short bound (it would otherwise block the
 // queue), and then frees its name on its session. A deletion that fails

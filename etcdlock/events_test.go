@@ -19,7 +19,7 @@ func TestEventsAndLogOfALoss(t *testing.T) {
 	admin := c.Client(t)
 	rec := eventtest.New()
 	l := newLocker(t, c.Client(t), etcdlock.WithObserver(rec.Observe), etcdlock.WithLogger(rec.Logger()))
-	err := l.Do(ctx, "observed", 3*time.Second, func(ctx context.Context) error {
+	err := dlock.Do(ctx, l, "observed", 3*time.Second, func(ctx context.Context) error {
 		revokeHolder(t, admin, "observed")
 		<-ctx.Done()
 		return nil

@@ -22,7 +22,7 @@ func TestEventsAndLogOfATerminatedSession(t *testing.T) {
 	ctx := testCtx(t)
 
 	var fence uint64
-	err := l.Do(ctx, key, time.Second, func(ctx context.Context) error {
+	err := dlock.Do(ctx, l, key, time.Second, func(ctx context.Context) error {
 		fence = dlock.LockFromContext(ctx).Fence()
 		terminate(t, pglock.HashKey(key))
 		<-ctx.Done()

@@ -19,6 +19,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // Locker takes session-level advisory locks through a pgxpool.Pool. Every
@@ -78,9 +79,9 @@ func WithKeyFunc(f func(name string) (Key, error)) Option {
 // WithPrefix prepends prefix to every lock name before it is mapped to an
 // advisory key (by HashKey, or the WithKeyFunc function, which sees
 // prefix+name), so that applications sharing a database keep their lock
-// names apart, e.g. "billing:". Handles report the name without the
-// prefix; TryAcquireKey, AcquireKey and DoKey take their Key as it is. The
-// default is no prefix: the lock on "invoice:42" is HashKey("invoice:42").
+// names apart, e.g. "billing:". Handles report the name without the prefix;
+// ForKey takes its Key as it is. The default is no prefix: the lock on
+// "invoice:42" is HashKey("invoice:42").
 func WithPrefix(prefix string) Option {
 	return func(l *Locker) error {
 		l.prefix = prefix
@@ -262,85 +263,38 @@ func (l *Locker) tryName(ctx context.Context, key string, ttl time.Duration) (*d
 	return l.tryAcquire(ctx, key, k, ttl)
 }
 
-// TryAcquireKey is TryAcquire for a Key chosen by the caller, such as a
-// KeyPair. The handle's Key() is k.String().
-func (l *Locker) TryAcquireKey(ctx context.Context, k Key, ttl time.Duration) (*dlock.Lock, error) {
-	a := l.events.Attempt(ctx, k.String())
-	if !k.valid() {
-		return a.End(nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)"))
-	}
-	if err := l.checkArgs(ctx, k.String(), ttl); err != nil {
-		return a.End(nil, err)
-	}
-	return a.End(l.tryAcquire(ctx, k.String(), k, ttl))
-}
-
-// Acquire takes the lock on key, waiting while another session holds it
-// (see dlock.Acquire for the retry options and errors). With release
-// notifications on (the default), a release wakes the waiter at once.
+// ForKey returns a Locker that takes the lock on k, a Key chosen by the
+// caller such as a KeyPair, as TryAcquire does for a name: the key its
+// TryAcquire is given only names the lock (the handle's Key, the events'
+// key), and WithPrefix and WithKeyFunc do not apply. Wait for it with
+// dlock.Acquire and dlock.Do like any Locker, woken by release
+// notifications:
 //
-// When this Locker's held locks already pin every connection of the pool,
-// Acquire returns ErrPoolExhausted at once instead of waiting: a lock held
-// by the caller itself (nested locks) would never let go. An attempt that
-// finds the pool exhausted later in the wait (another goroutine took the
-// last connection) is retried like an unreachable server.
-func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	if err := l.exhausted(key); err != nil {
-		return nil, err
-	}
-	return dlock.Acquire(ctx, l, key, ttl, opts...)
-}
+//	err := dlock.Do(ctx, locker.ForKey(pglock.KeyPair(7, 1001)), "tenant 7, job 1001", ttl, fn)
+//
+// Its TryAcquire rejects the zero Key with dlock.ErrInvalid.
+func (l *Locker) ForKey(k Key) dlock.Locker { return keyLocker{l, k} }
 
-// AcquireKey is Acquire for a Key chosen by the caller, such as a KeyPair
-// (see TryAcquireKey): it waits with dlock.Acquire's retry options, woken by
-// release notifications like Acquire.
-func (l *Locker) AcquireKey(ctx context.Context, k Key, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	if !k.valid() {
-		return nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
-	}
-	if err := l.exhausted(k.String()); err != nil {
-		return nil, err
-	}
-	return dlock.Acquire(ctx, keyLocker{l, k}, k.String(), ttl, opts...)
-}
-
-// DoKey is Do for a Key chosen by the caller, such as a KeyPair (see
-// TryAcquireKey), with Do's waiting and background checks.
-func (l *Locker) DoKey(ctx context.Context, k Key, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	if !k.valid() {
-		return driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
-	}
-	if err := l.exhausted(k.String()); err != nil {
-		return err
-	}
-	return dlock.Do(ctx, keyLocker{l, k}, k.String(), ttl, fn, opts...)
-}
-
-// keyLocker takes the lock on one Key whatever name dlock.Acquire passes
-// (k.String()), so that AcquireKey and DoKey reuse dlock's waiting.
+// keyLocker is the Locker of ForKey.
 type keyLocker struct {
 	l *Locker
 	k Key
 }
 
-func (kl keyLocker) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dlock.Lock, error) {
-	return kl.l.TryAcquireKey(ctx, kl.k, ttl)
+func (kl keyLocker) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
+	a := kl.l.events.Attempt(ctx, name)
+	if !kl.k.valid() {
+		return a.End(nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)"))
+	}
+	if err := kl.l.checkArgs(ctx, name, ttl); err != nil {
+		return a.End(nil, err)
+	}
+	return a.End(kl.l.tryAcquire(ctx, name, kl.k, ttl))
 }
 
+// NotifyRelease implements driver.ReleaseNotifier (see Locker.NotifyRelease).
 func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{}, func()) {
 	return kl.l.notifyKey(kl.k)
-}
-
-// Do runs fn under the lock on key (see dlock.Do). Its background check of
-// the lock's session runs when WithExtendThreshold of ttl is left (ttl/2 by
-// default); when the session dies, fn's context is cancelled with
-// dlock.ErrLockLost. Like Acquire, it fails at once with ErrPoolExhausted
-// when the Locker's held locks pin every connection.
-func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	if err := l.exhausted(key); err != nil {
-		return err
-	}
-	return dlock.Do(ctx, l, key, ttl, fn, opts...)
 }
 
 func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) error {
@@ -435,11 +389,13 @@ func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 }
 
 // exhausted returns ErrPoolExhausted when the Locker's held locks pin every
-// connection of the pool.
+// connection of the pool. Waiting cannot be trusted to change that (the
+// locks may be the caller's own, nested), so dlock.Acquire and dlock.Do
+// return it at once, as TryAcquire does.
 func (l *Locker) exhausted(name string) error {
 	if n := l.held.Load(); n >= l.maxConns {
-		return fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
-			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)
+		return &bridge.Final{Err: fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
+			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)}
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func TestEventsAndLogOfALossThroughTheProxy(t *testing.T) {
 	ctx := testCtx(t)
 
 	var fence uint64
-	err := l.Do(ctx, key, 400*time.Millisecond, func(ctx context.Context) error {
+	err := dlock.Do(ctx, l, key, 400*time.Millisecond, func(ctx context.Context) error {
 		fence = dlock.LockFromContext(ctx).Fence()
 		proxy.Blackhole(t)
 		<-ctx.Done()

@@ -154,17 +154,6 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	return driver.NewLock(key, token, uint64(r.Fence), validUntil, &grant{l: l, key: full, token: token, fence: r.Fence, holder: holder, tokenArg: args[:1:1]}), nil
 }
 
-// Acquire takes the lock on key, waiting while it is held (see dlock.Acquire
-// for the retry options and errors).
-func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	return dlock.Acquire(ctx, l, key, ttl, opts...)
-}
-
-// Do runs fn under the lock on key with auto-extension (see dlock.Do).
-func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	return dlock.Do(ctx, l, key, ttl, fn, opts...)
-}
-
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
 // value when the lock on key may have been released, so a waiting Acquire
 // retries at once instead of at its next poll. It sends nothing to the

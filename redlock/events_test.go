@@ -23,7 +23,7 @@ func TestEventsAndLogOfALoss(t *testing.T) {
 	ctx := testCtx(t)
 
 	var fence uint64
-	err := l.Do(ctx, key, time.Second, func(ctx context.Context) error {
+	err := dlock.Do(ctx, l, key, time.Second, func(ctx context.Context) error {
 		fence = dlock.LockFromContext(ctx).Fence()
 		for _, r := range shared {
 			if err := client(t, r.Addr).Del(ctx, key).Err(); err != nil {

@@ -161,20 +161,3 @@ func WithFenceTTL(d time.Duration) Option {
 // minFenceTTL is the shortest fence TTL: a bound on clock disagreement
 // below it is not one that NTP over a network keeps with any margin.
 const minFenceTTL = 500 * time.Millisecond
-
-// WithDefaults sets dlock options (retry count, delay and jitter, extension
-// threshold, hold limit) that Acquire and Do apply before their own, like
-// the settings of node-redlock's constructor. Without it they use dlock's
-// defaults: retry until the context ends, 50ms delay, 50ms jitter, extension
-// at half the TTL.
-func WithDefaults(opts ...dlock.Option) Option {
-	return func(l *Locker) error {
-		for _, o := range opts {
-			if o == nil {
-				return driver.Invalidf("nil dlock option in WithDefaults")
-			}
-		}
-		l.defaults = append(l.defaults, opts...)
-		return nil
-	}
-}

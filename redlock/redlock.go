@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,8 +37,7 @@ type Locker struct {
 	observers   []func(context.Context, dlock.Event) // WithObserver's
 	events      driver.Events                        // the logger's and observers'
 	strict      bool
-	holderHead  string // WithHolderInfo's record up to "since" ("": off; see holder.Head)
-	defaults    []dlock.Option
+	holderHead  string         // WithHolderInfo's record up to "since" ("": off; see holder.Head)
 	notify      *wake.Notifier // wake-on-release
 	workers     workers        // the goroutines of the fan-outs (fanout.go)
 	// distinct is set once every node has answered with a run_id of its
@@ -162,66 +162,38 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	return a.End(l.tryAcquire(ctx, []string{key}, key, ttl))
 }
 
-// TryAcquireMulti takes the locks on all keys at once, or none: on each node
-// one script sets every key or refuses them all, and the lock counts as held
-// when a majority of nodes granted all of them. The handle's Key is the keys
-// joined with commas; its fence is above the earlier fences of every one of
-// the keys, and Extend and Release act on all keys together. Errors are as
-// for TryAcquire; empty or repeated keys are rejected.
-func (l *Locker) TryAcquireMulti(ctx context.Context, keys []string, ttl time.Duration) (*dlock.Lock, error) {
-	display := strings.Join(keys, ",")
-	a := l.events.Attempt(ctx, display)
-	if err := l.checkKeys(keys); err != nil {
-		return a.End(nil, err)
-	}
-	return a.End(l.tryAcquire(ctx, keys, display, ttl))
+// Keys returns a Locker that takes the locks on all of keys at once, or
+// none: on each node one script sets every key or refuses them all, and
+// the lock counts as held when a majority of nodes granted all of them.
+// Its TryAcquire's key argument names the group: it is the handle's Key
+// and the events' key, and sets no key of its own. The handle's fence is
+// above the earlier fences of every one of keys, and Extend and Release act
+// on all of them together. Wait for it with dlock.Acquire and dlock.Do,
+// like any Locker (its waits poll):
+//
+//	err := dlock.Do(ctx, locker.Keys("account:1", "account:2"), "transfer", ttl, fn)
+//
+// Its TryAcquire returns errors as this Locker's does, and rejects no keys,
+// an empty key and a repeated one with dlock.ErrInvalid.
+func (l *Locker) Keys(keys ...string) dlock.Locker {
+	return multi{l, slices.Clone(keys)}
 }
 
-// Acquire takes the lock on key, waiting while it is held (see dlock.Acquire
-// for the retry options and errors; WithDefaults sets defaults for them).
-func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	return dlock.Acquire(ctx, l, key, ttl, l.opts(opts)...)
-}
-
-// AcquireMulti is Acquire for several keys at once (see TryAcquireMulti).
-func (l *Locker) AcquireMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	if err := l.checkKeys(keys); err != nil {
-		return nil, err
-	}
-	return dlock.Acquire(ctx, multi{l, keys}, strings.Join(keys, ","), ttl, l.opts(opts)...)
-}
-
-// Do runs fn under the lock on key with auto-extension (see dlock.Do): fn's
-// context is cancelled with cause dlock.ErrLockLost when an extension fails
-// to reach a majority before the validity runs out.
-func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	return dlock.Do(ctx, l, key, ttl, fn, l.opts(opts)...)
-}
-
-// DoMulti is Do for several keys at once (see TryAcquireMulti).
-func (l *Locker) DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	if err := l.checkKeys(keys); err != nil {
-		return err
-	}
-	return dlock.Do(ctx, multi{l, keys}, strings.Join(keys, ","), ttl, fn, l.opts(opts)...)
-}
-
-func (l *Locker) opts(opts []dlock.Option) []dlock.Option {
-	if len(l.defaults) == 0 {
-		return opts
-	}
-	return append(append([]dlock.Option(nil), l.defaults...), opts...)
-}
-
-// multi adapts a fixed key set to dlock.Locker for Acquire and Do.
+// multi is the Locker of Keys.
 type multi struct {
 	l    *Locker
 	keys []string
 }
 
-func (m multi) TryAcquire(ctx context.Context, display string, ttl time.Duration) (*dlock.Lock, error) {
-	a := m.l.events.Attempt(ctx, display)
-	return a.End(m.l.tryAcquire(ctx, m.keys, display, ttl))
+func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
+	a := m.l.events.Attempt(ctx, name)
+	if err := driver.CheckKey(name); err != nil {
+		return a.End(nil, err)
+	}
+	if err := m.l.checkKeys(m.keys); err != nil {
+		return a.End(nil, err)
+	}
+	return a.End(m.l.tryAcquire(ctx, m.keys, name, ttl))
 }
 
 // ReleaseToken releases the lock on key if it still holds token, on every

@@ -37,6 +37,15 @@ var Attempt func(ctx context.Context, backend string, observe any) (n int, waiti
 // it.
 var Observe func(lock any, backend string, observe any) (nodes int)
 
+// Final carries an attempt's error that waiting cannot change, though its
+// sentinel is one dlock.Acquire would retry: a pool whose connections are
+// all pinned by the Locker's own locks (pglock's ErrPoolExhausted), which
+// may be the caller's. dlock.Acquire and dlock.Do return it at once.
+type Final struct{ Err error }
+
+func (f *Final) Error() string { return f.Err.Error() }
+func (f *Final) Unwrap() error { return f.Err }
+
 // TTLProblem says what is wrong with ttl, or "" when every backend can
 // honour it.
 func TTLProblem(ttl time.Duration) string {
