@@ -19,6 +19,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
 )
 
@@ -28,19 +29,16 @@ import (
 // are reentrant, so a shared connection would let a second holder in).
 // A Locker is safe for concurrent use; create one per pool and share it.
 type Locker struct {
-	pool      *pgxpool.Pool
-	node      string // host:port, for dlock.NodeError
-	maxConns  int32
-	keyFunc   func(name string) (Key, error)
-	prefix    string
-	notify    bool
-	lease     time.Duration // WithSessionLease margin; < 0: off
-	holder    bool          // WithHolderInfo: publish held locks' names
-	service   string        // WithHolderInfo's service
-	settings  []string      // session settings a grant changes (sessionSettings)
-	logger    *slog.Logger
-	observers []func(context.Context, dlock.Event) // WithObserver's
-	events    driver.Events                        // the logger's and observers'
+	pool     *pgxpool.Pool
+	node     string // host:port, for dlock.NodeError
+	maxConns int32
+	keyFunc  func(name string) (Key, error)
+	cfg      backend.Config // the options every backend shares
+	notify   bool
+	lease    time.Duration // WithSessionLease margin; < 0: off
+	holder   bool          // WithHolderInfo: publish held locks' names
+	service  string        // WithHolderInfo's service
+	settings []string      // session settings a grant changes (sessionSettings)
 
 	stmts statements
 	exec  rowExec
@@ -83,10 +81,7 @@ func WithKeyFunc(f func(name string) (Key, error)) Option {
 // ForKey takes its Key as it is. The default is no prefix: the lock on
 // "invoice:42" is HashKey("invoice:42").
 func WithPrefix(prefix string) Option {
-	return func(l *Locker) error {
-		l.prefix = prefix
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.SetPrefix(prefix) }
 }
 
 // WithReleaseNotify turns wake-on-release on or off. When on, waiting
@@ -106,34 +101,23 @@ func WithReleaseNotify(on bool) Option {
 // WithLogger sets where the Locker logs: a Warn record when a lock is lost
 // (its session ended) or an extension fails (key, fence, backend, cause),
 // Debug records for grants, refusals and releases, nothing at Info (see
-// driver.LogEvents); and a release listener that lost its connection or
+// driver.NewEvents); and a release listener that lost its connection or
 // cannot connect (waiters then poll until it is back). A logger whose
 // handler is slog.DiscardHandler costs nothing. The default is
 // slog.Default().
 func WithLogger(logger *slog.Logger) Option {
-	return func(l *Locker) error {
-		if logger == nil {
-			return driver.Invalidf("nil logger")
-		}
-		l.logger = logger
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.SetLogger(logger) }
 }
 
-// WithObserver adds an observer of every attempt this Locker makes and
-// every lock it takes, from a bare TryAcquire or within dlock.Acquire and
+// WithObserver adds an observer of every attempt this Locker makes and every
+// lock it takes, from a bare TryAcquire or within dlock.Acquire and
 // dlock.Do: attempts, grant or refusal, extensions, loss, release (see
-// dlock.Event, and Events in package dlock's documentation). Several observers all receive the events. Package
-// github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and
-// spans of them. The default is none, beside the logger's.
+// dlock.Event, and Events in package dlock's documentation). Several
+// observers all receive the events. Package
+// github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and spans
+// of them. The default is none, beside the logger's.
 func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
-	return func(l *Locker) error {
-		if observe == nil {
-			return driver.Invalidf("nil observer")
-		}
-		l.observers = append(l.observers, observe)
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.AddObserver(observe) }
 }
 
 // WithSessionLease makes the server free a lock whose holder stops checking
@@ -209,20 +193,15 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		keyFunc:  func(name string) (Key, error) { return HashKey(name), nil },
 		notify:   true,
 		lease:    -1,
-		logger:   slog.Default(),
+		cfg:      backend.New(0, false),
 		exec:     newRowExec(cfg.ConnConfig),
 	}
-	for _, o := range opts {
-		if o == nil {
-			return nil, driver.Invalidf("nil option")
-		}
-		if err := o(l); err != nil {
-			return nil, err
-		}
+	if err := backend.Apply(l, opts); err != nil {
+		return nil, err
 	}
 	l.settings = l.sessionSettings()
 	l.buildStatements()
-	l.events = driver.NewEvents("postgres", l.logger, l.observers...)
+	l.cfg.Done("postgres")
 	return l, nil
 }
 
@@ -245,7 +224,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // arguments. A wait for a free pool connection ends with ctx, matching
 // dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	a := l.events.Attempt(ctx, key)
+	a := l.cfg.Events.Attempt(ctx, key)
 	return a.End(l.tryName(ctx, key, ttl))
 }
 
@@ -253,7 +232,7 @@ func (l *Locker) tryName(ctx context.Context, key string, ttl time.Duration) (*d
 	if err := l.checkArgs(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	k, err := l.keyFunc(l.prefix + key)
+	k, err := l.keyFunc(l.cfg.Prefix + key)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", key, dlock.ErrInvalid, oneLine(err))
 	}
@@ -282,7 +261,7 @@ type keyLocker struct {
 }
 
 func (kl keyLocker) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	a := kl.l.events.Attempt(ctx, name)
+	a := kl.l.cfg.Events.Attempt(ctx, name)
 	if !kl.k.valid() {
 		return a.End(nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)"))
 	}
@@ -297,11 +276,13 @@ func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{
 	return kl.l.notifyKey(kl.k)
 }
 
+// checkArgs is backend.Config's Check without the drift margin: a
+// session lock's validity sets none aside.
 func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) error {
 	if ctx == nil {
 		return driver.Invalidf("nil context")
 	}
-	if err := driver.CheckKey(key); err != nil {
+	if err := l.cfg.CheckKey(key); err != nil {
 		return err
 	}
 	if err := driver.CheckTTL(ttl); err != nil {
@@ -335,7 +316,7 @@ func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Dur
 		args = append(args, l.leaseMS(ttl))
 	}
 	if l.holder {
-		args = append(args, l.appName(l.prefix+name))
+		args = append(args, l.appName(l.cfg.Prefix+name))
 	}
 	for i := range l.settings {
 		dest = append(dest, &r.set[i], &g.prev[i])

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
@@ -28,16 +28,10 @@ import (
 type Locker struct {
 	nodes       []*node
 	quorum      int
-	prefix      string
-	driftFactor float64
+	cfg         backend.Config // the options every backend shares
 	nodeTimeout time.Duration
-	fenceTTL    time.Duration
-	fenceTTLArg any // fenceTTL in ms, boxed once: one allocation less per call
-	logger      *slog.Logger
-	observers   []func(context.Context, dlock.Event) // WithObserver's
-	events      driver.Events                        // the logger's and observers'
+	fenceTTLArg any // cfg.FenceTTL in ms, boxed once: one allocation less per call
 	strict      bool
-	holderHead  string         // WithHolderInfo's record up to "since" ("": off; see holder.Head)
 	notify      *wake.Notifier // wake-on-release
 	workers     workers        // the goroutines of the fan-outs (fanout.go)
 	// distinct is set once every node has answered with a run_id of its
@@ -81,10 +75,8 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	l := &Locker{
 		workers:     newWorkers(),
 		quorum:      len(clients)/2 + 1,
-		driftFactor: driver.DefaultDriftFactor,
+		cfg:         backend.New(DefaultFenceTTL, true),
 		nodeTimeout: DefaultNodeTimeout,
-		fenceTTL:    DefaultFenceTTL,
-		logger:      slog.Default(),
 	}
 	for i, c := range clients {
 		switch c := c.(type) {
@@ -101,15 +93,10 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		}
 		l.nodes = append(l.nodes, &node{client: c, batch: batch.For(c), name: nodeName(c, i)})
 	}
-	for _, o := range opts {
-		if o == nil {
-			return nil, driver.Invalidf("nil option")
-		}
-		if err := o(l); err != nil {
-			return nil, err
-		}
+	if err := backend.Apply(l, opts); err != nil {
+		return nil, err
 	}
-	l.fenceTTLArg = l.fenceTTL.Milliseconds()
+	l.fenceTTLArg = l.cfg.FenceTTL.Milliseconds()
 	clients = make([]redis.UniversalClient, len(l.nodes))
 	for i, nd := range l.nodes {
 		clients[i] = nd.client
@@ -135,9 +122,9 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		if l.strict {
 			return nil, driver.Invalidf("%s", p)
 		}
-		l.logger.Warn("dlock/redlock: "+p, "nodes", n)
+		l.cfg.Logger.Warn("dlock/redlock: "+p, "nodes", n)
 	}
-	l.events = driver.NewEvents("redlock", l.logger, l.observers...)
+	l.cfg.Done("redlock")
 	return l, nil
 }
 
@@ -155,8 +142,8 @@ func (l *Locker) Quorum() int { return l.quorum }
 // arguments. Failed attempts are released on every node before TryAcquire
 // returns. A *QuorumError in the chain says what each node answered.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	a := l.events.Attempt(ctx, key)
-	if err := keys.Check(l.prefix, key); err != nil {
+	a := l.cfg.Events.Attempt(ctx, key)
+	if err := l.cfg.CheckKey(key); err != nil {
 		return a.End(nil, err)
 	}
 	return a.End(l.tryAcquire(ctx, []string{key}, key, ttl))
@@ -186,7 +173,7 @@ type multi struct {
 }
 
 func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	a := m.l.events.Attempt(ctx, name)
+	a := m.l.cfg.Events.Attempt(ctx, name)
 	if err := driver.CheckKey(name); err != nil {
 		return a.End(nil, err)
 	}
@@ -211,10 +198,10 @@ func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (
 // When no node answers that read (ctx already ended, say), it deletes
 // nothing and returns an error matching dlock.ErrUnavailable.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
-	if err := l.checkToken(ctx, key, token); err != nil {
+	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return err
 	}
-	full := []string{l.prefix + key}
+	full := []string{l.cfg.Prefix + key}
 	fence, err := l.readFence(ctx, full)
 	if err != nil {
 		return fmt.Errorf("dlock: release %q: %w", key, err)
@@ -231,10 +218,10 @@ func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 // use it). It returns an error matching dlock.ErrNotHeld when a majority no
 // longer holds key with token.
 func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := l.checkToken(ctx, key, token); err != nil {
+	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return err
 	}
-	full := []string{l.prefix + key}
+	full := []string{l.cfg.Prefix + key}
 	fence, err := l.readFence(ctx, full)
 	if err != nil {
 		return fmt.Errorf("dlock: extend %q: %w", key, err)
@@ -252,7 +239,7 @@ func (l *Locker) checkKeys(ks []string) error {
 	}
 	seen := make(map[string]bool, len(ks))
 	for _, k := range ks {
-		if err := keys.Check(l.prefix, k); err != nil {
+		if err := l.cfg.CheckKey(k); err != nil {
 			return err
 		}
 		if seen[k] {
@@ -263,23 +250,11 @@ func (l *Locker) checkKeys(ks []string) error {
 	return nil
 }
 
-// checkTTL rejects a TTL that leaves no validity at all (not above the drift
-// margin).
-func (l *Locker) checkTTL(ttl time.Duration) error {
-	if err := driver.CheckTTL(ttl); err != nil {
-		return err
-	}
-	if d := driver.Drift(ttl, l.driftFactor); ttl <= d {
-		return driver.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
-	}
-	return nil
-}
-
 // timeout is the per-node timeout for an operation with ttl: the node
 // timeout, but never beyond the TTL's validity, since a later reply could not
 // leave any.
 func (l *Locker) timeout(ttl time.Duration) time.Duration {
-	return min(l.nodeTimeout, ttl-driver.Drift(ttl, l.driftFactor))
+	return min(l.nodeTimeout, ttl-driver.Drift(ttl, l.cfg.DriftFactor))
 }
 
 // grant is one held Redlock lock: its keys (with prefix), token and fence.
@@ -322,7 +297,7 @@ func (g *grant) settle(ctx context.Context) {
 // parallel; it succeeds with a majority and returns the new validity,
 // measured from before the requests were sent.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	if err := g.l.checkTTL(ttl); err != nil {
+	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
 	g.settle(ctx)
@@ -360,7 +335,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	})
 	ok, refused, nodes := g.l.tally(c.all(), c.got, errNotHeldHere)
 	if ok >= g.l.quorum {
-		return driver.ValidUntil(start, ttl, g.l.driftFactor), nil
+		return driver.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 	}
 	qe := &QuorumError{Op: "extend", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable}
 	if refused > len(g.l.nodes)-g.l.quorum {
@@ -550,18 +525,6 @@ func fenceKeys(lockKeys []string) []string {
 	return out
 }
 
-// checkToken validates the arguments of the operations that take a token
-// instead of a handle.
-func (l *Locker) checkToken(ctx context.Context, key, token string) error {
-	if ctx == nil {
-		return driver.Invalidf("nil context")
-	}
-	if err := keys.Check(l.prefix, key); err != nil {
-		return err
-	}
-	return driver.CheckToken(key, token)
-}
-
 var _ driver.ReleaseNotifier = (*Locker)(nil)
 
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
@@ -574,7 +537,7 @@ func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan s
 	if driver.CheckKey(key) != nil {
 		return nil, func() {}
 	}
-	return l.notify.Register(l.prefix + key)
+	return l.notify.Register(l.cfg.Prefix + key)
 }
 
 // Close ends the Locker's subscriptions to release announcements (one
