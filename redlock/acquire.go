@@ -29,26 +29,11 @@ type nodeReply struct {
 func (r *nodeReply) granted() bool { return r.err == nil && r.Status == scripts.Granted }
 
 func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
-	}
-	if err := l.cfg.CheckTTL(ttl); err != nil {
+	full, plan, err := l.prepare(ctx, keys, display, ttl)
+	if err != nil {
 		return nil, err
 	}
-	full := make([]string, len(keys))
-	for i, k := range keys {
-		full[i] = l.cfg.Prefix + k
-	}
 	token := driver.NewToken()
-	var plan *wake.Plan
-	if len(full) == 1 {
-		plan = l.notify.Plan(full[0]) // a local Acquire waits: queue for a wake-up
-	}
-	if plan.YieldHere() {
-		plan.Yielded()
-		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", display, dlock.ErrNotAcquired)
-	}
-
 	rec := "" // the holder record (WithHolderInfo)
 	if l.cfg.HolderHead != "" {
 		rec = holder.Record(l.cfg.HolderHead, time.Now())
@@ -100,6 +85,32 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 			return l.fail(ctx, display, full, token, rec, replies, dlock.ErrNotAcquired, "")
 		}
 	}
+}
+
+// prepare checks an attempt's arguments and returns its keys with the
+// prefix and, for a waiting attempt on one key, its place in the wake-up
+// queue; it refuses the attempt when this Locker's release just woke the
+// longest waiter, which goes first.
+func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl time.Duration) ([]string, *wake.Plan, error) {
+	if ctx == nil {
+		return nil, nil, driver.Invalidf("nil context")
+	}
+	if err := l.cfg.CheckTTL(ttl); err != nil {
+		return nil, nil, err
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = l.cfg.Prefix + k
+	}
+	var plan *wake.Plan
+	if len(full) == 1 {
+		plan = l.notify.Plan(full[0]) // a local Acquire waits: queue for a wake-up
+	}
+	if plan.YieldHere() {
+		plan.Yielded()
+		return nil, nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", display, dlock.ErrNotAcquired)
+	}
+	return full, plan, nil
 }
 
 // sendRound sends the acquire script to every node, each node's after this
