@@ -7,10 +7,12 @@
 //
 // A backend's TryAcquire takes the lock on its servers, measures the
 // validity from the moment before it sent the request (ValidUntil), and
-// returns NewLock(key, token, fence, validUntil, grant). The Lock handle
+// returns NewLock(key, token, fence, validUntil, grant), through its
+// Events so that observers see the attempt and the lock. The Lock handle
 // does the bookkeeping every backend shares: its state, double releases,
-// one call at a time, validity that runs out; Acquire and Do build waiting
-// and auto-extension on top. Errors must match exactly one of dlock's
+// one call at a time, validity that runs out; dlock.Acquire and dlock.Do
+// build waiting and auto-extension on top, and are the only way to wait
+// (see ReleaseNotifier). Errors must match exactly one of dlock's
 // sentinels (dlock.ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable,
 // ErrInvalid), with node-level detail in a *dlock.NodeError.
 package driver
@@ -64,6 +66,14 @@ func Lost(lock *dlock.Lock, cause error) { bridge.Lose(lock, cause) }
 // dlock.Acquire retries as soon as the holder lets go instead of at its
 // next poll. A notification is only a hint: the retry still has to win the
 // lock.
+//
+// It is also how a backend's own way of waiting is reached, since
+// dlock.Acquire and dlock.Do are the only waits: they register before
+// their first attempt (unless they make just one) and stop after their
+// last, so a registration tells the backend that a wait on key is in
+// progress in this process, and its TryAcquire may keep a place for it
+// (redislock and redlock queue for a wake-up that way, etcdlock in the
+// lock's own queue).
 type ReleaseNotifier interface {
 	// NotifyRelease registers interest in key. The channel receives a
 	// value when key may have been released; stop ends the interest and
