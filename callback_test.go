@@ -2,11 +2,14 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // within fails the test if f has not returned after a generous bound: a
@@ -83,4 +86,35 @@ func TestObserverCallsLock(t *testing.T) {
 	if l.Held() || extended.Load() != 2 {
 		t.Fatalf("held %v after %d extensions, want released after 2", l.Held(), extended.Load())
 	}
+}
+
+// A loss that the backend declares (driver.Lost) reaches the observer
+// before Lost returns, outside the lock's mutex: the observer may call the
+// lock.
+func TestObserverOfDeclaredLoss(t *testing.T) {
+	var r recorder
+	var lock atomic.Pointer[dlock.Lock]
+	held := make(chan bool, 1)
+	m := newObserved(func(ctx context.Context, e dlock.Event) {
+		r.observe(ctx, e)
+		if e.Kind == dlock.EventLost {
+			held <- lock.Load().Held()
+		}
+	})
+	l, err := m.TryAcquire(context.Background(), "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Store(l)
+	within(t, "Lost", func() error {
+		driver.Lost(l, fmt.Errorf("dlock: %w: the session ended", dlock.ErrLockLost))
+		return nil
+	})
+	if ks := r.kinds(); !slices.Equal(ks, []string{"attempt", "granted", "lost"}) {
+		t.Fatalf("events %v once Lost returned, want attempt, granted, lost", ks)
+	}
+	if <-held {
+		t.Fatal("the observer of the loss saw the lock held")
+	}
+	l.Release(context.Background())
 }

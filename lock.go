@@ -315,6 +315,7 @@ func (l *Lock) expire(cause error) {
 // lose declares the lock lost with cause if it is held: its backend knows
 // the lock is gone without having been asked (driver.Lost).
 func (l *Lock) lose(cause error) {
+	defer l.deliver()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == stateHeld {
