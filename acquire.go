@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // releaseNotifier is a Locker that announces releases
@@ -32,7 +34,8 @@ type releaseNotifier interface {
 //     ErrNotAcquired or ErrUnavailable, with that attempt's error as detail
 //     (errors.As finds a *NodeError in it);
 //   - at once, without retrying, ErrInvalid or any other error of an
-//     attempt: waiting cannot fix them.
+//     attempt, and one that the backend says waiting cannot change
+//     (pglock's ErrPoolExhausted): waiting cannot fix them.
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	if l == nil {
 		return nil, invalidf("nil Locker")
@@ -48,32 +51,25 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts 
 }
 
 func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config) (*Lock, error) {
-	own := cfg.observe // the options' observers, without the Locker's
-	observe := both(observerOf(l), own)
-	if observe == nil {
-		lock, _, err := wait(ctx, l, key, ttl, cfg, nil)
+	w := &waiting{}
+	began := time.Now()
+	lock, err := wait(context.WithValue(ctx, waitKey{}, w), l, key, ttl, cfg, w)
+	if w.observe == nil {
 		return lock, err
 	}
-	began := time.Now()
-	lock, attempts, err := wait(ctx, l, key, ttl, cfg, observe)
-	e := Event{Key: key, Backend: backendOf(l), Attempts: attempts, Wait: time.Since(began)}
+	e := Event{Key: key, Backend: w.backend, Attempts: w.attempts, Wait: time.Since(began)}
 	if err != nil {
 		e.Kind, e.Err = EventRefused, err
-		observe(ctx, e)
-		return nil, err
+	} else {
+		e.Kind, e.Fence, e.Nodes = EventGranted, lock.fence, lock.nodes
 	}
-	// The lock already has its grant's observer (the Locker's, for the
-	// backends of this repository); the options' join it, before anyone
-	// else sees the lock.
-	lock.observe = both(lock.observe, own)
-	e.Kind = EventGranted
-	lock.fill(&e)
-	observe(ctx, e)
-	return lock, nil
+	w.observe(ctx, e)
+	return lock, err
 }
 
-// wait is Acquire's loop of attempts; it also returns how many it made.
-func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config, observe func(context.Context, Event)) (_ *Lock, attempts int, _ error) {
+// wait is Acquire's loop of attempts; ctx carries w, in which it counts
+// them.
+func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config, w *waiting) (*Lock, error) {
 	var released <-chan struct{}
 	if n, ok := l.(releaseNotifier); ok && cfg.retryCount != 0 {
 		// Listen before the first attempt, so a release that comes between
@@ -86,16 +82,16 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 	var last error   // the last attempt that ended before ctx did
 	unreachable := 0 // attempts in a row that could not reach the backend
 	for attempt := 0; ; attempt++ {
-		attempts = attempt + 1
-		if observe != nil {
-			observe(ctx, Event{Kind: EventAttempt, Key: key, Backend: backendOf(l), Attempts: attempts})
-		}
+		w.attempts = attempt + 1
 		lock, err := l.TryAcquire(ctx, key, ttl)
 		if err == nil {
-			return lock, attempts, nil
+			return lock, nil
+		}
+		if final := (*bridge.Final)(nil); errors.As(err, &final) {
+			return nil, err // the backend says waiting cannot change it
 		}
 		if ctx.Err() != nil {
-			return nil, attempts, waitEnded(ctx, key, last, err)
+			return nil, waitEnded(ctx, key, last, err)
 		}
 		switch {
 		case errors.Is(err, ErrNotAcquired):
@@ -103,11 +99,11 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 		case errors.Is(err, ErrUnavailable):
 			unreachable++
 		default:
-			return nil, attempts, err
+			return nil, err
 		}
 		last = err
 		if cfg.retryCount != RetryForever && attempt >= cfg.retryCount {
-			return nil, attempts, err
+			return nil, err
 		}
 
 		wait := cfg.retryDelay
@@ -125,7 +121,7 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 		}
 		select {
 		case <-ctx.Done():
-			return nil, attempts, waitEnded(ctx, key, last, nil)
+			return nil, waitEnded(ctx, key, last, nil)
 		case <-released:
 			// Try at once; the timer is reset on the next round.
 		case <-timer.C:

@@ -73,6 +73,8 @@ type memLocker struct {
 	extend   func(ctx context.Context, ttl time.Duration) error
 	extended func(ctx context.Context, ttl time.Duration) error
 	release  func(ctx context.Context) error
+
+	events driver.Events // the observers of newObserved; none by default
 }
 
 type memKey struct {
@@ -82,6 +84,14 @@ type memKey struct {
 
 func newMem() *memLocker { return &memLocker{keys: map[string]memKey{}} }
 
+// newObserved returns a memLocker whose events go to observers, as a
+// backend's WithObserver options would send them.
+func newObserved(observers ...func(context.Context, dlock.Event)) *memLocker {
+	m := newMem()
+	m.events = driver.NewEvents("", nil, observers...)
+	return m
+}
+
 func (m *memLocker) clock() time.Time {
 	if m.now != nil {
 		return m.now()
@@ -90,6 +100,11 @@ func (m *memLocker) clock() time.Time {
 }
 
 func (m *memLocker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	a := m.events.Attempt(ctx, key)
+	return a.End(m.try(ctx, key, ttl))
+}
+
+func (m *memLocker) try(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	m.attempts.Add(1)
 	if err := driver.CheckKey(key); err != nil {
 		return nil, err

@@ -219,29 +219,13 @@ func releaseTimeout(ttl time.Duration) time.Duration {
 // the release is done). It follows every change of the handle's validity,
 // fn's own extensions included, through lock.watch.
 func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, stop <-chan struct{}, end func(gone error, lost bool)) {
-	acquiredAt := lock.now()
-	// Extensions do not stop when ctx is cancelled: fn may still be
-	// finishing, and it needs the lock until it returns.
-	extCtx := context.WithoutCancel(ctx)
-	retryDelay := max(cfg.extendThreshold/8, time.Millisecond)
-
-	deadline, next := time.NewTimer(time.Hour), time.NewTimer(time.Hour)
-	defer deadline.Stop()
-	defer next.Stop()
-	var (
-		result    <-chan error // the extension in flight, if any
-		cancelReq context.CancelFunc
-		retryAt   time.Time // after a failed extension: when to try again
-		lastErr   error     // that extension's error
-		limited   bool      // WithMaxHold reached: no more extensions
-	)
-	defer func() {
-		if result != nil {
-			cancelReq()
-			<-result
-		}
-	}()
-
+	k := keeper{lock: lock, ttl: ttl, cfg: cfg, acquiredAt: lock.now(),
+		// Extensions do not stop when ctx is cancelled: fn may still be
+		// finishing, and it needs the lock until it returns.
+		extCtx:     context.WithoutCancel(ctx),
+		retryDelay: max(cfg.extendThreshold/8, time.Millisecond),
+		deadline:   time.NewTimer(time.Hour), next: time.NewTimer(time.Hour)}
+	defer k.close()
 	for {
 		s := lock.watch()
 		now := lock.now()
@@ -253,58 +237,87 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 			end(s.gone, false)
 			return
 		}
-		switch {
-		case s.gone != nil:
-			// fn is releasing the lock: wait for the outcome, but not past
-			// the validity (the release may hang, or leave the outcome
-			// unknown), which the loss check above then reports.
-			deadline.Reset(s.until.Sub(now))
-			next.Stop()
-		case result != nil || limited:
-			deadline.Reset(s.until.Sub(now))
-			next.Stop()
-		case !retryAt.IsZero():
-			deadline.Reset(s.until.Sub(now))
-			next.Reset(retryAt.Sub(now))
-		default:
-			deadline.Reset(s.until.Sub(now))
-			next.Reset(s.until.Add(-cfg.extendThreshold).Sub(now))
-		}
-
+		k.arm(s, now)
 		select {
 		case <-stop:
 			return
 		case <-s.changed: // an extension, fn's own Extend or Release, a loss
-		case <-deadline.C:
-			var why error
-			switch {
-			case result != nil:
-				why = errors.New("while an extension was in flight")
-			case limited:
-				why = fmt.Errorf("after the hold limit of %v stopped extensions", cfg.maxHold)
-			case lastErr != nil:
-				why = fmt.Errorf("before an extension succeeded: %w", hideSentinels{lastErr})
-			default:
-				why = errors.New("before it was extended")
-			}
-			lock.expire(fmt.Errorf("dlock: %w: validity of %q ran out %w", ErrLockLost, lock.Key(), why))
-		case <-next.C:
-			if cfg.maxHold > 0 && lock.now().Sub(acquiredAt)+ttl > cfg.maxHold {
-				limited = true // let the validity run out
+		case <-k.deadline.C:
+			lock.expire(fmt.Errorf("dlock: %w: validity of %q ran out %w", ErrLockLost, lock.Key(), k.why()))
+		case <-k.next.C:
+			if cfg.maxHold > 0 && lock.now().Sub(k.acquiredAt)+ttl > cfg.maxHold {
+				k.limited = true // let the validity run out
 				continue
 			}
-			result, cancelReq = extendAsync(extCtx, lock, ttl, s.until)
-		case err := <-result:
-			cancelReq()
-			result, retryAt, lastErr = nil, time.Time{}, err
+			k.result, k.cancelReq = extendAsync(k.extCtx, lock, ttl, s.until)
+		case err := <-k.result:
+			k.cancelReq()
+			k.result, k.retryAt, k.lastErr = nil, time.Time{}, err
 			if err != nil {
 				// A refusal has marked the lock lost (watch reports it).
 				// Otherwise the backend was unreachable and the lock may
 				// still be held: try again soon; the deadline declares the
 				// loss if it lasts.
-				retryAt = lock.now().Add(retryDelay)
+				k.retryAt = lock.now().Add(k.retryDelay)
 			}
 		}
+	}
+}
+
+// keeper is keepAlive's state between the changes of its lock.
+type keeper struct {
+	lock           *Lock
+	ttl            time.Duration
+	cfg            *config
+	acquiredAt     time.Time
+	extCtx         context.Context
+	retryDelay     time.Duration
+	deadline, next *time.Timer // the validity's end; the next extension
+
+	result    <-chan error // the extension in flight, if any
+	cancelReq context.CancelFunc
+	retryAt   time.Time // after a failed extension: when to try again
+	lastErr   error     // that extension's error
+	limited   bool      // WithMaxHold reached: no more extensions
+}
+
+// arm sets the timers for the lock's state s at now: the deadline at the
+// validity's end, and the next extension unless none is due (fn is
+// releasing the lock, whose outcome the deadline bounds; an extension is
+// in flight; the hold limit stopped them).
+func (k *keeper) arm(s snapshot, now time.Time) {
+	k.deadline.Reset(s.until.Sub(now))
+	switch {
+	case s.gone != nil, k.result != nil, k.limited:
+		k.next.Stop()
+	case !k.retryAt.IsZero():
+		k.next.Reset(k.retryAt.Sub(now))
+	default:
+		k.next.Reset(s.until.Add(-k.cfg.extendThreshold).Sub(now))
+	}
+}
+
+// why says why the validity ran out, for the loss's cause.
+func (k *keeper) why() error {
+	switch {
+	case k.result != nil:
+		return errors.New("while an extension was in flight")
+	case k.limited:
+		return fmt.Errorf("after the hold limit of %v stopped extensions", k.cfg.maxHold)
+	case k.lastErr != nil:
+		return fmt.Errorf("before an extension succeeded: %w", hideSentinels{k.lastErr})
+	}
+	return errors.New("before it was extended")
+}
+
+// close stops the timers and abandons the extension in flight, waiting
+// for its goroutine.
+func (k *keeper) close() {
+	k.deadline.Stop()
+	k.next.Stop()
+	if k.result != nil {
+		k.cancelReq()
+		<-k.result
 	}
 }
 

@@ -7,7 +7,7 @@
 //
 // This package holds what a user of locks programs against: the Locker
 // interface, the Lock handle, waiting (Acquire), auto-extension (Do), the
-// errors, events for observers (WithObserver) and inspection (Inspector).
+// errors, events for observers (Event) and inspection (Inspector).
 // It imports only the standard library. Package driver has what only a
 // backend needs, and package locktest the conformance suite.
 //
@@ -18,7 +18,7 @@
 //		ContextTimeoutEnabled: true, // let context deadlines bound every call
 //	}))
 //	if err != nil { ... }
-//	err = locker.Do(ctx, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
+//	err = dlock.Do(ctx, locker, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
 //		inv, err := loadInvoice(ctx, "4821")
 //		if err != nil {
 //			return err
@@ -66,15 +66,34 @@
 //
 // # Events and inspection
 //
-// WithObserver (and each backend's WithObserver option) receives every
-// event of a lock: attempts, grant (with the wait and the fence), refusal,
-// extensions, loss (and how it was detected), release (with the hold
-// time). The backends' loggers turn them into a Warn record for a lost
-// lock or a failed extension and Debug records for the rest; package
-// github.com/dlock-go/dlock/dlockotel turns them into OpenTelemetry
-// metrics and spans. Every backend is an Inspector: it lists the held
-// locks matching a pattern, with their remaining TTL, fence, holder and
-// waiters, as `dlock inspect` shows them.
+// A lock's events go to the observers of the Locker that made it: each
+// backend's WithObserver and WithLogger options attach them, once, to every
+// lock the Locker makes and every attempt it is asked for, from a bare
+// TryAcquire or within Acquire and Do. A bare TryAcquire reports its
+// attempt, then its grant or refusal; within Acquire and Do each attempt
+// reports itself (Event.Attempts counts them) and Acquire reports the grant
+// or refusal once, when the wait ends, with its Wait. Then come the lock's
+// extensions, its loss (and how it was detected) and its release (with the
+// hold time). A Locker written elsewhere reports events through package
+// driver's Events.
+//
+// An observer gets the context of the call the event belongs to
+// (TryAcquire's, Acquire's, Extend's, Release's; a loss has none of its own
+// and gets context.Background()), so that a span can find its parent. It
+// runs under none of the library's locks: it may look into the context and
+// call the lock's methods. A lock's events reach it one at a time, in the
+// order they happened, on the goroutine of the call they belong to (or,
+// while an earlier event of the same lock is still being observed, on that
+// one's, once it returns). It should return quickly: the call it observes
+// waits for it. A Locker without observers (a logger that discards, and no
+// WithObserver) builds no event.
+//
+// The backends' loggers turn events into a Warn record for a lost lock or a
+// failed extension and Debug records for the rest; package
+// github.com/dlock-go/dlock/dlockotel turns them into OpenTelemetry metrics
+// and spans. Every backend is an Inspector: it lists the held locks matching
+// a pattern, with their remaining TTL, fence, holder and waiters, as `dlock
+// inspect` shows them.
 //
 // # Errors
 //

@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // EventKind says what happened to a lock (see Event).
@@ -41,8 +43,8 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-// Event is one thing that happened to a lock, as an observer set with
-// WithObserver sees it. Fields that do not apply to the kind are zero.
+// Event is one thing that happened to a lock, as the observers of the
+// Locker that made it see it (see Events in the package documentation). Fields that do not apply to the kind are zero.
 type Event struct {
 	Kind EventKind
 	Key  string
@@ -73,79 +75,103 @@ type Event struct {
 	Detected string
 }
 
-// WithObserver makes Acquire and Do call observe with every event of the
-// attempt and, once granted, of the lock: its extensions, its loss and
-// its release (Do's own and fn's). ctx is the context of the call the
-// event belongs to (Acquire's, Extend's, Release's; a loss has none of its
-// own and gets context.Background()), so that a span can find its parent.
-// observe is called synchronously, on
-// the goroutine where the event happened, sometimes while the Lock's
-// internal mutex is held: it must return quickly and must not call the
-// Lock's methods. Several WithObserver options all receive every event, in
-// the order given. Without an observer, no event is built. Package
-// github.com/dlock-go/dlock/dlockotel turns events into OpenTelemetry metrics
-// and spans.
-func WithObserver(observe func(ctx context.Context, e Event)) Option {
-	return func(c *config) error {
-		if observe == nil {
-			return invalidf("nil observer")
+// waiting is Acquire's record of its wait, in the context of each attempt
+// it makes: the attempt's number, and what the attempt says of the
+// Locker's events (driver.Events), for Acquire's own grant or refusal.
+type waiting struct {
+	attempts int
+	backend  string
+	observe  func(context.Context, Event) // nil: the Locker has no observers
+}
+
+type waitKey struct{}
+
+func init() {
+	bridge.Attempt = func(ctx context.Context, backend string, observe any) (int, bool) {
+		if ctx == nil {
+			return 1, false
 		}
-		c.observe = both(c.observe, observe)
-		return nil
+		w, _ := ctx.Value(waitKey{}).(*waiting)
+		if w == nil {
+			return 1, false
+		}
+		w.backend, w.observe = backend, observe.(func(context.Context, Event))
+		return w.attempts, true
+	}
+	bridge.Observe = func(lock any, backend string, observe any) int {
+		l := lock.(*Lock)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.backend, l.observe = backend, observe.(func(context.Context, Event))
+		return l.nodes
 	}
 }
 
-// observable is a Locker or Grant with an observer of its own
-// (driver.Observable).
-type observable interface {
-	Observer() func(ctx context.Context, e Event)
+// queued is an event recorded for delivery, with the context of the call
+// it belongs to.
+type queued struct {
+	ctx context.Context
+	e   Event
 }
 
-// observerOf returns x's own observer, or nil.
-func observerOf(x any) func(context.Context, Event) {
-	if o, ok := x.(observable); ok {
-		return o.Observer()
+// recordLocked fills e with what the lock knows and queues it for the
+// observer, if there is one; l.mu is held. The observer is a callback of
+// the user's: it runs later, in deliver, under none of the lock's mutex
+// and turn, so that it may look into ctx (Do's context looks at the lock)
+// and call the lock's methods.
+func (l *Lock) recordLocked(ctx context.Context, e Event) {
+	if l.observe == nil {
+		return
 	}
-	return nil
-}
-
-// both calls a, then b; either may be nil.
-func both(a, b func(context.Context, Event)) func(context.Context, Event) {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
-	}
-	return func(ctx context.Context, e Event) { a(ctx, e); b(ctx, e) }
-}
-
-// describer is a Grant that names its backend (driver.Describer).
-type describer interface {
-	Describe() (backend string, nodes int)
-}
-
-// backendOf is the name a Locker gives its backend, if it does.
-func backendOf(l Locker) string {
-	if d, ok := l.(describer); ok {
-		backend, _ := d.Describe()
-		return backend
-	}
-	return ""
-}
-
-// emit sends e, filled with what the lock knows, to the lock's observer.
-func (l *Lock) emit(ctx context.Context, e Event) {
 	l.fill(&e)
-	l.observe(ctx, e)
+	if len(l.pending) == 0 {
+		l.pending = l.buf[:0]
+	}
+	l.pending = append(l.pending, queued{ctx, e})
+}
+
+// deliver sends the recorded events to the observer, one at a time and in
+// the order they were recorded; it must be called without l.mu and the
+// turn. When another goroutine is delivering (an observer that called back
+// into the lock, or a concurrent call), that one sends them.
+func (l *Lock) deliver() {
+	l.mu.Lock()
+	if l.delivering || len(l.pending) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	l.delivering = true
+	for len(l.pending) > 0 {
+		q := l.pending[0]
+		l.pending[0] = queued{}
+		l.pending = l.pending[1:]
+		observe := l.observe
+		l.mu.Unlock()
+		l.send(observe, q)
+		l.mu.Lock()
+	}
+	l.delivering = false
+	l.mu.Unlock()
+}
+
+// send calls the observer with q. If the observer panics, the panic goes
+// on, and the next call of deliver sends the events after q.
+func (l *Lock) send(observe func(context.Context, Event), q queued) {
+	sent := false
+	defer func() {
+		if !sent {
+			l.mu.Lock()
+			l.delivering = false
+			l.mu.Unlock()
+		}
+	}()
+	observe(q.ctx, q.e)
+	sent = true
 }
 
 // fill sets what the lock knows of e: key, fence, backend, hold time.
 func (l *Lock) fill(e *Event) {
-	e.Key, e.Fence = l.key, l.fence
-	if d, ok := l.grant.(describer); ok {
-		e.Backend, e.Nodes = d.Describe()
-	}
+	e.Key, e.Fence, e.Backend, e.Nodes = l.key, l.fence, l.backend, l.nodes
 	if e.Kind == EventLost || e.Kind == EventReleased {
 		e.Hold = l.now().Sub(l.grantedAt)
 	}

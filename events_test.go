@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // recorder collects events.
@@ -45,12 +46,11 @@ func (r *recorder) last(k dlock.EventKind) dlock.Event {
 }
 
 func TestEventsOfDo(t *testing.T) {
-	m := newMem()
 	var r recorder
-	err := dlock.Do(context.Background(), m, "k", 40*time.Millisecond, func(ctx context.Context) error {
+	err := dlock.Do(context.Background(), newObserved(r.observe), "k", 40*time.Millisecond, func(ctx context.Context) error {
 		time.Sleep(60 * time.Millisecond) // past one extension at least
 		return nil
-	}, dlock.WithObserver(r.observe))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,8 @@ func TestEventsOfRefusal(t *testing.T) {
 	}
 	defer held.Release(context.Background())
 	var r recorder
-	_, err = dlock.Acquire(context.Background(), m, "k", time.Minute, dlock.WithObserver(r.observe),
+	m.events = driver.NewEvents("", nil, r.observe)
+	_, err = dlock.Acquire(context.Background(), m, "k", time.Minute,
 		dlock.WithRetryCount(2), dlock.WithRetryDelay(time.Millisecond), dlock.WithRetryJitter(0))
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("got %v, want ErrNotAcquired", err)
@@ -91,20 +92,20 @@ func TestEventsOfRefusal(t *testing.T) {
 	r = recorder{}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, err = dlock.Acquire(ctx, m, "k", time.Minute, dlock.WithObserver(r.observe))
+	_, err = dlock.Acquire(ctx, m, "k", time.Minute)
 	if e := r.last(dlock.EventRefused); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(e.Err, context.DeadlineExceeded) {
 		t.Fatalf("got %v and refused event %+v, want both to match DeadlineExceeded", err, e)
 	}
 }
 
 func TestEventsOfLoss(t *testing.T) {
-	m := newMem()
 	var r recorder
+	m := newObserved(r.observe)
 	err := dlock.Do(context.Background(), m, "k", 40*time.Millisecond, func(ctx context.Context) error {
 		m.free("k") // the server forgets the lock: the next extension is refused
 		<-ctx.Done()
 		return nil
-	}, dlock.WithObserver(r.observe))
+	})
 	if !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("got %v, want ErrLockLost", err)
 	}
@@ -121,13 +122,13 @@ func TestEventsOfLoss(t *testing.T) {
 }
 
 func TestEventsOfExpiry(t *testing.T) {
-	m := newMem()
-	m.extend = func(ctx context.Context, ttl time.Duration) error { <-ctx.Done(); return ctx.Err() } // extensions hang
 	var r recorder
+	m := newObserved(r.observe)
+	m.extend = func(ctx context.Context, ttl time.Duration) error { <-ctx.Done(); return ctx.Err() } // extensions hang
 	err := dlock.Do(context.Background(), m, "k", 40*time.Millisecond, func(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
-	}, dlock.WithObserver(r.observe))
+	})
 	if !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("got %v, want ErrLockLost", err)
 	}
@@ -138,18 +139,12 @@ func TestEventsOfExpiry(t *testing.T) {
 
 func TestObserversAllReceive(t *testing.T) {
 	var a, b recorder
-	lock, err := dlock.Acquire(context.Background(), newMem(), "k", time.Second, dlock.WithObserver(a.observe), dlock.WithObserver(b.observe))
+	lock, err := dlock.Acquire(context.Background(), newObserved(a.observe, b.observe), "k", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lock.Release(context.Background())
 	if ka, kb := a.kinds(), b.kinds(); !slices.Equal(ka, []string{"attempt", "granted", "released"}) || !slices.Equal(ka, kb) {
 		t.Fatalf("observers saw %v and %v", ka, kb)
-	}
-}
-
-func TestObserverOption(t *testing.T) {
-	if _, err := dlock.Acquire(context.Background(), newMem(), "k", time.Second, dlock.WithObserver(nil)); !errors.Is(err, dlock.ErrInvalid) {
-		t.Fatalf("nil observer: got %v, want ErrInvalid", err)
 	}
 }

@@ -63,8 +63,8 @@ type Lock struct {
 	grant grant
 	now   func() time.Time
 
-	observe   func(context.Context, Event) // nil: no events (the grant's observer, and Acquire's)
 	grantedAt time.Time
+	nodes     int // how many of the backend's nodes granted the lock
 
 	// turn is taken by every call into grant, so that Extends apply in
 	// the order their replies are recorded and the grant is never called
@@ -78,12 +78,31 @@ type Lock struct {
 	// changed, once watch made it, is closed at the next change of state
 	// or validUntil, so that Do follows the handle without polling it.
 	changed chan struct{}
+	// pending are the events recorded under mu and not delivered yet
+	// (deliver), in order; buf holds the first, so that an event costs no
+	// allocation. delivering is set while a goroutine delivers them.
+	pending    []queued
+	buf        [1]queued
+	delivering bool
+	// backend and observe, set by the Locker's events (driver.Events)
+	// before the lock is returned, name the backend and receive the
+	// lock's events; observe is nil when the Locker has no observers.
+	backend string
+	observe func(context.Context, Event)
 }
+
+// nodeCounter is a grant that says how many of its backend's nodes
+// granted the lock (driver.Grant); without it, one did.
+type nodeCounter interface{ Nodes() int }
 
 // newLock wraps a backend's grant (driver.NewLock).
 func newLock(key, token string, fence uint64, validUntil time.Time, g grant) *Lock {
+	nodes := 1
+	if n, ok := g.(nodeCounter); ok {
+		nodes = n.Nodes()
+	}
 	return &Lock{key: key, token: token, fence: fence, grant: g, now: time.Now, validUntil: validUntil,
-		turn: make(chan struct{}, 1), grantedAt: time.Now(), observe: observerOf(g)}
+		turn: make(chan struct{}, 1), grantedAt: time.Now(), nodes: nodes}
 }
 
 func init() {
@@ -155,6 +174,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.gone("extend"); err != nil {
 		return err
 	}
+	defer l.deliver() // the events, once the turn is given back
 	if err := l.takeTurn(ctx, "extend"); err != nil {
 		return err
 	}
@@ -172,9 +192,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	if err != nil {
 		err = &opError{"extend", l.key, known(err)}
-		if l.observe != nil {
-			l.emit(ctx, Event{Kind: EventExtendFailed, Err: err, Took: l.now().Sub(start)})
-		}
+		l.recordLocked(ctx, Event{Kind: EventExtendFailed, Err: err, Took: l.now().Sub(start)})
 		if errors.Is(err, ErrNotHeld) {
 			l.loseLocked(err, lostRefused)
 		} else if errors.Is(err, ErrLockLost) {
@@ -191,9 +209,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return l.lostCause
 	}
 	l.setValidLocked(until)
-	if l.observe != nil {
-		l.emit(ctx, Event{Kind: EventExtended, Took: l.now().Sub(start)})
-	}
+	l.recordLocked(ctx, Event{Kind: EventExtended, Took: l.now().Sub(start)})
 	return nil
 }
 
@@ -223,6 +239,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.setStateLocked(stateReleasing)
 	l.mu.Unlock()
 
+	defer l.deliver() // the events, once the turn is given back
 	if err := l.takeTurn(ctx, "release"); err != nil {
 		return err
 	}
@@ -242,9 +259,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if err != nil {
 		err = &opError{"release", l.key, known(err)}
 	}
-	if l.observe != nil {
-		l.emit(ctx, Event{Kind: EventReleased, Err: err, Took: l.now().Sub(start)})
-	}
+	l.recordLocked(ctx, Event{Kind: EventReleased, Err: err, Took: l.now().Sub(start)})
 	if err == nil {
 		l.setStateLocked(stateReleased)
 		return nil
@@ -289,6 +304,7 @@ func known(err error) error {
 // expire declares the lock lost with cause if it is held and its validity
 // has run out. It is how Do records a validity that ran out, saying why.
 func (l *Lock) expire(cause error) {
+	defer l.deliver()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == stateHeld && !l.validUntil.After(l.now()) {
@@ -299,6 +315,7 @@ func (l *Lock) expire(cause error) {
 // lose declares the lock lost with cause if it is held: its backend knows
 // the lock is gone without having been asked (driver.Lost).
 func (l *Lock) lose(cause error) {
+	defer l.deliver()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == stateHeld {
@@ -327,6 +344,7 @@ type snapshot struct {
 
 // watch returns a snapshot of the lock (see goneLocked).
 func (l *Lock) watch() snapshot {
+	defer l.deliver()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	gone := l.goneLocked("hold")
@@ -359,6 +377,7 @@ func (s snapshot) loss(key string, now time.Time) error {
 
 // gone is goneLocked for callers that do not hold l.mu.
 func (l *Lock) gone(op string) error {
+	defer l.deliver()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.goneLocked(op)
@@ -392,9 +411,7 @@ const (
 func (l *Lock) loseLocked(cause error, how string) {
 	l.lostCause = cause
 	l.setStateLocked(stateLost)
-	if l.observe != nil {
-		l.emit(context.Background(), Event{Kind: EventLost, Err: cause, Detected: how})
-	}
+	l.recordLocked(context.Background(), Event{Kind: EventLost, Err: cause, Detected: how})
 }
 
 func (l *Lock) setStateLocked(s lockState) {

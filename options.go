@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"context"
 	"fmt"
 	"time"
 )
@@ -21,8 +20,6 @@ type config struct {
 
 	extendThreshold time.Duration // Do: extend when this much validity is left; 0 = half the TTL
 	maxHold         time.Duration // Do: stop extending after this long; 0 = no limit
-
-	observe func(context.Context, Event) // nil: no events
 }
 
 func defaultConfig() config {

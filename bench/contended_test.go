@@ -14,6 +14,8 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
 )
 
 const contenders = 16
@@ -64,7 +66,7 @@ var contendeds = []contended{
 		// fallback.
 		l := newDlock(tb, newClient(tb, addr))
 		return func(ctx context.Context) (releaseFunc, error) {
-			lock, err := l.Acquire(ctx, key, ttl)
+			lock, err := dlock.Acquire(ctx, l, key, ttl)
 			if err != nil {
 				return nil, err
 			}

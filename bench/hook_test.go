@@ -32,7 +32,7 @@ type hook struct {
 }
 
 // discard is a logger that drops everything: with it the Locker has no
-// observer (driver.LogEvents gives none), so no event is built.
+// observer (driver.NewEvents makes none of it), so no event is built.
 var discard = slog.New(slog.DiscardHandler)
 
 var hooks = []hook{

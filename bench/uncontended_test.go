@@ -100,7 +100,7 @@ var singles = []single{
 		l := newDlock(tb, c)
 		return func(key string) cycleFunc {
 			return func(ctx context.Context) error {
-				lock, err := l.Acquire(ctx, key, ttl)
+				lock, err := dlock.Acquire(ctx, l, key, ttl)
 				if err != nil {
 					return err
 				}

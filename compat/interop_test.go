@@ -73,7 +73,7 @@ func TestInteropNodeRedlock(t *testing.T) {
 		l := newLocker(t, shared)
 		wg.Go(func() {
 			for n := 0; n < rounds; {
-				err := l.Do(ctx, key, 500*time.Millisecond, func(ctx context.Context) error {
+				err := dlock.Do(ctx, l, key, 500*time.Millisecond, func(ctx context.Context) error {
 					return criticalSection(dir, fmt.Sprintf("dlock%d", i), dlock.LockFromContext(ctx).Fence())
 				}, dlock.WithRetryDelay(20*time.Millisecond), dlock.WithRetryJitter(20*time.Millisecond))
 				switch {

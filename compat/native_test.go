@@ -50,7 +50,7 @@ func TestWakeOnReleaseNative(t *testing.T) {
 		ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
 		got := make(chan error, 1)
 		go func() {
-			l, err := waiter.Acquire(ctx, key, 10*time.Second, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+			l, err := dlock.Acquire(ctx, waiter, key, 10*time.Second, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
 			if err == nil {
 				err = l.Release(context.Background())
 			}

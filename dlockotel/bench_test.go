@@ -65,20 +65,20 @@ func BenchmarkObserve(b *testing.B) {
 func BenchmarkCycle(b *testing.B) {
 	obs := observers(b)
 	for _, c := range []struct {
-		name string
-		opts []dlock.Option
+		name      string
+		observers []func(context.Context, dlock.Event)
 	}{
 		{"none", nil},
-		{"empty", []dlock.Option{dlock.WithObserver(func(context.Context, dlock.Event) {})}},
-		{"otel-noop", []dlock.Option{obs["noop"].Option()}},
-		{"otel-sdk", []dlock.Option{obs["sdk"].Option()}},
+		{"empty", []func(context.Context, dlock.Event){func(context.Context, dlock.Event) {}}},
+		{"otel-noop", []func(context.Context, dlock.Event){obs["noop"].Observe}},
+		{"otel-sdk", []func(context.Context, dlock.Event){obs["sdk"].Observe}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			m := newMem()
+			m := newMem(c.observers...)
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				l, err := dlock.Acquire(ctx, m, "k", time.Minute, c.opts...)
+				l, err := dlock.Acquire(ctx, m, "k", time.Minute)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,10 +1,14 @@
-// Package dlockotel turns the events of dlock's locks (dlock.WithObserver)
-// into OpenTelemetry metrics and spans. It is a module of its own, so that
-// a program that does not use OpenTelemetry does not download it.
+// Package dlockotel turns the events of dlock's locks into OpenTelemetry
+// metrics and spans. It is a module of its own, so that a program that does
+// not use OpenTelemetry does not download it. An Observer records the
+// events of every Locker it is given to, through the Locker's WithObserver
+// option:
 //
 //	obs, err := dlockotel.New() // the global MeterProvider and TracerProvider
 //	...
-//	err = dlock.Do(ctx, locker, "report:daily", 30*time.Second, fn, obs.Option())
+//	locker, err := redislock.New(client, redislock.WithObserver(obs.Observe))
+//	...
+//	err = dlock.Do(ctx, locker, "report:daily", 30*time.Second, fn)
 //
 // # Metrics
 //
@@ -17,7 +21,7 @@
 //	dlock.hold.duration       histogram      s            dlock.outcome, dlock.backend
 //	dlock.attempts            counter        {attempt}    dlock.outcome, dlock.backend
 //	dlock.grants              counter        {grant}      dlock.backend
-//	dlock.refusals            counter        {refusal}    dlock.outcome
+//	dlock.refusals            counter        {refusal}    dlock.outcome, dlock.backend
 //	dlock.losses              counter        {loss}       dlock.detected, dlock.backend
 //	dlock.extension.failures  counter        {extension}  dlock.outcome, dlock.backend
 //	dlock.held                updowncounter  {lock}       dlock.backend
@@ -42,11 +46,9 @@
 // dlock.held counts the locks held now (granted, neither lost nor
 // released), dlock.waiting the calls of Acquire or Do waiting for a lock.
 //
-// dlock.backend is the backend's name ("redis", "redlock", "postgres"),
-// as the lock's grant reports it. It is absent when the backend does not
-// name itself, and always on refusals and on dlock.waiting: a backend
-// names itself through the lock it granted, which a waiter does not have
-// yet.
+// dlock.backend is the backend's name ("redis", "redlock", "postgres",
+// "etcd"), as the Locker reports it. It is absent when the backend does
+// not name itself, and always on dlock.waiting.
 //
 // The histograms' buckets (in seconds) are 0.001 to 60 for waits and 0.01
 // to 3600 for holds; a View on the MeterProvider changes them.

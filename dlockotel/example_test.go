@@ -45,7 +45,7 @@ func ExampleNew() {
 
 	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer client.Close()
-	locker, err := redislock.New(client)
+	locker, err := redislock.New(client, redislock.WithObserver(obs.Observe))
 	if err != nil {
 		panic(err)
 	}
@@ -53,7 +53,7 @@ func ExampleNew() {
 	err = dlock.Do(context.Background(), locker, "report:daily", 10*time.Second, func(ctx context.Context) error {
 		// ... the work ...
 		return nil
-	}, obs.Option())
+	})
 	if err != nil {
 		panic(err)
 	}

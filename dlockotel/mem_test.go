@@ -12,16 +12,34 @@ import (
 
 // memLocker is a Locker over a map, as a single Redis server would be:
 // for the span tests and the benchmarks, which are about the events, not
-// the backend.
+// the backend. Its events go to the observers it was made with; it names
+// no backend.
 type memLocker struct {
+	*memServer
+	events driver.Events
+}
+
+type memServer struct {
 	mu    sync.Mutex
 	keys  map[string]string // key -> token
 	fence uint64
 }
 
-func newMem() *memLocker { return &memLocker{keys: map[string]string{}} }
+func newMem(observers ...func(context.Context, dlock.Event)) *memLocker {
+	return &memLocker{memServer: &memServer{keys: map[string]string{}}, events: driver.NewEvents("", nil, observers...)}
+}
 
-func (m *memLocker) TryAcquire(_ context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+// with returns a Locker on the same server whose events go to observers.
+func (m *memLocker) with(observers ...func(context.Context, dlock.Event)) *memLocker {
+	return &memLocker{memServer: m.memServer, events: driver.NewEvents("", nil, observers...)}
+}
+
+func (m *memLocker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	a := m.events.Attempt(ctx, key)
+	return a.End(m.try(key, ttl))
+}
+
+func (m *memServer) try(key string, ttl time.Duration) (*dlock.Lock, error) {
 	if err := driver.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
@@ -38,14 +56,14 @@ func (m *memLocker) TryAcquire(_ context.Context, key string, ttl time.Duration)
 }
 
 // free deletes key behind its holder's back.
-func (m *memLocker) free(key string) {
+func (m *memServer) free(key string) {
 	m.mu.Lock()
 	delete(m.keys, key)
 	m.mu.Unlock()
 }
 
 type memGrant struct {
-	m          *memLocker
+	m          *memServer
 	key, token string
 }
 

@@ -130,9 +130,8 @@ type tracked struct {
 	ended bool       // lost: the hold is over, the release is still to come
 }
 
-// New returns an Observer. Pass its Option (or its Observe method, to
-// dlock.WithObserver) to dlock.Acquire, dlock.Do or a backend's Acquire
-// and Do.
+// New returns an Observer. Give its Observe method to the WithObserver
+// option of each Locker whose locks it should record.
 func New(opts ...Option) (*Observer, error) {
 	var c config
 	for _, o := range opts {
@@ -186,10 +185,9 @@ func New(opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-// Option returns dlock.WithObserver(o.Observe).
-func (o *Observer) Option() dlock.Option { return dlock.WithObserver(o.Observe) }
-
-// Observe records e; it is what dlock.WithObserver calls.
+// Observe records e. Give it to a Locker's WithObserver option (for
+// example redislock.WithObserver(o.Observe)), which calls it with every
+// event of the Locker's attempts and locks.
 func (o *Observer) Observe(ctx context.Context, e dlock.Event) {
 	now := time.Now()
 	switch e.Kind {

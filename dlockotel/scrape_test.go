@@ -117,13 +117,12 @@ func TestScrape(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testsrv.StartRedis(t)
 	raw := srv.Client(t)
-	l, err := redislock.New(srv.Client(t))
+	s := newScraper(t)
+	l, err := redislock.New(srv.Client(t), redislock.WithObserver(s.obs.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	s := newScraper(t)
-	obs := s.obs.Option()
 
 	// Three Do calls that each hold the lock for 30ms.
 	const slept = 30 * time.Millisecond
@@ -131,13 +130,13 @@ func TestScrape(t *testing.T) {
 		if err := dlock.Do(ctx, l, "job", time.Second, func(context.Context) error {
 			time.Sleep(slept)
 			return nil
-		}, obs); err != nil {
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	// A holder, and two waiters that give up after two attempts each.
-	held, err := dlock.Acquire(ctx, l, "busy", time.Minute, obs)
+	held, err := dlock.Acquire(ctx, l, "busy", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +145,7 @@ func TestScrape(t *testing.T) {
 		t.Errorf("dlock_held %v while one lock is held, want 1", v)
 	}
 	for range 2 {
-		_, err := dlock.Acquire(ctx, l, "busy", time.Minute, obs,
+		_, err := dlock.Acquire(ctx, l, "busy", time.Minute,
 			dlock.WithRetryCount(1), dlock.WithRetryDelay(10*time.Millisecond), dlock.WithRetryJitter(0))
 		if !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("waiter: %v, want ErrNotAcquired", err)
@@ -164,7 +163,7 @@ func TestScrape(t *testing.T) {
 		}
 		<-ctx.Done()
 		return nil
-	}, obs)
+	})
 	if !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Do after the key was deleted: %v, want ErrLockLost", err)
 	}

@@ -120,13 +120,13 @@ func wantAttr(t *testing.T, s tracetest.SpanStub, k string, want any) {
 func TestSpansOfDo(t *testing.T) {
 	r := newRecorded(t)
 	ctx, root := r.tp.Tracer("test").Start(context.Background(), "root")
-	m := newMem()
+	m := newMem(r.obs.Observe)
 	var fence uint64
 	err := dlock.Do(ctx, m, "k", 40*time.Millisecond, func(ctx context.Context) error {
 		fence = dlock.LockFromContext(ctx).Fence()
 		time.Sleep(60 * time.Millisecond) // past one extension at least
 		return nil
-	}, r.obs.Option())
+	})
 	root.End()
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func TestSpanOfRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	_, err = dlock.Acquire(context.Background(), m, "k", time.Minute, r.obs.Option(), dlock.WithRetryCount(0))
+	_, err = dlock.Acquire(context.Background(), m.with(r.obs.Observe), "k", time.Minute, dlock.WithRetryCount(0))
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("Acquire: %v, want ErrNotAcquired", err)
 	}
@@ -200,12 +200,12 @@ func TestSpanOfRefusal(t *testing.T) {
 // loss, dlock.held back to 0), and its later release does not end it again.
 func TestLostThenReleased(t *testing.T) {
 	r := newRecorded(t)
-	m := newMem()
+	m := newMem(r.obs.Observe)
 	err := dlock.Do(context.Background(), m, "k", 60*time.Millisecond, func(ctx context.Context) error {
 		m.free("k")
 		<-ctx.Done()
 		return nil
-	}, r.obs.Option())
+	})
 	if !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Do: %v, want ErrLockLost", err)
 	}
@@ -246,8 +246,8 @@ func TestKeyOptions(t *testing.T) {
 				opts = append(opts, c.opt)
 			}
 			r := newRecorded(t, opts...)
-			if err := dlock.Do(context.Background(), newMem(), "customer:42", time.Minute,
-				func(context.Context) error { return nil }, r.obs.Option()); err != nil {
+			if err := dlock.Do(context.Background(), newMem(r.obs.Observe), "customer:42", time.Minute,
+				func(context.Context) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
 			if keys := r.grantKeys(t); len(keys) != 0 {
@@ -275,10 +275,10 @@ func TestKeyOptions(t *testing.T) {
 func TestTrackedBound(t *testing.T) {
 	r := newRecorded(t)
 	dlockotel.SetMaxTracked(r.obs, 2)
-	m := newMem()
+	m := newMem(r.obs.Observe)
 	var locks []*dlock.Lock
 	for _, k := range []string{"a", "b", "c"} {
-		l, err := dlock.Acquire(context.Background(), m, k, time.Minute, r.obs.Option())
+		l, err := dlock.Acquire(context.Background(), m, k, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -345,10 +345,10 @@ func TestKeyOnMetrics(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRecorded(t, c.opts...)
-			m := newMem()
+			m := newMem(r.obs.Observe)
 			for _, k := range []string{"a", "b", "a"} {
 				if err := dlock.Do(context.Background(), m, k, time.Minute,
-					func(context.Context) error { return nil }, r.obs.Option()); err != nil {
+					func(context.Context) error { return nil }); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -7,10 +7,12 @@
 //
 // A backend's TryAcquire takes the lock on its servers, measures the
 // validity from the moment before it sent the request (ValidUntil), and
-// returns NewLock(key, token, fence, validUntil, grant). The Lock handle
+// returns NewLock(key, token, fence, validUntil, grant), through its
+// Events so that observers see the attempt and the lock. The Lock handle
 // does the bookkeeping every backend shares: its state, double releases,
-// one call at a time, validity that runs out; Acquire and Do build waiting
-// and auto-extension on top. Errors must match exactly one of dlock's
+// one call at a time, validity that runs out; dlock.Acquire and dlock.Do
+// build waiting and auto-extension on top, and are the only way to wait
+// (see ReleaseNotifier). Errors must match exactly one of dlock's
 // sentinels (dlock.ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable,
 // ErrInvalid), with node-level detail in a *dlock.NodeError.
 package driver
@@ -29,7 +31,9 @@ import (
 // talk to servers. The Lock handle wraps it with the bookkeeping every
 // backend shares (state, validity, double release), so a Grant may assume
 // it is called on a lock it believes held, and never concurrently with
-// itself.
+// itself. A Grant of a backend with several nodes may also have a method
+// Nodes() int: how many of them granted the lock (dlock.Event's Nodes; one
+// without it).
 type Grant interface {
 	// Extend resets the lock's TTL to ttl if the server(s) still hold the
 	// lock's token, and returns the new validity deadline (see ValidUntil).
@@ -58,52 +62,18 @@ func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *dl
 // observer of the lock's events may need.
 func Lost(lock *dlock.Lock, cause error) { bridge.Lose(lock, cause) }
 
-// Describer is an optional interface of a Grant and of a Locker: the
-// backend's name ("redis", "redlock", "postgres", "etcd") and, for a
-// Grant, how many of its nodes granted the lock (a Locker's count is
-// ignored), for the events that observers receive (dlock.Event's Backend
-// and Nodes).
-type Describer interface {
-	Describe() (backend string, nodes int)
-}
-
-// Observable is an optional interface of a Locker and of a Grant: the
-// observer the backend was configured with (its logger, see LogEvents,
-// and its users' observers), or nil. dlock.Acquire and dlock.Do send the
-// attempt's events to a Locker's observer, beside those of
-// dlock.WithObserver; a Lock sends its own events (extended, lost,
-// released) to its Grant's observer, whether it came from Acquire or from
-// a bare TryAcquire.
-type Observable interface {
-	Observer() func(ctx context.Context, e dlock.Event)
-}
-
-// Observers combines observers into one that calls each in turn, leaving
-// out nil ones; it returns nil when none is left.
-func Observers(observers ...func(ctx context.Context, e dlock.Event)) func(ctx context.Context, e dlock.Event) {
-	var list []func(context.Context, dlock.Event)
-	for _, o := range observers {
-		if o != nil {
-			list = append(list, o)
-		}
-	}
-	switch len(list) {
-	case 0:
-		return nil
-	case 1:
-		return list[0]
-	}
-	return func(ctx context.Context, e dlock.Event) {
-		for _, o := range list {
-			o(ctx, e)
-		}
-	}
-}
-
 // A ReleaseNotifier is a Locker that can announce releases, so that
 // dlock.Acquire retries as soon as the holder lets go instead of at its
 // next poll. A notification is only a hint: the retry still has to win the
 // lock.
+//
+// It is also how a backend's own way of waiting is reached, since
+// dlock.Acquire and dlock.Do are the only waits: they register before
+// their first attempt (unless they make just one) and stop after their
+// last, so a registration tells the backend that a wait on key is in
+// progress in this process, and its TryAcquire may keep a place for it
+// (redislock and redlock queue for a wake-up that way, etcdlock in the
+// lock's own queue).
 type ReleaseNotifier interface {
 	// NotifyRelease registers interest in key. The channel receives a
 	// value when key may have been released; stop ends the interest and

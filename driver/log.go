@@ -7,14 +7,14 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// LogEvents returns an observer (for dlock.WithObserver) that logs a
-// lock's events to logger the way every backend of this repository does: a
+// logEvents returns an observer that logs a Locker's events to logger the
+// way every backend of this repository does (NewEvents): a
 // Warn record when a lock is lost or an extension fails, with the key,
 // fence, backend and cause; Debug records for grants, refusals and
 // releases; nothing at Info, so that a busy service's hot path stays
 // silent. A record that the logger would drop costs one Enabled call; a
 // logger whose handler is slog.DiscardHandler gives nil (no observer).
-func LogEvents(logger *slog.Logger) func(context.Context, dlock.Event) {
+func logEvents(logger *slog.Logger) func(context.Context, dlock.Event) {
 	if logger == nil || logger.Handler() == slog.DiscardHandler {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package driver_test
+package driver
 
 import (
 	"bytes"
@@ -9,12 +9,11 @@ import (
 	"testing"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
 )
 
 func TestLogEvents(t *testing.T) {
 	var buf bytes.Buffer
-	log := driver.LogEvents(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	log := logEvents(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	ctx := context.Background()
 	log(ctx, dlock.Event{Kind: dlock.EventAttempt, Key: "k"})
 	log(ctx, dlock.Event{Kind: dlock.EventGranted, Key: "k", Backend: "redis", Fence: 7})
@@ -32,7 +31,7 @@ func TestLogEvents(t *testing.T) {
 
 	// At Info, only the warnings.
 	buf.Reset()
-	log = driver.LogEvents(slog.New(slog.NewTextHandler(&buf, nil)))
+	log = logEvents(slog.New(slog.NewTextHandler(&buf, nil)))
 	log(ctx, dlock.Event{Kind: dlock.EventGranted, Key: "k"})
 	log(ctx, dlock.Event{Kind: dlock.EventReleased, Key: "k"})
 	log(ctx, dlock.Event{Kind: dlock.EventExtendFailed, Key: "k", Err: errors.New("timeout")})

@@ -57,7 +57,7 @@ func TestAbandonedKeyRetried(t *testing.T) {
 	waitCtx, giveUp := context.WithCancel(ctx)
 	waited := make(chan error, 1)
 	go func() {
-		lock, err := w.Acquire(waitCtx, "abandoned", ttl)
+		lock, err := dlock.Acquire(waitCtx, w, "abandoned", ttl)
 		if err == nil {
 			lock.Release(ctx)
 		}

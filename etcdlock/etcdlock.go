@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -16,20 +15,15 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 // Locker takes locks on one etcd cluster through a clientv3 client. It is
 // safe for concurrent use; create one per client and share it.
 type Locker struct {
-	client      *clientv3.Client
-	node        string // how errors name the cluster
-	prefix      string
-	driftFactor float64
-	logger      *slog.Logger
-	observers   []func(context.Context, dlock.Event) // WithObserver's
-	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
-	holderHead  string                               // WithHolderInfo's record up to "since"; "" without it
+	client *clientv3.Client
+	node   string         // how errors name the cluster
+	cfg    backend.Config // the options every backend shares
 
 	mu       sync.Mutex
 	sessions map[int64][]*session // by lease TTL in seconds
@@ -47,36 +41,17 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 		return nil, driver.Invalidf("nil etcd client")
 	}
 	l := &Locker{client: client, node: strings.Join(client.Endpoints(), ","),
-		driftFactor: driver.DefaultDriftFactor, logger: slog.Default(), sessions: map[int64][]*session{}, waits: map[string]*wait{}}
-	for _, o := range opts {
-		if o == nil {
-			return nil, driver.Invalidf("nil option")
-		}
-		if err := o(l); err != nil {
-			return nil, err
-		}
+		cfg: backend.New(0, true), sessions: map[int64][]*session{}, waits: map[string]*wait{}}
+	if err := backend.Apply(l, opts); err != nil {
+		return nil, err
 	}
-	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
+	l.cfg.Done("etcd")
 	return l, nil
 }
 
-// Observer implements driver.Observable: the Locker's logger and its
-// observers (WithLogger, WithObserver), or nil.
-func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
-
-// Observer implements driver.Observable for the lock's own events.
-func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
-
-// Describe implements driver.Describer: the backend's name, for the
-// events of attempts and refusals.
-func (l *Locker) Describe() (backend string, nodes int) { return "etcd", 0 }
-
-// Describe implements driver.Describer.
-func (g *grant) Describe() (backend string, nodes int) { return "etcd", 1 }
-
 // queue is the prefix under which the contenders for key have their keys,
 // as in concurrency.NewMutex(session, prefix+key).
-func (l *Locker) queue(key string) string { return l.prefix + key + "/" }
+func (l *Locker) queue(key string) string { return l.cfg.Prefix + key + "/" }
 
 // TryAcquire makes one attempt to take the lock on key for ttl: in one
 // transaction, it creates its key under the session's lease if key's queue
@@ -90,7 +65,12 @@ func (l *Locker) queue(key string) string { return l.prefix + key + "/" }
 // While dlock.Acquire or dlock.Do waits for key with this Locker, its
 // attempts wait in the queue instead (see NotifyRelease).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := l.check(ctx, key, ttl); err != nil {
+	a := l.cfg.Events.Attempt(ctx, key)
+	return a.End(l.tryAcquire(ctx, key, ttl))
+}
+
+func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	if err := l.cfg.Check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
 	if lock, waiting, err := l.fromQueue(ctx, key, ttl); waiting {
@@ -247,18 +227,6 @@ func (l *Locker) granted(ctx context.Context, ttl time.Duration, c *contender) (
 	return lock, nil
 }
 
-// Acquire is dlock.Acquire with this Locker: it waits in key's queue (see
-// NotifyRelease).
-func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	return dlock.Acquire(ctx, l, key, ttl, opts...)
-}
-
-// Do is dlock.Do with this Locker: it waits in key's queue (see
-// NotifyRelease).
-func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	return dlock.Do(ctx, l, key, ttl, fn, opts...)
-}
-
 // abandon deletes the key of a contender that did not become a lock, in
 // the background and within a short bound (it would otherwise block the
 // queue), and then frees its name on its session. A deletion that fails
@@ -290,26 +258,6 @@ func (l *Locker) delete(ctx context.Context, sl *slot) {
 	if _, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpDelete(sl.key)).Commit(); err == nil {
 		l.free(sl)
 	}
-}
-
-func (l *Locker) check(ctx context.Context, key string, ttl time.Duration) error {
-	if ctx == nil {
-		return driver.Invalidf("nil context")
-	}
-	if err := keys.Check(l.prefix, key); err != nil {
-		return err
-	}
-	return l.checkTTL(ttl)
-}
-
-func (l *Locker) checkTTL(ttl time.Duration) error {
-	if err := driver.CheckTTL(ttl); err != nil {
-		return err
-	}
-	if d := driver.Drift(ttl, l.driftFactor); ttl <= d {
-		return driver.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
-	}
-	return nil
 }
 
 // opErr classifies an error of a call to the cluster: dlock.ErrUnavailable

@@ -19,7 +19,7 @@ func TestEventsAndLogOfALoss(t *testing.T) {
 	admin := c.Client(t)
 	rec := eventtest.New()
 	l := newLocker(t, c.Client(t), etcdlock.WithObserver(rec.Observe), etcdlock.WithLogger(rec.Logger()))
-	err := l.Do(ctx, "observed", 3*time.Second, func(ctx context.Context) error {
+	err := dlock.Do(ctx, l, "observed", 3*time.Second, func(ctx context.Context) error {
 		revokeHolder(t, admin, "observed")
 		<-ctx.Done()
 		return nil
@@ -38,4 +38,13 @@ func TestEventsAndLogOfALoss(t *testing.T) {
 	if warn, ok := rec.Find("dlock: lock lost"); !ok || warn["level"] != "WARN" || warn["key"] != "observed" || warn["backend"] != "etcd" {
 		t.Fatalf("no Warn record of the loss: %v (found %v)", warn, ok)
 	}
+}
+
+// A bare TryAcquire reports its attempt and its grant or refusal, as
+// Acquire does: its observer sees every lock the Locker makes.
+func TestEventsOfBareTryAcquire(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	rec := eventtest.New()
+	l := newLocker(t, c.Client(t), etcdlock.WithObserver(rec.Observe))
+	eventtest.CheckTryAcquire(t, l, rec, "bare", "etcd")
 }

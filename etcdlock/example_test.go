@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 )
 
@@ -24,7 +25,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	err = l.Do(context.Background(), "reports", 10*time.Second, func(ctx context.Context) error {
+	err = dlock.Do(context.Background(), l, "reports", 10*time.Second, func(ctx context.Context) error {
 		// ... work that checks ctx, fenced writes ...
 		return nil
 	})

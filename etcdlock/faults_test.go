@@ -36,7 +36,7 @@ func follower(t *testing.T, c *etcdtest.Cluster) *etcdtest.Member {
 func holdThrough(t *testing.T, c *etcdtest.Cluster, fault func()) {
 	ctx := testCtx(t)
 	l := newLocker(t, c.Client(t))
-	err := l.Do(ctx, "hold", 3*time.Second, func(ctx context.Context) error {
+	err := dlock.Do(ctx, l, "hold", 3*time.Second, func(ctx context.Context) error {
 		fault()
 		// Two TTLs past the fault: the lease must have been kept alive.
 		select {
@@ -50,7 +50,7 @@ func holdThrough(t *testing.T, c *etcdtest.Cluster, fault func()) {
 		t.Fatalf("Do through the fault: %v", err)
 	}
 	other := newLocker(t, c.Client(t))
-	lock, err := other.Acquire(ctx, "hold", 3*time.Second)
+	lock, err := dlock.Acquire(ctx, other, "hold", 3*time.Second)
 	if err != nil {
 		t.Fatalf("Acquire after the hold: %v", err)
 	}
@@ -87,7 +87,7 @@ func TestLeaderKilledDuringWait(t *testing.T) {
 	waiter := newLocker(t, c.Client(t))
 	got := make(chan error, 1)
 	go func() {
-		l2, err := waiter.Acquire(ctx, "wait", 3*time.Second)
+		l2, err := dlock.Acquire(ctx, waiter, "wait", 3*time.Second)
 		if err == nil {
 			if l2.Fence() <= lock.Fence() {
 				err = fmt.Errorf("waiter's fence %d not above the holder's %d", l2.Fence(), lock.Fence())
@@ -132,7 +132,7 @@ func TestCutOffPastTTL(t *testing.T) {
 	}
 
 	var stale error
-	err = cut.Do(ctx, "cut", time.Second, func(ctx context.Context) error {
+	err = dlock.Do(ctx, cut, "cut", time.Second, func(ctx context.Context) error {
 		// Do does not hand fn its lock: read its fence and token from
 		// the queue, as the first key's create revision and lease.
 		resp, err := admin.Get(ctx, "cut/", append([]clientv3.OpOption{clientv3.WithPrefix()}, clientv3.WithFirstCreate()...)...)
@@ -149,9 +149,9 @@ func TestCutOffPastTTL(t *testing.T) {
 			t.Errorf("fn's context ended with %v, want ErrLockLost", context.Cause(ctx))
 		}
 		// The other client gets the lock once the lease has expired.
-		next, err := other.Acquire(ctx, "cut", time.Second, dlock.WithRetryDelay(20*time.Millisecond))
+		next, err := dlock.Acquire(ctx, other, "cut", time.Second, dlock.WithRetryDelay(20*time.Millisecond))
 		if err != nil {
-			next, err = other.Acquire(testCtx(t), "cut", time.Second)
+			next, err = dlock.Acquire(testCtx(t), other, "cut", time.Second)
 		}
 		if err != nil {
 			t.Errorf("other Acquire after the cut: %v", err)
@@ -178,7 +178,7 @@ func TestLeaseRevokedByAnotherClient(t *testing.T) {
 	admin := c.Client(t)
 	l := newLocker(t, c.Client(t))
 	start := time.Now()
-	err := l.Do(ctx, "revoked", 3*time.Second, func(ctx context.Context) error {
+	err := dlock.Do(ctx, l, "revoked", 3*time.Second, func(ctx context.Context) error {
 		revokeHolder(t, admin, "revoked")
 		<-ctx.Done()
 		if !errors.Is(context.Cause(ctx), dlock.ErrLockLost) {
@@ -227,7 +227,7 @@ func TestCompactionWhileWaiting(t *testing.T) {
 	waiter := newLocker(t, c.Client(t))
 	got := make(chan error, 1)
 	go func() {
-		l2, err := waiter.Acquire(ctx, "compact", 3*time.Second)
+		l2, err := dlock.Acquire(ctx, waiter, "compact", 3*time.Second)
 		if err == nil {
 			l2.Release(context.Background())
 		}

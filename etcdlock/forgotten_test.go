@@ -36,11 +36,11 @@ func TestForgottenLockFreed(t *testing.T) {
 	got := make(chan result, 1)
 	doErr := make(chan error, 1)
 	go func() {
-		doErr <- l.Do(ctx, "forgot-b", ttl, func(fnCtx context.Context) error {
+		doErr <- dlock.Do(ctx, l, "forgot-b", ttl, func(fnCtx context.Context) error {
 			// Keep b (and its lease, a's too) alive well past a's TTL,
 			// until m has a or for 4 TTLs.
 			go func() {
-				w, err := m.Acquire(ctx, "forgot-a", ttl)
+				w, err := dlock.Acquire(ctx, m, "forgot-a", ttl)
 				got <- result{w, err, time.Now()}
 			}()
 			select {

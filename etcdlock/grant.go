@@ -13,7 +13,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/keys"
 )
 
 // ReleaseToken releases the lock on key if it still holds token (as
@@ -49,13 +48,7 @@ func (l *Locker) ExtendToken(ctx context.Context, key, tok string, ttl time.Dura
 // slot when it is one of the Locker's locks, else a slot of its own on the
 // token's lease, of secs seconds as far as renewals are concerned.
 func (l *Locker) tokenGrant(ctx context.Context, key, tok string, secs int64) (*grant, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
-	}
-	if err := keys.Check(l.prefix, key); err != nil {
-		return nil, err
-	}
-	if err := driver.CheckToken(key, tok); err != nil {
+	if err := l.cfg.CheckToken(ctx, key, tok); err != nil {
 		return nil, err
 	}
 	lease, rev, ok := parseToken(tok)
@@ -90,7 +83,7 @@ type grant struct {
 // the key under a lease of its own (see move).
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	l := g.l
-	if err := l.checkTTL(ttl); err != nil {
+	if err := l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
 	l.mu.Lock()
@@ -150,7 +143,7 @@ func (g *grant) extend(ctx context.Context, on *session, ttl time.Duration) (tim
 			}
 			return until, to, err
 		}
-		return driver.ValidUntil(start, min(ttl, leaseTTL), l.driftFactor), on, nil
+		return driver.ValidUntil(start, min(ttl, leaseTTL), l.cfg.DriftFactor), on, nil
 	}
 }
 
@@ -218,7 +211,7 @@ func (g *grant) move(ctx context.Context, from *session, ttl, fromTTL time.Durat
 	if time.Since(start) >= toTTL-fromTTL {
 		_, _ = l.renew(ctx, to, false)
 	}
-	return driver.ValidUntil(start, min(ttl, toTTL), l.driftFactor), to, nil
+	return driver.ValidUntil(start, min(ttl, toTTL), l.cfg.DriftFactor), to, nil
 }
 
 // Release deletes the key if it is still this lock's (its create revision

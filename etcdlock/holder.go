@@ -19,20 +19,16 @@ import (
 // queue with such keys unchanged. service names the program (it may be
 // empty). The default is off: the value is empty, as a Mutex's.
 func WithHolderInfo(service string) Option {
-	return func(l *Locker) error {
-		head, err := holder.Head(service)
-		l.holderHead = head
-		return err
-	}
+	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
 }
 
 // holderValue is the value of a key put now: the holder record with
 // WithHolderInfo, empty without.
 func (l *Locker) holderValue() string {
-	if l.holderHead == "" {
+	if l.cfg.HolderHead == "" {
 		return ""
 	}
-	return holder.Record(l.holderHead, time.Now())
+	return holder.Record(l.cfg.HolderHead, time.Now())
 }
 
 // holderOf fills info's holder fields from a key's value, when it is a

@@ -42,7 +42,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		limit = DefaultInspectLimit
 	}
 	// Range over the pattern's literal beginning only.
-	from := l.prefix + pattern[:strings.IndexAny(pattern+"*", "*?[\\")]
+	from := l.cfg.Prefix + pattern[:strings.IndexAny(pattern+"*", "*?[\\")]
 	resp, err := l.client.Get(ctx, from, clientv3.WithPrefix(), clientv3.WithLimit(int64(10*limit)))
 	if err != nil {
 		return nil, fmt.Errorf("dlock: inspect: %w", l.opErr(ctx, err, false))
@@ -84,7 +84,7 @@ type inspected struct {
 func (l *Locker) queues(kvs []*mvccpb.KeyValue, pattern string) map[string]*inspected {
 	queues := map[string]*inspected{}
 	for _, kv := range kvs {
-		rest := strings.TrimPrefix(string(kv.Key), l.prefix)
+		rest := strings.TrimPrefix(string(kv.Key), l.cfg.Prefix)
 		i := strings.LastIndex(rest, "/") // names may hold slashes; the lease is last
 		if i < 0 || kv.Lease == 0 {
 			continue // not a lock key

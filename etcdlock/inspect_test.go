@@ -33,7 +33,7 @@ func TestInspect(t *testing.T) {
 	done := make(chan error, 2)
 	for range 2 {
 		go func() {
-			_, err := l.Acquire(waitCtx, "insp/a", 10*time.Second)
+			_, err := dlock.Acquire(waitCtx, l, "insp/a", 10*time.Second)
 			done <- err
 		}()
 	}

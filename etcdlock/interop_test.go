@@ -45,7 +45,7 @@ func TestMutexInterop(t *testing.T) {
 	locktest.WantError(t, err, dlock.ErrNotAcquired)
 	got := make(chan *dlock.Lock, 1)
 	go func() {
-		lock, err := l.Acquire(ctx, name, 5*time.Second)
+		lock, err := dlock.Acquire(ctx, l, name, 5*time.Second)
 		if err != nil {
 			t.Errorf("Acquire: %v", err)
 		}
@@ -143,7 +143,7 @@ func TestEtcdctlInterop(t *testing.T) {
 	locktest.WantError(t, err, dlock.ErrNotAcquired)
 	got := make(chan *dlock.Lock, 1)
 	go func() {
-		lock, err := l.Acquire(ctx, name, 5*time.Second)
+		lock, err := dlock.Acquire(ctx, l, name, 5*time.Second)
 		if err != nil {
 			t.Errorf("Acquire: %v", err)
 		}

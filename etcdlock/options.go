@@ -5,8 +5,6 @@ import (
 	"log/slog"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/keys"
 )
 
 // Option configures a Locker.
@@ -17,54 +15,31 @@ type Option func(*Locker) error
 // concurrency.NewMutex and `etcdctl lock` take. A prefix inside dlock's own
 // namespace is rejected with dlock.ErrInvalid.
 func WithPrefix(prefix string) Option {
-	return func(l *Locker) error {
-		if err := keys.CheckPrefix(prefix); err != nil {
-			return err
-		}
-		l.prefix = prefix
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.SetPrefix(prefix) }
 }
 
 // WithDriftFactor sets the share of the TTL set aside for clock drift when
 // computing validity (see driver.Drift). It must be in [0, 1). The default is
 // driver.DefaultDriftFactor (0.01).
 func WithDriftFactor(f float64) Option {
-	return func(l *Locker) error {
-		if err := driver.CheckDriftFactor(f); err != nil {
-			return err
-		}
-		l.driftFactor = f
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.SetDriftFactor(f) }
 }
 
 // WithLogger sets where the Locker logs: a Warn record when a lock is lost
 // or an extension fails (key, fence, backend, cause), Debug records for
-// grants, refusals and releases, nothing at Info (see driver.LogEvents). A
+// grants, refusals and releases, nothing at Info (see driver.NewEvents). A
 // logger whose handler is slog.DiscardHandler costs nothing. The default is
 // slog.Default().
 func WithLogger(logger *slog.Logger) Option {
-	return func(l *Locker) error {
-		if logger == nil {
-			return driver.Invalidf("nil logger")
-		}
-		l.logger = logger
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.SetLogger(logger) }
 }
 
-// WithObserver adds an observer of every lock this Locker takes: the
-// events of Acquire and Do (attempts, grant, refusal) and of each handle,
-// also one from a bare TryAcquire (extensions, loss, release); see
-// dlock.Event. Several observers all receive the events. The default is
-// none, beside the logger's.
+// WithObserver adds an observer of every attempt this Locker makes and every
+// lock it takes, from a bare TryAcquire or within dlock.Acquire and
+// dlock.Do: attempts, grant or refusal, extensions, loss, release (see
+// dlock.Event, and Events in package dlock's documentation). Several
+// observers all receive the events. The default is none, beside the
+// logger's.
 func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
-	return func(l *Locker) error {
-		if observe == nil {
-			return driver.Invalidf("nil observer")
-		}
-		l.observers = append(l.observers, observe)
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.AddObserver(observe) }
 }

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
 	"github.com/dlock-go/dlock/locktest"
@@ -40,7 +41,7 @@ func runWaiter(endpoints []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	lock, err := l.Acquire(ctx, "paused", 2*time.Second)
+	lock, err := dlock.Acquire(ctx, l, "paused", 2*time.Second)
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1

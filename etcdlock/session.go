@@ -286,7 +286,7 @@ func (l *Locker) validUntil(s *session, start time.Time, ttl time.Duration) time
 	l.mu.Lock()
 	left := s.aliveUntil.Sub(start)
 	l.mu.Unlock()
-	return driver.ValidUntil(start, min(ttl, left), l.driftFactor)
+	return driver.ValidUntil(start, min(ttl, left), l.cfg.DriftFactor)
 }
 
 // Close revokes the leases of the Locker's sessions, within 5s: every lock

@@ -133,7 +133,7 @@ func TestSharedLeaseLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = l.Do(ctx, "lost-x", 3*time.Second, func(ctx context.Context) error {
+	err = dlock.Do(ctx, l, "lost-x", 3*time.Second, func(ctx context.Context) error {
 		revokeHolder(t, admin, "lost-x")
 		<-ctx.Done()
 		return nil
@@ -170,7 +170,7 @@ func TestSameNameOneLocker(t *testing.T) {
 	}
 	got := make(chan *dlock.Lock, 1)
 	go func() {
-		w, err := l.Acquire(ctx, "same", 5*time.Second)
+		w, err := dlock.Acquire(ctx, l, "same", 5*time.Second)
 		if err != nil {
 			t.Errorf("second Acquire: %v", err)
 		}

@@ -49,7 +49,7 @@ func TestWaitOutlivesLease(t *testing.T) {
 	}
 	got := make(chan *dlock.Lock, 1)
 	go func() {
-		w, err := l.Acquire(ctx, "long", time.Second)
+		w, err := dlock.Acquire(ctx, l, "long", time.Second)
 		if err != nil {
 			t.Errorf("waiter: %v", err)
 		}
@@ -107,7 +107,7 @@ func TestWaiterKeyDeleted(t *testing.T) {
 	}
 	got := make(chan *dlock.Lock, 1)
 	go func() {
-		w, err := l.Acquire(ctx, "deleted", 5*time.Second)
+		w, err := dlock.Acquire(ctx, l, "deleted", 5*time.Second)
 		if err != nil {
 			t.Errorf("waiter: %v", err)
 		}

@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/keys"
 )
 
 // wait is the Locker's waits for one lock name through dlock.Acquire (see
@@ -55,7 +54,7 @@ type place struct {
 // deletes the Locker's key that it leaves unused, and must be called
 // exactly once.
 func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func()) {
-	if keys.Check(l.prefix, key) != nil {
+	if l.cfg.CheckKey(key) != nil {
 		return nil, func() {}
 	}
 	ch := make(chan struct{}, 1)

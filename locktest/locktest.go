@@ -15,6 +15,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,6 +90,7 @@ func Run(t *testing.T, newLocker Factory, opts ...Option) {
 	t.Run("DoFollowsExtend", s.doFollowsExtend)
 	t.Run("DoContextTruthfulAtExpiry", s.doContextTruthfulAtExpiry)
 	t.Run("AcquireWaitsThroughOutage", s.acquireWaitsThroughOutage)
+	t.Run("OneWayToWait", s.oneWayToWait)
 }
 
 func ctx(t *testing.T) context.Context {
@@ -397,6 +400,41 @@ func (s *suite) doReleasesOnPanic(t *testing.T) {
 	mustAcquire(t, s.newLocker(t), key, time.Second)
 }
 
+// dlock.Acquire and dlock.Do are the one way to wait, on every backend. A
+// Locker with a waiting method of its own (Acquire, Do, AcquireMulti...)
+// offers a second spelling that no finite test can prove to behave the
+// same (a queue of its own, a fail-fast rule, defaults), and users then
+// get one behaviour or the other by how they call it. A backend's own way
+// of waiting belongs behind TryAcquire and driver.ReleaseNotifier, where
+// dlock.Acquire reaches it.
+func (s *suite) oneWayToWait(t *testing.T) {
+	if err := ownWait(s.newLocker(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ownWait returns an error naming l's waiting methods, if it has any: an
+// exported method whose name begins with Acquire or Do and whose first
+// parameter is a context.Context.
+func ownWait(l dlock.Locker) error {
+	typ := reflect.TypeOf(l)
+	ctxType := reflect.TypeFor[context.Context]()
+	var own []string
+	for i := range typ.NumMethod() {
+		m := typ.Method(i)
+		if !strings.HasPrefix(m.Name, "Acquire") && !strings.HasPrefix(m.Name, "Do") {
+			continue
+		}
+		if m.Type.NumIn() > 1 && m.Type.In(1) == ctxType { // In(0) is the receiver
+			own = append(own, m.Name)
+		}
+	}
+	if len(own) > 0 {
+		return fmt.Errorf("%v waits in its own methods %v beside dlock.Acquire and dlock.Do: two spellings that may differ; reach the backend's waiting through TryAcquire and driver.ReleaseNotifier instead", typ, own)
+	}
+	return nil
+}
+
 func (s *suite) acquireAfterRelease(t *testing.T) {
 	a, b := s.newLocker(t), s.newLocker(t)
 	key := Key(t)
@@ -568,4 +606,5 @@ func (s *suite) acquireWaitsThroughOutage(t *testing.T) {
 func RunOutage(t *testing.T, newLocker Factory, outage func(t *testing.T) (end func())) {
 	s := &suite{newLocker: newLocker, outage: outage}
 	t.Run("AcquireWaitsThroughOutage", s.acquireWaitsThroughOutage)
+	t.Run("OneWayToWait", s.oneWayToWait)
 }

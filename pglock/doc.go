@@ -1,8 +1,8 @@
 // Package pglock implements dlock's locks with PostgreSQL advisory locks,
 // through pgx v5: session-level locks behind the common dlock.Locker API
-// (TryAcquire, Acquire, Do, fences), transaction-level locks for work inside
-// a transaction of yours (TryLockTx, LockTx; TryLockSQLTx, LockSQLTx on
-// database/sql), and a job queue whose workers
+// (TryAcquire, with dlock.Acquire and dlock.Do, fences), transaction-level
+// locks for work inside a transaction of yours (TryLockTx, LockTx;
+// TryLockSQLTx, LockSQLTx on database/sql), and a job queue whose workers
 // claim distinct jobs with SELECT ... FOR UPDATE SKIP LOCKED (Queue).
 //
 // # When PostgreSQL is the better choice
@@ -74,7 +74,7 @@
 // # TTL
 //
 // The server does not expire these locks, so the ttl passed to
-// TryAcquire, Acquire and Do does not reach the server. It is how long the
+// TryAcquire, dlock.Acquire and dlock.Do does not reach the server. It is how long the
 // handle trusts the lock without a successful health check: a Lock is
 // valid until ttl after its acquisition (or last Extend) was sent, and
 // Lock.Extend is the health check: it verifies that the pinned connection
@@ -99,10 +99,10 @@
 // With n distinct names the chance that any two share a bigint is about
 // n²/2^65 (3·10⁻⁸ for a million names); a collision makes the two names
 // exclude each other, never lets two holders of one name in. Int64Key and
-// KeyPair name numbered locks directly (TryAcquireKey, AcquireKey and DoKey
-// take them), and WithKeyFunc maps names to them;
-// the pair form is a key space of its own. pglock itself uses one bigint
-// key, WaitKey, for its waiters; do not lock it.
+// KeyPair name numbered locks directly (ForKey makes a Locker of one), and
+// WithKeyFunc maps names to them; the pair form is a key space of its own.
+// pglock itself uses one bigint key, WaitKey, for its waiters; do not lock
+// it.
 //
 // # Fences
 //
@@ -193,7 +193,7 @@
 //
 // # Waiting
 //
-// Acquire and Do retry TryAcquire (dlock.Acquire's jittered polling). A
+// dlock.Acquire and dlock.Do retry TryAcquire (jittered polling). A
 // Locker with waiters keeps one connection that LISTENs on the channel
 // dlock_release (opened outside the pool, with the pool's ConnConfig and its
 // BeforeConnect and AfterConnect hooks, so that it never takes a connection
@@ -214,14 +214,13 @@
 // own keeps held locks from starving the application). So nested locks
 // work on a pool of n+1 for n locks held: a Locker over two connections
 // that holds one lock and waits for another gets it when its holder lets
-// go. When this Locker's locks pin every connection, TryAcquire, Acquire
-// and Do fail at once with ErrPoolExhausted ("2 held locks pin all 2
-// connections") instead of waiting for a connection that only a release
-// can free, which for nested locks would never come. During a wait, an
-// attempt that finds the pool exhausted (another goroutine took the last
-// connection) is retried as an unreachable server is. Lockers sharing a
-// pool count only their own locks: give each pool one Locker. A pool's Close waits for pinned
-// connections: release locks first.
+// go. When this Locker's locks pin every connection, TryAcquire,
+// dlock.Acquire and dlock.Do fail at once with ErrPoolExhausted ("2 held
+// locks pin all 2 connections") instead of waiting for a connection that
+// only a release can free, which for nested locks would never come; so
+// does a wait whose attempt finds them all pinned later. Lockers sharing a
+// pool count only their own locks: give each pool one Locker. A pool's
+// Close waits for pinned connections: release locks first.
 //
 // With pgx's default query mode (prepared statements) and no tracer, the
 // acquiring and releasing statements are prepared once per connection and

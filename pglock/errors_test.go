@@ -197,7 +197,10 @@ func TestErrorSentinels(t *testing.T) {
 		{"lease above idle_session_timeout", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(leased, ctx, "k", 25*24*time.Hour) }},
 		{"key func error", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(keyFuncErr, ctx, "k", time.Second) }},
 		{"key func zero Key", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(zeroKey, ctx, "k", time.Second) }},
-		{"zero Key", dlock.ErrInvalid, nil, func(*testing.T) error { _, err := l.TryAcquireKey(ctx, pglock.Key{}, time.Second); return err }},
+		{"zero Key", dlock.ErrInvalid, nil, func(*testing.T) error {
+			_, err := l.ForKey(pglock.Key{}).TryAcquire(ctx, pglock.Key{}.String(), time.Second)
+			return err
+		}},
 		{"busy", dlock.ErrNotAcquired, nil, func(*testing.T) error { return acquire(l, ctx, held, time.Second) }},
 		{"cancelled", dlock.ErrNotAcquired, context.Canceled, func(*testing.T) error { return acquire(l, cancelled, uniqueKey(t), time.Second) }},
 		{"pool exhausted", dlock.ErrUnavailable, nil, func(*testing.T) error { return acquire(full, ctx, uniqueKey(t), time.Second) }},

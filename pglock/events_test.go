@@ -22,7 +22,7 @@ func TestEventsAndLogOfATerminatedSession(t *testing.T) {
 	ctx := testCtx(t)
 
 	var fence uint64
-	err := l.Do(ctx, key, time.Second, func(ctx context.Context) error {
+	err := dlock.Do(ctx, l, key, time.Second, func(ctx context.Context) error {
 		fence = dlock.LockFromContext(ctx).Fence()
 		terminate(t, pglock.HashKey(key))
 		<-ctx.Done()
@@ -55,4 +55,12 @@ func TestEventsAndLogOfATerminatedSession(t *testing.T) {
 	if info := rec.Logged("INFO"); len(info) > 0 {
 		t.Errorf("records at Info: %v", info)
 	}
+}
+
+// A bare TryAcquire reports its attempt and its grant or refusal, as
+// Acquire does: its observer sees every lock the Locker makes.
+func TestEventsOfBareTryAcquire(t *testing.T) {
+	rec := eventtest.New()
+	l := newLocker(t, 2, pglock.WithObserver(rec.Observe))
+	eventtest.CheckTryAcquire(t, l, rec, uniqueKey(t), "postgres")
 }

@@ -49,7 +49,7 @@ func Example() {
 	// release again: true
 }
 
-func ExampleLocker_Do() {
+func Example_do() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL")) // ideally a pool reserved for locks
 	if err != nil {
@@ -65,7 +65,7 @@ func ExampleLocker_Do() {
 	// The ttl is how long the lock is trusted between health checks of its
 	// session: Do checks every 2.5s here and cancels ctx with
 	// dlock.ErrLockLost within about that long of the session dying.
-	err = locker.Do(ctx, "example:nightly-report", 5*time.Second, func(ctx context.Context) error {
+	err = dlock.Do(ctx, locker, "example:nightly-report", 5*time.Second, func(ctx context.Context) error {
 		// ... work ...
 		if ctx.Err() != nil {
 			return context.Cause(ctx) // lock lost: stop before writing

@@ -57,7 +57,7 @@ func TestQueryModes(t *testing.T) {
 
 			var last uint64
 			for _, k := range keys {
-				lock, err := l.TryAcquireKey(testCtx(t), k, 10*time.Second)
+				lock, err := l.ForKey(k).TryAcquire(testCtx(t), k.String(), 10*time.Second)
 				if err != nil {
 					t.Fatalf("%v: %v", k, err)
 				}
@@ -70,7 +70,7 @@ func TestQueryModes(t *testing.T) {
 					t.Fatalf("%v: fence %d after %d, want the next value", k, lock.Fence(), last)
 				}
 				last = lock.Fence()
-				if second, err := other.TryAcquireKey(testCtx(t), k, time.Second); err == nil {
+				if second, err := other.ForKey(k).TryAcquire(testCtx(t), k.String(), time.Second); err == nil {
 					second.Release(context.Background())
 					t.Fatalf("%v: a second Locker got the lock while it was held", k)
 				} else {

@@ -61,7 +61,7 @@ func TestSilentPartition(t *testing.T) {
 			b := newLocker(t, 2)
 			key := uniqueKey(t)
 			var cut, lostAt, grantedAt time.Time
-			err := a.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+			err := dlock.Do(testCtx(t), a, key, ttl, func(ctx context.Context) error {
 				proxy.Blackhole(t)
 				cut = time.Now()
 				// B polls from the moment of the cut.

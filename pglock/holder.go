@@ -77,7 +77,7 @@ func (l *Locker) publishedName(app string, id lockID) (name, service string, ok 
 			}
 			svc = app[end+2 : len(app)-1]
 		}
-		name, ok := strings.CutPrefix(app[:end], l.prefix)
+		name, ok := strings.CutPrefix(app[:end], l.cfg.Prefix)
 		if !ok {
 			continue
 		}

@@ -110,7 +110,7 @@ func TestKeysWithControlBytes(t *testing.T) {
 	// in.
 	got := make(chan error, 1)
 	go func() {
-		lock, err := b.Acquire(testCtx(t), "a\x00b", time.Second, dlock.WithRetryDelay(10*time.Second))
+		lock, err := dlock.Acquire(testCtx(t), b, "a\x00b", time.Second, dlock.WithRetryDelay(10*time.Second))
 		if err == nil {
 			err = lock.Release(context.Background())
 		}

@@ -79,7 +79,7 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 	if !l.notify || driver.CheckKey(key) != nil {
 		return nil, func() {}
 	}
-	k, err := l.keyFunc(l.prefix + key)
+	k, err := l.keyFunc(l.cfg.Prefix + key)
 	if err != nil {
 		return nil, func() {}
 	}
@@ -182,7 +182,7 @@ func (n *listener) run(ctx context.Context) {
 			backoff = 0 // it worked for a while: a new run of failures
 		}
 		if backoff == 0 { // once per run of failures
-			n.l.logger.Warn("dlock/pglock: release listener failed; waiters poll until it reconnects",
+			n.l.cfg.Logger.Warn("dlock/pglock: release listener failed; waiters poll until it reconnects",
 				"node", n.l.node, "err", oneLine(err).Error())
 		}
 		backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)

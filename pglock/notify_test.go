@@ -156,7 +156,7 @@ func TestNoMissedWakeup(t *testing.T) {
 		start := make(chan struct{})
 		go func() {
 			<-start
-			lb, err := b.Acquire(testCtx(t), key, 10*time.Second,
+			lb, err := dlock.Acquire(testCtx(t), b, key, 10*time.Second,
 				dlock.WithRetryDelay(10*time.Second), dlock.WithRetryJitter(time.Millisecond))
 			if err == nil {
 				err = lb.Release(context.Background())
@@ -232,7 +232,7 @@ func TestNestedWaitSmallPool(t *testing.T) {
 		ctx, cancel := context.WithTimeout(testCtx(t), deadline)
 		defer cancel()
 		var err error
-		nested, err = a.Acquire(ctx, keyB, 10*time.Second,
+		nested, err = dlock.Acquire(ctx, a, keyB, 10*time.Second,
 			dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(time.Millisecond))
 		got <- err
 	}()
@@ -253,7 +253,7 @@ func TestNestedWaitSmallPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(testCtx(t), deadline)
 	defer cancel()
 	start := time.Now()
-	_, err := a.Acquire(ctx, uniqueKey(t), 10*time.Second)
+	_, err := dlock.Acquire(ctx, a, uniqueKey(t), 10*time.Second)
 	wantSentinel(t, err, dlock.ErrUnavailable)
 	wantIs(t, err, pglock.ErrPoolExhausted)
 	if !strings.Contains(err.Error(), "2 held locks pin all 2 connections") {
@@ -264,19 +264,19 @@ func TestNestedWaitSmallPool(t *testing.T) {
 	}
 }
 
-// AcquireKey and DoKey wait for a Key of the caller's like Acquire and Do
-// for a name: woken by the release (parked with a 5s poll), and DoKey
-// holds the lock while fn runs and releases it after.
+// dlock.Acquire and dlock.Do wait for a Key of the caller's (ForKey) as for
+// a name: woken by the release (parked with a 5s poll), and Do holds the
+// lock while fn runs and releases it after.
 func TestAcquireKeyDoKey(t *testing.T) {
 	a, b := newLocker(t, 2), newLocker(t, 2)
 	k := pglock.KeyPair(-3, int32(keySeq.Add(1)))
-	la, err := a.TryAcquireKey(testCtx(t), k, 10*time.Second)
+	la, err := a.ForKey(k).TryAcquire(testCtx(t), k.String(), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
 	go func() {
-		lb, err := b.AcquireKey(testCtx(t), k, 10*time.Second,
+		lb, err := dlock.Acquire(testCtx(t), b.ForKey(k), k.String(), 10*time.Second,
 			dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(time.Millisecond))
 		if err == nil {
 			if lb.Key() != k.String() {
@@ -298,12 +298,12 @@ func TestAcquireKeyDoKey(t *testing.T) {
 		t.Fatalf("AcquireKey took %v after the release; want well under its 5s poll", d)
 	}
 
-	err = a.DoKey(testCtx(t), k, 10*time.Second, func(ctx context.Context) error {
+	err = dlock.Do(testCtx(t), a.ForKey(k), k.String(), 10*time.Second, func(ctx context.Context) error {
 		if dlock.LockFromContext(ctx).Fence() == 0 {
 			return fmt.Errorf("no fence in fn's context")
 		}
-		if _, err := b.TryAcquireKey(ctx, k, time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
-			return fmt.Errorf("TryAcquireKey during DoKey: %v, want ErrNotAcquired", err)
+		if _, err := b.ForKey(k).TryAcquire(ctx, k.String(), time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
+			return fmt.Errorf("TryAcquire on ForKey during Do: %v, want ErrNotAcquired", err)
 		}
 		return nil
 	})
@@ -311,16 +311,16 @@ func TestAcquireKeyDoKey(t *testing.T) {
 		t.Fatalf("DoKey: %v", err)
 	}
 	mustRelease(t, b, k) // DoKey released
-	wantIs(t, a.DoKey(testCtx(t), pglock.Key{}, time.Second, func(context.Context) error { return nil }), dlock.ErrInvalid)
-	_, err = a.AcquireKey(testCtx(t), pglock.Key{}, time.Second)
+	wantIs(t, dlock.Do(testCtx(t), a.ForKey(pglock.Key{}), pglock.Key{}.String(), time.Second, func(context.Context) error { return nil }), dlock.ErrInvalid)
+	_, err = dlock.Acquire(testCtx(t), a.ForKey(pglock.Key{}), pglock.Key{}.String(), time.Second)
 	wantIs(t, err, dlock.ErrInvalid)
 }
 
 func mustRelease(t *testing.T, l *pglock.Locker, k pglock.Key) {
 	t.Helper()
-	lock, err := l.TryAcquireKey(testCtx(t), k, time.Second)
+	lock, err := l.ForKey(k).TryAcquire(testCtx(t), k.String(), time.Second)
 	if err != nil {
-		t.Fatalf("TryAcquireKey after the holder let go: %v", err)
+		t.Fatalf("TryAcquire on ForKey after the holder let go: %v", err)
 	}
 	if err := lock.Release(testCtx(t)); err != nil {
 		t.Fatal(err)

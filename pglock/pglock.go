@@ -19,6 +19,8 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // Locker takes session-level advisory locks through a pgxpool.Pool. Every
@@ -27,19 +29,16 @@ import (
 // are reentrant, so a shared connection would let a second holder in).
 // A Locker is safe for concurrent use; create one per pool and share it.
 type Locker struct {
-	pool      *pgxpool.Pool
-	node      string // host:port, for dlock.NodeError
-	maxConns  int32
-	keyFunc   func(name string) (Key, error)
-	prefix    string
-	notify    bool
-	lease     time.Duration // WithSessionLease margin; < 0: off
-	holder    bool          // WithHolderInfo: publish held locks' names
-	service   string        // WithHolderInfo's service
-	settings  []string      // session settings a grant changes (sessionSettings)
-	logger    *slog.Logger
-	observers []func(context.Context, dlock.Event) // WithObserver's
-	observe   func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
+	pool     *pgxpool.Pool
+	node     string // host:port, for dlock.NodeError
+	maxConns int32
+	keyFunc  func(name string) (Key, error)
+	cfg      backend.Config // the options every backend shares
+	notify   bool
+	lease    time.Duration // WithSessionLease margin; < 0: off
+	holder   bool          // WithHolderInfo: publish held locks' names
+	service  string        // WithHolderInfo's service
+	settings []string      // session settings a grant changes (sessionSettings)
 
 	stmts statements
 	exec  rowExec
@@ -78,14 +77,11 @@ func WithKeyFunc(f func(name string) (Key, error)) Option {
 // WithPrefix prepends prefix to every lock name before it is mapped to an
 // advisory key (by HashKey, or the WithKeyFunc function, which sees
 // prefix+name), so that applications sharing a database keep their lock
-// names apart, e.g. "billing:". Handles report the name without the
-// prefix; TryAcquireKey, AcquireKey and DoKey take their Key as it is. The
-// default is no prefix: the lock on "invoice:42" is HashKey("invoice:42").
+// names apart, e.g. "billing:". Handles report the name without the prefix;
+// ForKey takes its Key as it is. The default is no prefix: the lock on
+// "invoice:42" is HashKey("invoice:42").
 func WithPrefix(prefix string) Option {
-	return func(l *Locker) error {
-		l.prefix = prefix
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.SetPrefix(prefix) }
 }
 
 // WithReleaseNotify turns wake-on-release on or off. When on, waiting
@@ -105,34 +101,23 @@ func WithReleaseNotify(on bool) Option {
 // WithLogger sets where the Locker logs: a Warn record when a lock is lost
 // (its session ended) or an extension fails (key, fence, backend, cause),
 // Debug records for grants, refusals and releases, nothing at Info (see
-// driver.LogEvents); and a release listener that lost its connection or
+// driver.NewEvents); and a release listener that lost its connection or
 // cannot connect (waiters then poll until it is back). A logger whose
 // handler is slog.DiscardHandler costs nothing. The default is
 // slog.Default().
 func WithLogger(logger *slog.Logger) Option {
-	return func(l *Locker) error {
-		if logger == nil {
-			return driver.Invalidf("nil logger")
-		}
-		l.logger = logger
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.SetLogger(logger) }
 }
 
-// WithObserver adds an observer of every lock this Locker takes: the
-// events of Acquire and Do (attempts, grant, refusal) and of each handle,
-// also one from a bare TryAcquire (extensions, loss, release); see
-// dlock.Event. Several observers all receive the events. Package
-// github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and
-// spans of them. The default is none, beside the logger's.
+// WithObserver adds an observer of every attempt this Locker makes and every
+// lock it takes, from a bare TryAcquire or within dlock.Acquire and
+// dlock.Do: attempts, grant or refusal, extensions, loss, release (see
+// dlock.Event, and Events in package dlock's documentation). Several
+// observers all receive the events. Package
+// github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and spans
+// of them. The default is none, beside the logger's.
 func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
-	return func(l *Locker) error {
-		if observe == nil {
-			return driver.Invalidf("nil observer")
-		}
-		l.observers = append(l.observers, observe)
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.AddObserver(observe) }
 }
 
 // WithSessionLease makes the server free a lock whose holder stops checking
@@ -208,36 +193,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		keyFunc:  func(name string) (Key, error) { return HashKey(name), nil },
 		notify:   true,
 		lease:    -1,
-		logger:   slog.Default(),
+		cfg:      backend.New(0, false),
 		exec:     newRowExec(cfg.ConnConfig),
 	}
-	for _, o := range opts {
-		if o == nil {
-			return nil, driver.Invalidf("nil option")
-		}
-		if err := o(l); err != nil {
-			return nil, err
-		}
+	if err := backend.Apply(l, opts); err != nil {
+		return nil, err
 	}
 	l.settings = l.sessionSettings()
 	l.buildStatements()
-	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
+	l.cfg.Done("postgres")
 	return l, nil
 }
-
-// Observer implements driver.Observable: the Locker's logger and its
-// observers (WithLogger, WithObserver), or nil.
-func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
-
-// Observer implements driver.Observable for the lock's own events.
-func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
-
-// Describe implements driver.Describer: the backend's name, for the
-// events of attempts and refusals.
-func (l *Locker) Describe() (backend string, nodes int) { return "postgres", 0 }
-
-// Describe implements driver.Describer.
-func (g *grant) Describe() (backend string, nodes int) { return "postgres", 1 }
 
 // TryAcquire makes one attempt to take the session-level advisory lock on
 // key (WithPrefix's prefix and key, mapped by HashKey or WithKeyFunc) and
@@ -258,10 +224,15 @@ func (g *grant) Describe() (backend string, nodes int) { return "postgres", 1 }
 // arguments. A wait for a free pool connection ends with ctx, matching
 // dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	a := l.cfg.Events.Attempt(ctx, key)
+	return a.End(l.tryName(ctx, key, ttl))
+}
+
+func (l *Locker) tryName(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	if err := l.checkArgs(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	k, err := l.keyFunc(l.prefix + key)
+	k, err := l.keyFunc(l.cfg.Prefix + key)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", key, dlock.ErrInvalid, oneLine(err))
 	}
@@ -271,91 +242,47 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	return l.tryAcquire(ctx, key, k, ttl)
 }
 
-// TryAcquireKey is TryAcquire for a Key chosen by the caller, such as a
-// KeyPair. The handle's Key() is k.String().
-func (l *Locker) TryAcquireKey(ctx context.Context, k Key, ttl time.Duration) (*dlock.Lock, error) {
-	if !k.valid() {
-		return nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
-	}
-	if err := l.checkArgs(ctx, k.String(), ttl); err != nil {
-		return nil, err
-	}
-	return l.tryAcquire(ctx, k.String(), k, ttl)
-}
-
-// Acquire takes the lock on key, waiting while another session holds it
-// (see dlock.Acquire for the retry options and errors). With release
-// notifications on (the default), a release wakes the waiter at once.
+// ForKey returns a Locker that takes the lock on k, a Key chosen by the
+// caller such as a KeyPair, as TryAcquire does for a name: the key its
+// TryAcquire is given only names the lock (the handle's Key, the events'
+// key), and WithPrefix and WithKeyFunc do not apply. Wait for it with
+// dlock.Acquire and dlock.Do like any Locker, woken by release
+// notifications:
 //
-// When this Locker's held locks already pin every connection of the pool,
-// Acquire returns ErrPoolExhausted at once instead of waiting: a lock held
-// by the caller itself (nested locks) would never let go. An attempt that
-// finds the pool exhausted later in the wait (another goroutine took the
-// last connection) is retried like an unreachable server.
-func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	if err := l.exhausted(key); err != nil {
-		return nil, err
-	}
-	return dlock.Acquire(ctx, l, key, ttl, opts...)
-}
+//	err := dlock.Do(ctx, locker.ForKey(pglock.KeyPair(7, 1001)), "tenant 7, job 1001", ttl, fn)
+//
+// Its TryAcquire rejects the zero Key with dlock.ErrInvalid.
+func (l *Locker) ForKey(k Key) dlock.Locker { return keyLocker{l, k} }
 
-// AcquireKey is Acquire for a Key chosen by the caller, such as a KeyPair
-// (see TryAcquireKey): it waits with dlock.Acquire's retry options, woken by
-// release notifications like Acquire.
-func (l *Locker) AcquireKey(ctx context.Context, k Key, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	if !k.valid() {
-		return nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
-	}
-	if err := l.exhausted(k.String()); err != nil {
-		return nil, err
-	}
-	return dlock.Acquire(ctx, keyLocker{l, k}, k.String(), ttl, opts...)
-}
-
-// DoKey is Do for a Key chosen by the caller, such as a KeyPair (see
-// TryAcquireKey), with Do's waiting and background checks.
-func (l *Locker) DoKey(ctx context.Context, k Key, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	if !k.valid() {
-		return driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
-	}
-	if err := l.exhausted(k.String()); err != nil {
-		return err
-	}
-	return dlock.Do(ctx, keyLocker{l, k}, k.String(), ttl, fn, opts...)
-}
-
-// keyLocker takes the lock on one Key whatever name dlock.Acquire passes
-// (k.String()), so that AcquireKey and DoKey reuse dlock's waiting.
+// keyLocker is the Locker of ForKey.
 type keyLocker struct {
 	l *Locker
 	k Key
 }
 
-func (kl keyLocker) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dlock.Lock, error) {
-	return kl.l.TryAcquireKey(ctx, kl.k, ttl)
+func (kl keyLocker) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
+	a := kl.l.cfg.Events.Attempt(ctx, name)
+	if !kl.k.valid() {
+		return a.End(nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)"))
+	}
+	if err := kl.l.checkArgs(ctx, name, ttl); err != nil {
+		return a.End(nil, err)
+	}
+	return a.End(kl.l.tryAcquire(ctx, name, kl.k, ttl))
 }
 
+// NotifyRelease implements driver.ReleaseNotifier (see Locker.NotifyRelease).
 func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{}, func()) {
 	return kl.l.notifyKey(kl.k)
 }
 
-// Do runs fn under the lock on key (see dlock.Do). Its background check of
-// the lock's session runs when WithExtendThreshold of ttl is left (ttl/2 by
-// default); when the session dies, fn's context is cancelled with
-// dlock.ErrLockLost. Like Acquire, it fails at once with ErrPoolExhausted
-// when the Locker's held locks pin every connection.
-func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	if err := l.exhausted(key); err != nil {
-		return err
-	}
-	return dlock.Do(ctx, l, key, ttl, fn, opts...)
-}
-
+// checkArgs is backend.Config's Check without the drift margin: a
+// session lock's validity sets none aside.
 func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) error {
 	if ctx == nil {
 		return driver.Invalidf("nil context")
 	}
-	if err := driver.CheckKey(key); err != nil {
+	if err := l.cfg.CheckKey(key); err != nil {
 		return err
 	}
 	if err := driver.CheckTTL(ttl); err != nil {
@@ -389,7 +316,7 @@ func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Dur
 		args = append(args, l.leaseMS(ttl))
 	}
 	if l.holder {
-		args = append(args, l.appName(l.prefix+name))
+		args = append(args, l.appName(l.cfg.Prefix+name))
 	}
 	for i := range l.settings {
 		dest = append(dest, &r.set[i], &g.prev[i])
@@ -443,11 +370,13 @@ func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 }
 
 // exhausted returns ErrPoolExhausted when the Locker's held locks pin every
-// connection of the pool.
+// connection of the pool. Waiting cannot be trusted to change that (the
+// locks may be the caller's own, nested), so dlock.Acquire and dlock.Do
+// return it at once, as TryAcquire does.
 func (l *Locker) exhausted(name string) error {
 	if n := l.held.Load(); n >= l.maxConns {
-		return fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
-			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)
+		return &bridge.Final{Err: fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
+			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)}
 	}
 	return nil
 }

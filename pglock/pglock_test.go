@@ -166,7 +166,7 @@ func TestDoNoticesTerminatedSession(t *testing.T) {
 	var lostAfter time.Duration
 	var cause error
 	var fenceA uint64
-	err := a.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+	err := dlock.Do(testCtx(t), a, key, ttl, func(ctx context.Context) error {
 		fenceA = dlock.LockFromContext(ctx).Fence()
 		terminate(t, pglock.HashKey(key))
 		killed := time.Now()
@@ -254,7 +254,7 @@ func TestOneConnectionPerHolder(t *testing.T) {
 		t.Fatalf("exhausted pool took %v to refuse", d)
 	}
 	// Acquire does not wait on a full pool either.
-	_, err = l.Acquire(testCtx(t), key, time.Second)
+	_, err = dlock.Acquire(testCtx(t), l, key, time.Second)
 	wantIs(t, err, pglock.ErrPoolExhausted)
 
 	if err := lock.Release(testCtx(t)); err != nil {
@@ -281,7 +281,7 @@ func TestReleaseWakesWaiter(t *testing.T) {
 			la := mustAcquire(t, a, key, 10*time.Second)
 			got := make(chan time.Time, 1)
 			go func() {
-				lock, err := b.Acquire(testCtx(t), key, 10*time.Second,
+				lock, err := dlock.Acquire(testCtx(t), b, key, 10*time.Second,
 					dlock.WithRetryDelay(2*time.Second), dlock.WithRetryJitter(time.Millisecond))
 				if err != nil {
 					t.Errorf("Acquire: %v", err)
@@ -340,10 +340,10 @@ func TestBadInput(t *testing.T) {
 	if !strings.Contains(err.Error(), "invoice-7") {
 		t.Errorf("message does not name the key: %v", err)
 	}
-	if _, err := l.TryAcquireKey(testCtx(t), pglock.Key{}, time.Second); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := l.ForKey(pglock.Key{}).TryAcquire(testCtx(t), pglock.Key{}.String(), time.Second); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("zero Key: %v", err)
 	}
-	if _, err := l.TryAcquireKey(testCtx(t), pglock.KeyPair(1, 2), 0); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := l.ForKey(pglock.KeyPair(1, 2)).TryAcquire(testCtx(t), pglock.KeyPair(1, 2).String(), 0); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("zero ttl: %v", err)
 	}
 	if err := pglock.Migrate(testCtx(t), nil); !errors.Is(err, dlock.ErrInvalid) {
@@ -378,10 +378,10 @@ func TestKeyFuncPairInterop(t *testing.T) {
 	if err := shared.Pool(t, 1).QueryRow(testCtx(t), "SELECT pg_try_advisory_lock(7, 42)").Scan(&got); err != nil || got {
 		t.Fatalf("psql-style pg_try_advisory_lock(7, 42) = %v, %v; want false (held)", got, err)
 	}
-	_, err := l.TryAcquireKey(testCtx(t), pglock.KeyPair(7, 42), time.Second)
+	_, err := l.ForKey(pglock.KeyPair(7, 42)).TryAcquire(testCtx(t), pglock.KeyPair(7, 42).String(), time.Second)
 	wantIs(t, err, dlock.ErrNotAcquired)
 	// The bigint key with the same halves lives in a separate key space.
-	same, err := l.TryAcquireKey(testCtx(t), pglock.Int64Key(7<<32|42), time.Second)
+	same, err := l.ForKey(pglock.Int64Key(7<<32|42)).TryAcquire(testCtx(t), pglock.Int64Key(7<<32|42).String(), time.Second)
 	if err != nil {
 		t.Fatalf("bigint key (7<<32|42) while the pair (7, 42) is held: %v", err)
 	}
@@ -445,7 +445,7 @@ func TestSessionLease(t *testing.T) {
 	// each extension must land within a fraction of it, which a busy
 	// machine running the whole suite under -race once missed at 400ms.
 	const doTTL = 2 * ttl
-	err = a.Do(testCtx(t), key, doTTL, func(ctx context.Context) error {
+	err = dlock.Do(testCtx(t), a, key, doTTL, func(ctx context.Context) error {
 		for range 8 { // 4 leases long
 			time.Sleep(doTTL / 2)
 			if _, err := b.TryAcquire(ctx, key, time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
@@ -524,4 +524,42 @@ func TestConformanceOutage(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A pool whose connections are all pinned by the Locker's own locks is the
+// same answer through every path: TryAcquire, dlock.Acquire and dlock.Do,
+// on a name or on a Key (ForKey), fail at once with ErrPoolExhausted
+// instead of waiting for a release that, for nested locks, never comes.
+func TestPoolExhaustedEveryPath(t *testing.T) {
+	l := newLocker(t, 1)
+	held := mustAcquire(t, l, uniqueKey(t), 10*time.Second)
+	defer held.Release(context.Background())
+	k := pglock.KeyPair(-4, int32(keySeq.Add(1)))
+	fn := func(context.Context) error { return errors.New("fn ran without the lock") }
+	for name, try := range map[string]func(ctx context.Context) error{
+		"TryAcquire": func(ctx context.Context) error { _, err := l.TryAcquire(ctx, uniqueKey(t), time.Second); return err },
+		"Acquire": func(ctx context.Context) error {
+			_, err := dlock.Acquire(ctx, l, uniqueKey(t), time.Second)
+			return err
+		},
+		"Do": func(ctx context.Context) error { return dlock.Do(ctx, l, uniqueKey(t), time.Second, fn) },
+		"ForKey": func(ctx context.Context) error {
+			_, err := l.ForKey(k).TryAcquire(ctx, k.String(), time.Second)
+			return err
+		},
+		"Acquire ForKey": func(ctx context.Context) error {
+			_, err := dlock.Acquire(ctx, l.ForKey(k), k.String(), time.Second)
+			return err
+		},
+		"Do ForKey": func(ctx context.Context) error { return dlock.Do(ctx, l.ForKey(k), k.String(), time.Second, fn) },
+	} {
+		ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
+		start := time.Now()
+		err := try(ctx)
+		cancel()
+		wantIs(t, err, dlock.ErrUnavailable, pglock.ErrPoolExhausted)
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%s: a pool pinned by the Locker's own lock took %v to refuse: %v", name, d, err)
+		}
+	}
 }

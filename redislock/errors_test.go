@@ -84,7 +84,7 @@ func TestErrorSentinels(t *testing.T) {
 		{"wait cancelled", func() error {
 			c, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
 			defer cancel()
-			_, err := l.Acquire(c, held, time.Second)
+			_, err := dlock.Acquire(c, l, held, time.Second)
 			return err
 		}(), dlock.ErrNotAcquired, []error{context.DeadlineExceeded}},
 		{"attempt cancelled", try(l, cancelled, "k", time.Second), dlock.ErrNotAcquired, []error{context.Canceled}},
@@ -102,12 +102,12 @@ func TestErrorSentinels(t *testing.T) {
 		{"Release twice", released().Release(testCtx(t)), dlock.ErrNotHeld, nil},
 		{"Extend after Release", released().Extend(testCtx(t), time.Minute), dlock.ErrNotHeld, nil},
 		{"Extend with ttl 0", holder.Extend(testCtx(t), 0), dlock.ErrInvalid, nil},
-		{"Do, lock taken away", l.Do(testCtx(t), locktest.Key(t), 400*time.Millisecond, func(ctx context.Context) error {
+		{"Do, lock taken away", dlock.Do(testCtx(t), l, locktest.Key(t), 400*time.Millisecond, func(ctx context.Context) error {
 			raw.Set(ctx, dlock.LockFromContext(ctx).Key(), "someone else", time.Minute)
 			<-ctx.Done()
 			return nil
 		}), dlock.ErrLockLost, nil},
-		{"Do, nil function", l.Do(testCtx(t), "k", time.Second, nil), dlock.ErrInvalid, nil},
+		{"Do, nil function", dlock.Do(testCtx(t), l, "k", time.Second, nil), dlock.ErrInvalid, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) { locktest.WantError(t, tc.err, tc.want, tc.also...) })
 	}

@@ -26,7 +26,7 @@ func TestEventsAndLogOfALossThroughTheProxy(t *testing.T) {
 	ctx := testCtx(t)
 
 	var fence uint64
-	err := l.Do(ctx, key, 400*time.Millisecond, func(ctx context.Context) error {
+	err := dlock.Do(ctx, l, key, 400*time.Millisecond, func(ctx context.Context) error {
 		fence = dlock.LockFromContext(ctx).Fence()
 		proxy.Blackhole(t)
 		<-ctx.Done()
@@ -118,7 +118,7 @@ func TestEventsOfAFailedExtensionThenRecovery(t *testing.T) {
 		t.Fatalf("Release: %v", err)
 	}
 
-	if got, want := strings.Join(rec.Kinds(), " "), "extend_failed extended released"; got != want {
+	if got, want := strings.Join(rec.Kinds(), " "), "attempt granted extend_failed extended released"; got != want {
 		t.Errorf("events %q, want %q", got, want)
 	}
 	failed, _ := rec.Wait(ctx, dlock.EventExtendFailed)
@@ -131,4 +131,12 @@ func TestEventsOfAFailedExtensionThenRecovery(t *testing.T) {
 	if m, ok := rec.Find("dlock: extension failed"); !ok || m["level"] != "WARN" || m["key"] != key || m["cause"] == nil {
 		t.Errorf("Warn record of the failed extension: %v (found %v)", m, ok)
 	}
+}
+
+// A bare TryAcquire reports its attempt and its grant or refusal, as
+// Acquire does: its observer sees every lock the Locker makes.
+func TestEventsOfBareTryAcquire(t *testing.T) {
+	rec := eventtest.New()
+	l := newLocker(t, shared.Client(t), redislock.WithObserver(rec.Observe))
+	eventtest.CheckTryAcquire(t, l, rec, locktest.Key(t), "redis")
 }

@@ -37,7 +37,7 @@ func Example() {
 	// release again is refused: true
 }
 
-func ExampleLocker_Do() {
+func Example_do() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer client.Close()
@@ -48,7 +48,7 @@ func ExampleLocker_Do() {
 
 	// Do holds the lock exactly as long as the function runs, extending it
 	// in the background, and releases it afterwards.
-	err = locker.Do(ctx, "example:nightly-report", 5*time.Second, func(ctx context.Context) error {
+	err = dlock.Do(ctx, locker, "example:nightly-report", 5*time.Second, func(ctx context.Context) error {
 		// ... work ...
 		if ctx.Err() != nil {
 			// The lock may be lost: stop before any irreversible step.

@@ -34,7 +34,7 @@ func loop(t *testing.T, n int, key string, hold, d time.Duration, opts ...dlock.
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				start := time.Now()
-				lock, err := l.Acquire(ctx, key, 10*time.Second, opts...)
+				lock, err := dlock.Acquire(ctx, l, key, 10*time.Second, opts...)
 				if err != nil {
 					return // the run is over
 				}
@@ -151,14 +151,14 @@ func TestWokenSoleWaiterGoesFirst(t *testing.T) {
 	const rounds = 10
 	first := 0
 	for round := range rounds {
-		lock, err := releaser.Acquire(testCtx(t), key, 10*time.Second)
+		lock, err := dlock.Acquire(testCtx(t), releaser, key, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var waiterGot atomic.Bool
 		done := make(chan error, 1)
 		go func() {
-			l, err := waiter.Acquire(testCtx(t), key, 10*time.Second, slowPoll...)
+			l, err := dlock.Acquire(testCtx(t), waiter, key, 10*time.Second, slowPoll...)
 			if err == nil {
 				waiterGot.Store(true)
 				err = l.Release(context.Background())
@@ -169,7 +169,7 @@ func TestWokenSoleWaiterGoesFirst(t *testing.T) {
 		if err := lock.Release(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
-		again, err := releaser.Acquire(testCtx(t), key, 10*time.Second)
+		again, err := dlock.Acquire(testCtx(t), releaser, key, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -101,7 +101,7 @@ func TestDoServerFrozen(t *testing.T) {
 	ttl := 500 * time.Millisecond
 	var lostAfter time.Duration
 	var cause error
-	err := l.Do(testCtx(t), locktest.Key(t), ttl, func(ctx context.Context) error {
+	err := dlock.Do(testCtx(t), l, locktest.Key(t), ttl, func(ctx context.Context) error {
 		srv.Pause()
 		start := time.Now()
 		select {

@@ -173,7 +173,7 @@ func TestReservedNamespace(t *testing.T) {
 	before := raw.Get(testCtx(t), counter).Val()
 	for name, err := range map[string]error{
 		"TryAcquire":   func() error { _, err := l.TryAcquire(testCtx(t), counter, time.Minute); return err }(),
-		"Acquire":      func() error { _, err := l.Acquire(testCtx(t), "dlock:waiters:{x}", time.Minute); return err }(),
+		"Acquire":      func() error { _, err := dlock.Acquire(testCtx(t), l, "dlock:waiters:{x}", time.Minute); return err }(),
 		"ReleaseToken": l.ReleaseToken(testCtx(t), counter, before),
 		"ExtendToken":  l.ExtendToken(testCtx(t), counter, before, time.Minute),
 		"WithPrefix":   func() error { _, err := redislock.New(shared.Client(t), redislock.WithPrefix("dlock:x:")); return err }(),

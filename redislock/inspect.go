@@ -42,7 +42,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	}
 	cc, ok := l.client.(*redis.ClusterClient)
 	if !ok {
-		rows, err := rinspect.Scan(ctx, l.client, l.node, l.prefix, pattern, limit)
+		rows, err := rinspect.Scan(ctx, l.client, l.node, l.cfg.Prefix, pattern, limit)
 		if err != nil {
 			return nil, fmt.Errorf("dlock: inspect: %w", l.opErr(ctx, err, false))
 		}
@@ -53,7 +53,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		rows []dlock.LockInfo
 	)
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		r, err := rinspect.Scan(ctx, c, c.Options().Addr, l.prefix, pattern, limit)
+		r, err := rinspect.Scan(ctx, c, c.Options().Addr, l.cfg.Prefix, pattern, limit)
 		if err != nil {
 			return &dlock.NodeError{Node: c.Options().Addr, Err: err}
 		}

@@ -5,5 +5,5 @@ import "github.com/dlock-go/dlock/internal/negative"
 // The hook of dlock torture's negative control without a drift margin (see
 // internal/negative).
 func init() {
-	negative.RedislockDriftFactor = func(l any, f float64) { l.(*Locker).driftFactor = f }
+	negative.RedislockDriftFactor = func(l any, f float64) { l.(*Locker).cfg.DriftFactor = f }
 }

@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
@@ -25,19 +25,13 @@ import (
 // create one per client and share it.
 type Locker struct {
 	client      redis.UniversalClient
-	node        string // how errors name the server
-	prefix      string
-	driftFactor float64
-	fenceTTL    time.Duration
-	fenceTTLArg any // fenceTTL in ms, boxed once: one allocation less per attempt
+	node        string         // how errors name the server
+	cfg         backend.Config // the options every backend shares
+	fenceTTLArg any            // cfg.FenceTTL in ms, boxed once: one allocation less per attempt
 	native      NativeMode
-	logger      *slog.Logger
-	observers   []func(context.Context, dlock.Event) // WithObserver's
-	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
-	notify      *wake.Notifier                       // nil for clients without usable pub/sub (a Ring)
-	batch       *batch.Batcher                       // the scripts' sender on a single-node client, else nil
-	clockOffset int64                                // µs added to the server's clock for fences; tests only
-	holderHead  string                               // WithHolderInfo's record up to "since" ("": off; holder.go)
+	notify      *wake.Notifier // nil for clients without usable pub/sub (a Ring)
+	batch       *batch.Batcher // the scripts' sender on a single-node client, else nil
+	clockOffset int64          // µs added to the server's clock for fences; tests only
 
 	probeMu   sync.Mutex
 	probed    bool
@@ -57,42 +51,22 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if rclient.IsNil(client) {
 		return nil, driver.Invalidf("nil redis client")
 	}
-	l := &Locker{client: client, node: rclient.Name(client), driftFactor: driver.DefaultDriftFactor,
-		fenceTTL: DefaultFenceTTL, logger: slog.Default()}
-	for _, o := range opts {
-		if o == nil {
-			return nil, driver.Invalidf("nil option")
-		}
-		if err := o(l); err != nil {
-			return nil, err
-		}
+	l := &Locker{client: client, node: rclient.Name(client), cfg: backend.New(DefaultFenceTTL, true)}
+	if err := backend.Apply(l, opts); err != nil {
+		return nil, err
 	}
 	if _, ring := client.(*redis.Ring); !ring {
 		l.notify = wake.New([]redis.UniversalClient{client})
 	}
 	l.batch = batch.For(client)
 	if !rclient.ContextTimeouts(client) {
-		l.logger.Warn("dlock: the redis client ignores context deadlines (ContextTimeoutEnabled is false): a call to a server that does not answer returns only after ReadTimeout",
+		l.cfg.Logger.Warn("dlock: the redis client ignores context deadlines (ContextTimeoutEnabled is false): a call to a server that does not answer returns only after ReadTimeout",
 			"node", l.node)
 	}
-	l.fenceTTLArg = l.fenceTTL.Milliseconds()
-	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
+	l.fenceTTLArg = l.cfg.FenceTTL.Milliseconds()
+	l.cfg.Done("redis")
 	return l, nil
 }
-
-// Observer implements driver.Observable: the Locker's logger and its
-// observers (WithLogger, WithObserver), or nil.
-func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
-
-// Observer implements driver.Observable for the lock's own events.
-func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
-
-// Describe implements driver.Describer: the backend's name, for the
-// events of attempts and refusals.
-func (l *Locker) Describe() (backend string, nodes int) { return "redis", 0 }
-
-// Describe implements driver.Describer.
-func (g *grant) Describe() (backend string, nodes int) { return "redis", 1 }
 
 // TryAcquire makes one attempt to take the lock on key for ttl: one script
 // that sets the key to a fresh token if it is free and draws the fence, in
@@ -104,10 +78,15 @@ func (g *grant) Describe() (backend string, nodes int) { return "redis", 1 }
 // nothing when it fails, and a key set by an attempt whose reply was lost is
 // deleted again (best effort, in the background).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := l.check(ctx, key, ttl); err != nil {
+	a := l.cfg.Events.Attempt(ctx, key)
+	return a.End(l.tryAcquire(ctx, key, ttl))
+}
+
+func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+	if err := l.cfg.Check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	full := l.prefix + key
+	full := l.cfg.Prefix + key
 	token := driver.NewToken()
 	var plan *wake.Plan
 	if l.notify != nil {
@@ -155,23 +134,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	case scripts.NoExpiry:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner, and the key has no expiry: was it set by hand?)", key, dlock.ErrNotAcquired)
 	}
-	validUntil := driver.ValidUntil(start, ttl, l.driftFactor)
+	validUntil := driver.ValidUntil(start, ttl, l.cfg.DriftFactor)
 	if elapsed := time.Since(start); !validUntil.After(start.Add(elapsed)) {
 		l.cleanup(ctx, full, token, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
 	}
 	return driver.NewLock(key, token, uint64(r.Fence), validUntil, &grant{l: l, key: full, token: token, fence: r.Fence, holder: holder, tokenArg: args[:1:1]}), nil
-}
-
-// Acquire takes the lock on key, waiting while it is held (see dlock.Acquire
-// for the retry options and errors).
-func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	return dlock.Acquire(ctx, l, key, ttl, opts...)
-}
-
-// Do runs fn under the lock on key with auto-extension (see dlock.Do).
-func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	return dlock.Do(ctx, l, key, ttl, fn, opts...)
 }
 
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
@@ -185,7 +153,7 @@ func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan s
 	if l.notify == nil || driver.CheckKey(key) != nil {
 		return nil, func() {}
 	}
-	return l.notify.Register(l.prefix + key)
+	return l.notify.Register(l.cfg.Prefix + key)
 }
 
 // Close ends the Locker's subscription to release announcements (a
@@ -208,10 +176,10 @@ func (l *Locker) Close() error {
 // acquire`; code with a *dlock.Lock should call its Release. It returns an
 // error matching dlock.ErrNotHeld when key does not hold token.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
-	if err := l.checkToken(ctx, key, token); err != nil {
+	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return err
 	}
-	g := &grant{l: l, key: l.prefix + key, token: token}
+	g := &grant{l: l, key: l.cfg.Prefix + key, token: token}
 	if err := g.Release(ctx); err != nil {
 		return fmt.Errorf("dlock: release %q: %w", key, err)
 	}
@@ -222,10 +190,10 @@ func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 // ReleaseToken for when to use it). It returns an error matching
 // dlock.ErrNotHeld when key does not hold token.
 func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := l.checkToken(ctx, key, token); err != nil {
+	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return err
 	}
-	g := &grant{l: l, key: l.prefix + key, token: token}
+	g := &grant{l: l, key: l.cfg.Prefix + key, token: token}
 	if _, err := g.Extend(ctx, ttl); err != nil {
 		return fmt.Errorf("dlock: extend %q: %w", key, err)
 	}
@@ -249,7 +217,7 @@ type grant struct {
 // fence counter's TTL, so that a lock held for long keeps its counter).
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	l := g.l
-	if err := l.checkTTL(ttl); err != nil {
+	if err := l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
 	ms := driver.Milliseconds(ttl)
@@ -264,7 +232,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	} else {
 		ks, args := []string{g.key}, []any{g.token, ms, 0}
 		if g.fence > 0 {
-			ks, args = []string{g.key, keys.Fence(g.key)}, []any{g.token, ms, g.fence, l.fenceTTL.Milliseconds()}
+			ks, args = []string{g.key, keys.Fence(g.key)}, []any{g.token, ms, g.fence, l.cfg.FenceTTL.Milliseconds()}
 		}
 		n, err := l.run(ctx, scripts.Extend, ks, args).Int64()
 		if err != nil {
@@ -276,7 +244,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		return time.Time{}, fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
 	}
 	g.extendHolder(ctx, ttl)
-	return driver.ValidUntil(start, ttl, l.driftFactor), nil
+	return driver.ValidUntil(start, ttl, l.cfg.DriftFactor), nil
 }
 
 // Release deletes the key if it still holds the token, and wakes the
@@ -390,41 +358,9 @@ func (l *Locker) warnEviction(ctx context.Context) {
 		return // CONFIG may be disabled or renamed; nothing to say then
 	}
 	if p := cfg["maxmemory-policy"]; p != "" && p != "noeviction" {
-		l.logger.Warn("dlock: redis may evict lock keys before they expire; set maxmemory-policy noeviction",
+		l.cfg.Logger.Warn("dlock: redis may evict lock keys before they expire; set maxmemory-policy noeviction",
 			"node", l.node, "maxmemory-policy", p)
 	}
-}
-
-func (l *Locker) check(ctx context.Context, key string, ttl time.Duration) error {
-	if ctx == nil {
-		return driver.Invalidf("nil context")
-	}
-	if err := keys.Check(l.prefix, key); err != nil {
-		return err
-	}
-	return l.checkTTL(ttl)
-}
-
-func (l *Locker) checkTTL(ttl time.Duration) error {
-	if err := driver.CheckTTL(ttl); err != nil {
-		return err
-	}
-	if d := driver.Drift(ttl, l.driftFactor); ttl <= d {
-		return driver.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
-	}
-	return nil
-}
-
-// checkToken validates the arguments of the operations that take a token
-// instead of a handle.
-func (l *Locker) checkToken(ctx context.Context, key, token string) error {
-	if ctx == nil {
-		return driver.Invalidf("nil context")
-	}
-	if err := keys.Check(l.prefix, key); err != nil {
-		return err
-	}
-	return driver.CheckToken(key, token)
 }
 
 // opErr classifies an error of a call to the server: dlock.ErrUnavailable

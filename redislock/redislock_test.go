@@ -299,7 +299,7 @@ func TestDoNoticesStolenLock(t *testing.T) {
 	key := locktest.Key(t)
 	ttl := 400 * time.Millisecond
 	var waited time.Duration
-	err := l.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+	err := dlock.Do(testCtx(t), l, key, ttl, func(ctx context.Context) error {
 		raw.Set(testCtx(t), key, "someone-else", time.Minute)
 		start := time.Now()
 		select {
@@ -327,7 +327,7 @@ func TestDoExtendsLongWork(t *testing.T) {
 	l, other := newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t))
 	key := locktest.Key(t)
 	ttl := 200 * time.Millisecond
-	err := l.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+	err := dlock.Do(testCtx(t), l, key, ttl, func(ctx context.Context) error {
 		for range 5 {
 			time.Sleep(ttl / 2)
 			if _, err := other.TryAcquire(ctx, key, time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
@@ -352,7 +352,7 @@ func TestDoMaxHold(t *testing.T) {
 	ttl := 400 * time.Millisecond
 	start := time.Now()
 	var heldFor time.Duration
-	err := l.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+	err := dlock.Do(testCtx(t), l, key, ttl, func(ctx context.Context) error {
 		<-ctx.Done()
 		heldFor = time.Since(start)
 		return ctx.Err()
@@ -368,7 +368,7 @@ func TestDoMaxHold(t *testing.T) {
 func TestDoReturnsFnError(t *testing.T) {
 	l := newLocker(t, shared.Client(t))
 	boom := errors.New("boom")
-	err := l.Do(testCtx(t), locktest.Key(t), time.Second, func(context.Context) error { return boom })
+	err := dlock.Do(testCtx(t), l, locktest.Key(t), time.Second, func(context.Context) error { return boom })
 	if !errors.Is(err, boom) || errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("got %v, want just fn's error", err)
 	}
@@ -391,7 +391,7 @@ func TestBadConfiguration(t *testing.T) {
 		},
 		"empty token": func() error { return newLocker(t, c).ReleaseToken(testCtx(t), "k", "") },
 		"negative retry": func() error {
-			_, err := newLocker(t, c).Acquire(testCtx(t), "k", time.Second, dlock.WithRetryCount(-2))
+			_, err := dlock.Acquire(testCtx(t), newLocker(t, c), "k", time.Second, dlock.WithRetryCount(-2))
 			return err
 		},
 	} {
@@ -454,7 +454,7 @@ func TestDoLossAfterCallerCancelled(t *testing.T) {
 	key := locktest.Key(t)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	err := l.Do(ctx, key, 400*time.Millisecond, func(ctx context.Context) error {
+	err := dlock.Do(ctx, l, key, 400*time.Millisecond, func(ctx context.Context) error {
 		cancel()
 		raw.Set(testCtx(t), key, "someone-else", time.Minute)
 		locktest.Eventually(t, 5*time.Second, func() error {
@@ -477,13 +477,13 @@ func TestDoOwnReleaseUnknownEndsAtValidity(t *testing.T) {
 	l, other := newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t))
 	key := locktest.Key(t)
 	ttl := 400 * time.Millisecond
-	err := l.Do(testCtx(t), key, ttl, func(ctx context.Context) error {
+	err := dlock.Do(testCtx(t), l, key, ttl, func(ctx context.Context) error {
 		done, cancelDone := context.WithCancel(context.Background())
 		cancelDone()
 		if err := dlock.LockFromContext(ctx).Release(done); !errors.Is(err, dlock.ErrUnavailable) {
 			t.Errorf("Release with a done context: %v, want ErrUnavailable", err)
 		}
-		taken, err := other.Acquire(testCtx(t), key, 10*time.Second)
+		taken, err := dlock.Acquire(testCtx(t), other, key, 10*time.Second)
 		if err != nil {
 			t.Errorf("other owner: %v", err)
 			return nil

@@ -53,7 +53,7 @@ type acquired struct {
 func waitFor(ctx context.Context, l *redislock.Locker, key string, opts ...dlock.Option) <-chan acquired {
 	done := make(chan acquired, 1)
 	go func() {
-		lock, err := l.Acquire(ctx, key, 10*time.Second, opts...)
+		lock, err := dlock.Acquire(ctx, l, key, 10*time.Second, opts...)
 		done <- acquired{lock, err, time.Now()}
 	}()
 	return done
@@ -303,7 +303,7 @@ func TestSixteenWaiters(t *testing.T) {
 			defer wg.Done()
 			defer finished.Add(1)
 			for range rounds {
-				lock, err := l.Acquire(testCtx(t), key, 10*time.Second, dlock.WithRetryDelay(3*time.Second), dlock.WithRetryJitter(100*time.Millisecond))
+				lock, err := dlock.Acquire(testCtx(t), l, key, 10*time.Second, dlock.WithRetryDelay(3*time.Second), dlock.WithRetryJitter(100*time.Millisecond))
 				if err != nil {
 					t.Error(err)
 					return
@@ -370,7 +370,7 @@ func TestArrivalOrder(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lock, err := l.Acquire(testCtx(t), key, 10*time.Second, slowPoll...)
+			lock, err := dlock.Acquire(testCtx(t), l, key, 10*time.Second, slowPoll...)
 			if err != nil {
 				t.Error(err)
 				return
@@ -421,7 +421,7 @@ func TestOneSubscriptionPerLocker(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, err := waiter.Acquire(ctx, key, time.Second, dlock.WithRetryDelay(5*time.Second))
+				_, err := dlock.Acquire(ctx, waiter, key, time.Second, dlock.WithRetryDelay(5*time.Second))
 				if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 					t.Errorf("cancelled wait: %v", err)
 				}
@@ -459,7 +459,7 @@ func TestOneSubscriptionPerLocker(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 	// A closed Locker still works; its waits poll.
-	if _, err := waiter.Acquire(testCtx(t), locks[0].Key(), time.Second, dlock.WithRetryCount(1), dlock.WithRetryDelay(time.Millisecond)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := dlock.Acquire(testCtx(t), waiter, locks[0].Key(), time.Second, dlock.WithRetryCount(1), dlock.WithRetryDelay(time.Millisecond)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("Acquire on a closed Locker while held: %v", err)
 	}
 

@@ -29,29 +29,14 @@ type nodeReply struct {
 func (r *nodeReply) granted() bool { return r.err == nil && r.Status == scripts.Granted }
 
 func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
-	}
-	if err := l.checkTTL(ttl); err != nil {
+	full, plan, err := l.prepare(ctx, keys, display, ttl)
+	if err != nil {
 		return nil, err
 	}
-	full := make([]string, len(keys))
-	for i, k := range keys {
-		full[i] = l.prefix + k
-	}
 	token := driver.NewToken()
-	var plan *wake.Plan
-	if len(full) == 1 {
-		plan = l.notify.Plan(full[0]) // a local Acquire waits: queue for a wake-up
-	}
-	if plan.YieldHere() {
-		plan.Yielded()
-		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", display, dlock.ErrNotAcquired)
-	}
-
 	rec := "" // the holder record (WithHolderInfo)
-	if l.holderHead != "" {
-		rec = holder.Record(l.holderHead, time.Now())
+	if l.cfg.HolderHead != "" {
+		rec = holder.Record(l.cfg.HolderHead, time.Now())
 	}
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
@@ -76,7 +61,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 			if replies != nil {
 				nodes = l.count(replies, (*nodeReply).granted)
 			}
-			validUntil := driver.ValidUntil(start, ttl, l.driftFactor)
+			validUntil := driver.ValidUntil(start, ttl, l.cfg.DriftFactor)
 			if elapsed := time.Since(start); validUntil.After(start.Add(elapsed)) {
 				g := &grant{l: l, keys: full, token: token, holder: rec, fence: fence, acquiring: c.progress, nodes: nodes}
 				return driver.NewLock(display, token, uint64(fence), validUntil, g), nil
@@ -100,6 +85,32 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 			return l.fail(ctx, display, full, token, rec, replies, dlock.ErrNotAcquired, "")
 		}
 	}
+}
+
+// prepare checks an attempt's arguments and returns its keys with the
+// prefix and, for a waiting attempt on one key, its place in the wake-up
+// queue; it refuses the attempt when this Locker's release just woke the
+// longest waiter, which goes first.
+func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl time.Duration) ([]string, *wake.Plan, error) {
+	if ctx == nil {
+		return nil, nil, driver.Invalidf("nil context")
+	}
+	if err := l.cfg.CheckTTL(ttl); err != nil {
+		return nil, nil, err
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = l.cfg.Prefix + k
+	}
+	var plan *wake.Plan
+	if len(full) == 1 {
+		plan = l.notify.Plan(full[0]) // a local Acquire waits: queue for a wake-up
+	}
+	if plan.YieldHere() {
+		plan.Yielded()
+		return nil, nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", display, dlock.ErrNotAcquired)
+	}
+	return full, plan, nil
 }
 
 // sendRound sends the acquire script to every node, each node's after this
@@ -326,7 +337,7 @@ func (l *Locker) dedupe(replies []*nodeReply) error {
 			return driver.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].name, l.nodes[i].name, r.run)
 		}
 		if l.nodes[i].dupOf.Swap(int32(j+1)) == 0 {
-			l.logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].name, "same_as", l.nodes[j].name, "run_id", r.run)
+			l.cfg.Logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].name, "same_as", l.nodes[j].name, "run_id", r.run)
 		}
 		if r.err == nil {
 			r.err = fmt.Errorf("same server as node %s (run_id %s): its vote does not count twice", l.nodes[j].name, r.run)
@@ -405,7 +416,7 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 		return 0, l.withCtx(ctx, fmt.Errorf("no node answered the read of the lock's fence: %w", dlock.ErrUnavailable))
 	}
 	if !all {
-		f += l.fenceTTL.Microseconds()
+		f += l.cfg.FenceTTL.Microseconds()
 	}
 	return f, nil
 }

@@ -49,7 +49,7 @@ func TestMultiAllOrNothing(t *testing.T) {
 		lock.Release(testCtx(t))
 	}
 	lb := mustAcquire(t, l, b, 10*time.Second)
-	_, err := l.TryAcquireMulti(testCtx(t), []string{a, b, c}, 10*time.Second)
+	_, err := l.Keys(a, b, c).TryAcquire(testCtx(t), a+","+b+","+c, 10*time.Second)
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("multi over a busy key: got %v, want ErrNotAcquired", err)
 	}
@@ -61,7 +61,7 @@ func TestMultiAllOrNothing(t *testing.T) {
 	high = max(high, lb.Fence())
 	lb.Release(testCtx(t))
 
-	lm, err := l.TryAcquireMulti(testCtx(t), []string{a, b, c}, 10*time.Second)
+	lm, err := l.Keys(a, b, c).TryAcquire(testCtx(t), a+","+b+","+c, 10*time.Second)
 	if err != nil {
 		t.Fatalf("multi: %v", err)
 	}
@@ -89,16 +89,16 @@ func TestMultiAllOrNothing(t *testing.T) {
 
 	// Do and Acquire over several keys.
 	var ran bool
-	err = l.DoMulti(testCtx(t), []string{b, c}, time.Second, func(ctx context.Context) error {
+	err = dlock.Do(testCtx(t), l.Keys(b, c), b+","+c, time.Second, func(ctx context.Context) error {
 		ran = dlock.LockFromContext(ctx).Key() == b+","+c
 		return nil
 	})
 	if err != nil || !ran {
-		t.Fatalf("DoMulti: %v, ran %v", err, ran)
+		t.Fatalf("Do over Keys: %v, ran %v", err, ran)
 	}
-	lm, err = l.AcquireMulti(testCtx(t), []string{b, c}, time.Second, dlock.WithRetryCount(0))
+	lm, err = dlock.Acquire(testCtx(t), l.Keys(b, c), b+","+c, time.Second, dlock.WithRetryCount(0))
 	if err != nil {
-		t.Fatalf("AcquireMulti: %v", err)
+		t.Fatalf("Acquire over Keys: %v", err)
 	}
 	lm.Release(testCtx(t))
 }
@@ -152,7 +152,7 @@ func contend(t *testing.T, n int, run time.Duration, allowUnavailable bool, opts
 		defer l.Close()
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				lock, err := l.Acquire(ctx, key, 2*time.Second, opts...)
+				lock, err := dlock.Acquire(ctx, l, key, 2*time.Second, opts...)
 				if err != nil {
 					if ctx.Err() == nil && !transient(err) {
 						t.Errorf("Acquire: %v", err)

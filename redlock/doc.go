@@ -3,7 +3,7 @@
 // also without persistence and of every node at once.
 //
 //	locker, err := redlock.New([]redis.UniversalClient{c1, c2, c3, c4, c5})
-//	err = locker.Do(ctx, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
+//	err = dlock.Do(ctx, locker, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
 //		return ledger.Post(ctx, inv, dlock.LockFromContext(ctx).Fence())
 //	})
 //
@@ -72,11 +72,11 @@
 // single holder can have a majority even counting the silent nodes), nobody
 // holds the lock; TryAcquire then retries by itself after a random pause that
 // grows with each split, a few times, so a one-shot attempt answers "busy"
-// only when someone may really hold the lock. Acquire and Do wait between
-// attempts with dlock's retry options (dlock.WithRetryCount, WithRetryDelay,
-// WithRetryJitter, WithExtendThreshold — node-redlock's retryCount,
-// retryDelay, retryJitter and automaticExtensionThreshold; WithDefaults sets
-// them per Locker). TryAcquire never returns a lock with no validity left.
+// only when someone may really hold the lock. dlock.Acquire and dlock.Do
+// wait between attempts with dlock's retry options (dlock.WithRetryCount,
+// WithRetryDelay, WithRetryJitter, WithExtendThreshold — node-redlock's
+// retryCount, retryDelay, retryJitter and automaticExtensionThreshold, given
+// with each call). TryAcquire never returns a lock with no validity left.
 //
 // Extend runs a compare-and-PEXPIRE on every node at once and succeeds only
 // if a majority still held the token; the new validity is measured from
@@ -85,24 +85,25 @@
 // dlock.ErrLockLost when an extension cannot reach a majority before the
 // validity runs out.
 //
-// TryAcquireMulti, AcquireMulti and DoMulti lock several keys at once: one
-// script per node sets all of them or none, the lock is held when a majority
-// granted all, and extension and release act on all together. The handle's
-// Key is the keys joined with commas.
+// Keys returns a Locker over several keys at once: one script per node sets
+// all of them or none, the lock is held when a majority granted all, and
+// extension and release act on all together. The key its TryAcquire is
+// given names the group (the handle's Key), and dlock.Acquire, dlock.Do and
+// every other helper work with it as with any Locker.
 //
 // # Waiting
 //
-// A waiting Acquire or Do on one key uses the wake-on-release of package
-// redislock (see its documentation), on every node: the Locker queues in the
-// key's queue on each node where it is subscribed (one pub/sub connection per
-// node, opened by its first busy waiting attempt there), each node's release
-// wakes that node's longest waiter, and the first wake-up from any node
-// makes the Locker's earliest waiter retry. A wake-up is only a hint: the
-// retry must still win a majority. Releases that announce nothing
-// (node-redlock or other peers, dead nodes, lost messages) are found by
-// polling at the retry delay plus jitter, and a queued Locker that is gone
-// costs the others at most that. Close ends the subscriptions and leaves the
-// queues; AcquireMulti and DoMulti only poll.
+// A waiting dlock.Acquire or dlock.Do on one key uses the wake-on-release of
+// package redislock (see its documentation), on every node: the Locker
+// queues in the key's queue on each node where it is subscribed (one pub/sub
+// connection per node, opened by its first busy waiting attempt there), each
+// node's release wakes that node's longest waiter, and the first wake-up
+// from any node makes the Locker's earliest waiter retry. A wake-up is only
+// a hint: the retry must still win a majority. Releases that announce
+// nothing (node-redlock or other peers, dead nodes, lost messages) are found
+// by polling at the retry delay plus jitter, and a queued Locker that is
+// gone costs the others at most that. Close ends the subscriptions and
+// leaves the queues; waits on a Keys Locker only poll.
 //
 // # Keys on each node
 //

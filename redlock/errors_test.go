@@ -59,13 +59,13 @@ func TestErrorSentinels(t *testing.T) {
 		{"prefix in dlock's namespace", func() error { _, err := redlock.New(raw, redlock.WithPrefix("dlock:")); return err }(), dlock.ErrInvalid, nil},
 		{"empty key", tryL(l, testCtx(t), "", time.Second), dlock.ErrInvalid, nil},
 		{"key in dlock's namespace", tryL(l, testCtx(t), "dlock:waiters:{x}", time.Second), dlock.ErrInvalid, nil},
-		{"repeated keys", func() error { _, err := l.TryAcquireMulti(testCtx(t), []string{"a", "a"}, time.Second); return err }(), dlock.ErrInvalid, nil},
+		{"repeated keys", func() error { _, err := l.Keys("a", "a").TryAcquire(testCtx(t), "a,a", time.Second); return err }(), dlock.ErrInvalid, nil},
 		{"ttl below the drift margin", tryL(l, testCtx(t), "k", 2*time.Millisecond), dlock.ErrInvalid, nil},
 		{"busy", tryL(l, testCtx(t), held, time.Second), dlock.ErrNotAcquired, nil},
 		{"wait cancelled", func() error {
 			c, cancel := context.WithTimeout(testCtx(t), 200*time.Millisecond)
 			defer cancel()
-			_, err := l.Acquire(c, held, time.Second)
+			_, err := dlock.Acquire(c, l, held, time.Second)
 			return err
 		}(), dlock.ErrNotAcquired, []error{context.DeadlineExceeded}},
 		{"attempt cancelled", tryL(l, cancelled, "k", time.Second), dlock.ErrNotAcquired, []error{context.Canceled}},
@@ -77,7 +77,7 @@ func TestErrorSentinels(t *testing.T) {
 		{"Release of a lock taken away", steal(mustAcquire(t, l, locktest.Key(t), time.Minute)).Release(testCtx(t)), dlock.ErrNotHeld, nil},
 		{"Release twice", released().Release(testCtx(t)), dlock.ErrNotHeld, nil},
 		{"Extend with ttl 0", holder.Extend(testCtx(t), 0), dlock.ErrInvalid, nil},
-		{"Do, lock taken away", l.Do(testCtx(t), locktest.Key(t), time.Second, func(ctx context.Context) error {
+		{"Do, lock taken away", dlock.Do(testCtx(t), l, locktest.Key(t), time.Second, func(ctx context.Context) error {
 			steal(dlock.LockFromContext(ctx))
 			<-ctx.Done()
 			return nil

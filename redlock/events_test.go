@@ -23,7 +23,7 @@ func TestEventsAndLogOfALoss(t *testing.T) {
 	ctx := testCtx(t)
 
 	var fence uint64
-	err := l.Do(ctx, key, time.Second, func(ctx context.Context) error {
+	err := dlock.Do(ctx, l, key, time.Second, func(ctx context.Context) error {
 		fence = dlock.LockFromContext(ctx).Fence()
 		for _, r := range shared {
 			if err := client(t, r.Addr).Del(ctx, key).Err(); err != nil {
@@ -53,4 +53,12 @@ func TestEventsAndLogOfALoss(t *testing.T) {
 	if info := rec.Logged("INFO"); len(info) > 0 {
 		t.Errorf("records at Info: %v", info)
 	}
+}
+
+// A bare TryAcquire reports its attempt and its grant or refusal, as
+// Acquire does: its observer sees every lock the Locker makes.
+func TestEventsOfBareTryAcquire(t *testing.T) {
+	rec := eventtest.New()
+	l := newLocker(t, shared, redlock.WithObserver(rec.Observe))
+	eventtest.CheckTryAcquire(t, l, rec, locktest.Key(t), "redlock")
 }

@@ -17,7 +17,7 @@ import (
 // Do over five independent masters: the function runs while a majority
 // holds the lock, which is extended in the background and released after.
 // The fence goes to the protected resource with every write.
-func ExampleLocker_Do() {
+func Example() {
 	// Five independent masters, as host:port,... in $REDLOCK_ADDRS.
 	var clients []redis.UniversalClient
 	for _, addr := range strings.Split(os.Getenv("REDLOCK_ADDRS"), ",") {
@@ -37,7 +37,7 @@ func ExampleLocker_Do() {
 	ctx := context.Background()
 	var fences []uint64
 	for range 2 {
-		err = locker.Do(ctx, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
+		err = dlock.Do(ctx, locker, "invoice:4821", 10*time.Second, func(ctx context.Context) error {
 			lock := dlock.LockFromContext(ctx)
 			// Before every irreversible step: is the lock still ours?
 			if ctx.Err() != nil {
@@ -114,7 +114,7 @@ func ExampleLocker_Close() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	lock, err := locker.Acquire(ctx, "report:daily", 30*time.Second, dlock.WithRetryDelay(2*time.Second))
+	lock, err := dlock.Acquire(ctx, locker, "report:daily", 30*time.Second, dlock.WithRetryDelay(2*time.Second))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -89,7 +89,7 @@ func TestMinorityAndMajorityDown(t *testing.T) {
 	if err := lock.Extend(testCtx(t), 5*time.Second); err != nil {
 		t.Fatalf("extend with 2 of 5 down: %v", err)
 	}
-	err = l.Do(testCtx(t), key+":do", 1500*time.Millisecond, func(ctx context.Context) error {
+	err = dlock.Do(testCtx(t), l, key+":do", 1500*time.Millisecond, func(ctx context.Context) error {
 		time.Sleep(1700 * time.Millisecond) // outlives the first TTL: needs an extension
 		return context.Cause(ctx)
 	})
@@ -139,7 +139,7 @@ func TestDoLosesMajority(t *testing.T) {
 	warm(t, l)
 	const ttl = 600 * time.Millisecond
 	var lostAt, deadline time.Time
-	err := l.Do(testCtx(t), locktest.Key(t), ttl, func(ctx context.Context) error {
+	err := dlock.Do(testCtx(t), l, locktest.Key(t), ttl, func(ctx context.Context) error {
 		deadline = dlock.LockFromContext(ctx).ValidUntil()
 		for _, r := range rs[:3] {
 			r.Pause()

@@ -27,7 +27,7 @@ func TestFreshDeploymentWithNodeDown(t *testing.T) {
 	rs[2].Kill()
 	l := newLocker(t, rs)
 	f := locktest.FenceHistory(t, l, locktest.Key(t), 20, nil)
-	err := l.Do(testCtx(t), locktest.Key(t), time.Second, func(ctx context.Context) error { return nil })
+	err := dlock.Do(testCtx(t), l, locktest.Key(t), time.Second, func(ctx context.Context) error { return nil })
 	if err != nil {
 		t.Fatalf("Do with one node of three down: %v", err)
 	}
@@ -150,7 +150,7 @@ func TestFenceInversionWhenClocksStepBack(t *testing.T) {
 func TestReleaseAfterRestarts(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 5)
 	l := newLocker(t, rs)
-	err := l.Do(testCtx(t), locktest.Key(t), 5*time.Second, func(ctx context.Context) error {
+	err := dlock.Do(testCtx(t), l, locktest.Key(t), 5*time.Second, func(ctx context.Context) error {
 		for _, r := range rs[:2] {
 			if err := r.Restart(); err != nil {
 				return err

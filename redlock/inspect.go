@@ -47,7 +47,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 			continue // the same server as an earlier node
 		}
 		wg.Go(func() {
-			rows, err := rinspect.Scan(ctx, n.client, n.name, l.prefix, pattern, limit)
+			rows, err := rinspect.Scan(ctx, n.client, n.name, l.cfg.Prefix, pattern, limit)
 			perNode[i] = scanned{rows, err}
 		})
 	}
@@ -78,11 +78,11 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		var missing []string
 		for _, k := range listed {
 			if !have[k] {
-				missing = append(missing, l.prefix+k)
+				missing = append(missing, l.cfg.Prefix+k)
 			}
 		}
 		if len(missing) > 0 && n.dupOf.Load() == 0 {
-			r, err := rinspect.Describe(ctx, n.client, n.name, l.prefix, missing)
+			r, err := rinspect.Describe(ctx, n.client, n.name, l.cfg.Prefix, missing)
 			if err != nil {
 				errs = append(errs, &dlock.NodeError{Node: n.name, Err: err})
 				continue

@@ -5,5 +5,5 @@ import "github.com/dlock-go/dlock/internal/negative"
 // The hooks of dlock torture's negative controls (see internal/negative).
 func init() {
 	negative.RedlockQuorum = func(l any, q int) { l.(*Locker).quorum = q }
-	negative.RedlockDriftFactor = func(l any, f float64) { l.(*Locker).driftFactor = f }
+	negative.RedlockDriftFactor = func(l any, f float64) { l.(*Locker).cfg.DriftFactor = f }
 }

@@ -86,7 +86,7 @@ func handoffs(t *testing.T, rs []*testsrv.Redis, holder, waiter *redlock.Locker,
 		got := make(chan time.Time, 1)
 		errc := make(chan error, 1)
 		go func() {
-			l, err := waiter.Acquire(testCtx(t), key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(10*time.Millisecond))
+			l, err := dlock.Acquire(testCtx(t), waiter, key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(10*time.Millisecond))
 			got <- time.Now()
 			if err == nil {
 				err = l.Release(context.Background())
@@ -163,7 +163,7 @@ func TestWakeAtExpiry(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(testCtx(t), 3*time.Second)
 	defer cancel()
-	lock, err := waiter.Acquire(ctx, key, 5*time.Second, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
+	lock, err := dlock.Acquire(ctx, waiter, key, 5*time.Second, dlock.WithRetryDelay(5*time.Second), dlock.WithRetryJitter(0))
 	if err != nil {
 		t.Fatalf("waiter behind a lock that expires after %v, polling every 5s: %v", ttl, err)
 	}
@@ -186,7 +186,7 @@ func TestWakeFallsBackToPolling(t *testing.T) {
 	const poll = 300 * time.Millisecond
 	done := make(chan error, 1)
 	go func() {
-		l, err := waiter.Acquire(testCtx(t), key, 5*time.Second, dlock.WithRetryDelay(poll), dlock.WithRetryJitter(50*time.Millisecond))
+		l, err := dlock.Acquire(testCtx(t), waiter, key, 5*time.Second, dlock.WithRetryDelay(poll), dlock.WithRetryJitter(50*time.Millisecond))
 		if err == nil {
 			err = l.Release(context.Background())
 		}
@@ -274,7 +274,7 @@ func TestWokenSoleWaiterGoesFirst(t *testing.T) {
 	first := 0
 	for round := range rounds {
 		waitNoKeys(t, shared, key, time.Second)
-		lock, err := releaser.Acquire(testCtx(t), key, 5*time.Second)
+		lock, err := dlock.Acquire(testCtx(t), releaser, key, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +282,7 @@ func TestWokenSoleWaiterGoesFirst(t *testing.T) {
 		var waiterGot atomic.Bool
 		errc := make(chan error, 1)
 		go func() {
-			l, err := waiter.Acquire(testCtx(t), key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(10*time.Millisecond))
+			l, err := dlock.Acquire(testCtx(t), waiter, key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(10*time.Millisecond))
 			if err == nil {
 				waiterGot.Store(true)
 				err = l.Release(context.Background())
@@ -293,7 +293,7 @@ func TestWokenSoleWaiterGoesFirst(t *testing.T) {
 		if err := lock.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		again, err := releaser.Acquire(testCtx(t), key, 5*time.Second)
+		again, err := dlock.Acquire(testCtx(t), releaser, key, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -372,7 +372,7 @@ func TestLostQueuedReplyLeavesNoEntry(t *testing.T) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	goneErr := make(chan error, 1)
 	go func() {
-		l, err := gone.Acquire(ctx, key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(0))
+		l, err := dlock.Acquire(ctx, gone, key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(0))
 		if err == nil {
 			l.Release(context.Background())
 			goneErr <- fmt.Errorf("a cancelled wait behind a held lock acquired it")
@@ -405,7 +405,7 @@ func TestLostQueuedReplyLeavesNoEntry(t *testing.T) {
 	got := make(chan time.Time, 1)
 	errc := make(chan error, 1)
 	go func() {
-		l, err := next.Acquire(testCtx(t), key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(0))
+		l, err := dlock.Acquire(testCtx(t), next, key, 5*time.Second, dlock.WithRetryDelay(slowPoll), dlock.WithRetryJitter(0))
 		got <- time.Now()
 		if err == nil {
 			err = l.Release(context.Background())

@@ -8,8 +8,6 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/holder"
-	"github.com/dlock-go/dlock/internal/keys"
 )
 
 // Option configures a Locker.
@@ -23,13 +21,7 @@ const DefaultNodeTimeout = 50 * time.Millisecond
 // computing validity (see driver.Drift): node-redlock's driftFactor. It must be
 // in [0, 1). The default is driver.DefaultDriftFactor (0.01).
 func WithDriftFactor(f float64) Option {
-	return func(l *Locker) error {
-		if err := driver.CheckDriftFactor(f); err != nil {
-			return err
-		}
-		l.driftFactor = f
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.SetDriftFactor(f) }
 }
 
 // WithNodeTimeout bounds each request to one node, so that a dead or frozen
@@ -54,44 +46,27 @@ func WithNodeTimeout(d time.Duration) Option {
 // The default is no prefix, so the key is exactly the resource name, as in
 // node-redlock.
 func WithPrefix(prefix string) Option {
-	return func(l *Locker) error {
-		if err := keys.CheckPrefix(prefix); err != nil {
-			return err
-		}
-		l.prefix = prefix
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.SetPrefix(prefix) }
 }
 
 // WithLogger sets where the Locker logs: a Warn record when a lock is lost
 // or an extension fails (key, fence, backend, cause), Debug records for
-// grants, refusals and releases, nothing at Info (see driver.LogEvents);
+// grants, refusals and releases, nothing at Info (see driver.NewEvents);
 // and its configuration warnings. A logger whose handler is
 // slog.DiscardHandler costs nothing. The default is slog.Default().
 func WithLogger(logger *slog.Logger) Option {
-	return func(l *Locker) error {
-		if logger == nil {
-			return driver.Invalidf("nil logger")
-		}
-		l.logger = logger
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.SetLogger(logger) }
 }
 
-// WithObserver adds an observer of every lock this Locker takes: the
-// events of Acquire and Do (attempts, grant, refusal) and of each handle,
-// also one from a bare TryAcquire (extensions, loss, release); see
-// dlock.Event. Several observers all receive the events. Package
-// github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and
-// spans of them. The default is none, beside the logger's.
+// WithObserver adds an observer of every attempt this Locker makes and every
+// lock it takes, from a bare TryAcquire or within dlock.Acquire and
+// dlock.Do: attempts, grant or refusal, extensions, loss, release (see
+// dlock.Event, and Events in package dlock's documentation). Several
+// observers all receive the events. Package
+// github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and spans
+// of them. The default is none, beside the logger's.
 func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
-	return func(l *Locker) error {
-		if observe == nil {
-			return driver.Invalidf("nil observer")
-		}
-		l.observers = append(l.observers, observe)
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.AddObserver(observe) }
 }
 
 // WithHolderInfo makes the Locker publish who holds each of its locks,
@@ -114,11 +89,7 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 // 2-core machine) took 1.20x as long with it as without, and 400
 // allocations instead of 204.
 func WithHolderInfo(service string) Option {
-	return func(l *Locker) error {
-		head, err := holder.Head(service)
-		l.holderHead = head
-		return err
-	}
+	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
 }
 
 // WithStrict turns the configuration warnings (even N, N < 3, duplicate
@@ -149,32 +120,9 @@ const DefaultFenceTTL = time.Hour
 // default is DefaultFenceTTL (1h), far beyond what NTP-kept clocks disagree
 // by.
 func WithFenceTTL(d time.Duration) Option {
-	return func(l *Locker) error {
-		if d < minFenceTTL || d > driver.MaxTTL {
-			return driver.Invalidf("fence ttl %v: must be between %v and %v (the nodes' clocks must agree within it)", d, minFenceTTL, driver.MaxTTL)
-		}
-		l.fenceTTL = d
-		return nil
-	}
+	return func(l *Locker) error { return l.cfg.SetFenceTTL(d, minFenceTTL) }
 }
 
 // minFenceTTL is the shortest fence TTL: a bound on clock disagreement
 // below it is not one that NTP over a network keeps with any margin.
 const minFenceTTL = 500 * time.Millisecond
-
-// WithDefaults sets dlock options (retry count, delay and jitter, extension
-// threshold, hold limit) that Acquire and Do apply before their own, like
-// the settings of node-redlock's constructor. Without it they use dlock's
-// defaults: retry until the context ends, 50ms delay, 50ms jitter, extension
-// at half the TTL.
-func WithDefaults(opts ...dlock.Option) Option {
-	return func(l *Locker) error {
-		for _, o := range opts {
-			if o == nil {
-				return driver.Invalidf("nil dlock option in WithDefaults")
-			}
-		}
-		l.defaults = append(l.defaults, opts...)
-		return nil
-	}
-}

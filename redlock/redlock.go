@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
@@ -27,17 +28,10 @@ import (
 type Locker struct {
 	nodes       []*node
 	quorum      int
-	prefix      string
-	driftFactor float64
+	cfg         backend.Config // the options every backend shares
 	nodeTimeout time.Duration
-	fenceTTL    time.Duration
-	fenceTTLArg any // fenceTTL in ms, boxed once: one allocation less per call
-	logger      *slog.Logger
-	observers   []func(context.Context, dlock.Event) // WithObserver's
-	observe     func(context.Context, dlock.Event)   // the logger's and observers' (driver.Observable)
+	fenceTTLArg any // cfg.FenceTTL in ms, boxed once: one allocation less per call
 	strict      bool
-	holderHead  string // WithHolderInfo's record up to "since" ("": off; see holder.Head)
-	defaults    []dlock.Option
 	notify      *wake.Notifier // wake-on-release
 	workers     workers        // the goroutines of the fan-outs (fanout.go)
 	// distinct is set once every node has answered with a run_id of its
@@ -81,10 +75,8 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	l := &Locker{
 		workers:     newWorkers(),
 		quorum:      len(clients)/2 + 1,
-		driftFactor: driver.DefaultDriftFactor,
+		cfg:         backend.New(DefaultFenceTTL, true),
 		nodeTimeout: DefaultNodeTimeout,
-		fenceTTL:    DefaultFenceTTL,
-		logger:      slog.Default(),
 	}
 	for i, c := range clients {
 		switch c := c.(type) {
@@ -101,15 +93,10 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		}
 		l.nodes = append(l.nodes, &node{client: c, batch: batch.For(c), name: nodeName(c, i)})
 	}
-	for _, o := range opts {
-		if o == nil {
-			return nil, driver.Invalidf("nil option")
-		}
-		if err := o(l); err != nil {
-			return nil, err
-		}
+	if err := backend.Apply(l, opts); err != nil {
+		return nil, err
 	}
-	l.fenceTTLArg = l.fenceTTL.Milliseconds()
+	l.fenceTTLArg = l.cfg.FenceTTL.Milliseconds()
 	clients = make([]redis.UniversalClient, len(l.nodes))
 	for i, nd := range l.nodes {
 		clients[i] = nd.client
@@ -135,25 +122,14 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		if l.strict {
 			return nil, driver.Invalidf("%s", p)
 		}
-		l.logger.Warn("dlock/redlock: "+p, "nodes", n)
+		l.cfg.Logger.Warn("dlock/redlock: "+p, "nodes", n)
 	}
-	l.observe = driver.Observers(append([]func(context.Context, dlock.Event){driver.LogEvents(l.logger)}, l.observers...)...)
+	l.cfg.Done("redlock")
 	return l, nil
 }
 
-// Observer implements driver.Observable: the Locker's logger and its
-// observers (WithLogger, WithObserver), or nil.
-func (l *Locker) Observer() func(ctx context.Context, e dlock.Event) { return l.observe }
-
-// Observer implements driver.Observable for the lock's own events.
-func (g *grant) Observer() func(ctx context.Context, e dlock.Event) { return g.l.observe }
-
-// Describe implements driver.Describer: the backend's name, for the
-// events of attempts and refusals.
-func (l *Locker) Describe() (backend string, nodes int) { return "redlock", 0 }
-
-// Describe implements driver.Describer.
-func (g *grant) Describe() (backend string, nodes int) { return "redlock", g.nodes }
+// Nodes is how many nodes granted the lock (see driver.Grant).
+func (g *grant) Nodes() int { return g.nodes }
 
 // Quorum returns the number of nodes that must agree: N/2+1.
 func (l *Locker) Quorum() int { return l.quorum }
@@ -166,69 +142,45 @@ func (l *Locker) Quorum() int { return l.quorum }
 // arguments. Failed attempts are released on every node before TryAcquire
 // returns. A *QuorumError in the chain says what each node answered.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := keys.Check(l.prefix, key); err != nil {
-		return nil, err
+	a := l.cfg.Events.Attempt(ctx, key)
+	if err := l.cfg.CheckKey(key); err != nil {
+		return a.End(nil, err)
 	}
-	return l.tryAcquire(ctx, []string{key}, key, ttl)
+	return a.End(l.tryAcquire(ctx, []string{key}, key, ttl))
 }
 
-// TryAcquireMulti takes the locks on all keys at once, or none: on each node
-// one script sets every key or refuses them all, and the lock counts as held
-// when a majority of nodes granted all of them. The handle's Key is the keys
-// joined with commas; its fence is above the earlier fences of every one of
-// the keys, and Extend and Release act on all keys together. Errors are as
-// for TryAcquire; empty or repeated keys are rejected.
-func (l *Locker) TryAcquireMulti(ctx context.Context, keys []string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := l.checkKeys(keys); err != nil {
-		return nil, err
-	}
-	return l.tryAcquire(ctx, keys, strings.Join(keys, ","), ttl)
+// Keys returns a Locker that takes the locks on all of keys at once, or
+// none: on each node one script sets every key or refuses them all, and
+// the lock counts as held when a majority of nodes granted all of them.
+// Its TryAcquire's key argument names the group: it is the handle's Key
+// and the events' key, and sets no key of its own. The handle's fence is
+// above the earlier fences of every one of keys, and Extend and Release act
+// on all of them together. Wait for it with dlock.Acquire and dlock.Do,
+// like any Locker (its waits poll):
+//
+//	err := dlock.Do(ctx, locker.Keys("account:1", "account:2"), "transfer", ttl, fn)
+//
+// Its TryAcquire returns errors as this Locker's does, and rejects no keys,
+// an empty key and a repeated one with dlock.ErrInvalid.
+func (l *Locker) Keys(keys ...string) dlock.Locker {
+	return multi{l, slices.Clone(keys)}
 }
 
-// Acquire takes the lock on key, waiting while it is held (see dlock.Acquire
-// for the retry options and errors; WithDefaults sets defaults for them).
-func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	return dlock.Acquire(ctx, l, key, ttl, l.opts(opts)...)
-}
-
-// AcquireMulti is Acquire for several keys at once (see TryAcquireMulti).
-func (l *Locker) AcquireMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...dlock.Option) (*dlock.Lock, error) {
-	if err := l.checkKeys(keys); err != nil {
-		return nil, err
-	}
-	return dlock.Acquire(ctx, multi{l, keys}, strings.Join(keys, ","), ttl, l.opts(opts)...)
-}
-
-// Do runs fn under the lock on key with auto-extension (see dlock.Do): fn's
-// context is cancelled with cause dlock.ErrLockLost when an extension fails
-// to reach a majority before the validity runs out.
-func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	return dlock.Do(ctx, l, key, ttl, fn, l.opts(opts)...)
-}
-
-// DoMulti is Do for several keys at once (see TryAcquireMulti).
-func (l *Locker) DoMulti(ctx context.Context, keys []string, ttl time.Duration, fn func(context.Context) error, opts ...dlock.Option) error {
-	if err := l.checkKeys(keys); err != nil {
-		return err
-	}
-	return dlock.Do(ctx, multi{l, keys}, strings.Join(keys, ","), ttl, fn, l.opts(opts)...)
-}
-
-func (l *Locker) opts(opts []dlock.Option) []dlock.Option {
-	if len(l.defaults) == 0 {
-		return opts
-	}
-	return append(append([]dlock.Option(nil), l.defaults...), opts...)
-}
-
-// multi adapts a fixed key set to dlock.Locker for Acquire and Do.
+// multi is the Locker of Keys.
 type multi struct {
 	l    *Locker
 	keys []string
 }
 
-func (m multi) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dlock.Lock, error) {
-	return m.l.tryAcquire(ctx, m.keys, strings.Join(m.keys, ","), ttl)
+func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
+	a := m.l.cfg.Events.Attempt(ctx, name)
+	if err := driver.CheckKey(name); err != nil {
+		return a.End(nil, err)
+	}
+	if err := m.l.checkKeys(m.keys); err != nil {
+		return a.End(nil, err)
+	}
+	return a.End(m.l.tryAcquire(ctx, m.keys, name, ttl))
 }
 
 // ReleaseToken releases the lock on key if it still holds token, on every
@@ -246,10 +198,10 @@ func (m multi) TryAcquire(ctx context.Context, _ string, ttl time.Duration) (*dl
 // When no node answers that read (ctx already ended, say), it deletes
 // nothing and returns an error matching dlock.ErrUnavailable.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
-	if err := l.checkToken(ctx, key, token); err != nil {
+	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return err
 	}
-	full := []string{l.prefix + key}
+	full := []string{l.cfg.Prefix + key}
 	fence, err := l.readFence(ctx, full)
 	if err != nil {
 		return fmt.Errorf("dlock: release %q: %w", key, err)
@@ -266,10 +218,10 @@ func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 // use it). It returns an error matching dlock.ErrNotHeld when a majority no
 // longer holds key with token.
 func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := l.checkToken(ctx, key, token); err != nil {
+	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return err
 	}
-	full := []string{l.prefix + key}
+	full := []string{l.cfg.Prefix + key}
 	fence, err := l.readFence(ctx, full)
 	if err != nil {
 		return fmt.Errorf("dlock: extend %q: %w", key, err)
@@ -287,7 +239,7 @@ func (l *Locker) checkKeys(ks []string) error {
 	}
 	seen := make(map[string]bool, len(ks))
 	for _, k := range ks {
-		if err := keys.Check(l.prefix, k); err != nil {
+		if err := l.cfg.CheckKey(k); err != nil {
 			return err
 		}
 		if seen[k] {
@@ -298,23 +250,11 @@ func (l *Locker) checkKeys(ks []string) error {
 	return nil
 }
 
-// checkTTL rejects a TTL that leaves no validity at all (not above the drift
-// margin).
-func (l *Locker) checkTTL(ttl time.Duration) error {
-	if err := driver.CheckTTL(ttl); err != nil {
-		return err
-	}
-	if d := driver.Drift(ttl, l.driftFactor); ttl <= d {
-		return driver.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
-	}
-	return nil
-}
-
 // timeout is the per-node timeout for an operation with ttl: the node
 // timeout, but never beyond the TTL's validity, since a later reply could not
 // leave any.
 func (l *Locker) timeout(ttl time.Duration) time.Duration {
-	return min(l.nodeTimeout, ttl-driver.Drift(ttl, l.driftFactor))
+	return min(l.nodeTimeout, ttl-driver.Drift(ttl, l.cfg.DriftFactor))
 }
 
 // grant is one held Redlock lock: its keys (with prefix), token and fence.
@@ -357,7 +297,7 @@ func (g *grant) settle(ctx context.Context) {
 // parallel; it succeeds with a majority and returns the new validity,
 // measured from before the requests were sent.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	if err := g.l.checkTTL(ttl); err != nil {
+	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
 	g.settle(ctx)
@@ -395,7 +335,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	})
 	ok, refused, nodes := g.l.tally(c.all(), c.got, errNotHeldHere)
 	if ok >= g.l.quorum {
-		return driver.ValidUntil(start, ttl, g.l.driftFactor), nil
+		return driver.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 	}
 	qe := &QuorumError{Op: "extend", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable}
 	if refused > len(g.l.nodes)-g.l.quorum {
@@ -585,18 +525,6 @@ func fenceKeys(lockKeys []string) []string {
 	return out
 }
 
-// checkToken validates the arguments of the operations that take a token
-// instead of a handle.
-func (l *Locker) checkToken(ctx context.Context, key, token string) error {
-	if ctx == nil {
-		return driver.Invalidf("nil context")
-	}
-	if err := keys.Check(l.prefix, key); err != nil {
-		return err
-	}
-	return driver.CheckToken(key, token)
-}
-
 var _ driver.ReleaseNotifier = (*Locker)(nil)
 
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
@@ -609,7 +537,7 @@ func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan s
 	if driver.CheckKey(key) != nil {
 		return nil, func() {}
 	}
-	return l.notify.Register(l.prefix + key)
+	return l.notify.Register(l.cfg.Prefix + key)
 }
 
 // Close ends the Locker's subscriptions to release announcements (one

@@ -65,7 +65,6 @@ func TestNewValidation(t *testing.T) {
 		{"negative drift", clients(t, shared), []redlock.Option{redlock.WithDriftFactor(-0.1)}, "drift factor -0.1"},
 		{"zero node timeout", clients(t, shared), []redlock.Option{redlock.WithNodeTimeout(0)}, "node timeout 0s"},
 		{"nil logger", clients(t, shared), []redlock.Option{redlock.WithLogger(nil)}, "nil logger"},
-		{"nil default", clients(t, shared), []redlock.Option{redlock.WithDefaults(nil)}, "nil dlock option"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := redlock.New(tc.clients, tc.opts...)
@@ -164,14 +163,15 @@ func TestBadInput(t *testing.T) {
 		want string
 	}{
 		{"ttl within drift", func() error { _, err := l.TryAcquire(ctx, "k", 2*time.Millisecond); return err }(), "drift margin 2.02ms"},
-		{"multi no keys", func() error { _, err := l.TryAcquireMulti(ctx, nil, time.Second); return err }(), "no keys"},
-		{"multi empty key", func() error { _, err := l.TryAcquireMulti(ctx, []string{"a", ""}, time.Second); return err }(), "empty lock key"},
-		{"multi repeated key", func() error { _, err := l.TryAcquireMulti(ctx, []string{"a", "b", "a"}, time.Second); return err }(), `key "a" given twice`},
+		{"multi no keys", func() error { _, err := l.Keys().TryAcquire(ctx, "none", time.Second); return err }(), "no keys"},
+		{"multi empty key", func() error { _, err := l.Keys("a", "").TryAcquire(ctx, "a,", time.Second); return err }(), "empty lock key"},
+		{"multi repeated key", func() error { _, err := l.Keys("a", "b", "a").TryAcquire(ctx, "a,b,a", time.Second); return err }(), `key "a" given twice`},
+		{"multi empty name", func() error { _, err := l.Keys("a", "b").TryAcquire(ctx, "", time.Second); return err }(), "empty lock key"},
 		{"release empty token", l.ReleaseToken(ctx, "k", ""), "empty token"},
 		{"extend empty key", l.ExtendToken(ctx, "", "tok", time.Second), "empty lock key"},
 		{"extend zero ttl", l.ExtendToken(ctx, "k", "tok", 0), "ttl 0s"},
-		{"do nil fn", l.Do(ctx, "k", time.Second, nil), "nil function"},
-		{"do multi nil fn", l.DoMulti(ctx, []string{"k"}, time.Second, nil), "nil function"},
+		{"do nil fn", dlock.Do(ctx, l, "k", time.Second, nil), "nil function"},
+		{"do multi nil fn", dlock.Do(ctx, l.Keys("k"), "k", time.Second, nil), "nil function"},
 	} {
 		if !errors.Is(tc.err, dlock.ErrInvalid) || !strings.Contains(tc.err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want ErrInvalid naming %q", tc.name, tc.err, tc.want)

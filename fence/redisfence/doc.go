@@ -16,7 +16,7 @@
 //
 //	guard, err := redisfence.New(rdb) // *redis.Client, *redis.ClusterClient, *redis.Ring
 //	...
-//	err = locker.Do(ctx, "lock:account:42", 10*time.Second, func(ctx context.Context) error {
+//	err = dlock.Do(ctx, locker, "lock:account:42", 10*time.Second, func(ctx context.Context) error {
 //		lock := dlock.LockFromContext(ctx)
 //		balance, _, err := guard.Read(ctx, "account:42", lock.Fence(), lock.Token())
 //		if err != nil {

@@ -30,7 +30,7 @@ func Example() {
 		panic(err)
 	}
 
-	err = locker.Do(ctx, "lock:visits", 5*time.Second, func(ctx context.Context) error {
+	err = dlock.Do(ctx, locker, "lock:visits", 5*time.Second, func(ctx context.Context) error {
 		lock := dlock.LockFromContext(ctx)
 		// Read registers the fence: from here on, holders with older
 		// fences cannot write, even if their write arrives before ours.

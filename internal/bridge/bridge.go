@@ -5,6 +5,7 @@
 package bridge
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -23,6 +24,27 @@ var NewLock func(key, token string, fence uint64, validUntil time.Time, g any) a
 // Lose declares a *dlock.Lock (given as any) lost with cause (see
 // driver.Lost). Package dlock sets it.
 var Lose func(lock any, cause error)
+
+// Attempt tells package dlock that an attempt of a Locker of backend, whose
+// events go to observe (a func(context.Context, dlock.Event)), begins with
+// ctx, and returns the attempt's number, and whether it is one of
+// dlock.Acquire's, which then reports the grant or the refusal itself
+// (driver.Events.Attempt). Package dlock sets it.
+var Attempt func(ctx context.Context, backend string, observe any) (n int, waiting bool)
+
+// Observe makes a *dlock.Lock (given as any) send its events to observe,
+// naming backend, and returns how many nodes granted it. Package dlock sets
+// it.
+var Observe func(lock any, backend string, observe any) (nodes int)
+
+// Final carries an attempt's error that waiting cannot change, though its
+// sentinel is one dlock.Acquire would retry: a pool whose connections are
+// all pinned by the Locker's own locks (pglock's ErrPoolExhausted), which
+// may be the caller's. dlock.Acquire and dlock.Do return it at once.
+type Final struct{ Err error }
+
+func (f *Final) Error() string { return f.Err.Error() }
+func (f *Final) Unwrap() error { return f.Err }
 
 // TTLProblem says what is wrong with ttl, or "" when every backend can
 // honour it.

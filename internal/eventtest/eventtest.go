@@ -6,8 +6,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"slices"
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -119,4 +123,35 @@ func (r *Recorder) Find(msg string) (map[string]any, bool) {
 		}
 	}
 	return nil, false
+}
+
+// CheckTryAcquire checks the events of bare TryAcquire calls on l, whose
+// observer is r (and which has sent it nothing yet), on an unused key:
+// the first reports its attempt and its grant (backend, fence, one
+// attempt), a second one on the held key its attempt and its refusal
+// (ErrNotAcquired), and the release of the first its release.
+func CheckTryAcquire(t *testing.T, l dlock.Locker, r *Recorder, key, backend string) {
+	t.Helper()
+	ctx := context.Background()
+	lock, err := l.TryAcquire(ctx, key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquire(ctx, key, 10*time.Second); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("second TryAcquire: %v, want ErrNotAcquired", err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"attempt", "granted", "attempt", "refused", "released"}
+	if got := r.Kinds(); !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	ev := r.Events()
+	if g := ev[1]; g.Key != key || g.Backend != backend || g.Fence != lock.Fence() || g.Attempts != 1 || g.Nodes < 1 {
+		t.Errorf("granted event %+v, want key %q, backend %q, fence %d, 1 attempt", g, key, backend, lock.Fence())
+	}
+	if f := ev[3]; f.Key != key || f.Backend != backend || f.Attempts != 1 || !errors.Is(f.Err, dlock.ErrNotAcquired) {
+		t.Errorf("refused event %+v, want key %q, backend %q, 1 attempt, ErrNotAcquired", f, key, backend)
+	}
 }

@@ -7,11 +7,7 @@
 // script can touch both.
 package keys
 
-import (
-	"strings"
-
-	"github.com/dlock-go/dlock/driver"
-)
+import "strings"
 
 // Fence returns the key of the fence counter for lockKey.
 func Fence(lockKey string) string { return derive("dlock:fence:", lockKey) }
@@ -51,26 +47,3 @@ func HasHashTag(key string) bool {
 // Reserved is the namespace of dlock's own keys on a Redis server (fence
 // counters, waiter queues, holder records). No lock key may lie inside it.
 const Reserved = "dlock:"
-
-// Check rejects a lock name that is empty, or that would put the lock key
-// (prefix+key) inside dlock's own namespace, where it could name a fence
-// counter or a waiter queue: releasing "dlock:fence:{foo}" would reset
-// foo's fences. Both errors match dlock.ErrInvalid.
-func Check(prefix, key string) error {
-	if err := driver.CheckKey(key); err != nil {
-		return err
-	}
-	if strings.HasPrefix(prefix+key, Reserved) {
-		return driver.Invalidf("lock key %q: the %q namespace is reserved for dlock's own keys", prefix+key, Reserved)
-	}
-	return nil
-}
-
-// CheckPrefix rejects a key prefix inside dlock's own namespace. (A prefix
-// that only starts it, such as "dl", is caught by Check with the key.)
-func CheckPrefix(prefix string) error {
-	if strings.HasPrefix(prefix, Reserved) {
-		return driver.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, Reserved)
-	}
-	return nil
-}

@@ -42,6 +42,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 )
 
@@ -131,7 +132,7 @@ func main() {
 		ckey := fmt.Sprintf("bench/c%d", p)
 		con["etcdlock"] = append(con["etcdlock"], contended(*waiters, *window, func(int) (func() error, func()) {
 			return func() error {
-				lock, err := l.Acquire(ctx, ckey, ttl)
+				lock, err := dlock.Acquire(ctx, l, ckey, ttl)
 				if err != nil {
 					return err
 				}

@@ -80,7 +80,7 @@ func runEtcd(ctx context.Context, e *env, s *section) error {
 	s.say("A stalls for %v (a GC pause) without extending; its lease expires on the cluster.", pause)
 	tB := time.Now()
 	wctx, cancel := context.WithTimeout(ctx, pause+10*time.Second)
-	lockB, err := l.Acquire(wctx, key, 10*etcdTTL)
+	lockB, err := dlock.Acquire(wctx, l, key, 10*etcdTTL)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("holder B could not acquire after A's lease expired: %w", err)

@@ -307,7 +307,7 @@ var workersScenario = scenario{
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = l.Do(ctx, key, 2*time.Second, func(ctx context.Context) error {
+				errs[i] = dlock.Do(ctx, l, key, 2*time.Second, func(ctx context.Context) error {
 					in := time.Now()
 					defer func() {
 						e.tl.Bar(fmt.Sprintf("%sworker %d", e.scene, i+1), in, time.Now(), timeline.Held, "inside the critical section")

@@ -1,0 +1,112 @@
+package driver
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/bridge"
+)
+
+// Events is where a Locker's events go: its backend's name, its logger and
+// its observers (the Locker's WithLogger and WithObserver options). A
+// backend keeps one per Locker and makes every attempt of its TryAcquire
+// through it:
+//
+//	func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
+//		a := l.events.Attempt(ctx, key)
+//		return a.End(l.tryAcquire(ctx, key, ttl))
+//	}
+//
+// so that every attempt, bare or within dlock.Acquire and dlock.Do, and
+// every lock it grants report their events, as the root package's
+// documentation describes. The zero Events reports nothing.
+type Events struct {
+	backend string
+	observe func(context.Context, dlock.Event) // nil: nobody listens
+}
+
+// NewEvents returns the Events of a Locker of backend ("redis", "redlock",
+// "postgres", "etcd"): each event goes to the logger first (a Warn record
+// when a lock is lost or an extension fails, with key, fence, backend and
+// cause; Debug records for grants, refusals and releases; nothing at
+// Info, so that a busy service's hot path stays silent), then to each
+// observer in turn. A nil logger, or one whose handler is
+// slog.DiscardHandler, logs nothing; with no observer either, no event is
+// built.
+func NewEvents(backend string, logger *slog.Logger, observers ...func(ctx context.Context, e dlock.Event)) Events {
+	var list []func(context.Context, dlock.Event)
+	for _, o := range append([]func(context.Context, dlock.Event){logEvents(logger)}, observers...) {
+		if o != nil {
+			list = append(list, o)
+		}
+	}
+	ev := Events{backend: backend}
+	switch len(list) {
+	case 0:
+	case 1:
+		ev.observe = list[0]
+	default:
+		ev.observe = func(ctx context.Context, e dlock.Event) {
+			for _, o := range list {
+				o(ctx, e)
+			}
+		}
+	}
+	return ev
+}
+
+// Attempt reports that an attempt to take key begins, with TryAcquire's
+// ctx (dlock.EventAttempt), and returns it, for End.
+func (ev Events) Attempt(ctx context.Context, key string) Attempt {
+	a := Attempt{ev: ev, ctx: ctx, key: key}
+	if ev.observe == nil {
+		return a
+	}
+	if ctx == nil { // the attempt refuses it; the events need one
+		a.ctx = context.Background()
+	}
+	n, waiting := bridge.Attempt(ctx, ev.backend, ev.observe)
+	a.waiting = waiting
+	if !waiting {
+		a.start = time.Now()
+	}
+	ev.observe(a.ctx, dlock.Event{Kind: dlock.EventAttempt, Key: key, Backend: ev.backend, Attempts: n})
+	return a
+}
+
+// Attempt is one attempt of a TryAcquire, begun by Events.Attempt.
+type Attempt struct {
+	ev      Events
+	ctx     context.Context
+	key     string
+	start   time.Time
+	waiting bool // within dlock.Acquire, which reports the outcome itself
+}
+
+// End reports the attempt's outcome and returns lock and err as they are:
+// lock's events go to the Locker's logger and observers from now on, and a
+// bare TryAcquire reports its grant or refusal (within dlock.Acquire and
+// dlock.Do, the wait reports it when it ends, with its wait and its count
+// of attempts).
+func (a Attempt) End(lock *dlock.Lock, err error) (*dlock.Lock, error) {
+	if a.ev.observe == nil {
+		return lock, err
+	}
+	e := dlock.Event{Key: a.key, Backend: a.ev.backend, Attempts: 1}
+	if lock != nil {
+		e.Nodes = bridge.Observe(lock, a.ev.backend, a.ev.observe)
+	}
+	if a.waiting {
+		return lock, err
+	}
+	e.Wait = time.Since(a.start)
+	if err != nil {
+		e.Kind, e.Err = dlock.EventRefused, err
+	} else {
+		e.Kind, e.Fence = dlock.EventGranted, lock.Fence()
+	}
+	a.ev.observe(a.ctx, e)
+	return lock, err
+}

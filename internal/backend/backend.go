@@ -1,0 +1,169 @@
+// Package backend is what the backends of this repository (redislock,
+// redlock, pglock, etcdlock) configure and check the same way: the options
+// they share (key prefix, drift factor, logger, observers, holder record,
+// fence TTL) and the checks of their arguments (context, key, TTL, token).
+// Each Locker keeps a Config; its With... options are short bodies over
+// Config's setters, so each rule is written once.
+package backend
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/holder"
+	"github.com/dlock-go/dlock/internal/keys"
+)
+
+// Config is a Locker's share of the common options, and its events.
+type Config struct {
+	Prefix      string        // prepended to every lock key (WithPrefix)
+	DriftFactor float64       // the TTL's share set aside for clock drift
+	FenceTTL    time.Duration // how long a fence counter outlives its last write
+	HolderHead  string        // the holder record up to "since" (holder.Head); "": none
+	Logger      *slog.Logger
+	Events      driver.Events // the logger's and the observers', once Done
+
+	observers []func(context.Context, dlock.Event)
+	// reserved is the namespace of dlock's own keys beside the locks (the
+	// Redis backends', etcd's), where no lock key may lie; "": none.
+	reserved string
+}
+
+// New returns a Config with the defaults: no prefix, the default drift
+// factor, fenceTTL, no holder record, slog.Default(). With reserved, lock
+// keys (prefix and key) may not lie in dlock's own namespace.
+func New(fenceTTL time.Duration, reserved bool) Config {
+	c := Config{DriftFactor: driver.DefaultDriftFactor, FenceTTL: fenceTTL, Logger: slog.Default()}
+	if reserved {
+		c.reserved = keys.Reserved
+	}
+	return c
+}
+
+// Apply applies a backend's options to its Locker l, refusing a nil one.
+func Apply[L any, O ~func(L) error](l L, opts []O) error {
+	for _, o := range opts {
+		if o == nil {
+			return driver.Invalidf("nil option")
+		}
+		if err := o(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Done builds the Events of a Locker of backend from the logger and the
+// observers, once the options are applied.
+func (c *Config) Done(backend string) { c.Events = driver.NewEvents(backend, c.Logger, c.observers...) }
+
+// SetPrefix sets the key prefix (WithPrefix), refusing one inside the
+// reserved namespace.
+func (c *Config) SetPrefix(prefix string) error {
+	if c.reserved != "" && strings.HasPrefix(prefix, c.reserved) {
+		return driver.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, c.reserved)
+	}
+	c.Prefix = prefix
+	return nil
+}
+
+// SetDriftFactor sets the drift factor (WithDriftFactor), which must be in
+// [0, 1).
+func (c *Config) SetDriftFactor(f float64) error {
+	if err := driver.CheckDriftFactor(f); err != nil {
+		return err
+	}
+	c.DriftFactor = f
+	return nil
+}
+
+// SetLogger sets the logger (WithLogger), refusing nil.
+func (c *Config) SetLogger(logger *slog.Logger) error {
+	if logger == nil {
+		return driver.Invalidf("nil logger")
+	}
+	c.Logger = logger
+	return nil
+}
+
+// AddObserver adds an observer (WithObserver), refusing nil.
+func (c *Config) AddObserver(observe func(ctx context.Context, e dlock.Event)) error {
+	if observe == nil {
+		return driver.Invalidf("nil observer")
+	}
+	c.observers = append(c.observers, observe)
+	return nil
+}
+
+// SetHolderInfo turns the holder record on (WithHolderInfo), naming
+// service, which may be empty.
+func (c *Config) SetHolderInfo(service string) error {
+	head, err := holder.Head(service)
+	c.HolderHead = head
+	return err
+}
+
+// SetFenceTTL sets the fence counters' TTL (WithFenceTTL), which must be
+// between least and driver.MaxTTL.
+func (c *Config) SetFenceTTL(d, least time.Duration) error {
+	if d < least || d > driver.MaxTTL {
+		return driver.Invalidf("fence ttl %v: must be between %v and %v", d, least, driver.MaxTTL)
+	}
+	c.FenceTTL = d
+	return nil
+}
+
+// CheckKey refuses an empty key, and one that would put the lock key
+// (prefix and key) inside the reserved namespace, where it could name a
+// fence counter or a waiter queue: releasing "dlock:fence:{foo}" would
+// reset foo's fences.
+func (c *Config) CheckKey(key string) error {
+	if err := driver.CheckKey(key); err != nil {
+		return err
+	}
+	if c.reserved != "" && strings.HasPrefix(c.Prefix+key, c.reserved) {
+		return driver.Invalidf("lock key %q: the %q namespace is reserved for dlock's own keys", c.Prefix+key, c.reserved)
+	}
+	return nil
+}
+
+// CheckTTL refuses a TTL that no backend honours (driver.CheckTTL) or that
+// leaves no validity after the drift margin.
+func (c *Config) CheckTTL(ttl time.Duration) error {
+	if err := driver.CheckTTL(ttl); err != nil {
+		return err
+	}
+	if d := driver.Drift(ttl, c.DriftFactor); ttl <= d {
+		return driver.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
+	}
+	return nil
+}
+
+// Check refuses the arguments of an attempt: a nil ctx, a bad key or a bad
+// ttl.
+func (c *Config) Check(ctx context.Context, key string, ttl time.Duration) error {
+	if ctx == nil {
+		return driver.Invalidf("nil context")
+	}
+	if err := c.CheckKey(key); err != nil {
+		return err
+	}
+	return c.CheckTTL(ttl)
+}
+
+// CheckToken refuses the arguments of an operation that takes a token
+// instead of a handle (a lock held across shell commands): a nil ctx, a
+// bad key or an empty token.
+func (c *Config) CheckToken(ctx context.Context, key, token string) error {
+	if ctx == nil {
+		return driver.Invalidf("nil context")
+	}
+	if err := c.CheckKey(key); err != nil {
+		return err
+	}
+	return driver.CheckToken(key, token)
+}

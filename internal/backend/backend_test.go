@@ -1,0 +1,50 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+type locker struct{}
+
+type option func(*locker) error
+
+// Each shared option and check refuses what it must with an error matching
+// dlock.ErrInvalid that names the value, and Apply refuses a nil option.
+func TestRefusals(t *testing.T) {
+	c := New(time.Hour, true)
+	var nilCtx context.Context
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil option", Apply(&locker{}, []option{nil}), "nil option"},
+		{"reserved prefix", c.SetPrefix("dlock:x"), `prefix "dlock:x"`},
+		{"drift factor", c.SetDriftFactor(1), "drift factor 1"},
+		{"nil logger", c.SetLogger(nil), "nil logger"},
+		{"nil observer", c.AddObserver(nil), "nil observer"},
+		{"fence ttl", c.SetFenceTTL(time.Millisecond, time.Second), "fence ttl 1ms: must be between 1s"},
+		{"empty key", c.CheckKey(""), "empty lock key"},
+		{"reserved key", c.CheckKey("dlock:fence:{x}"), "reserved"},
+		{"ttl in drift", c.CheckTTL(2 * time.Millisecond), "drift margin"},
+		{"nil ctx", c.Check(nilCtx, "k", time.Second), "nil context"},
+		{"empty token", c.CheckToken(context.Background(), "k", ""), "empty token"},
+	} {
+		if !errors.Is(tc.err, dlock.ErrInvalid) || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrInvalid naming %q", tc.name, tc.err, tc.want)
+		}
+	}
+	p := New(0, false) // no reserved namespace (PostgreSQL)
+	if err := p.SetPrefix("dlock:"); err != nil {
+		t.Errorf("a prefix without a reserved namespace: %v", err)
+	}
+	if err := p.CheckKey("dlock:x"); err != nil {
+		t.Errorf("a key without a reserved namespace: %v", err)
+	}
+}
