@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -284,12 +285,33 @@ func waitFile(t *testing.T, path string, p *proc) string {
 // runInProcess calls run with env and returns its code and output.
 func runInProcess(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr lockedBuffer
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	code := run(ctx, args, env, nil, &stdout, &stderr)
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String(), elapsed: time.Since(start)}
+}
+
+// lockedBuffer collects what several goroutines write: dlock's own lines,
+// and its command's output, which exec copies in from a pipe. (A
+// bytes.Buffer, whose ReadFrom holds on to its end while the command
+// runs, would drop dlock's lines written meanwhile.)
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // oneLine checks that stderr is exactly one line.
