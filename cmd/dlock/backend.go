@@ -92,10 +92,10 @@ func (a *app) backendSpec(cmd *cobra.Command, f *backendFlags) (urls []string, d
 		}
 		dsn = strings.TrimSpace(a.lookupEnv("DLOCK_POSTGRES"))
 	}
-	for _, u := range urls {
-		a.redact.addURL(u)
-	}
 	a.redact.addDSN(dsn)
+	if err := a.redisURLs(urls); err != nil {
+		return nil, "", err
+	}
 	switch {
 	case len(urls) > 0 && dsn != "":
 		return nil, "", usagef("choose one backend: Redis (--redis, DLOCK_REDIS) or PostgreSQL (--postgres, DLOCK_POSTGRES), not both")
@@ -103,6 +103,28 @@ func (a *app) backendSpec(cmd *cobra.Command, f *backendFlags) (urls []string, d
 		return nil, "", usagef("no backend: give --redis URL, --postgres DSN or --etcd URL, or set DLOCK_REDIS, DLOCK_POSTGRES or DLOCK_ETCD")
 	}
 	return urls, dsn, nil
+}
+
+// redisURLs makes each of urls a Redis URL, in place: an address without
+// a scheme (host:port, as redis-cli and most configuration files write it)
+// gets redis://, a socket's path unix://. It registers their passwords
+// with the redactor, then checks that each parses.
+func (a *app) redisURLs(urls []string) error {
+	for i, u := range urls {
+		switch {
+		case strings.HasPrefix(u, "/"):
+			urls[i] = "unix://" + u
+		case !strings.Contains(u, "://"):
+			urls[i] = "redis://" + u
+		}
+		a.redact.addURL(urls[i])
+	}
+	for i, u := range urls {
+		if _, err := redis.ParseURL(u); err != nil {
+			return usagef("Redis URL #%d: %v (want host:port, redis://[[user]:password@]host[:port][/db], rediss:// or unix://)", i+1, err)
+		}
+	}
+	return nil
 }
 
 // openBackend builds the backend for a command. It sends nothing to any
@@ -152,7 +174,7 @@ func (a *app) logger() *slog.Logger {
 func (a *app) openRedis(urls []string, ttl time.Duration, holder bool) (*backend, error) {
 	b := &backend{kind: "redis"}
 	for i, u := range urls {
-		opt, err := redis.ParseURL(u)
+		opt, err := redis.ParseURL(u) // checked by redisURLs
 		if err != nil {
 			b.close()
 			return nil, usagef("Redis URL #%d: %v", i+1, err)
@@ -255,11 +277,11 @@ func acquireError(err error, rec *recorder, key string, wait time.Duration) erro
 		return unreachable(err)
 	case errors.Is(err, dlock.ErrNotAcquired) && rec.busy():
 		if wait > 0 {
-			return busyf("lock %q is busy: another owner held it for all of --wait %v", key, wait)
+			return busyf("lock %q is busy: another owner held it for all of --wait %s", key, waitString(wait))
 		}
 		return busyf("lock %q is busy: another owner holds it", key)
 	case errors.Is(err, dlock.ErrNotAcquired):
-		return exitf(exitUnavailable, "backend unreachable: no answer within --wait %v", wait)
+		return exitf(exitUnavailable, "backend unreachable: no answer within --wait %s", waitString(wait))
 	}
 	return exitf(exitFailure, "%v", err)
 }

@@ -348,7 +348,7 @@ func TestBadFlagsBinary(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"run", "--ttl", "x", "k", "--", "true"},
-		{"run", "--redis", "redis://127.0.0.1:1", "k", "true"},
+		{"run", "--redis", "redis://127.0.0.1:1", "k"},
 		{"run", "--bogus"},
 		{"acquire", "--redis", "redis://127.0.0.1:1"},
 	} {

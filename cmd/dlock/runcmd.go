@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dlock-go/dlock"
 
@@ -33,7 +35,7 @@ func (a *app) runCmd() *cobra.Command {
 		shellCmd string
 	)
 	cmd := &cobra.Command{
-		Use:   "run [flags] KEY -- COMMAND [ARG]... | run [flags] -c SHELL-COMMAND KEY",
+		Use:   "run [flags] KEY [flags] [--] COMMAND [ARG]... | run [flags] -c SHELL-COMMAND KEY",
 		Short: "Run a command while holding a lock",
 		Long: `Run takes the lock on KEY, runs COMMAND while holding it, and releases it when
 COMMAND exits. Two dlock run on the same KEY, on any machines that share the
@@ -113,7 +115,7 @@ application_name, beside the session's pid (--no-holder turns this off).
   # a shell command, as with flock -c
   dlock run -w 1m -c 'pg_dump app | gzip > /backup/app.gz' backup`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, argv, err := splitRunArgs(cmd, args, shellCmd)
+			key, argv, err := splitRunArgs(cmd, args, &shellCmd)
 			if err != nil {
 				return err
 			}
@@ -137,54 +139,66 @@ application_name, beside the session's pid (--no-holder turns this off).
 		},
 	}
 	f := cmd.Flags()
+	f.SetInterspersed(false) // at the KEY; splitRunArgs parses on to the command
 	addBackendFlags(cmd, &bf)
 	cmd.Flags().BoolVar(&bf.createTable, "create-fence-table", false,
 		"with --postgres: create the dlock_fence sequence that fences come from if it is\nmissing (needs CREATE rights)")
 	lf.addTTL(cmd, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
 	lf.addWait(cmd)
 	f.StringVarP(&shellCmd, "command", "c", "", "run this shell command with /bin/sh -c, instead of -- COMMAND [ARG]...")
-	f.DurationVar(&grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL to the command when the lock is lost or\ncannot be extended; at most a third of --ttl, and never past the validity")
+	grace = 10 * time.Second
+	f.Var(seconds{d: &grace}, "grace", "time between SIGTERM and SIGKILL to the command when the lock is lost or\ncannot be extended (seconds or a duration); at most a third of --ttl, and never\npast the validity")
 	f.BoolVar(&noHolder, "no-holder", false, "do not publish holder info (host, pid, since; PostgreSQL: the lock's name) for dlock inspect")
 	return cmd
 }
 
-// splitRunArgs checks the KEY -- COMMAND shape of run's arguments.
-func splitRunArgs(cmd *cobra.Command, args []string, shellCmd string) (key string, argv []string, err error) {
-	dash := cmd.ArgsLenAtDash()
-	if cmd.Flags().Changed("command") {
-		switch {
-		case len(args) == 0:
-			return "", nil, usagef("missing KEY: dlock run -c 'SHELL COMMAND' KEY")
-		case len(args) > 1 && dash >= 0:
-			return "", nil, usagef(`-c and a command after "--" exclude each other`)
-		case len(args) > 1:
-			return "", nil, usagef("expected one KEY with -c, got %d arguments: %q", len(args), args)
-		case shellCmd == "":
-			return "", nil, usagef("-c: empty shell command")
-		}
-		if err := driver.CheckKey(args[0]); err != nil {
-			return "", nil, &usageError{err: err}
-		}
-		return args[0], []string{"/bin/sh", "-c", shellCmd}, nil
-	}
+// splitRunArgs splits run's arguments into the KEY and the command, as
+// flock(1) does: cobra's parsing stopped at the KEY (the first argument that
+// is not a flag); the flags after it are parsed here, up to the command's
+// name, so that the command's own flags are its own. "--" ends dlock's flags
+// too, and must when the command's arguments hold one: a "--" after the
+// command's name may have been meant as dlock's ("dlock run a b -- cmd").
+func splitRunArgs(cmd *cobra.Command, args []string, shellCmd *string) (key string, argv []string, err error) {
 	switch {
-	case dash < 0 && len(args) == 0:
-		return "", nil, usagef("missing KEY and command: dlock run KEY -- COMMAND [ARG]... or dlock run -c 'SHELL COMMAND' KEY")
-	case dash < 0:
-		return "", nil, usagef(`missing "--" between KEY and the command (or -c 'SHELL COMMAND')`)
-	case dash == 0:
+	case cmd.ArgsLenAtDash() == 0:
 		return "", nil, usagef(`missing KEY before "--"`)
-	case dash > 1:
-		return "", nil, usagef(`expected one KEY before "--", got %d arguments: %q`, dash, args[:dash])
-	case len(args) == dash:
-		return "", nil, usagef(`missing command after "--"`)
-	case args[1] == "":
-		return "", nil, usagef("empty command name")
+	case len(args) == 0:
+		return "", nil, usagef("missing KEY and command: dlock run KEY [--] COMMAND [ARG]... or dlock run -c 'SHELL COMMAND' KEY")
 	}
-	if err := driver.CheckKey(args[0]); err != nil {
+	key, fs := args[0], cmd.Flags()
+	if err := driver.CheckKey(key); err != nil {
 		return "", nil, &usageError{err: err}
 	}
-	return args[0], args[1:], nil
+	if err := fs.Parse(args[1:]); err != nil {
+		return "", nil, cmd.FlagErrorFunc()(cmd, err)
+	}
+	if help, _ := fs.GetBool("help"); help {
+		return "", nil, pflag.ErrHelp // cobra prints the help
+	}
+	rest, dash := fs.Args(), fs.ArgsLenAtDash()
+	if fs.Changed("command") {
+		switch {
+		case len(rest) > 0 && dash >= 0:
+			return "", nil, usagef(`-c and a command after "--" exclude each other`)
+		case len(rest) > 0:
+			return "", nil, usagef("expected one KEY with -c, got %d arguments: %q", len(args), append([]string{key}, rest...))
+		case *shellCmd == "":
+			return "", nil, usagef("-c: empty shell command")
+		}
+		return key, []string{"/bin/sh", "-c", *shellCmd}, nil
+	}
+	switch i := slices.Index(rest, "--"); {
+	case len(rest) == 0 && dash >= 0:
+		return "", nil, usagef(`missing command after "--"`)
+	case len(rest) == 0:
+		return "", nil, usagef("missing command: dlock run KEY [--] COMMAND [ARG]...")
+	case dash < 0 && i > 0:
+		return "", nil, usagef(`expected one KEY before "--", got %d arguments: %q (to pass "--" to the command, write dlock run KEY -- COMMAND [ARG]...)`,
+			i+1, append([]string{key}, rest[:i]...))
+	case rest[0] == "":
+		return "", nil, usagef("empty command name")
+	}
+	return key, rest, nil
 }
 
 func checkDurations(ttl, wait, grace time.Duration) error {
@@ -192,7 +206,7 @@ func checkDurations(ttl, wait, grace time.Duration) error {
 		return usagef("--ttl: %w", err)
 	}
 	if wait < 0 {
-		return usagef("--wait %v: must not be negative", wait)
+		return usagef("--wait %s: must not be negative", waitString(wait))
 	}
 	if grace < 0 {
 		return usagef("--grace %v: must not be negative", grace)
@@ -252,9 +266,11 @@ func (r *runner) run(ctx context.Context) error {
 	// does not answer has another third (at least; the grace is at most a
 	// third) to come back before the command is terminated.
 	opts := []dlock.Option{dlock.WithExtendThreshold(r.ttl - r.ttl/3)}
-	if r.wait == 0 {
+	switch r.wait {
+	case 0:
 		opts = append(opts, dlock.WithRetryCount(0))
-	} else {
+	case forever: // until the lock comes, or a signal ends the wait
+	default:
 		t := time.AfterFunc(r.wait, func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
@@ -427,7 +443,7 @@ func (r *runner) outcome(err error, rec *recorder) error {
 	case waitSig != nil && !entered:
 		return exitf(signalCode(waitSig), "interrupted by %v while waiting for lock %q", waitSig, r.key)
 	case r.aborted:
-		return busyf("lock %q is busy: --wait %v ran out", r.key, r.wait)
+		return busyf("lock %q is busy: --wait %s ran out", r.key, waitString(r.wait))
 	case !entered:
 		return acquireError(err, rec, r.key, r.wait)
 	case r.startErr != nil:
