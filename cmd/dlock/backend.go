@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"regexp"
 	"strings"
@@ -130,6 +129,7 @@ func (a *app) redisURLs(urls []string) error {
 // openBackend builds the backend for a command. It sends nothing to any
 // server, so an unreachable one shows up at the first operation.
 func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFlags, u use) (*backend, error) {
+	a.name = cmd.CommandPath() // for the backends' lines
 	if eps, err := a.etcdSpec(cmd, f); err != nil || len(eps) > 0 {
 		if err != nil {
 			return nil, err
@@ -158,19 +158,6 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func init() { redis.SetLogger(quietLogger{}) }
 
-// logger is where backends' warnings (such as an eviction policy that can
-// drop lock keys) go: stderr, without timestamps.
-func (a *app) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{
-		ReplaceAttr: func(groups []string, attr slog.Attr) slog.Attr {
-			if len(groups) == 0 && attr.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return attr
-		},
-	}))
-}
-
 func (a *app) openRedis(urls []string, ttl time.Duration, holder bool) (*backend, error) {
 	b := &backend{kind: "redis"}
 	for i, u := range urls {
@@ -198,7 +185,7 @@ func (a *app) openRedis(urls []string, ttl time.Duration, holder bool) (*backend
 		b.closers = append(b.closers, func() { c.Close() })
 	}
 	if len(b.clients) == 1 {
-		opts := []redislock.Option{redislock.WithLogger(a.logger())}
+		opts := []redislock.Option{redislock.WithLogger(a.logger()), redislock.WithObserver(a.observe)}
 		if holder {
 			opts = append(opts, redislock.WithHolderInfo(""))
 		}

@@ -97,7 +97,7 @@ func (a *app) openEtcd(urls []string, holder bool) (*backend, error) {
 	if err != nil {
 		return nil, exitf(exitUnavailable, "backend unreachable: etcd %s: %v", strings.Join(nodes, ","), err)
 	}
-	opts := []etcdlock.Option{etcdlock.WithLogger(a.logger())}
+	opts := []etcdlock.Option{etcdlock.WithLogger(a.logger()), etcdlock.WithObserver(a.observe)}
 	if holder {
 		opts = append(opts, etcdlock.WithHolderInfo(""))
 	}

@@ -35,7 +35,7 @@ func (a *app) openRedlock(b *backend, ttl time.Duration, holder bool) (*backend,
 		}
 		seen[n] = i
 	}
-	opts := []redlock.Option{redlock.WithLogger(a.logger()), redlock.WithNodeTimeout(redlockNodeTimeout(ttl))}
+	opts := []redlock.Option{redlock.WithLogger(a.logger()), redlock.WithObserver(a.observe), redlock.WithNodeTimeout(redlockNodeTimeout(ttl))}
 	if holder {
 		opts = append(opts, redlock.WithHolderInfo(""))
 	}
@@ -68,7 +68,7 @@ func (a *app) openPostgres(ctx context.Context, dsn string, createTable, holder 
 	if err != nil {
 		return nil, usagef("PostgreSQL DSN: %v", err)
 	}
-	var opts []pglock.Option
+	opts := []pglock.Option{pglock.WithLogger(a.logger()), pglock.WithObserver(a.observe)}
 	if holder {
 		opts = append(opts, pglock.WithHolderInfo(""))
 	}

@@ -102,6 +102,7 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 	redact redactor
+	name   string // the command's path ("dlock run"), for the lines it prints
 }
 
 // run executes dlock with args (without the program name) and returns the

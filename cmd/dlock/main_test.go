@@ -321,3 +321,15 @@ func oneLine(t *testing.T, stderr string) {
 		t.Errorf("stderr is not one line: %q", stderr)
 	}
 }
+
+// humanLines checks that every line dlock printed on stderr is one of its
+// own, "dlock ...: ...", not a log record of the library (logfmt, or the
+// default logger's "2006/01/02 15:04:05 WARN ...").
+func humanLines(t *testing.T, stderr string) {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimSuffix(stderr, "\n"), "\n") {
+		if !strings.HasPrefix(line, "dlock") || strings.Contains(line, "level=") || strings.Contains(line, "msg=") {
+			t.Errorf("stderr has a line that is not dlock's own: %q\nall of it:\n%s", line, stderr)
+		}
+	}
+}

@@ -402,8 +402,9 @@ func (r *runner) watch(ctx context.Context, lock *dlock.Lock, exited <-chan stru
 		case <-ctx.Done():
 			if cause := context.Cause(ctx); errors.Is(cause, dlock.ErrLockLost) {
 				r.lostCause = cause
-				r.a.errorf("dlock run: lock %q lost: %v; sending SIGTERM to the command, SIGKILL in %v",
-					r.key, cause, r.killDelay(lock).Round(time.Millisecond))
+				why := strings.TrimPrefix(cause.Error(), dlock.ErrLockLost.Error()+": ")
+				r.a.errorf("dlock run: lock %q lost: %s; sending SIGTERM to the command, SIGKILL in %v",
+					r.key, why, r.killDelay(lock).Round(time.Millisecond))
 			}
 		}
 		r.terminate(lock, exited, control)
