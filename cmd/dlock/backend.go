@@ -32,8 +32,10 @@ type backendFlags struct {
 	// flag's name, --create-fence-table, predates the sequence.)
 	createTable bool
 	// holder makes `run` publish who holds the lock, for dlock inspect
-	// (the backends' WithHolderInfo; --no-holder turns it off).
+	// (the backends' WithHolderInfo; --no-holder turns it off), and name
+	// labels that record (--name: the service the library's option takes).
 	holder bool
+	name   string
 }
 
 func addBackendFlags(cmd *cobra.Command, f *backendFlags) {
@@ -130,11 +132,21 @@ func (a *app) redisURLs(urls []string) error {
 // server, so an unreachable one shows up at the first operation.
 func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFlags, u use) (*backend, error) {
 	a.name = cmd.CommandPath() // for the backends' lines
+	be, err := a.open(ctx, cmd, f, u)
+	if err != nil && f.name != "" && errors.Is(err, dlock.ErrInvalid) {
+		// The one option of the user's: PostgreSQL takes printable ASCII.
+		return nil, usagef("--name %q: %v", f.name, err)
+	}
+	return be, err
+}
+
+// open is openBackend, without the word on --name.
+func (a *app) open(ctx context.Context, cmd *cobra.Command, f *backendFlags, u use) (*backend, error) {
 	if eps, err := a.etcdSpec(cmd, f); err != nil || len(eps) > 0 {
 		if err != nil {
 			return nil, err
 		}
-		return a.openEtcd(eps, f.holder)
+		return a.openEtcd(eps, f)
 	}
 	urls, dsn, err := a.backendSpec(cmd, f)
 	if err != nil {
@@ -145,9 +157,9 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFla
 		case useTokens:
 			return nil, usagef("%s needs Redis: a PostgreSQL advisory lock belongs to a database session and ends with the dlock process (use dlock run)", cmd.Name())
 		}
-		return a.openPostgres(ctx, dsn, f.createTable, f.holder)
+		return a.openPostgres(ctx, dsn, f)
 	}
-	return a.openRedis(urls, f.ttl, f.holder)
+	return a.openRedis(urls, f)
 }
 
 // quietLogger drops go-redis's internal log lines (dial retries and the
@@ -158,7 +170,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func init() { redis.SetLogger(quietLogger{}) }
 
-func (a *app) openRedis(urls []string, ttl time.Duration, holder bool) (*backend, error) {
+func (a *app) openRedis(urls []string, f *backendFlags) (*backend, error) {
 	b := &backend{kind: "redis"}
 	for i, u := range urls {
 		opt, err := redis.ParseURL(u) // checked by redisURLs
@@ -186,8 +198,8 @@ func (a *app) openRedis(urls []string, ttl time.Duration, holder bool) (*backend
 	}
 	if len(b.clients) == 1 {
 		opts := []redislock.Option{redislock.WithLogger(a.logger()), redislock.WithObserver(a.observe)}
-		if holder {
-			opts = append(opts, redislock.WithHolderInfo(""))
+		if f.holder {
+			opts = append(opts, redislock.WithHolderInfo(f.name))
 		}
 		l, err := redislock.New(b.clients[0], opts...)
 		if err != nil {
@@ -201,7 +213,7 @@ func (a *app) openRedis(urls []string, ttl time.Duration, holder bool) (*backend
 		b.locker, b.tokens = l, l
 		return b, nil
 	}
-	return a.openRedlock(b, ttl, holder)
+	return a.openRedlock(b, f)
 }
 
 // recorder wraps a Locker to learn, after a failed wait, whether any attempt

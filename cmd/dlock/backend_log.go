@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -58,6 +61,24 @@ func (h *lineHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 }
 
 func (h *lineHandler) WithGroup(string) slog.Handler { return h }
+
+// granted is --verbose's line once lock is granted: how long the wait
+// took, the fence, the backend, and the holder record that f publishes.
+func (a *app) granted(lock *dlock.Lock, waited time.Duration, be *backend, f *backendFlags) {
+	holder := "no holder record"
+	switch {
+	case f.holder && be.kind == "postgres":
+		holder = "holder: the lock's name in its session's application_name"
+	case f.holder:
+		host, _ := os.Hostname()
+		holder = fmt.Sprintf("holder host %s, pid %d", host, os.Getpid())
+	}
+	if f.holder && f.name != "" {
+		holder += fmt.Sprintf(", name %q", f.name)
+	}
+	a.errorf("%s: lock %q granted after %v: fence %d, on %s %s, %s", a.name, lock.Key(),
+		waited.Round(time.Millisecond), lock.Fence(), be.kind, strings.Join(be.nodes, ","), holder)
+}
 
 // observe is the backends' observer (WithObserver): it reports an
 // extension that failed while the lock may still be valid, which dlock

@@ -65,6 +65,8 @@ func TestUsageErrors(t *testing.T) {
 		{"empty etcd URL", nil, run("--etcd", ""), "--etcd: empty URL"},
 		{"bad etcd URL scheme", nil, run("--etcd", "redis://127.0.0.1:1"), "etcd URL #1"},
 		{"inspect on etcd, bad pattern", nil, []string{"inspect", "--etcd", "http://127.0.0.1:1", "["}, `pattern "["`},
+		{"--name with --no-holder", redisEnv, run("--name", "nightly", "--no-holder"), "--name and --no-holder contradict"},
+		{"--name not for PostgreSQL", []string{"DLOCK_POSTGRES=postgres://db/x"}, run("--name", "n\u00e4chtlich"), "--name \"n\u00e4chtlich\": invalid argument: holder service"},
 		{"acquire on postgres", nil, []string{"acquire", "--postgres", "postgres://db/x", "k"}, "acquire needs Redis"},
 		{"acquire bad ttl", redisEnv, []string{"acquire", "--ttl", "-5s", "k"}, "--ttl: invalid argument: ttl -5s"},
 		{"acquire without key", redisEnv, []string{"acquire"}, "missing KEY"},

@@ -13,15 +13,16 @@ import (
 )
 
 // lockFlags are the flock(1)-style flags of the commands that take a lock:
-// -t/--ttl, -w/--wait, -n/--nb/--nonblock, -E/--conflict-exit-code and
-// -q/--quiet. Every command maps a busy lock through busy, so -E and -q
-// mean the same thing everywhere.
+// -t/--ttl, -w/--wait, -n/--nb/--nonblock, -E/--conflict-exit-code,
+// -q/--quiet and --verbose. Every command maps a busy lock through busy,
+// so -E and -q mean the same thing everywhere.
 type lockFlags struct {
 	ttl      time.Duration
 	wait     time.Duration // forever: no limit
 	nonblock bool
 	conflict int
 	quiet    bool
+	verbose  bool
 }
 
 func (l *lockFlags) addTTL(cmd *cobra.Command, usage string) {
@@ -42,6 +43,7 @@ func (l *lockFlags) addWait(cmd *cobra.Command) {
 	})
 	f.IntVarP(&l.conflict, "conflict-exit-code", "E", exitBusy, "exit `N` instead of 75 when the lock is busy")
 	f.BoolVarP(&l.quiet, "quiet", "q", false, "print nothing when the lock is busy (other errors still print)")
+	f.BoolVar(&l.verbose, "verbose", false, "once the lock is granted, say on stderr how long it waited, its fence, the\nbackend and the holder record")
 }
 
 // check validates the flags and applies -n.

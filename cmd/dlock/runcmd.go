@@ -126,6 +126,9 @@ application_name, beside the session's pid (--no-holder turns this off).
 			if err := checkDurations(ttl, wait, grace); err != nil {
 				return err
 			}
+			if noHolder && bf.name != "" {
+				return usagef("--name and --no-holder contradict each other")
+			}
 			bf.ttl, bf.holder = ttl, !noHolder
 			be, err := a.openBackend(cmd.Context(), cmd, &bf, useRun)
 			if err != nil {
@@ -135,6 +138,9 @@ application_name, beside the session's pid (--no-holder turns this off).
 			// The grace must leave room to extend the lock before it
 			// starts (see run).
 			r := &runner{a: a, be: be, key: key, argv: argv, ttl: ttl, wait: wait, grace: min(grace, ttl/3)}
+			if lf.verbose {
+				r.verbose = &bf
+			}
 			return lf.busy(r.run(cmd.Context()))
 		},
 	}
@@ -149,6 +155,7 @@ application_name, beside the session's pid (--no-holder turns this off).
 	grace = 10 * time.Second
 	f.Var(seconds{d: &grace}, "grace", "time between SIGTERM and SIGKILL to the command when the lock is lost or\ncannot be extended (seconds or a duration); at most a third of --ttl, and never\npast the validity")
 	f.BoolVar(&noHolder, "no-holder", false, "do not publish holder info (host, pid, since; PostgreSQL: the lock's name) for dlock inspect")
+	f.StringVar(&bf.name, "name", "", "label the holder record with `NAME` (the job or service), for dlock inspect")
 	return cmd
 }
 
@@ -222,6 +229,8 @@ type runner struct {
 	key              string
 	argv             []string
 	ttl, wait, grace time.Duration
+	verbose          *backendFlags // with --verbose: what the holder record says
+	begun            time.Time     // when the wait began
 
 	mu         sync.Mutex
 	entered    bool      // the lock was granted and the command is being started
@@ -262,6 +271,7 @@ func (r *runner) run(ctx context.Context) error {
 	defer func() { close(stop); <-done }()
 
 	rec := &recorder{Locker: r.be.locker}
+	r.begun = time.Now()
 	// Extend when a third of the TTL has passed, so that a backend that
 	// does not answer has another third (at least; the grace is at most a
 	// third) to come back before the command is terminated.
@@ -313,6 +323,9 @@ func (r *runner) hold(ctx context.Context) error {
 		return nil
 	}
 	r.entered = true
+	if r.verbose != nil {
+		r.a.granted(lock, time.Since(r.begun), r.be, r.verbose)
+	}
 	tty := foregroundTTY(r.a.stdin)
 	sup, control, err := r.start(lock, tty)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -88,12 +89,16 @@ it cannot outlive dlock (use dlock run).
 				defer cancel()
 			}
 			rec := &recorder{Locker: be.locker}
+			begun := time.Now()
 			lock, err := dlock.Acquire(ctx, rec, key, ttl, opts...)
 			if err != nil {
 				if sig := interrupted(); sig != nil {
 					return exitf(signalCode(sig), "interrupted by %v while waiting for lock %q", sig, key)
 				}
 				return lf.busy(acquireError(err, rec, key, wait))
+			}
+			if lf.verbose {
+				a.granted(lock, time.Since(begun), be, &bf)
 			}
 			if asJSON {
 				return json.NewEncoder(a.stdout).Encode(struct {
