@@ -40,7 +40,7 @@ type backendFlags struct {
 
 func addBackendFlags(cmd *cobra.Command, f *backendFlags) {
 	cmd.Flags().StringArrayVar(&f.redis, "redis", nil,
-		"Redis `URL` (redis://, rediss:// for TLS, unix://); repeat it for Redlock across\nindependent nodes (default: $DLOCK_REDIS, comma-separated)")
+		"Redis `URL` (host:port, redis://, rediss:// for TLS, unix://); repeat it for Redlock\nacross independent nodes (default: $DLOCK_REDIS, comma-separated)")
 	cmd.Flags().StringVar(&f.postgres, "postgres", "",
 		"PostgreSQL `DSN` for an advisory lock (default: $DLOCK_POSTGRES)")
 	addEtcdFlag(cmd, f)
@@ -51,7 +51,7 @@ type use int
 
 const (
 	useRun     use = iota // a lock held by this process: every backend
-	useTokens             // a lock that outlives the process: Redis only
+	useTokens             // a lock that outlives the process: Redis or etcd
 	useInspect            // listing held locks: every backend
 )
 
@@ -99,12 +99,15 @@ func (a *app) backendSpec(cmd *cobra.Command, f *backendFlags) (urls []string, d
 	}
 	switch {
 	case len(urls) > 0 && dsn != "":
-		return nil, "", usagef("choose one backend: Redis (--redis, DLOCK_REDIS) or PostgreSQL (--postgres, DLOCK_POSTGRES), not both")
+		return nil, "", usagef("%s", chooseOne)
 	case len(urls) == 0 && dsn == "":
-		return nil, "", usagef("no backend: give --redis URL, --postgres DSN or --etcd URL, or set DLOCK_REDIS, DLOCK_POSTGRES or DLOCK_ETCD")
+		return nil, "", usagef("no backend: give --redis URL (Redis), --etcd URL (etcd) or --postgres DSN (PostgreSQL), or set DLOCK_REDIS, DLOCK_ETCD or DLOCK_POSTGRES")
 	}
 	return urls, dsn, nil
 }
+
+// chooseOne is the answer to flags or variables that name several backends.
+const chooseOne = "choose one backend: Redis (--redis, DLOCK_REDIS), etcd (--etcd, DLOCK_ETCD) or PostgreSQL (--postgres, DLOCK_POSTGRES)"
 
 // redisURLs makes each of urls a Redis URL, in place: an address without
 // a scheme (host:port, as redis-cli and most configuration files write it)
@@ -155,7 +158,7 @@ func (a *app) open(ctx context.Context, cmd *cobra.Command, f *backendFlags, u u
 	if dsn != "" {
 		switch u {
 		case useTokens:
-			return nil, usagef("%s needs Redis: a PostgreSQL advisory lock belongs to a database session and ends with the dlock process (use dlock run)", cmd.Name())
+			return nil, usagef("%s needs Redis or etcd: a PostgreSQL advisory lock belongs to a database session and ends with the dlock process (use dlock run)", cmd.Name())
 		}
 		return a.openPostgres(ctx, dsn, f)
 	}

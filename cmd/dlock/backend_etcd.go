@@ -55,7 +55,7 @@ func (a *app) etcdSpec(cmd *cobra.Command, f *backendFlags) ([]string, error) {
 		}
 	}
 	if len(out) > 0 && other {
-		return nil, usagef("choose one backend: etcd (--etcd, DLOCK_ETCD), Redis (--redis, DLOCK_REDIS) or PostgreSQL (--postgres, DLOCK_POSTGRES)")
+		return nil, usagef("%s", chooseOne)
 	}
 	return out, nil
 }

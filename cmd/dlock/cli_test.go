@@ -371,3 +371,41 @@ func TestExitCodeBySentinel(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryBackendNamed: every text that lists the backends (help, the
+// errors about the backend choice, the package doc's opening) names etcd
+// with Redis and PostgreSQL.
+func TestEveryBackendNamed(t *testing.T) {
+	texts := map[string]string{}
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"acquire", "--help"}, {"inspect", "--help"}} {
+		texts[strings.Join(args, " ")] = runInProcess(t, nil, args...).stdout
+	}
+	pg := []string{"DLOCK_POSTGRES=postgres://db/x"}
+	for name, c := range map[string]struct {
+		env  []string
+		args []string
+	}{
+		"no backend":       {nil, []string{"run", "k", "--", "true"}},
+		"two backends":     {append(pg, "DLOCK_REDIS=redis://127.0.0.1:1"), []string{"run", "k", "--", "true"}},
+		"acquire postgres": {pg, []string{"acquire", "k"}},
+		"release postgres": {pg, []string{"release", "k", "t"}},
+	} {
+		r := runInProcess(t, c.env, c.args...)
+		if r.code != exitUsage {
+			t.Fatalf("%s: exit %d, want %d; stderr: %s", name, r.code, exitUsage, r.stderr)
+		}
+		texts[name] = r.stderr
+	}
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts["doc.go's opening"], _, _ = strings.Cut(string(doc), "\n//\n")
+	for name, text := range texts {
+		for _, backend := range []string{"Redis", "PostgreSQL", "etcd"} {
+			if !strings.Contains(strings.ToLower(text), strings.ToLower(backend)) {
+				t.Errorf("%s does not name %s:\n%s", name, backend, text)
+			}
+		}
+	}
+}

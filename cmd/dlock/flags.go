@@ -27,7 +27,7 @@ type lockFlags struct {
 
 func (l *lockFlags) addTTL(cmd *cobra.Command, usage string) {
 	l.ttl = 30 * time.Second
-	cmd.Flags().VarP(seconds{d: &l.ttl}, "ttl", "t", usage+";\nseconds (30, 0.5) or a duration (1m30s)")
+	cmd.Flags().VarP(seconds{d: &l.ttl}, "ttl", "t", usage+"\n(seconds, such as 30 or 0.5, or a duration such as 1m30s)")
 }
 
 func (l *lockFlags) addWait(cmd *cobra.Command) {

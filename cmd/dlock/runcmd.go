@@ -40,13 +40,19 @@ func (a *app) runCmd() *cobra.Command {
 		Long: `Run takes the lock on KEY, runs COMMAND while holding it, and releases it when
 COMMAND exits. Two dlock run on the same KEY, on any machines that share the
 backend, never run their commands at the same time (but see the limits below).
+As with flock, dlock's flags end at COMMAND, whose own flags follow it; "--"
+before COMMAND ends them too, and is needed only when COMMAND's arguments hold
+a "--" (in "dlock run a b -- c" it is ambiguous).
 
-With --wait 0 (the default, or -n) run tries once and exits 75 if the lock is busy
-(-E N: exits N instead; -q: says nothing about it on stderr); with a duration it
-waits up to that long for the holder to let go. An unreachable
-backend exits 69 at once, or when --wait runs out for one that does not answer
-(a single try is bounded by the URL's dial_timeout and read_timeout, 5s and 3s
-by default, or the DSN's connect_timeout, or 5s on etcd).
+With --wait 0 (the default, or -n, --nb) run tries once and exits 75 if the lock
+is busy (-E N: exits N instead; -q: says nothing about it on stderr); with
+seconds (5, 0.5) or a duration (1m30s) it waits up to that long for the holder
+to let go, and with forever until it does. An unreachable backend exits 69 at
+once, or when --wait runs out for one that does not answer (a single try is
+bounded by the URL's dial_timeout and read_timeout, 5s and 3s by default, or the
+DSN's connect_timeout, or 5s on etcd); with --wait forever dlock keeps trying.
+--verbose says on stderr, once the lock is granted, how long dlock waited, the
+fence, the backend and the holder record.
 
 The command gets DLOCK_KEY, DLOCK_TOKEN and DLOCK_FENCE in its environment.
 DLOCK_FENCE grows with every acquisition of KEY: pass it to the resource you
@@ -87,15 +93,17 @@ data must pass DLOCK_FENCE to the resource it writes.
 While it runs, dlock publishes who holds the lock for dlock inspect: on Redis
 (host, pid, since) in a key of its own that expires with the lock, on etcd as
 the lock key's value, on PostgreSQL the lock's name in its session's
-application_name, beside the session's pid (--no-holder turns this off).
+application_name, beside the session's pid (--no-holder turns this off). --name
+adds a label to that record: the job or service.
 
 ` + exitCodesHelp,
 		Example: `  # nightly billing runs on one replica at a time; the others exit 75 at once
-  dlock run --redis redis://redis.internal:6379 billing -- ./bill.sh --month=prev
+  dlock run --redis redis.internal:6379 billing ./bill.sh --month=prev
 
-  # wait up to two minutes for the previous run, with a 1-minute lease
+  # wait up to two minutes for the previous run, with a 1-minute lease, and say
+  # how long it waited, with which fence
   DLOCK_REDIS=redis://:secret@redis.internal:6379 \
-    dlock run --ttl 1m --wait 2m reindex -- ./reindex.sh
+    dlock run -t 60 -w 120 --verbose --name reindexer reindex -- ./reindex.sh
 
   # Redlock across three independent Redis masters
   dlock run --redis redis://r1:6379 --redis redis://r2:6379 --redis redis://r3:6379 \
@@ -110,7 +118,7 @@ application_name, beside the session's pid (--no-holder turns this off).
 
   # in cron: skip this run silently (exit 0, nothing on stderr) while the last one
   # is still going; a failure of sync.sh itself keeps its exit code
-  */5 * * * * dlock run -n -q -E 0 sync -- ./sync.sh
+  */5 * * * * dlock run -n -q -E 0 sync ./sync.sh
 
   # a shell command, as with flock -c
   dlock run -w 1m -c 'pg_dump app | gzip > /backup/app.gz' backup`,
@@ -151,7 +159,7 @@ application_name, beside the session's pid (--no-holder turns this off).
 		"with --postgres: create the dlock_fence sequence that fences come from if it is\nmissing (needs CREATE rights)")
 	lf.addTTL(cmd, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
 	lf.addWait(cmd)
-	f.StringVarP(&shellCmd, "command", "c", "", "run this shell command with /bin/sh -c, instead of -- COMMAND [ARG]...")
+	f.StringVarP(&shellCmd, "command", "c", "", "run this shell command with /bin/sh -c, instead of COMMAND [ARG]...")
 	grace = 10 * time.Second
 	f.Var(seconds{d: &grace}, "grace", "time between SIGTERM and SIGKILL to the command when the lock is lost or\ncannot be extended (seconds or a duration); at most a third of --ttl, and never\npast the validity")
 	f.BoolVar(&noHolder, "no-holder", false, "do not publish holder info (host, pid, since; PostgreSQL: the lock's name) for dlock inspect")
