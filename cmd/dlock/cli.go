@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -235,12 +236,14 @@ func (r *redactor) string(s string) string {
 }
 
 // oneLine redacts msg and folds it onto one line: errors.Join and cobra
-// separate their parts with newlines. The library's "dlock: " prefixes go:
-// the line has one already.
+// separate their parts with newlines. The library's "dlock: " prefixes go
+// (the line has one already), not the end of "redlock: ".
 func (r *redactor) oneLine(msg string) string {
-	msg = strings.ReplaceAll(r.string(msg), "dlock: ", "")
+	msg = libraryPrefix.ReplaceAllString(r.string(msg), "")
 	return strings.Join(strings.Fields(msg), " ")
 }
+
+var libraryPrefix = regexp.MustCompile(`\bdlock: `)
 
 // signalCode is the exit code for death by a signal, as shells report it.
 func signalCode(sig os.Signal) int {

@@ -61,6 +61,19 @@ func TestRunOneLinePerEvent(t *testing.T) {
 			t.Errorf("stderr %q does not name the policy and the cure", r.stderr)
 		}
 	})
+
+	t.Run("redlock warning", func(t *testing.T) {
+		rs := testsrv.StartRedisN(t, 2)
+		r := runInProcess(t, env, "run", "--redis", rs[0].URL(), "--redis", rs[1].URL(), "events:redlock", "true")
+		if r.code != 0 {
+			t.Fatalf("exit %d, want 0; stderr: %s", r.code, r.stderr)
+		}
+		oneLine(t, r.stderr)
+		humanLines(t, r.stderr)
+		if want := "dlock run: redlock: 2 nodes: Redlock tolerates no failed node below 3"; !strings.HasPrefix(r.stderr, want) {
+			t.Errorf("stderr %q, want %q", r.stderr, want)
+		}
+	})
 }
 
 // TestRunExtensionRetried: an extension that fails while the lock is still
