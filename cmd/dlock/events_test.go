@@ -86,14 +86,9 @@ func TestRunExtensionRetried(t *testing.T) {
 	ctx := context.Background()
 	proxy := testproxy.Start(t, srv.Addr)
 	url := "redis://" + proxy.Addr + "/0?dial_timeout=300ms&read_timeout=300ms&write_timeout=300ms"
-	dir := t.TempDir()
-	ready, goOn := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
-	self := shellQuote(childArgv()[0])
 	// --ttl 15s: the first extension comes 5s after the grant, retries every
 	// 1.25s, and SIGTERM would come with 5s of validity left.
-	p := startBin(t, binEnv(), "run", "--redis", url, "--ttl", "15s", "-c",
-		fmt.Sprintf(": > %s; exec %s await %s", shellQuote(ready), self, shellQuote(goOn)), "flaky")
-	waitFile(t, ready, p)
+	_, finish := startHolding(t, "flaky", "--redis", url, "--ttl", "15s")
 
 	proxy.Blackhole(t)
 	// Once the key has 8.5s left (6.5s after the grant), the first
@@ -111,10 +106,7 @@ func TestRunExtensionRetried(t *testing.T) {
 		}
 		return nil
 	})
-	if err := os.WriteFile(goOn, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := p.wait(t)
+	r := finish()
 	if r.code != 0 {
 		t.Fatalf("exit %d, want 0; stderr: %s", r.code, r.stderr)
 	}

@@ -25,14 +25,7 @@ func TestLockFlags(t *testing.T) {
 	down := []string{"DLOCK_REDIS=" + closedURL(t, ""), "DLOCK_TOKEN=x"}
 
 	const silent, says = "", "busy"
-	cases := []struct {
-		name   string
-		env    []string
-		args   []string
-		code   int
-		stderr string // "" wants it empty; otherwise a substring
-		minDur time.Duration
-	}{
+	cases := []invocation{
 		// The cron line of dlock run --help.
 		{"run cron example", env, []string{"run", "-n", "-q", "-E", "0", "busy", "--", "true"}, 0, silent, 0},
 		{"run busy", env, []string{"run", "busy", "--", "true"}, exitBusy, says, 0},
@@ -72,23 +65,7 @@ func TestLockFlags(t *testing.T) {
 		{"release too many", env, []string{"release", "busy", "a", "b"}, exitUsage, "too many", 0},
 		{"release unreachable", down, []string{"release", "k"}, exitUnavailable, "unreachable", 0},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			r := runInProcess(t, c.env, c.args...)
-			if r.code != c.code {
-				t.Fatalf("%q: exit %d, want %d; stderr: %s", c.args, r.code, c.code, r.stderr)
-			}
-			if c.stderr == "" && r.stderr != "" {
-				t.Fatalf("%q: stderr %q, want none", c.args, r.stderr)
-			}
-			if c.stderr != "" && !strings.Contains(r.stderr, c.stderr) {
-				t.Fatalf("%q: stderr %q, want it to say %q", c.args, r.stderr, c.stderr)
-			}
-			if r.elapsed < c.minDur {
-				t.Fatalf("%q: returned after %v, before its --wait %v", c.args, r.elapsed, c.minDur)
-			}
-		})
-	}
+	runCases(t, cases)
 
 	// acquire's output, evaluated, lets release go without a token argument.
 	if r := runInProcess(t, withToken, "release", "busy"); r.code != 0 {
@@ -144,14 +121,7 @@ func TestFlockHabits(t *testing.T) {
 		t.Fatalf("acquire -t 60: the key's TTL is %v, want 60s", ttl)
 	}
 
-	cases := []struct {
-		name   string
-		env    []string
-		args   []string
-		code   int
-		stderr string // "" wants it empty; otherwise a substring
-		minDur time.Duration
-	}{
+	cases := []invocation{
 		{"run -w in seconds", env, []string{"run", "-w", "1", "busy", "--", "true"}, exitBusy, "busy", time.Second},
 		{"run -w a fraction", env, []string{"run", "-w", "0.3", "busy", "--", "true"}, exitBusy, "busy", 300 * time.Millisecond},
 		{"run -w with a unit", env, []string{"run", "-w", "300ms", "busy", "--", "true"}, exitBusy, "busy", 300 * time.Millisecond},
@@ -179,23 +149,7 @@ func TestFlockHabits(t *testing.T) {
 		{"acquire --nb", env, []string{"acquire", "--nb", "busy"}, exitBusy, "busy", 0},
 		{"acquire --redis host:port", nil, []string{"acquire", "--redis", srv.Addr, "-n", "busy"}, exitBusy, "busy", 0},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			r := runInProcess(t, c.env, c.args...)
-			if r.code != c.code {
-				t.Fatalf("%q: exit %d, want %d; stderr: %s", c.args, r.code, c.code, r.stderr)
-			}
-			if c.stderr == "" && r.stderr != "" {
-				t.Fatalf("%q: stderr %q, want none", c.args, r.stderr)
-			}
-			if c.stderr != "" && !strings.Contains(r.stderr, c.stderr) {
-				t.Fatalf("%q: stderr %q, want it to say %q", c.args, r.stderr, c.stderr)
-			}
-			if r.elapsed < c.minDur {
-				t.Fatalf("%q: returned after %v, before its --wait %v", c.args, r.elapsed, c.minDur)
-			}
-		})
-	}
+	runCases(t, cases)
 
 	// extend -t takes seconds too.
 	r := runInProcess(t, env, "acquire", "habit:ext", "-t", "2.5")
@@ -225,5 +179,38 @@ func TestFlockHabits(t *testing.T) {
 	}
 	if r.elapsed < left-100*time.Millisecond {
 		t.Fatalf("run -w forever ran after %v, while the holder's lease had %v left", r.elapsed, left)
+	}
+}
+
+// invocation is a row of a table of dlock invocations, in-process: the
+// exit code it must give, what stderr says ("" wants it empty; otherwise a
+// substring), and how long it must take at least (its --wait).
+type invocation struct {
+	name   string
+	env    []string
+	args   []string
+	code   int
+	stderr string
+	minDur time.Duration
+}
+
+func runCases(t *testing.T, cases []invocation) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runInProcess(t, c.env, c.args...)
+			if r.code != c.code {
+				t.Fatalf("%q: exit %d, want %d; stderr: %s", c.args, r.code, c.code, r.stderr)
+			}
+			if c.stderr == "" && r.stderr != "" {
+				t.Fatalf("%q: stderr %q, want none", c.args, r.stderr)
+			}
+			if c.stderr != "" && !strings.Contains(r.stderr, c.stderr) {
+				t.Fatalf("%q: stderr %q, want it to say %q", c.args, r.stderr, c.stderr)
+			}
+			if r.elapsed < c.minDur {
+				t.Fatalf("%q: returned after %v, before its --wait %v", c.args, r.elapsed, c.minDur)
+			}
+		})
 	}
 }

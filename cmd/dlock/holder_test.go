@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -73,12 +72,7 @@ func TestRunNameAndVerbose(t *testing.T) {
 		t.Run(b.kind, func(t *testing.T) {
 			t.Parallel()
 			flags, in := b.start(t)
-			dir := t.TempDir()
-			ready, goOn := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
-			self := shellQuote(childArgv()[0])
-			shell := fmt.Sprintf("%s env; : > %s; exec %s await %s", self, shellQuote(ready), self, shellQuote(goOn))
-			p := startBin(t, binEnv(), append(append([]string{"run", "--name", "nightly", "--verbose"}, flags...), "-c", shell, "named")...)
-			waitFile(t, ready, p)
+			p, finish := startHolding(t, "named", append([]string{"--name", "nightly", "--verbose"}, flags...)...)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -86,10 +80,7 @@ func TestRunNameAndVerbose(t *testing.T) {
 			if err != nil || len(infos) == 0 || infos[0].Service != "nightly" {
 				t.Errorf("Inspect while dlock run --name nightly holds the lock: %+v, %v; want service nightly", infos, err)
 			}
-			if err := os.WriteFile(goOn, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			r := p.wait(t)
+			r := finish()
 			if r.code != 0 {
 				t.Fatalf("exit %d; stderr: %s", r.code, r.stderr)
 			}

@@ -282,6 +282,27 @@ func waitFile(t *testing.T, path string, p *proc) string {
 	return ""
 }
 
+// startHolding starts the binary as `dlock run ARGS... -c ... KEY`, whose
+// command prints its lock's variables (the child role "env") and then
+// holds the lock until finish; it returns once the command runs. finish
+// lets the command exit 0, and returns dlock's result.
+func startHolding(t *testing.T, key string, args ...string) (p *proc, finish func() result) {
+	t.Helper()
+	dir := t.TempDir()
+	ready, goOn := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
+	self := shellQuote(childArgv()[0])
+	shell := fmt.Sprintf("%s env; : > %s; exec %s await %s", self, shellQuote(ready), self, shellQuote(goOn))
+	p = startBin(t, binEnv(), append(append([]string{"run"}, args...), "-c", shell, key)...)
+	waitFile(t, ready, p)
+	return p, func() result {
+		t.Helper()
+		if err := os.WriteFile(goOn, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p.wait(t)
+	}
+}
+
 // runInProcess calls run with env and returns its code and output.
 func runInProcess(t *testing.T, env []string, args ...string) result {
 	t.Helper()
