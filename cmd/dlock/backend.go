@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"regexp"
 	"strings"
@@ -33,13 +32,15 @@ type backendFlags struct {
 	// flag's name, --create-fence-table, predates the sequence.)
 	createTable bool
 	// holder makes `run` publish who holds the lock, for dlock inspect
-	// (the backends' WithHolderInfo; --no-holder turns it off).
+	// (the backends' WithHolderInfo; --no-holder turns it off), and name
+	// labels that record (--name: the service the library's option takes).
 	holder bool
+	name   string
 }
 
 func addBackendFlags(cmd *cobra.Command, f *backendFlags) {
 	cmd.Flags().StringArrayVar(&f.redis, "redis", nil,
-		"Redis `URL` (redis://, rediss:// for TLS, unix://); repeat it for Redlock across\nindependent nodes (default: $DLOCK_REDIS, comma-separated)")
+		"Redis `URL` (host:port, redis://, rediss:// for TLS, unix://); repeat it for Redlock\nacross independent nodes (default: $DLOCK_REDIS, comma-separated)")
 	cmd.Flags().StringVar(&f.postgres, "postgres", "",
 		"PostgreSQL `DSN` for an advisory lock (default: $DLOCK_POSTGRES)")
 	addEtcdFlag(cmd, f)
@@ -50,7 +51,7 @@ type use int
 
 const (
 	useRun     use = iota // a lock held by this process: every backend
-	useTokens             // a lock that outlives the process: Redis only
+	useTokens             // a lock that outlives the process: Redis or etcd
 	useInspect            // listing held locks: every backend
 )
 
@@ -92,27 +93,63 @@ func (a *app) backendSpec(cmd *cobra.Command, f *backendFlags) (urls []string, d
 		}
 		dsn = strings.TrimSpace(a.lookupEnv("DLOCK_POSTGRES"))
 	}
-	for _, u := range urls {
-		a.redact.addURL(u)
-	}
 	a.redact.addDSN(dsn)
+	if err := a.redisURLs(urls); err != nil {
+		return nil, "", err
+	}
 	switch {
 	case len(urls) > 0 && dsn != "":
-		return nil, "", usagef("choose one backend: Redis (--redis, DLOCK_REDIS) or PostgreSQL (--postgres, DLOCK_POSTGRES), not both")
+		return nil, "", usagef("%s", chooseOne)
 	case len(urls) == 0 && dsn == "":
-		return nil, "", usagef("no backend: give --redis URL, --postgres DSN or --etcd URL, or set DLOCK_REDIS, DLOCK_POSTGRES or DLOCK_ETCD")
+		return nil, "", usagef("no backend: give --redis URL (Redis), --etcd URL (etcd) or --postgres DSN (PostgreSQL), or set DLOCK_REDIS, DLOCK_ETCD or DLOCK_POSTGRES")
 	}
 	return urls, dsn, nil
+}
+
+// chooseOne is the answer to flags or variables that name several backends.
+const chooseOne = "choose one backend: Redis (--redis, DLOCK_REDIS), etcd (--etcd, DLOCK_ETCD) or PostgreSQL (--postgres, DLOCK_POSTGRES)"
+
+// redisURLs makes each of urls a Redis URL, in place: an address without
+// a scheme (host:port, as redis-cli and most configuration files write it)
+// gets redis://, a socket's path unix://. It registers their passwords
+// with the redactor, then checks that each parses.
+func (a *app) redisURLs(urls []string) error {
+	for i, u := range urls {
+		switch {
+		case strings.HasPrefix(u, "/"):
+			urls[i] = "unix://" + u
+		case !strings.Contains(u, "://"):
+			urls[i] = "redis://" + u
+		}
+		a.redact.addURL(urls[i])
+	}
+	for i, u := range urls {
+		if _, err := redis.ParseURL(u); err != nil {
+			return usagef("Redis URL #%d: %v (want host:port, redis://[[user]:password@]host[:port][/db], rediss:// or unix://)", i+1, err)
+		}
+	}
+	return nil
 }
 
 // openBackend builds the backend for a command. It sends nothing to any
 // server, so an unreachable one shows up at the first operation.
 func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFlags, u use) (*backend, error) {
+	a.name = cmd.CommandPath() // for the backends' lines
+	be, err := a.open(ctx, cmd, f, u)
+	if err != nil && f.name != "" && errors.Is(err, dlock.ErrInvalid) {
+		// The one option of the user's: PostgreSQL takes printable ASCII.
+		return nil, usagef("--name %q: %v", f.name, err)
+	}
+	return be, err
+}
+
+// open is openBackend, without the word on --name.
+func (a *app) open(ctx context.Context, cmd *cobra.Command, f *backendFlags, u use) (*backend, error) {
 	if eps, err := a.etcdSpec(cmd, f); err != nil || len(eps) > 0 {
 		if err != nil {
 			return nil, err
 		}
-		return a.openEtcd(eps, f.holder)
+		return a.openEtcd(eps, f)
 	}
 	urls, dsn, err := a.backendSpec(cmd, f)
 	if err != nil {
@@ -121,11 +158,11 @@ func (a *app) openBackend(ctx context.Context, cmd *cobra.Command, f *backendFla
 	if dsn != "" {
 		switch u {
 		case useTokens:
-			return nil, usagef("%s needs Redis: a PostgreSQL advisory lock belongs to a database session and ends with the dlock process (use dlock run)", cmd.Name())
+			return nil, usagef("%s needs Redis or etcd: a PostgreSQL advisory lock belongs to a database session and ends with the dlock process (use dlock run)", cmd.Name())
 		}
-		return a.openPostgres(ctx, dsn, f.createTable, f.holder)
+		return a.openPostgres(ctx, dsn, f)
 	}
-	return a.openRedis(urls, f.ttl, f.holder)
+	return a.openRedis(urls, f)
 }
 
 // quietLogger drops go-redis's internal log lines (dial retries and the
@@ -136,23 +173,10 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func init() { redis.SetLogger(quietLogger{}) }
 
-// logger is where backends' warnings (such as an eviction policy that can
-// drop lock keys) go: stderr, without timestamps.
-func (a *app) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{
-		ReplaceAttr: func(groups []string, attr slog.Attr) slog.Attr {
-			if len(groups) == 0 && attr.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return attr
-		},
-	}))
-}
-
-func (a *app) openRedis(urls []string, ttl time.Duration, holder bool) (*backend, error) {
+func (a *app) openRedis(urls []string, f *backendFlags) (*backend, error) {
 	b := &backend{kind: "redis"}
 	for i, u := range urls {
-		opt, err := redis.ParseURL(u)
+		opt, err := redis.ParseURL(u) // checked by redisURLs
 		if err != nil {
 			b.close()
 			return nil, usagef("Redis URL #%d: %v", i+1, err)
@@ -176,9 +200,9 @@ func (a *app) openRedis(urls []string, ttl time.Duration, holder bool) (*backend
 		b.closers = append(b.closers, func() { c.Close() })
 	}
 	if len(b.clients) == 1 {
-		opts := []redislock.Option{redislock.WithLogger(a.logger())}
-		if holder {
-			opts = append(opts, redislock.WithHolderInfo(""))
+		opts := []redislock.Option{redislock.WithLogger(a.logger()), redislock.WithObserver(a.observe)}
+		if f.holder {
+			opts = append(opts, redislock.WithHolderInfo(f.name))
 		}
 		l, err := redislock.New(b.clients[0], opts...)
 		if err != nil {
@@ -192,7 +216,7 @@ func (a *app) openRedis(urls []string, ttl time.Duration, holder bool) (*backend
 		b.locker, b.tokens = l, l
 		return b, nil
 	}
-	return a.openRedlock(b, ttl, holder)
+	return a.openRedlock(b, f)
 }
 
 // recorder wraps a Locker to learn, after a failed wait, whether any attempt
@@ -255,11 +279,11 @@ func acquireError(err error, rec *recorder, key string, wait time.Duration) erro
 		return unreachable(err)
 	case errors.Is(err, dlock.ErrNotAcquired) && rec.busy():
 		if wait > 0 {
-			return busyf("lock %q is busy: another owner held it for all of --wait %v", key, wait)
+			return busyf("lock %q is busy: another owner held it for all of --wait %s", key, waitString(wait))
 		}
 		return busyf("lock %q is busy: another owner holds it", key)
 	case errors.Is(err, dlock.ErrNotAcquired):
-		return exitf(exitUnavailable, "backend unreachable: no answer within --wait %v", wait)
+		return exitf(exitUnavailable, "backend unreachable: no answer within --wait %s", waitString(wait))
 	}
 	return exitf(exitFailure, "%v", err)
 }

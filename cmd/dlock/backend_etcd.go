@@ -55,7 +55,7 @@ func (a *app) etcdSpec(cmd *cobra.Command, f *backendFlags) ([]string, error) {
 		}
 	}
 	if len(out) > 0 && other {
-		return nil, usagef("choose one backend: etcd (--etcd, DLOCK_ETCD), Redis (--redis, DLOCK_REDIS) or PostgreSQL (--postgres, DLOCK_POSTGRES)")
+		return nil, usagef("%s", chooseOne)
 	}
 	return out, nil
 }
@@ -64,7 +64,7 @@ func (a *app) etcdSpec(cmd *cobra.Command, f *backendFlags) ([]string, error) {
 // Like the others it sends nothing until the first operation; with
 // holder, run's locks carry the holder record (etcdlock.WithHolderInfo). Every use
 // works on etcd: run, the token commands and inspect.
-func (a *app) openEtcd(urls []string, holder bool) (*backend, error) {
+func (a *app) openEtcd(urls []string, f *backendFlags) (*backend, error) {
 	cfg := clientv3.Config{Logger: zap.NewNop(), DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second}
 	var nodes []string
 	for i, raw := range urls {
@@ -97,9 +97,9 @@ func (a *app) openEtcd(urls []string, holder bool) (*backend, error) {
 	if err != nil {
 		return nil, exitf(exitUnavailable, "backend unreachable: etcd %s: %v", strings.Join(nodes, ","), err)
 	}
-	opts := []etcdlock.Option{etcdlock.WithLogger(a.logger())}
-	if holder {
-		opts = append(opts, etcdlock.WithHolderInfo(""))
+	opts := []etcdlock.Option{etcdlock.WithLogger(a.logger()), etcdlock.WithObserver(a.observe)}
+	if f.holder {
+		opts = append(opts, etcdlock.WithHolderInfo(f.name))
 	}
 	l, err := etcdlock.New(cli, opts...)
 	if err != nil {

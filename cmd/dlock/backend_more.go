@@ -26,7 +26,7 @@ func redlockNodeTimeout(ttl time.Duration) time.Duration {
 }
 
 // openRedlock makes b, which holds several Redis clients, a Redlock backend.
-func (a *app) openRedlock(b *backend, ttl time.Duration, holder bool) (*backend, error) {
+func (a *app) openRedlock(b *backend, f *backendFlags) (*backend, error) {
 	seen := map[string]int{}
 	for i, n := range b.nodes {
 		if j, ok := seen[n]; ok {
@@ -35,9 +35,9 @@ func (a *app) openRedlock(b *backend, ttl time.Duration, holder bool) (*backend,
 		}
 		seen[n] = i
 	}
-	opts := []redlock.Option{redlock.WithLogger(a.logger()), redlock.WithNodeTimeout(redlockNodeTimeout(ttl))}
-	if holder {
-		opts = append(opts, redlock.WithHolderInfo(""))
+	opts := []redlock.Option{redlock.WithLogger(a.logger()), redlock.WithObserver(a.observe), redlock.WithNodeTimeout(redlockNodeTimeout(f.ttl))}
+	if f.holder {
+		opts = append(opts, redlock.WithHolderInfo(f.name))
 	}
 	l, err := redlock.New(b.clients, opts...)
 	if err != nil {
@@ -54,7 +54,7 @@ func (a *app) openRedlock(b *backend, ttl time.Duration, holder bool) (*backend,
 // openPostgres builds a PostgreSQL advisory-lock backend. It connects
 // lazily, like the Redis ones. With holder, a held lock's session
 // publishes the lock's name in its application_name, for inspect.
-func (a *app) openPostgres(ctx context.Context, dsn string, createTable, holder bool) (*backend, error) {
+func (a *app) openPostgres(ctx context.Context, dsn string, f *backendFlags) (*backend, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, usagef("PostgreSQL DSN: %v", err)
@@ -68,9 +68,9 @@ func (a *app) openPostgres(ctx context.Context, dsn string, createTable, holder 
 	if err != nil {
 		return nil, usagef("PostgreSQL DSN: %v", err)
 	}
-	var opts []pglock.Option
-	if holder {
-		opts = append(opts, pglock.WithHolderInfo(""))
+	opts := []pglock.Option{pglock.WithLogger(a.logger()), pglock.WithObserver(a.observe)}
+	if f.holder {
+		opts = append(opts, pglock.WithHolderInfo(f.name))
 	}
 	l, err := pglock.New(pool, opts...)
 	if err != nil {
@@ -80,7 +80,7 @@ func (a *app) openPostgres(ctx context.Context, dsn string, createTable, holder 
 	node := net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
 	return &backend{
 		kind:    "postgres",
-		locker:  &fenceTable{Locker: l, pool: pool, create: createTable},
+		locker:  &fenceTable{Locker: l, pool: pool, create: f.createTable},
 		nodes:   []string{node},
 		closers: []func(){func() { l.Close() }, pool.Close},
 	}, nil

@@ -151,6 +151,7 @@ func TestPostgres(t *testing.T) {
 	if r.code != exitLost || !strings.Contains(r.stderr, "lost") {
 		t.Fatalf("after the session was killed: exit %d, want %d; stderr: %s", r.code, exitLost, r.stderr)
 	}
+	humanLines(t, r.stderr)
 }
 
 // TestPostgresFirstRunsTogether: several `dlock run --create-fence-table`

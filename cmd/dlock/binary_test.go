@@ -185,6 +185,7 @@ func TestRunLostLock(t *testing.T) {
 			if !strings.Contains(r.stderr, "lost") || !strings.Contains(r.stderr, "SIGTERM") {
 				t.Errorf("stderr %q does not say the lock was lost and the command terminated", r.stderr)
 			}
+			humanLines(t, r.stderr)
 			if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
 				t.Errorf("the command (pid %d) is still alive after dlock exited: %v", pid, err)
 			}
@@ -348,7 +349,7 @@ func TestBadFlagsBinary(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"run", "--ttl", "x", "k", "--", "true"},
-		{"run", "--redis", "redis://127.0.0.1:1", "k", "true"},
+		{"run", "--redis", "redis://127.0.0.1:1", "k"},
 		{"run", "--bogus"},
 		{"acquire", "--redis", "redis://127.0.0.1:1"},
 	} {

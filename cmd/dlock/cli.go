@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -102,6 +103,7 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 	redact redactor
+	name   string // the command's path ("dlock run"), for the lines it prints
 }
 
 // run executes dlock with args (without the program name) and returns the
@@ -160,9 +162,9 @@ func (a *app) rootCmd() *cobra.Command {
 		Use:   "dlock",
 		Short: "Distributed locks for shell scripts and cron jobs",
 		Long: `dlock takes locks that exclude each other across machines, on one Redis node,
-on several independent Redis nodes (Redlock) or in PostgreSQL, and runs commands
-under them. It is flock(1) for a fleet: a job that fires on every replica runs on
-one at a time.
+on several independent Redis nodes (Redlock), on an etcd cluster or in
+PostgreSQL, and runs commands under them. It is flock(1) for a fleet: a job that
+fires on every replica runs on one at a time.
 
 Every lock carries a fencing token (DLOCK_FENCE for a command run under it): a
 number that grows with every acquisition of the key, which the protected resource
@@ -171,27 +173,31 @@ can use to reject a stale holder's late writes.
 Backend (choose one; flags override the environment):
   --redis URL        one URL: a single Redis node; repeated: Redlock across them
                      (each node gets --ttl/10, within 100ms..1s, to answer).
+                     host:port, or
                      redis://[[user]:password@]host[:port][/db][?dial_timeout=3s...],
                      rediss:// for TLS, unix:///path/to/socket
-  --postgres DSN     a PostgreSQL advisory lock (run only)
+  --etcd URL         an etcd cluster: one http://host:2379 (https:// for TLS)
+                     per member
+  --postgres DSN     a PostgreSQL advisory lock (run and inspect only)
   DLOCK_REDIS        comma-separated Redis URLs, when no backend flag is given
+  DLOCK_ETCD         comma-separated etcd URLs, when no backend flag is given
   DLOCK_POSTGRES     a PostgreSQL DSN, when no backend flag is given
 Passwords never have to appear on the command line (use the variables) and are
 never printed.
 
 ` + exitCodesHelp,
 		Example: `  # run a nightly job on one replica at a time
-  dlock run --redis redis://redis.internal:6379 nightly-billing -- ./bill.sh
+  dlock run --redis redis.internal:6379 nightly-billing ./bill.sh
 
   # hold a lock across several shell commands
   export DLOCK_REDIS=redis://:secret@redis.internal:6379
-  lock=$(dlock acquire deploy -t 5m) || exit
+  lock=$(dlock acquire deploy -t 300) || exit
   eval "$lock"   # sets DLOCK_KEY, DLOCK_TOKEN, DLOCK_FENCE
-  ./migrate && dlock extend deploy -t 5m && ./restart   # the token comes from DLOCK_TOKEN
+  ./migrate && dlock extend deploy -t 300 && ./restart   # the token comes from DLOCK_TOKEN
   dlock release deploy
 
   # in cron: skip silently while the previous run still holds the lock
-  */5 * * * * dlock run -n -q -E 0 sync -- ./sync.sh
+  */5 * * * * dlock run -n -q -E 0 sync ./sync.sh
 
   # see who holds what
   dlock inspect 'billing:*'
@@ -230,12 +236,14 @@ func (r *redactor) string(s string) string {
 }
 
 // oneLine redacts msg and folds it onto one line: errors.Join and cobra
-// separate their parts with newlines. The library's "dlock: " prefixes go:
-// the line has one already.
+// separate their parts with newlines. The library's "dlock: " prefixes go
+// (the line has one already), not the end of "redlock: ".
 func (r *redactor) oneLine(msg string) string {
-	msg = strings.ReplaceAll(r.string(msg), "dlock: ", "")
+	msg = libraryPrefix.ReplaceAllString(r.string(msg), "")
 	return strings.Join(strings.Fields(msg), " ")
 }
+
+var libraryPrefix = regexp.MustCompile(`\bdlock: `)
 
 // signalCode is the exit code for death by a signal, as shells report it.
 func signalCode(sig os.Signal) int {

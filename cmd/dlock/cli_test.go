@@ -43,7 +43,8 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown command", nil, []string{"frob"}, `unknown command "frob"`},
 		{"unknown flag", redisEnv, run("--frob"), "unknown flag: --frob"},
 		{"run without arguments", redisEnv, []string{"run"}, "missing KEY and command"},
-		{"run without dash", redisEnv, []string{"run", "k", "true"}, `missing "--"`},
+		{"run with KEY alone", redisEnv, []string{"run", "k"}, "missing command: dlock run KEY"},
+		{"run with a dash after the command's name", redisEnv, []string{"run", "k", "git", "diff", "--", "f"}, `expected one KEY before "--", got 3 arguments`},
 		{"run without key", redisEnv, []string{"run", "--", "true"}, "missing KEY"},
 		{"run with two keys", redisEnv, []string{"run", "a", "b", "--", "true"}, "expected one KEY"},
 		{"run without command", redisEnv, []string{"run", "k", "--"}, "missing command after"},
@@ -64,6 +65,8 @@ func TestUsageErrors(t *testing.T) {
 		{"empty etcd URL", nil, run("--etcd", ""), "--etcd: empty URL"},
 		{"bad etcd URL scheme", nil, run("--etcd", "redis://127.0.0.1:1"), "etcd URL #1"},
 		{"inspect on etcd, bad pattern", nil, []string{"inspect", "--etcd", "http://127.0.0.1:1", "["}, `pattern "["`},
+		{"--name with --no-holder", redisEnv, run("--name", "nightly", "--no-holder"), "--name and --no-holder contradict"},
+		{"--name not for PostgreSQL", []string{"DLOCK_POSTGRES=postgres://db/x"}, run("--name", "n\u00e4chtlich"), "--name \"n\u00e4chtlich\": invalid argument: holder service"},
 		{"acquire on postgres", nil, []string{"acquire", "--postgres", "postgres://db/x", "k"}, "acquire needs Redis"},
 		{"acquire bad ttl", redisEnv, []string{"acquire", "--ttl", "-5s", "k"}, "--ttl: invalid argument: ttl -5s"},
 		{"acquire without key", redisEnv, []string{"acquire"}, "missing KEY"},
@@ -365,6 +368,44 @@ func TestExitCodeBySentinel(t *testing.T) {
 		}
 		if got := code(tokenError(wrap(tc.sentinel), "k")); got != tc.toke {
 			t.Errorf("extend/release failing with %v: exit %d, want %d", tc.sentinel, got, tc.toke)
+		}
+	}
+}
+
+// TestEveryBackendNamed: every text that lists the backends (help, the
+// errors about the backend choice, the package doc's opening) names etcd
+// with Redis and PostgreSQL.
+func TestEveryBackendNamed(t *testing.T) {
+	texts := map[string]string{}
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"acquire", "--help"}, {"inspect", "--help"}} {
+		texts[strings.Join(args, " ")] = runInProcess(t, nil, args...).stdout
+	}
+	pg := []string{"DLOCK_POSTGRES=postgres://db/x"}
+	for name, c := range map[string]struct {
+		env  []string
+		args []string
+	}{
+		"no backend":       {nil, []string{"run", "k", "--", "true"}},
+		"two backends":     {append(pg, "DLOCK_REDIS=redis://127.0.0.1:1"), []string{"run", "k", "--", "true"}},
+		"acquire postgres": {pg, []string{"acquire", "k"}},
+		"release postgres": {pg, []string{"release", "k", "t"}},
+	} {
+		r := runInProcess(t, c.env, c.args...)
+		if r.code != exitUsage {
+			t.Fatalf("%s: exit %d, want %d; stderr: %s", name, r.code, exitUsage, r.stderr)
+		}
+		texts[name] = r.stderr
+	}
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts["doc.go's opening"], _, _ = strings.Cut(string(doc), "\n//\n")
+	for name, text := range texts {
+		for _, backend := range []string{"Redis", "PostgreSQL", "etcd"} {
+			if !strings.Contains(strings.ToLower(text), strings.ToLower(backend)) {
+				t.Errorf("%s does not name %s:\n%s", name, backend, text)
+			}
 		}
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
@@ -51,11 +50,8 @@ touches servers named on its command line.
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for i, u := range urls {
-				a.redact.addURL(u)
-				if _, err := redis.ParseURL(u); err != nil {
-					return usagef("Redis URL #%d: %v", i+1, err)
-				}
+			if err := a.redisURLs(urls); err != nil {
+				return err
 			}
 			ctx, interrupted, stop := interruptible(cmd.Context())
 			defer stop()

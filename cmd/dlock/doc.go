@@ -1,44 +1,55 @@
 // Command dlock implements distributed locks for shell scripts and cron
 // jobs: flock(1) across machines, on a single Redis node, on Redlock across
-// several independent Redis masters, or on a PostgreSQL advisory lock.
+// several independent Redis masters, on an etcd cluster, or on a PostgreSQL
+// advisory lock.
 //
-//	dlock run [--redis URL]... [--postgres DSN] [-t TTL] [-w WAIT | -n] [-E N] [-q] [--grace 10s] KEY -- CMD [ARG]...
+//	dlock run [--redis URL]... [--postgres DSN] [--etcd URL]... [-t TTL] [-w WAIT | -n] [-E N] [-q] [--grace 10s] [--name NAME] [--verbose] KEY [--] CMD [ARG]...
 //	dlock run [flags] -c 'SHELL COMMAND' KEY
-//	dlock acquire KEY [-t TTL] [-w WAIT | -n] [-E N] [-q] [--json]
+//	dlock acquire KEY [-t TTL] [-w WAIT | -n] [-E N] [-q] [--verbose] [--json]
 //	dlock extend KEY [TOKEN] [-t TTL]
 //	dlock release KEY [TOKEN]
 //	dlock inspect [PATTERN] [--json]
 //	dlock demo [--redis URL]...
 //
 // The lock flags follow flock(1): -t/--ttl is the lease (30s); -w/--wait is
-// how long to wait for a busy lock (0, the default, tries once); -n is
-// --wait 0; -E/--conflict-exit-code N exits N instead of 75 when the lock is
-// busy; -q/--quiet prints nothing for a busy lock (other errors still print);
-// run -c runs a string with /bin/sh -c instead of -- CMD ARG.... extend and
+// how long to wait for a busy lock (0, the default, tries once; "forever"
+// waits without limit); both take seconds, as flock does ("-w 5", "-t
+// 0.5"), or a duration ("1m30s"). -n/--nb is --wait 0; -E/--conflict-exit-code
+// N exits N instead of 75 when the lock is busy; -q/--quiet prints nothing
+// for a busy lock (other errors still print); --verbose says on stderr,
+// once the lock is granted, how long dlock waited, the fence, the backend
+// and the holder record. run parses its flags up to the command's name, as
+// flock does: "dlock run -w 5 nightly ./job.sh -v" runs ./job.sh -v, and
+// "--" before the command is needed only when the command's arguments hold
+// a "--". run -c runs a string with /bin/sh -c instead; run --name labels
+// the holder record that inspect shows. extend and
 // release read the token from DLOCK_TOKEN when it is not an argument (an
 // argument is visible in ps), and acquire prints export lines of DLOCK_KEY,
 // DLOCK_TOKEN and DLOCK_FENCE for eval (kept in a variable first: eval "$(...)" exits 0
 // even when the command inside failed):
 //
-//	lock=$(dlock acquire deploy -t 5m) || exit
+//	lock=$(dlock acquire deploy -t 300) || exit
 //	eval "$lock"
-//	./migrate.sh --fence "$DLOCK_FENCE" && dlock extend deploy -t 5m
+//	./migrate.sh --fence "$DLOCK_FENCE" && dlock extend deploy -t 300
 //	dlock release deploy
 //
 // In cron, skip a run silently while the previous one still holds the lock,
 // and keep the job's own exit status otherwise:
 //
-//	*/5 * * * * dlock run -n -q -E 0 sync -- ./sync.sh
+//	*/5 * * * * dlock run -n -q -E 0 sync ./sync.sh
 //
-// Every wait is bounded: by --wait while the lock is busy, and for a backend
-// that does not answer (down, or accepting connections and staying silent)
-// by the larger of --wait and one try, which the URL's dial_timeout (5s) and
-// read_timeout/write_timeout (3s) bound, or the DSN's connect_timeout; then
-// dlock exits 69.
+// Every wait is bounded, unless -w forever: by --wait while the lock is
+// busy, and for a backend that does not answer (down, or accepting
+// connections and staying silent) by the larger of --wait and one try,
+// which the URL's dial_timeout (5s) and read_timeout/write_timeout (3s)
+// bound, or the DSN's connect_timeout, or 5s on etcd; then dlock exits 69.
 //
-// One --redis URL selects a single Redis node, several select Redlock; the
-// variables DLOCK_REDIS (comma-separated) and DLOCK_POSTGRES are used when
-// no backend flag is given. Passwords are never printed.
+// One --redis URL (or host:port) selects a single Redis node, several
+// select Redlock; --etcd URLs name the members of one etcd cluster. The
+// variables DLOCK_REDIS and DLOCK_ETCD (comma-separated) and DLOCK_POSTGRES
+// are used when no backend flag is given. Passwords are never printed.
+// What happens to a held lock, and the backends' warnings, are said in
+// one line each on stderr.
 //
 // # Guarantees and limits
 //
@@ -74,8 +85,9 @@
 //
 // acquire, extend and release let a script hold a lock across several
 // commands; nothing extends such a lock automatically, so the script must
-// extend it before --ttl passes. They need Redis: a PostgreSQL advisory lock
-// belongs to the database session, which ends with the dlock process.
+// extend it before --ttl passes. They need Redis or etcd: a PostgreSQL
+// advisory lock belongs to the database session, which ends with the dlock
+// process.
 //
 // inspect lists held locks. PostgreSQL knows an advisory lock only by a
 // hash of its name: a lock held by dlock run is listed by its name, which

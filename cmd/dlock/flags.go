@@ -3,40 +3,54 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // lockFlags are the flock(1)-style flags of the commands that take a lock:
-// -t/--ttl, -w/--wait, -n, -E/--conflict-exit-code and -q/--quiet. Every
-// command maps a busy lock through busy, so -E and -q mean the same thing
-// everywhere.
+// -t/--ttl, -w/--wait, -n/--nb/--nonblock, -E/--conflict-exit-code,
+// -q/--quiet and --verbose. Every command maps a busy lock through busy,
+// so -E and -q mean the same thing everywhere.
 type lockFlags struct {
 	ttl      time.Duration
-	wait     time.Duration
+	wait     time.Duration // forever: no limit
 	nonblock bool
 	conflict int
 	quiet    bool
+	verbose  bool
 }
 
 func (l *lockFlags) addTTL(cmd *cobra.Command, usage string) {
-	cmd.Flags().DurationVarP(&l.ttl, "ttl", "t", 30*time.Second, usage)
+	l.ttl = 30 * time.Second
+	cmd.Flags().VarP(seconds{d: &l.ttl}, "ttl", "t", usage+"\n(seconds, such as 30 or 0.5, or a duration such as 1m30s)")
 }
 
 func (l *lockFlags) addWait(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.DurationVarP(&l.wait, "wait", "w", 0, "how long to wait while the lock is busy; 0 tries once")
-	f.BoolVarP(&l.nonblock, "nonblock", "n", false, "fail at once if the lock is busy (same as --wait 0)")
+	f.VarP(seconds{d: &l.wait, orForever: true}, "wait", "w",
+		"how long to wait while the lock is busy: seconds (5, 0.5), a duration (1m30s),\nor forever (no limit); 0 tries once")
+	f.BoolVarP(&l.nonblock, "nonblock", "n", false, "fail at once if the lock is busy (same as --wait 0); --nb too, as in flock")
+	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "nb" { // flock's long spelling of -n
+			name = "nonblock"
+		}
+		return pflag.NormalizedName(name)
+	})
 	f.IntVarP(&l.conflict, "conflict-exit-code", "E", exitBusy, "exit `N` instead of 75 when the lock is busy")
 	f.BoolVarP(&l.quiet, "quiet", "q", false, "print nothing when the lock is busy (other errors still print)")
+	f.BoolVar(&l.verbose, "verbose", false, "once the lock is granted, say on stderr how long it waited, its fence, the\nbackend and the holder record")
 }
 
 // check validates the flags and applies -n.
 func (l *lockFlags) check(cmd *cobra.Command) error {
 	if l.nonblock {
 		if cmd.Flags().Changed("wait") && l.wait != 0 {
-			return usagef("-n and --wait %v contradict each other", l.wait)
+			return usagef("-n and --wait %s contradict each other", waitString(l.wait))
 		}
 		l.wait = 0
 	}
@@ -69,4 +83,58 @@ func (e *busyError) Unwrap() error { return e.err }
 
 func busyf(format string, args ...any) error {
 	return &busyError{err: fmt.Errorf(format, args...)}
+}
+
+// forever is --wait forever: no limit.
+const forever = time.Duration(math.MaxInt64)
+
+// seconds is a duration flag that takes what flock(1) takes, plain seconds
+// ("5", "0.5"), as well as a Go duration ("1m30s"); with orForever, also
+// "forever".
+type seconds struct {
+	d         *time.Duration
+	orForever bool
+}
+
+func (s seconds) Type() string   { return "duration" }
+func (s seconds) String() string { return waitString(*s.d) }
+
+func (s seconds) Set(v string) error {
+	d, err := parseSeconds(v, s.orForever)
+	if err == nil {
+		*s.d = d
+	}
+	return err
+}
+
+func parseSeconds(v string, orForever bool) (time.Duration, error) {
+	if orForever && v == "forever" {
+		return forever, nil
+	}
+	if strings.Trim(v, "-.0123456789") == "" { // not 1e3, 0x1p-2, Inf or NaN
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			if math.Abs(f) >= float64(math.MaxInt64)/1e9 {
+				return 0, errors.New("out of range")
+			}
+			return time.Duration(math.Round(f * 1e9)), nil
+		}
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return d, nil
+	}
+	if orForever {
+		return 0, errors.New(`want seconds (5, 0.5), a duration (1m30s) or forever`)
+	}
+	return 0, errors.New(`want seconds (30, 0.5) or a duration (1m30s)`)
+}
+
+// waitString formats a duration of the flags: 0 is "0", forever "forever".
+func waitString(d time.Duration) string {
+	switch d {
+	case 0:
+		return "0"
+	case forever:
+		return "forever"
+	}
+	return d.String()
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -281,10 +282,31 @@ func waitFile(t *testing.T, path string, p *proc) string {
 	return ""
 }
 
+// startHolding starts the binary as `dlock run ARGS... -c ... KEY`, whose
+// command prints its lock's variables (the child role "env") and then
+// holds the lock until finish; it returns once the command runs. finish
+// lets the command exit 0, and returns dlock's result.
+func startHolding(t *testing.T, key string, args ...string) (p *proc, finish func() result) {
+	t.Helper()
+	dir := t.TempDir()
+	ready, goOn := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
+	self := shellQuote(childArgv()[0])
+	shell := fmt.Sprintf("%s env; : > %s; exec %s await %s", self, shellQuote(ready), self, shellQuote(goOn))
+	p = startBin(t, binEnv(), append(append([]string{"run"}, args...), "-c", shell, key)...)
+	waitFile(t, ready, p)
+	return p, func() result {
+		t.Helper()
+		if err := os.WriteFile(goOn, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p.wait(t)
+	}
+}
+
 // runInProcess calls run with env and returns its code and output.
 func runInProcess(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr lockedBuffer
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -292,10 +314,43 @@ func runInProcess(t *testing.T, env []string, args ...string) result {
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String(), elapsed: time.Since(start)}
 }
 
+// lockedBuffer collects what several goroutines write: dlock's own lines,
+// and its command's output, which exec copies in from a pipe. (A
+// bytes.Buffer, whose ReadFrom holds on to its end while the command
+// runs, would drop dlock's lines written meanwhile.)
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // oneLine checks that stderr is exactly one line.
 func oneLine(t *testing.T, stderr string) {
 	t.Helper()
 	if strings.Count(stderr, "\n") != 1 || !strings.HasSuffix(stderr, "\n") {
 		t.Errorf("stderr is not one line: %q", stderr)
+	}
+}
+
+// humanLines checks that every line dlock printed on stderr is one of its
+// own, "dlock ...: ...", not a log record of the library (logfmt, or the
+// default logger's "2006/01/02 15:04:05 WARN ...").
+func humanLines(t *testing.T, stderr string) {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimSuffix(stderr, "\n"), "\n") {
+		if !strings.HasPrefix(line, "dlock") || strings.Contains(line, "level=") || strings.Contains(line, "msg=") {
+			t.Errorf("stderr has a line that is not dlock's own: %q\nall of it:\n%s", line, stderr)
+		}
 	}
 }

@@ -128,7 +128,7 @@ func TestREADME(t *testing.T) {
 	var lines []string
 	for _, line := range strings.Split(shell, "\n") {
 		if !strings.HasPrefix(line, "go install ") {
-			lines = append(lines, strings.ReplaceAll(line, "redis://localhost:6379", "redis://"+srv.Addr))
+			lines = append(lines, strings.ReplaceAll(line, "localhost:6379", srv.Addr))
 		}
 	}
 	sh := exec.Command("/bin/sh", "-e", "-c", strings.Join(lines, "\n"))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dlock-go/dlock"
 
@@ -33,18 +35,24 @@ func (a *app) runCmd() *cobra.Command {
 		shellCmd string
 	)
 	cmd := &cobra.Command{
-		Use:   "run [flags] KEY -- COMMAND [ARG]... | run [flags] -c SHELL-COMMAND KEY",
+		Use:   "run [flags] KEY [flags] [--] COMMAND [ARG]... | run [flags] -c SHELL-COMMAND KEY",
 		Short: "Run a command while holding a lock",
 		Long: `Run takes the lock on KEY, runs COMMAND while holding it, and releases it when
 COMMAND exits. Two dlock run on the same KEY, on any machines that share the
 backend, never run their commands at the same time (but see the limits below).
+As with flock, dlock's flags end at COMMAND, whose own flags follow it; "--"
+before COMMAND ends them too, and is needed only when COMMAND's arguments hold
+a "--" (in "dlock run a b -- c" it is ambiguous).
 
-With --wait 0 (the default, or -n) run tries once and exits 75 if the lock is busy
-(-E N: exits N instead; -q: says nothing about it on stderr); with a duration it
-waits up to that long for the holder to let go. An unreachable
-backend exits 69 at once, or when --wait runs out for one that does not answer
-(a single try is bounded by the URL's dial_timeout and read_timeout, 5s and 3s
-by default, or the DSN's connect_timeout, or 5s on etcd).
+With --wait 0 (the default, or -n, --nb) run tries once and exits 75 if the lock
+is busy (-E N: exits N instead; -q: says nothing about it on stderr); with
+seconds (5, 0.5) or a duration (1m30s) it waits up to that long for the holder
+to let go, and with forever until it does. An unreachable backend exits 69 at
+once, or when --wait runs out for one that does not answer (a single try is
+bounded by the URL's dial_timeout and read_timeout, 5s and 3s by default, or the
+DSN's connect_timeout, or 5s on etcd); with --wait forever dlock keeps trying.
+--verbose says on stderr, once the lock is granted, how long dlock waited, the
+fence, the backend and the holder record.
 
 The command gets DLOCK_KEY, DLOCK_TOKEN and DLOCK_FENCE in its environment.
 DLOCK_FENCE grows with every acquisition of KEY: pass it to the resource you
@@ -85,15 +93,17 @@ data must pass DLOCK_FENCE to the resource it writes.
 While it runs, dlock publishes who holds the lock for dlock inspect: on Redis
 (host, pid, since) in a key of its own that expires with the lock, on etcd as
 the lock key's value, on PostgreSQL the lock's name in its session's
-application_name, beside the session's pid (--no-holder turns this off).
+application_name, beside the session's pid (--no-holder turns this off). --name
+adds a label to that record: the job or service.
 
 ` + exitCodesHelp,
 		Example: `  # nightly billing runs on one replica at a time; the others exit 75 at once
-  dlock run --redis redis://redis.internal:6379 billing -- ./bill.sh --month=prev
+  dlock run --redis redis.internal:6379 billing ./bill.sh --month=prev
 
-  # wait up to two minutes for the previous run, with a 1-minute lease
+  # wait up to two minutes for the previous run, with a 1-minute lease, and say
+  # how long it waited, with which fence
   DLOCK_REDIS=redis://:secret@redis.internal:6379 \
-    dlock run --ttl 1m --wait 2m reindex -- ./reindex.sh
+    dlock run -t 60 -w 120 --verbose --name reindexer reindex -- ./reindex.sh
 
   # Redlock across three independent Redis masters
   dlock run --redis redis://r1:6379 --redis redis://r2:6379 --redis redis://r3:6379 \
@@ -108,12 +118,12 @@ application_name, beside the session's pid (--no-holder turns this off).
 
   # in cron: skip this run silently (exit 0, nothing on stderr) while the last one
   # is still going; a failure of sync.sh itself keeps its exit code
-  */5 * * * * dlock run -n -q -E 0 sync -- ./sync.sh
+  */5 * * * * dlock run -n -q -E 0 sync ./sync.sh
 
   # a shell command, as with flock -c
   dlock run -w 1m -c 'pg_dump app | gzip > /backup/app.gz' backup`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, argv, err := splitRunArgs(cmd, args, shellCmd)
+			key, argv, err := splitRunArgs(cmd, args, &shellCmd)
 			if err != nil {
 				return err
 			}
@@ -124,6 +134,9 @@ application_name, beside the session's pid (--no-holder turns this off).
 			if err := checkDurations(ttl, wait, grace); err != nil {
 				return err
 			}
+			if noHolder && bf.name != "" {
+				return usagef("--name and --no-holder contradict each other")
+			}
 			bf.ttl, bf.holder = ttl, !noHolder
 			be, err := a.openBackend(cmd.Context(), cmd, &bf, useRun)
 			if err != nil {
@@ -133,58 +146,74 @@ application_name, beside the session's pid (--no-holder turns this off).
 			// The grace must leave room to extend the lock before it
 			// starts (see run).
 			r := &runner{a: a, be: be, key: key, argv: argv, ttl: ttl, wait: wait, grace: min(grace, ttl/3)}
+			if lf.verbose {
+				r.verbose = &bf
+			}
 			return lf.busy(r.run(cmd.Context()))
 		},
 	}
 	f := cmd.Flags()
+	f.SetInterspersed(false) // at the KEY; splitRunArgs parses on to the command
 	addBackendFlags(cmd, &bf)
 	cmd.Flags().BoolVar(&bf.createTable, "create-fence-table", false,
 		"with --postgres: create the dlock_fence sequence that fences come from if it is\nmissing (needs CREATE rights)")
 	lf.addTTL(cmd, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
 	lf.addWait(cmd)
-	f.StringVarP(&shellCmd, "command", "c", "", "run this shell command with /bin/sh -c, instead of -- COMMAND [ARG]...")
-	f.DurationVar(&grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL to the command when the lock is lost or\ncannot be extended; at most a third of --ttl, and never past the validity")
+	f.StringVarP(&shellCmd, "command", "c", "", "run this shell command with /bin/sh -c, instead of COMMAND [ARG]...")
+	grace = 10 * time.Second
+	f.Var(seconds{d: &grace}, "grace", "time between SIGTERM and SIGKILL to the command when the lock is lost or\ncannot be extended (seconds or a duration); at most a third of --ttl, and never\npast the validity")
 	f.BoolVar(&noHolder, "no-holder", false, "do not publish holder info (host, pid, since; PostgreSQL: the lock's name) for dlock inspect")
+	f.StringVar(&bf.name, "name", "", "label the holder record with `NAME` (the job or service), for dlock inspect")
 	return cmd
 }
 
-// splitRunArgs checks the KEY -- COMMAND shape of run's arguments.
-func splitRunArgs(cmd *cobra.Command, args []string, shellCmd string) (key string, argv []string, err error) {
-	dash := cmd.ArgsLenAtDash()
-	if cmd.Flags().Changed("command") {
-		switch {
-		case len(args) == 0:
-			return "", nil, usagef("missing KEY: dlock run -c 'SHELL COMMAND' KEY")
-		case len(args) > 1 && dash >= 0:
-			return "", nil, usagef(`-c and a command after "--" exclude each other`)
-		case len(args) > 1:
-			return "", nil, usagef("expected one KEY with -c, got %d arguments: %q", len(args), args)
-		case shellCmd == "":
-			return "", nil, usagef("-c: empty shell command")
-		}
-		if err := driver.CheckKey(args[0]); err != nil {
-			return "", nil, &usageError{err: err}
-		}
-		return args[0], []string{"/bin/sh", "-c", shellCmd}, nil
-	}
+// splitRunArgs splits run's arguments into the KEY and the command, as
+// flock(1) does: cobra's parsing stopped at the KEY (the first argument that
+// is not a flag); the flags after it are parsed here, up to the command's
+// name, so that the command's own flags are its own. "--" ends dlock's flags
+// too, and must when the command's arguments hold one: a "--" after the
+// command's name may have been meant as dlock's ("dlock run a b -- cmd").
+func splitRunArgs(cmd *cobra.Command, args []string, shellCmd *string) (key string, argv []string, err error) {
 	switch {
-	case dash < 0 && len(args) == 0:
-		return "", nil, usagef("missing KEY and command: dlock run KEY -- COMMAND [ARG]... or dlock run -c 'SHELL COMMAND' KEY")
-	case dash < 0:
-		return "", nil, usagef(`missing "--" between KEY and the command (or -c 'SHELL COMMAND')`)
-	case dash == 0:
+	case cmd.ArgsLenAtDash() == 0:
 		return "", nil, usagef(`missing KEY before "--"`)
-	case dash > 1:
-		return "", nil, usagef(`expected one KEY before "--", got %d arguments: %q`, dash, args[:dash])
-	case len(args) == dash:
-		return "", nil, usagef(`missing command after "--"`)
-	case args[1] == "":
-		return "", nil, usagef("empty command name")
+	case len(args) == 0:
+		return "", nil, usagef("missing KEY and command: dlock run KEY [--] COMMAND [ARG]... or dlock run -c 'SHELL COMMAND' KEY")
 	}
-	if err := driver.CheckKey(args[0]); err != nil {
+	key, fs := args[0], cmd.Flags()
+	if err := driver.CheckKey(key); err != nil {
 		return "", nil, &usageError{err: err}
 	}
-	return args[0], args[1:], nil
+	if err := fs.Parse(args[1:]); err != nil {
+		return "", nil, cmd.FlagErrorFunc()(cmd, err)
+	}
+	if help, _ := fs.GetBool("help"); help {
+		return "", nil, pflag.ErrHelp // cobra prints the help
+	}
+	rest, dash := fs.Args(), fs.ArgsLenAtDash()
+	if fs.Changed("command") {
+		switch {
+		case len(rest) > 0 && dash >= 0:
+			return "", nil, usagef(`-c and a command after "--" exclude each other`)
+		case len(rest) > 0:
+			return "", nil, usagef("expected one KEY with -c, got %d arguments: %q", len(args), append([]string{key}, rest...))
+		case *shellCmd == "":
+			return "", nil, usagef("-c: empty shell command")
+		}
+		return key, []string{"/bin/sh", "-c", *shellCmd}, nil
+	}
+	switch i := slices.Index(rest, "--"); {
+	case len(rest) == 0 && dash >= 0:
+		return "", nil, usagef(`missing command after "--"`)
+	case len(rest) == 0:
+		return "", nil, usagef("missing command: dlock run KEY [--] COMMAND [ARG]...")
+	case dash < 0 && i > 0:
+		return "", nil, usagef(`expected one KEY before "--", got %d arguments: %q (to pass "--" to the command, write dlock run KEY -- COMMAND [ARG]...)`,
+			i+1, append([]string{key}, rest[:i]...))
+	case rest[0] == "":
+		return "", nil, usagef("empty command name")
+	}
+	return key, rest, nil
 }
 
 func checkDurations(ttl, wait, grace time.Duration) error {
@@ -192,7 +221,7 @@ func checkDurations(ttl, wait, grace time.Duration) error {
 		return usagef("--ttl: %w", err)
 	}
 	if wait < 0 {
-		return usagef("--wait %v: must not be negative", wait)
+		return usagef("--wait %s: must not be negative", waitString(wait))
 	}
 	if grace < 0 {
 		return usagef("--grace %v: must not be negative", grace)
@@ -208,6 +237,8 @@ type runner struct {
 	key              string
 	argv             []string
 	ttl, wait, grace time.Duration
+	verbose          *backendFlags // with --verbose: what the holder record says
+	begun            time.Time     // when the wait began
 
 	mu         sync.Mutex
 	entered    bool      // the lock was granted and the command is being started
@@ -248,13 +279,16 @@ func (r *runner) run(ctx context.Context) error {
 	defer func() { close(stop); <-done }()
 
 	rec := &recorder{Locker: r.be.locker}
+	r.begun = time.Now()
 	// Extend when a third of the TTL has passed, so that a backend that
 	// does not answer has another third (at least; the grace is at most a
 	// third) to come back before the command is terminated.
 	opts := []dlock.Option{dlock.WithExtendThreshold(r.ttl - r.ttl/3)}
-	if r.wait == 0 {
+	switch r.wait {
+	case 0:
 		opts = append(opts, dlock.WithRetryCount(0))
-	} else {
+	case forever: // until the lock comes, or a signal ends the wait
+	default:
 		t := time.AfterFunc(r.wait, func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
@@ -297,6 +331,9 @@ func (r *runner) hold(ctx context.Context) error {
 		return nil
 	}
 	r.entered = true
+	if r.verbose != nil {
+		r.a.granted(lock, time.Since(r.begun), r.be, r.verbose)
+	}
 	tty := foregroundTTY(r.a.stdin)
 	sup, control, err := r.start(lock, tty)
 	if err != nil {
@@ -386,8 +423,9 @@ func (r *runner) watch(ctx context.Context, lock *dlock.Lock, exited <-chan stru
 		case <-ctx.Done():
 			if cause := context.Cause(ctx); errors.Is(cause, dlock.ErrLockLost) {
 				r.lostCause = cause
-				r.a.errorf("dlock run: lock %q lost: %v; sending SIGTERM to the command, SIGKILL in %v",
-					r.key, cause, r.killDelay(lock).Round(time.Millisecond))
+				why := strings.TrimPrefix(cause.Error(), dlock.ErrLockLost.Error()+": ")
+				r.a.errorf("dlock run: lock %q lost: %s; sending SIGTERM to the command, SIGKILL in %v",
+					r.key, why, r.killDelay(lock).Round(time.Millisecond))
 			}
 		}
 		r.terminate(lock, exited, control)
@@ -427,7 +465,7 @@ func (r *runner) outcome(err error, rec *recorder) error {
 	case waitSig != nil && !entered:
 		return exitf(signalCode(waitSig), "interrupted by %v while waiting for lock %q", waitSig, r.key)
 	case r.aborted:
-		return busyf("lock %q is busy: --wait %v ran out", r.key, r.wait)
+		return busyf("lock %q is busy: --wait %s ran out", r.key, waitString(r.wait))
 	case !entered:
 		return acquireError(err, rec, r.key, r.wait)
 	case r.startErr != nil:

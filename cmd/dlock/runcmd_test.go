@@ -217,6 +217,7 @@ func TestRunKillsByValidityEnd(t *testing.T) {
 	if !strings.Contains(r.stderr, "SIGTERM") || !strings.Contains(r.stderr, "SIGKILL") {
 		t.Errorf("holder's stderr does not say it sent SIGTERM and SIGKILL: %s", r.stderr)
 	}
+	humanLines(t, r.stderr)
 }
 
 // TestRunExtendsPastGrace: a command that runs for several TTLs, with the

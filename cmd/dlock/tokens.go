@@ -81,18 +81,24 @@ it cannot outlive dlock (use dlock run).
 			defer stop()
 			opts := []dlock.Option{dlock.WithRetryCount(0)}
 			if wait > 0 {
+				opts = nil
+			}
+			if wait > 0 && wait != forever {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, wait)
 				defer cancel()
-				opts = nil
 			}
 			rec := &recorder{Locker: be.locker}
+			begun := time.Now()
 			lock, err := dlock.Acquire(ctx, rec, key, ttl, opts...)
 			if err != nil {
 				if sig := interrupted(); sig != nil {
 					return exitf(signalCode(sig), "interrupted by %v while waiting for lock %q", sig, key)
 				}
 				return lf.busy(acquireError(err, rec, key, wait))
+			}
+			if lf.verbose {
+				a.granted(lock, time.Since(begun), be, &bf)
 			}
 			if asJSON {
 				return json.NewEncoder(a.stdout).Encode(struct {
@@ -116,8 +122,8 @@ it cannot outlive dlock (use dlock run).
 
 func (a *app) extendCmd() *cobra.Command {
 	var (
-		bf  backendFlags
-		ttl time.Duration
+		bf backendFlags
+		lf lockFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "extend [flags] KEY [TOKEN]",
@@ -137,6 +143,7 @@ Redis or etcd (see dlock acquire --help).
 			if err != nil {
 				return err
 			}
+			ttl := lf.ttl
 			if err := checkDurations(ttl, 0, 0); err != nil {
 				return err
 			}
@@ -153,7 +160,7 @@ Redis or etcd (see dlock acquire --help).
 		},
 	}
 	addBackendFlags(cmd, &bf)
-	cmd.Flags().DurationVarP(&ttl, "ttl", "t", 30*time.Second, "new lease, counted from now")
+	lf.addTTL(cmd, "new lease, counted from now")
 	return cmd
 }
 

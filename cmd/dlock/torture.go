@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
@@ -81,11 +80,8 @@ be), 64 for bad flags and 69 when a server cannot be reached or started.
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for i, u := range cfg.RedisURLs {
-				a.redact.addURL(u)
-				if _, err := redis.ParseURL(u); err != nil {
-					return usagef("Redis URL #%d: %v", i+1, err)
-				}
+			if err := a.redisURLs(cfg.RedisURLs); err != nil {
+				return err
 			}
 			a.redact.addDSN(cfg.PostgresDSN)
 			if cmd.Flags().Changed("faults") {
