@@ -60,8 +60,8 @@ type memLocker struct {
 	extends  atomic.Int64 // extensions that reached the server
 	releases atomic.Int64 // releases that reached the server
 
-	// now is the clock of the server and of the handles it grants
-	// (time.Now when nil).
+	// now is the clock of the server and of the handles it grants, through
+	// memGrant's Now (time.Now when nil).
 	now func() time.Time
 
 	// Fault hooks, each optional and set before the locker is used. An
@@ -126,11 +126,7 @@ func (m *memLocker) try(ctx context.Context, key string, ttl time.Duration) (*dl
 	token := driver.NewToken()
 	m.keys[key] = memKey{token: token, expires: start.Add(ttl)}
 	m.fence++
-	lock := driver.NewLock(key, token, m.fence, start.Add(ttl), &memGrant{m: m, key: key, token: token})
-	if m.now != nil {
-		dlock.SetClock(lock, m.now)
-	}
-	return lock, nil
+	return driver.NewLock(key, token, m.fence, start.Add(ttl), &memGrant{m: m, key: key, token: token}), nil
 }
 
 // free deletes key behind its holder's back.
@@ -151,6 +147,9 @@ type memGrant struct {
 	m          *memLocker
 	key, token string
 }
+
+// Now is the clock the handle measures its validity on (driver.Grant).
+func (g *memGrant) Now() time.Time { return g.m.clock() }
 
 func (g *memGrant) holds() bool {
 	k, ok := g.m.keys[g.key]
