@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testsrv"
 )
@@ -50,7 +51,10 @@ func TestMain(m *testing.M) {
 // logic (waiting, Do's keep-alive, handle state) with faults that a real
 // server cannot produce on cue. Its "server" keeps each key's token and
 // expiry, so tests can compare a handle's belief with what the server has.
-// The backends' behaviour is tested against real servers in their own
+// Unlike package dlocktest's Locker (for users' tests: busy, lost, outage,
+// time), it reaches into each call of a grant: one that hangs, a reply
+// applied but lost or late, and counts of what reached the server. The
+// backends' behaviour is tested against real servers in their own
 // packages.
 type memLocker struct {
 	mu       sync.Mutex
@@ -60,8 +64,8 @@ type memLocker struct {
 	extends  atomic.Int64 // extensions that reached the server
 	releases atomic.Int64 // releases that reached the server
 
-	// now is the clock of the server and of the handles it grants
-	// (time.Now when nil).
+	// now is the clock of the server and of the handles it grants, through
+	// memGrant's Now (time.Now when nil).
 	now func() time.Time
 
 	// Fault hooks, each optional and set before the locker is used. An
@@ -126,11 +130,7 @@ func (m *memLocker) try(ctx context.Context, key string, ttl time.Duration) (*dl
 	token := driver.NewToken()
 	m.keys[key] = memKey{token: token, expires: start.Add(ttl)}
 	m.fence++
-	lock := driver.NewLock(key, token, m.fence, start.Add(ttl), &memGrant{m: m, key: key, token: token})
-	if m.now != nil {
-		dlock.SetClock(lock, m.now)
-	}
-	return lock, nil
+	return driver.NewLock(key, token, m.fence, start.Add(ttl), &memGrant{m: m, key: key, token: token}), nil
 }
 
 // free deletes key behind its holder's back.
@@ -151,6 +151,9 @@ type memGrant struct {
 	m          *memLocker
 	key, token string
 }
+
+// Now is the clock the handle measures its validity on (driver.Grant).
+func (g *memGrant) Now() time.Time { return g.m.clock() }
 
 func (g *memGrant) holds() bool {
 	k, ok := g.m.keys[g.key]
@@ -311,27 +314,17 @@ func TestAcquireRetryBudget(t *testing.T) {
 	}
 }
 
-// notifyingMem announces releases like a ReleaseNotifier backend.
-type notifyingMem struct {
-	*memLocker
-	ch chan struct{}
-}
-
-func (n *notifyingMem) NotifyRelease(ctx context.Context, key string) (<-chan struct{}, func()) {
-	return n.ch, func() {}
-}
-
+// A waiting Acquire retries as soon as the Locker announces a release
+// (driver.ReleaseNotifier), not at its next poll.
 func TestAcquireWakesOnRelease(t *testing.T) {
-	n := &notifyingMem{memLocker: newMem(), ch: make(chan struct{}, 1)}
-	if _, err := n.TryAcquire(context.Background(), "k", time.Minute); err != nil {
+	l := dlocktest.New()
+	other, err := l.Hold("k", time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.AfterFunc(50*time.Millisecond, func() {
-		n.free("k")
-		n.ch <- struct{}{}
-	})
+	time.AfterFunc(50*time.Millisecond, func() { other.Release(context.Background()) })
 	start := time.Now()
-	lock, err := dlock.Acquire(context.Background(), n, "k", time.Minute, dlock.WithRetryDelay(10*time.Second))
+	lock, err := dlock.Acquire(context.Background(), l, "k", time.Minute, dlock.WithRetryDelay(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,8 @@
 // interface, the Lock handle, waiting (Acquire), auto-extension (Do), the
 // errors, events for observers (Event) and inspection (Inspector).
 // It imports only the standard library. Package driver has what only a
-// backend needs, and package locktest the conformance suite.
+// backend needs, package locktest the conformance suite, and package
+// dlocktest an in-memory Locker for the unit tests of code that uses locks.
 //
 // # Quick start
 //

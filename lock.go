@@ -95,14 +95,22 @@ type Lock struct {
 // granted the lock (driver.Grant); without it, one did.
 type nodeCounter interface{ Nodes() int }
 
+// clocked is a grant whose backend measures time on a clock of its own
+// (driver.Grant); without it, the lock reads time.Now.
+type clocked interface{ Now() time.Time }
+
 // newLock wraps a backend's grant (driver.NewLock).
 func newLock(key, token string, fence uint64, validUntil time.Time, g grant) *Lock {
 	nodes := 1
 	if n, ok := g.(nodeCounter); ok {
 		nodes = n.Nodes()
 	}
-	return &Lock{key: key, token: token, fence: fence, grant: g, now: time.Now, validUntil: validUntil,
-		turn: make(chan struct{}, 1), grantedAt: time.Now(), nodes: nodes}
+	now := time.Now
+	if c, ok := g.(clocked); ok {
+		now = c.Now
+	}
+	return &Lock{key: key, token: token, fence: fence, grant: g, now: now, validUntil: validUntil,
+		turn: make(chan struct{}, 1), grantedAt: now(), nodes: nodes}
 }
 
 func init() {
@@ -110,6 +118,7 @@ func init() {
 		return newLock(key, token, fence, validUntil, g.(grant))
 	}
 	bridge.Lose = func(lock any, cause error) { lock.(*Lock).lose(cause) }
+	bridge.Recheck = func(lock any) { lock.(*Lock).recheck() }
 }
 
 // Key returns the locked key, as the caller named it (without any prefix a
@@ -321,6 +330,17 @@ func (l *Lock) lose(cause error) {
 	if l.state == stateHeld {
 		l.loseLocked(cause, lostSession)
 	}
+}
+
+// recheck looks at the lock's clock again after it jumped
+// (driver.Recheck): a validity that ran out is a loss, and Do, woken,
+// reschedules its extension.
+func (l *Lock) recheck() {
+	defer l.deliver()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.goneLocked("hold")
+	l.notifyLocked()
 }
 
 // released reports whether the lock was released (the server answered).

@@ -173,13 +173,13 @@ func TestSpansOfDo(t *testing.T) {
 
 func TestSpanOfRefusal(t *testing.T) {
 	r := newRecorded(t)
-	m := newMem()
-	held, err := m.TryAcquire(context.Background(), "k", time.Minute)
+	m := newMem(r.obs.Observe)
+	held, err := m.Hold("k", time.Minute) // another owner's: not observed
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	_, err = dlock.Acquire(context.Background(), m.with(r.obs.Observe), "k", time.Minute, dlock.WithRetryCount(0))
+	_, err = dlock.Acquire(context.Background(), m, "k", time.Minute, dlock.WithRetryCount(0))
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("Acquire: %v, want ErrNotAcquired", err)
 	}
@@ -201,8 +201,8 @@ func TestSpanOfRefusal(t *testing.T) {
 func TestLostThenReleased(t *testing.T) {
 	r := newRecorded(t)
 	m := newMem(r.obs.Observe)
-	err := dlock.Do(context.Background(), m, "k", 60*time.Millisecond, func(ctx context.Context) error {
-		m.free("k")
+	err := dlock.Do(context.Background(), m, "k", time.Minute, func(ctx context.Context) error {
+		m.Lose("k") // the server lost it; the release after finds it gone
 		<-ctx.Done()
 		return nil
 	})
@@ -211,7 +211,7 @@ func TestLostThenReleased(t *testing.T) {
 	}
 	hold := r.one(t, "dlock.hold")
 	wantAttr(t, hold, "dlock.outcome", "lost")
-	wantAttr(t, hold, "dlock.detected", "extension_refused")
+	wantAttr(t, hold, "dlock.detected", "session_gone")
 	if hold.Status.Code != codes.Error {
 		t.Errorf("lost dlock.hold: status %v, want Error", hold.Status)
 	}

@@ -34,6 +34,14 @@ import (
 // itself. A Grant of a backend with several nodes may also have a method
 // Nodes() int: how many of them granted the lock (dlock.Event's Nodes; one
 // without it).
+//
+// A Grant of a backend whose time is not the machine's may also have a
+// method Now() time.Time, whose readings never go back: the Lock then
+// reads the time from it instead of time.Now (Held, Remaining, Extend, and
+// Do's schedule and loss), and the backend computes the validity
+// deadlines it hands over on that clock too. It is for a backend whose
+// tests move its clock by hand (package dlocktest); such a backend calls
+// Recheck for its locks when the clock jumps.
 type Grant interface {
 	// Extend resets the lock's TTL to ttl if the server(s) still hold the
 	// lock's token, and returns the new validity deadline (see ValidUntil).
@@ -61,6 +69,20 @@ func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *dl
 // or being released). It must not be called while holding a mutex that an
 // observer of the lock's events may need.
 func Lost(lock *dlock.Lock, cause error) { bridge.Lose(lock, cause) }
+
+// Recheck makes lock look at its clock again, for a backend whose Grant
+// has a clock of its own (a Now method) that just jumped forward: a
+// validity that ran out is declared lost at once (dlock.Event's Detected
+// "validity ran out"), and dlock.Do, whose timers run on the machine's
+// clock, reschedules the lock's next extension for the new time. It does
+// nothing to a lock that is no longer held, and, like Lost, must not be
+// called while holding a mutex that an observer of the lock's events may
+// need.
+func Recheck(lock *dlock.Lock) {
+	if lock != nil {
+		bridge.Recheck(lock)
+	}
+}
 
 // A ReleaseNotifier is a Locker that can announce releases, so that
 // dlock.Acquire retries as soon as the holder lets go instead of at its

@@ -25,6 +25,10 @@ var NewLock func(key, token string, fence uint64, validUntil time.Time, g any) a
 // driver.Lost). Package dlock sets it.
 var Lose func(lock any, cause error)
 
+// Recheck makes a *dlock.Lock (given as any) look at its clock again (see
+// driver.Recheck). Package dlock sets it.
+var Recheck func(lock any)
+
 // Attempt tells package dlock that an attempt of a Locker of backend, whose
 // events go to observe (a func(context.Context, dlock.Event)), begins with
 // ctx, and returns the attempt's number, and whether it is one of
