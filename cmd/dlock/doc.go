@@ -8,7 +8,7 @@
 //	dlock acquire KEY [-t TTL] [-w WAIT | -n] [-E N] [-q] [--verbose] [--json]
 //	dlock extend KEY [TOKEN] [-t TTL]
 //	dlock release KEY [TOKEN]
-//	dlock inspect [PATTERN] [--json]
+//	dlock inspect [PATTERN] [--json] [--watch INTERVAL] [--show-token] [--limit N]
 //	dlock demo [--redis URL]...
 //
 // The lock flags follow flock(1): -t/--ttl is the lease (30s); -w/--wait is
@@ -43,6 +43,19 @@
 // connections and staying silent) by the larger of --wait and one try,
 // which the URL's dial_timeout (5s) and read_timeout/write_timeout (3s)
 // bound, or the DSN's connect_timeout, or 5s on etcd; then dlock exits 69.
+//
+// inspect lists the held locks: key, remaining TTL, fence, waiters and,
+// where known, the holder. --json prints {"locks":[...]}, each lock in the
+// JSON form of the Go library's dlock.LockInfo ("ttl_ms", "fence",
+// "holder", "waiting", "majority"), and "locks" is [] when nothing matches.
+// --watch INTERVAL lists again every INTERVAL: on a terminal it redraws the
+// screen; into a pipe it writes the listings one after the other, without
+// terminal escapes, and with --json one JSON document per line (NDJSON):
+//
+//	dlock inspect --watch 5s --json 'billing:*' | jq -c '[.locks[] | {key, ttl_ms}]'
+//
+// A lock's token lets whoever has it release or extend the lock, so inspect
+// shows tokens only with --show-token.
 //
 // One --redis URL (or host:port) selects a single Redis node, several
 // select Redlock; --etcd URLs name the members of one etcd cluster. The
