@@ -53,6 +53,10 @@
 // The histograms' buckets (in seconds) are 0.001 to 60 for waits and 0.01
 // to 3600 for holds; a View on the MeterProvider changes them.
 //
+// The meter and the tracer are named after this module's path, with its
+// version as the program's build records it ("(devel)" when built from a
+// work tree).
+//
 // # Spans
 //
 // Events arrive after the fact, so each span is made with the timestamps
