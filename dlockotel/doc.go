@@ -50,6 +50,11 @@
 // "etcd"), as the Locker reports it. It is absent when the backend does
 // not name itself, and always on dlock.waiting.
 //
+// dashboard.json, in this module's directory, is a Grafana dashboard of
+// these metrics as the Prometheus exporter names them: wait and hold
+// percentiles, grants, refusals, attempts, losses and failed extensions by
+// backend, locks held and waiters.
+//
 // The histograms' buckets (in seconds) are 0.001 to 60 for waits and 0.01
 // to 3600 for holds; a View on the MeterProvider changes them.
 //
