@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/cmd/dlock/internal/etcdsrv"
 	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/driver"
 )
@@ -46,9 +45,7 @@ var scenarios = func() []scenario {
 		fencingScenario,
 		workersScenario,
 		redlockScenario,
-	}
-	if etcdsrv.Installed() {
-		list = append(list, etcdScenario) // its own servers: etcd, not Redis
+		etcdScenario, // its own servers: etcd, not Redis
 	}
 	return list
 }

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testsrv"
@@ -38,7 +37,9 @@ func TestMain(m *testing.M) {
 	}
 	// Killed Redlock nodes make go-redis log every failed dial.
 	redis.SetLogger(quietLogger{})
-	goleak.VerifyTestMain(m)
+	// Where no etcd binary is on PATH the etcd scenario runs embedded
+	// servers, whose peer connections close a moment after they stop.
+	testsrv.VerifyTestMain(m, 10*time.Second)
 }
 
 type quietLogger struct{}
@@ -156,6 +157,13 @@ func TestRunEmbeddedFallback(t *testing.T) {
 	}
 	mustMatch(t, out, `It has DELEX but not SET IFEQ`)
 	checkClaims(t, out)
+	// No etcd on PATH either: etcd's own server runs in the process, and
+	// the scenario's claims hold on it.
+	mustMatch(t, out, `Three etcd servers inside this process \(no etcd on PATH\)`)
+	mustMatch(t, out, `is stopped: a minority of the cluster is down`)
+	mustMatch(t, out, `A extends its lock:\s+ok\n`)
+	mustMatch(t, out, `A wakes up and writes with fence \d+:\s+rejected`)
+	mustMatch(t, out, `\d\. etcd\s+ok`)
 }
 
 // Five user-given servers: nothing is started; losing nodes is simulated by

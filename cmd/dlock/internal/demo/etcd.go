@@ -38,7 +38,11 @@ func runEtcd(ctx context.Context, e *env, s *section) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	c, err := etcdsrv.Start(ctx, dir, 3)
+	start, where, killed := etcdsrv.Start, "temporary etcd members", "killed"
+	if !etcdsrv.Installed() {
+		start, where, killed = etcdsrv.StartEmbedded, "etcd servers inside this process (no etcd on PATH)", "stopped"
+	}
+	c, err := start(ctx, dir, 3)
 	if err != nil {
 		return fmt.Errorf("start etcd: %w", err)
 	}
@@ -52,8 +56,8 @@ func runEtcd(ctx context.Context, e *env, s *section) error {
 	if err != nil {
 		return err
 	}
-	s.say("Three temporary etcd members on %s, %s and %s (one Raft cluster).",
-		c.Members[0].ClientAddr, c.Members[1].ClientAddr, c.Members[2].ClientAddr)
+	s.say("Three %s on %s, %s and %s (one Raft cluster).",
+		where, c.Members[0].ClientAddr, c.Members[1].ClientAddr, c.Members[2].ClientAddr)
 	key := "ledger"
 	guard := fence.NewMemory()
 	var value string
@@ -67,7 +71,7 @@ func runEtcd(ctx context.Context, e *env, s *section) error {
 
 	leader := leaderOf(ctx, c)
 	leader.Kill()
-	s.say("The leader, %s, is killed: a minority of the cluster is down.", leader.Name)
+	s.say("The leader, %s, is %s: a minority of the cluster is down.", leader.Name, killed)
 	if err := c.WaitHealthy(ctx, 10*time.Second); err != nil {
 		return fmt.Errorf("the two members left elected no leader: %w", err)
 	}
