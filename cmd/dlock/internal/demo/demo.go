@@ -47,6 +47,9 @@ var scenarios = func() []scenario {
 		redlockScenario,
 		etcdScenario, // its own servers: etcd, not Redis
 	}
+	if postgresInstalled() {
+		list = append(list, postgresScenario)
+	}
 	return list
 }
 
@@ -207,6 +210,9 @@ func header(ctx context.Context, e *env, p *printer) error {
 	}
 	p.printf("\nScenarios 1-5 run on %s (%s). %s\n", first.addr, kind, nativeSentence(infos[0]))
 	p.printf("A and B (and C) below are separate lock holders; in production they would be separate processes.\n")
+	if !postgresInstalled() {
+		p.printf("%s\n", postgresHint)
+	}
 	return nil
 }
 
