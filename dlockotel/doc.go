@@ -50,8 +50,21 @@
 // "etcd"), as the Locker reports it. It is absent when the backend does
 // not name itself, and always on dlock.waiting.
 //
+// dashboard.json, in this module's directory, is a Grafana dashboard of
+// these metrics as the Prometheus exporter names them: wait and hold
+// percentiles, grants, refusals, attempts, losses and failed extensions by
+// backend, locks held and waiters. The repository's docs/dashboard.png
+// shows it over four minutes of real lock traffic: a faithful render of
+// its panels (each query evaluated by a real Prometheus, drawn where the
+// dashboard places it, screenshotted with headless Chromium; the program
+// is internal/dashshot), not a screenshot of Grafana.
+//
 // The histograms' buckets (in seconds) are 0.001 to 60 for waits and 0.01
 // to 3600 for holds; a View on the MeterProvider changes them.
+//
+// The meter and the tracer are named after this module's path, with its
+// version as the program's build records it ("(devel)" when built from a
+// work tree).
 //
 // # Spans
 //

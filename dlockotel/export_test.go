@@ -9,3 +9,9 @@ func Tracked(o *Observer) int {
 	defer o.mu.Unlock()
 	return len(o.locks)
 }
+
+// ScopeVersion is the instrumentation scope's version in this build.
+var ScopeVersion = scopeVersion
+
+// ModuleVersion is the version of a module in a build's information.
+var ModuleVersion = moduleVersion

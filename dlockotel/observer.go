@@ -1,11 +1,13 @@
 package dlockotel
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -19,8 +21,36 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// scope is the instrumentation scope of the meter and the tracer.
+// scope is the instrumentation scope of the meter and the tracer, and this
+// module's path.
 const scope = "github.com/dlock-go/dlock/dlockotel"
+
+// scopeVersion is the scope's version: this module's version in the
+// running program's build ("v0.1.0"; "(devel)" when it is built from a
+// work tree), "" when the build does not say.
+func scopeVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	return moduleVersion(bi, scope)
+}
+
+// moduleVersion returns the version of module path in bi.
+func moduleVersion(bi *debug.BuildInfo, path string) string {
+	if bi.Main.Path == path {
+		return bi.Main.Version
+	}
+	for _, m := range bi.Deps {
+		if m.Path == path {
+			if r := m.Replace; r != nil {
+				return cmp.Or(r.Version, "(devel)") // a directory has no version
+			}
+			return m.Version
+		}
+	}
+	return ""
+}
 
 // maxTracked bounds the per-lock state (see the package doc).
 const maxTracked = 10000
@@ -148,9 +178,10 @@ func New(opts ...Option) (*Observer, error) {
 	if c.tp == nil {
 		c.tp = otel.GetTracerProvider()
 	}
-	o := &Observer{tracer: c.tp.Tracer(scope), keys: c.keys, keyMetrics: c.keyMetrics,
+	version := scopeVersion()
+	o := &Observer{tracer: c.tp.Tracer(scope, trace.WithInstrumentationVersion(version)), keys: c.keys, keyMetrics: c.keyMetrics,
 		locks: map[lockID]*list.Element{}, maxLen: maxTracked, sets: map[setKey]metric.MeasurementOption{}}
-	m := c.mp.Meter(scope)
+	m := c.mp.Meter(scope, metric.WithInstrumentationVersion(version))
 	var errs []error
 	hist := func(name, desc string, bounds ...float64) metric.Float64Histogram {
 		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),

@@ -110,22 +110,26 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestScrape does known lock traffic on a real redis-server and checks
-// what /metrics says of it: 5 grants, 2 refusals (busy), 1 loss (the key
-// deleted behind the holder's back, so that its extension is refused).
-func TestScrape(t *testing.T) {
+// slept is how long each of lockTraffic's Do calls holds its lock.
+const slept = 30 * time.Millisecond
+
+// lockTraffic makes known lock traffic on a redis-server of its own,
+// through a Locker observed by observe: three Do calls that each hold the
+// lock for slept; a holder and two waiters that give up after two
+// attempts each (busy), whileHeld running while the holder holds it; and
+// a lock lost under Do (its key deleted behind it, so that its extension
+// is refused). That is 5 grants, 2 refusals, 1 loss and 1 failed
+// extension.
+func lockTraffic(t *testing.T, observe func(context.Context, dlock.Event), whileHeld func()) {
+	t.Helper()
 	ctx := testCtx(t)
 	srv := testsrv.StartRedis(t)
 	raw := srv.Client(t)
-	s := newScraper(t)
-	l, err := redislock.New(srv.Client(t), redislock.WithObserver(s.obs.Observe))
+	l, err := redislock.New(srv.Client(t), redislock.WithObserver(observe))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-
-	// Three Do calls that each hold the lock for 30ms.
-	const slept = 30 * time.Millisecond
 	for range 3 {
 		if err := dlock.Do(ctx, l, "job", time.Second, func(context.Context) error {
 			time.Sleep(slept)
@@ -135,15 +139,11 @@ func TestScrape(t *testing.T) {
 		}
 	}
 
-	// A holder, and two waiters that give up after two attempts each.
 	held, err := dlock.Acquire(ctx, l, "busy", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mfs := s.scrape()
-	if v := get(mfs, "dlock_held").value; v != 1 {
-		t.Errorf("dlock_held %v while one lock is held, want 1", v)
-	}
+	whileHeld()
 	for range 2 {
 		_, err := dlock.Acquire(ctx, l, "busy", time.Minute,
 			dlock.WithRetryCount(1), dlock.WithRetryDelay(10*time.Millisecond), dlock.WithRetryJitter(0))
@@ -156,7 +156,6 @@ func TestScrape(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A lock lost under Do: its key deleted, the next extension is refused.
 	err = dlock.Do(ctx, l, "lost", 300*time.Millisecond, func(ctx context.Context) error {
 		if err := raw.Del(ctx, "lost").Err(); err != nil {
 			return err
@@ -167,8 +166,20 @@ func TestScrape(t *testing.T) {
 	if !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Do after the key was deleted: %v, want ErrLockLost", err)
 	}
+}
 
-	mfs = s.scrape()
+// TestScrape does known lock traffic on a real redis-server and checks
+// what /metrics says of it: 5 grants, 2 refusals (busy), 1 loss (the key
+// deleted behind the holder's back, so that its extension is refused).
+func TestScrape(t *testing.T) {
+	s := newScraper(t)
+	lockTraffic(t, s.obs.Observe, func() {
+		if v := get(s.scrape(), "dlock_held").value; v != 1 {
+			t.Errorf("dlock_held %v while one lock is held, want 1", v)
+		}
+	})
+
+	mfs := s.scrape()
 	for _, c := range []struct {
 		name   string
 		labels []string

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/redislock"
@@ -426,7 +427,7 @@ func TestInspect(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("inspect: exit %d; stderr: %s", r.code, r.stderr)
 	}
-	var got struct{ Locks []lockRow }
+	var got struct{ Locks []dlock.LockInfo }
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("inspect --json: %v\n%s", err, r.stdout)
 	}
@@ -436,17 +437,17 @@ func TestInspect(t *testing.T) {
 	l := got.Locks[0]
 	host, _ := os.Hostname()
 	switch {
-	case l.TTLms <= 0 || l.TTLms > 20000:
-		t.Errorf("ttl_ms %d", l.TTLms)
-	case l.Fence == nil || *l.Fence == 0:
+	case l.TTL <= 0 || l.TTL > 20*time.Second:
+		t.Errorf("TTL %v", l.TTL)
+	case l.Fence == 0:
 		t.Errorf("fence %v, want the lock's fence", l.Fence)
-	case l.Holder == nil || l.Holder.PID != p.cmd.Process.Pid || l.Holder.Host != host:
-		t.Errorf("holder %+v, want pid %d on %s", l.Holder, p.cmd.Process.Pid, host)
+	case l.PID != p.cmd.Process.Pid || l.Host != host || l.Since.IsZero():
+		t.Errorf("holder %+v, want pid %d on %s", l, p.cmd.Process.Pid, host)
 	case l.Node != srv.Addr:
 		t.Errorf("node %q, want %q", l.Node, srv.Addr)
 	}
-	if o := got.Locks[1]; o.Fence != nil || o.Holder != nil {
-		t.Errorf("a lock from another client shows fence %v, holder %v", o.Fence, o.Holder)
+	if o := got.Locks[1]; o.Fence != 0 || o.PID != 0 || o.Host != "" || !strings.Contains(r.stdout, `"fence":null,"holder":null`) {
+		t.Errorf("a lock from another client shows fence %v, holder %+v: %s", o.Fence, o, r.stdout)
 	}
 	for _, k := range []string{"fence", "holder", "ttl_ms", "node", "key"} {
 		if !strings.Contains(r.stdout, `"`+k+`":`) {

@@ -20,11 +20,19 @@ its real outcome: a basic acquire and release; the expiry bug, first with a
 plain DEL (a slow holder deletes its successor's lock) and then with a
 token-checked release (it cannot); the release script; fencing, with the
 resource rejecting a stale holder's late write; five workers taking turns
-through the Do helper; and Redlock on five servers, surviving the loss of two
-and refusing to lock with three lost. Where an etcd binary is installed, a last
-scenario starts three temporary etcd members and shows where etcd differs: the
-fence is the cluster's revision, the leader's loss changes nothing, and a holder
-paused past its lease has its late write refused.
+through the Do helper; Redlock on five servers, surviving the loss of two and
+refusing to lock with three lost; and etcd on three members of its own, where
+the fence is the cluster's revision, the leader's loss changes nothing, and a
+holder paused past its lease has its late write refused (etcd processes where
+an etcd binary is on PATH, etcd's own server inside dlock otherwise).
+
+Where PostgreSQL's server binaries are installed (/usr/lib/postgresql/*/bin),
+a last scenario runs on a temporary cluster (initdb in a temporary directory):
+an advisory lock held in Do, its session ended with pg_terminate_backend, the
+lock going to a waiter with a higher fence, the first holder's late write
+refused by pgfence and its Do reporting the loss, and a queue whose workers
+claim jobs with SKIP LOCKED, each job done exactly once. Where they are not,
+the first lines say how to see it.
 
 Every outcome is checked against what its scenario claims: a mismatch prints FAILED
 on its line and dlock demo exits 1 after the other scenarios ran.

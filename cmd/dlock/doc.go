@@ -8,7 +8,7 @@
 //	dlock acquire KEY [-t TTL] [-w WAIT | -n] [-E N] [-q] [--verbose] [--json]
 //	dlock extend KEY [TOKEN] [-t TTL]
 //	dlock release KEY [TOKEN]
-//	dlock inspect [PATTERN] [--json]
+//	dlock inspect [PATTERN] [--json] [--watch INTERVAL] [--show-token] [--limit N]
 //	dlock demo [--redis URL]...
 //
 // The lock flags follow flock(1): -t/--ttl is the lease (30s); -w/--wait is
@@ -89,11 +89,22 @@
 // advisory lock belongs to the database session, which ends with the dlock
 // process.
 //
-// inspect lists held locks. PostgreSQL knows an advisory lock only by a
-// hash of its name: a lock held by dlock run is listed by its name, which
-// run publishes in its session's application_name (names up to 63 bytes of
-// printable ASCII); other locks are listed as "advisory:<n>", or by name
-// when the pattern is that plain name.
+// inspect lists the held locks: key, remaining TTL, fence, waiters and,
+// where known, the holder. --json prints {"locks":[...]}, each lock in the
+// JSON form of the Go library's dlock.LockInfo ("ttl_ms", "fence",
+// "holder", "waiting", "majority"), and "locks" is [] when nothing matches.
+// --watch INTERVAL lists again every INTERVAL: on a terminal it redraws the
+// screen; into a pipe it writes the listings one after the other, without
+// terminal escapes, and with --json one JSON document per line (NDJSON):
+//
+//	dlock inspect --watch 5s --json 'billing:*' | jq -c '[.locks[] | {key, ttl_ms}]'
+//
+// A lock's token lets whoever has it release or extend the lock, so inspect
+// shows tokens only with --show-token. PostgreSQL knows an advisory lock
+// only by a hash of its name: a lock held by dlock run is listed by its
+// name, which run publishes in its session's application_name (names up to
+// 63 bytes of printable ASCII); other locks are listed as "advisory:<n>",
+// or by name when the pattern is that plain name.
 //
 // # Exit codes
 //

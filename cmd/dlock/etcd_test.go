@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/cmd/dlock/internal/etcdsrv"
 )
 
@@ -76,9 +77,9 @@ func TestRunEtcd(t *testing.T) {
 		h := startBin(t, env, runArgs([]string{"--ttl", "3s"}, "e:busy", "hold", ready, "60s")...)
 		waitFile(t, ready, h)
 		// run publishes its holder record as the key's value.
-		var listed struct{ Locks []lockRow }
+		var listed struct{ Locks []dlock.LockInfo }
 		if r := runBin(t, env, "inspect", "e:busy*", "--json"); json.Unmarshal([]byte(r.stdout), &listed) != nil ||
-			len(listed.Locks) != 1 || listed.Locks[0].Holder == nil || listed.Locks[0].Holder.PID != h.cmd.Process.Pid {
+			len(listed.Locks) != 1 || listed.Locks[0].PID != h.cmd.Process.Pid {
 			t.Errorf("inspect of a dlock run's lock: %s (stderr %s), want its holder, pid %d", r.stdout, r.stderr, h.cmd.Process.Pid)
 		}
 		if r := runBin(t, env, runArgs(nil, "e:busy", "exit", "0")...); r.code != exitBusy {
@@ -167,11 +168,11 @@ func TestRunEtcd(t *testing.T) {
 		}
 		vars := parseVars(t, r.stdout)
 		defer runInProcess(t, renv, "release", "e:insp", vars["DLOCK_TOKEN"])
-		r = runInProcess(t, renv, "inspect", "e:ins*", "--json")
+		r = runInProcess(t, renv, "inspect", "e:ins*", "--json", "--show-token")
 		if r.code != 0 {
 			t.Fatalf("inspect --json: exit %d; stderr: %s", r.code, r.stderr)
 		}
-		var out struct{ Locks []lockRow }
+		var out struct{ Locks []dlock.LockInfo }
 		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
 			t.Fatalf("inspect --json: %v: %s", err, r.stdout)
 		}
@@ -179,8 +180,8 @@ func TestRunEtcd(t *testing.T) {
 			t.Fatalf("inspect --json: %d locks, want e:insp alone: %s", len(out.Locks), r.stdout)
 		}
 		got := out.Locks[0]
-		if got.Key != "e:insp" || got.Token != vars["DLOCK_TOKEN"] || got.Fence == nil ||
-			strconv.FormatUint(*got.Fence, 10) != vars["DLOCK_FENCE"] || got.TTLms <= 0 || got.Waiting != 0 || !got.Majority {
+		if got.Key != "e:insp" || got.Token != vars["DLOCK_TOKEN"] ||
+			strconv.FormatUint(got.Fence, 10) != vars["DLOCK_FENCE"] || got.TTL <= 0 || got.Waiting != 0 || !got.Majority {
 			t.Fatalf("inspect --json: %+v, want e:insp with token %s, fence %s", got, vars["DLOCK_TOKEN"], vars["DLOCK_FENCE"])
 		}
 		r = runInProcess(t, renv, "inspect", "e:ins*")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,37 +19,13 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// lockRow is one held lock on one node, as inspect reports it. The JSON
-// field names are part of the CLI contract.
-type lockRow struct {
-	Key      string      `json:"key"`
-	Node     string      `json:"node"`
-	TTLms    int64       `json:"ttl_ms"` // remaining time to live (PTTL); 0 for PostgreSQL
-	Fence    *uint64     `json:"fence"`  // the key's fence counter; null without one
-	Holder   *holderInfo `json:"holder"` // null unless the holder published itself (or PostgreSQL knows it)
-	Token    string      `json:"token,omitempty"`
-	Waiting  int         `json:"waiting"`
-	Majority bool        `json:"majority"`
-}
-
-// holderInfo is who holds a lock, as inspect shows it: what `dlock run`
-// and the backends' WithHolderInfo publish beside a Redis lock (host, pid,
-// service, since), or what PostgreSQL knows of the session. It is
-// informational only: the lock key and its token decide who holds the
-// lock.
-type holderInfo struct {
-	Host    string    `json:"host"`
-	PID     int       `json:"pid"`
-	Service string    `json:"service,omitempty"`
-	Since   time.Time `json:"since"`
-}
-
 func (a *app) inspectCmd() *cobra.Command {
 	var (
-		bf     backendFlags
-		asJSON bool
-		watch  time.Duration
-		limit  int
+		bf        backendFlags
+		asJSON    bool
+		showToken bool
+		watch     time.Duration
+		limit     int
 	)
 	cmd := &cobra.Command{
 		Use:   "inspect [flags] [PATTERN]",
@@ -81,19 +58,30 @@ etcdctl lock's alike), with the holder's token, its lease's remaining TTL, the
 fence (the holder key's create revision), the waiters queued behind it and,
 for dlock run, who holds it; every read is linearizable.
 
---limit bounds the listing (default 1000). --watch 2s redraws it every 2s,
-clearing the screen, until interrupted.
+--limit bounds the listing (default 1000). --watch 2s lists again every 2s
+until interrupted: on a terminal it clears the screen and redraws the table
+under a line with the time; into a pipe or a file it writes no terminal
+escapes, and with --json it writes one JSON document per line (NDJSON), so
+that jq and log shippers read every listing.
 
-With --json the output is one object:
+Tokens are secrets (whoever has one can release or extend the lock in its
+holder's place): they are shown only with --show-token, as a TOKEN column
+or a "token" field.
+
+With --json the output is one object (one line) per listing:
   {"locks":[{"key":"billing","node":"10.0.0.5:6379","ttl_ms":28500,
-             "fence":42,"holder":{"host":"web-1","pid":4242,
-             "since":"2026-12-01T10:00:00Z"},"token":"...",
-             "waiting":0,"majority":true}]}
-"fence" and "holder" are null when absent; "locks" is [] when nothing matches.
+             "fence":42,"holder":{"host":"web-1","pid":4242,"service":"api",
+             "since":"2026-12-01T10:00:00Z"},"waiting":0,"majority":true}]}
+"ttl_ms" is the remaining TTL in milliseconds (0: none, as on PostgreSQL);
+"fence" and "holder" are null when absent; "service" and "since" are left
+out when unknown; "token" appears with --show-token; "locks" is [] when
+nothing matches. Each lock is the Go library's dlock.LockInfo, which
+encodes and decodes this form.
 
 ` + exitCodesHelp,
 		Example: `  dlock inspect --redis redis://redis.internal:6379
   dlock inspect 'billing:*' --json | jq '.locks[] | select(.ttl_ms < 5000)'
+  dlock inspect --watch 5s --json | jq -c '[.locks[].key]'
   dlock inspect --postgres postgres://db/app --watch 2s
   dlock inspect --etcd http://etcd-1:2379 'deploy:*'`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -125,17 +113,15 @@ With --json the output is one object:
 			// load reads the listing, and returns what prints it: a screen
 			// of --watch is cleared only once its rows are in.
 			load := func(ctx context.Context) (draw func() error, err error) {
-				rows, err := inspectRows(ctx, in, pattern, limit)
+				infos, err := inspectLocks(ctx, in, pattern, limit)
 				if err != nil {
 					return nil, err
 				}
 				return func() error {
 					if asJSON {
-						return json.NewEncoder(a.stdout).Encode(struct {
-							Locks []lockRow `json:"locks"`
-						}{rows})
+						return printLocksJSON(a, infos, showToken)
 					}
-					return printLocks(a, rows, len(be.nodes) > 1, pattern)
+					return printLocks(a, infos, len(be.nodes) > 1, pattern, showToken)
 				}, nil
 			}
 			if watch == 0 {
@@ -145,18 +131,22 @@ With --json the output is one object:
 				}
 				return draw()
 			}
-			return watchLocks(cmd.Context(), a, watch, load)
+			// A terminal gets a fresh screen per listing; a pipe gets the
+			// listings one after the other (NDJSON with --json).
+			return watchLocks(cmd.Context(), a, watch, !asJSON && isTerminal(a.stdout), load)
 		},
 	}
 	addBackendFlags(cmd, &bf)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (stable field names) instead of a table")
-	cmd.Flags().DurationVar(&watch, "watch", 0, "redraw the listing every `INTERVAL` (e.g. 2s), like top, until interrupted")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (stable field names) instead of a table; with --watch, one document per line")
+	cmd.Flags().BoolVar(&showToken, "show-token", false, "also show each holder's token (a secret: it can release the lock)")
+	cmd.Flags().DurationVar(&watch, "watch", 0, "list again every `INTERVAL` (e.g. 2s) until interrupted; on a terminal, redraw the screen like top")
 	cmd.Flags().IntVar(&limit, "limit", 0, "list at most `N` locks (default 1000)")
 	return cmd
 }
 
-// inspectRows lists the locks through the backend's Inspect.
-func inspectRows(ctx context.Context, in dlock.Inspector, pattern string, limit int) ([]lockRow, error) {
+// inspectLocks lists the locks through the backend's Inspect; nothing
+// held is an empty, non-nil list (JSON []).
+func inspectLocks(ctx context.Context, in dlock.Inspector, pattern string, limit int) ([]dlock.LockInfo, error) {
 	infos, err := in.Inspect(ctx, pattern, limit)
 	if err != nil {
 		switch {
@@ -169,25 +159,36 @@ func inspectRows(ctx context.Context, in dlock.Inspector, pattern string, limit 
 		}
 		return nil, exitf(exitFailure, "inspect: %v", err)
 	}
-	rows := make([]lockRow, 0, len(infos))
-	for _, li := range infos {
-		r := lockRow{Key: li.Key, Node: li.Node, TTLms: li.TTL.Milliseconds(), Token: li.Token,
-			Waiting: li.Waiting, Majority: li.Majority}
-		if li.Fence != 0 {
-			f := li.Fence
-			r.Fence = &f
-		}
-		if li.Host != "" || li.PID != 0 || li.Service != "" || !li.Since.IsZero() {
-			r.Holder = &holderInfo{Host: li.Host, PID: li.PID, Service: li.Service, Since: li.Since}
-		}
-		rows = append(rows, r)
+	if infos == nil {
+		infos = []dlock.LockInfo{}
 	}
-	return rows, nil
+	return infos, nil
 }
 
-// watchLocks redraws the listing every interval, clearing the terminal
-// first, until ctx ends or an interrupt arrives (then it returns nil).
-func watchLocks(ctx context.Context, a *app, every time.Duration, load func(context.Context) (func() error, error)) error {
+// printLocksJSON writes {"locks":[...]} on one line, each lock in
+// dlock.LockInfo's JSON form, with its token only when showToken is set.
+func printLocksJSON(a *app, infos []dlock.LockInfo, showToken bool) error {
+	enc := dlock.LockInfo.MarshalJSON
+	if showToken {
+		enc = dlock.LockInfo.MarshalJSONWithToken
+	}
+	locks := make([]json.RawMessage, len(infos))
+	for i, li := range infos {
+		b, err := enc(li)
+		if err != nil {
+			return err
+		}
+		locks[i] = b
+	}
+	return json.NewEncoder(a.stdout).Encode(struct {
+		Locks []json.RawMessage `json:"locks"`
+	}{locks})
+}
+
+// watchLocks lists the locks every interval until ctx ends or an
+// interrupt arrives (then it returns nil). With screen set (a terminal)
+// each listing clears the screen first, under a line with the time.
+func watchLocks(ctx context.Context, a *app, every time.Duration, screen bool, load func(context.Context) (func() error, error)) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	t := time.NewTicker(every)
@@ -200,8 +201,10 @@ func watchLocks(ctx context.Context, a *app, every time.Duration, load func(cont
 			}
 			return err
 		}
-		fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // cursor home, clear screen
-		fmt.Fprintf(a.stdout, "every %v, %s\n\n", every, time.Now().Format(time.TimeOnly))
+		if screen {
+			fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // cursor home, clear screen
+			fmt.Fprintf(a.stdout, "every %v, %s\n\n", every, time.Now().Format(time.TimeOnly))
+		}
 		if err := draw(); err != nil {
 			return err
 		}
@@ -213,8 +216,8 @@ func watchLocks(ctx context.Context, a *app, every time.Duration, load func(cont
 	}
 }
 
-func printLocks(a *app, rows []lockRow, withNode bool, pattern string) error {
-	if len(rows) == 0 {
+func printLocks(a *app, infos []dlock.LockInfo, withNode bool, pattern string, showToken bool) error {
+	if len(infos) == 0 {
 		_, err := fmt.Fprintf(a.stdout, "no held locks match %q\n", pattern)
 		return err
 	}
@@ -226,41 +229,54 @@ func printLocks(a *app, rows []lockRow, withNode bool, pattern string) error {
 	if withNode {
 		fmt.Fprint(tw, "MAJORITY\t")
 	}
+	if showToken {
+		fmt.Fprint(tw, "TOKEN\t")
+	}
 	fmt.Fprintln(tw, "HOLDER")
 	now := time.Now()
-	for _, r := range rows {
+	for _, li := range infos {
 		if withNode {
-			fmt.Fprintf(tw, "%s\t", r.Node)
+			fmt.Fprintf(tw, "%s\t", li.Node)
 		}
-		ttl, fence, holder := "-", "-", "-"
-		if r.TTLms > 0 {
-			ttl = (time.Duration(r.TTLms) * time.Millisecond).String()
+		ttl, fence := "-", "-"
+		if li.TTL > 0 {
+			ttl = li.TTL.Round(time.Millisecond).String()
 		}
-		if r.Fence != nil {
-			fence = strconv.FormatUint(*r.Fence, 10)
+		if li.Fence != 0 {
+			fence = strconv.FormatUint(li.Fence, 10)
 		}
-		if h := r.Holder; h != nil {
-			holder = ""
-			if h.Host != "" {
-				holder = h.Host + " "
-			}
-			holder += fmt.Sprintf("pid %d", h.PID)
-			if h.Service != "" {
-				holder += " (" + h.Service + ")"
-			}
-			if !h.Since.IsZero() {
-				holder += fmt.Sprintf(" since %s (%v ago)", h.Since.Format(time.RFC3339), now.Sub(h.Since).Round(time.Second))
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t", r.Key, ttl, fence, r.Waiting)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t", li.Key, ttl, fence, li.Waiting)
 		if withNode {
 			maj := "no"
-			if r.Majority {
+			if li.Majority {
 				maj = "yes"
 			}
 			fmt.Fprintf(tw, "%s\t", maj)
 		}
-		fmt.Fprintln(tw, holder)
+		if showToken {
+			fmt.Fprintf(tw, "%s\t", cmp.Or(li.Token, "-"))
+		}
+		fmt.Fprintln(tw, holderText(li, now))
 	}
 	return tw.Flush()
+}
+
+// holderText is the HOLDER column: "web-1 pid 4242 (api) since ... (5s
+// ago)", or "-" when the holder is unknown.
+func holderText(li dlock.LockInfo, now time.Time) string {
+	if li.Host == "" && li.PID == 0 && li.Service == "" && li.Since.IsZero() {
+		return "-"
+	}
+	holder := ""
+	if li.Host != "" {
+		holder = li.Host + " "
+	}
+	holder += fmt.Sprintf("pid %d", li.PID)
+	if li.Service != "" {
+		holder += " (" + li.Service + ")"
+	}
+	if !li.Since.IsZero() {
+		holder += fmt.Sprintf(" since %s (%v ago)", li.Since.Format(time.RFC3339), now.Sub(li.Since).Round(time.Second))
+	}
+	return holder
 }

@@ -95,3 +95,21 @@ func restoreForeground(fd int) {
 	pgrp := int32(syscall.Getpgrp())
 	syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&pgrp)))
 }
+
+// isTerminal reports whether w is a terminal (a tty that answers TCGETS).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || f == nil {
+		return false
+	}
+	rc, err := f.SyscallConn() // unlike Fd, leaves the file's mode alone
+	if err != nil {
+		return false
+	}
+	var e syscall.Errno = 1
+	rc.Control(func(fd uintptr) {
+		var t syscall.Termios
+		_, _, e = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TCGETS, uintptr(unsafe.Pointer(&t)))
+	})
+	return e == 0
+}

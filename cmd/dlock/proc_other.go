@@ -33,3 +33,14 @@ func killGroupAfterExit(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
 func foregroundTTY(io.Reader) int { return -1 }
 
 func restoreForeground(int) {}
+
+// isTerminal reports whether w is a character device, the portable
+// approximation of a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || f == nil {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -31,9 +31,10 @@ type Postgres struct {
 	Port int
 	Dir  string // holds data/ and postgres.log
 
-	bin      string
-	settings []string // -c name=value pairs
-	cred     *syscall.Credential
+	bin        string
+	settings   []string // -c name=value pairs
+	cred       *syscall.Credential
+	noTemplate bool
 
 	process
 }
@@ -47,6 +48,12 @@ type PostgresOption func(*Postgres)
 func PostgresSetting(name, value string) PostgresOption {
 	return func(p *Postgres) { p.settings = append(p.settings, name+"="+value) }
 }
+
+// PostgresNoTemplate makes NewPostgres run initdb for the cluster instead
+// of copying a template cluster, which it would make once in the temporary
+// directory and keep there: for a program that leaves nothing behind
+// (dlock demo). initdb takes a few seconds.
+func PostgresNoTemplate() PostgresOption { return func(p *Postgres) { p.noTemplate = true } }
 
 // defaultSettings keep a throwaway cluster small and fast, and make the server
 // notice a vanished client (a silent partition) within a few seconds.
@@ -215,6 +222,9 @@ func (p *Postgres) command(name string, args ...string) *exec.Cmd {
 // a copy a fraction of that), or a fresh initdb when no template can be
 // made.
 func (p *Postgres) initdb() error {
+	if p.noTemplate {
+		return p.initdbInto(p.dataDir())
+	}
 	if tpl, err := p.template(); err == nil {
 		if err := exec.Command("cp", "-a", tpl, p.dataDir()).Run(); err == nil {
 			return nil

@@ -3,6 +3,7 @@ package servers
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -129,5 +130,34 @@ func TestPostgresStandby(t *testing.T) {
 	}
 	if err := standby.Exec(ctx, "CREATE TABLE t (x int)"); err == nil {
 		t.Fatal("the standby accepted a write")
+	}
+}
+
+// TestPostgresNoTemplate: with PostgresNoTemplate the cluster is made by
+// initdb and nothing is left in the temporary directory once it is gone;
+// without it a template cluster stays there for the next start.
+func TestPostgresNoTemplate(t *testing.T) {
+	for _, noTemplate := range []bool{true, false} {
+		dir := filepath.Join(t.TempDir(), "cluster")
+		tmp := t.TempDir()
+		t.Setenv("TMPDIR", tmp)
+		var opts []PostgresOption
+		if noTemplate {
+			opts = append(opts, PostgresNoTemplate())
+		}
+		p, err := NewPostgres(dir, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = p.Exec(context.Background(), "SELECT 1")
+		p.Stop()
+		os.RemoveAll(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left, _ := os.ReadDir(tmp)
+		if noTemplate != (len(left) == 0) {
+			t.Errorf("PostgresNoTemplate %v: left %d entries in TMPDIR (%v)", noTemplate, len(left), left)
+		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/cmd/dlock/internal/etcdsrv"
 	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/driver"
 )
@@ -46,9 +45,10 @@ var scenarios = func() []scenario {
 		fencingScenario,
 		workersScenario,
 		redlockScenario,
+		etcdScenario, // its own servers: etcd, not Redis
 	}
-	if etcdsrv.Installed() {
-		list = append(list, etcdScenario) // its own servers: etcd, not Redis
+	if postgresInstalled() {
+		list = append(list, postgresScenario)
 	}
 	return list
 }
@@ -210,6 +210,9 @@ func header(ctx context.Context, e *env, p *printer) error {
 	}
 	p.printf("\nScenarios 1-5 run on %s (%s). %s\n", first.addr, kind, nativeSentence(infos[0]))
 	p.printf("A and B (and C) below are separate lock holders; in production they would be separate processes.\n")
+	if !postgresInstalled() {
+		p.printf("%s\n", postgresHint)
+	}
 	return nil
 }
 

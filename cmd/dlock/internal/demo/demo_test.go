@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,7 +22,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testsrv"
@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 	}
 	// Killed Redlock nodes make go-redis log every failed dial.
 	redis.SetLogger(quietLogger{})
-	goleak.VerifyTestMain(m)
+	// Where no etcd binary is on PATH the etcd scenario runs embedded
+	// servers, whose peer connections close a moment after they stop.
+	testsrv.VerifyTestMain(m, 10*time.Second)
 }
 
 type quietLogger struct{}
@@ -156,6 +158,13 @@ func TestRunEmbeddedFallback(t *testing.T) {
 	}
 	mustMatch(t, out, `It has DELEX but not SET IFEQ`)
 	checkClaims(t, out)
+	// No etcd on PATH either: etcd's own server runs in the process, and
+	// the scenario's claims hold on it.
+	mustMatch(t, out, `Three etcd servers inside this process \(no etcd on PATH\)`)
+	mustMatch(t, out, `is stopped: a minority of the cluster is down`)
+	mustMatch(t, out, `A extends its lock:\s+ok\n`)
+	mustMatch(t, out, `A wakes up and writes with fence \d+:\s+rejected`)
+	mustMatch(t, out, `\d\. etcd\s+ok`)
 }
 
 // Five user-given servers: nothing is started; losing nodes is simulated by
@@ -506,5 +515,75 @@ func TestRunTimeline(t *testing.T) {
 		if !strings.Contains(svg, want) {
 			t.Errorf("the timeline has no %q", want)
 		}
+	}
+}
+
+// TestPostgresScenario: on a temporary cluster, a session killed with
+// pg_terminate_backend loses its lock to B (higher fence), its late
+// fenced write is refused, its Do reports ErrLockLost, and SKIP LOCKED
+// does every job exactly once, a rolled-back batch included; the cluster
+// and its files are gone afterwards.
+func TestPostgresScenario(t *testing.T) {
+	if !postgresInstalled() {
+		t.Fatal(postgresHint) // make test installs it
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	orig := scenarios
+	t.Cleanup(func() { scenarios = orig })
+	scenarios = func() []scenario { return []scenario{postgresScenario} }
+	out, err := run(t, Options{})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mustMatch(t, out, `A temporary PostgreSQL cluster on 127\.0\.0\.1:\d+`)
+	mustMatch(t, out, `A takes "ledger" in Do \(pg_try_advisory_lock\):\s+fence (\d+)`)
+	mustMatch(t, out, `pg_locks: the session that holds it:\s+1 lock, pid \d+\n`)
+	mustMatch(t, out, `B tries to take it:\s+false \(ErrNotAcquired\)\n`)
+	mustMatch(t, out, `pg_terminate_backend\(\d+\)`)
+	mustMatch(t, out, `B, waiting, gets the lock:\s+fence \d+ after`)
+	mustMatch(t, out, `B writes the row with fence \d+ \(pgfence\):\s+accepted\n`)
+	mustMatch(t, out, `A's late write with fence \d+, on another connection:\s+rejected \(ErrStale`)
+	mustMatch(t, out, `value of the row:\s+"B"\n`)
+	mustMatch(t, out, `A's Do: its function's context ends with:\s+ErrLockLost, `)
+	mustMatch(t, out, `jobs done, and done more than once:\s+20, 0\n`)
+	mustMatch(t, out, `the rolled-back batch's jobs \(\[1 2 3\]\), done later:\s+3 of 3\n`)
+	mustMatch(t, out, `jobs left in the queue:\s+0\n`)
+	if strings.Contains(out, "FAILED") || strings.Contains(out, postgresHint) {
+		t.Errorf("the scenario FAILED, or says PostgreSQL is missing")
+	}
+	m := regexp.MustCompile(`PostgreSQL cluster on 127\.0\.0\.1:(\d+)`).FindStringSubmatch(out)
+	if m != nil {
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+m[1], time.Second); err == nil {
+			c.Close()
+			t.Errorf("PostgreSQL still accepts connections on port %s after the demo", m[1])
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("temporary files left in TMPDIR: %v", left)
+	}
+}
+
+// Where no PostgreSQL is installed, the demo says in one line how to see
+// its scenario, and runs the others.
+func TestPostgresMissing(t *testing.T) {
+	origInstalled, origScenarios := postgresInstalled, scenarios
+	t.Cleanup(func() { postgresInstalled, scenarios = origInstalled, origScenarios })
+	all := len(scenarios())
+	postgresInstalled = func() bool { return false }
+	if n := len(scenarios()); n != all-1 {
+		t.Errorf("%d scenarios without PostgreSQL, want one fewer than %d", n, all)
+	}
+	scenarios = func() []scenario { return []scenario{basicScenario} }
+	out, err := run(t, Options{})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if strings.Count(out, "\n"+postgresHint+"\n") != 1 {
+		t.Errorf("the output does not say once, on a line of its own: %q", postgresHint)
+	}
+	postgresInstalled = origInstalled
+	if out, _ := run(t, Options{}); strings.Contains(out, postgresHint) {
+		t.Errorf("with PostgreSQL installed the demo still says it is missing")
 	}
 }

@@ -1,16 +1,20 @@
 // Package demo implements `dlock demo`: the classic lock scenarios, run
 // against real servers, narrated, and checked.
 //
-// Run goes through six scenarios in order: basic acquire and release; the
+// Run goes through the scenarios in order: basic acquire and release; the
 // expiry bug with a plain DEL and with dlock's token-checked release; the
 // Lua release used before Redis 8.4; fencing, where a stale holder's late
 // write is rejected by the resource; five workers through Do that never
-// overlap; and Redlock on five servers surviving the loss of two and
-// refusing once three are lost; and, where an etcd binary is installed,
-// etcd on three temporary members of its own, where the fence comes from
-// consensus, the leader's loss changes nothing, and a holder paused past its
-// lease has its late write refused. Each step prints its real outcome in an
-// aligned column, and each scenario ends with what it proves.
+// overlap; Redlock on five servers surviving the loss of two and refusing
+// once three are lost; etcd on three members of its own, where the fence
+// comes from consensus, the leader's loss changes nothing, and a holder
+// paused past its lease has its late write refused; and, where PostgreSQL
+// server binaries are installed, PostgreSQL on a temporary cluster, where a
+// session ended by pg_terminate_backend loses its advisory lock, its Do
+// reports dlock.ErrLockLost, its late write is refused by pgfence, and
+// SKIP LOCKED does each job of a queue exactly once. Each step prints its
+// real outcome in an aligned column, and each scenario ends with what it
+// proves.
 //
 // # Checked, not just printed
 //
@@ -37,6 +41,14 @@
 // touched: the demo reaches it through an in-process TCP relay and "loses"
 // it by cutting that relay, which from the lock's side is a network
 // partition. Passwords in URLs are never printed.
+//
+// The etcd members are etcd processes (the etcd binary on PATH) or, where
+// there is none, etcd's own server run inside this process
+// (go.etcd.io/etcd/server/v3/embed). The PostgreSQL cluster is made by
+// initdb in a temporary directory (PostgreSQL's binaries under
+// /usr/lib/postgresql/*/bin); where they are missing, the header says in
+// one line how to see that scenario. Both are stopped and their files
+// removed when their scenario ends.
 //
 // The header says what ran where: which servers, their Redis version, and
 // whether releases used DELEX / SET IFEQ (Redis 8.4+) or the Lua scripts.

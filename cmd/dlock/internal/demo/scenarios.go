@@ -312,13 +312,7 @@ var workersScenario = scenario{
 					defer func() {
 						e.tl.Bar(fmt.Sprintf("%sworker %d", e.scene, i+1), in, time.Now(), timeline.Held, "inside the critical section")
 					}()
-					n := inside.Add(1)
-					for {
-						m := maxInside.Load()
-						if n <= m || maxInside.CompareAndSwap(m, n) {
-							break
-						}
-					}
+					raiseMax(&maxInside, inside.Add(1))
 					if lock := dlock.LockFromContext(ctx); lock != nil {
 						mu.Lock()
 						fences = append(fences, lock.Fence())
@@ -344,6 +338,16 @@ var workersScenario = scenario{
 		s.result("fences in the order the workers entered", fenceSteps(fences), increasing, "strictly increasing")
 		return nil
 	},
+}
+
+// raiseMax raises m to n if n is larger.
+func raiseMax(m *atomic.Int32, n int32) {
+	for {
+		old := m.Load()
+		if n <= old || m.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // fenceSteps prints fences as the first one and each one's step from the one

@@ -1,7 +1,8 @@
 // Package etcdsrv starts local etcd clusters for dlock's tests, demo and
-// torture runs: real etcd server processes (the etcd binary on PATH,
-// Debian's etcd-server package) on free loopback ports, which can be killed,
-// paused and restarted.
+// torture runs on free loopback ports: real etcd server processes (Start:
+// the etcd binary on PATH, Debian's etcd-server package), which can be
+// killed, paused and restarted, or the same server run inside this process
+// (StartEmbedded), for the demo where no etcd binary is installed.
 package etcdsrv
 
 import (
@@ -18,27 +19,33 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
 // ErrNoEtcd is returned by Start when no etcd binary is on PATH.
 var ErrNoEtcd = errors.New("etcd not found on PATH (apt-get install etcd-server)")
 
-// Member is one etcd server process of a Cluster.
+// Member is one etcd server of a Cluster: a process, or a server inside
+// this process (StartEmbedded).
 type Member struct {
 	Name       string
 	ClientURL  string
 	ClientAddr string // host:port
-	args       []string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	peerURL, initial, dir string
+	bin                   string // the etcd binary; "" for an embedded member
+
+	mu     sync.Mutex
+	state  string // "new" until the first start, then "existing"
+	cmd    *exec.Cmd
+	emb    *embed.Etcd
+	closed chan struct{} // closed once the last embedded server has closed
 }
 
 // Cluster is a set of etcd members.
 type Cluster struct {
 	Members []*Member
-	bin     string
 }
 
 // Installed says whether an etcd binary is on PATH.
@@ -56,22 +63,36 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Start starts an n-member cluster with its data under dir, with short raft
-// timings (10ms heartbeat, 100ms election) so that elections are quick and
-// the minimum lease TTL is one second, and waits until it has a leader. On
-// error nothing is left running.
-func Start(ctx context.Context, dir string, n int) (_ *Cluster, err error) {
+// Start starts an n-member cluster of etcd processes with their data under
+// dir, with short raft timings (10ms heartbeat, 100ms election) so that
+// elections are quick and the minimum lease TTL is one second, and waits
+// until it has a leader. On error nothing is left running.
+func Start(ctx context.Context, dir string, n int) (*Cluster, error) {
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		return nil, ErrNoEtcd
 	}
-	c := &Cluster{bin: bin}
+	return start(ctx, dir, n, bin)
+}
+
+// StartEmbedded is Start with the members run inside this process
+// (go.etcd.io/etcd/server/v3/embed: etcd's own server, the same Raft and
+// storage): for where no etcd binary is installed. Kill stops a member's
+// server, which closes its connections as a killed process's would, and
+// Restart starts it again on its data; Pid is 0, so a member cannot be
+// paused with a signal.
+func StartEmbedded(ctx context.Context, dir string, n int) (*Cluster, error) {
+	return start(ctx, dir, n, "")
+}
+
+func start(ctx context.Context, dir string, n int, bin string) (_ *Cluster, err error) {
+	c := &Cluster{}
 	defer func() {
 		if err != nil {
 			c.Stop()
 		}
 	}()
-	var initial, peers []string
+	var initial []string
 	for i := range n {
 		cp, err := freePort()
 		if err != nil {
@@ -85,36 +106,42 @@ func Start(ctx context.Context, dir string, n int) (_ *Cluster, err error) {
 			Name:       fmt.Sprintf("m%d", i),
 			ClientAddr: fmt.Sprintf("127.0.0.1:%d", cp),
 			ClientURL:  fmt.Sprintf("http://127.0.0.1:%d", cp),
+			peerURL:    fmt.Sprintf("http://127.0.0.1:%d", pp),
+			dir:        filepath.Join(dir, fmt.Sprintf("m%d", i)),
+			bin:        bin,
+			state:      "new",
 		}
-		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", pp))
 		c.Members = append(c.Members, m)
-		initial = append(initial, m.Name+"="+peers[i])
+		initial = append(initial, m.Name+"="+m.peerURL)
 	}
-	for i, m := range c.Members {
-		mdir := filepath.Join(dir, m.Name)
-		if err := os.MkdirAll(mdir, 0o700); err != nil {
+	for _, m := range c.Members {
+		m.initial = strings.Join(initial, ",")
+		if err := os.MkdirAll(m.dir, 0o700); err != nil {
 			return nil, err
 		}
-		m.args = []string{
-			"--name", m.Name, "--data-dir", filepath.Join(mdir, "data"),
-			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
-			"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i],
-			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
-			"--initial-cluster-token", "dlock",
-			"--heartbeat-interval", "10", "--election-timeout", "100",
-			"--logger", "zap", "--log-outputs", filepath.Join(mdir, "etcd.log"),
-		}
-		if err := m.start(bin); err != nil {
+		if err := m.start(); err != nil {
 			return nil, fmt.Errorf("start etcd %s: %w", m.Name, err)
 		}
 	}
 	return c, c.WaitHealthy(ctx, 30*time.Second)
 }
 
-func (m *Member) start(bin string) error {
+// start starts the member, a process or an embedded server.
+func (m *Member) start() error {
+	m.wait() // an embedded member's ports are free once it has closed
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cmd := exec.Command(bin, m.args...)
+	if m.bin == "" {
+		return m.startEmbedded()
+	}
+	cmd := exec.Command(m.bin,
+		"--name", m.Name, "--data-dir", filepath.Join(m.dir, "data"),
+		"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
+		"--listen-peer-urls", m.peerURL, "--initial-advertise-peer-urls", m.peerURL,
+		"--initial-cluster", m.initial, "--initial-cluster-state", m.state,
+		"--initial-cluster-token", "dlock",
+		"--heartbeat-interval", "10", "--election-timeout", "100",
+		"--logger", "zap", "--log-outputs", filepath.Join(m.dir, "etcd.log"))
 	cmd.Env = append(os.Environ(), "ETCD_UNSUPPORTED_ARCH=")
 	// Its own process group: a Ctrl-C to the demo must not kill the
 	// members before the demo has finished with them.
@@ -122,18 +149,19 @@ func (m *Member) start(bin string) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	m.cmd = cmd
+	m.cmd, m.state = cmd, "existing"
 	return nil
 }
 
-// Running says whether the member's process is running (possibly stopped).
+// Running says whether the member is running (a process possibly
+// stopped).
 func (m *Member) Running() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.cmd != nil
+	return m.cmd != nil || m.emb != nil
 }
 
-// Pid is the member's process id, 0 when it is not running.
+// Pid is the member's process id, 0 when it is not running or embedded.
 func (m *Member) Pid() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -143,13 +171,25 @@ func (m *Member) Pid() int {
 	return m.cmd.Process.Pid
 }
 
-// Kill stops the member with SIGKILL and waits for it to exit. It does
-// nothing when the member is not running.
+// Kill stops the member with SIGKILL and waits for it to exit. An
+// embedded member stops at once too (its Raft node halts, with no
+// leadership transfer, and its listeners close); its connections are then
+// closed in the background, for up to etcd's request timeout (5s), and
+// Restart and Stop wait for that. Kill does nothing when the member is not
+// running.
 func (m *Member) Kill() {
 	m.mu.Lock()
-	cmd := m.cmd
-	m.cmd = nil
+	cmd, emb := m.cmd, m.emb
+	m.cmd, m.emb = nil, nil
+	if emb != nil {
+		m.closed = make(chan struct{})
+	}
+	closed := m.closed
 	m.mu.Unlock()
+	if emb != nil {
+		emb.Server.HardStop()
+		go func() { emb.Close(); close(closed) }()
+	}
 	if cmd == nil {
 		return
 	}
@@ -158,23 +198,31 @@ func (m *Member) Kill() {
 	_ = cmd.Wait()
 }
 
+// wait waits until an embedded member's last server has closed.
+func (m *Member) wait() {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed != nil {
+		<-closed
+	}
+}
+
 // Restart starts a killed member again with its data.
 func (c *Cluster) Restart(m *Member) error {
 	if m.Running() {
 		return nil
 	}
-	for i, a := range m.args {
-		if a == "--initial-cluster-state" {
-			m.args[i+1] = "existing"
-		}
-	}
-	return m.start(c.bin)
+	return m.start()
 }
 
-// Stop kills every member.
+// Stop kills every member and waits until they are gone.
 func (c *Cluster) Stop() {
 	for _, m := range c.Members {
 		m.Kill()
+	}
+	for _, m := range c.Members {
+		m.wait()
 	}
 }
 
