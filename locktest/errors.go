@@ -12,7 +12,7 @@ import (
 // Sentinels are dlock's sentinel errors. Every error that dlock or a
 // backend returns matches exactly one of them; a wait that ended with its
 // context matches the context's error as well.
-var Sentinels = []error{dlock.ErrNotAcquired, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable, dlock.ErrInvalid}
+var Sentinels = []error{dlock.ErrNotAcquired, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable, dlock.ErrMisconfigured, dlock.ErrInvalid}
 
 // Classify returns the one sentinel err matches. When err breaks the rules
 // every dlock error keeps — it matches no sentinel or several, or its
