@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Locker takes locks on one etcd cluster through a clientv3 client. It is
@@ -260,26 +261,20 @@ func (l *Locker) delete(ctx context.Context, sl *slot) {
 	}
 }
 
-// opErr classifies an error of a call to the cluster: dlock.ErrUnavailable
-// with the cluster's error, and also the context's error when it ended; an
-// acquisition whose context ended matches dlock.ErrNotAcquired instead.
+// opErr classifies an error of a call to the cluster (nodeerr.Error): an
+// acquisition whose context ended matches dlock.ErrNotAcquired.
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
-	ne := &dlock.NodeError{Node: l.node, Err: err}
-	if ctx.Err() != nil {
-		if acquiring {
-			return fmt.Errorf("%w: %w: %w", dlock.ErrNotAcquired, context.Cause(ctx), hide{ne})
-		}
-		return fmt.Errorf("%w: %w: %w", dlock.ErrUnavailable, context.Cause(ctx), hide{ne})
-	}
-	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, ne)
+	return nodeerr.Error(ctx, l.node, err, kind(err), acquiring)
 }
 
-// hide keeps a context error inside an etcd error from being matched
-// twice; errors.As still finds the *dlock.NodeError.
-type hide struct{ err *dlock.NodeError }
-
-func (h hide) Error() string      { return h.err.Error() }
-func (h hide) As(target any) bool { return errors.As(h.err, target) }
+// kind says what kind of failure err, the error of an etcd client call,
+// is: an error the cluster sent (nodeerr.Answered), or no answer.
+func kind(err error) nodeerr.Kind {
+	if _, ok := rpctypes.Error(err).(rpctypes.EtcdError); ok {
+		return nodeerr.Answered
+	}
+	return nodeerr.Unreachable
+}
 
 // leaseSeconds is the lease TTL for ttl: etcd leases count whole seconds,
 // so ttl rounded up. The cluster may raise it to its minimum lease TTL.

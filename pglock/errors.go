@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Errors specific to PostgreSQL. Each one comes joined with the dlock
@@ -70,69 +71,52 @@ func sqlState(err error) string {
 	return ""
 }
 
+// callErr classifies an error of a call to the server (nodeerr.Error).
+func (l *Locker) callErr(ctx context.Context, err error) error {
+	return nodeerr.Error(ctx, l.node, err, kind(err), false)
+}
+
 // serverErr wraps err, naming the server, in a dlock.NodeError.
 func (l *Locker) serverErr(err error) error { return nodeErr(l.node, err) }
 
 func nodeErr(node string, err error) *dlock.NodeError {
-	return &dlock.NodeError{Node: node, Err: oneLine(err)}
+	return &dlock.NodeError{Node: node, Err: nodeerr.Describe(err, kind(err))}
 }
 
-// oneLine returns err with its message on one line, keeping its chain for
-// errors.Is and errors.As. pgx puts the error of each address and TLS mode
-// it tried on a line of its own ("failed to connect to ...:\n\t..."), and
-// an error message goes into logs and a CLI's one-line stderr.
-func oneLine(err error) error {
-	if !strings.ContainsAny(err.Error(), "\r\n") {
-		return err
+// kind says what kind of failure err, the error of a pgx call, is: an
+// error the server sent (nodeerr.Answered), or no answer.
+func kind(err error) nodeerr.Kind {
+	if sqlState(err) != "" {
+		return nodeerr.Answered
 	}
-	return lineErr{err}
+	return nodeerr.Unreachable
 }
 
-type lineErr struct{ err error }
-
-func (e lineErr) Unwrap() error { return e.err }
-
-func (e lineErr) Error() string {
-	var b strings.Builder
-	for _, line := range strings.FieldsFunc(e.err.Error(), func(r rune) bool { return r == '\n' || r == '\r' }) {
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "":
-			continue
-		case b.Len() == 0:
-		case strings.HasSuffix(b.String(), ":"):
-			b.WriteByte(' ')
-		default:
-			b.WriteString("; ")
-		}
-		b.WriteString(line)
-	}
-	return b.String()
-}
+// oneLine returns err with its message on one line (nodeerr.OneLine): pgx
+// puts the error of each address and TLS mode it tried on a line of its own.
+func oneLine(err error) error { return nodeerr.OneLine(err) }
 
 // acquireErr classifies an error of an acquisition attempt (session or
 // transaction level). The attempt did not produce a lock.
 func acquireErr(ctx context.Context, key string, node string, err error) error {
-	nerr := nodeErr(node, err)
+	var detail []error // pglock's own reason, when it has one
 	switch sqlState(err) {
+	case codeDeadlock:
+		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrNotAcquired, ErrDeadlock, nodeErr(node, err))
+	case codeLockTimeout:
+		return fmt.Errorf("dlock: acquire %q: %w (lock_timeout ran out): %w", key, dlock.ErrNotAcquired, nodeErr(node, err))
+	case codeQueryCanceled:
+		if ctx.Err() == nil {
+			return fmt.Errorf("dlock: acquire %q: %w (statement cancelled, e.g. by statement_timeout): %w", key, dlock.ErrNotAcquired, nodeErr(node, err))
+		}
 	case codeUndefinedTable:
 		// The acquiring statements name no relation but the fence
 		// sequence, so no need to read the (translatable) message.
-		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrNotMigrated, nerr)
+		detail = append(detail, ErrNotMigrated)
 	case codeReadOnly:
-		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrReadOnly, nerr)
-	case codeDeadlock:
-		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrNotAcquired, ErrDeadlock, nerr)
+		detail = append(detail, ErrReadOnly)
 	case codeOutOfMemory:
-		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrOutOfLocks, nerr)
-	case codeLockTimeout:
-		return fmt.Errorf("dlock: acquire %q: %w (lock_timeout ran out): %w", key, dlock.ErrNotAcquired, nerr)
+		detail = append(detail, ErrOutOfLocks)
 	}
-	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("dlock: acquire %q: %w (%w): %w", key, dlock.ErrNotAcquired, cerr, nerr)
-	}
-	if sqlState(err) == codeQueryCanceled {
-		return fmt.Errorf("dlock: acquire %q: %w (statement cancelled, e.g. by statement_timeout): %w", key, dlock.ErrNotAcquired, nerr)
-	}
-	return fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, nerr)
+	return fmt.Errorf("dlock: acquire %q: %w", key, nodeerr.Error(ctx, node, err, kind(err), true, detail...))
 }

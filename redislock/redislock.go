@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -123,7 +124,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		plan.Lost(0)
 		l.cleanup(ctx, full, token, ttl)
-		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, l.nodeErr(err))
+		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, &dlock.NodeError{Node: l.node, Err: err})
 	}
 	plan.Observe(0, r.Status != scripts.Granted, r.Place, r.Expiry)
 	switch r.Status {
@@ -363,22 +364,11 @@ func (l *Locker) warnEviction(ctx context.Context) {
 	}
 }
 
-// opErr classifies an error of a call to the server: dlock.ErrUnavailable
-// with the node's error (the server's own reply, or a network failure),
-// and also the context's error when it ended; an acquisition whose context
-// ended matches dlock.ErrNotAcquired instead (it did not get the lock).
+// opErr classifies an error of a call to the server (nodeerr.Error): an
+// acquisition whose context ended matches dlock.ErrNotAcquired (it did not
+// get the lock).
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
-	if cerr := rclient.CtxErr(ctx); cerr != nil && !rclient.IsReply(err) {
-		if acquiring {
-			return fmt.Errorf("%w: %w: %w", dlock.ErrNotAcquired, cerr, l.nodeErr(err))
-		}
-		return fmt.Errorf("%w: %w: %w", dlock.ErrUnavailable, cerr, l.nodeErr(err))
-	}
-	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, l.nodeErr(err))
-}
-
-func (l *Locker) nodeErr(err error) error {
-	return &dlock.NodeError{Node: l.node, Err: rclient.Describe(err)}
+	return nodeerr.Error(ctx, l.node, err, rclient.Kind(err), acquiring)
 }
 
 // answered reports whether err is a reply from the server (success, nil or a

@@ -18,6 +18,7 @@ import (
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -504,7 +505,7 @@ func (l *Locker) withCtx(ctx context.Context, err error) error {
 
 // nodeErr turns a client error into the node's error in a QuorumError.
 func (l *Locker) nodeErr(err error, timeout time.Duration) error {
-	if errors.Is(err, context.DeadlineExceeded) || rclient.IsTimeout(err) {
+	if errors.Is(err, context.DeadlineExceeded) || nodeerr.IsTimeout(err) {
 		return fmt.Errorf("no reply within the node timeout %v", timeout)
 	}
 	return rclient.Describe(err)

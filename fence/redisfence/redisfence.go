@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 )
 
@@ -167,16 +167,13 @@ func holder(token string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// fail wraps a network or server error; when the context ended it also
-// matches the context's error.
+// fail classifies a network or server error (nodeerr.Error); when the
+// context ended it also matches the context's error.
 func (g *Guard) fail(ctx context.Context, op, key string, err error) error {
-	ne := &dlock.NodeError{Node: g.node, Err: err}
-	if cerr := rclient.CtxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("redisfence: %s %q: %w: %w: %w", op, key, dlock.ErrUnavailable, cerr, ne)
-	}
-	return fmt.Errorf("redisfence: %s %q: %w: %w", op, key, dlock.ErrUnavailable, ne)
+	return fmt.Errorf("redisfence: %s %q: %w", op, key, nodeerr.Error(ctx, g.node, err, rclient.Kind(err), false))
 }
 
 func (g *Guard) unexpected(ctx context.Context, op, key string, reply []any) error {
-	return g.fail(ctx, op, key, fmt.Errorf("unexpected script reply %v", reply))
+	ne := &dlock.NodeError{Node: g.node, Err: fmt.Errorf("unexpected script reply %v", reply)}
+	return fmt.Errorf("redisfence: %s %q: %w: %w", op, key, dlock.ErrUnavailable, ne)
 }

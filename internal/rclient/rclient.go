@@ -4,15 +4,14 @@
 package rclient
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // IsNil reports whether c is nil, including a typed nil go-redis client in
@@ -58,20 +57,6 @@ func ContextTimeouts(c any) bool {
 	return true
 }
 
-// CtxErr returns the context's error, counting a deadline that has passed
-// but whose timer has not fired yet: go-redis sets the socket deadline to
-// the context's, so a read times out a moment before ctx.Err() turns
-// non-nil, and the caller should still report the deadline.
-func CtxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
 // IsReply reports whether err is an error reply from the server (NOPERM,
 // WRONGTYPE, OOM, NOSCRIPT...), as opposed to a network failure or a
 // timeout. redis.Nil is not an error reply.
@@ -80,26 +65,14 @@ func IsReply(err error) bool {
 	return err != redis.Nil && errors.As(err, &re)
 }
 
-// Describe returns err as a node's error whose message says what happened:
-// the server's own reply (kept in the chain, so errors.As finds the
-// redis.Error), no reply in time, or no connection. A timeout or
-// cancellation is not kept in the chain: it is the node's failure, and must
-// not match the caller's context errors (the caller adds its own when its
-// context ended).
-func Describe(err error) error {
-	switch {
-	case IsReply(err):
-		return fmt.Errorf("the server answered with an error: %w", err)
-	case errors.Is(err, context.DeadlineExceeded) || IsTimeout(err):
-		return errors.New("no reply in time")
-	case errors.Is(err, context.Canceled):
-		return errors.New("request cancelled")
+// Kind says what kind of failure err, the error of a go-redis call, is:
+// an error reply (nodeerr.Answered), or no answer.
+func Kind(err error) nodeerr.Kind {
+	if IsReply(err) {
+		return nodeerr.Answered
 	}
-	return fmt.Errorf("unreachable: %w", err)
+	return nodeerr.Unreachable
 }
 
-// IsTimeout reports whether err is a network timeout.
-func IsTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
-}
+// Describe is nodeerr.Describe for the error of a go-redis call.
+func Describe(err error) error { return nodeerr.Describe(err, Kind(err)) }
