@@ -283,7 +283,7 @@ func (l *Locker) release(ctx context.Context, key, token string, tokenArg []any,
 		del := pipe.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token})
 		wakeKeys := []string{key, keys.Queue(key)}
 		wake := scripts.Wake.EvalSha(ctx, pipe, wakeKeys)
-		_, _ = pipe.Exec(ctx)
+		rclient.Exec(ctx, pipe)
 		if err := wake.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && del.Err() == nil {
 			wake = scripts.Wake.Run(ctx, l.client, wakeKeys)
 		}

@@ -4,6 +4,7 @@
 package rclient
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"slices"
@@ -76,3 +77,24 @@ func Kind(err error) nodeerr.Kind {
 
 // Describe is nodeerr.Describe for the error of a go-redis call.
 func Describe(err error) error { return nodeerr.Describe(err, Kind(err)) }
+
+// Exec sends pipe's commands, and gives each command that got no reply
+// the pipeline's error: go-redis leaves an error reply to the connection's
+// handshake (WRONGPASS, NOAUTH) off the commands, which would otherwise
+// read as empty successes. Each command's Err is its outcome.
+func Exec(ctx context.Context, pipe redis.Pipeliner) {
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return
+	}
+	for _, c := range cmds {
+		if errors.Is(c.Err(), err) {
+			return // the error is a command's own reply
+		}
+	}
+	for _, c := range cmds {
+		if c.Err() == nil {
+			c.SetErr(err)
+		}
+	}
+}
