@@ -9,7 +9,11 @@
 // fence; otherwise it reports the holder. The script checks everything
 // before it writes and sets the lock key last, so an attempt that fails on an
 // error reply (an ACL that denies dlock's keys, a key of the wrong type)
-// changes nothing, and the caller gets the server's reply. Release is DELEX
+// changes nothing, and the caller gets the server's reply. A reply that
+// retrying cannot change (NOAUTH, WRONGPASS, NOPERM, WRONGTYPE, READONLY
+// from a replica, OOM, MISCONF, an unknown command) matches
+// dlock.ErrMisconfigured, which Acquire and Do return at once; other error
+// replies (LOADING, BUSY) match dlock.ErrUnavailable. Release is DELEX
 // key IFEQ token on Redis 8.4+ and a compare-and-delete script elsewhere;
 // Extend is SET key token PX ttl IFEQ token on 8.4+ and a compare-and-PEXPIRE
 // script elsewhere. Support for the 8.4 commands is probed once per Locker

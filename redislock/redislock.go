@@ -73,8 +73,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // that sets the key to a fresh token if it is free and draws the fence, in
 // one round trip. It returns an error matching dlock.ErrNotAcquired when
 // another owner holds key, dlock.ErrUnavailable when the server could not be
-// reached or answered with an error (its reply is in the chain: errors.As
-// with redis.Error), and dlock.ErrInvalid for bad arguments. An attempt that
+// reached or answered with an error that may pass, dlock.ErrMisconfigured
+// when it refused for good (see the package documentation; the reply is in
+// the chain of both: errors.As with redis.Error), and dlock.ErrInvalid for
+// bad arguments. An attempt that
 // returns an error leaves no key of its own behind: the script changes
 // nothing when it fails, and a key set by an attempt whose reply was lost is
 // deleted again (best effort, in the background).

@@ -139,8 +139,9 @@ func (l *Locker) Quorum() int { return l.quorum }
 // nodes for ttl, and issues its fence. It returns an error matching
 // dlock.ErrNotAcquired when the lock is held elsewhere, the vote split, or
 // the attempt took so long that no validity was left; dlock.ErrUnavailable
-// when fewer than a majority of nodes answered; dlock.ErrInvalid for bad
-// arguments. Failed attempts are released on every node before TryAcquire
+// when fewer than a majority of nodes answered; dlock.ErrMisconfigured when
+// so many refused for good (a wrong password, say) that no majority is
+// left; dlock.ErrInvalid for bad arguments. Failed attempts are released on every node before TryAcquire
 // returns. A *QuorumError in the chain says what each node answered.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	a := l.cfg.Events.Attempt(ctx, key)
@@ -342,6 +343,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if refused > len(g.l.nodes)-g.l.quorum {
 		qe.sentinel, qe.Reason = dlock.ErrNotHeld, "a majority no longer holds the lock"
 	}
+	g.l.misconfigured(qe)
 	return time.Time{}, g.l.withCtx(ctx, qe)
 }
 
@@ -373,6 +375,7 @@ func (g *grant) Release(ctx context.Context) error {
 	if failed := len(g.l.nodes) - ok - refused; ok+failed >= g.l.quorum && failed > 0 {
 		qe.sentinel, qe.Reason = dlock.ErrUnavailable, "too few nodes answered to tell; release again"
 	}
+	g.l.misconfigured(qe)
 	return g.l.withCtx(ctx, qe)
 }
 
@@ -491,6 +494,28 @@ func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nod
 		}
 	}
 	return ok, ref, nodes
+}
+
+// isRefusal reports whether a node's error is a refusal that retrying
+// cannot change (a wrong password, an ACL, a replica: rclient.Kind).
+func isRefusal(err error) bool { return err != nil && rclient.Kind(err) == nodeerr.Refused }
+
+// tooMany reports whether n nodes that refuse for good leave too few for
+// a majority: then no attempt can succeed until someone fixes them.
+func (l *Locker) tooMany(n int) bool { return n > len(l.nodes)-l.quorum }
+
+// misconfigured makes qe, an operation that failed as unavailable, a
+// dlock.ErrMisconfigured when too many nodes refused it for good.
+func (l *Locker) misconfigured(qe *QuorumError) {
+	refused := 0
+	for _, n := range qe.Nodes {
+		if isRefusal(n.Err) {
+			refused++
+		}
+	}
+	if qe.sentinel == dlock.ErrUnavailable && l.tooMany(refused) {
+		qe.sentinel, qe.Reason = dlock.ErrMisconfigured, fmt.Sprintf("%d nodes refused", refused)
+	}
 }
 
 // withCtx adds the caller's context error when the context ended during the

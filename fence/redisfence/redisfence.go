@@ -49,9 +49,11 @@ func New(client redis.Scripter) (*Guard, error) {
 // Register raises the highest fence of the value at key to fence, claiming
 // it for token, without reading or writing the value. See Read for when to
 // call it. It returns an error matching fence.ErrStale when fence is stale,
-// dlock.ErrInvalid for bad arguments and dlock.ErrUnavailable (with a
-// *dlock.NodeError) when the server could not be reached or answered with
-// an error.
+// dlock.ErrInvalid for bad arguments, dlock.ErrMisconfigured (with a
+// *dlock.NodeError) when the server refused for a reason retrying cannot
+// change (a wrong password, an ACL, a key that is not a guard's hash) and
+// dlock.ErrUnavailable when it could not be reached or answered with
+// another error.
 func (g *Guard) Register(ctx context.Context, key string, fence uint64, token string) error {
 	_, err := g.run(ctx, "register", key, fence, token, "")
 	return err
@@ -83,7 +85,8 @@ func (g *Guard) Read(ctx context.Context, key string, fence uint64, token string
 // key has seen, or equal to it and token is the holder that set it, and
 // raises the highest fence: a compare-and-set, in one script. It returns an
 // error matching fence.ErrStale when the fence is stale (nothing changed),
-// dlock.ErrInvalid for bad arguments, and dlock.ErrUnavailable (with a
+// dlock.ErrInvalid for bad arguments, dlock.ErrMisconfigured when the
+// server refused (see Register), and dlock.ErrUnavailable (with a
 // *dlock.NodeError) when the server could not be reached; the write may
 // then have landed or not. Retrying it with the same fence and token is
 // safe: the tie rule accepts the same holder again.

@@ -66,14 +66,29 @@ func IsReply(err error) bool {
 	return err != redis.Nil && errors.As(err, &re)
 }
 
-// Kind says what kind of failure err, the error of a go-redis call, is:
-// an error reply (nodeerr.Answered), or no answer.
+// Kind says what kind of failure err, the error of a go-redis call, is: a
+// refusal that retrying cannot change (nodeerr.Refused: the replies of
+// refusals), another error reply (nodeerr.Answered: LOADING, BUSY,
+// NOSCRIPT...), or no answer.
 func Kind(err error) nodeerr.Kind {
-	if IsReply(err) {
-		return nodeerr.Answered
+	if !IsReply(err) {
+		return nodeerr.Unreachable
 	}
-	return nodeerr.Unreachable
+	for _, p := range refusals {
+		if redis.HasErrorPrefix(err, p) {
+			return nodeerr.Refused
+		}
+	}
+	return nodeerr.Answered
 }
+
+// refusals are the beginnings of the error replies that stay the same
+// until someone changes the setup: no or wrong credentials, an ACL that
+// denies a key, command or channel, a key of another type, a replica
+// (go-redis already retried the failovers that end it), no memory left
+// under noeviction, writes stopped by a failed save, a command the server
+// does not have (renamed, or a proxy's).
+var refusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "WRONGTYPE", "READONLY", "OOM", "MISCONF", "unknown command"}
 
 // Describe is nodeerr.Describe for the error of a go-redis call.
 func Describe(err error) error { return nodeerr.Describe(err, Kind(err)) }
