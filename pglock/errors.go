@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -17,14 +18,14 @@ import (
 // code written against dlock's sentinels keeps working.
 var (
 	// ErrNotMigrated means the fence sequence does not exist: run Migrate
-	// (or MigrateSQL) once. Comes with dlock.ErrUnavailable.
+	// (or MigrateSQL) once. Comes with dlock.ErrMisconfigured.
 	ErrNotMigrated = errors.New("pglock: fence sequence " + FenceSequence + " does not exist (create it with pglock.Migrate)")
 
 	// ErrReadOnly means the server refused to draw a fence because it is
 	// a hot standby (in recovery) or the session is read-only. Advisory
 	// locks on a standby are invisible to the primary and to every other
 	// standby, so pglock refuses to lock there. Comes with
-	// dlock.ErrUnavailable.
+	// dlock.ErrMisconfigured.
 	ErrReadOnly = errors.New("pglock: server is read-only (a hot standby, or default_transaction_read_only): its advisory locks would exclude no one on the primary")
 
 	// ErrDeadlock means PostgreSQL aborted a waiting lock request to break
@@ -54,6 +55,9 @@ var (
 
 // SQLSTATE codes pglock tells apart.
 const (
+	codeClassAuth      = "28" // invalid authorization: 28000, 28P01 (password)
+	codeNoPrivilege    = "42501"
+	codeNoDatabase     = "3D000"
 	codeUndefinedTable = "42P01"
 	codeNotNull        = "23502"
 	codeReadOnly       = "25006"
@@ -83,13 +87,21 @@ func nodeErr(node string, err error) *dlock.NodeError {
 	return &dlock.NodeError{Node: node, Err: nodeerr.Describe(err, kind(err))}
 }
 
-// kind says what kind of failure err, the error of a pgx call, is: an
-// error the server sent (nodeerr.Answered), or no answer.
+// kind says what kind of failure err, the error of a pgx call, is: a
+// refusal that retrying cannot change (nodeerr.Refused: failed
+// authentication, a missing privilege, database or fence sequence, a
+// read-only session), another error the server sent (nodeerr.Answered), or
+// no answer.
 func kind(err error) nodeerr.Kind {
-	if sqlState(err) != "" {
-		return nodeerr.Answered
+	code := sqlState(err)
+	switch {
+	case code == "":
+		return nodeerr.Unreachable
+	case strings.HasPrefix(code, codeClassAuth), code == codeNoPrivilege, code == codeNoDatabase,
+		code == codeUndefinedTable, code == codeReadOnly:
+		return nodeerr.Refused
 	}
-	return nodeerr.Unreachable
+	return nodeerr.Answered
 }
 
 // oneLine returns err with its message on one line (nodeerr.OneLine): pgx

@@ -218,10 +218,12 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // shorter ttl notices a killed session sooner.
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
-// holds the lock, dlock.ErrUnavailable when the server could not be reached
-// or refused (with ErrNotMigrated, ErrReadOnly, ErrOutOfLocks or
-// ErrPoolExhausted where that is the reason), and dlock.ErrInvalid for bad
-// arguments. A wait for a free pool connection ends with ctx, matching
+// holds the lock, dlock.ErrMisconfigured when the server refused for a
+// reason retrying cannot change (with ErrNotMigrated or ErrReadOnly where
+// that is the reason; see Errors in the package documentation),
+// dlock.ErrUnavailable when it could not be reached or answered with
+// another error (with ErrOutOfLocks or ErrPoolExhausted where that is the
+// reason), and dlock.ErrInvalid for bad arguments. A wait for a free pool connection ends with ctx, matching
 // dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	a := l.cfg.Events.Attempt(ctx, key)
