@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -59,12 +60,14 @@ func (l *Locker) queue(key string) string { return l.cfg.Prefix + key + "/" }
 // is empty, and reads the queue's first key otherwise. When another
 // contender is first it has written nothing, and returns an error matching
 // dlock.ErrNotAcquired. It returns dlock.ErrUnavailable when the cluster
-// could not be reached (a *dlock.NodeError in the chain) and
-// dlock.ErrInvalid for bad arguments. While the Locker itself has a key in
-// key's queue (a lock it holds or waits for, an attempt in flight), it
-// answers ErrNotAcquired at once, without a request: it could not be first.
-// While dlock.Acquire or dlock.Do waits for key with this Locker, its
-// attempts wait in the queue instead (see NotifyRelease).
+// could not be reached (a *dlock.NodeError in the chain),
+// dlock.ErrMisconfigured when it refused for good (see Errors in the
+// package documentation) and dlock.ErrInvalid for bad arguments. While the
+// Locker itself has a key in key's queue (a lock it holds or waits for, an
+// attempt in flight), it answers ErrNotAcquired at once, without a
+// request: it could not be first. While dlock.Acquire or dlock.Do waits
+// for key with this Locker, its attempts wait in the queue instead (see
+// NotifyRelease).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	a := l.cfg.Events.Attempt(ctx, key)
 	return a.End(l.tryAcquire(ctx, key, ttl))
@@ -268,13 +271,23 @@ func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
 }
 
 // kind says what kind of failure err, the error of an etcd client call,
-// is: an error the cluster sent (nodeerr.Answered), or no answer.
+// is: a refusal that retrying cannot change (nodeerr.Refused: auth is on
+// and the client has no user, or one without the permission; the cluster's
+// space quota is full), another error the cluster sent (nodeerr.Answered),
+// or no answer.
 func kind(err error) nodeerr.Kind {
-	if _, ok := rpctypes.Error(err).(rpctypes.EtcdError); ok {
-		return nodeerr.Answered
+	ee := rpctypes.Error(err)
+	switch {
+	case !errors.As(ee, new(rpctypes.EtcdError)):
+		return nodeerr.Unreachable
+	case slices.Contains(refusals, ee):
+		return nodeerr.Refused
 	}
-	return nodeerr.Unreachable
+	return nodeerr.Answered
 }
+
+var refusals = []error{rpctypes.ErrUserEmpty, rpctypes.ErrAuthFailed, rpctypes.ErrPermissionDenied,
+	rpctypes.ErrUserNotFound, rpctypes.ErrRoleNotGranted, rpctypes.ErrNoSpace}
 
 // leaseSeconds is the lease TTL for ttl: etcd leases count whole seconds,
 // so ttl rounded up. The cluster may raise it to its minimum lease TTL.
