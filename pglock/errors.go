@@ -58,6 +58,7 @@ const (
 	codeClassAuth      = "28" // invalid authorization: 28000, 28P01 (password)
 	codeNoPrivilege    = "42501"
 	codeNoDatabase     = "3D000"
+	codeNoSchema       = "3F000" // no schema on search_path to create in
 	codeUndefinedTable = "42P01"
 	codeNotNull        = "23502"
 	codeReadOnly       = "25006"
@@ -98,7 +99,7 @@ func kind(err error) nodeerr.Kind {
 	case code == "":
 		return nodeerr.Unreachable
 	case strings.HasPrefix(code, codeClassAuth), code == codeNoPrivilege, code == codeNoDatabase,
-		code == codeUndefinedTable, code == codeReadOnly:
+		code == codeNoSchema, code == codeUndefinedTable, code == codeReadOnly:
 		return nodeerr.Refused
 	}
 	return nodeerr.Answered
@@ -107,6 +108,17 @@ func kind(err error) nodeerr.Kind {
 // oneLine returns err with its message on one line (nodeerr.OneLine): pgx
 // puts the error of each address and TLS mode it tried on a line of its own.
 func oneLine(err error) error { return nodeerr.OneLine(err) }
+
+// migrateErr is an error of Migrate's statements: dlock.ErrMisconfigured
+// when the server refused (no right to create the sequence),
+// dlock.ErrUnavailable otherwise.
+func migrateErr(err error) error {
+	sentinel := dlock.ErrUnavailable
+	if kind(err) == nodeerr.Refused {
+		sentinel = dlock.ErrMisconfigured
+	}
+	return fmt.Errorf("pglock: migrate: %w: %w", sentinel, oneLine(err))
+}
 
 // acquireErr classifies an error of an acquisition attempt (session or
 // transaction level). The attempt did not produce a lock.

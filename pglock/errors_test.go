@@ -344,4 +344,16 @@ func TestMisconfigured(t *testing.T) {
 	locktest.WantRefused(t, unmigrated, uniqueKey(t), "pglock.Migrate")
 	readOnly := lockerWith(shared, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on" })
 	locktest.WantRefused(t, readOnly, uniqueKey(t), "read-only")
+
+	// Migrate by a role that may not create the sequence.
+	if err := shared.Exec(ctx, "GRANT USAGE ON SCHEMA "+empty+" TO "+role); err != nil {
+		t.Fatal(err)
+	}
+	cfg := shared.PoolConfig(1)
+	cfg.ConnConfig.User, cfg.ConnConfig.RuntimeParams["search_path"] = role, empty
+	err := pglock.Migrate(ctx, poolWith(t, cfg))
+	wantSentinel(t, err, dlock.ErrMisconfigured)
+	if !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("Migrate without CREATE rights: %q, want the server's reason", err)
+	}
 }
