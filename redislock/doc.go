@@ -52,8 +52,8 @@
 // once, and if the server granted it, the Locker releases the key when the
 // reply comes (as it does for an attempt whose reply was lost). The cost is
 // shared fate: a connection that stops answering holds every call in its
-// round trip and those waiting behind it until their deadlines, or for the
-// client's ReadTimeout when they have none.
+// round trip and those waiting behind it until their deadlines, or their
+// try's bound (see below) when they have none.
 //
 // # Keys
 //
@@ -131,5 +131,11 @@
 //
 // Set ContextTimeoutEnabled on the go-redis client so that context deadlines
 // bound each call; without it a server that never answers holds a call for
-// the client's ReadTimeout (New logs a warning).
+// the client's ReadTimeout (New logs a warning). With it, one try (an
+// attempt, an extension, a release, whatever it sends: the holder record,
+// the probe for the Redis 8.4 commands, go-redis's own retries) takes at
+// most the client's DialTimeout + ReadTimeout, or the caller's deadline if
+// that comes first: a server that accepts connections and never answers
+// costs that, not a read timeout per request. A ReadTimeout of -1 (no
+// timeout) leaves the bound to the caller's context.
 package redislock

@@ -184,6 +184,15 @@ func (a *app) openRedis(urls []string, f *backendFlags) (*backend, error) {
 		// Deadlines of the caller (--wait, the lock's validity) must bound
 		// every request, not only the client's own timeouts.
 		opt.ContextTimeoutEnabled = true
+		// The documented defaults, whatever go-redis's are: one try takes
+		// at most dial_timeout + read_timeout (redislock bounds it so); the
+		// write timeout follows the read timeout, as in go-redis.
+		if !strings.Contains(u, "dial_timeout=") {
+			opt.DialTimeout = 5 * time.Second
+		}
+		if !strings.Contains(u, "read_timeout=") {
+			opt.ReadTimeout = 3 * time.Second
+		}
 		// A refused connection is not retried five times with pauses: a
 		// dead server must cost one short attempt, not a second of the
 		// wait or of Redlock's per-node budget.

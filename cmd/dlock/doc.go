@@ -41,8 +41,9 @@
 // Every wait is bounded, unless -w forever: by --wait while the lock is
 // busy, and for a backend that does not answer (down, or accepting
 // connections and staying silent) by the larger of --wait and one try,
-// which the URL's dial_timeout (5s) and read_timeout/write_timeout (3s)
-// bound, or the DSN's connect_timeout, or 5s on etcd; then dlock exits 69.
+// which takes at most the URL's dial_timeout + read_timeout (5s + 3s when
+// the URL sets none), whatever it sends, or the DSN's connect_timeout, or
+// 5s on etcd; then dlock exits 69.
 //
 // One --redis URL (or host:port) selects a single Redis node, several
 // select Redlock; --etcd URLs name the members of one etcd cluster. The

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -56,6 +57,27 @@ func ContextTimeouts(c any) bool {
 		return c.Options().ContextTimeoutEnabled
 	}
 	return true
+}
+
+// TryTimeout returns how long one try on c may take: its dial timeout plus
+// its read timeout, the time to connect and then hear a reply, whatever the
+// try sends (a handshake, a probe, a script, a retry). It is 0, no bound,
+// when c's reads have no timeout, when c does not say (a Ring left with its
+// shards' default timeouts), or for an unknown kind of client.
+func TryTimeout(c any) time.Duration {
+	var dial, read time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
+	case *redis.Ring:
+		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
+	}
+	if read <= 0 {
+		return 0
+	}
+	return dial + read
 }
 
 // IsReply reports whether err is an error reply from the server (NOPERM,
