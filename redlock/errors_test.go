@@ -2,7 +2,6 @@ package redlock_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -112,12 +111,15 @@ func TestMisconfigured(t *testing.T) {
 	}
 	two := newL(client(t, rs[0].Addr, wrong), client(t, rs[1].Addr, wrong), client(t, rs[2].Addr))
 	locktest.WantRefused(t, two, locktest.Key(t), "WRONGPASS")
+	_, inspectErr := two.Inspect(testCtx(t), "*", 0)
 	for name, err := range map[string]error{
 		"ExtendToken":  two.ExtendToken(testCtx(t), "k", "t", time.Second),
 		"ReleaseToken": two.ReleaseToken(testCtx(t), "k", "t"),
+		"Inspect":      inspectErr,
 	} {
-		if err == nil || !errors.Is(err, dlock.ErrMisconfigured) || !strings.Contains(err.Error(), "WRONGPASS") {
-			t.Errorf("%s with two of three nodes refusing: %v, want ErrMisconfigured with the servers' reason", name, err)
+		locktest.WantError(t, err, dlock.ErrMisconfigured)
+		if !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Errorf("%s with two of three nodes refusing: %v, want the servers' reason", name, err)
 		}
 	}
 

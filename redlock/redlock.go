@@ -507,15 +507,29 @@ func (l *Locker) tooMany(n int) bool { return n > len(l.nodes)-l.quorum }
 // misconfigured makes qe, an operation that failed as unavailable, a
 // dlock.ErrMisconfigured when too many nodes refused it for good.
 func (l *Locker) misconfigured(qe *QuorumError) {
+	errs := make([]error, len(qe.Nodes))
+	for i, n := range qe.Nodes {
+		errs[i] = n.Err
+	}
+	if qe.sentinel == dlock.ErrUnavailable && l.failed(errs) == dlock.ErrMisconfigured {
+		qe.sentinel, qe.Reason = dlock.ErrMisconfigured, "too many nodes refused for a majority: fix their setup"
+	}
+}
+
+// failed returns the sentinel of an operation whose nodes failed with
+// errs: dlock.ErrMisconfigured when too many refused for good,
+// dlock.ErrUnavailable otherwise.
+func (l *Locker) failed(errs []error) error {
 	refused := 0
-	for _, n := range qe.Nodes {
-		if isRefusal(n.Err) {
+	for _, err := range errs {
+		if isRefusal(err) {
 			refused++
 		}
 	}
-	if qe.sentinel == dlock.ErrUnavailable && l.tooMany(refused) {
-		qe.sentinel, qe.Reason = dlock.ErrMisconfigured, fmt.Sprintf("%d nodes refused", refused)
+	if l.tooMany(refused) {
+		return dlock.ErrMisconfigured
 	}
+	return dlock.ErrUnavailable
 }
 
 // withCtx adds the caller's context error when the context ended during the
