@@ -33,9 +33,11 @@ type releaseNotifier interface {
 //     the sentinel of the last attempt that ended before ctx did,
 //     ErrNotAcquired or ErrUnavailable, with that attempt's error as detail
 //     (errors.As finds a *NodeError in it);
-//   - at once, without retrying, ErrInvalid or any other error of an
-//     attempt, and one that the backend says waiting cannot change
-//     (pglock's ErrPoolExhausted): waiting cannot fix them.
+//   - at once, without retrying, ErrMisconfigured (the backend refused: fix
+//     the setup), ErrInvalid or any other error of an attempt, and one
+//     that the backend says waiting cannot change (pglock's
+//     ErrPoolExhausted): waiting cannot fix them, and they win over a
+//     context that ended meanwhile.
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	if l == nil {
 		return nil, invalidf("nil Locker")
@@ -87,19 +89,17 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 		if err == nil {
 			return lock, nil
 		}
-		if final := (*bridge.Final)(nil); errors.As(err, &final) {
-			return nil, err // the backend says waiting cannot change it
+		busy, down := errors.Is(err, ErrNotAcquired), errors.Is(err, ErrUnavailable)
+		if final := (*bridge.Final)(nil); errors.As(err, &final) || !busy && !down {
+			return nil, err // waiting cannot change it
 		}
 		if ctx.Err() != nil {
 			return nil, waitEnded(ctx, key, last, err)
 		}
-		switch {
-		case errors.Is(err, ErrNotAcquired):
+		if busy {
 			unreachable = 0
-		case errors.Is(err, ErrUnavailable):
+		} else {
 			unreachable++
-		default:
-			return nil, err
 		}
 		last = err
 		if cfg.retryCount != RetryForever && attempt >= cfg.retryCount {

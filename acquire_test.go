@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,5 +101,31 @@ func TestBackoff(t *testing.T) {
 				t.Fatalf("backoff(%v, %d) = %v, want in [%v, %v]", tc.delay, tc.n, d, tc.min, tc.max)
 			}
 		}
+	}
+}
+
+// A backend's refusal (ErrMisconfigured) is never retried either, and wins
+// over a context that ended during the attempt: the caller must learn that
+// the setup is wrong, not that it ran out of time.
+func TestAcquireDoesNotRetryMisconfigured(t *testing.T) {
+	m := newMem()
+	refused := fmt.Errorf("dlock: acquire %q: %w: %w", "k", dlock.ErrMisconfigured,
+		&dlock.NodeError{Node: "n1", Err: errors.New("WRONGPASS invalid username-password pair")})
+	m.acquire = func(context.Context) error { return refused }
+	_, err := dlock.Acquire(context.Background(), m, "k", time.Minute, dlock.WithRetryDelay(time.Millisecond))
+	locktest.WantError(t, err, dlock.ErrMisconfigured)
+	ran := false
+	err = dlock.Do(context.Background(), m, "k", time.Minute, func(context.Context) error { ran = true; return nil })
+	locktest.WantError(t, err, dlock.ErrMisconfigured)
+	if n := m.attempts.Load(); n != 2 || ran {
+		t.Fatalf("Acquire and Do made %d attempts (fn ran: %v), want 1 each", n, ran)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	m.acquire = func(context.Context) error { cancel(); return refused }
+	_, err = dlock.Acquire(ctx, m, "k", time.Minute)
+	locktest.WantError(t, err, dlock.ErrMisconfigured)
+	if !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("%q lost the server's reason", err)
 	}
 }

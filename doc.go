@@ -89,8 +89,9 @@
 // waits for it. A Locker without observers (a logger that discards, and no
 // WithObserver) builds no event.
 //
-// The backends' loggers turn events into a Warn record for a lost lock or a
-// failed extension and Debug records for the rest; package
+// The backends' loggers turn events into a Warn record for a lost lock, a
+// failed extension or a backend's first refusal that matches
+// ErrMisconfigured, and Debug records for the rest; package
 // github.com/dlock-go/dlock/dlockotel turns them into OpenTelemetry metrics
 // and spans. Every backend is an Inspector: it lists the held locks matching
 // a pattern, with their remaining TTL, fence, holder and waiters, as `dlock
@@ -102,7 +103,10 @@
 // holds the lock. ErrNotHeld: your lock is gone. ErrLockLost: the lock may
 // have been lost (Do's cause; a backend reporting the lock's session gone).
 // ErrUnavailable: the backend could not be reached; the outcome may be
-// unknown. ErrInvalid: a bad argument, rejected before anything was sent. A
+// unknown. ErrMisconfigured: the backend refused for a reason retrying
+// cannot change (credentials, permissions, a replica, no memory left), with
+// the server's own reason; Acquire and Do return it at once. ErrInvalid: a
+// bad argument, rejected before anything was sent. A
 // wait that ended with its context also matches ctx.Err(), beside the
 // sentinel of its last attempt (ErrNotAcquired or ErrUnavailable). Which
 // node said what is available through errors.As with *NodeError (and the

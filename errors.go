@@ -11,9 +11,10 @@ import (
 )
 
 // Sentinel errors. Every error that dlock or a backend returns matches
-// exactly one of ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable and
-// ErrInvalid with errors.Is, so callers can tell "busy" from "gone" from
-// "unreachable" from "your mistake". A wait that ended with its context
+// exactly one of ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable,
+// ErrMisconfigured and ErrInvalid with errors.Is, so callers can tell "busy"
+// from "gone" from "unreachable" from "fix the setup" from "your mistake".
+// A wait that ended with its context
 // also matches the context's error (context.Canceled or
 // context.DeadlineExceeded), beside the sentinel of its last attempt
 // (ErrNotAcquired or ErrUnavailable). The sentinels' own messages carry no
@@ -35,8 +36,17 @@ var (
 	ErrLockLost = errors.New("lock lost")
 
 	// ErrUnavailable means the backend could not be reached or answered
-	// with an error; the outcome of the operation may be unknown.
+	// with an error that may pass (retrying may help); the outcome of the
+	// operation may be unknown.
 	ErrUnavailable = errors.New("backend unavailable")
+
+	// ErrMisconfigured means the backend answered, and refused the request
+	// for a reason that retrying cannot change until someone fixes the
+	// setup: wrong credentials, a missing permission, a key of another type
+	// where the lock's belongs, a read-only replica, a server out of
+	// memory, a missing schema object. The error carries the server's own
+	// reason. Acquire and Do return it at once instead of waiting.
+	ErrMisconfigured = errors.New("backend misconfigured")
 
 	// ErrInvalid means a caller's argument or option was rejected before
 	// anything was sent to a server.
@@ -68,7 +78,7 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-var sentinels = [...]error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable, ErrInvalid}
+var sentinels = [...]error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid}
 
 func isSentinel(err error) bool {
 	for _, s := range sentinels {

@@ -65,8 +65,9 @@ type Event struct {
 	// Took is how long the call took (EventExtended, EventExtendFailed,
 	// EventReleased).
 	Took time.Duration
-	// Err is why: the refusal (matching ErrNotAcquired, ErrUnavailable or
-	// ErrInvalid), the failed extension, the loss, or the release's error.
+	// Err is why: the refusal (matching ErrNotAcquired, ErrUnavailable,
+	// ErrMisconfigured or ErrInvalid), the failed extension, the loss, or
+	// the release's error.
 	Err error
 	// Detected says how a loss was found: "extension refused" (the server
 	// no longer held the lock), "session gone" (the backend reported the

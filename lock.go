@@ -175,6 +175,9 @@ func (l *Lock) Held() bool { return l.Remaining() > 0 }
 //     ValidUntil. The request may have reached the server, so a ttl
 //     shorter than the validity left lowers ValidUntil to what it could
 //     have set;
+//   - ErrMisconfigured when the backend refused the request for a reason
+//     retrying cannot change (a password or permission changed while the
+//     lock was held, say): the lock stays held until ValidUntil;
 //   - ErrInvalid for a bad ttl.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
@@ -234,7 +237,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 //   - ErrUnavailable when the outcome is unknown (the backend could not be
 //     reached, ctx ended): the lock may still be on the server, until its
 //     TTL ends. Release may be called again; the handle is not held
-//     again either way.
+//     again either way;
+//   - ErrMisconfigured when the backend refused the request (see Extend):
+//     the lock stays on the server until its TTL ends.
 //
 // Release asks the server even when the handle was lost or its validity ran
 // out, so that a key that is still there does not block others until its

@@ -34,15 +34,17 @@
 // dlock.outcome "released" (the release deleted the lock), "lost" (the
 // lock was lost first; its later release is not counted again),
 // "not_held" (the release found the lock gone: it had expired or was
-// taken over unnoticed), "unavailable" (the release's outcome is unknown)
-// or "error". dlock.attempts counts the attempts of each Acquire when it
+// taken over unnoticed), "unavailable" (the release's outcome is unknown),
+// "misconfigured" (the backend refused it) or "error". dlock.attempts counts the attempts of each Acquire when it
 // ends. dlock.refusals' dlock.outcome is the reason: "busy" (another owner
 // held the lock), "unavailable" (the backend could not be reached),
-// "invalid" (bad arguments), "cancelled" or "timeout" (the context ended:
+// "misconfigured" (the backend refused: fix the setup), "invalid" (bad
+// arguments), "cancelled" or "timeout" (the context ended:
 // canceled, or its deadline passed), or "error". dlock.losses'
 // dlock.detected says how the loss was found: "extension_refused",
 // "session_gone" or "validity_ran_out". dlock.extension.failures'
-// dlock.outcome is "not_held", "lost", "unavailable", "invalid" or "error".
+// dlock.outcome is "not_held", "lost", "unavailable", "misconfigured",
+// "invalid" or "error".
 // dlock.held counts the locks held now (granted, neither lost nor
 // released), dlock.waiting the calls of Acquire or Do waiting for a lock.
 //

@@ -486,6 +486,8 @@ func refusal(err error) string {
 		return "busy"
 	case errors.Is(err, dlock.ErrUnavailable):
 		return "unavailable"
+	case errors.Is(err, dlock.ErrMisconfigured):
+		return "misconfigured"
 	}
 	return "error"
 }
@@ -501,6 +503,8 @@ func opOutcome(err error) string {
 		return "not_held"
 	case errors.Is(err, dlock.ErrUnavailable):
 		return "unavailable"
+	case errors.Is(err, dlock.ErrMisconfigured):
+		return "misconfigured"
 	case errors.Is(err, dlock.ErrInvalid):
 		return "invalid"
 	}

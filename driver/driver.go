@@ -14,7 +14,8 @@
 // build waiting and auto-extension on top, and are the only way to wait
 // (see ReleaseNotifier). Errors must match exactly one of dlock's
 // sentinels (dlock.ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable,
-// ErrInvalid), with node-level detail in a *dlock.NodeError.
+// ErrMisconfigured, ErrInvalid), with node-level detail in a
+// *dlock.NodeError.
 package driver
 
 import (

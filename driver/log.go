@@ -2,7 +2,9 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/dlock-go/dlock"
 )
@@ -12,12 +14,17 @@ import (
 // Warn record when a lock is lost or an extension fails, with the key,
 // fence, backend and cause; Debug records for grants, refusals and
 // releases; nothing at Info, so that a busy service's hot path stays
-// silent. A record that the logger would drop costs one Enabled call; a
-// logger whose handler is slog.DiscardHandler gives nil (no observer).
+// silent. The first refusal or release that the backend refused for a
+// reason retrying cannot change (dlock.ErrMisconfigured) is a Warn record
+// too, with the server's reason; later ones are Debug records, since the
+// caller gets each error anyway. A record that the logger would drop costs
+// one Enabled call; a logger whose handler is slog.DiscardHandler gives nil
+// (no observer).
 func logEvents(logger *slog.Logger) func(context.Context, dlock.Event) {
 	if logger == nil || logger.Handler() == slog.DiscardHandler {
 		return nil
 	}
+	var warned atomic.Bool // about a misconfigured backend
 	return func(ctx context.Context, e dlock.Event) {
 		level := slog.LevelDebug
 		var msg string
@@ -34,6 +41,9 @@ func logEvents(logger *slog.Logger) func(context.Context, dlock.Event) {
 			msg = "dlock: lock released"
 		default:
 			return
+		}
+		if level == slog.LevelDebug && errors.Is(e.Err, dlock.ErrMisconfigured) && !warned.Swap(true) {
+			level, msg = slog.LevelWarn, "dlock: the backend refused the request: fix its configuration"
 		}
 		if !logger.Enabled(ctx, level) {
 			return

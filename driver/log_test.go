@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -37,5 +38,22 @@ func TestLogEvents(t *testing.T) {
 	log(ctx, dlock.Event{Kind: dlock.EventExtendFailed, Key: "k", Err: errors.New("timeout")})
 	if out := buf.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, "level=WARN") {
 		t.Errorf("at Info: %q, want one warning", out)
+	}
+}
+
+// A refusal that retrying cannot change (dlock.ErrMisconfigured) is a Warn
+// record, once per logger (the Locker's): the caller gets every error, the
+// log says it once.
+func TestLogEventsMisconfiguredOnce(t *testing.T) {
+	var buf bytes.Buffer
+	log := logEvents(slog.New(slog.NewTextHandler(&buf, nil)))
+	refused := fmt.Errorf("dlock: acquire \"k\": %w: node n1: WRONGPASS invalid password", dlock.ErrMisconfigured)
+	for range 3 {
+		log(context.Background(), dlock.Event{Kind: dlock.EventRefused, Key: "k", Backend: "redis", Err: refused})
+	}
+	log(context.Background(), dlock.Event{Kind: dlock.EventRefused, Key: "k", Err: errors.New("busy")})
+	out := buf.String()
+	if strings.Count(out, "\n") != 1 || !strings.Contains(out, "level=WARN") || !strings.Contains(out, "WRONGPASS") {
+		t.Errorf("three refusals by a misconfigured backend: %q, want one warning with the server's reason", out)
 	}
 }

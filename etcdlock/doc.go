@@ -112,7 +112,11 @@
 // with dlock.ErrNotHeld, and dlock.Do cancels fn's context with
 // dlock.ErrLockLost; an unreachable
 // cluster gives dlock.ErrUnavailable with a *dlock.NodeError naming the
-// endpoints.
+// endpoints. A cluster that refuses for a reason retrying cannot change
+// (auth is on and the client has no user, a user without permission on
+// the lock's keys, a full space quota) gives dlock.ErrMisconfigured with
+// its reason, which Acquire and Do return at once. (A wrong password fails
+// earlier, in clientv3.New.)
 //
 // Exclusion is still lease-based: a holder paused past its lease is no
 // longer the owner when it resumes. Fence the writes it makes (package

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Locker takes locks on one etcd cluster through a clientv3 client. It is
@@ -58,12 +60,14 @@ func (l *Locker) queue(key string) string { return l.cfg.Prefix + key + "/" }
 // is empty, and reads the queue's first key otherwise. When another
 // contender is first it has written nothing, and returns an error matching
 // dlock.ErrNotAcquired. It returns dlock.ErrUnavailable when the cluster
-// could not be reached (a *dlock.NodeError in the chain) and
-// dlock.ErrInvalid for bad arguments. While the Locker itself has a key in
-// key's queue (a lock it holds or waits for, an attempt in flight), it
-// answers ErrNotAcquired at once, without a request: it could not be first.
-// While dlock.Acquire or dlock.Do waits for key with this Locker, its
-// attempts wait in the queue instead (see NotifyRelease).
+// could not be reached (a *dlock.NodeError in the chain),
+// dlock.ErrMisconfigured when it refused for good (see Errors in the
+// package documentation) and dlock.ErrInvalid for bad arguments. While the
+// Locker itself has a key in key's queue (a lock it holds or waits for, an
+// attempt in flight), it answers ErrNotAcquired at once, without a
+// request: it could not be first. While dlock.Acquire or dlock.Do waits
+// for key with this Locker, its attempts wait in the queue instead (see
+// NotifyRelease).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	a := l.cfg.Events.Attempt(ctx, key)
 	return a.End(l.tryAcquire(ctx, key, ttl))
@@ -260,26 +264,30 @@ func (l *Locker) delete(ctx context.Context, sl *slot) {
 	}
 }
 
-// opErr classifies an error of a call to the cluster: dlock.ErrUnavailable
-// with the cluster's error, and also the context's error when it ended; an
-// acquisition whose context ended matches dlock.ErrNotAcquired instead.
+// opErr classifies an error of a call to the cluster (nodeerr.Error): an
+// acquisition whose context ended matches dlock.ErrNotAcquired.
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
-	ne := &dlock.NodeError{Node: l.node, Err: err}
-	if ctx.Err() != nil {
-		if acquiring {
-			return fmt.Errorf("%w: %w: %w", dlock.ErrNotAcquired, context.Cause(ctx), hide{ne})
-		}
-		return fmt.Errorf("%w: %w: %w", dlock.ErrUnavailable, context.Cause(ctx), hide{ne})
-	}
-	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, ne)
+	return nodeerr.Error(ctx, l.node, err, kind(err), acquiring)
 }
 
-// hide keeps a context error inside an etcd error from being matched
-// twice; errors.As still finds the *dlock.NodeError.
-type hide struct{ err *dlock.NodeError }
+// kind says what kind of failure err, the error of an etcd client call,
+// is: a refusal that retrying cannot change (nodeerr.Refused: auth is on
+// and the client has no user, or one without the permission; the cluster's
+// space quota is full), another error the cluster sent (nodeerr.Answered),
+// or no answer.
+func kind(err error) nodeerr.Kind {
+	ee := rpctypes.Error(err)
+	switch {
+	case !errors.As(ee, new(rpctypes.EtcdError)):
+		return nodeerr.Unreachable
+	case slices.Contains(refusals, ee):
+		return nodeerr.Refused
+	}
+	return nodeerr.Answered
+}
 
-func (h hide) Error() string      { return h.err.Error() }
-func (h hide) As(target any) bool { return errors.As(h.err, target) }
+var refusals = []error{rpctypes.ErrUserEmpty, rpctypes.ErrAuthFailed, rpctypes.ErrPermissionDenied,
+	rpctypes.ErrUserNotFound, rpctypes.ErrRoleNotGranted, rpctypes.ErrNoSpace}
 
 // leaseSeconds is the lease TTL for ttl: etcd leases count whole seconds,
 // so ttl rounded up. The cluster may raise it to its minimum lease TTL.

@@ -1,10 +1,12 @@
 package locktest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -12,7 +14,7 @@ import (
 // Sentinels are dlock's sentinel errors. Every error that dlock or a
 // backend returns matches exactly one of them; a wait that ended with its
 // context matches the context's error as well.
-var Sentinels = []error{dlock.ErrNotAcquired, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable, dlock.ErrInvalid}
+var Sentinels = []error{dlock.ErrNotAcquired, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable, dlock.ErrMisconfigured, dlock.ErrInvalid}
 
 // Classify returns the one sentinel err matches. When err breaks the rules
 // every dlock error keeps — it matches no sentinel or several, or its
@@ -77,3 +79,39 @@ func wantOneOf(t testing.TB, err error, want ...error) {
 	}
 	t.Fatalf("got error %q matching %v, want one of %v", err, got, want)
 }
+
+// WantRefused fails t unless Do on l and key returns at once (within a few
+// seconds, without calling its function), with a context that never ends
+// by itself, an error whose one sentinel is dlock.ErrMisconfigured and
+// whose message has reason in it (the server's own words, such as
+// "WRONGPASS"). It is the check for a backend whose setup refuses the
+// caller (a wrong password, a missing permission): waiting cannot fix
+// that, so it must not wait.
+func WantRefused(t *testing.T, l dlock.Locker, key, reason string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := false
+	done := make(chan error, 1)
+	go func() {
+		done <- dlock.Do(ctx, l, key, 10*time.Second, func(context.Context) error { ran = true; return nil })
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(refusalBound):
+		cancel()
+		t.Fatalf("Do still waiting after %v on a backend that refuses (%s): %v", refusalBound, reason, <-done)
+	}
+	if ran {
+		t.Fatalf("Do ran its function on a backend that refuses (%s)", reason)
+	}
+	WantError(t, err, dlock.ErrMisconfigured)
+	if !strings.Contains(err.Error(), reason) {
+		t.Fatalf("error %q does not give the server's reason %q", err, reason)
+	}
+}
+
+// refusalBound is how soon WantRefused wants Do back: one attempt, with
+// the margin of a loaded machine.
+const refusalBound = 5 * time.Second

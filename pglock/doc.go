@@ -253,8 +253,14 @@
 // # Errors
 //
 // Every error matches exactly one of dlock's sentinels (dlock.ErrNotAcquired,
-// ErrNotHeld, ErrLockLost, ErrUnavailable, ErrInvalid; an acquisition that
-// ended with its context also matches ctx.Err()) and, where PostgreSQL said
+// ErrNotHeld, ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid; an
+// acquisition that ended with its context also matches ctx.Err()).
+// ErrMisconfigured is the server's refusal that retrying cannot change:
+// failed authentication (SQLSTATE class 28), a missing privilege (42501,
+// such as USAGE on the fence sequence, or CREATE for Migrate), database
+// (3D000), schema (3F000) or fence sequence (42P01), a read-only session
+// (25006); Acquire and Do return it at once.
+// Where PostgreSQL said
 // more, one of ErrNotMigrated, ErrReadOnly, ErrDeadlock, ErrOutOfLocks,
 // ErrPoolExhausted or ErrSessionChanged. Server errors are wrapped in a
 // *dlock.NodeError carrying the *pgconn.PgError. Messages are one line

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Errors specific to PostgreSQL. Each one comes joined with the dlock
@@ -16,14 +18,14 @@ import (
 // code written against dlock's sentinels keeps working.
 var (
 	// ErrNotMigrated means the fence sequence does not exist: run Migrate
-	// (or MigrateSQL) once. Comes with dlock.ErrUnavailable.
+	// (or MigrateSQL) once. Comes with dlock.ErrMisconfigured.
 	ErrNotMigrated = errors.New("pglock: fence sequence " + FenceSequence + " does not exist (create it with pglock.Migrate)")
 
 	// ErrReadOnly means the server refused to draw a fence because it is
 	// a hot standby (in recovery) or the session is read-only. Advisory
 	// locks on a standby are invisible to the primary and to every other
 	// standby, so pglock refuses to lock there. Comes with
-	// dlock.ErrUnavailable.
+	// dlock.ErrMisconfigured.
 	ErrReadOnly = errors.New("pglock: server is read-only (a hot standby, or default_transaction_read_only): its advisory locks would exclude no one on the primary")
 
 	// ErrDeadlock means PostgreSQL aborted a waiting lock request to break
@@ -53,6 +55,10 @@ var (
 
 // SQLSTATE codes pglock tells apart.
 const (
+	codeClassAuth      = "28" // invalid authorization: 28000, 28P01 (password)
+	codeNoPrivilege    = "42501"
+	codeNoDatabase     = "3D000"
+	codeNoSchema       = "3F000" // no schema on search_path to create in
 	codeUndefinedTable = "42P01"
 	codeNotNull        = "23502"
 	codeReadOnly       = "25006"
@@ -70,69 +76,71 @@ func sqlState(err error) string {
 	return ""
 }
 
+// callErr classifies an error of a call to the server (nodeerr.Error).
+func (l *Locker) callErr(ctx context.Context, err error) error {
+	return nodeerr.Error(ctx, l.node, err, kind(err), false)
+}
+
 // serverErr wraps err, naming the server, in a dlock.NodeError.
 func (l *Locker) serverErr(err error) error { return nodeErr(l.node, err) }
 
 func nodeErr(node string, err error) *dlock.NodeError {
-	return &dlock.NodeError{Node: node, Err: oneLine(err)}
+	return &dlock.NodeError{Node: node, Err: nodeerr.Describe(err, kind(err))}
 }
 
-// oneLine returns err with its message on one line, keeping its chain for
-// errors.Is and errors.As. pgx puts the error of each address and TLS mode
-// it tried on a line of its own ("failed to connect to ...:\n\t..."), and
-// an error message goes into logs and a CLI's one-line stderr.
-func oneLine(err error) error {
-	if !strings.ContainsAny(err.Error(), "\r\n") {
-		return err
+// kind says what kind of failure err, the error of a pgx call, is: a
+// refusal that retrying cannot change (nodeerr.Refused: failed
+// authentication, a missing privilege, database or fence sequence, a
+// read-only session), another error the server sent (nodeerr.Answered), or
+// no answer.
+func kind(err error) nodeerr.Kind {
+	code := sqlState(err)
+	switch {
+	case code == "":
+		return nodeerr.Unreachable
+	case strings.HasPrefix(code, codeClassAuth), code == codeNoPrivilege, code == codeNoDatabase,
+		code == codeNoSchema, code == codeUndefinedTable, code == codeReadOnly:
+		return nodeerr.Refused
 	}
-	return lineErr{err}
+	return nodeerr.Answered
 }
 
-type lineErr struct{ err error }
+// oneLine returns err with its message on one line (nodeerr.OneLine): pgx
+// puts the error of each address and TLS mode it tried on a line of its own.
+func oneLine(err error) error { return nodeerr.OneLine(err) }
 
-func (e lineErr) Unwrap() error { return e.err }
-
-func (e lineErr) Error() string {
-	var b strings.Builder
-	for _, line := range strings.FieldsFunc(e.err.Error(), func(r rune) bool { return r == '\n' || r == '\r' }) {
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "":
-			continue
-		case b.Len() == 0:
-		case strings.HasSuffix(b.String(), ":"):
-			b.WriteByte(' ')
-		default:
-			b.WriteString("; ")
-		}
-		b.WriteString(line)
+// migrateErr is an error of Migrate's statements: dlock.ErrMisconfigured
+// when the server refused (no right to create the sequence),
+// dlock.ErrUnavailable otherwise.
+func migrateErr(err error) error {
+	sentinel := dlock.ErrUnavailable
+	if kind(err) == nodeerr.Refused {
+		sentinel = dlock.ErrMisconfigured
 	}
-	return b.String()
+	return fmt.Errorf("pglock: migrate: %w: %w", sentinel, oneLine(err))
 }
 
 // acquireErr classifies an error of an acquisition attempt (session or
 // transaction level). The attempt did not produce a lock.
 func acquireErr(ctx context.Context, key string, node string, err error) error {
-	nerr := nodeErr(node, err)
+	var detail []error // pglock's own reason, when it has one
 	switch sqlState(err) {
+	case codeDeadlock:
+		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrNotAcquired, ErrDeadlock, nodeErr(node, err))
+	case codeLockTimeout:
+		return fmt.Errorf("dlock: acquire %q: %w (lock_timeout ran out): %w", key, dlock.ErrNotAcquired, nodeErr(node, err))
+	case codeQueryCanceled:
+		if ctx.Err() == nil {
+			return fmt.Errorf("dlock: acquire %q: %w (statement cancelled, e.g. by statement_timeout): %w", key, dlock.ErrNotAcquired, nodeErr(node, err))
+		}
 	case codeUndefinedTable:
 		// The acquiring statements name no relation but the fence
 		// sequence, so no need to read the (translatable) message.
-		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrNotMigrated, nerr)
+		detail = append(detail, ErrNotMigrated)
 	case codeReadOnly:
-		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrReadOnly, nerr)
-	case codeDeadlock:
-		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrNotAcquired, ErrDeadlock, nerr)
+		detail = append(detail, ErrReadOnly)
 	case codeOutOfMemory:
-		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrUnavailable, ErrOutOfLocks, nerr)
-	case codeLockTimeout:
-		return fmt.Errorf("dlock: acquire %q: %w (lock_timeout ran out): %w", key, dlock.ErrNotAcquired, nerr)
+		detail = append(detail, ErrOutOfLocks)
 	}
-	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("dlock: acquire %q: %w (%w): %w", key, dlock.ErrNotAcquired, cerr, nerr)
-	}
-	if sqlState(err) == codeQueryCanceled {
-		return fmt.Errorf("dlock: acquire %q: %w (statement cancelled, e.g. by statement_timeout): %w", key, dlock.ErrNotAcquired, nerr)
-	}
-	return fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, nerr)
+	return fmt.Errorf("dlock: acquire %q: %w", key, nodeerr.Error(ctx, node, err, kind(err), true, detail...))
 }

@@ -15,10 +15,11 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/pglock"
 )
 
-var sentinels = []error{dlock.ErrNotAcquired, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable, dlock.ErrInvalid}
+var sentinels = locktest.Sentinels
 
 // wantSentinel fails unless err matches want and none of dlock's other
 // sentinels, and its message is one line with at most one "dlock:". Errors
@@ -205,8 +206,8 @@ func TestErrorSentinels(t *testing.T) {
 		{"cancelled", dlock.ErrNotAcquired, context.Canceled, func(*testing.T) error { return acquire(l, cancelled, uniqueKey(t), time.Second) }},
 		{"pool exhausted", dlock.ErrUnavailable, nil, func(*testing.T) error { return acquire(full, ctx, uniqueKey(t), time.Second) }},
 		{"server gone", dlock.ErrUnavailable, nil, func(*testing.T) error { return acquire(lockerOn(gone), ctx, "k", time.Second) }},
-		{"not migrated", dlock.ErrUnavailable, nil, func(*testing.T) error { return acquire(lockerOn(unmigrated), ctx, "k", time.Second) }},
-		{"read-only", dlock.ErrUnavailable, nil, func(*testing.T) error { return acquire(lockerOn(readOnly), ctx, "k", time.Second) }},
+		{"not migrated", dlock.ErrMisconfigured, nil, func(*testing.T) error { return acquire(lockerOn(unmigrated), ctx, "k", time.Second) }},
+		{"read-only", dlock.ErrMisconfigured, nil, func(*testing.T) error { return acquire(lockerOn(readOnly), ctx, "k", time.Second) }},
 
 		{"grant Extend bad ttl", dlock.ErrInvalid, nil, func(t *testing.T) error { _, err := grantOf(t).Extend(ctx, -1); return err }},
 		{"grant Extend lease too long", dlock.ErrInvalid, nil, func(t *testing.T) error {
@@ -263,7 +264,7 @@ func TestErrorSentinels(t *testing.T) {
 			_, err := pglock.LockTx(c, txOn(t, pool), pglock.HashKey(held))
 			return err
 		}},
-		{"LockTx not migrated", dlock.ErrUnavailable, nil, func(t *testing.T) error {
+		{"LockTx not migrated", dlock.ErrMisconfigured, nil, func(t *testing.T) error {
 			_, err := pglock.LockTx(ctx, txOn(t, unmigrated), pglock.HashKey("k"))
 			return err
 		}},
@@ -285,5 +286,74 @@ func TestErrorSentinels(t *testing.T) {
 				t.Fatalf("error %q does not match %v", err, tc.also)
 			}
 		})
+	}
+}
+
+// A server that refuses for a reason retrying cannot change makes Do fail
+// at once with dlock.ErrMisconfigured and the server's own reason: a wrong
+// password, a role without the right to draw fences, a database without
+// the fence sequence, a read-only session.
+func TestMisconfigured(t *testing.T) {
+	ctx := testCtx(t)
+	lockerWith := func(srv *testsrv.Postgres, edit func(*pgxpool.Config)) *pglock.Locker {
+		cfg := srv.PoolConfig(2)
+		edit(cfg)
+		l, err := pglock.New(poolWith(t, cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+
+	// A cluster of its own whose hba wants app's password.
+	srv := testsrv.StartPostgres(t)
+	if err := pglock.Migrate(ctx, srv.Pool(t, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		"CREATE ROLE app LOGIN PASSWORD 'secret'",
+		"GRANT USAGE ON SEQUENCE " + pglock.FenceSequence + " TO app",
+		`COPY (VALUES ('local all all trust'), ('host all app 127.0.0.1/32 scram-sha-256'), ('host all all 127.0.0.1/32 trust'))
+			TO '` + srv.Dir + `/data/pg_hba.conf'`,
+		"SELECT pg_reload_conf()",
+	} {
+		if err := srv.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	as := func(user, password string) func(*pgxpool.Config) {
+		return func(c *pgxpool.Config) { c.ConnConfig.User, c.ConnConfig.Password = user, password }
+	}
+	locktest.WantRefused(t, lockerWith(srv, as("app", "wrong")), uniqueKey(t), "password authentication failed")
+	mustAcquire(t, lockerWith(srv, as("app", "secret")), uniqueKey(t), time.Minute) // the setup is right
+
+	role := fmt.Sprintf("nofence_%d", time.Now().UnixNano())
+	if err := shared.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shared.Exec(context.Background(), "DROP ROLE "+role) })
+	locktest.WantRefused(t, lockerWith(shared, as(role, "")), uniqueKey(t), "permission denied for sequence")
+
+	const empty = "misconfigured_no_fence"
+	if err := shared.Exec(ctx, "CREATE SCHEMA "+empty); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shared.Exec(context.Background(), "DROP SCHEMA "+empty+" CASCADE") })
+	unmigrated := lockerWith(shared, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = empty })
+	locktest.WantRefused(t, unmigrated, uniqueKey(t), "pglock.Migrate")
+	readOnly := lockerWith(shared, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on" })
+	locktest.WantRefused(t, readOnly, uniqueKey(t), "read-only")
+
+	// Migrate by a role that may not create the sequence.
+	if err := shared.Exec(ctx, "GRANT USAGE ON SCHEMA "+empty+" TO "+role); err != nil {
+		t.Fatal(err)
+	}
+	cfg := shared.PoolConfig(1)
+	cfg.ConnConfig.User, cfg.ConnConfig.RuntimeParams["search_path"] = role, empty
+	err := pglock.Migrate(ctx, poolWith(t, cfg))
+	wantSentinel(t, err, dlock.ErrMisconfigured)
+	if !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("Migrate without CREATE rights: %q, want the server's reason", err)
 	}
 }

@@ -39,7 +39,9 @@ type Execer interface {
 // Migrate creates the fence sequence if it does not exist (MigrateSQL) and
 // checks that an existing one counts up by one, from at least 1, without a
 // per-session cache and without wrapping around, as fences need; otherwise
-// it returns an error matching dlock.ErrInvalid. pglock never creates the
+// it returns an error matching dlock.ErrInvalid. A role without the right
+// to create it gets dlock.ErrMisconfigured, an unreachable server
+// dlock.ErrUnavailable. pglock never creates the
 // sequence on its own: a Locker whose database lacks it fails with
 // ErrNotMigrated. Migrate is idempotent, and safe to run from several
 // processes at once (each holds a transaction-level advisory lock while it
@@ -52,7 +54,7 @@ func Migrate(ctx context.Context, db Execer) error {
 		return driver.Invalidf("nil database handle")
 	}
 	if _, err := db.Exec(ctx, pgmigrate.Serialized(MigrateSQL)); err != nil {
-		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
+		return migrateErr(err)
 	}
 	return checkSequence(ctx, db)
 }
@@ -66,19 +68,19 @@ func checkSequence(ctx context.Context, db Execer) error {
 	}
 	rows, err := qr.Query(ctx, checkSequenceSQL)
 	if err != nil {
-		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
+		return migrateErr(err)
 	}
 	defer rows.Close()
 	var inc, minv, cache int64
 	var cycle bool
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
+			return migrateErr(err)
 		}
 		return fmt.Errorf("pglock: migrate: %w: %s is not a sequence", dlock.ErrInvalid, FenceSequence)
 	}
 	if err := rows.Scan(&inc, &minv, &cache, &cycle); err != nil {
-		return fmt.Errorf("pglock: migrate: %w: %w", dlock.ErrUnavailable, oneLine(err))
+		return migrateErr(err)
 	}
 	if inc != 1 || minv < 1 || cache != 1 || cycle {
 		return fmt.Errorf("pglock: migrate: %w: sequence %s has INCREMENT %d, MINVALUE %d, CACHE %d, CYCLE %v; fences need INCREMENT 1, MINVALUE >= 1, CACHE 1 and NO CYCLE (ALTER SEQUENCE %s INCREMENT 1 CACHE 1 NO CYCLE)",

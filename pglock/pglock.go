@@ -218,10 +218,12 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // shorter ttl notices a killed session sooner.
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
-// holds the lock, dlock.ErrUnavailable when the server could not be reached
-// or refused (with ErrNotMigrated, ErrReadOnly, ErrOutOfLocks or
-// ErrPoolExhausted where that is the reason), and dlock.ErrInvalid for bad
-// arguments. A wait for a free pool connection ends with ctx, matching
+// holds the lock, dlock.ErrMisconfigured when the server refused for a
+// reason retrying cannot change (with ErrNotMigrated or ErrReadOnly where
+// that is the reason; see Errors in the package documentation),
+// dlock.ErrUnavailable when it could not be reached or answered with
+// another error (with ErrOutOfLocks or ErrPoolExhausted where that is the
+// reason), and dlock.ErrInvalid for bad arguments. A wait for a free pool connection ends with ctx, matching
 // dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	a := l.cfg.Events.Attempt(ctx, key)
@@ -472,7 +474,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	}
 	err := g.conn.QueryRow(ctx, sql, args...).Scan(dest...)
 	if err != nil {
-		return time.Time{}, g.connErr(err, true)
+		return time.Time{}, g.connErr(ctx, err, true)
 	}
 	switch {
 	case pid != g.pid:
@@ -507,7 +509,7 @@ func (g *grant) Release(ctx context.Context) error {
 		dest = append(dest, &restored[i])
 	}
 	if err := g.l.exec.queryRow(ctx, g.conn.Conn(), g.l.stmts.release[g.key.form()], &g.bufs, args, dest); err != nil {
-		return g.connErr(err, false)
+		return g.connErr(ctx, err, false)
 	}
 	if unlocked := g.outcome != 0; !unlocked {
 		// Should not happen while the session lives; do not hand a
@@ -529,11 +531,11 @@ func (g *grant) Release(ctx context.Context) error {
 // frees its locks as soon as it sees the close (in a silent partition,
 // once its TCP keepalive detection gives up). That is a lost lock. A
 // statement error on a live session leaves the lock held.
-func (g *grant) connErr(err error, extend bool) error {
-	nerr := g.l.serverErr(err)
+func (g *grant) connErr(ctx context.Context, err error, extend bool) error {
 	if !g.conn.Conn().IsClosed() {
-		return fmt.Errorf("%w: %w (the session still holds the lock)", dlock.ErrUnavailable, nerr)
+		return fmt.Errorf("%w (the session still holds the lock)", g.l.callErr(ctx, err))
 	}
+	nerr := g.l.serverErr(err)
 	if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		g.end(true, fmt.Errorf("the session ended: pgx closed its connection when the statement was interrupted, which frees the lock: %w", nerr))
 	} else {

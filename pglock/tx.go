@@ -31,9 +31,11 @@ import (
 // committed (see the package documentation): use READ COMMITTED.
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
-// holds k, and dlock.ErrUnavailable (with ErrNotMigrated or ErrReadOnly
-// where that is the reason) or dlock.ErrInvalid otherwise. After an error
-// other than ErrNotAcquired the transaction is aborted: roll it back.
+// holds k, dlock.ErrMisconfigured when the server refused (with
+// ErrNotMigrated or ErrReadOnly where that is the reason),
+// dlock.ErrUnavailable when it could not be reached, or dlock.ErrInvalid.
+// After an error other than ErrNotAcquired the transaction is aborted:
+// roll it back.
 func TryLockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
 	if err := checkTx(ctx, tx, k); err != nil {
 		return 0, err
@@ -62,7 +64,7 @@ func LockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
 // drawn fence and errors, with pgx's stdlib driver. pglock reads the
 // server's reasons (ErrNotMigrated, ErrDeadlock, lock_timeout, ...) from
 // pgx's *pgconn.PgError; through another driver, a server error matches
-// dlock.ErrUnavailable only.
+// dlock.ErrUnavailable only (never dlock.ErrMisconfigured).
 //
 // Only a transaction makes sense here, hence *sql.Tx: a *sql.DB or a
 // *sql.Conn outside a transaction runs each statement in a transaction of

@@ -397,10 +397,10 @@ func TestNotMigrated(t *testing.T) {
 	}
 	defer l.Close()
 	_, err = l.TryAcquire(ctx, "x", time.Second)
-	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrNotMigrated)
+	wantIs(t, err, dlock.ErrMisconfigured, pglock.ErrNotMigrated)
 	tx := begin(t, pool)
 	_, err = pglock.TryLockTx(ctx, tx, pglock.HashKey("x"))
-	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrNotMigrated)
+	wantIs(t, err, dlock.ErrMisconfigured, pglock.ErrNotMigrated)
 	tx.Rollback(ctx)
 	sqlDB := stdlib.OpenDB(*cfg.ConnConfig)
 	defer sqlDB.Close()
@@ -409,7 +409,7 @@ func TestNotMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = pglock.TryLockSQLTx(ctx, stx, pglock.HashKey("x"))
-	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrNotMigrated)
+	wantIs(t, err, dlock.ErrMisconfigured, pglock.ErrNotMigrated)
 	stx.Rollback()
 	if left, err := shared.WaitNoAdvisoryLocks(ctx); err != nil {
 		t.Fatalf("a failed acquisition left a lock: %+v (%v)", left, err)
@@ -441,10 +441,10 @@ func TestStandbyRefused(t *testing.T) {
 	}
 	defer l.Close()
 	_, err = l.TryAcquire(testCtx(t), uniqueKey(t), time.Second)
-	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrReadOnly)
+	wantIs(t, err, dlock.ErrMisconfigured, pglock.ErrReadOnly)
 	tx := begin(t, pool)
 	_, err = pglock.TryLockTx(testCtx(t), tx, pglock.HashKey(uniqueKey(t)))
-	wantIs(t, err, dlock.ErrUnavailable, pglock.ErrReadOnly)
+	wantIs(t, err, dlock.ErrMisconfigured, pglock.ErrReadOnly)
 	tx.Rollback(testCtx(t))
 	// The session lock may have been granted before nextval refused; the
 	// failed attempt closed its session, which gives it back.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/testproxy"
+	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -181,4 +183,33 @@ func TestAttemptLeftInFlightGivesTheKeyBack(t *testing.T) {
 		t.Fatalf("the batch's sender: %v", err)
 	}
 	waitKey(t, short, false) // given back, long before its 30s TTL
+}
+
+// Calls sent together as one pipeline each keep the server's own reason
+// when the connection's handshake is refused (a wrong password): go-redis
+// leaves that error off the pipeline's commands.
+func TestBatchKeepsServerReason(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	if err := srv.Client(t).ConfigSet(testCtx(t), "requirepass", "secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := srv.Options()
+	opts.Password = "wrong"
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	l := newLocker(t, c, redislock.WithNativeCommands(redislock.NativeNever))
+	errs := make([]error, 32)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = l.TryAcquire(testCtx(t), fmt.Sprintf("%s:%d", locktest.Key(t), i), time.Second)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		var re redis.Error
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Fatalf("a call of a batch refused at the handshake: %v, want the server's WRONGPASS", err)
+		}
+	}
 }

@@ -9,7 +9,11 @@
 // fence; otherwise it reports the holder. The script checks everything
 // before it writes and sets the lock key last, so an attempt that fails on an
 // error reply (an ACL that denies dlock's keys, a key of the wrong type)
-// changes nothing, and the caller gets the server's reply. Release is DELEX
+// changes nothing, and the caller gets the server's reply. A reply that
+// retrying cannot change (NOAUTH, WRONGPASS, NOPERM, WRONGTYPE, READONLY
+// from a replica, OOM, MISCONF, an unknown command) matches
+// dlock.ErrMisconfigured, which Acquire and Do return at once; other error
+// replies (LOADING, BUSY) match dlock.ErrUnavailable. Release is DELEX
 // key IFEQ token on Redis 8.4+ and a compare-and-delete script elsewhere;
 // Extend is SET key token PX ttl IFEQ token on 8.4+ and a compare-and-PEXPIRE
 // script elsewhere. Support for the 8.4 commands is probed once per Locker
@@ -48,8 +52,8 @@
 // once, and if the server granted it, the Locker releases the key when the
 // reply comes (as it does for an attempt whose reply was lost). The cost is
 // shared fate: a connection that stops answering holds every call in its
-// round trip and those waiting behind it until their deadlines, or for the
-// client's ReadTimeout when they have none.
+// round trip and those waiting behind it until their deadlines, or their
+// try's bound (see below) when they have none.
 //
 // # Keys
 //
@@ -127,5 +131,11 @@
 //
 // Set ContextTimeoutEnabled on the go-redis client so that context deadlines
 // bound each call; without it a server that never answers holds a call for
-// the client's ReadTimeout (New logs a warning).
+// the client's ReadTimeout (New logs a warning). With it, one try (an
+// attempt, an extension, a release, whatever it sends: the holder record,
+// the probe for the Redis 8.4 commands, go-redis's own retries) takes at
+// most the client's DialTimeout + ReadTimeout, or the caller's deadline if
+// that comes first: a server that accepts connections and never answers
+// costs that, not a read timeout per request. A ReadTimeout of -1 (no
+// timeout) leaves the bound to the caller's context.
 package redislock

@@ -1,8 +1,12 @@
 package redislock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,8 +93,8 @@ func TestErrorSentinels(t *testing.T) {
 		}(), dlock.ErrNotAcquired, []error{context.DeadlineExceeded}},
 		{"attempt cancelled", try(l, cancelled, "k", time.Second), dlock.ErrNotAcquired, []error{context.Canceled}},
 		{"server down", try(gone, testCtx(t), "k", time.Second), dlock.ErrUnavailable, nil},
-		{"NOPERM", try(limited, testCtx(t), "locks:x", time.Second), dlock.ErrUnavailable, nil},
-		{"fence counter of the wrong type", try(l, testCtx(t), wrongType, time.Second), dlock.ErrUnavailable, nil},
+		{"NOPERM", try(limited, testCtx(t), "locks:x", time.Second), dlock.ErrMisconfigured, nil},
+		{"fence counter of the wrong type", try(l, testCtx(t), wrongType, time.Second), dlock.ErrMisconfigured, nil},
 		{"ReleaseToken, wrong token", l.ReleaseToken(testCtx(t), held, "not-the-token"), dlock.ErrNotHeld, nil},
 		{"ExtendToken, wrong token", l.ExtendToken(testCtx(t), held, "not-the-token", time.Minute), dlock.ErrNotHeld, nil},
 		{"ReleaseToken, empty token", l.ReleaseToken(testCtx(t), held, ""), dlock.ErrInvalid, nil},
@@ -123,4 +127,65 @@ func try(l *redislock.Locker, ctx context.Context, key string, ttl time.Duration
 		lock.Release(context.Background())
 	}
 	return err
+}
+
+// A server that refuses for a reason retrying cannot change makes Do fail
+// at once with dlock.ErrMisconfigured and the server's own reason, instead
+// of waiting as for an unreachable server (forever, with a context without
+// deadline); the Locker's logger warns once. The token operations say so
+// too.
+func TestMisconfigured(t *testing.T) {
+	t.Parallel()
+	withPassword := testsrv.StartRedis(t)
+	if err := withPassword.Client(t).ConfigSet(testCtx(t), "requirepass", "secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client := func(srv *testsrv.Redis, user, password string) *redis.Client {
+		opts := srv.Options()
+		opts.Username, opts.Password = user, password
+		c := redis.NewClient(opts)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	var log bytes.Buffer
+	wrongPassword := newLocker(t, client(withPassword, "", "wrong"), redislock.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	locktest.WantRefused(t, wrongPassword, locktest.Key(t), "WRONGPASS")
+	locktest.WantRefused(t, wrongPassword, locktest.Key(t), "WRONGPASS")
+	if n := strings.Count(log.String(), "level=WARN"); n != 1 || !strings.Contains(log.String(), "WRONGPASS") {
+		t.Errorf("two refusals logged %d warnings, want one with the server's reason:\n%s", n, log.String())
+	}
+	locktest.WantRefused(t, newLocker(t, client(withPassword, "", "")), locktest.Key(t), "NOAUTH")
+	for name, err := range map[string]error{
+		"ExtendToken":  wrongPassword.ExtendToken(testCtx(t), "k", "t", time.Second),
+		"ReleaseToken": wrongPassword.ReleaseToken(testCtx(t), "k", "t"),
+	} {
+		locktest.WantError(t, err, dlock.ErrMisconfigured)
+		if !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Errorf("%s: %q, want the server's reason", name, err)
+		}
+	}
+
+	srv := testsrv.StartRedis(t)
+	raw := srv.Client(t)
+	if err := raw.Do(testCtx(t), "ACL", "SETUSER", "app", "on", ">pw", "~locks:*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Allowed the lock keys but not dlock's own.
+	locktest.WantRefused(t, newLocker(t, client(srv, "app", "pw")), "locks:"+locktest.Key(t), "NOPERM")
+	// A fence counter that is a list.
+	key := locktest.Key(t)
+	if err := raw.LPush(testCtx(t), keys.Fence(key), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	wrongType := newLocker(t, raw)
+	locktest.WantRefused(t, wrongType, key, "WRONGTYPE")
+
+	replica := testsrv.StartRedis(t, testsrv.RedisArgs("--replicaof", "127.0.0.1", strconv.Itoa(srv.Port)))
+	locktest.WantRefused(t, newLocker(t, replica.Client(t)), locktest.Key(t), "READONLY")
+
+	full := testsrv.StartRedis(t)
+	if err := full.Client(t).ConfigSet(testCtx(t), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	locktest.WantRefused(t, newLocker(t, full.Client(t)), locktest.Key(t), "OOM")
 }

@@ -46,6 +46,40 @@ func TestServerDown(t *testing.T) {
 	}
 }
 
+// A server that never answers (SIGSTOP), and a caller without a deadline:
+// one try is one bounded try, the client's DialTimeout + ReadTimeout,
+// whatever it sends (the holder record with the grant, the probe for the
+// native commands before an extension or a release) and however often
+// go-redis retries (MaxRetries 3 by default). The error is ErrUnavailable:
+// the caller's context did not end.
+func TestOneTryBounded(t *testing.T) {
+	t.Parallel()
+	srv := testsrv.StartRedis(t)
+	srv.Pause()
+	defer srv.Resume()
+	const dial, read = 500 * time.Millisecond, time.Second
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, DialTimeout: dial, ReadTimeout: read, ContextTimeoutEnabled: true})
+	defer c.Close()
+	for name, l := range map[string]*redislock.Locker{
+		"holder info": newLocker(t, c, redislock.WithHolderInfo("")),
+		"probe":       newLocker(t, c),
+	} {
+		for op, call := range map[string]func() error{
+			"TryAcquire":   func() error { _, err := l.TryAcquire(context.Background(), locktest.Key(t), time.Second); return err },
+			"ExtendToken":  func() error { return l.ExtendToken(context.Background(), locktest.Key(t), "t", time.Second) },
+			"ReleaseToken": func() error { return l.ReleaseToken(context.Background(), locktest.Key(t), "t") },
+		} {
+			start := time.Now()
+			err := call()
+			// 700ms is the margin of a loaded machine, below another read.
+			if d := time.Since(start); d > dial+read+700*time.Millisecond {
+				t.Errorf("%s, %s on a silent server took %v, want at most %v", name, op, d.Round(time.Millisecond), dial+read)
+			}
+			locktest.WantError(t, err, dlock.ErrUnavailable)
+		}
+	}
+}
+
 // A server that never answers (SIGSTOP): the call returns by the context
 // deadline with an error matching ErrNotAcquired and DeadlineExceeded.
 func TestServerNeverAnswers(t *testing.T) {

@@ -218,8 +218,8 @@ func TestFailedAttemptTakesNothing(t *testing.T) {
 		switch {
 		case err == nil:
 			t.Fatalf("%s: acquired", what)
-		case !errors.Is(err, dlock.ErrUnavailable):
-			t.Errorf("%s: %v, want ErrUnavailable", what, err)
+		case !errors.Is(err, dlock.ErrMisconfigured):
+			t.Errorf("%s: %v, want ErrMisconfigured", what, err)
 		case !errors.As(err, &re) || !strings.HasPrefix(re.Error(), reply):
 			t.Errorf("%s: %v, want the server's %s reply in the chain", what, err, reply)
 		case strings.Contains(err.Error(), "unreachable"):

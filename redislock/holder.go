@@ -30,9 +30,12 @@ func WithHolderInfo(service string) Option {
 }
 
 // acquireScript runs the acquire script and, with WithHolderInfo, the
-// holder record's write after it in the same round trip; it returns the
-// acquire script's reply and the record written ("" without the option).
+// holder record's write after it in the same round trip, as one try
+// (oneTry); it returns the acquire script's reply and the record written
+// ("" without the option).
 func (l *Locker) acquireScript(ctx context.Context, ks []string, args []any, token string, ttl time.Duration) (any, string, error) {
+	ctx, cancel := l.oneTry(ctx)
+	defer cancel()
 	if l.cfg.HolderHead == "" {
 		cmd := l.run(ctx, scripts.Acquire, ks, args)
 		if left, ok := cmd.Err().(*batch.LeftError); ok {

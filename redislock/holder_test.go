@@ -1,11 +1,17 @@
 package redislock_test
 
 import (
+	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -82,5 +88,40 @@ func BenchmarkHolderInfo(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Every path keeps the server's own reason: with WithHolderInfo the grant,
+// the extension and the release go as pipelines, and a refusal on a new
+// connection (WRONGPASS once the user's password changed) reads as what
+// the server said, not as an unexpected empty reply.
+func TestHolderInfoKeepsServerReason(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	l := newLocker(t, userClient(t, srv, "app"), redislock.WithHolderInfo("billing"))
+	extended, err := l.TryAcquire(testCtx(t), locktest.Key(t), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, err := l.TryAcquire(testCtx(t), locktest.Key(t), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := srv.Client(t)
+	if err := raw.Do(testCtx(t), "ACL", "SETUSER", "app", "resetpass", ">changed").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Do(testCtx(t), "CLIENT", "KILL", "USER", "app").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, acquireErr := l.TryAcquire(testCtx(t), locktest.Key(t), time.Minute)
+	for name, err := range map[string]error{
+		"TryAcquire": acquireErr,
+		"Extend":     extended.Extend(testCtx(t), time.Minute),
+		"Release":    released.Release(testCtx(t)),
+	} {
+		var re redis.Error
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Errorf("%s after the password changed: %v, want the server's WRONGPASS", name, err)
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/nodeerr"
+	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rinspect"
 )
 
@@ -55,7 +57,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		r, err := rinspect.Scan(ctx, c, c.Options().Addr, l.cfg.Prefix, pattern, limit)
 		if err != nil {
-			return &dlock.NodeError{Node: c.Options().Addr, Err: err}
+			return nodeerr.Error(ctx, c.Options().Addr, err, rclient.Kind(err), false)
 		}
 		mu.Lock()
 		rows = append(rows, r...)
@@ -63,7 +65,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, err)
+		return nil, fmt.Errorf("dlock: inspect: %w", err)
 	}
 	rows = rinspect.Sort(rows)
 	if n := rinspect.Limit(limit); len(rows) > n {

@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -32,12 +32,12 @@ type Locker struct {
 	notify      *wake.Notifier // nil for clients without usable pub/sub (a Ring)
 	batch       *batch.Batcher // the scripts' sender on a single-node client, else nil
 	clockOffset int64          // µs added to the server's clock for fences; tests only
+	tryTimeout  time.Duration  // the bound of one try (rclient.TryTimeout; 0: none)
 
-	probeMu   sync.Mutex
-	probed    bool
-	probedOK  atomic.Bool // probed, readable without probeMu on the hot path
-	nativeDel bool        // DELEX key IFEQ token
-	nativeSet bool        // SET key token PX ttl IFEQ token
+	probing   chan struct{} // held by the probe in progress (cap 1)
+	probedOK  atomic.Bool   // probed: the fields below are set
+	nativeDel bool          // DELEX key IFEQ token
+	nativeSet bool          // SET key token PX ttl IFEQ token
 }
 
 var (
@@ -51,7 +51,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if rclient.IsNil(client) {
 		return nil, driver.Invalidf("nil redis client")
 	}
-	l := &Locker{client: client, node: rclient.Name(client), cfg: backend.New(DefaultFenceTTL, true)}
+	l := &Locker{client: client, node: rclient.Name(client), cfg: backend.New(DefaultFenceTTL, true),
+		tryTimeout: rclient.TryTimeout(client), probing: make(chan struct{}, 1)}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
@@ -72,8 +73,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // that sets the key to a fresh token if it is free and draws the fence, in
 // one round trip. It returns an error matching dlock.ErrNotAcquired when
 // another owner holds key, dlock.ErrUnavailable when the server could not be
-// reached or answered with an error (its reply is in the chain: errors.As
-// with redis.Error), and dlock.ErrInvalid for bad arguments. An attempt that
+// reached or answered with an error that may pass, dlock.ErrMisconfigured
+// when it refused for good (see the package documentation; the reply is in
+// the chain of both: errors.As with redis.Error), and dlock.ErrInvalid for
+// bad arguments. An attempt that
 // returns an error leaves no key of its own behind: the script changes
 // nothing when it fails, and a key set by an attempt whose reply was lost is
 // deleted again (best effort, in the background).
@@ -123,7 +126,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		plan.Lost(0)
 		l.cleanup(ctx, full, token, ttl)
-		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, l.nodeErr(err))
+		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, &dlock.NodeError{Node: l.node, Err: err})
 	}
 	plan.Observe(0, r.Status != scripts.Granted, r.Place, r.Expiry)
 	switch r.Status {
@@ -221,10 +224,12 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		return time.Time{}, err
 	}
 	ms := driver.Milliseconds(ttl)
+	tctx, cancel := l.oneTry(ctx)
+	defer cancel()
 	start := time.Now()
 	held := false
-	if _, set := l.features(ctx); set {
-		err := l.client.SetIFEQ(ctx, g.key, g.token, g.token, time.Duration(ms)*time.Millisecond).Err()
+	if _, set := l.features(tctx); set {
+		err := l.client.SetIFEQ(tctx, g.key, g.token, g.token, time.Duration(ms)*time.Millisecond).Err()
 		if err != nil && err != redis.Nil {
 			return time.Time{}, l.opErr(ctx, err, false)
 		}
@@ -234,7 +239,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		if g.fence > 0 {
 			ks, args = []string{g.key, keys.Fence(g.key)}, []any{g.token, ms, g.fence, l.cfg.FenceTTL.Milliseconds()}
 		}
-		n, err := l.run(ctx, scripts.Extend, ks, args).Int64()
+		n, err := l.run(tctx, scripts.Extend, ks, args).Int64()
 		if err != nil {
 			return time.Time{}, l.opErr(ctx, err, false)
 		}
@@ -243,19 +248,21 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if !held {
 		return time.Time{}, fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
 	}
-	g.extendHolder(ctx, ttl)
+	g.extendHolder(tctx, ttl)
 	return driver.ValidUntil(start, ttl, l.cfg.DriftFactor), nil
 }
 
 // Release deletes the key if it still holds the token, and wakes the
 // longest waiter of the key in the same round trip.
 func (g *grant) Release(ctx context.Context) error {
+	tctx, cancel := g.l.oneTry(ctx)
+	defer cancel()
 	var n, woken int64
 	var err error
 	if g.holder != "" {
-		n, woken, err = g.l.releaseHolder(ctx, g.key, g.token, g.holder)
+		n, woken, err = g.l.releaseHolder(tctx, g.key, g.token, g.holder)
 	} else {
-		n, woken, err = g.l.release(ctx, g.key, g.token, g.tokenArg, true)
+		n, woken, err = g.l.release(tctx, g.key, g.token, g.tokenArg, true)
 	}
 	if err != nil {
 		return g.l.opErr(ctx, err, false)
@@ -282,7 +289,7 @@ func (l *Locker) release(ctx context.Context, key, token string, tokenArg []any,
 		del := pipe.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token})
 		wakeKeys := []string{key, keys.Queue(key)}
 		wake := scripts.Wake.EvalSha(ctx, pipe, wakeKeys)
-		_, _ = pipe.Exec(ctx)
+		rclient.Exec(ctx, pipe)
 		if err := wake.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && del.Err() == nil {
 			wake = scripts.Wake.Run(ctx, l.client, wakeKeys)
 		}
@@ -320,7 +327,10 @@ func (l *Locker) cleanup(ctx context.Context, key, token string, ttl time.Durati
 	}()
 }
 
-// features reports which Redis 8.4 commands to use, probing the server once.
+// features reports which Redis 8.4 commands to use, probing the server once
+// (with the eviction policy, in one round trip). A call that finds a probe
+// in progress waits for it within ctx, and uses the scripts if ctx ends
+// first.
 func (l *Locker) features(ctx context.Context) (del, set bool) {
 	switch l.native {
 	case NativeAlways:
@@ -331,29 +341,36 @@ func (l *Locker) features(ctx context.Context) (del, set bool) {
 	if l.probedOK.Load() {
 		return l.nativeDel, l.nativeSet // written before probedOK was set
 	}
-	l.probeMu.Lock()
-	defer l.probeMu.Unlock()
-	if l.probed {
+	select {
+	case l.probing <- struct{}{}:
+		defer func() { <-l.probing }()
+	case <-ctx.Done():
+		return false, false
+	}
+	if l.probedOK.Load() {
 		return l.nativeDel, l.nativeSet
 	}
 	probe := "dlock:probe:" + driver.NewToken()
-	delErr := l.client.DelExArgs(ctx, probe, redis.DelExArgs{Mode: "IFEQ", MatchValue: "x"}).Err()
-	setErr := l.client.SetIFEQ(ctx, probe, "x", "y", time.Millisecond).Err()
-	if !answered(delErr) || !answered(setErr) {
+	pipe := l.client.Pipeline()
+	delCmd := pipe.DelExArgs(ctx, probe, redis.DelExArgs{Mode: "IFEQ", MatchValue: "x"})
+	setCmd := pipe.SetIFEQ(ctx, probe, "x", "y", time.Millisecond)
+	policy := pipe.ConfigGet(ctx, "maxmemory-policy")
+	rclient.Exec(ctx, pipe)
+	if !answered(delCmd.Err()) || !answered(setCmd.Err()) {
 		return false, false // unreachable now: use the scripts, probe again next time
 	}
-	l.probed = true
-	l.nativeDel = delErr == nil || delErr == redis.Nil
-	l.nativeSet = setErr == nil || setErr == redis.Nil
+	l.nativeDel = delCmd.Err() == nil || delCmd.Err() == redis.Nil
+	l.nativeSet = setCmd.Err() == nil || setCmd.Err() == redis.Nil
 	l.probedOK.Store(true)
-	l.warnEviction(ctx)
+	l.warnEviction(policy)
 	return l.nativeDel, l.nativeSet
 }
 
-// warnEviction warns when the server may evict lock keys before their TTL:
-// an evicted lock key is a second holder.
-func (l *Locker) warnEviction(ctx context.Context) {
-	cfg, err := l.client.ConfigGet(ctx, "maxmemory-policy").Result()
+// warnEviction warns when the server may evict lock keys before their TTL
+// (policy is CONFIG GET maxmemory-policy's reply): an evicted lock key is a
+// second holder.
+func (l *Locker) warnEviction(policy *redis.MapStringStringCmd) {
+	cfg, err := policy.Result()
 	if err != nil {
 		return // CONFIG may be disabled or renamed; nothing to say then
 	}
@@ -363,22 +380,22 @@ func (l *Locker) warnEviction(ctx context.Context) {
 	}
 }
 
-// opErr classifies an error of a call to the server: dlock.ErrUnavailable
-// with the node's error (the server's own reply, or a network failure),
-// and also the context's error when it ended; an acquisition whose context
-// ended matches dlock.ErrNotAcquired instead (it did not get the lock).
+// opErr classifies an error of a call to the server (nodeerr.Error): an
+// acquisition whose context ended matches dlock.ErrNotAcquired (it did not
+// get the lock).
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
-	if cerr := rclient.CtxErr(ctx); cerr != nil && !rclient.IsReply(err) {
-		if acquiring {
-			return fmt.Errorf("%w: %w: %w", dlock.ErrNotAcquired, cerr, l.nodeErr(err))
-		}
-		return fmt.Errorf("%w: %w: %w", dlock.ErrUnavailable, cerr, l.nodeErr(err))
-	}
-	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, l.nodeErr(err))
+	return nodeerr.Error(ctx, l.node, err, rclient.Kind(err), acquiring)
 }
 
-func (l *Locker) nodeErr(err error) error {
-	return &dlock.NodeError{Node: l.node, Err: rclient.Describe(err)}
+// oneTry bounds one try (everything a call sends: the probe, the script,
+// the holder record, go-redis's retries) by the client's dial and read
+// timeouts together, so that a server that accepts connections and never
+// answers costs one try's bound, not one read timeout per request.
+func (l *Locker) oneTry(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.tryTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, l.tryTimeout)
 }
 
 // answered reports whether err is a reply from the server (success, nil or a

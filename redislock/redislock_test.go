@@ -124,8 +124,8 @@ func TestFeaturesOnRedis7(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lock.Release(testCtx(t)); !errors.Is(err, dlock.ErrUnavailable) {
-		t.Fatalf("forced DELEX on Redis 7: got %v, want ErrUnavailable (unknown command)", err)
+	if err := lock.Release(testCtx(t)); !errors.Is(err, dlock.ErrMisconfigured) {
+		t.Fatalf("forced DELEX on Redis 7: got %v, want ErrMisconfigured (unknown command)", err)
 	}
 }
 
@@ -408,8 +408,8 @@ func TestForeignKeys(t *testing.T) {
 	l := newLocker(t, shared.Client(t))
 	key := locktest.Key(t)
 	raw.LPush(testCtx(t), key, "x")
-	if _, err := l.TryAcquire(testCtx(t), key, time.Second); err == nil || !errors.Is(err, dlock.ErrUnavailable) {
-		t.Fatalf("WRONGTYPE key: got %v, want ErrUnavailable naming the server's error", err)
+	if _, err := l.TryAcquire(testCtx(t), key, time.Second); err == nil || !errors.Is(err, dlock.ErrMisconfigured) {
+		t.Fatalf("WRONGTYPE key: got %v, want ErrMisconfigured naming the server's error", err)
 	}
 	key2 := locktest.Key(t)
 	raw.Set(testCtx(t), key2, "by-hand", 0)
@@ -421,8 +421,8 @@ func TestForeignKeys(t *testing.T) {
 	// drawn, so the attempt fails and gives the key back at once.
 	key3 := locktest.Key(t)
 	raw.LPush(testCtx(t), keys.Fence(key3), "x")
-	if _, err := l.TryAcquire(testCtx(t), key3, time.Minute); !errors.Is(err, dlock.ErrUnavailable) {
-		t.Fatalf("WRONGTYPE fence counter: got %v, want ErrUnavailable", err)
+	if _, err := l.TryAcquire(testCtx(t), key3, time.Minute); !errors.Is(err, dlock.ErrMisconfigured) {
+		t.Fatalf("WRONGTYPE fence counter: got %v, want ErrMisconfigured", err)
 	}
 	locktest.Eventually(t, 5*time.Second, func() error {
 		if raw.Exists(testCtx(t), key3).Val() == 1 {

@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/holder"
+	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
 )
@@ -259,7 +260,8 @@ const maxSplitRetries = 6
 func (l *Locker) fail(ctx context.Context, display string, full []string, token, rec string, replies []*nodeReply, sentinel error, reason string) (*dlock.Lock, error) {
 	l.releaseEverywhere(ctx, full, token, rec)
 	qe := l.acquireError(replies, sentinel, reason)
-	if cerr := ctx.Err(); cerr != nil {
+	l.misconfigured(qe)
+	if cerr := ctx.Err(); cerr != nil && qe.sentinel != dlock.ErrMisconfigured {
 		qe.sentinel = dlock.ErrNotAcquired
 		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", display, qe, cerr)
 	}
@@ -383,8 +385,8 @@ func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason strin
 func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 	counters := fenceKeys(full)
 	type read struct {
-		f  int64
-		ok bool
+		f   int64
+		err error
 	}
 	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) read {
 		var vs *redis.SliceCmd
@@ -394,7 +396,7 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 			return nil
 		})
 		if err != nil {
-			return read{}
+			return read{err: err}
 		}
 		f := now.Val().UnixMicro() + n.clockOffset
 		for _, v := range vs.Val() {
@@ -404,15 +406,22 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 				f = max(f, x)
 			}
 		}
-		return read{f, true}
+		return read{f: f}
 	})
 	var f int64
-	all, some := true, false
-	for _, r := range res {
+	all, some, refused := true, false, 0
+	var last *dlock.NodeError
+	for i, r := range res {
 		f = max(f, r.f)
-		all, some = all && r.ok, some || r.ok
+		all, some = all && r.err == nil, some || r.err == nil
+		if isRefusal(r.err) {
+			refused, last = refused+1, &dlock.NodeError{Node: l.nodes[i].name, Err: rclient.Describe(r.err)}
+		}
 	}
-	if !some {
+	switch {
+	case l.tooMany(refused):
+		return 0, fmt.Errorf("%w: %d nodes refused the read of the lock's fence: %w", dlock.ErrMisconfigured, refused, last)
+	case !some:
 		return 0, l.withCtx(ctx, fmt.Errorf("no node answered the read of the lock's fence: %w", dlock.ErrUnavailable))
 	}
 	if !all {

@@ -186,7 +186,9 @@
 // Failed attempts carry a *QuorumError (errors.As) with every node's answer;
 // its Unwrap yields the sentinel (dlock.ErrNotAcquired when the lock was
 // busy or the vote split, dlock.ErrUnavailable when fewer than a majority of
-// nodes answered, dlock.ErrNotHeld for an extension or release that a
+// nodes answered, dlock.ErrMisconfigured when so many nodes refused for a
+// reason retrying cannot change (a wrong password, an ACL, a replica) that
+// no majority is left, dlock.ErrNotHeld for an extension or release that a
 // majority answered without the key) and a *dlock.NodeError per failing
 // node. A node that answers without the key (it restarted, the key expired)
 // is not unavailable: a release that every node answered reports the lock
@@ -198,7 +200,7 @@
 // address; a server reached through two clients under different names is
 // found by its run_id and votes once. WithStrict(true) makes all of these
 // errors. Nodes must be independent masters: a replica answers READONLY and
-// counts as failed; Cluster and Ring clients are rejected.
+// counts as refusing; Cluster and Ring clients are rejected.
 //
 // Client settings: set ContextTimeoutEnabled on each go-redis client so that
 // the node timeout bounds the socket reads. go-redis retries a refused dial

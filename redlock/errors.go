@@ -19,7 +19,9 @@ type NodeResult struct {
 // every node's answer. Its Unwrap returns the matching dlock sentinel first
 // (dlock.ErrNotAcquired when the lock was busy or the vote split,
 // dlock.ErrUnavailable when fewer than a majority of nodes answered at all,
-// dlock.ErrNotHeld for an extension or release that a majority refused) and
+// dlock.ErrMisconfigured when too many nodes refused for good for a
+// majority to be left, dlock.ErrNotHeld for an extension or release that a
+// majority answered without the key) and
 // then a *dlock.NodeError for every node that failed.
 type QuorumError struct {
 	Op     string // "acquire", "extend" or "release"

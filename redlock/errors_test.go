@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,4 +86,50 @@ func TestErrorSentinels(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { locktest.WantError(t, tc.err, tc.want, tc.also...) })
 	}
+}
+
+// Nodes that refuse for a reason retrying cannot change (a wrong password)
+// make the operation fail at once with dlock.ErrMisconfigured once too
+// many refuse for a majority to agree; a minority that refuses is outvoted
+// like a minority that is down.
+func TestMisconfigured(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 3)
+	for _, r := range rs[:2] {
+		if err := r.Client(t).ConfigSet(testCtx(t), "requirepass", "secret").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrong := func(o *redis.Options) { o.Password = "wrong" }
+	right := func(o *redis.Options) { o.Password = "secret" }
+	newL := func(cs ...redis.UniversalClient) *redlock.Locker {
+		l, err := redlock.New(cs, redlock.WithNodeTimeout(testTimeout), redlock.WithLogger(quietLogger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	two := newL(client(t, rs[0].Addr, wrong), client(t, rs[1].Addr, wrong), client(t, rs[2].Addr))
+	locktest.WantRefused(t, two, locktest.Key(t), "WRONGPASS")
+	_, inspectErr := two.Inspect(testCtx(t), "*", 0)
+	for name, err := range map[string]error{
+		"ExtendToken":  two.ExtendToken(testCtx(t), "k", "t", time.Second),
+		"ReleaseToken": two.ReleaseToken(testCtx(t), "k", "t"),
+		"Inspect":      inspectErr,
+	} {
+		locktest.WantError(t, err, dlock.ErrMisconfigured)
+		if !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Errorf("%s with two of three nodes refusing: %v, want the servers' reason", name, err)
+		}
+	}
+
+	one := newL(client(t, rs[0].Addr, wrong), client(t, rs[1].Addr, right), client(t, rs[2].Addr))
+	mustAcquire(t, one, locktest.Key(t), time.Minute)
+
+	// One refuses and one is down: the down one may come back.
+	down := testsrv.StartRedis(t)
+	down.Kill()
+	mixed := newL(client(t, rs[0].Addr, wrong), client(t, down.Addr), client(t, rs[2].Addr))
+	_, err := mixed.TryAcquire(testCtx(t), locktest.Key(t), time.Second)
+	locktest.WantError(t, err, dlock.ErrUnavailable)
 }

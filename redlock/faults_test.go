@@ -243,8 +243,9 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 }
 
 // A replica is not a node: it refuses the script's writes (READONLY), so it
-// counts as failed and the error says so; the two masters are a majority of
-// three and grant the lock on their own.
+// counts as refusing and the error says so (two replicas of three leave no
+// majority: ErrMisconfigured); the two masters are a majority of three and
+// grant the lock on their own.
 func TestReplicaCountsAsFailed(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 2)
 	port := strconv.Itoa(rs[0].Port)
@@ -256,8 +257,8 @@ func TestReplicaCountsAsFailed(t *testing.T) {
 	if !errors.As(err, &qe) || qe.Nodes[1].Err == nil || !strings.Contains(qe.Nodes[1].Err.Error(), "READONLY") {
 		t.Fatalf("one master, two replicas: got %v, want a QuorumError with READONLY from the replicas", err)
 	}
-	if !errors.Is(err, dlock.ErrUnavailable) {
-		t.Fatalf("one master, two replicas: got %v, want ErrUnavailable", err)
+	if !errors.Is(err, dlock.ErrMisconfigured) {
+		t.Fatalf("one master, two replicas: got %v, want ErrMisconfigured", err)
 	}
 	lock := mustAcquire(t, newLocker(t, []*testsrv.Redis{rs[0], rs[1], r1}), key, 10*time.Second)
 	lock.Release(testCtx(t))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rinspect"
 )
 
@@ -99,7 +100,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	}
 	rows = rinspect.Sort(rows)
 	if len(errs) > 0 {
-		return rows, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, errors.Join(errs...))
+		return rows, fmt.Errorf("dlock: inspect: %w: %w", l.failed(errs), nodeerr.OneLine(errors.Join(errs...)))
 	}
 	return rows, nil
 }

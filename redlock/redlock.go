@@ -18,6 +18,7 @@ import (
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -138,8 +139,9 @@ func (l *Locker) Quorum() int { return l.quorum }
 // nodes for ttl, and issues its fence. It returns an error matching
 // dlock.ErrNotAcquired when the lock is held elsewhere, the vote split, or
 // the attempt took so long that no validity was left; dlock.ErrUnavailable
-// when fewer than a majority of nodes answered; dlock.ErrInvalid for bad
-// arguments. Failed attempts are released on every node before TryAcquire
+// when fewer than a majority of nodes answered; dlock.ErrMisconfigured when
+// so many refused for good (a wrong password, say) that no majority is
+// left; dlock.ErrInvalid for bad arguments. Failed attempts are released on every node before TryAcquire
 // returns. A *QuorumError in the chain says what each node answered.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	a := l.cfg.Events.Attempt(ctx, key)
@@ -341,6 +343,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if refused > len(g.l.nodes)-g.l.quorum {
 		qe.sentinel, qe.Reason = dlock.ErrNotHeld, "a majority no longer holds the lock"
 	}
+	g.l.misconfigured(qe)
 	return time.Time{}, g.l.withCtx(ctx, qe)
 }
 
@@ -372,6 +375,7 @@ func (g *grant) Release(ctx context.Context) error {
 	if failed := len(g.l.nodes) - ok - refused; ok+failed >= g.l.quorum && failed > 0 {
 		qe.sentinel, qe.Reason = dlock.ErrUnavailable, "too few nodes answered to tell; release again"
 	}
+	g.l.misconfigured(qe)
 	return g.l.withCtx(ctx, qe)
 }
 
@@ -492,6 +496,42 @@ func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nod
 	return ok, ref, nodes
 }
 
+// isRefusal reports whether a node's error is a refusal that retrying
+// cannot change (a wrong password, an ACL, a replica: rclient.Kind).
+func isRefusal(err error) bool { return err != nil && rclient.Kind(err) == nodeerr.Refused }
+
+// tooMany reports whether n nodes that refuse for good leave too few for
+// a majority: then no attempt can succeed until someone fixes them.
+func (l *Locker) tooMany(n int) bool { return n > len(l.nodes)-l.quorum }
+
+// misconfigured makes qe, an operation that failed as unavailable, a
+// dlock.ErrMisconfigured when too many nodes refused it for good.
+func (l *Locker) misconfigured(qe *QuorumError) {
+	errs := make([]error, len(qe.Nodes))
+	for i, n := range qe.Nodes {
+		errs[i] = n.Err
+	}
+	if qe.sentinel == dlock.ErrUnavailable && l.failed(errs) == dlock.ErrMisconfigured {
+		qe.sentinel, qe.Reason = dlock.ErrMisconfigured, "too many nodes refused for a majority: fix their setup"
+	}
+}
+
+// failed returns the sentinel of an operation whose nodes failed with
+// errs: dlock.ErrMisconfigured when too many refused for good,
+// dlock.ErrUnavailable otherwise.
+func (l *Locker) failed(errs []error) error {
+	refused := 0
+	for _, err := range errs {
+		if isRefusal(err) {
+			refused++
+		}
+	}
+	if l.tooMany(refused) {
+		return dlock.ErrMisconfigured
+	}
+	return dlock.ErrUnavailable
+}
+
 // withCtx adds the caller's context error when the context ended during the
 // operation, so that a cancelled call matches context.Canceled or
 // context.DeadlineExceeded as well.
@@ -504,7 +544,7 @@ func (l *Locker) withCtx(ctx context.Context, err error) error {
 
 // nodeErr turns a client error into the node's error in a QuorumError.
 func (l *Locker) nodeErr(err error, timeout time.Duration) error {
-	if errors.Is(err, context.DeadlineExceeded) || rclient.IsTimeout(err) {
+	if errors.Is(err, context.DeadlineExceeded) || nodeerr.IsTimeout(err) {
 		return fmt.Errorf("no reply within the node timeout %v", timeout)
 	}
 	return rclient.Describe(err)

@@ -184,6 +184,15 @@ func (a *app) openRedis(urls []string, f *backendFlags) (*backend, error) {
 		// Deadlines of the caller (--wait, the lock's validity) must bound
 		// every request, not only the client's own timeouts.
 		opt.ContextTimeoutEnabled = true
+		// The documented defaults, whatever go-redis's are: one try takes
+		// at most dial_timeout + read_timeout (redislock bounds it so); the
+		// write timeout follows the read timeout, as in go-redis.
+		if !strings.Contains(u, "dial_timeout=") {
+			opt.DialTimeout = 5 * time.Second
+		}
+		if !strings.Contains(u, "read_timeout=") {
+			opt.ReadTimeout = 3 * time.Second
+		}
 		// A refused connection is not retried five times with pauses: a
 		// dead server must cost one short attempt, not a second of the
 		// wait or of Redlock's per-node budget.
@@ -272,11 +281,11 @@ func acquireError(err error, rec *recorder, key string, wait time.Duration) erro
 	case errors.Is(err, dlock.ErrInvalid):
 		return &usageError{err: err}
 	case errors.Is(err, pglock.ErrNotMigrated):
-		return exitf(exitUnavailable, "the database has no dlock_fence sequence: run once with --create-fence-table, or create it with the SQL of pglock.MigrateSQL")
+		return exitf(exitMisconfigured, "the database has no dlock_fence sequence: run once with --create-fence-table, or create it with the SQL of pglock.MigrateSQL")
 	case errors.Is(err, errCreateFence):
-		return exitf(exitUnavailable, "%v", err)
-	case errors.Is(err, dlock.ErrUnavailable):
-		return unreachable(err)
+		return exitf(backendCode(err), "%v", err)
+	case errors.Is(err, dlock.ErrUnavailable), errors.Is(err, dlock.ErrMisconfigured):
+		return backendError(err)
 	case errors.Is(err, dlock.ErrNotAcquired) && rec.busy():
 		if wait > 0 {
 			return busyf("lock %q is busy: another owner held it for all of --wait %s", key, waitString(wait))
@@ -295,33 +304,47 @@ func tokenError(err error, key string) error {
 		return &usageError{err: err}
 	case errors.Is(err, dlock.ErrNotHeld), errors.Is(err, dlock.ErrLockLost):
 		return exitf(exitLost, "lock %q is not held by this token (it expired, was released, or another owner holds it)", key)
-	case errors.Is(err, dlock.ErrUnavailable):
-		return unreachable(err)
+	case errors.Is(err, dlock.ErrUnavailable), errors.Is(err, dlock.ErrMisconfigured):
+		return backendError(err)
 	}
 	return exitf(exitFailure, "%v", err)
 }
 
-// unreachable reports an unavailable backend, naming the node if the error
-// says which one failed, and the server's own reply when it answered with an
-// error (with the ACL key patterns dlock needs, when that was NOPERM).
-func unreachable(err error) error {
+// backendCode is the exit code of a backend's failure: 78 when it refused
+// for a reason waiting cannot fix (dlock.ErrMisconfigured), 69 otherwise.
+func backendCode(err error) int {
+	if errors.Is(err, dlock.ErrMisconfigured) {
+		return exitMisconfigured
+	}
+	return exitUnavailable
+}
+
+// backendError reports a backend that could not be reached (69) or that
+// refused (78), naming the node if the error says which one failed, and the
+// server's own reply when it answered with an error (with the ACL key
+// patterns dlock needs, when that was NOPERM).
+func backendError(err error) error {
 	var qe *redlock.QuorumError
 	var ne *dlock.NodeError
 	var re redis.Error
-	msg := "backend unreachable: " + err.Error()
+	code, what, said, sentinel := exitUnavailable, "backend unreachable", "answered with an error", dlock.ErrUnavailable
+	if backendCode(err) == exitMisconfigured {
+		code, what, said, sentinel = exitMisconfigured, "backend refused (fix its setup)", "refused (fix its setup)", dlock.ErrMisconfigured
+	}
+	msg := what + ": " + err.Error()
 	switch {
 	case errors.As(err, &qe):
-		msg = "backend unavailable (Redlock): " + strings.TrimPrefix(qe.Error(), dlock.ErrUnavailable.Error()+": ")
+		msg = what + " (Redlock): " + strings.TrimPrefix(qe.Error(), sentinel.Error()+": ")
 	case errors.As(err, &ne) && errors.As(err, &re):
-		msg = fmt.Sprintf("the server %s answered with an error: %v", ne.Node, re)
+		msg = fmt.Sprintf("the server %s %s: %v", ne.Node, said, re)
 	case errors.As(err, &ne):
-		msg = "backend unreachable: " + ne.Error()
+		msg = what + ": " + ne.Error()
 	}
 	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM") {
 		msg += "; besides the lock keys, dlock needs the keys ~dlock:* and the channels &dlock:wake:* " +
 			"(e.g. ACL SETUSER <user> ~<lock keys> ~dlock:* &dlock:wake:* +@all)"
 	}
-	return exitf(exitUnavailable, "%s", msg)
+	return exitf(code, "%s", msg)
 }
 
 // addURL registers the password of a URL (as written and decoded), and

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -94,7 +95,10 @@ func (a *app) openEtcd(urls []string, f *backendFlags) (*backend, error) {
 		cfg.DialTimeout = etcdAttempt
 	}
 	cli, err := clientv3.New(cfg)
-	if err != nil {
+	switch {
+	case errors.Is(rpctypes.Error(err), rpctypes.ErrAuthFailed): // a wrong user or password
+		return nil, exitf(exitMisconfigured, "backend refused (fix its setup): etcd %s: %v", strings.Join(nodes, ","), err)
+	case err != nil:
 		return nil, exitf(exitUnavailable, "backend unreachable: etcd %s: %v", strings.Join(nodes, ","), err)
 	}
 	opts := []etcdlock.Option{etcdlock.WithLogger(a.logger()), etcdlock.WithObserver(a.observe)}

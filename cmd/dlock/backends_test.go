@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
@@ -107,8 +108,8 @@ func TestPostgres(t *testing.T) {
 	t.Parallel()
 	pg := testsrv.StartPostgres(t)
 	env := binEnv("DLOCK_POSTGRES=" + pg.DSN())
-	if r := runBin(t, env, runArgs(nil, "pg:fence", "env")...); r.code != exitUnavailable || !strings.Contains(r.stderr, "--create-fence-table") {
-		t.Fatalf("run on a database without the fence sequence: exit %d, want %d naming --create-fence-table; stderr: %s", r.code, exitUnavailable, r.stderr)
+	if r := runBin(t, env, runArgs(nil, "pg:fence", "env")...); r.code != exitMisconfigured || !strings.Contains(r.stderr, "--create-fence-table") {
+		t.Fatalf("run on a database without the fence sequence: exit %d, want %d naming --create-fence-table; stderr: %s", r.code, exitMisconfigured, r.stderr)
 	}
 	// A user who may not create it is told why, not to pass the flag
 	// (PostgreSQL 15 gives PUBLIC no CREATE on schema public).
@@ -117,8 +118,8 @@ func TestPostgres(t *testing.T) {
 	}
 	appEnv := binEnv("DLOCK_POSTGRES=" + strings.Replace(pg.DSN(), "//postgres@", "//app@", 1))
 	r := runBin(t, appEnv, runArgs([]string{"--create-fence-table"}, "pg:fence", "env")...)
-	if r.code != exitUnavailable || !strings.Contains(r.stderr, "permission denied") || strings.Contains(r.stderr, "run once with") {
-		t.Fatalf("--create-fence-table without CREATE rights: exit %d, want %d with the server's reason; stderr: %s", r.code, exitUnavailable, r.stderr)
+	if r.code != exitMisconfigured || !strings.Contains(r.stderr, "permission denied") || strings.Contains(r.stderr, "run once with") {
+		t.Fatalf("--create-fence-table without CREATE rights: exit %d, want %d with the server's reason; stderr: %s", r.code, exitMisconfigured, r.stderr)
 	}
 	oneLine(t, r.stderr)
 	var last uint64
@@ -133,6 +134,14 @@ func TestPostgres(t *testing.T) {
 		}
 		last = fence
 	}
+	// app may not draw fences either: waiting cannot fix that, so run
+	// does not wait (10s is far below --wait, and far above one attempt
+	// on a loaded machine).
+	r = runBin(t, appEnv, runArgs([]string{"--wait", "30s"}, "pg:fence", "env")...)
+	if r.code != exitMisconfigured || r.elapsed >= 10*time.Second || !strings.Contains(r.stderr, "permission denied for sequence") {
+		t.Fatalf("run -w 30s by a role without USAGE on the fence sequence: exit %d after %v, want %d at once; stderr: %s", r.code, r.elapsed, exitMisconfigured, r.stderr)
+	}
+	oneLine(t, r.stderr)
 
 	ready := filepath.Join(t.TempDir(), "ready")
 	holder := startBin(t, env, runArgs([]string{"--ttl", "1s", "--grace", "1s"}, "pg:lost", "hold", ready, "60s")...)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/testsrv"
@@ -342,6 +344,62 @@ func TestRunUnreachable(t *testing.T) {
 	oneLine(t, r.stderr)
 	if r.elapsed < time.Second || r.elapsed > time.Second+3*time.Second {
 		t.Errorf("frozen server: took %v with --wait 1s", r.elapsed)
+	}
+}
+
+// TestSilentServerOneTry: with the client's default timeouts (a URL that
+// sets none), every command against a server that accepts connections and
+// never answers (SIGSTOP) exits 69 within one try's documented bound,
+// dial_timeout + read_timeout (5s + 3s), whatever a try sends: the holder
+// record beside the grant, the probe for native commands before an
+// extension or a release.
+func TestSilentServerOneTry(t *testing.T) {
+	t.Parallel()
+	srv := testsrv.StartRedis(t)
+	srv.Pause()
+	defer srv.Resume()
+	const bound = 5*time.Second + 3*time.Second
+	env := binEnv("DLOCK_REDIS="+srv.URL(), "DLOCK_TOKEN=x")
+	var procs []*proc
+	argss := [][]string{
+		{"run", "-n", "k", "--", "true"},
+		{"run", "-n", "--no-holder", "k", "--", "true"},
+		{"acquire", "-n", "k"},
+		{"extend", "k"},
+		{"release", "k"},
+	}
+	for _, args := range argss {
+		procs = append(procs, startBin(t, env, args...))
+	}
+	for i, p := range procs {
+		// 3s is the margin of a loaded 2-core machine (a race-enabled
+		// binary starting), far below a second try.
+		if r := p.wait(t); r.code != exitUnavailable || r.elapsed > bound+3*time.Second {
+			t.Errorf("dlock %q on a silent server: exit %d after %v, want %d within %v; stderr: %s",
+				argss[i], r.code, r.elapsed.Round(time.Millisecond), exitUnavailable, bound, r.stderr)
+		}
+	}
+}
+
+// TestRedisURLTimeouts: a Redis URL without timeouts gets the documented
+// ones (one try: 5s + 3s), whatever go-redis's defaults are; the URL's own
+// win.
+func TestRedisURLTimeouts(t *testing.T) {
+	a := &app{stderr: io.Discard}
+	for url, want := range map[string][3]time.Duration{
+		"redis://127.0.0.1:1": {5 * time.Second, 3 * time.Second, 3 * time.Second},
+		"redis://127.0.0.1:1?read_timeout=1s&dial_timeout=2s":   {2 * time.Second, time.Second, time.Second},
+		"redis://127.0.0.1:1?write_timeout=4s&read_timeout=1ms": {5 * time.Second, time.Millisecond, 4 * time.Second},
+	} {
+		b, err := a.openRedis([]string{url}, &backendFlags{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := b.clients[0].(*redis.Client).Options()
+		b.close()
+		if got := [3]time.Duration{o.DialTimeout, o.ReadTimeout, o.WriteTimeout}; got != want {
+			t.Errorf("%s: dial, read and write timeouts %v, want %v", url, got, want)
+		}
 	}
 }
 

@@ -17,15 +17,16 @@ import (
 // Exit codes. The sysexits(3) values are what flock(1) and friends use, so
 // scripts can tell "try later" from "fix your setup".
 const (
-	exitOK          = 0
-	exitFailure     = 1   // anything else that went wrong
-	exitUsage       = 64  // EX_USAGE: bad flags or arguments
-	exitUnavailable = 69  // EX_UNAVAILABLE: the backend could not be reached
-	exitBusy        = 75  // EX_TEMPFAIL: the lock is held and --wait ran out
-	exitLost        = 76  // the lock was lost while held, or the token does not hold it
-	exitCannotExec  = 126 // the command was found but could not be started
-	exitNotFound    = 127 // the command was not found
-	exitSignalBase  = 128 // + N: the command (or dlock, while waiting) died of signal N
+	exitOK            = 0
+	exitFailure       = 1   // anything else that went wrong
+	exitUsage         = 64  // EX_USAGE: bad flags or arguments
+	exitUnavailable   = 69  // EX_UNAVAILABLE: the backend could not be reached
+	exitBusy          = 75  // EX_TEMPFAIL: the lock is held and --wait ran out
+	exitLost          = 76  // the lock was lost while held, or the token does not hold it
+	exitMisconfigured = 78  // EX_CONFIG: the backend refused: fix its setup
+	exitCannotExec    = 126 // the command was found but could not be started
+	exitNotFound      = 127 // the command was not found
+	exitSignalBase    = 128 // + N: the command (or dlock, while waiting) died of signal N
 )
 
 // exitCodesHelp is the table that every help text refers to.
@@ -33,18 +34,21 @@ const exitCodesHelp = `Exit codes:
   0        success (run: the command exited 0)
   1        other failure
   64       usage error: bad flag, argument or backend choice
-  69       backend unreachable (or it answered with an error)
+  69       backend unreachable (or it answered with an error that may pass)
   75       lock busy: another owner held it until --wait ran out
            (-E N exits N instead; -q prints nothing for it)
   76       lock lost: run: lost, or not extended in time, while the
            command ran (the command was terminated); extend/release: the
            token no longer holds the lock
+  78       backend refused: fix its setup (wrong password or user, missing
+           permission, a replica, no memory, no fence sequence); at once,
+           whatever --wait
   126      run: the command could not be started
   127      run: the command was not found
   128+N    run: the command died of signal N, or dlock got signal N
            while waiting for the lock
   other    run: the command's own exit status (which may coincide with a
-           code above: have the command avoid 64-76 if that matters)`
+           code above: have the command avoid 64-78 if that matters)`
 
 // version is set at link time (-ldflags "-X main.version=v1.2.3"); without
 // it the module version from the build info is used.

@@ -297,8 +297,8 @@ func TestServerErrorReported(t *testing.T) {
 	}
 	env := []string{"DLOCK_REDIS=redis://app:pw@" + srv.Addr}
 	r := runInProcess(t, env, "run", "locks:nightly", "--", "true")
-	if r.code != exitUnavailable {
-		t.Fatalf("exit %d, want %d; stderr: %s", r.code, exitUnavailable, r.stderr)
+	if r.code != exitMisconfigured {
+		t.Fatalf("exit %d, want %d; stderr: %s", r.code, exitMisconfigured, r.stderr)
 	}
 	oneLine(t, r.stderr)
 	for _, want := range []string{"NOPERM", "~dlock:*", "&dlock:wake:*"} {
@@ -359,6 +359,7 @@ func TestExitCodeBySentinel(t *testing.T) {
 	}{
 		{dlock.ErrInvalid, exitUsage, exitUsage},
 		{dlock.ErrUnavailable, exitUnavailable, exitUnavailable},
+		{dlock.ErrMisconfigured, exitMisconfigured, exitMisconfigured},
 		{dlock.ErrNotAcquired, exitBusy, exitFailure},
 		{dlock.ErrNotHeld, exitFailure, exitLost},
 		{dlock.ErrLockLost, exitFailure, exitLost},
@@ -407,5 +408,32 @@ func TestEveryBackendNamed(t *testing.T) {
 				t.Errorf("%s does not name %s:\n%s", name, backend, text)
 			}
 		}
+	}
+}
+
+// A backend that refuses for a reason waiting cannot fix (a wrong
+// password) makes every subcommand exit 78 at once, before --wait runs
+// out, with the server's reason on one line.
+func TestMisconfiguredExits(t *testing.T) {
+	t.Parallel()
+	srv := testsrv.StartRedis(t)
+	if err := srv.Client(t).ConfigSet(context.Background(), "requirepass", "secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"DLOCK_REDIS=redis://:wrong@" + srv.Addr, "DLOCK_TOKEN=x"}
+	for _, args := range [][]string{
+		{"run", "-w", "2s", "k", "--", "true"},
+		{"run", "-w", "2s", "--no-holder", "k", "--", "true"},
+		{"acquire", "-w", "2s", "k"},
+		{"extend", "k"},
+		{"release", "k"},
+		{"inspect"},
+	} {
+		r := runInProcess(t, env, args...)
+		if r.code != exitMisconfigured || r.elapsed >= 2*time.Second || !strings.Contains(r.stderr, "WRONGPASS") {
+			t.Errorf("dlock %q with a wrong password: exit %d after %v, want %d at once with the server's reason; stderr: %s",
+				args, r.code, r.elapsed.Round(time.Millisecond), exitMisconfigured, r.stderr)
+		}
+		oneLine(t, r.stderr)
 	}
 }

@@ -72,8 +72,8 @@ touches servers named on its command line.
 				return nil
 			case errors.Is(err, dlock.ErrInvalid):
 				return &usageError{err: err}
-			case errors.Is(err, dlock.ErrUnavailable):
-				return exitf(exitUnavailable, "demo: %v", err)
+			case errors.Is(err, dlock.ErrUnavailable), errors.Is(err, dlock.ErrMisconfigured):
+				return exitf(backendCode(err), "demo: %v", err)
 			}
 			return exitf(exitFailure, "demo: %v", err)
 		},

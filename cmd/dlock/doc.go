@@ -41,8 +41,9 @@
 // Every wait is bounded, unless -w forever: by --wait while the lock is
 // busy, and for a backend that does not answer (down, or accepting
 // connections and staying silent) by the larger of --wait and one try,
-// which the URL's dial_timeout (5s) and read_timeout/write_timeout (3s)
-// bound, or the DSN's connect_timeout, or 5s on etcd; then dlock exits 69.
+// which takes at most the URL's dial_timeout + read_timeout (5s + 3s when
+// the URL sets none), whatever it sends, or the DSN's connect_timeout, or
+// 5s on etcd; then dlock exits 69.
 //
 // One --redis URL (or host:port) selects a single Redis node, several
 // select Redlock; --etcd URLs name the members of one etcd cluster. The
@@ -115,6 +116,8 @@
 //	75     lock busy: held by another owner until --wait ran out (-E N: N)
 //	76     lock lost, or not extended in time, while the command ran; or the
 //	       token no longer holds it
+//	78     backend refused: fix its setup (wrong password or user, missing
+//	       permission, a replica, no memory, no fence sequence), at once
 //	126    run: the command could not be started
 //	127    run: the command was not found
 //	128+N  run: the command died of signal N (or dlock did, while waiting)
@@ -122,6 +125,6 @@
 // The codes are the same in every subcommand. Otherwise run exits with the
 // command's own status, which may coincide with one of the codes above (-E
 // never changes it); a script that must tell them apart should have its
-// command avoid 64-76. The table lives in exitCodesHelp (cli.go) too, which
+// command avoid 64-78. The table lives in exitCodesHelp (cli.go) too, which
 // every --help prints.
 package main

@@ -22,24 +22,12 @@ import (
 // three changes nothing, and an unreachable cluster exits 69.
 func TestRunEtcd(t *testing.T) {
 	t.Parallel()
-	if !etcdsrv.Installed() {
-		t.Fatal(etcdsrv.ErrNoEtcd) // make test installs it
-	}
-	c, err := etcdsrv.Start(context.Background(), t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
+	c, cli := startEtcd(t, 3)
 	var flags []string
 	for _, ep := range c.Endpoints() {
 		flags = append(flags, "--etcd", ep)
 	}
 	env := binEnv()
-	cli, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
 	ctx := context.Background()
 
 	t.Run("serial", func(t *testing.T) {
@@ -221,4 +209,54 @@ func TestRunEtcd(t *testing.T) {
 		}
 		oneLine(t, r.stderr)
 	})
+}
+
+// startEtcd starts an etcd cluster of n members for the test, and returns
+// it with a client; both end with the test.
+func startEtcd(t *testing.T, n int) (*etcdsrv.Cluster, *clientv3.Client) {
+	t.Helper()
+	if !etcdsrv.Installed() {
+		t.Fatal(etcdsrv.ErrNoEtcd) // make test installs it
+	}
+	c, err := etcdsrv.Start(context.Background(), t.TempDir(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	cli, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return c, cli
+}
+
+// TestEtcdMisconfigured: a cluster with auth on refuses a client without a
+// user, and a wrong password: dlock exits 78 at once, with the cluster's
+// reason, before --wait runs out.
+func TestEtcdMisconfigured(t *testing.T) {
+	t.Parallel()
+	c, admin := startEtcd(t, 1)
+	ctx := context.Background()
+	for _, step := range []func() error{ // etcdctl role add root, user add root, ..., auth enable
+		func() error { _, err := admin.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ep := c.Endpoints()[0]
+	for url, reason := range map[string]string{
+		ep: "user name is empty",
+		strings.Replace(ep, "://", "://root:wrong@", 1): "authentication failed",
+	} {
+		r := runInProcess(t, nil, "run", "--etcd", url, "-w", "2s", "k", "--", "true")
+		if r.code != exitMisconfigured || r.elapsed >= 2*time.Second || !strings.Contains(r.stderr, reason) {
+			t.Errorf("run -w 2s (%s): exit %d after %v, want %d at once; stderr: %s", reason, r.code, r.elapsed, exitMisconfigured, r.stderr)
+		}
+		oneLine(t, r.stderr)
+	}
 }

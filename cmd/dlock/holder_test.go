@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/cmd/dlock/internal/etcdsrv"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/pglock"
@@ -48,19 +47,7 @@ func TestRunNameAndVerbose(t *testing.T) {
 			return []string{"--postgres", pg.DSN(), "--create-fence-table"}, l
 		}},
 		{"etcd", func(t *testing.T) ([]string, dlock.Inspector) {
-			if !etcdsrv.Installed() {
-				t.Fatal(etcdsrv.ErrNoEtcd) // make test installs it
-			}
-			c, err := etcdsrv.Start(context.Background(), t.TempDir(), 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Stop)
-			cli, err := c.Client()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cli.Close() })
+			c, cli := startEtcd(t, 1)
 			l, err := etcdlock.New(cli, etcdlock.WithLogger(quiet))
 			if err != nil {
 				t.Fatal(err)

@@ -152,10 +152,12 @@ func inspectLocks(ctx context.Context, in dlock.Inspector, pattern string, limit
 		switch {
 		case errors.Is(err, dlock.ErrInvalid):
 			return nil, &usageError{err: err}
+		case errors.Is(err, dlock.ErrMisconfigured):
+			return nil, backendError(err)
 		case errors.As(err, new(redis.Error)):
 			return nil, exitf(exitFailure, "%v", err) // the server refused (SCAN ... TYPE before Redis 6)
 		case errors.Is(err, dlock.ErrUnavailable):
-			return nil, unreachable(err)
+			return nil, backendError(err)
 		}
 		return nil, exitf(exitFailure, "inspect: %v", err)
 	}

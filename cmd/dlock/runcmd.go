@@ -47,10 +47,12 @@ a "--" (in "dlock run a b -- c" it is ambiguous).
 With --wait 0 (the default, or -n, --nb) run tries once and exits 75 if the lock
 is busy (-E N: exits N instead; -q: says nothing about it on stderr); with
 seconds (5, 0.5) or a duration (1m30s) it waits up to that long for the holder
-to let go, and with forever until it does. An unreachable backend exits 69 at
-once, or when --wait runs out for one that does not answer (a single try is
-bounded by the URL's dial_timeout and read_timeout, 5s and 3s by default, or the
-DSN's connect_timeout, or 5s on etcd); with --wait forever dlock keeps trying.
+to let go, and with forever until it does. A backend that refuses (a wrong
+password, a missing permission) exits 78 at once, whatever --wait. An
+unreachable backend exits 69 at once, or when --wait runs out for one that does
+not answer (a single try takes at most the URL's dial_timeout + read_timeout,
+5s + 3s by default, whatever it sends, or the DSN's connect_timeout, or 5s on
+etcd); with --wait forever dlock keeps trying.
 --verbose says on stderr, once the lock is granted, how long dlock waited, the
 fence, the backend and the holder record.
 

@@ -45,7 +45,7 @@ it cannot outlive dlock (use dlock run).
 
 ` + exitCodesHelp,
 		Example: `  export DLOCK_REDIS=redis://:secret@redis.internal:6379
-  lock=$(dlock acquire deploy -t 5m -w 1m) || exit   # 75: busy, 69: unreachable
+  lock=$(dlock acquire deploy -t 5m -w 1m) || exit   # 75: busy, 69: unreachable, 78: refused
   eval "$lock"
   trap 'dlock release deploy' EXIT    # the token comes from DLOCK_TOKEN
   ./migrate.sh --fence "$DLOCK_FENCE"

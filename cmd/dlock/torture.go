@@ -119,8 +119,8 @@ be), 64 for bad flags and 69 when a server cannot be reached or started.
 			switch {
 			case errors.Is(err, dlock.ErrInvalid):
 				return &usageError{err: err}
-			case errors.Is(err, dlock.ErrUnavailable):
-				return exitf(exitUnavailable, "%v", err)
+			case errors.Is(err, dlock.ErrUnavailable), errors.Is(err, dlock.ErrMisconfigured):
+				return exitf(backendCode(err), "%v", err)
 			case err != nil:
 				return exitf(exitFailure, "%v", err)
 			case !r.Safe():

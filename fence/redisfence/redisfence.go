@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 )
 
@@ -49,9 +49,11 @@ func New(client redis.Scripter) (*Guard, error) {
 // Register raises the highest fence of the value at key to fence, claiming
 // it for token, without reading or writing the value. See Read for when to
 // call it. It returns an error matching fence.ErrStale when fence is stale,
-// dlock.ErrInvalid for bad arguments and dlock.ErrUnavailable (with a
-// *dlock.NodeError) when the server could not be reached or answered with
-// an error.
+// dlock.ErrInvalid for bad arguments, dlock.ErrMisconfigured (with a
+// *dlock.NodeError) when the server refused for a reason retrying cannot
+// change (a wrong password, an ACL, a key that is not a guard's hash) and
+// dlock.ErrUnavailable when it could not be reached or answered with
+// another error.
 func (g *Guard) Register(ctx context.Context, key string, fence uint64, token string) error {
 	_, err := g.run(ctx, "register", key, fence, token, "")
 	return err
@@ -83,7 +85,8 @@ func (g *Guard) Read(ctx context.Context, key string, fence uint64, token string
 // key has seen, or equal to it and token is the holder that set it, and
 // raises the highest fence: a compare-and-set, in one script. It returns an
 // error matching fence.ErrStale when the fence is stale (nothing changed),
-// dlock.ErrInvalid for bad arguments, and dlock.ErrUnavailable (with a
+// dlock.ErrInvalid for bad arguments, dlock.ErrMisconfigured when the
+// server refused (see Register), and dlock.ErrUnavailable (with a
 // *dlock.NodeError) when the server could not be reached; the write may
 // then have landed or not. Retrying it with the same fence and token is
 // safe: the tie rule accepts the same holder again.
@@ -167,16 +170,13 @@ func holder(token string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// fail wraps a network or server error; when the context ended it also
-// matches the context's error.
+// fail classifies a network or server error (nodeerr.Error); when the
+// context ended it also matches the context's error.
 func (g *Guard) fail(ctx context.Context, op, key string, err error) error {
-	ne := &dlock.NodeError{Node: g.node, Err: err}
-	if cerr := rclient.CtxErr(ctx); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("redisfence: %s %q: %w: %w: %w", op, key, dlock.ErrUnavailable, cerr, ne)
-	}
-	return fmt.Errorf("redisfence: %s %q: %w: %w", op, key, dlock.ErrUnavailable, ne)
+	return fmt.Errorf("redisfence: %s %q: %w", op, key, nodeerr.Error(ctx, g.node, err, rclient.Kind(err), false))
 }
 
 func (g *Guard) unexpected(ctx context.Context, op, key string, reply []any) error {
-	return g.fail(ctx, op, key, fmt.Errorf("unexpected script reply %v", reply))
+	ne := &dlock.NodeError{Node: g.node, Err: fmt.Errorf("unexpected script reply %v", reply)}
+	return fmt.Errorf("redisfence: %s %q: %w: %w", op, key, dlock.ErrUnavailable, ne)
 }

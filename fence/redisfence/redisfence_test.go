@@ -214,11 +214,14 @@ func TestForeignKey(t *testing.T) {
 	ctx := testCtx(t)
 	c.Set(ctx, "str", "x", 0)
 	c.HSet(ctx, "bad", "fence", "01")
-	for k, want := range map[string]string{"str": "WRONGTYPE", "bad": "malformed fence"} {
+	for k, want := range map[string]struct {
+		sentinel error
+		says     string
+	}{"str": {dlock.ErrMisconfigured, "WRONGTYPE"}, "bad": {dlock.ErrUnavailable, "malformed fence"}} {
 		err := g.Write(ctx, k, 5, "A", "v")
 		var ne *dlock.NodeError
-		if !errors.Is(err, dlock.ErrUnavailable) || !errors.As(err, &ne) || !strings.Contains(err.Error(), want) {
-			t.Fatalf("%s: got %v, want ErrUnavailable with a NodeError naming %q", k, err, want)
+		if !errors.Is(err, want.sentinel) || !errors.As(err, &ne) || !strings.Contains(err.Error(), want.says) {
+			t.Fatalf("%s: got %v, want %v with a NodeError naming %q", k, err, want.sentinel, want.says)
 		}
 		if errors.Is(err, fence.ErrStale) {
 			t.Fatalf("%s: %v also matches ErrStale", k, err)

@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 // Batcher is a group commit over one client. Its zero value is not usable;
@@ -57,7 +59,7 @@ func New(c *redis.Client) *Batcher {
 			for _, cmd := range cmds {
 				_ = p.Process(ctx, cmd)
 			}
-			_, _ = p.Exec(ctx) // each command holds its own error
+			rclient.Exec(ctx, p) // each command holds its own error
 		},
 	}
 }

@@ -6,13 +6,14 @@ package rclient
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // IsNil reports whether c is nil, including a typed nil go-redis client in
@@ -58,18 +59,25 @@ func ContextTimeouts(c any) bool {
 	return true
 }
 
-// CtxErr returns the context's error, counting a deadline that has passed
-// but whose timer has not fired yet: go-redis sets the socket deadline to
-// the context's, so a read times out a moment before ctx.Err() turns
-// non-nil, and the caller should still report the deadline.
-func CtxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// TryTimeout returns how long one try on c may take: its dial timeout plus
+// its read timeout, the time to connect and then hear a reply, whatever the
+// try sends (a handshake, a probe, a script, a retry). It is 0, no bound,
+// when c's reads have no timeout, when c does not say (a Ring left with its
+// shards' default timeouts), or for an unknown kind of client.
+func TryTimeout(c any) time.Duration {
+	var dial, read time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
+	case *redis.Ring:
+		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
 	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
+	if read <= 0 {
+		return 0
 	}
-	return nil
+	return dial + read
 }
 
 // IsReply reports whether err is an error reply from the server (NOPERM,
@@ -80,26 +88,50 @@ func IsReply(err error) bool {
 	return err != redis.Nil && errors.As(err, &re)
 }
 
-// Describe returns err as a node's error whose message says what happened:
-// the server's own reply (kept in the chain, so errors.As finds the
-// redis.Error), no reply in time, or no connection. A timeout or
-// cancellation is not kept in the chain: it is the node's failure, and must
-// not match the caller's context errors (the caller adds its own when its
-// context ended).
-func Describe(err error) error {
-	switch {
-	case IsReply(err):
-		return fmt.Errorf("the server answered with an error: %w", err)
-	case errors.Is(err, context.DeadlineExceeded) || IsTimeout(err):
-		return errors.New("no reply in time")
-	case errors.Is(err, context.Canceled):
-		return errors.New("request cancelled")
+// Kind says what kind of failure err, the error of a go-redis call, is: a
+// refusal that retrying cannot change (nodeerr.Refused: the replies of
+// refusals), another error reply (nodeerr.Answered: LOADING, BUSY,
+// NOSCRIPT...), or no answer.
+func Kind(err error) nodeerr.Kind {
+	if !IsReply(err) {
+		return nodeerr.Unreachable
 	}
-	return fmt.Errorf("unreachable: %w", err)
+	for _, p := range refusals {
+		if redis.HasErrorPrefix(err, p) {
+			return nodeerr.Refused
+		}
+	}
+	return nodeerr.Answered
 }
 
-// IsTimeout reports whether err is a network timeout.
-func IsTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
+// refusals are the beginnings of the error replies that stay the same
+// until someone changes the setup: no or wrong credentials, an ACL that
+// denies a key, command or channel, a key of another type, a replica
+// (go-redis already retried the failovers that end it), no memory left
+// under noeviction, writes stopped by a failed save, a command the server
+// does not have (renamed, or a proxy's).
+var refusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "WRONGTYPE", "READONLY", "OOM", "MISCONF", "unknown command"}
+
+// Describe is nodeerr.Describe for the error of a go-redis call.
+func Describe(err error) error { return nodeerr.Describe(err, Kind(err)) }
+
+// Exec sends pipe's commands, and gives each command that got no reply
+// the pipeline's error: go-redis leaves an error reply to the connection's
+// handshake (WRONGPASS, NOAUTH) off the commands, which would otherwise
+// read as empty successes. Each command's Err is its outcome.
+func Exec(ctx context.Context, pipe redis.Pipeliner) {
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return
+	}
+	for _, c := range cmds {
+		if errors.Is(c.Err(), err) {
+			return // the error is a command's own reply
+		}
+	}
+	for _, c := range cmds {
+		if c.Err() == nil {
+			c.SetErr(err)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 //go:embed holder.lua
@@ -65,7 +66,7 @@ func PipelinedAfter(ctx context.Context, c redis.UniversalClient, queue func(red
 	for i, call := range calls {
 		out[i] = call.Script.EvalSha(ctx, pipe, call.Keys, call.Args...)
 	}
-	_, _ = pipe.Exec(ctx)
+	rclient.Exec(ctx, pipe)
 	for i, cmd := range out {
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			for j := i; j < len(calls); j++ {

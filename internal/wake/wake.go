@@ -30,7 +30,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/rclient"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 const (
@@ -165,7 +165,7 @@ func (s *Sub) run() {
 				s.h.Gone(s)
 				return
 			}
-			if rclient.IsTimeout(err) && pinged {
+			if nodeerr.IsTimeout(err) && pinged {
 				// No pong: the connection is dead although nothing said so.
 				pinged = false
 				if s.subscribed.Swap(false) {
@@ -176,7 +176,7 @@ func (s *Sub) run() {
 				}
 				continue
 			}
-			if rclient.IsTimeout(err) {
+			if nodeerr.IsTimeout(err) {
 				if s.h.Idle(s) {
 					s.subscribed.Store(false)
 					_ = ps.Close()

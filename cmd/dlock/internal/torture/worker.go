@@ -458,7 +458,7 @@ func sentinels(err error) string {
 		err  error
 	}{
 		{"ErrNotAcquired", dlock.ErrNotAcquired}, {"ErrNotHeld", dlock.ErrNotHeld}, {"ErrLockLost", dlock.ErrLockLost},
-		{"ErrUnavailable", dlock.ErrUnavailable}, {"ErrInvalid", dlock.ErrInvalid},
+		{"ErrUnavailable", dlock.ErrUnavailable}, {"ErrMisconfigured", dlock.ErrMisconfigured}, {"ErrInvalid", dlock.ErrInvalid},
 	} {
 		if errors.Is(err, s.err) {
 			names = append(names, s.name)

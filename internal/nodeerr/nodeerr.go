@@ -1,0 +1,135 @@
+// Package nodeerr is the one home of the errors of calls to a backend's
+// servers: each backend says what kind of failure a call met (Kind, from
+// its client's errors), and this package says how it reads (Describe) and
+// which of dlock's sentinels it matches (Error), the same way for every
+// backend.
+package nodeerr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Kind is what a backend makes of a failed call.
+type Kind int
+
+const (
+	// Unreachable: no answer came (no connection, a cut, a timeout). The
+	// outcome of the call may be unknown; retrying may help.
+	Unreachable Kind = iota
+	// Answered: the server answered with an error that may pass (a server
+	// loading its data, a busy script, a full lock table).
+	Answered
+	// Refused: the server refused the call for a reason that retrying
+	// cannot change until someone fixes the setup (credentials, ACL
+	// permissions, a key of another type, a replica, no memory left, a
+	// missing schema object). It matches dlock.ErrMisconfigured.
+	Refused
+)
+
+// Describe returns err as a node's error whose message says what happened,
+// on one line: the server's own answer (kept in the chain, so errors.As
+// finds the client's error type), no reply in time, or no connection. A
+// timeout or a cancellation is not kept in the chain: it is the node's
+// failure, and must not match the caller's context errors (Error adds the
+// caller's own when its context ended).
+func Describe(err error, k Kind) error {
+	switch {
+	case k == Refused:
+		return OneLine(err)
+	case k == Answered:
+		return fmt.Errorf("the server answered with an error: %w", OneLine(err))
+	case errors.Is(err, context.DeadlineExceeded) || IsTimeout(err):
+		return errors.New("no reply in time")
+	case errors.Is(err, context.Canceled):
+		return errors.New("request cancelled")
+	}
+	return fmt.Errorf("unreachable: %w", OneLine(err))
+}
+
+// Error returns the error of an operation whose call to node failed with
+// err, of kind k. It matches exactly one of dlock's sentinels:
+//
+//   - dlock.ErrMisconfigured for a refusal, whatever the context;
+//   - when ctx ended (or its deadline passed), dlock.ErrNotAcquired for an
+//     acquisition and dlock.ErrUnavailable otherwise, and ctx's error too;
+//   - dlock.ErrUnavailable otherwise.
+//
+// details (a backend's own errors, such as pglock.ErrNotMigrated) follow
+// the sentinel, then comes a *dlock.NodeError naming node, with err as
+// Describe gives it.
+func Error(ctx context.Context, node string, err error, k Kind, acquiring bool, details ...error) error {
+	ne := &dlock.NodeError{Node: node, Err: Describe(err, k)}
+	chain := []any{dlock.ErrUnavailable}
+	if k == Refused {
+		chain[0] = dlock.ErrMisconfigured
+	} else if cerr := CtxErr(ctx); cerr != nil {
+		if acquiring {
+			chain[0] = dlock.ErrNotAcquired
+		}
+		chain = append(chain, cerr)
+	}
+	for _, d := range details {
+		chain = append(chain, d)
+	}
+	chain = append(chain, ne)
+	return fmt.Errorf(strings.Repeat("%w: ", len(chain)-1)+"%w", chain...)
+}
+
+// CtxErr returns the context's error, counting a deadline that has passed
+// but whose timer has not fired yet: clients set the socket deadline to
+// the context's, so a read times out a moment before ctx.Err() turns
+// non-nil, and the caller should still report the deadline.
+func CtxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// IsTimeout reports whether err is a network timeout.
+func IsTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// OneLine returns err with its message on one line, keeping its chain for
+// errors.Is and errors.As. Some clients put each address they tried on a
+// line of its own (pgx: "failed to connect to ...:\n\t..."), and an error
+// message goes into logs and a CLI's one-line stderr.
+func OneLine(err error) error {
+	if !strings.ContainsAny(err.Error(), "\r\n") {
+		return err
+	}
+	return lineErr{err}
+}
+
+type lineErr struct{ err error }
+
+func (e lineErr) Unwrap() error { return e.err }
+
+func (e lineErr) Error() string {
+	var b strings.Builder
+	for _, line := range strings.FieldsFunc(e.err.Error(), func(r rune) bool { return r == '\n' || r == '\r' }) {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "":
+			continue
+		case b.Len() == 0:
+		case strings.HasSuffix(b.String(), ":"):
+			b.WriteByte(' ')
+		default:
+			b.WriteString("; ")
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
