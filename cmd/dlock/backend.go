@@ -63,6 +63,13 @@ type backend struct {
 	clients []redis.UniversalClient // nil for postgres and etcd
 	nodes   []string                // addresses, for messages (never with passwords)
 	closers []func()
+	// leave ends what the Locker keeps on the servers for this process
+	// alone (etcd: revokes its leases, and with them the keys of tries and
+	// waits that gave up, which would otherwise stand in the lock's queue
+	// until their lease ran out). close calls it unless keep is set: by
+	// the commands whose lock outlives the process (acquire, extend).
+	leave func()
+	keep  bool
 }
 
 // tokenLocker is what acquire/extend/release need: operations on a lock
@@ -73,6 +80,9 @@ type tokenLocker interface {
 }
 
 func (b *backend) close() {
+	if b.leave != nil && !b.keep {
+		b.leave()
+	}
 	for _, c := range b.closers {
 		c()
 	}

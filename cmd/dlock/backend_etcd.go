@@ -111,7 +111,7 @@ func (a *app) openEtcd(urls []string, f *backendFlags) (*backend, error) {
 		return nil, err
 	}
 	el := &etcdLocker{Locker: l}
-	return &backend{kind: "etcd", locker: el, tokens: el, nodes: nodes, closers: []func(){func() { cli.Close() }}}, nil
+	return &backend{kind: "etcd", locker: el, tokens: el, nodes: nodes, leave: func() { l.Close() }, closers: []func(){func() { cli.Close() }}}, nil
 }
 
 // etcdLocker bounds each request by etcdAttempt, and says that a cluster

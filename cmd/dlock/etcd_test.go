@@ -70,15 +70,38 @@ func TestRunEtcd(t *testing.T) {
 			len(listed.Locks) != 1 || listed.Locks[0].PID != h.cmd.Process.Pid {
 			t.Errorf("inspect of a dlock run's lock: %s (stderr %s), want its holder, pid %d", r.stdout, r.stderr, h.cmd.Process.Pid)
 		}
+		leases := func() int {
+			resp, err := cli.Leases(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(resp.Leases)
+		}
+		before := leases()
 		if r := runBin(t, env, runArgs(nil, "e:busy", "exit", "0")...); r.code != exitBusy {
 			t.Errorf("-w 0 on a held lock: exit %d, want %d; stderr: %s", r.code, exitBusy, r.stderr)
 		}
 		if r := runBin(t, env, runArgs([]string{"-n", "-q", "-E", "0"}, "e:busy", "exit", "3")...); r.code != 0 || r.stderr != "" {
 			t.Errorf("-n -q -E 0 on a held lock: exit %d, stderr %q; want 0 and nothing", r.code, r.stderr)
 		}
+		if after := leases(); after != before {
+			t.Errorf("after two tries on a held lock: %d leases, want the %d of before", after, before)
+		}
 		r := runBin(t, env, runArgs([]string{"-w", "1s"}, "e:busy", "exit", "0")...)
 		if r.code != exitBusy || r.elapsed < time.Second {
 			t.Errorf("-w 1s on a held lock: exit %d after %v, want %d after 1s; stderr: %s", r.code, r.elapsed, exitBusy, r.stderr)
+		}
+		// A run that gave up leaves nothing behind: its lease, and its key
+		// in the queue with it, would hold the lock from the next waiter
+		// for a TTL after the holder is gone.
+		if after := leases(); after != before {
+			t.Errorf("after dlock run -w 1s gave up: %d leases, want the %d of before", after, before)
+		}
+		if r := runInProcess(t, []string{"DLOCK_ETCD=" + strings.Join(c.Endpoints(), ",")}, "acquire", "-w", "0.5", "e:busy"); r.code != exitBusy {
+			t.Errorf("acquire -w 0.5 on a held lock: exit %d, want %d; stderr: %s", r.code, exitBusy, r.stderr)
+		}
+		if after := leases(); after != before {
+			t.Errorf("after dlock acquire -w 0.5 gave up: %d leases, want the %d of before", after, before)
 		}
 
 		// The holder's lease revoked by another client: the lock is lost,
@@ -93,8 +116,6 @@ func TestRunEtcd(t *testing.T) {
 		if r := h.wait(t); r.code != exitLost || !strings.Contains(r.stderr, "lost") {
 			t.Errorf("holder after its lease was revoked: exit %d, want %d; stderr: %s", r.code, exitLost, r.stderr)
 		}
-		// -w: a waiter whose --wait ran out mid-attempt may leave its key
-		// in the queue until its lease (3s) expires.
 		if r := runBin(t, env, runArgs([]string{"-w", "10s"}, "e:busy", "exit", "0")...); r.code != 0 {
 			t.Errorf("after the loss: exit %d, want 0; stderr: %s", r.code, r.stderr)
 		}

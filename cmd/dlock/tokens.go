@@ -97,6 +97,7 @@ it cannot outlive dlock (use dlock run).
 				}
 				return lf.busy(acquireError(err, rec, key, wait))
 			}
+			be.keep = true // the lock outlives this process
 			if lf.verbose {
 				a.granted(lock, time.Since(begun), be, &bf)
 			}
@@ -153,6 +154,7 @@ Redis or etcd (see dlock acquire --help).
 				return err
 			}
 			defer be.close()
+			be.keep = true // the lease it may move the lock to must live on
 			if err := be.tokens.ExtendToken(cmd.Context(), key, token, ttl); err != nil {
 				return tokenError(err, key)
 			}
