@@ -15,9 +15,10 @@ import (
 
 // loop runs n goroutines, each on a Locker (and client) of its own, that
 // take key again and again for d, holding it for hold each time. It returns
-// who held the lock, in order, and the wait of every acquisition after the
-// first warmUp (while the Lockers subscribe, their first waits poll).
-func loop(t *testing.T, n int, key string, hold, d time.Duration, opts ...dlock.Option) (order []int, waits []time.Duration) {
+// who held the lock, in order, and for every acquisition after the first
+// warmUp (while the Lockers subscribe, their first waits poll) its wait and
+// how many grants went to others during it.
+func loop(t *testing.T, n int, key string, hold, d time.Duration, opts ...dlock.Option) (order []int, waits []time.Duration, passed []int) {
 	t.Helper()
 	lockers := make([]*redislock.Locker, n)
 	for i := range lockers {
@@ -34,15 +35,19 @@ func loop(t *testing.T, n int, key string, hold, d time.Duration, opts ...dlock.
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				start := time.Now()
+				mu.Lock()
+				seq := len(order)
+				mu.Unlock()
 				lock, err := dlock.Acquire(ctx, l, key, 10*time.Second, opts...)
 				if err != nil {
 					return // the run is over
 				}
 				mu.Lock()
-				order = append(order, i)
 				if start.Sub(began) > warmUp {
 					waits = append(waits, time.Since(start))
+					passed = append(passed, len(order)-seq)
 				}
+				order = append(order, i)
 				mu.Unlock()
 				if hold > 0 {
 					time.Sleep(hold)
@@ -55,16 +60,17 @@ func loop(t *testing.T, n int, key string, hold, d time.Duration, opts ...dlock.
 		})
 	}
 	wg.Wait()
-	return order, waits
+	return order, waits, passed
 }
 
 // 16 Lockers re-take one key at once after every release (hold 0): every
 // one gets at least a quarter of the mean number of acquisitions, and the
-// longest wait stays below 20 times the median.
+// longest wait stays below 20 times the median, or, where the machine
+// stalled the server too, no waiter saw more than 4 rounds of grants pass it.
 func TestFairnessHoldZero(t *testing.T) {
 	const n = 16
 	stall := stallMeter(t)
-	order, waits := loop(t, n, locktest.Key(t), 0, 2*time.Second)
+	order, waits, passed := loop(t, n, locktest.Key(t), 0, 2*time.Second)
 	stalled := stall()
 	counts := make([]int, n)
 	for _, i := range order {
@@ -72,17 +78,21 @@ func TestFairnessHoldZero(t *testing.T) {
 	}
 	slices.Sort(waits)
 	median, longest := waits[len(waits)/2], waits[len(waits)-1]
+	mostPassed := slices.Max(passed)
 	mean := float64(len(order)) / n
-	t.Logf("%d acquisitions (%.0f/s), per Locker %v; wait median %v, longest %v; the test process stalled for up to %v", len(order), float64(len(order))/2, counts, median, longest, stalled)
+	t.Logf("%d acquisitions (%.0f/s), per Locker %v; wait median %v, longest %v (at most %d grants to others during one wait); the test process stalled for up to %v",
+		len(order), float64(len(order))/2, counts, median, longest, mostPassed, stalled)
 	for i, c := range counts {
 		if float64(c) < mean/4 {
 			t.Errorf("Locker %d acquired %d times, below a quarter of the mean %.1f", i, c, mean)
 		}
 	}
 	// A stall of the whole process (the machine is shared with other tests)
-	// lengthens every wait in flight; it is not the lock's doing.
-	if longest-stalled > 20*median {
-		t.Errorf("longest wait %v (less a %v stall of the process) is over 20 times the median %v", longest, stalled, median)
+	// lengthens every wait in flight; it is not the lock's doing. A stall of
+	// the server is not seen here, but it delays every grant alike: a wait
+	// that let at most 4 rounds of grants pass was not passed over.
+	if longest-stalled > 20*median && mostPassed > 4*n {
+		t.Errorf("longest wait %v (less a %v stall of the process) is over 20 times the median %v, and one wait let %d grants pass", longest, stalled, median, mostPassed)
 	}
 }
 
@@ -92,7 +102,7 @@ func TestFairnessHoldZero(t *testing.T) {
 // every round of n acquisitions.
 func TestFairnessLongestWaiterFirst(t *testing.T) {
 	const n = 16
-	order, _ := loop(t, n, locktest.Key(t), time.Millisecond, 2*time.Second, slowPoll...)
+	order, _, _ := loop(t, n, locktest.Key(t), time.Millisecond, 2*time.Second, slowPoll...)
 	if len(order) < 4*n {
 		t.Fatalf("only %d acquisitions in 2s", len(order))
 	}
