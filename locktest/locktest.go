@@ -91,6 +91,7 @@ func Run(t *testing.T, newLocker Factory, opts ...Option) {
 	t.Run("DoContextTruthfulAtExpiry", s.doContextTruthfulAtExpiry)
 	t.Run("AcquireWaitsThroughOutage", s.acquireWaitsThroughOutage)
 	t.Run("OneWayToWait", s.oneWayToWait)
+	t.Run("Semaphore", s.semaphores)
 }
 
 func ctx(t *testing.T) context.Context {

@@ -7,6 +7,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -18,8 +19,24 @@ const MaxTTL = 30 * 24 * time.Hour
 const DefaultDriftFactor = 0.01
 
 // NewLock wraps a backend's grant in a *dlock.Lock (returned as any); g
-// must implement driver.Grant. Package dlock sets it.
-var NewLock func(key, token string, fence uint64, validUntil time.Time, g any) any
+// must implement driver.Grant. slot is the permit's slot of a semaphore's
+// grant, -1 for a lock. Package dlock sets it.
+var NewLock func(key string, slot int, token string, fence uint64, validUntil time.Time, g any) any
+
+// MaxLimit is the largest limit a semaphore may have (see
+// driver.MaxLimit).
+const MaxLimit = 1000
+
+// SlotKey is the key of a semaphore's slot: name#slot.
+func SlotKey(name string, slot int) string { return name + "#" + strconv.Itoa(slot) }
+
+// LimitProblem says what is wrong with a semaphore's limit, or "".
+func LimitProblem(limit int) string {
+	if limit < 1 || limit > MaxLimit {
+		return fmt.Sprintf("semaphore limit %d: must be between 1 and %d", limit, MaxLimit)
+	}
+	return ""
+}
 
 // Lose declares a *dlock.Lock (given as any) lost with cause (see
 // driver.Lost). Package dlock sets it.
