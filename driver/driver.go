@@ -63,10 +63,14 @@ func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *dl
 }
 
 // NewPermit is NewLock for a semaphore's permit on slot of name (see
-// Semaphores): the Lock's Key is name#slot, its Slot is slot.
+// Semaphores): the Lock's Key is SlotKey(name, slot), its Slot is slot.
 func NewPermit(name string, slot int, token string, fence uint64, validUntil time.Time, g Grant) *dlock.Lock {
 	return bridge.NewLock(bridge.SlotKey(name, slot), slot, token, fence, validUntil, g).(*dlock.Lock)
 }
+
+// SlotKey returns the key of slot of name's semaphore, its permit's Key:
+// name#slot.
+func SlotKey(name string, slot int) string { return bridge.SlotKey(name, slot) }
 
 // Lost declares lock lost with cause, which must match dlock.ErrLockLost:
 // from then on Held reports false, Extend returns cause, and Do ends its
