@@ -308,6 +308,12 @@ func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Dur
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}
+	return l.grantOn(ctx, conn, name, k, ttl)
+}
+
+// grantOn is grantLock on conn, which it pins for the lock when granted,
+// gives back to the pool when k is busy, and discards on an error.
+func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration) (*grant, uint64, time.Time, error) {
 	// The grant is made first: it holds the statement's arguments and
 	// results, for this statement and the release (fewer allocations).
 	g := &grant{l: l, key: k, name: name}
