@@ -48,7 +48,7 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind EventKind
 	// Key is the key the attempt was for, and from the grant on the
-	// lock's (a semaphore's permit: its slot's key, name#slot).
+	// lock's (a semaphore's permit: its slot's key, {name}#slot).
 	Key string
 	// Backend names the backend ("redis", "redlock", "postgres", "etcd";
 	// empty for a backend that does not say), and Nodes how many of its

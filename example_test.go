@@ -152,7 +152,7 @@ func ExampleSemaphore() {
 	fmt.Println("Do:", err)
 	fmt.Println("the first on slot", first.Slot())
 	// Output:
-	// inside on slot 1 with key example:vendor-api#1
+	// inside on slot 1 with key {example:vendor-api}#1
 	// a third: true
 	// Do: <nil>
 	// the first on slot 0

@@ -19,8 +19,8 @@ type semaphores interface {
 }
 
 // Semaphore returns a Locker whose TryAcquire(ctx, name, ttl) grants one of
-// limit permits of name: a lock on one of its slots, name#0 to
-// name#(limit-1), whichever is free. Wait for a permit and hold it with
+// limit permits of name: a lock on one of its slots, {name}#0 to
+// {name}#(limit-1) (see driver.SlotKey), whichever is free. Wait for a permit and hold it with
 // Acquire and Do, like any lock:
 //
 //	err := dlock.Do(ctx, dlock.Semaphore(locker, 5), "vendor-api", ttl, fn)

@@ -55,7 +55,7 @@ func TestGenericSemaphoreWakesOnAnySlot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if lock.Slot() != i || lock.Key() != "api#"+string(rune('0'+i)) {
+		if lock.Slot() != i || lock.Key() != "{api}#"+string(rune('0'+i)) {
 			t.Fatalf("permit %d: slot %d, key %q", i, lock.Slot(), lock.Key())
 		}
 		held[i] = lock
@@ -73,7 +73,7 @@ func TestGenericSemaphoreWakesOnAnySlot(t *testing.T) {
 	locktest.Eventually(t, 5*time.Second, func() error {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if len(n.waits["api#2"]) == 0 {
+		if len(n.waits["{api}#2"]) == 0 {
 			return context.DeadlineExceeded
 		}
 		return nil
@@ -82,7 +82,7 @@ func TestGenericSemaphoreWakesOnAnySlot(t *testing.T) {
 	if err := held[2].Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := n.announce("api#2"); got != 1 {
+	if got := n.announce("{api}#2"); got != 1 {
 		t.Fatalf("%d waits registered on slot 2, want 1", got)
 	}
 	select {
@@ -135,7 +135,7 @@ func TestSemaphoreEventsNameTheSlot(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{"attempt api#0", "granted api#0", "released api#0"}
+	want := []string{"attempt {api}#0", "granted {api}#0", "released {api}#0"}
 	if len(keys) != len(want) {
 		t.Fatalf("events %q, want %q", keys, want)
 	}

@@ -68,8 +68,11 @@ func NewPermit(name string, slot int, token string, fence uint64, validUntil tim
 	return bridge.NewLock(bridge.SlotKey(name, slot), slot, token, fence, validUntil, g).(*dlock.Lock)
 }
 
-// SlotKey returns the key of slot of name's semaphore, its permit's Key:
-// name#slot.
+// SlotKey returns the key of slot of name's semaphore, its permits' Key:
+// {name}#slot, such as "{vendor-api}#2", or name#slot for a name that has
+// a Redis Cluster hash tag already ("{tenant:7}:exports#2"). The tag puts
+// every slot of a name in one Cluster slot, so that one Redis script can
+// look at them all.
 func SlotKey(name string, slot int) string { return bridge.SlotKey(name, slot) }
 
 // Lost declares lock lost with cause, which must match dlock.ErrLockLost:

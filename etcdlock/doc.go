@@ -108,9 +108,9 @@
 //
 // Locker.Semaphore (which dlock.Semaphore returns for an etcd Locker)
 // grants one of N permits of a name as a lock on one of its slots: a key
-// in the queue prefix+name+"#"+slot+"/", named by the session's lease, as
-// the lock on name#slot would be. Its fence is the key's create revision.
-// An attempt reads every slot key of the name in one range request, and
+// in the queue prefix+"{name}#"+slot+"/", named by the session's lease, as
+// the lock on the slot's key (driver.SlotKey: "{vendor-api}#2") would be.
+// Its fence is the key's create revision. An attempt reads every slot key of the name in one range request, and
 // puts its key on the lowest free slot in a transaction made only if no
 // slot key changed since that read (another grant, a new limit): two
 // round trips, and a new read when it loses the race (up to five times).

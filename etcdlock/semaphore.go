@@ -18,10 +18,10 @@ import (
 var _ driver.Semaphores = (*Locker)(nil)
 
 // Semaphore implements driver.Semaphores (see dlock.Semaphore): its
-// TryAcquire grants one of limit permits of name, as a lock on a free slot
-// name#0 to name#(limit-1) of the Locker's, under the session's lease,
-// with the slot key's create revision as its fence. See Semaphores in the
-// package documentation.
+// TryAcquire grants one of limit permits of name, as the Locker's lock on
+// a free slot (driver.SlotKey: {name}#0 to {name}#(limit-1)), under the
+// session's lease, with the slot key's create revision as its fence. See
+// Semaphores in the package documentation.
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
 
 // semaphore is the Locker of Semaphore.
@@ -73,10 +73,12 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		name, dlock.ErrNotAcquired, semTries)
 }
 
-// semRange is the range of every slot key of name's semaphore:
-// prefix+name+"#" and after. It holds other names' keys too ("name#x"),
-// which readSemaphore leaves out.
-func (l *Locker) semRange(name string) string { return l.cfg.Prefix + name + "#" }
+// semRange is the range of every slot key of name's semaphore: the slot
+// keys without their number, prefix+"{name}#" and after. It holds other
+// names' keys too ("{name}#x"), which readSemaphore leaves out.
+func (l *Locker) semRange(name string) string {
+	return l.cfg.Prefix + strings.TrimSuffix(driver.SlotKey(name, 0), "0")
+}
 
 // semState is what a read of a semaphore found: which slots are held, the
 // limit its holders recorded (0: none), and the revision of the read.
@@ -109,7 +111,7 @@ func (l *Locker) readSemaphore(ctx context.Context, name string) (semState, erro
 }
 
 // slotOf returns the slot of name's semaphore that key is a queue key of:
-// prefix+name+"#"+slot+"/"+lease.
+// semRange(name)+slot+"/"+lease.
 func (l *Locker) slotOf(name, key string) (int, bool) {
 	rest, ok := strings.CutPrefix(key, l.semRange(name))
 	if !ok {

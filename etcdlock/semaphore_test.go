@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
 	"github.com/dlock-go/dlock/locktest"
 )
@@ -20,7 +21,7 @@ func TestSemaphore(t *testing.T) {
 	t.Run("LimitRace", func(t *testing.T) { semLimitRace(t, c) })
 }
 
-// A permit is a key of the slot's queue, prefix+name#slot/lease, whose
+// A permit is a key of the slot's queue, prefix+{name}#slot/lease, whose
 // create revision is the fence and whose value records the limit (with the
 // holder record); SetLimit rewrites the value and keeps the lease and the
 // revision.
@@ -34,7 +35,7 @@ func semKeysAndFences(t *testing.T, c *etcdtest.Cluster) {
 		t.Fatal(err)
 	}
 	defer lock.Release(ctx)
-	resp, err := cli.Get(ctx, name+"#0/", clientv3.WithPrefix())
+	resp, err := cli.Get(ctx, driver.SlotKey(name, 0)+"/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func mustPermit(t *testing.T, l dlock.Locker, limit int, name string, ttl time.D
 	if slot := lock.Slot(); slot < 0 || slot >= limit {
 		t.Fatalf("permit on slot %d of a semaphore of %d", slot, limit)
 	}
-	if want := fmt.Sprintf("%s#%d", name, lock.Slot()); lock.Key() != want {
+	if want := driver.SlotKey(name, lock.Slot()); lock.Key() != want {
 		t.Fatalf("permit's key %q, want %q", lock.Key(), want)
 	}
 	return lock

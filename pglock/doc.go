@@ -235,9 +235,10 @@
 //
 // Locker.Semaphore (which dlock.Semaphore returns for a pglock Locker)
 // grants one of N permits of a name as the session lock on one of its
-// slots: the name name#slot, mapped as TryAcquire maps names (with the
-// prefix, by HashKey or WithKeyFunc), so a permit is exactly the lock on
-// name#slot, with a fence from the same sequence. Like every lock, a
+// slots: the slot's key ("{vendor-api}#2", see driver.SlotKey), mapped as
+// TryAcquire maps names (with the prefix, by HashKey or WithKeyFunc), so a
+// permit is exactly the lock on that name, with a fence from the same
+// sequence. Like every lock, a
 // permit pins a connection of the pool until it is released: give the
 // pool one connection for each permit the process may hold at once plus
 // one for attempts (an attempt finding every connection pinned by the

@@ -46,7 +46,8 @@ var _ driver.Semaphores = (*Locker)(nil)
 
 // Semaphore implements driver.Semaphores (see dlock.Semaphore): its
 // TryAcquire grants one of limit permits of name as the session lock on a
-// free slot, the name name#slot mapped as TryAcquire maps names, and pins
+// free slot, the slot's key (driver.SlotKey) mapped as TryAcquire maps
+// names, and pins
 // its connection as every lock does. See Semaphores in the package
 // documentation.
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }

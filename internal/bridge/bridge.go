@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/keys"
 )
 
 // MaxTTL is the longest TTL any backend accepts (see driver.MaxTTL).
@@ -27,8 +29,13 @@ var NewLock func(key string, slot int, token string, fence uint64, validUntil ti
 // driver.MaxLimit).
 const MaxLimit = 1000
 
-// SlotKey is the key of a semaphore's slot: name#slot.
-func SlotKey(name string, slot int) string { return name + "#" + strconv.Itoa(slot) }
+// SlotKey is the key of a semaphore's slot (see driver.SlotKey).
+func SlotKey(name string, slot int) string {
+	if keys.HasHashTag(name) {
+		return name + "#" + strconv.Itoa(slot)
+	}
+	return "{" + name + "}#" + strconv.Itoa(slot)
+}
 
 // LimitProblem says what is wrong with a semaphore's limit, or "".
 func LimitProblem(limit int) string {
