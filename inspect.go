@@ -49,6 +49,9 @@ type LockInfo struct {
 	// Majority reports, on a quorum backend, whether a majority of the
 	// nodes hold the key with this token; on others, true.
 	Majority bool
+	// Limit is, for a semaphore's permit (Key is its slot's key, see
+	// Semaphore), the limit its servers recorded; 0 for a lock.
+	Limit int
 	// Who holds it, where the holder published it (dlock run does; the
 	// redislock's WithHolderInfo option does for library users) or the
 	// server knows it (PostgreSQL: the session's pid, application name

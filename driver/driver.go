@@ -72,7 +72,8 @@ func NewPermit(name string, slot int, token string, fence uint64, validUntil tim
 // {name}#slot, such as "{vendor-api}#2", or name#slot for a name that has
 // a Redis Cluster hash tag already ("{tenant:7}:exports#2"). The tag puts
 // every slot of a name in one Cluster slot, so that one Redis script can
-// look at them all.
+// look at them all. Names that differ only by such braces ("a" and "{a}")
+// name one semaphore.
 func SlotKey(name string, slot int) string { return bridge.SlotKey(name, slot) }
 
 // Lost declares lock lost with cause, which must match dlock.ErrLockLost:

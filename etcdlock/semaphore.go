@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 var _ driver.Semaphores = (*Locker)(nil)
@@ -77,7 +78,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 // keys without their number, prefix+"{name}#" and after. It holds other
 // names' keys too ("{name}#x"), which readSemaphore leaves out.
 func (l *Locker) semRange(name string) string {
-	return l.cfg.Prefix + strings.TrimSuffix(driver.SlotKey(name, 0), "0")
+	return l.cfg.Prefix + bridge.SlotPrefix(name)
 }
 
 // semState is what a read of a semaphore found: which slots are held, the

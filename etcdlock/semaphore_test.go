@@ -46,6 +46,13 @@ func semKeysAndFences(t *testing.T, c *etcdtest.Cluster) {
 	if uint64(kv.CreateRevision) != lock.Fence() || string(kv.Value) != `{"limit":3}` {
 		t.Fatalf("slot key: revision %d, value %q; permit's fence %d", kv.CreateRevision, kv.Value, lock.Fence())
 	}
+	infos, err := l.Inspect(ctx, "{"+name+"}#*", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].Key != lock.Key() || infos[0].Limit != 3 || infos[0].Fence != lock.Fence() {
+		t.Fatalf("Inspect: %+v; want the permit on %q with limit 3", infos, lock.Key())
+	}
 	if err := dlock.SetLimit(ctx, l, name, 5); err != nil {
 		t.Fatal(err)
 	}

@@ -246,8 +246,9 @@
 // session is a lost permit: the server frees the slot, and the handle
 // reports dlock.ErrLockLost at its next check.
 //
-// The limit is kept in the table dlock_semaphore, one row per name (with
-// the prefix): the limit, and how many slots may be held (more than the
+// The limit is kept in the table dlock_semaphore, one row per semaphore,
+// named by the prefix and what its slots' names begin with ("{name}#"):
+// the limit, and how many slots may be held (more than the
 // limit while holders above a limit that SetLimit shrank finish). A grant
 // is one transaction on the connection it pins: it locks the name's row
 // (creating it on first use), finds the held slots in pg_locks, and takes
@@ -261,7 +262,8 @@
 // stays; delete the rows of names no longer used at will.
 //
 // A semaphore's wait is registered on every slot with the release
-// listener (see Waiting), so the release of any permit wakes it.
+// listener (see Waiting), so the release of any permit wakes it. Inspect
+// gives a permit's Limit when it can name the permit (see Inspection).
 //
 // # Inspection
 //

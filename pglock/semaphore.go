@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // SemaphoreTable is the table where semaphores record their limits: a row
@@ -128,7 +130,7 @@ func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, l
 // that may be held). A record with no permit held is void: the limit
 // becomes this one's. update is the row's new values, nil when unchanged.
 func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (slot int, k Key, update []any, err error) {
-	full := []byte(l.cfg.Prefix + name)
+	full := l.semRow(name)
 	if _, err := conn.Exec(ctx, semBeginSQL); err != nil {
 		return 0, Key{}, nil, err
 	}
@@ -174,6 +176,11 @@ func (l *Locker) semBusy(name string) {
 	}
 }
 
+// semRow is the name of name's row in SemaphoreTable: the prefix, and
+// what the names of its slots begin with ("{name}#"), so that the names
+// that share slots ("a" and "{a}") share a row.
+func (l *Locker) semRow(name string) []byte { return []byte(l.cfg.Prefix + bridge.SlotPrefix(name)) }
+
 // slotKeys returns the keys of the first n slots of name's semaphore.
 func (l *Locker) slotKeys(name string, n int) ([]Key, error) {
 	keys := make([]Key, n)
@@ -216,7 +223,7 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 	if err := l.cfg.CheckKey(name); err != nil {
 		return err
 	}
-	if _, err := l.pool.Exec(ctx, semLimitSQL, []byte(l.cfg.Prefix+name), limit); err != nil {
+	if _, err := l.pool.Exec(ctx, semLimitSQL, l.semRow(name), limit); err != nil {
 		return fmt.Errorf("dlock: set limit %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(err))
 	}
 	return nil
@@ -256,4 +263,63 @@ func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struc
 			}
 		})
 	}
+}
+
+// semLimits sets the Limit of the permits among infos (keys of the form
+// {name}#slot, named as the Locker names them) from SemaphoreTable. A
+// database without the table has no semaphores.
+func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
+	rows := map[string][]int{} // row name → indexes in infos
+	var names [][]byte
+	for i, info := range infos {
+		prefix, ok := slotPrefixOf(info.Key)
+		if !ok {
+			continue
+		}
+		row := l.cfg.Prefix + prefix
+		if rows[row] == nil {
+			names = append(names, []byte(row))
+		}
+		rows[row] = append(rows[row], i)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	r, err := l.pool.Query(ctx, `SELECT name, permits FROM `+SemaphoreTable+` WHERE name = ANY($1)`, names)
+	if err != nil {
+		if sqlState(err) == codeUndefinedTable {
+			return nil
+		}
+		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+	}
+	defer r.Close()
+	for r.Next() {
+		var name []byte
+		var permits int
+		if err := r.Scan(&name, &permits); err != nil {
+			return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+		}
+		for _, i := range rows[string(name)] {
+			infos[i].Limit = permits
+		}
+	}
+	if err := r.Err(); err != nil && sqlState(err) != codeUndefinedTable {
+		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+	}
+	return nil
+}
+
+// slotPrefixOf returns what a slot key begins with, its number cut off
+// ("{name}#"), or false for a key that is not a slot's.
+func slotPrefixOf(key string) (string, bool) {
+	i := strings.LastIndexByte(key, '#')
+	if i < 0 || i == len(key)-1 {
+		return "", false
+	}
+	for _, c := range key[i+1:] {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	return key[:i+1], true
 }

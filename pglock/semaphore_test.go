@@ -63,3 +63,23 @@ func TestSemaphorePinsConnections(t *testing.T) {
 	}
 	other.Release(ctx)
 }
+
+// Inspect names a permit by its slot's key when its holder published it
+// (WithHolderInfo), and gives the limit recorded.
+func TestSemaphoreInspect(t *testing.T) {
+	ctx := testCtx(t)
+	name := uniqueKey(t)
+	l := newLocker(t, 2, pglock.WithHolderInfo("inspect"))
+	lock, err := dlock.Semaphore(l, 3).TryAcquire(ctx, name, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(context.Background())
+	infos, err := newLocker(t, 1).Inspect(ctx, "{"+name+"}#*", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].Key != lock.Key() || infos[0].Limit != 3 {
+		t.Fatalf("Inspect: %+v; want the permit on %q with limit 3", infos, lock.Key())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/keys"
@@ -36,6 +37,11 @@ func SlotKey(name string, slot int) string {
 	}
 	return "{" + name + "}#" + strconv.Itoa(slot)
 }
+
+// SlotPrefix is what the keys of name's slots begin with, the slot's
+// number following: {name}# (or name# for a name with a hash tag). It
+// names the semaphore on the servers: "a" and "{a}" are one semaphore.
+func SlotPrefix(name string) string { return strings.TrimSuffix(SlotKey(name, 0), "0") }
 
 // LimitProblem says what is wrong with a semaphore's limit, or "".
 func LimitProblem(limit int) string {
