@@ -34,6 +34,8 @@ type Event struct {
 	// outUnknown) and Val the value read or written.
 	Out string `json:"out,omitempty"`
 	Val string `json:"val,omitempty"`
+	// call: Op is the operation called, evRead or evWrite.
+	Op string `json:"op,omitempty"`
 
 	// done: Err is the sentinel Do's error matched ("" for success), Msg
 	// the error itself.
@@ -46,6 +48,7 @@ const (
 	evReady = "ready" // the worker is set up; the run starts when all are
 	evWait  = "wait"  // Do called for Key
 	evEnter = "enter" // the function started: the lock is held (T is the grant)
+	evCall  = "call"  // a fenced read or write called (one returned follows, unless the worker was killed)
 	evRead  = "read"  // a fenced read of the register (registers the fence)
 	evWrite = "write" // a fenced write of the register
 	evExit  = "exit"  // the function is about to return

@@ -33,6 +33,9 @@ type Fault struct {
 	Worker int   // the worker it hit, -1 for server faults
 	Nodes  []int // the lock servers it concerns
 	Detail string
+	// Seq is the oracle's sequence number right after a kill: the killed
+	// holder's section ends there.
+	Seq int64
 }
 
 func (f Fault) String() string {
@@ -94,6 +97,7 @@ func plan(cfg *Config) []plannedFault {
 		return nil
 	}
 	var out []plannedFault
+	kills := 0
 	from, to := faultWindow(cfg)
 	for t := from; t < to; {
 		f := plannedFault{At: t, Kind: kinds[rng.IntN(len(kinds))], Worker: rng.IntN(cfg.Workers), Keys: rng.Perm(cfg.Keys)}
@@ -111,6 +115,11 @@ func plan(cfg *Config) []plannedFault {
 			f.For, f.Latency = between(1, 4), between(0.05, 0.4)
 		case FaultBlackhole:
 			f.For = between(0.5, 2.5)
+		case FaultKill:
+			if kills++; kills > cfg.Workers-cfg.Limit-2 {
+				f.Kind = FaultPause // keep workers enough to contend
+				f.For = between(1.5, 3)
+			}
 		}
 		if f.network() {
 			f.Nodes = allNodes(n)
@@ -253,6 +262,16 @@ func (in *injector) inject(ctx context.Context, p plannedFault) {
 		if in.c.etcd != nil {
 			f.Detail = fmt.Sprintf("etcd member(s) %s killed, restarted %v later (with their data)%s", nodeList(p.Nodes), p.For.Round(time.Millisecond), errNote(err, err2))
 		}
+	case FaultKill:
+		who := target()
+		proc := in.workers[f.Worker]
+		proc.killed.Store(true)
+		proc.signal(syscall.SIGKILL)
+		<-proc.exited
+		seq, err := in.c.ordb.Incr(context.WithoutCancel(ctx), seqKey).Result()
+		f.Seq = seq
+		err2 := in.c.forgetWorker(context.WithoutCancel(ctx), f.Worker)
+		f.Detail = fmt.Sprintf("%s killed (SIGKILL), not restarted%s", who, errNote(err, err2))
 	case FaultTerminate:
 		pids, err := in.c.terminate(ctx, false)
 		f.Detail = fmt.Sprintf("pg_terminate_backend of the holder's backend, pid %v%s", pids, errNote(err))

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -22,6 +23,8 @@ type workerProc struct {
 	stdin io.WriteCloser
 
 	ready chan struct{} // closed at its first event
+
+	killed atomic.Bool // by a FaultKill: its exit is no problem
 
 	mu     sync.Mutex
 	events []Event
@@ -97,7 +100,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}()
 	for i := range procs {
 		wc := workerConfig{ID: i, Backend: cfg.Backend, Oracle: c.oracle.Addr, Guard: c.guardDSN, Prefix: c.prefix,
-			Keys: c.keys, TTL: cfg.TTL, Hold: cfg.Hold, Seed: cfg.Seed, Control: cfg.Control, ControlOff: cfg.ControlOff,
+			Keys: c.keys, Limit: cfg.Limit, TTL: cfg.TTL, Hold: cfg.Hold, Seed: cfg.Seed, Control: cfg.Control, ControlOff: cfg.ControlOff,
 			DriftFactor: cfg.driftFactor()}
 		for j, ls := range c.locks {
 			wc.Locks = append(wc.Locks, ls.url)
@@ -180,7 +183,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, p := range procs {
 		p.mu.Lock()
 		events = append(events, p.events...)
-		if p.err != nil && !slices.Contains(hung, p.id) {
+		if p.err != nil && !slices.Contains(hung, p.id) && !p.killed.Load() {
 			problems = append(problems, fmt.Sprintf("worker %d exited with %v: %s", p.id, p.err, oneLine(p.stderr.String())))
 		}
 		if p.bad > 0 {
