@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/testsrv"
 	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/redislock"
 )
 
 // A permit costs one script call, whatever the limit and however many
@@ -157,5 +158,25 @@ func (h *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		}
 		h.mu.Unlock()
 		return next(ctx, cmds)
+	}
+}
+
+// Inspect lists a permit under its slot's key with the limit its
+// semaphore recorded.
+func TestSemaphoreInspect(t *testing.T) {
+	ctx := testCtx(t)
+	name := locktest.Key(t)
+	l := newLocker(t, shared.Client(t), redislock.WithPrefix("p:"))
+	lock, err := dlock.Semaphore(l, 3).TryAcquire(ctx, name, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	infos, err := l.Inspect(ctx, "{"+name+"}#*", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].Key != lock.Key() || infos[0].Limit != 3 || infos[0].Fence != lock.Fence() {
+		t.Fatalf("Inspect: %+v; want the permit on %q with limit 3 and fence %d", infos, lock.Key(), lock.Fence())
 	}
 }
