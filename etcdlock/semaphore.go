@@ -195,13 +195,7 @@ func limitOf(value []byte) (int, bool) {
 // which keeps their leases and create revisions (the permits' fences); a
 // grant racing with it reads the semaphore again.
 func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
-	if ctx == nil {
-		return driver.Invalidf("nil context")
-	}
-	if err := driver.CheckLimit(limit); err != nil {
-		return err
-	}
-	if err := l.cfg.CheckKey(name); err != nil {
+	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
 		return err
 	}
 	for {

@@ -214,13 +214,7 @@ func lockIDs(keys []Key) (classids, objids []int64, objsubids []int16) {
 // limit are held. A name with no row has never been used: nothing to
 // change.
 func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
-	if ctx == nil {
-		return driver.Invalidf("nil context")
-	}
-	if err := driver.CheckLimit(limit); err != nil {
-		return err
-	}
-	if err := l.cfg.CheckKey(name); err != nil {
+	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
 		return err
 	}
 	if _, err := l.pool.Exec(ctx, semLimitSQL, l.semRow(name), limit); err != nil {

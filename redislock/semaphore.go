@@ -153,13 +153,7 @@ func (l *Locker) semCleanup(ctx context.Context, sem string, n int, token string
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): one script
 // that records limit beside name's slots while a permit is held.
 func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
-	if ctx == nil {
-		return driver.Invalidf("nil context")
-	}
-	if err := driver.CheckLimit(limit); err != nil {
-		return err
-	}
-	if err := l.cfg.CheckKey(name); err != nil {
+	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
 		return err
 	}
 	sem := l.semKey(name)
