@@ -49,8 +49,9 @@ oracle keeps the set of holders inside, and the checker requires that no
 worker enters while N or more are inside (a holder paused past its validity
 excepted, whose fenced writes must then be refused); each permit reads and
 writes the register of its slot. Add the fault kill (SIGKILL the holder, not
-restarted) to see a dead holder's permit come back within its TTL: the longest
-wait with fewer than N held, beyond the faults, says how long it took.
+restarted) to see a dead holder's permit come back: the longest wait with
+fewer than N held beyond the faults (from a TTL after a kill) says how long it
+took.
 
 Without --redis or --postgres it starts its own throwaway servers (redis-server
 and PostgreSQL found on the machine), so it runs with no arguments. On your own

@@ -219,15 +219,17 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 
 // closeKilled ends the sections that never exited because their worker
 // was killed inside them: at the kill, by the oracle's sequence the kill
-// recorded.
+// recorded. A killed worker's section without an exit is its last, the
+// one it was killed in, whenever the fault began (it may have begun
+// before the grant, while it looked for a holder).
 func closeKilled(sections []*Section, faults []Fault) {
 	for _, s := range sections {
 		if s.Exit != 0 {
 			continue
 		}
 		for _, f := range faults {
-			if f.Kind == FaultKill && f.Worker == s.W && f.Start >= s.Grant && f.Seq != 0 {
-				s.Out, s.Killed = f.Seq, f.Start
+			if f.Kind == FaultKill && f.Worker == s.W && f.Seq != 0 {
+				s.Out, s.Killed = f.Seq, max(f.End, s.Grant)
 				break
 			}
 		}
@@ -505,15 +507,27 @@ func linearizable(ops []Op, end int64) string {
 // a key was held by fewer than need (1 for a lock, a semaphore's limit)
 // while somebody waited for it. A fault explains
 // a gap from its start until two TTLs after its end (the lock of a holder
-// cut off or restarted away is unusable until its TTL runs out).
+// cut off or restarted away is unusable until its TTL runs out), a kill
+// until one TTL after it (the dead holder's lease runs out by then). The
+// time before the run's first grant does not count.
 func longestGap(sections []*Section, waits map[string][][2]int64, faults []Fault, ttl int64, need int, start, end int64) (time.Duration, int64) {
 	type edge struct {
 		t             int64
 		held, waiting int
 	}
-	excl := [][2]int64{{math.MinInt64, start}, {end, math.MaxInt64}} // only the run itself counts
+	// Only the run itself counts, from its first grant: before it the
+	// workers are still connecting to the servers.
+	first := end
+	for _, s := range sections {
+		first = min(first, s.Grant)
+	}
+	excl := [][2]int64{{math.MinInt64, max(start, first)}, {end, math.MaxInt64}}
 	for _, f := range faults {
-		if f.Kind != FaultFastClock && f.Kind != "setup" {
+		switch f.Kind {
+		case FaultFastClock, "setup":
+		case FaultKill: // the dead holder's lease runs out within a TTL
+			excl = append(excl, [2]int64{f.Start, f.End + ttl})
+		default:
 			excl = append(excl, [2]int64{f.Start, f.End + 2*ttl})
 		}
 	}

@@ -154,8 +154,13 @@ func TestCheckLossSignalled(t *testing.T) {
 	}
 }
 
-// The longest wait with the lock free counts only what no fault explains.
+// The longest wait with the lock free counts only what no fault explains,
+// and nothing before the run's first grant (the workers connecting).
 func TestCheckGap(t *testing.T) {
+	late := append([]Event{{T: 0, W: 0, Ev: evWait, Key: "k0"}}, sec(0, "a", 1, 1, 2, 400, 450, 500)...)
+	if r := checkEvents(nil, late); r.LongestGap != 0 {
+		t.Fatalf("gap %v before the first grant, want 0", r.LongestGap)
+	}
 	a := append([]Event{{T: 0, W: 0, Ev: evWait, Key: "k0"}}, sec(0, "a", 1, 1, 2, 10, 50, 100)...)
 	b := append([]Event{{T: 20 * ms, W: 1, Ev: evWait, Key: "k0"}}, sec(1, "b", 2, 3, 4, 300, 310, 400)...)
 	if r := checkEvents(nil, a, b); r.LongestGap != 250*time.Millisecond {
@@ -196,6 +201,9 @@ func TestCheckOverAdmissions(t *testing.T) {
 		{"three inside, A paused past its validity", [][]Event{a, b, c}, []Fault{pauseA}, reasonPause},
 		{"A killed before C entered", [][]Event{a[:1], b, sec(2, "c", 3, 5, 7, 120, 230, 300)}, []Fault{killA}, "none"},
 		{"A killed after C entered", [][]Event{a[:1], b, c}, []Fault{killA}, ""},
+		// The kill's fault began (its target was sought) before A's grant.
+		{"A killed, the fault begun before its grant", [][]Event{a[:1], b, sec(2, "c", 3, 5, 7, 120, 230, 300)},
+			[]Fault{{Kind: FaultKill, Start: 5 * ms, End: 30 * ms, Worker: 0, Seq: 4}}, "none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := check2(tc.faults, tc.secs...)

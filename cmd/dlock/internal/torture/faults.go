@@ -264,6 +264,7 @@ func (in *injector) inject(ctx context.Context, p plannedFault) {
 		}
 	case FaultKill:
 		who := target()
+		f.Start = now() // the kill itself: finding a holder may have taken a while
 		proc := in.workers[f.Worker]
 		proc.killed.Store(true)
 		proc.signal(syscall.SIGKILL)

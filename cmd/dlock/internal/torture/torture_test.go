@@ -133,7 +133,7 @@ func runQuiet(t *testing.T, cfg Config) *Report {
 // GOMAXPROCS parallel subtests at a time). Each must end SAFE, and must
 // have done enough for that to mean something; a semaphore's permits must
 // never stay unused longer than a TTL while someone waits, beyond the
-// faults (a killed holder's comes back within its TTL).
+// faults (a killed holder's is free a TTL after the kill at the latest).
 func TestTorture(t *testing.T) {
 	kill := func(backend string, more ...string) []string {
 		return append(append(DefaultFaults(backend, true), FaultKill), more...)
