@@ -25,10 +25,7 @@ import (
 // someone leads). WithLapse is needed for the tests of a lost leadership,
 // which are skipped without it.
 func RunElection(t *testing.T, newLocker Factory, opts ...Option) {
-	s := &suite{newLocker: newLocker}
-	for _, o := range opts {
-		o(s)
-	}
+	s := newSuite(newLocker, opts)
 	t.Run("OneLeaderAtATime", s.oneLeaderAtATime)
 	t.Run("NobodyLeads", s.nobodyLeads)
 	t.Run("LeaderNamesLeader", s.leaderNamesLeader)
