@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/keys"
@@ -30,13 +31,14 @@ func WithHolderInfo(service string) Option {
 }
 
 // acquireScript runs the acquire script and, with WithHolderInfo, the
-// holder record's write after it in the same round trip, as one try
-// (oneTry); it returns the acquire script's reply and the record written
-// ("" without the option).
+// holder record's write after it in the same round trip (the term record
+// of an election's grant: see ReadTerm), as one try (oneTry); it returns
+// the acquire script's reply and the record written ("" when none).
 func (l *Locker) acquireScript(ctx context.Context, ks []string, args []any, token string, ttl time.Duration) (any, string, error) {
+	rec := holder.Grant(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), token)
 	ctx, cancel := l.oneTry(ctx)
 	defer cancel()
-	if l.cfg.HolderHead == "" {
+	if rec == "" {
 		cmd := l.run(ctx, scripts.Acquire, ks, args)
 		if left, ok := cmd.Err().(*batch.LeftError); ok {
 			// The attempt may be granted after its caller gave up on it:
@@ -50,7 +52,6 @@ func (l *Locker) acquireScript(ctx context.Context, ks []string, args []any, tok
 		v, err := cmd.Result()
 		return v, "", err
 	}
-	rec := holder.Record(l.cfg.HolderHead, time.Now())
 	res := scripts.Pipelined(ctx, l.client, append([]scripts.Call{{Script: scripts.Acquire, Keys: ks, Args: args}},
 		scripts.WriteHolders(ks[:1], token, rec, ttl)...)...)
 	v, err := res[0].Result()

@@ -167,3 +167,15 @@ func (c *Config) CheckToken(ctx context.Context, key, token string) error {
 	}
 	return driver.CheckToken(key, token)
 }
+
+// Sleep waits d, or less when ctx ends first (then it returns false).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
