@@ -23,14 +23,15 @@ const termRereads = 3
 // transaction (MULTI/EXEC) that reads the key, its fence counter and its
 // holder record. A grant made with an identity (driver.Identity: an
 // election's candidate) publishes it in its holder record,
-// "dlock:holder:{key}", written in the grant's round trip with the grant's
-// token (so that a record an earlier holder left behind is not taken for
-// the current one's), kept with the lock's TTL and deleted with the
-// release. Fence is the key's fence counter, which the grant set to the
-// lock's fence; Leader and Since come from the record. A holder without
-// such a record (a bare TryAcquire, WithHolderInfo alone, another client)
-// is reported with its fence and no Leader. It returns an error matching
-// dlock.ErrUnavailable when the server could not be reached.
+// "dlock:holder:{key}", as a grant with WithHolderInfo publishes its
+// host:pid: written in the grant's round trip with the grant's token (so
+// that a record an earlier holder left behind is not taken for the current
+// one's), kept with the lock's TTL and deleted with the release. Fence is
+// the key's fence counter, which the grant set to the lock's fence; Leader
+// (the identity, else host:pid) and Since come from the record. A holder
+// without one (a bare TryAcquire, another client) is reported with its
+// fence and no Leader. It returns an error matching dlock.ErrUnavailable
+// when the server could not be reached.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if ctx == nil {
 		return dlock.Term{}, driver.Invalidf("nil context")
@@ -46,7 +47,7 @@ func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 		case nt.Token == "":
 			return dlock.Term{}, nil
 		case nt.Record != nil:
-			return dlock.Term{Led: true, Leader: nt.Record.Identity, Fence: nt.Counter, Since: nt.Record.Since}, nil
+			return dlock.Term{Led: true, Leader: nt.Record.Leader(), Fence: nt.Counter, Since: nt.Record.Since}, nil
 		case i == termRereads || !backend.Sleep(ctx, time.Millisecond):
 			return dlock.Term{Led: true, Fence: nt.Counter}, nil
 		}

@@ -2,6 +2,8 @@ package redislock_test
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -47,4 +49,23 @@ func TestLeaderIgnoresAnEarlierHoldersRecord(t *testing.T) {
 		return nil
 	}, dlock.WithIdentity("old-leader"), dlock.WithRecampaign(false))
 	locktest.WantError(t, err, dlock.ErrNotHeld) // its key was taken away
+}
+
+// A lock taken with WithHolderInfo (dlock run's) is reported as led by its
+// holder's host:pid, with its fence.
+func TestLeaderNamesAHolderInfoLock(t *testing.T) {
+	ctx := testCtx(t)
+	l := newLocker(t, shared.Client(t), redislock.WithHolderInfo("svc"))
+	name := locktest.Key(t)
+	lock, err := l.TryAcquire(ctx, name, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	host, _ := os.Hostname()
+	want := host + ":" + strconv.Itoa(os.Getpid())
+	got, err := dlock.Leader(ctx, newLocker(t, shared.Client(t)), name)
+	if err != nil || got.Leader != want || got.Fence != lock.Fence() || got.Since.IsZero() {
+		t.Fatalf("Leader: %+v, %v; want %s in term %d", got, err, want, lock.Fence())
+	}
 }

@@ -14,11 +14,12 @@ import (
 )
 
 // WithHolderInfo makes the Locker publish who holds each of its locks, for
-// Inspect and `dlock inspect`: a JSON record {"host", "pid", "service",
-// "since"} in the key "dlock:holder:{key}", written in the same round trip
-// as the grant (only if the grant is this Locker's), given the lock's TTL
-// at each extension, and deleted with the release (where it is still this
-// lock's record). The record is informational only: the lock key and its
+// Inspect, `dlock inspect` and dlock.Leader: a JSON record {"host", "pid",
+// "service", "since", "token"} (the grant's token, so that a reader can
+// tell it from a record an earlier holder left behind) in the key
+// "dlock:holder:{key}", written in the same round trip as the grant (only
+// if the grant is this Locker's), given the lock's TTL at each extension,
+// and deleted with the release (where it is still this lock's record). The record is informational only: the lock key and its
 // token decide who holds the lock. service names the program (it may be
 // empty). The default is off: nothing is written beside the lock.
 //

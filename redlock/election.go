@@ -56,9 +56,10 @@ const termRereads = 5
 // each node, with its token: in the grant's own round trip, and again
 // with the lock's fence once the majority has granted (one more round
 // trip per election grant, before TryAcquire returns). Leader, Fence and
-// Since come from those records. A holder without a record (a bare
-// TryAcquire, WithHolderInfo alone, another client) is reported with no
-// Leader and Fence 0: no node knows the lock's fence, which is the
+// Since come from those records. A grant with WithHolderInfo publishes
+// its host:pid the same way (its Leader), without the fence; a holder
+// without a record (a bare TryAcquire, another client) is reported with no
+// Leader. Either has Fence 0: no node knows the lock's fence, which is the
 // largest of its majority's draws.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if ctx == nil {
@@ -68,16 +69,17 @@ func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 		return dlock.Term{}, err
 	}
 	for i := 0; ; i++ {
-		t, err := l.readTerm(ctx, key)
-		if err != nil || !t.Led || t.Leader == "" || t.Fence != 0 || i == termRereads || !backend.Sleep(ctx, time.Millisecond) {
+		t, pending, err := l.readTerm(ctx, key)
+		if !pending || i == termRereads || !backend.Sleep(ctx, time.Millisecond) {
 			return t, err
 		}
 	}
 }
 
 // readTerm reads the holder of key on every node and returns what a
-// majority reports.
-func (l *Locker) readTerm(ctx context.Context, key string) (dlock.Term, error) {
+// majority reports, and whether the holder is an election's grant whose
+// fence is not published yet.
+func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pending bool, _ error) {
 	full := l.cfg.Prefix + key
 	type read struct {
 		t   rinspect.Term
@@ -104,7 +106,7 @@ func (l *Locker) readTerm(ctx context.Context, key string) (dlock.Term, error) {
 		}
 	}
 	if votes[""] >= l.quorum {
-		return dlock.Term{}, nil
+		return dlock.Term{}, false, nil
 	}
 	for tok, n := range votes {
 		if tok == "" || n < l.quorum {
@@ -113,13 +115,14 @@ func (l *Locker) readTerm(ctx context.Context, key string) (dlock.Term, error) {
 		t := dlock.Term{Led: true}
 		for _, r := range res {
 			if rec := r.t.Record; r.err == nil && r.t.Token == tok && rec != nil {
-				t.Leader, t.Since, t.Fence = rec.Identity, rec.Since, max(t.Fence, rec.Fence)
+				t.Leader, t.Since, t.Fence = rec.Leader(), rec.Since, max(t.Fence, rec.Fence)
+				pending = rec.Identity != ""
 			}
 		}
-		return t, nil
+		return t, pending && t.Fence == 0, nil
 	}
 	_, _, nodes := l.tally(errs, c.got, nil)
 	qe := &QuorumError{Op: "leader", Got: best, Need: l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable,
 		Reason: "no majority of the nodes agrees on a holder, or on none"}
-	return dlock.Term{}, l.withCtx(ctx, fmt.Errorf("dlock: leader %q: %w", key, qe))
+	return dlock.Term{}, false, l.withCtx(ctx, fmt.Errorf("dlock: leader %q: %w", key, qe))
 }

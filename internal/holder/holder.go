@@ -41,18 +41,23 @@ var defaultHead = sync.OnceValue(func() string {
 	return h
 })
 
-// Term returns the record of a grant made at since that an election's
-// candidate publishes (Redis): the holder record (head, or this process's
-// when head is "") with the candidate's identity, the token of the grant
-// it belongs to, so that a reader can tell it from a record left by an
-// earlier holder, and the grant's fence when known (0: left out).
+// Term returns the record of a grant made at since, with the grant's
+// token, which a reader checks against the lock key's so that it never
+// takes a record an earlier holder left behind for the current holder's
+// (Redis): the holder record (head, or this process's when head is ""),
+// then the identity of an election's candidate (left out when ""), the
+// token, and the grant's fence when known (0: left out).
 func Term(head string, since time.Time, identity, token string, fence uint64) string {
 	if head == "" {
 		head = defaultHead()
 	}
-	id, _ := json.Marshal(identity)
+	s := head + since.UTC().Format(time.RFC3339Nano) + `"`
+	if identity != "" {
+		id, _ := json.Marshal(identity)
+		s += `,"identity":` + string(id)
+	}
 	tok, _ := json.Marshal(token)
-	s := head + since.UTC().Format(time.RFC3339Nano) + `","identity":` + string(id) + `,"token":` + string(tok)
+	s += `,"token":` + string(tok)
 	if fence > 0 {
 		s += `,"fence":` + strconv.FormatUint(fence, 10)
 	}
@@ -60,15 +65,12 @@ func Term(head string, since time.Time, identity, token string, fence uint64) st
 }
 
 // Grant returns the record that a grant made at since with token
-// publishes beside its key (Redis): the term record when the attempt
-// carries an identity (an election's candidate), else with a head
-// (WithHolderInfo) the holder record, else "" (nothing).
+// publishes beside its key (Redis), or "" for none: one with the
+// candidate's identity for an election's grant, one with the holder's
+// head (WithHolderInfo) for any other grant, each with the token (Term).
 func Grant(head string, since time.Time, identity, token string) string {
-	switch {
-	case identity != "":
-		return Term(head, since, identity, token, 0)
-	case head != "":
-		return Record(head, since)
+	if identity == "" && head == "" {
+		return ""
 	}
-	return ""
+	return Term(head, since, identity, token, 0)
 }

@@ -20,14 +20,22 @@ type Term struct {
 	Record *TermRecord
 }
 
-// TermRecord is the holder record an election's grant publishes
-// (holder.Term): the holder's, plus the candidate's identity, the grant's
-// token and, where known, its fence.
+// TermRecord is the holder record a grant publishes with its token
+// (holder.Term): the holder's, the identity of an election's candidate,
+// the grant's token and, where known, its fence.
 type TermRecord struct {
 	Holder
-	Identity string `json:"identity"`
+	Identity string `json:"identity,omitempty"`
 	Token    string `json:"token"`
 	Fence    uint64 `json:"fence,omitempty"`
+}
+
+// Leader names the holder: the candidate's identity, else host:pid.
+func (r *TermRecord) Leader() string {
+	if r.Identity != "" || r.Host == "" {
+		return r.Identity
+	}
+	return r.Host + ":" + strconv.Itoa(r.PID)
 }
 
 // ReadTerm reads the lock key k (prefix included), its fence counter and
