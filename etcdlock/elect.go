@@ -26,10 +26,7 @@ var _ driver.TermReader = (*Locker)(nil)
 // So each side names the other's leader. It returns an error matching
 // dlock.ErrUnavailable when the cluster could not be reached.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
-	if ctx == nil {
-		return dlock.Term{}, driver.Invalidf("nil context")
-	}
-	if err := l.cfg.CheckKey(key); err != nil {
+	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err
 	}
 	resp, err := l.client.Get(ctx, l.queue(key), clientv3.WithFirstCreate()...)

@@ -35,10 +35,7 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 // sessions of the same role, and to pg_read_all_stats). It returns an
 // error matching dlock.ErrUnavailable when the query fails.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
-	if ctx == nil {
-		return dlock.Term{}, driver.Invalidf("nil context")
-	}
-	if err := l.cfg.CheckKey(key); err != nil {
+	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err
 	}
 	k, err := l.keyFunc(l.cfg.Prefix + key)

@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -33,23 +32,19 @@ const termRereads = 3
 // fence and no Leader. It returns an error matching dlock.ErrUnavailable
 // when the server could not be reached.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
-	if ctx == nil {
-		return dlock.Term{}, driver.Invalidf("nil context")
-	}
-	if err := l.cfg.CheckKey(key); err != nil {
+	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err
 	}
-	for i := 0; ; i++ {
+	return backend.Reread(ctx, termRereads, func() (dlock.Term, bool, error) {
 		nt, err := rinspect.ReadTerm(ctx, l.client, l.cfg.Prefix+key)
 		switch {
 		case err != nil:
-			return dlock.Term{}, fmt.Errorf("dlock: leader %q: %w", key, l.opErr(ctx, err, false))
+			return dlock.Term{}, false, fmt.Errorf("dlock: leader %q: %w", key, l.opErr(ctx, err, false))
 		case nt.Token == "":
-			return dlock.Term{}, nil
+			return dlock.Term{}, false, nil
 		case nt.Record != nil:
-			return dlock.Term{Led: true, Leader: nt.Record.Leader(), Fence: nt.Counter, Since: nt.Record.Since}, nil
-		case i == termRereads || !backend.Sleep(ctx, time.Millisecond):
-			return dlock.Term{Led: true, Fence: nt.Counter}, nil
+			return dlock.Term{Led: true, Leader: nt.Record.Leader(), Fence: nt.Counter, Since: nt.Record.Since}, false, nil
 		}
-	}
+		return dlock.Term{Led: true, Fence: nt.Counter}, true, nil
+	})
 }

@@ -62,18 +62,10 @@ const termRereads = 5
 // Leader. Either has Fence 0: no node knows the lock's fence, which is the
 // largest of its majority's draws.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
-	if ctx == nil {
-		return dlock.Term{}, driver.Invalidf("nil context")
-	}
-	if err := l.cfg.CheckKey(key); err != nil {
+	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err
 	}
-	for i := 0; ; i++ {
-		t, pending, err := l.readTerm(ctx, key)
-		if !pending || i == termRereads || !backend.Sleep(ctx, time.Millisecond) {
-			return t, err
-		}
-	}
+	return backend.Reread(ctx, termRereads, func() (dlock.Term, bool, error) { return l.readTerm(ctx, key) })
 }
 
 // readTerm reads the holder of key on every node and returns what a
