@@ -27,7 +27,13 @@ func electBackends(t *testing.T) map[string][]string {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
+	var redlock []string
+	for _, s := range testsrv.StartRedisN(t, 3) {
+		redlock = append(redlock, "--redis", s.URL())
+	}
 	return map[string][]string{
+		"redis":    redlock[:2],
+		"redlock":  redlock,
 		"postgres": {"--postgres", pg.DSN()},
 		"etcd":     {"--etcd", c.Endpoints()[0]},
 	}
@@ -96,8 +102,9 @@ func terms(t *testing.T, out string) (ids []string, fences []uint64) {
 	return ids, fences
 }
 
-// awaitTerms waits until n terms were recorded in out.
-func awaitTerms(t *testing.T, out string, n int) ([]string, []uint64) {
+// awaitTerms waits until n terms were recorded in out. It fails at once,
+// with its stderr, when the candidate that should lead (next) exited.
+func awaitTerms(t *testing.T, out string, n int, next *proc) ([]string, []uint64) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -105,8 +112,13 @@ func awaitTerms(t *testing.T, out string, n int) ([]string, []uint64) {
 		if len(ids) >= n {
 			return ids, fences
 		}
+		select {
+		case <-next.done:
+			t.Fatalf("the candidate due to lead term %d exited %d before it led: %s", n, next.res.code, next.stderr.String())
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d terms recorded within 20s, want %d: %v", len(ids), n, ids)
+			t.Fatalf("%d terms recorded within 20s, want %d: %v; the next candidate's stderr so far: %q", len(ids), n, ids, next.stderr.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -133,7 +145,7 @@ func TestElectAndLeader(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "terms")
 
 			a, goA := candidate(t, flags, name, "alpha", out)
-			_, fences := awaitTerms(t, out, 1)
+			_, fences := awaitTerms(t, out, 1, a)
 			r = runBin(t, binEnv(), append(append([]string{"leader"}, flags...), name)...)
 			if want := fmt.Sprintf("alpha leads %q in term %d", name, fences[0]); r.code != 0 || !strings.HasPrefix(r.stdout, want) {
 				t.Fatalf("leader: exit %d, stdout %q; want %q", r.code, r.stdout, want)
@@ -149,7 +161,7 @@ func TestElectAndLeader(t *testing.T) {
 			if r := a.wait(t); r.code != 0 {
 				t.Fatalf("alpha: exit %d, stderr %s", r.code, r.stderr)
 			}
-			awaitTerms(t, out, 2)
+			awaitTerms(t, out, 2, b)
 			t.Logf("%s: beta led %v after alpha's command exited", backend, time.Since(resigned).Round(time.Millisecond))
 			w.await(t, "beta")
 
@@ -158,7 +170,7 @@ func TestElectAndLeader(t *testing.T) {
 			killed := time.Now()
 			b.cmd.Process.Kill()
 			b.wait(t)
-			awaitTerms(t, out, 3)
+			awaitTerms(t, out, 3, c)
 			t.Logf("%s: gamma led %v after beta's dlock was killed (ttl 2s)", backend, time.Since(killed).Round(time.Millisecond))
 			w.await(t, "gamma")
 			os.WriteFile(goB, nil, 0o644) // nobody runs it now
@@ -205,7 +217,7 @@ func TestElectLoss(t *testing.T) {
 				extra = []string{"--recampaign"}
 			}
 			p, goOn := candidate(t, flags, name, "solo", out, extra...)
-			_, first := awaitTerms(t, out, 1)
+			_, first := awaitTerms(t, out, 1, p)
 			if r := runBin(t, binEnv(), append(append([]string{"elect", "-n"}, flags...), name, "true")...); r.code != exitBusy {
 				t.Fatalf("elect -n while another leads: exit %d, want %d; stderr %s", r.code, exitBusy, r.stderr)
 			}
@@ -218,7 +230,7 @@ func TestElectLoss(t *testing.T) {
 				}
 				return
 			}
-			_, fences := awaitTerms(t, out, 2)
+			_, fences := awaitTerms(t, out, 2, p)
 			if fences[1] <= first[0] {
 				t.Fatalf("the second term %d is not above the first %d", fences[1], first[0])
 			}
