@@ -117,6 +117,19 @@
 // jitter (the release that pops it wakes nobody, and the others find the free
 // key at their next poll); Close takes the Locker out of its queues.
 //
+// # Leader election
+//
+// dlock.Lead, Leader, Observe and Campaign need nothing more on the server.
+// An election's grant (one made with an identity, dlock.WithIdentity,
+// host:pid by default) writes the holder record "dlock:holder:{key}" with
+// the identity and the grant's token in the grant's own round trip; its
+// extensions keep it and its release deletes it. Leader (ReadTerm) reads the
+// key, its fence counter (the grant's fence: the term) and the record in
+// one MULTI, and trusts a record only with the key's token, so a record
+// that outlived its lock is never taken for the next holder's. A leader is
+// as exclusive as the lock: not across a failover to a replica that missed
+// the grant, where the fence is what stops the old leader's writes.
+//
 // # Guarantees and limits
 //
 // On one node a lock is exclusive as long as the key lives: only a SET NX of a

@@ -26,7 +26,8 @@ type Section struct {
 	Lost   int64 // when its context ended, 0 if it had not
 	Cause  string
 	Held   bool
-	Paused bool // a pause of its worker overlapped it
+	Paused bool  // a pause of its worker overlapped it
+	Killed int64 // when its worker was killed (FaultKill) inside it; 0 if not
 }
 
 // believed returns when the holder stopped believing it held the lock:
@@ -106,13 +107,15 @@ type Report struct {
 	LocksLeft    int
 	OracleErrors int
 	Problems     []string // anything that makes the run's record incomplete
+
+	Election *ElectionReport // the election scenario's checks; nil otherwise
 }
 
 // Safe reports whether the run found no violation: every must-be-zero
 // count is zero and every overlap is explained by a fault.
 func (r *Report) Safe() bool {
 	return r.Unexplained == 0 && r.BelowAccepted == 0 && r.SameFence == 0 && r.Linearizable == "ok" &&
-		r.NotTold == 0 && r.LocksLeft == 0 && r.OracleErrors == 0 && len(r.Problems) == 0
+		r.NotTold == 0 && r.LocksLeft == 0 && r.OracleErrors == 0 && len(r.Problems) == 0 && r.Election.safe()
 }
 
 func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Report {
@@ -123,11 +126,26 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 	var cur *Section
 	waits := map[string][][2]int64{} // per key: [wait start, wait end] of each Do
 	waitStart := map[int]int64{}
+	// pending is an operation called and not (yet) answered: the next
+	// event of its worker answers it, unless the worker was killed.
+	var pending *Op
+	unanswered := func() {
+		if pending != nil {
+			pending.Out = outUnknown // it may have landed
+			r.Ops = append(r.Ops, *pending)
+			pending = nil
+		}
+	}
 	for _, e := range events {
 		if cur != nil && cur.W != e.W {
 			cur = nil // the events of the next worker: the last section never exited
 		}
+		if e.Ev != evRead && e.Ev != evWrite {
+			unanswered()
+		}
 		switch e.Ev {
+		case evCall:
+			pending = &Op{W: e.W, Key: e.Key, Write: e.Op == evWrite, Fence: e.Fence, Tok: e.Tok, Val: e.Val, Call: e.T}
 		case evWait:
 			waitStart[e.W] = e.T
 		case evEnter:
@@ -141,6 +159,7 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 				delete(waitStart, e.W)
 			}
 		case evRead, evWrite:
+			pending = nil
 			r.Ops = append(r.Ops, Op{W: e.W, Key: e.Key, Write: e.Ev == evWrite, Fence: e.Fence, Tok: e.Tok, Val: e.Val, Out: e.Out, Call: e.T0, Return: e.T})
 		case evExit:
 			if cur == nil || cur.W != e.W || cur.Tok != e.Tok {
@@ -166,6 +185,7 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 			}
 		}
 	}
+	unanswered()
 
 	for _, s := range r.Sections {
 		end := s.Exit
@@ -175,6 +195,9 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 		for _, f := range faults {
 			if f.Kind == FaultPause && f.Worker == s.W && f.Start < end && f.End > s.Grant {
 				s.Paused = true
+			}
+			if f.Kind == FaultKill && f.Worker == s.W && s.Exit == 0 && f.Start >= s.Grant && s.Killed == 0 {
+				s.Killed = f.Start
 			}
 		}
 		if s.Paused {
@@ -194,6 +217,9 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 	r.findOverlaps(cfg.Backend, faults)
 	r.checkRegister()
 	r.LongestGap, r.GapAt = longestGap(r.Sections, waits, faults, ttl, start, end)
+	if cfg.Election {
+		r.Election = checkElection(cfg, r, events)
+	}
 	return r
 }
 
@@ -214,7 +240,9 @@ func (r *Report) findOverlaps(backend string, faults []Fault) {
 		for _, b := range ss {
 			kept := inside[:0]
 			for _, a := range inside {
-				if a.Out > b.In {
+				// A killed holder is gone: nobody entering after its death
+				// overlaps it.
+				if a.Out > b.In && (a.Killed == 0 || b.Grant <= a.Killed) {
 					kept = append(kept, a)
 				}
 			}
@@ -541,6 +569,9 @@ func (r *Report) Print(w interface{ Write([]byte) (int, error) }) {
 		p("  longest wait with the lock free, no fault        0\n")
 	}
 	p("  locks left on the servers at the end        %6d  %s\n", r.LocksLeft, mark(r.LocksLeft))
+	if r.Election != nil {
+		r.Election.print(p, mark)
+	}
 	if r.OracleErrors > 0 {
 		p("  oracle errors (the record is incomplete)    %6d  VIOLATION\n", r.OracleErrors)
 	}

@@ -34,6 +34,8 @@ type Event struct {
 	// outUnknown) and Val the value read or written.
 	Out string `json:"out,omitempty"`
 	Val string `json:"val,omitempty"`
+	// call: Op is the operation called, evRead or evWrite.
+	Op string `json:"op,omitempty"`
 
 	// done: Err is the sentinel Do's error matched ("" for success), Msg
 	// the error itself.
@@ -48,6 +50,7 @@ const (
 	evEnter = "enter" // the function started: the lock is held (T is the grant)
 	evRead  = "read"  // a fenced read of the register (registers the fence)
 	evWrite = "write" // a fenced write of the register
+	evCall  = "call"  // a read or write is about to be sent (a worker killed before its answer leaves only this)
 	evExit  = "exit"  // the function is about to return
 	evDone  = "done"  // Do returned
 )

@@ -139,10 +139,13 @@ func allNodes(n int) []int {
 type injector struct {
 	cfg     *Config
 	c       *cluster
-	workers []*workerProc
-	start   time.Time
-	logf    func(format string, args ...any)
-	faults  []Fault
+	workers []*workerProc // by id: the processes running now
+	all     []*workerProc // every process started, in order
+	// startWorker starts worker i (again, after a kill).
+	startWorker func(i int) error
+	start       time.Time
+	logf        func(format string, args ...any)
+	faults      []Fault
 
 	fastDone chan struct{} // closed when the fast clock stopped; nil if none
 }
@@ -253,6 +256,16 @@ func (in *injector) inject(ctx context.Context, p plannedFault) {
 		if in.c.etcd != nil {
 			f.Detail = fmt.Sprintf("etcd member(s) %s killed, restarted %v later (with their data)%s", nodeList(p.Nodes), p.For.Round(time.Millisecond), errNote(err, err2))
 		}
+	case FaultKill:
+		who := target()
+		f.Start = now() // the kill, not the search for the holder
+		proc := in.workers[f.Worker]
+		proc.killed = true
+		proc.signal(syscall.SIGCONT)
+		proc.signal(syscall.SIGKILL)
+		<-proc.exited
+		err := in.startWorker(f.Worker)
+		f.Detail = fmt.Sprintf("%s killed (SIGKILL) and started again%s", who, errNote(err))
 	case FaultTerminate:
 		pids, err := in.c.terminate(ctx, false)
 		f.Detail = fmt.Sprintf("pg_terminate_backend of the holder's backend, pid %v%s", pids, errNote(err))
