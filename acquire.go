@@ -53,7 +53,7 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts 
 }
 
 func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config) (*Lock, error) {
-	w := &waiting{}
+	w := &waiting{identity: cfg.identity}
 	began := time.Now()
 	lock, err := wait(context.WithValue(ctx, waitKey{}, w), l, key, ttl, cfg, w)
 	if w.observe == nil {
@@ -80,7 +80,8 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 		released, stop = n.NotifyRelease(ctx, key)
 		defer stop()
 	}
-	var timer *time.Timer
+	var timer alarm
+	defer timer.stop()
 	var last error   // the last attempt that ended before ctx did
 	unreachable := 0 // attempts in a row that could not reach the backend
 	for attempt := 0; ; attempt++ {
@@ -110,22 +111,40 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 		if unreachable > 0 {
 			wait = backoff(cfg.retryDelay, unreachable)
 		}
-		if cfg.retryJitter > 0 {
-			wait += rand.N(cfg.retryJitter)
-		}
-		if timer == nil {
-			timer = time.NewTimer(wait)
-			defer timer.Stop()
-		} else {
-			timer.Reset(wait)
-		}
 		select {
 		case <-ctx.Done():
 			return nil, waitEnded(ctx, key, last, nil)
 		case <-released:
 			// Try at once; the timer is reset on the next round.
-		case <-timer.C:
+		case <-timer.set(cfg.jittered(wait)):
 		}
+	}
+}
+
+// jittered returns d plus a random share of the retry jitter.
+func (c *config) jittered(d time.Duration) time.Duration {
+	if c.retryJitter > 0 {
+		d += rand.N(c.retryJitter)
+	}
+	return d
+}
+
+// alarm is a timer reused for the waits of a loop.
+type alarm struct{ t *time.Timer }
+
+// set makes the alarm ring after d, and returns its channel.
+func (a *alarm) set(d time.Duration) <-chan time.Time {
+	if a.t == nil {
+		a.t = time.NewTimer(d)
+	} else {
+		a.t.Reset(d)
+	}
+	return a.t.C
+}
+
+func (a *alarm) stop() {
+	if a.t != nil {
+		a.t.Stop()
 	}
 }
 

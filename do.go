@@ -65,8 +65,12 @@ func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ct
 	if err := cfg.checkDo(ttl); err != nil {
 		return err
 	}
+	return do(ctx, l, key, ttl, &cfg, fn)
+}
 
-	lock, err := acquire(ctx, l, key, ttl, &cfg)
+// do is Do with its arguments checked.
+func do(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config, fn func(ctx context.Context) error) (err error) {
+	lock, err := acquire(ctx, l, key, ttl, cfg)
 	if err != nil {
 		return err
 	}
@@ -78,7 +82,7 @@ func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ct
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		keepAlive(ctx, lock, ttl, &cfg, stop, fnCtx.end)
+		keepAlive(ctx, lock, ttl, cfg, stop, fnCtx.end)
 	}()
 
 	defer func() {

@@ -6,8 +6,9 @@
 // lock may be lost.
 //
 // This package holds what a user of locks programs against: the Locker
-// interface, the Lock handle, waiting (Acquire), auto-extension (Do), the
-// errors, events for observers (Event) and inspection (Inspector).
+// interface, the Lock handle, waiting (Acquire), auto-extension (Do),
+// leader election (Lead, Leader, Observe, Campaign), the errors, events for
+// observers (Event) and inspection (Inspector).
 // It imports only the standard library. Package driver has what only a
 // backend needs, package locktest the conformance suite, and package
 // dlocktest an in-memory Locker for the unit tests of code that uses locks.
@@ -96,6 +97,43 @@
 // and spans. Every backend is an Inspector: it lists the held locks matching
 // a pattern, with their remaining TTL, fence, holder and waiters, as `dlock
 // inspect` shows them.
+//
+// # Leader election
+//
+// An election is a lock: Lead runs a function while this process leads
+// the election name, which it does while it holds the lock on name through
+// Do. The term number is the grant's fence, so terms strictly increase per
+// name on every backend, and the leader's function gets Do's context: it
+// ends with cause ErrLockLost the moment the leadership may be lost, and
+// the lock is released (the leadership resigned, waking the next
+// candidate) only after the function returned. Lead campaigns again after
+// a loss, for a new term, unless WithRecampaign(false). The Term
+// (TermFromContext) names the election, the leader's identity
+// (WithIdentity, host:pid by default), the term number and since when.
+//
+//	err := dlock.Lead(ctx, locker, "scheduler", 15*time.Second, func(ctx context.Context) error {
+//		term, _ := dlock.TermFromContext(ctx)
+//		return runScheduler(ctx, term.Fence) // every write carries the term
+//	})
+//
+// Leader says who leads now, or that nobody does (Term.Led false: an
+// answer, not an error); Observe reports every change it sees, nobody
+// included, and never a lower term after a higher one. Campaign starts a
+// long-lived Candidate for code that asks "am I the leader?" elsewhere:
+// its IsLeader(ctx) error answers nil only within the current validity,
+// which makes it a gocron v2 Elector (gocron.WithDistributedElector(c)),
+// and its Resign hands over at once. Backends read the leader's identity
+// and term through package driver's TermReader; with a Locker that has
+// none, Leader probes with TryAcquire and can only say that someone leads.
+//
+// What an election cannot do is what a lock cannot: stop a leader that is
+// paused (a GC pause, SIGSTOP, a frozen VM) past its validity from acting
+// when it resumes, before it looks at its context. The next leader may be
+// elected meanwhile: the lease ends the old term, but only the fence stops
+// its late writes. Pass Term.Fence to the resources the leader writes
+// (package fence). A backend that loses a session behind the holder's back
+// (a PostgreSQL backend terminated) tells the holder at its next check,
+// within the extension threshold; the next leader may start before that.
 //
 // # Semaphores
 //

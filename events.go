@@ -79,10 +79,12 @@ type Event struct {
 }
 
 // waiting is Acquire's record of its wait, in the context of each attempt
-// it makes: the attempt's number, and what the attempt says of the
-// Locker's events (driver.Events), for Acquire's own grant or refusal.
+// it makes: the attempt's number, the identity the grant is to publish
+// (driver.Identity), and what the attempt says of the Locker's events
+// (driver.Events), for Acquire's own grant or refusal.
 type waiting struct {
 	attempts int
+	identity string
 	backend  string
 	observe  func(context.Context, Event) // nil: the Locker has no observers
 }
@@ -100,6 +102,15 @@ func init() {
 		}
 		w.backend, w.observe = backend, observe.(func(context.Context, Event))
 		return w.attempts, true
+	}
+	bridge.Identity = func(ctx context.Context) string {
+		if ctx == nil {
+			return ""
+		}
+		if w, _ := ctx.Value(waitKey{}).(*waiting); w != nil {
+			return w.identity
+		}
+		return ""
 	}
 	bridge.Observe = func(lock any, backend string, observe any) int {
 		l := lock.(*Lock)

@@ -124,6 +124,64 @@ func Example_errors() {
 	// unreachable: the outcome may be unknown
 }
 
+// Lead runs the function while this process leads the election; the term
+// number (the grant's fence) goes with every write, and returning resigns.
+// Leader and Observe tell everyone else who leads, or that nobody does.
+func ExampleLead() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer client.Close()
+	locker, err := redislock.New(client)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	err = dlock.Lead(ctx, locker, "example:scheduler", 10*time.Second, func(ctx context.Context) error {
+		term, _ := dlock.TermFromContext(ctx)
+		fmt.Println("leading, term > 0:", term.Fence > 0)
+		who, err := dlock.Leader(ctx, locker, "example:scheduler")
+		fmt.Println("someone leads:", who.Led, err)
+		return nil // resign
+	}, dlock.WithIdentity("replica-1"))
+	fmt.Println("Lead:", err)
+	who, err := dlock.Leader(ctx, locker, "example:scheduler")
+	fmt.Println(who, err)
+	// Output:
+	// leading, term > 0: true
+	// someone leads: true <nil>
+	// Lead: <nil>
+	// nobody leads "example:scheduler" <nil>
+}
+
+// A Candidate campaigns in the background; IsLeader answers nil only
+// while it leads, within its validity: a gocron v2 Elector, with
+// gocron.NewScheduler(gocron.WithDistributedElector(candidate)).
+func ExampleCampaign() {
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer client.Close()
+	locker, err := redislock.New(client)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	candidate, err := dlock.Campaign(context.Background(), locker, "example:cron", 10*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	for candidate.IsLeader(context.Background()) != nil { // a job runs only on the leader
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("leader")
+	fmt.Println("resign:", candidate.Resign(context.Background()))
+	fmt.Println("after resigning:", candidate.IsLeader(context.Background()))
+	// Output:
+	// leader
+	// resign: <nil>
+	// after resigning: dlock: not the leader of "example:cron": lock not acquired (resigned)
+}
+
 // A semaphore admits up to N holders of one name; each permit is a lock on
 // one of its slots, with its own fence.
 func ExampleSemaphore() {

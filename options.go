@@ -2,11 +2,16 @@ package dlock
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
-// Option configures Acquire and Do. Options that concern only Do (the
-// extension threshold and the hold limit) are ignored by Acquire.
+// Option configures Acquire, Do and the elections built on them (Lead,
+// Campaign, Observe). Options that concern only Do (the extension
+// threshold and the hold limit) are ignored by Acquire, and those that
+// concern only elections (WithRecampaign) by Acquire and Do.
 type Option func(*config) error
 
 // RetryForever, passed to WithRetryCount, makes Acquire wait until its
@@ -20,6 +25,9 @@ type config struct {
 
 	extendThreshold time.Duration // Do: extend when this much validity is left; 0 = half the TTL
 	maxHold         time.Duration // Do: stop extending after this long; 0 = no limit
+
+	identity   string // published with each grant (driver.Identity); "" = none
+	stopOnLoss bool   // Lead: return a loss instead of campaigning again
 }
 
 func defaultConfig() config {
@@ -107,6 +115,51 @@ func WithMaxHold(d time.Duration) Option {
 		c.maxHold = d
 		return nil
 	}
+}
+
+// WithIdentity sets the identity that each grant publishes where its
+// backend can carry it (every backend of this repository can; see
+// driver.Identity), so that Leader and Observe can name the holder: the
+// leader of an election. id must be 1 to 128 bytes of printable UTF-8
+// without control characters; a backend may accept less (pglock keeps 42
+// bytes of printable ASCII, what PostgreSQL's application_name leaves
+// beside the term) and then refuses the attempt with ErrInvalid. Lead and
+// Campaign default to this process's host name (its first 32 bytes) and
+// pid, "host:pid"; Acquire and Do publish no identity unless given one.
+func WithIdentity(id string) Option {
+	return func(c *config) error {
+		if err := checkIdentity(id); err != nil {
+			return err
+		}
+		c.identity = id
+		return nil
+	}
+}
+
+// WithRecampaign sets what Lead and a Candidate do when their leadership
+// is lost (Do's loss: an extension refused, the validity run out, the
+// session gone): campaign again, for a new term (on), or return the loss
+// (off). The default is on. Acquire and Do ignore it.
+func WithRecampaign(on bool) Option {
+	return func(c *config) error {
+		c.stopOnLoss = !on
+		return nil
+	}
+}
+
+// maxIdentity is the longest identity WithIdentity accepts, in bytes.
+const maxIdentity = 128
+
+func checkIdentity(id string) error {
+	switch {
+	case id == "":
+		return invalidf("empty identity")
+	case len(id) > maxIdentity:
+		return invalidf("identity %.40q...: %d bytes, more than the %d allowed", id, len(id), maxIdentity)
+	case !utf8.ValidString(id) || strings.IndexFunc(id, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return invalidf("identity %q: only printable characters are allowed", id)
+	}
+	return nil
 }
 
 // checkDo validates the options that depend on the TTL.

@@ -23,7 +23,7 @@ func (l *Locker) Hold(key string, ttl time.Duration) (*dlock.Lock, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	lock, err := l.grantLocked(key, ttl)
+	lock, err := l.grantLocked(key, ttl, "")
 	if err != nil {
 		return nil, fmt.Errorf("dlocktest: hold %q: %w", key, err)
 	}

@@ -38,14 +38,17 @@ type Locker struct {
 // entry is a held key: its holder's token and handle, and when its TTL
 // runs out on the Locker's clock.
 type entry struct {
-	token   string
-	expires time.Time
-	lock    *dlock.Lock
+	token    string
+	expires  time.Time
+	lock     *dlock.Lock
+	identity string    // driver.Identity of the grant: an election's candidate
+	since    time.Time // when it was granted, on the Locker's clock
 }
 
 var (
 	_ dlock.Locker           = (*Locker)(nil)
 	_ driver.ReleaseNotifier = (*Locker)(nil)
+	_ driver.TermReader      = (*Locker)(nil)
 )
 
 // Option configures a Locker.
@@ -109,13 +112,38 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	var lock *dlock.Lock
 	err := l.request(ctx, func() (err error) {
-		lock, err = l.grantLocked(key, ttl)
+		lock, err = l.grantLocked(key, ttl, driver.Identity(ctx))
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 	}
 	return lock, nil
+}
+
+// ReadTerm says who holds key (driver.TermReader), for dlock.Leader and
+// dlock.Observe: the fence of the holder's grant, the identity it was
+// asked to publish (dlock.WithIdentity: an election's candidate; none for
+// a lock of Hold) and when it was granted, on the Locker's clock. It fails
+// as TryAcquire does when the test injected a fault.
+func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
+	if ctx == nil {
+		return dlock.Term{}, driver.Invalidf("nil context")
+	}
+	if err := driver.CheckKey(key); err != nil {
+		return dlock.Term{}, err
+	}
+	var t dlock.Term
+	err := l.request(ctx, func() error {
+		if e := l.liveLocked(key, l.Now()); e != nil {
+			t = dlock.Term{Led: true, Leader: e.identity, Fence: e.lock.Fence(), Since: e.since}
+		}
+		return nil
+	})
+	if err != nil {
+		return dlock.Term{}, fmt.Errorf("dlock: leader %q: %w", key, err)
+	}
+	return t, nil
 }
 
 // check refuses what a backend refuses before sending anything: an empty
@@ -139,9 +167,9 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// grantLocked gives key to a new owner for ttl if no one holds it; l.mu
-// is held.
-func (l *Locker) grantLocked(key string, ttl time.Duration) (*dlock.Lock, error) {
+// grantLocked gives key to a new owner for ttl if no one holds it,
+// published as identity; l.mu is held.
+func (l *Locker) grantLocked(key string, ttl time.Duration, identity string) (*dlock.Lock, error) {
 	now := l.Now()
 	if l.liveLocked(key, now) != nil {
 		return nil, fmt.Errorf("%w (held by another owner)", dlock.ErrNotAcquired)
@@ -150,7 +178,7 @@ func (l *Locker) grantLocked(key string, ttl time.Duration) (*dlock.Lock, error)
 	l.fences[key]++
 	until := driver.ValidUntil(now, ttl, driver.DefaultDriftFactor)
 	lock := driver.NewLock(key, token, l.fences[key], until, &grant{l: l, key: key, token: token})
-	l.keys[key] = &entry{token: token, expires: now.Add(ttl), lock: lock}
+	l.keys[key] = &entry{token: token, expires: now.Add(ttl), lock: lock, identity: identity, since: now}
 	if l.granted != nil {
 		close(l.granted)
 		l.granted = nil

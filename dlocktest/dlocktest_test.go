@@ -30,6 +30,14 @@ func TestConformance(t *testing.T) {
 		}))
 }
 
+// Elections on the Locker name the leader and its term, and a
+// resignation wakes the next candidate.
+func TestElection(t *testing.T) {
+	l := dlocktest.New()
+	locktest.RunElection(t, func(*testing.T) dlock.Locker { return l },
+		locktest.WithLapse(func(_ *testing.T, key string) { l.Lose(key) }))
+}
+
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)

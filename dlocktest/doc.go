@@ -11,7 +11,9 @@
 // another owner, as a separate process would be; fences start at 1 for
 // each key and grow by one with each grant of it; a release wakes the
 // dlock.Acquire and dlock.Do waiting for the key; events go to the
-// observers given with WithObserver.
+// observers given with WithObserver. Elections (dlock.Lead, Leader,
+// Observe, Campaign) work on it as on the backends: it reports the
+// leader's identity and term (ReadTerm).
 //
 // And the test drives the cases that are hard to produce with a real
 // server:

@@ -119,6 +119,33 @@ type ReleaseNotifier interface {
 	NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func())
 }
 
+// A TermReader is a Locker that can read who holds the lock on a key, for
+// dlock.Leader and dlock.Observe: without it they can only probe with
+// TryAcquire, and say that someone leads, not who nor in which term.
+type TermReader interface {
+	// ReadTerm returns the holder of key's lock now: a dlock.Term with Led
+	// set, Fence the fence of the holder's grant, Leader the identity the
+	// holder published with it (see Identity; else what the backend knows
+	// of the holder, such as the host:pid of a holder record; else ""),
+	// and Since when the grant was made, where the backend knows it.
+	// Fields it cannot know are zero. When nobody holds the lock it
+	// returns a Term with Led false, and no error. It returns an error
+	// matching dlock.ErrUnavailable when the servers could not be reached
+	// or do not agree on a holder (a quorum backend without a majority),
+	// and dlock.ErrInvalid for a bad key.
+	ReadTerm(ctx context.Context, key string) (dlock.Term, error)
+}
+
+// Identity returns the identity that the grant of a TryAcquire called with
+// ctx must publish (dlock.WithIdentity: an election's candidate, host:pid
+// by default), or "" when it need publish none. dlock.Acquire, dlock.Do
+// and the elections built on them put it in the context of each attempt
+// they make; a bare TryAcquire has none. A backend with a TermReader
+// stores it with the grant (in the same request, where it can), so that
+// ReadTerm reports it; one that cannot carry it as given (too long for its
+// servers) refuses the attempt with dlock.ErrInvalid.
+func Identity(ctx context.Context) string { return bridge.Identity(ctx) }
+
 // MaxTTL is the longest TTL any backend accepts. Longer leases defeat the
 // point of a TTL (a crashed holder blocks everyone for that long) and
 // approach the limits of Redis's millisecond arithmetic.

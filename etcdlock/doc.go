@@ -8,9 +8,10 @@
 // The lock on key is a queue of keys under prefix+key+"/", one per
 // contender, each named by its lease id in hex and created in a transaction
 // only if absent. The owner is the key with the lowest create revision.
-// This is the layout of concurrency.Mutex and `etcdctl lock`, so a Locker, a
-// Mutex and etcdctl on the same name exclude each other and queue behind
-// each other.
+// This is the layout of concurrency.Mutex and `etcdctl lock` (and of
+// concurrency.Election and `etcdctl elect`, see Leader election), so a
+// Locker, a Mutex and etcdctl on the same name exclude each other and queue
+// behind each other.
 //
 // # Fences
 //
@@ -35,6 +36,24 @@
 // the first try failed. Waits of one Locker on one name each have a key in
 // the queue; they take them in queue order, whichever tries first. A bare
 // TryAcquire never waits: it puts its key only if the queue is empty.
+//
+// # Leader election
+//
+// An election of dlock.Lead, Leader, Observe and Campaign on a Locker is
+// one of concurrency.Election and `etcdctl elect` on the same name: a
+// candidate's key in the name's queue carries its identity
+// (dlock.WithIdentity) as its value, as etcdctl's proposal, and the leader
+// is the key with the lowest create revision, its term that revision.
+// So `etcdctl elect -l NAME` prints a dlock leader's identity, Leader
+// (ReadTerm) names an etcdctl leader and its term, and each queues behind
+// the other. Two candidates of one Locker may take each other's queued
+// key (see Waiting): the one that leads then puts its own identity on it
+// first, keeping its revision, as Election.Proclaim does. A candidate
+// whose lease is revoked while it waits queues again on a new lease (at
+// the next renewal of the old one, within a third of its TTL), and one
+// whose lease is revoked while it leads is told at its next extension:
+// neither a campaign that waits forever on a key that is gone, nor a
+// leader without a key.
 //
 // # A lease per session
 //

@@ -104,7 +104,8 @@ func (l *Locker) put(ctx context.Context, key string, ttl time.Duration, op func
 		if err != nil {
 			return nil, fmt.Errorf("dlock: acquire %q: %w", key, err)
 		}
-		c := &contender{slot: sl, s: sl.s, name: key, key: sl.key}
+		c := &contender{slot: sl, s: sl.s, name: key, key: sl.key, identity: driver.Identity(ctx)}
+		c.value = l.value(c.identity)
 		err = op(ctx, c)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !retried {
 			// Revoked by someone else while we thought it alive: once
@@ -123,13 +124,17 @@ func (l *Locker) put(ctx context.Context, key string, ttl time.Duration, op func
 
 // contender is a key of ours in a lock's queue.
 type contender struct {
-	slot  *slot
-	s     *session
-	name  string // the lock's name, as the caller gave it
-	key   string
-	rev   int64            // the key's create revision: the fence once it is first
-	ahead *mvccpb.KeyValue // the key just ahead of ours, nil when ours is first
-	read  int64            // the revision at which ahead was read
+	slot *slot
+	s    *session
+	name string // the lock's name, as the caller gave it
+	key  string
+	// value is the key's value: identity (driver.Identity) when it is not
+	// empty, as `etcdctl elect` puts its proposal; else the holder record
+	// or nothing (see holderValue).
+	value, identity string
+	rev             int64            // the key's create revision: the fence once it is first
+	ahead           *mvccpb.KeyValue // the key just ahead of ours, nil when ours is first
+	read            int64            // the revision at which ahead was read
 	// start is the send time of the request that last saw the key first
 	// in its queue, or created it (the lock's validity counts from it).
 	start time.Time
@@ -145,7 +150,7 @@ type contender struct {
 func (l *Locker) tryPut(ctx context.Context, c *contender) error {
 	q := l.queue(c.name)
 	empty := clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix()
-	put := clientv3.OpPut(c.key, l.holderValue(), clientv3.WithLease(c.s.id))
+	put := clientv3.OpPut(c.key, c.value, clientv3.WithLease(c.s.id))
 	first := clientv3.OpGet(q, clientv3.WithFirstCreate()...)
 	c.start = time.Now()
 	resp, err := l.client.Txn(ctx).If(empty).Then(put).Else(first).Commit()
@@ -175,7 +180,7 @@ func (l *Locker) enqueue(ctx context.Context, c *contender) error {
 	// As concurrency.Mutex does: the put and the read of the queue's first
 	// key in one transaction, so "first" is decided at the put's revision.
 	cmp := clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0)
-	put := clientv3.OpPut(c.key, l.holderValue(), clientv3.WithLease(c.s.id))
+	put := clientv3.OpPut(c.key, c.value, clientv3.WithLease(c.s.id))
 	get := clientv3.OpGet(c.key)
 	owner := clientv3.OpGet(l.queue(c.name), clientv3.WithFirstCreate()...)
 	c.start = time.Now()

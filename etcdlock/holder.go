@@ -17,9 +17,21 @@ import (
 // revision and lease decide who holds the lock. concurrency.Mutex and
 // `etcdctl lock` put an empty value and never read it, so they share the
 // queue with such keys unchanged. service names the program (it may be
-// empty). The default is off: the value is empty, as a Mutex's.
+// empty). An attempt with an identity (dlock.WithIdentity, an election's
+// candidate) puts its identity instead, as `etcdctl elect` puts its
+// proposal. The default is off: the value is empty, as a Mutex's.
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
+}
+
+// value is the value of a key put now for an attempt with identity id
+// (driver.Identity): id itself when it is not empty, as `etcdctl elect`
+// puts its proposal, else holderValue.
+func (l *Locker) value(id string) string {
+	if id != "" {
+		return id
+	}
+	return l.holderValue()
 }
 
 // holderValue is the value of a key put now: the holder record with
@@ -31,9 +43,13 @@ func (l *Locker) holderValue() string {
 	return holder.Record(l.cfg.HolderHead, time.Now())
 }
 
-// holderOf fills info's holder fields from a key's value, when it is a
-// holder record.
+// holderOf fills info's holder fields from a key's value: a holder
+// record's, or an election's identity (or etcdctl's proposal) as the
+// Service.
 func holderOf(info *dlock.LockInfo, value []byte) {
+	if len(value) > 0 && value[0] != '{' {
+		info.Service = string(value)
+	}
 	if len(value) == 0 || value[0] != '{' {
 		return
 	}

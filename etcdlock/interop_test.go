@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"bufio"
 	"context"
+	"io"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -91,15 +92,7 @@ func TestMutexInterop(t *testing.T) {
 // holds the lock; it returns a function that makes it release (SIGINT).
 func etcdctlLock(t *testing.T, c *etcdtest.Cluster, name string, held chan<- struct{}) (release func()) {
 	t.Helper()
-	cmd := exec.Command("etcdctl", "--endpoints", strings.Join(c.Endpoints(), ","), "lock", name)
-	cmd.Env = append(cmd.Environ(), "ETCDCTL_API=3")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("etcdctl: %v", err)
-	}
+	out, release := etcdctl(t, c, "lock", name)
 	go func() {
 		sc := bufio.NewScanner(out)
 		if sc.Scan() && strings.HasPrefix(sc.Text(), name+"/") {
@@ -108,17 +101,32 @@ func etcdctlLock(t *testing.T, c *etcdtest.Cluster, name string, held chan<- str
 		for sc.Scan() {
 		}
 	}()
-	done := false
-	release = func() {
-		if done {
-			return
-		}
-		done = true
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		_ = cmd.Wait()
-	}
-	t.Cleanup(release)
 	return release
+}
+
+// etcdctl starts etcdctl with args against c, and returns its standard
+// output and the function that interrupts it (SIGINT) and waits for it.
+func etcdctl(t *testing.T, c *etcdtest.Cluster, args ...string) (io.Reader, func()) {
+	t.Helper()
+	cmd := exec.Command("etcdctl", append([]string{"--endpoints", strings.Join(c.Endpoints(), ",")}, args...)...)
+	cmd.Env = append(cmd.Environ(), "ETCDCTL_API=3")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("etcdctl: %v", err)
+	}
+	done := false
+	stop := func() {
+		if !done {
+			done = true
+			_ = cmd.Process.Signal(syscall.SIGINT)
+			_ = cmd.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	return out, stop
 }
 
 // TestEtcdctlInterop: `etcdctl lock` and a Locker on the same name exclude

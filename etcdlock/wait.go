@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // wait is the Locker's waits for one lock name through dlock.Acquire (see
@@ -170,6 +171,12 @@ func (l *Locker) addPlace(ctx context.Context, w *wait, key string, ttl time.Dur
 // held the lock, and its next attempt queues again with a new lease.
 func (l *Locker) takePlace(ctx context.Context, p *place, ttl time.Duration) (*dlock.Lock, error) {
 	c := p.c
+	if id := driver.Identity(ctx); id != c.identity {
+		// Another wait of this Locker queued the key, with its identity.
+		if err := l.proclaim(ctx, c, id); err != nil {
+			return nil, err
+		}
+	}
 	c.start = time.Now()
 	if l.validUntil(c.s, c.start, ttl).Before(c.start.Add(ttl / 2)) {
 		if _, err := l.renew(ctx, c.s, true); err != nil {
@@ -182,6 +189,27 @@ func (l *Locker) takePlace(ctx context.Context, p *place, ttl time.Duration) (*d
 		}
 	}
 	return l.granted(ctx, ttl, c)
+}
+
+// proclaim makes c's key publish identity id (driver.Identity) instead of
+// the one of the wait that queued it, keeping its lease and its create
+// revision (its place and fence), as concurrency.Election's Proclaim does.
+// A key found gone ends the attempt with ErrNotAcquired: the next one
+// queues again.
+func (l *Locker) proclaim(ctx context.Context, c *contender, id string) error {
+	value := l.value(id)
+	ours := clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.rev)
+	resp, err := l.client.Txn(ctx).If(ours).Then(clientv3.OpPut(c.key, value, clientv3.WithIgnoreLease())).Commit()
+	switch {
+	case err != nil:
+		l.abandon(ctx, c)
+		return fmt.Errorf("dlock: acquire %q: %w", c.name, l.opErr(ctx, err, true))
+	case !resp.Succeeded:
+		l.free(c.slot)
+		return fmt.Errorf("dlock: acquire %q: %w (the wait's key is gone: it queues again)", c.name, dlock.ErrNotAcquired)
+	}
+	c.value, c.identity = value, id
+	return nil
 }
 
 // end stops p's goroutine and waits for it.

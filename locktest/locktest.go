@@ -67,10 +67,7 @@ func Key(t *testing.T) string {
 
 // Run runs the conformance suite as subtests of t.
 func Run(t *testing.T, newLocker Factory, opts ...Option) {
-	s := &suite{newLocker: newLocker}
-	for _, o := range opts {
-		o(s)
-	}
+	s := newSuite(newLocker, opts)
 	t.Run("MutualExclusion", s.mutualExclusion)
 	t.Run("SameLockerIsAnotherOwner", s.sameLockerIsAnotherOwner)
 	t.Run("StaleReleaseRefused", s.staleReleaseRefused)
@@ -92,6 +89,14 @@ func Run(t *testing.T, newLocker Factory, opts ...Option) {
 	t.Run("AcquireWaitsThroughOutage", s.acquireWaitsThroughOutage)
 	t.Run("OneWayToWait", s.oneWayToWait)
 	t.Run("Semaphore", s.semaphores)
+}
+
+func newSuite(newLocker Factory, opts []Option) *suite {
+	s := &suite{newLocker: newLocker}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 func ctx(t *testing.T) context.Context {

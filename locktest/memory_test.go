@@ -26,3 +26,13 @@ func TestConformanceOfATryOnlyBackend(t *testing.T) {
 			return l.Heal
 		}))
 }
+
+// The election suite on the same backend: without a TermReader, Leader
+// and Observe fall back to probing with TryAcquire, and without release
+// announcements a resignation reaches the next candidate at its poll.
+// dlocktest's own tests run it on the whole Locker.
+func TestElectionOfATryOnlyBackend(t *testing.T) {
+	l := dlocktest.New()
+	locktest.RunElection(t, func(*testing.T) dlock.Locker { return struct{ dlock.Locker }{l} },
+		locktest.WithLapse(func(_ *testing.T, key string) { l.Lose(key) }))
+}

@@ -274,6 +274,23 @@
 // and release the lock), so that every Locker with the same prefix and key
 // function, and `dlock inspect`, lists it by name.
 //
+// # Leader election
+//
+// dlock.Lead, Leader, Observe and Campaign work on a Locker with no schema
+// beyond the fence sequence. A leader's grant publishes its term (the
+// fence) and its identity (dlock.WithIdentity, at most 42 bytes of
+// printable ASCII) in its session's application_name, "name (#<term>
+// <identity>)" or "#<term> <identity>" where the name does not fit, in the
+// statement that takes the lock; release restores it. Leader (ReadTerm)
+// finds the holder's session in pg_locks and reads its application_name
+// from pg_stat_activity, which every role may see: one query. A pinned
+// connection is never recycled by the pool (MaxConnLifetime applies to
+// idle connections), so a leader never loses its lock silently to its own
+// pool; a session ended under it (pg_terminate_backend, a restart, a cut
+// connection) frees the lock at once, and the leader learns of it at its
+// next check, within the extension threshold, while the next candidate
+// may lead already: its fence is the one the resources must honour.
+//
 // # Job queues
 //
 // For "each job exactly once", a lock per job is the wrong tool: let the

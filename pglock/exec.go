@@ -38,7 +38,7 @@ func newRowExec(cfg *pgx.ConnConfig) rowExec {
 // rowBufs are one statement's encoded arguments, kept in the grant so that
 // encoding them allocates nothing.
 type rowBufs struct {
-	params [4][]byte
+	params [5][]byte
 	ints   [16]byte
 }
 

@@ -1,6 +1,7 @@
 package pglock
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/dlock-go/dlock/driver"
@@ -27,6 +28,9 @@ func WithHolderInfo(service string) Option {
 	return func(l *Locker) error {
 		if !publishable(service) {
 			return driver.Invalidf("holder service %q: PostgreSQL's application_name keeps at most %d bytes of printable ASCII", service, maxAppName)
+		}
+		if strings.HasPrefix(service, "#") {
+			return driver.Invalidf("holder service %q: a leading '#' marks an election's term in application_name", service)
 		}
 		l.holder, l.service = true, service
 		return nil
@@ -86,4 +90,71 @@ func (l *Locker) publishedName(app string, id lockID) (name, service string, ok 
 		}
 	}
 	return "", "", false
+}
+
+// maxFenceDigits is the most digits a fence can have (a bigint's).
+const maxFenceDigits = 19
+
+// maxIdentity is the longest identity a grant can publish: what
+// application_name leaves beside "#<fence> ".
+const maxIdentity = maxAppName - maxFenceDigits - 2
+
+// publication returns the statements for a grant of name (prefix not
+// included) that publishes identity id (driver.Identity; "" for none), and
+// the two format strings its application_name is set from, with %s for the
+// fence: the first when it fits, else the second (see buildStatements).
+// With an identity they are "name (#<fence> <id>)" and "#<fence> <id>";
+// without, holder info's appName, twice.
+func (l *Locker) publication(name, id string) (st *statements, app, alt string, err error) {
+	if id == "" {
+		if !l.holder {
+			return l.plain, "", "", nil
+		}
+		app = strings.ReplaceAll(l.appName(l.cfg.Prefix+name), "%", "%%")
+		return l.plain, app, app, nil
+	}
+	if !publishable(id) || len(id) > maxIdentity {
+		return nil, "", "", driver.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", id, maxIdentity)
+	}
+	rec := "#%s " + strings.ReplaceAll(id, "%", "%%")
+	if full := l.cfg.Prefix + name; publishable(full) {
+		return l.named, strings.ReplaceAll(full, "%", "%%") + " (" + rec + ")", rec, nil
+	}
+	return l.named, rec, rec, nil
+}
+
+// parseTerm reads the term and identity that a leader's application_name
+// carries (see publication): the whole of it, or what follows the last
+// " (" that starts one.
+func parseTerm(app string) (fence uint64, id string, ok bool) {
+	if fence, id, ok := termRecord(app); ok {
+		return fence, id, true
+	}
+	if !strings.HasSuffix(app, ")") {
+		return 0, "", false
+	}
+	for i := strings.Index(app, " (#"); i >= 0; {
+		if fence, id, ok := termRecord(app[i+2 : len(app)-1]); ok {
+			return fence, id, true
+		}
+		j := strings.Index(app[i+1:], " (#")
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return 0, "", false
+}
+
+// termRecord parses "#<fence> <id>".
+func termRecord(s string) (uint64, string, bool) {
+	digits, id, ok := strings.Cut(strings.TrimPrefix(s, "#"), " ")
+	if !ok || !strings.HasPrefix(s, "#") || id == "" {
+		return 0, "", false
+	}
+	fence, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil || fence == 0 || strconv.FormatUint(fence, 10) != digits {
+		return 0, "", false
+	}
+	return fence, id, true
 }

@@ -25,8 +25,9 @@ const DefaultInspectLimit = 1000
 // heldLock is what the Locker remembers of a lock it holds (in names,
 // keyed by its *grant), for Inspect.
 type heldLock struct {
-	since time.Time
-	fence uint64
+	since    time.Time
+	fence    uint64
+	identity string // driver.Identity of the grant, if any
 }
 
 // inspectSQL lists the exclusive advisory locks granted in the current
@@ -180,6 +181,9 @@ func (l *Locker) lockInfo(rows pgx.Rows, n naming) (dlock.LockInfo, error) {
 	name, service, published := l.publishedName(app, id)
 	if published {
 		info.Service = service
+	}
+	if fence, who, ok := parseTerm(app); ok {
+		info.Fence, info.Service = fence, who // an election's leader: its term and identity
 	}
 	switch o, ok := n.mine[id]; {
 	case ok:

@@ -38,10 +38,12 @@ type Locker struct {
 	lease    time.Duration // WithSessionLease margin; < 0: off
 	holder   bool          // WithHolderInfo: publish held locks' names
 	service  string        // WithHolderInfo's service
-	settings []string      // session settings a grant changes (sessionSettings)
 
-	stmts statements
-	exec  rowExec
+	// plain are the statements of a grant that publishes nothing beyond
+	// what holder says, named those of one that publishes an identity
+	// (the same with holder info).
+	plain, named *statements
+	exec         rowExec
 
 	held atomic.Int32 // connections pinned by this Locker's locks
 
@@ -199,8 +201,11 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
-	l.settings = l.sessionSettings()
-	l.buildStatements()
+	l.plain = l.buildStatements(l.sessionSettings(l.holder))
+	l.named = l.plain
+	if !l.holder {
+		l.named = l.buildStatements(l.sessionSettings(true))
+	}
 	l.cfg.Done("postgres")
 	return l, nil
 }
@@ -304,34 +309,53 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 // grantLock makes one attempt to take the session lock on k and returns
 // the grant, its fence and its validity.
 func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Duration) (*grant, uint64, time.Time, error) {
+	p, err := l.publish(ctx, name)
+	if err != nil {
+		return nil, 0, time.Time{}, err
+	}
 	conn, err := l.pin(ctx, name)
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}
-	return l.grantOn(ctx, conn, name, k, ttl)
+	return l.grantOn(ctx, conn, name, k, ttl, p)
+}
+
+// pub is what a grant publishes: publication's results, and the identity.
+type pub struct {
+	st       *statements
+	app, alt string
+	id       string
+}
+
+// publish returns what a grant of name publishes (see publication).
+func (l *Locker) publish(ctx context.Context, name string) (pub, error) {
+	id := driver.Identity(ctx)
+	st, app, alt, err := l.publication(name, id)
+	return pub{st, app, alt, id}, err
 }
 
 // grantOn is grantLock on conn, which it pins for the lock when granted,
 // gives back to the pool when k is busy, and discards on an error.
-func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration) (*grant, uint64, time.Time, error) {
+func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration, p pub) (*grant, uint64, time.Time, error) {
+	st, app, alt, id := p.st, p.app, p.alt, p.id
 	// The grant is made first: it holds the statement's arguments and
 	// results, for this statement and the release (fewer allocations).
-	g := &grant{l: l, key: k, name: name}
+	g := &grant{l: l, key: k, name: name, st: st}
 	args := g.keyArgs()
 	r := &g.row
 	dest := append(g.dest[:0], &r.fence, &r.pid)
 	if l.lease >= 0 {
 		args = append(args, l.leaseMS(ttl))
 	}
-	if l.holder {
-		args = append(args, l.appName(l.cfg.Prefix+name))
+	if st != l.plain || l.holder {
+		args = append(args, app, alt)
 	}
-	for i := range l.settings {
+	for i := range st.settings {
 		dest = append(dest, &r.set[i], &g.prev[i])
 	}
 
 	start := time.Now()
-	if err := l.exec.queryRow(ctx, conn.Conn(), l.stmts.acquire[k.form()], &g.bufs, args, dest); err != nil {
+	if err := l.exec.queryRow(ctx, conn.Conn(), st.acquire[k.form()], &g.bufs, args, dest); err != nil {
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
@@ -349,7 +373,7 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 	}
 	l.held.Add(1)
 	g.conn, g.pid = conn, r.pid
-	l.names.Store(g, heldLock{since: time.Now(), fence: uint64(r.fence.Int64)})
+	l.names.Store(g, heldLock{since: time.Now(), fence: uint64(r.fence.Int64), identity: id})
 	return g, uint64(r.fence.Int64), validUntil, nil
 }
 
@@ -404,7 +428,8 @@ type grant struct {
 	l    *Locker
 	key  Key
 	name string
-	pid  int32 // pg_backend_pid() at acquisition
+	st   *statements // the statements it was taken with, and is released with
+	pid  int32       // pg_backend_pid() at acquisition
 	// prev are the values the session settings that the grant changed
 	// (sessionSettings: a lease's idle_session_timeout, holder info's
 	// application_name) had before, restored at release.
@@ -419,7 +444,7 @@ type grant struct {
 
 	// Arguments and results of the acquiring and the releasing statement.
 	// The key arguments point into key, so passing them allocates nothing.
-	args    [4]any
+	args    [5]any
 	dest    [6]any
 	row     acquireRow
 	outcome int32
@@ -510,11 +535,11 @@ func (g *grant) Release(ctx context.Context) error {
 	args := g.keyArgs()
 	dest := append(g.dest[:0], &g.outcome)
 	var restored [2]bool
-	for i := range g.l.settings {
+	for i := range g.st.settings {
 		args = append(args, g.prev[i])
 		dest = append(dest, &restored[i])
 	}
-	if err := g.l.exec.queryRow(ctx, g.conn.Conn(), g.l.stmts.release[g.key.form()], &g.bufs, args, dest); err != nil {
+	if err := g.l.exec.queryRow(ctx, g.conn.Conn(), g.st.release[g.key.form()], &g.bufs, args, dest); err != nil {
 		return g.connErr(ctx, err, false)
 	}
 	if unlocked := g.outcome != 0; !unlocked {

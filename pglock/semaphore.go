@@ -84,7 +84,12 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		}
 		return nil, err
 	}
-	g, fence, validUntil, err := l.grantOn(ctx, conn, driver.SlotKey(name, slot), k, ttl)
+	p, err := l.publish(ctx, driver.SlotKey(name, slot))
+	if err != nil {
+		discard(conn) // in the grant's transaction
+		return nil, err
+	}
+	g, fence, validUntil, err := l.grantOn(ctx, conn, driver.SlotKey(name, slot), k, ttl, p)
 	if err == nil {
 		_, err = conn.Exec(ctx, "COMMIT")
 		if err != nil {

@@ -69,14 +69,20 @@ const nextvalSQL = `nextval('` + FenceSequence + `')`
 var waitKeySQL = strconv.FormatInt(WaitKey, 10)
 
 // statements are a Locker's acquire and release statements, for bigint
-// keys ([0]) and pairs ([1]).
+// keys ([0]) and pairs ([1]), and the session settings they change.
 type statements struct {
-	acquire [2]string
-	release [2]string
+	settings []string
+	acquire  [2]string
+	release  [2]string
 }
 
-func (l *Locker) buildStatements() {
-	sets := l.settings
+// buildStatements builds the statements that change the session settings
+// sets (see sessionSettings). application_name takes two arguments, format
+// strings in which %s stands for the fence just drawn (see publication):
+// it is set from the first when the result fits in what PostgreSQL keeps,
+// else from the second.
+func (l *Locker) buildStatements(sets []string) *statements {
+	st := &statements{settings: sets}
 	for i, pair := range []bool{false, true} {
 		p, next := keyParams(pair)
 
@@ -86,15 +92,25 @@ func (l *Locker) buildStatements() {
 		// The settings change only when the lock was granted.
 		fence := fenceExpr(`pg_try_advisory_lock` + p)
 		if len(sets) == 0 {
-			l.stmts.acquire[i] = `SELECT ` + fence + `, pg_backend_pid()`
+			st.acquire[i] = `SELECT ` + fence + `, pg_backend_pid()`
 		} else {
 			cte, sel := `WITH l AS MATERIALIZED (SELECT `+fence+` AS fence`, `SELECT l.fence, pg_backend_pid()`
+			n := next
 			for j, set := range sets {
-				prev, arg := `p`+strconv.Itoa(j), `$`+strconv.Itoa(next+j)
+				prev, arg := `p`+strconv.Itoa(j), `$`+strconv.Itoa(n)+`::text`
+				n++
+				if set == "application_name" {
+					// The first format string if its result fits, else the
+					// second (publication).
+					alt := `$` + strconv.Itoa(n) + `::text`
+					n++
+					arg = `format(CASE WHEN length(format(` + arg + `, l.fence)) <= ` + strconv.Itoa(maxAppName) +
+						` THEN ` + arg + ` ELSE ` + alt + ` END, l.fence)`
+				}
 				cte += `, current_setting('` + set + `') AS ` + prev
-				sel += `, CASE WHEN l.fence IS NOT NULL THEN set_config('` + set + `', ` + arg + `::text, false) END IS NOT NULL, l.` + prev
+				sel += `, CASE WHEN l.fence IS NOT NULL THEN set_config('` + set + `', ` + arg + `, false) END IS NOT NULL, l.` + prev
 			}
-			l.stmts.acquire[i] = cte + ")\n" + sel + ` FROM l`
+			st.acquire[i] = cte + ")\n" + sel + ` FROM l`
 		}
 
 		// The release's first column: 0 when the session did not hold the
@@ -115,20 +131,21 @@ func (l *Locker) buildStatements() {
 		for j, set := range sets {
 			rel += `, set_config('` + set + `', $` + strconv.Itoa(next+j) + `::text, false) IS NOT NULL`
 		}
-		l.stmts.release[i] = rel
+		st.release[i] = rel
 	}
+	return st
 }
 
 // sessionSettings are the settings a grant changes on its session and
 // release restores, in the order of the statements' columns and
-// arguments: idle_session_timeout with a lease, application_name with
-// holder info.
-func (l *Locker) sessionSettings() []string {
+// arguments: idle_session_timeout with a lease, application_name when the
+// grant publishes something (holder info, an identity).
+func (l *Locker) sessionSettings(publish bool) []string {
 	sets := make([]string, 0, 2)
 	if l.lease >= 0 {
 		sets = append(sets, "idle_session_timeout")
 	}
-	if l.holder {
+	if publish {
 		sets = append(sets, "application_name")
 	}
 	return sets

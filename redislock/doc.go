@@ -137,6 +137,19 @@
 // expiry. ReleaseToken and ExtendToken on a permit's key (the command line)
 // act on the slot key alone: they wake nobody and leave the record's TTL.
 //
+// # Leader election
+//
+// dlock.Lead, Leader, Observe and Campaign need nothing more on the server.
+// An election's grant (one made with an identity, dlock.WithIdentity,
+// host:pid by default) writes the holder record "dlock:holder:{key}" with
+// the identity and the grant's token in the grant's own round trip; its
+// extensions keep it and its release deletes it. Leader (ReadTerm) reads the
+// key, its fence counter (the grant's fence: the term) and the record in
+// one MULTI, and trusts a record only with the key's token, so a record
+// that outlived its lock is never taken for the next holder's. A leader is
+// as exclusive as the lock: not across a failover to a replica that missed
+// the grant, where the fence is what stops the old leader's writes.
+//
 // # Guarantees and limits
 //
 // On one node a lock is exclusive as long as the key lives: only a SET NX of a

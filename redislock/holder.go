@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/keys"
@@ -13,11 +14,12 @@ import (
 )
 
 // WithHolderInfo makes the Locker publish who holds each of its locks, for
-// Inspect and `dlock inspect`: a JSON record {"host", "pid", "service",
-// "since"} in the key "dlock:holder:{key}", written in the same round trip
-// as the grant (only if the grant is this Locker's), given the lock's TTL
-// at each extension, and deleted with the release (where it is still this
-// lock's record). The record is informational only: the lock key and its
+// Inspect, `dlock inspect` and dlock.Leader: a JSON record {"host", "pid",
+// "service", "since", "token"} (the grant's token, so that a reader can
+// tell it from a record an earlier holder left behind) in the key
+// "dlock:holder:{key}", written in the same round trip as the grant (only
+// if the grant is this Locker's), given the lock's TTL at each extension,
+// and deleted with the release (where it is still this lock's record). The record is informational only: the lock key and its
 // token decide who holds the lock. service names the program (it may be
 // empty). The default is off: nothing is written beside the lock.
 //
@@ -30,13 +32,14 @@ func WithHolderInfo(service string) Option {
 }
 
 // acquireScript runs the acquire script and, with WithHolderInfo, the
-// holder record's write after it in the same round trip, as one try
-// (oneTry); it returns the acquire script's reply and the record written
-// ("" without the option).
+// holder record's write after it in the same round trip (the term record
+// of an election's grant: see ReadTerm), as one try (oneTry); it returns
+// the acquire script's reply and the record written ("" when none).
 func (l *Locker) acquireScript(ctx context.Context, ks []string, args []any, token string, ttl time.Duration) (any, string, error) {
+	rec := holder.Grant(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), token)
 	ctx, cancel := l.oneTry(ctx)
 	defer cancel()
-	if l.cfg.HolderHead == "" {
+	if rec == "" {
 		cmd := l.run(ctx, scripts.Acquire, ks, args)
 		if left, ok := cmd.Err().(*batch.LeftError); ok {
 			// The attempt may be granted after its caller gave up on it:
@@ -50,7 +53,6 @@ func (l *Locker) acquireScript(ctx context.Context, ks []string, args []any, tok
 		v, err := cmd.Result()
 		return v, "", err
 	}
-	rec := holder.Record(l.cfg.HolderHead, time.Now())
 	res := scripts.Pipelined(ctx, l.client, append([]scripts.Call{{Script: scripts.Acquire, Keys: ks, Args: args}},
 		scripts.WriteHolders(ks[:1], token, rec, ttl)...)...)
 	v, err := res[0].Result()

@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/rclient"
@@ -35,10 +36,8 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 		return nil, err
 	}
 	token := driver.NewToken()
-	rec := "" // the holder record (WithHolderInfo)
-	if l.cfg.HolderHead != "" {
-		rec = holder.Record(l.cfg.HolderHead, time.Now())
-	}
+	since, identity := time.Now(), driver.Identity(ctx)
+	rec := holder.Grant(l.cfg.HolderHead, since, identity, token) // "": none
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		c := l.sendRound(ctx, full, token, rec, ttl, plan)
@@ -65,6 +64,9 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 			validUntil := driver.ValidUntil(start, ttl, l.cfg.DriftFactor)
 			if elapsed := time.Since(start); validUntil.After(start.Add(elapsed)) {
 				g := &grant{l: l, keys: full, token: token, holder: rec, fence: fence, acquiring: c.progress, nodes: nodes}
+				if identity != "" {
+					l.publishTerm(ctx, g, since, identity, ttl)
+				}
 				return driver.NewLock(display, token, uint64(fence), validUntil, g), nil
 			}
 			return l.fail(ctx, display, full, token, rec, c.all(), dlock.ErrNotAcquired,
@@ -82,7 +84,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 		// grows with each split, so one contender ends up alone.
 		l.releaseEverywhere(ctx, full, token, rec)
 		base := max(time.Since(start), time.Millisecond)
-		if !sleep(ctx, rand.N(base<<(attempt+1))) {
+		if !backend.Sleep(ctx, rand.N(base<<(attempt+1))) {
 			return l.fail(ctx, display, full, token, rec, replies, dlock.ErrNotAcquired, "")
 		}
 	}
@@ -302,17 +304,6 @@ func (l *Locker) splitVote(replies []*nodeReply) bool {
 		}
 	}
 	return true
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // dedupe marks replies from a server that an earlier node already is (same

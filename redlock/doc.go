@@ -119,6 +119,20 @@
 // after locks are released and those times have passed, a node holds
 // nothing of dlock's.
 //
+// # Leader election
+//
+// dlock.Lead, Leader, Observe and Campaign need nothing more on the nodes.
+// The leader is what a majority reports: Leader (ReadTerm) reads each node's
+// key, fence counter and holder record in one MULTI, names the token that a
+// majority holds (nobody when a majority holds nothing), and returns an
+// error matching dlock.ErrUnavailable, a *QuorumError, when the nodes are
+// split or too few answer. An election's grant (one made with an identity)
+// publishes the identity and its token in the holder record in its own
+// round trip, and once a majority granted, the record again with the
+// lock's fence (the largest of the majority's draws, which no node's
+// counter need hold): one more round trip per grant, before TryAcquire
+// returns.
+//
 // # What it guarantees, and what it does not
 //
 // Redlock's exclusion rests on timing. Two holders never overlap provided

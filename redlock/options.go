@@ -70,18 +70,18 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 }
 
 // WithHolderInfo makes the Locker publish who holds each of its locks,
-// for Inspect and `dlock inspect`: the record that redislock's
-// WithHolderInfo writes, a JSON object {"host", "pid", "service",
-// "since"} in the key "dlock:holder:{key}" on each node, written in the
-// same round trip as the node's grant (only where the node granted this
-// Locker's attempt), given the lock's TTL with each extension on the nodes
-// that extended, and deleted with the release (on each node where it is
-// still this lock's record). An attempt that fails deletes it with its
-// undo; ReleaseToken and ExtendToken, which do not know the record, leave
-// it to expire with the TTL it was given. The record is informational
-// only: the lock keys and their token decide who holds the lock. service
-// names the program (it may be empty). The default is off: nothing is
-// written beside the lock.
+// for Inspect, `dlock inspect` and dlock.Leader: the record that
+// redislock's WithHolderInfo writes, a JSON object {"host", "pid",
+// "service", "since", "token"} in the key "dlock:holder:{key}" on each
+// node, written in the same round trip as the node's grant (only where the
+// node granted this Locker's attempt), given the lock's TTL with each
+// extension on the nodes that extended, and deleted with the release (on
+// each node where it is still this lock's record). An attempt that fails
+// deletes it with its undo; ReleaseToken and ExtendToken, which do not know
+// the record, leave it to expire with the TTL it was given. The record is
+// informational only: the lock keys and their token decide who holds the
+// lock. service names the program (it may be empty). The default is off:
+// nothing is written beside the lock.
 //
 // Its cost: one more script in each node's grant, extension and release,
 // in the same round trip as the lock's own. An uncontended TryAcquire and

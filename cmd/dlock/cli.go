@@ -19,6 +19,7 @@ import (
 const (
 	exitOK            = 0
 	exitFailure       = 1   // anything else that went wrong
+	exitNobody        = 3   // leader: nobody leads the election
 	exitUsage         = 64  // EX_USAGE: bad flags or arguments
 	exitUnavailable   = 69  // EX_UNAVAILABLE: the backend could not be reached
 	exitBusy          = 75  // EX_TEMPFAIL: the lock is held and --wait ran out
@@ -33,22 +34,24 @@ const (
 const exitCodesHelp = `Exit codes:
   0        success (run: the command exited 0)
   1        other failure
+  3        leader: nobody leads the election
   64       usage error: bad flag, argument or backend choice
   69       backend unreachable (or it answered with an error that may pass)
   75       lock busy: another owner held it until --wait ran out
-           (-E N exits N instead; -q prints nothing for it)
-  76       lock lost: run: lost, or not extended in time, while the
+           (elect: another candidate led; -E N exits N instead; -q prints
+           nothing for it)
+  76       lock lost: run, elect: lost, or not extended in time, while the
            command ran (the command was terminated); extend/release: the
            token no longer holds the lock
   78       backend refused: fix its setup (wrong password or user, missing
            permission, a replica, no memory, no fence sequence); at once,
            whatever --wait
-  126      run: the command could not be started
-  127      run: the command was not found
-  128+N    run: the command died of signal N, or dlock got signal N
+  126      run, elect: the command could not be started
+  127      run, elect: the command was not found
+  128+N    run, elect: the command died of signal N, or dlock got signal N
            while waiting for the lock
-  other    run: the command's own exit status (which may coincide with a
-           code above: have the command avoid 64-78 if that matters)`
+  other    run, elect: the command's own exit status (which may coincide
+           with a code above: have the command avoid 64-78 if that matters)`
 
 // version is set at link time (-ldflags "-X main.version=v1.2.3"); without
 // it the module version from the build info is used.
@@ -206,6 +209,10 @@ never printed.
   # see who holds what
   dlock inspect 'billing:*'
 
+  # one replica runs the scheduler, the others wait to take over; who leads?
+  dlock elect scheduler ./scheduler
+  dlock leader -w scheduler
+
   # watch the failure modes of distributed locks happen, on real servers
   dlock demo`,
 		Version:       buildVersion(),
@@ -213,12 +220,12 @@ never printed.
 		SilenceUsage:  true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usagef("missing command: run, acquire, extend, release, inspect, demo or torture")
+			return usagef("missing command: run, elect, leader, acquire, extend, release, inspect, demo or torture")
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
-	root.AddCommand(a.runCmd(), a.acquireCmd(), a.extendCmd(), a.releaseCmd(), a.inspectCmd(), a.demoCmd(), a.tortureCmd(), a.tortureWorker())
+	root.AddCommand(a.runCmd(), a.electCmd(), a.leaderCmd(), a.acquireCmd(), a.extendCmd(), a.releaseCmd(), a.inspectCmd(), a.demoCmd(), a.tortureCmd(), a.tortureWorker())
 	return root
 }
 

@@ -19,7 +19,9 @@ func (a *app) demoCmd() *cobra.Command {
 its real outcome: a basic acquire and release; the expiry bug, first with a
 plain DEL (a slow holder deletes its successor's lock) and then with a
 token-checked release (it cannot); the release script; fencing, with the
-resource rejecting a stale holder's late write; five workers taking turns
+resource rejecting a stale holder's late write; a leader election, where a
+leader frozen past its lease is replaced in a higher term and its late write
+is refused by its term; five workers taking turns
 through the Do helper; Redlock on five servers, surviving the loss of two and
 refusing to lock with three lost; and etcd on three members of its own, where
 the fence is the cluster's revision, the leader's loss changes nothing, and a

@@ -5,6 +5,8 @@
 //
 //	dlock run [--redis URL]... [--postgres DSN] [--etcd URL]... [-t TTL] [-w WAIT | -n] [-E N] [-q] [--grace 10s] [--name NAME] [--limit N] [--verbose] KEY [--] CMD [ARG]...
 //	dlock run [flags] -c 'SHELL COMMAND' KEY
+//	dlock elect [run's flags] [--id ID] [--recampaign] NAME [--] CMD [ARG]...
+//	dlock leader [-w] [--json] NAME
 //	dlock acquire KEY [-t TTL] [-w WAIT | -n] [-E N] [-q] [--limit N] [--verbose] [--json]
 //	dlock extend KEY [TOKEN] [-t TTL]
 //	dlock release KEY [TOKEN]
@@ -92,6 +94,26 @@
 // rejects writes that carry a fence lower than one it has seen (see package
 // fence).
 //
+// # Elections
+//
+// elect runs a command while this process leads the election NAME: of the
+// candidates on NAME (dlock elect, programs using dlock.Lead) one leads at
+// a time, and the others wait (--wait forever, by default) to take over.
+// An election is a lock, which elect holds as run does, with run's flags
+// and supervision: the command gets DLOCK_TERM (the term number, the
+// grant's fence, growing with every leadership) and DLOCK_LEADER (the
+// identity, --id, host:pid by default) besides run's variables; a loss
+// terminates it and exits 76, or with --recampaign campaigns again and
+// runs it anew in the next term; when the command exits, elect resigns
+// (the next candidate leads at once) and exits with its status.
+//
+// leader prints who leads NAME, its term and since when where the backend
+// knows it, or that nobody leads, which exits 3; --json prints
+// {"name", "led", "leader", "term", "since"}. leader -w prints every
+// change, nobody included and never a lower term after a higher one,
+// until SIGINT or SIGTERM (exit 0). On etcd, NAME is also etcdctl elect's
+// election: each sees the other's leader.
+//
 // acquire, extend and release let a script hold a lock across several
 // commands; nothing extends such a lock automatically, so the script must
 // extend it before --ttl passes. They need Redis or etcd: a PostgreSQL
@@ -121,20 +143,23 @@
 //
 //	0      success (run: the command exited 0)
 //	1      other failure
+//	3      leader: nobody leads the election
 //	64     usage error
 //	69     backend unreachable
-//	75     lock busy: held by another owner until --wait ran out (-E N: N)
+//	75     lock busy: held by another owner until --wait ran out (-E N: N);
+//	       elect: another candidate led
 //	76     lock lost, or not extended in time, while the command ran; or the
 //	       token no longer holds it
 //	78     backend refused: fix its setup (wrong password or user, missing
 //	       permission, a replica, no memory, no fence sequence), at once
-//	126    run: the command could not be started
-//	127    run: the command was not found
-//	128+N  run: the command died of signal N (or dlock did, while waiting)
+//	126    run, elect: the command could not be started
+//	127    run, elect: the command was not found
+//	128+N  run, elect: the command died of signal N (or dlock did, while
+//	       waiting)
 //
-// The codes are the same in every subcommand. Otherwise run exits with the
-// command's own status, which may coincide with one of the codes above (-E
-// never changes it); a script that must tell them apart should have its
-// command avoid 64-78. The table lives in exitCodesHelp (cli.go) too, which
+// The codes are the same in every subcommand. Otherwise run (and elect)
+// exits with the command's own status, which may coincide with one of the
+// codes above (-E never changes it); a script that must tell them apart
+// should have its command avoid 64-78. The table lives in exitCodesHelp (cli.go) too, which
 // every --help prints.
 package main

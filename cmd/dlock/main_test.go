@@ -70,6 +70,8 @@ func TestMain(m *testing.M) {
 //	                       (a daemon that left the group) and exit at once
 //	await FILE...          wait until every FILE exists
 //	probe OUT PID...       append "PID alive" or "PID dead" to OUT for each PID
+//	lead OUT GO            append "DLOCK_TERM DLOCK_LEADER DLOCK_FENCE" to OUT,
+//	                       then wait until GO exists
 func child(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, "child: no role")
@@ -133,6 +135,9 @@ func child(args []string) int {
 			fmt.Fprintf(&b, "%d %s\n", pid, state)
 		}
 		appendLine(args[1], strings.TrimSuffix(b.String(), "\n"))
+	case "lead":
+		appendLine(args[1], strings.Join([]string{os.Getenv("DLOCK_TERM"), os.Getenv("DLOCK_LEADER"), os.Getenv("DLOCK_FENCE")}, " "))
+		return child([]string{"await", args[2]})
 	case "cat":
 		var b bytes.Buffer
 		b.ReadFrom(os.Stdin)
@@ -196,7 +201,7 @@ type result struct {
 // proc is a running dlock binary.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr lockedBuffer // read while it runs, too
 	start          time.Time
 	done           chan struct{}
 	res            result
@@ -253,6 +258,9 @@ func (p *proc) wait(t *testing.T) result {
 		return result{}
 	}
 }
+
+// outSoFar is what the binary printed on stdout so far.
+func (p *proc) outSoFar() string { return p.stdout.String() }
 
 // runBin runs the binary to completion.
 func runBin(t *testing.T, env []string, args ...string) result {

@@ -137,7 +137,7 @@ func TestREADME(t *testing.T) {
 	if err != nil {
 		t.Fatalf("README's command lines: %v\n%s", err, out)
 	}
-	for _, want := range []string{"the report runs here", "posting with fence "} {
+	for _, want := range []string{"the report runs here", "posting with fence ", "leading in term ", "nobody leads (exit 3)"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("README's command lines printed no %q:\n%s", want, out)
 		}

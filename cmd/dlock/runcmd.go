@@ -26,14 +26,18 @@ import (
 // it starts they end the wait for the lock.
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
+// runFlags are the flags of the commands that run a command under a lock:
+// run and elect.
+type runFlags struct {
+	bf       backendFlags
+	lf       lockFlags
+	grace    time.Duration
+	noHolder bool
+	shellCmd string
+}
+
 func (a *app) runCmd() *cobra.Command {
-	var (
-		bf       backendFlags
-		lf       lockFlags
-		grace    time.Duration
-		noHolder bool
-		shellCmd string
-	)
+	var rf runFlags
 	cmd := &cobra.Command{
 		Use:   "run [flags] KEY [flags] [--] COMMAND [ARG]... | run [flags] -c SHELL-COMMAND KEY",
 		Short: "Run a command while holding a lock",
@@ -135,50 +139,60 @@ adds a label to that record: the job or service.
 
   # a shell command, as with flock -c
   dlock run -w 1m -c 'pg_dump app | gzip > /backup/app.gz' backup`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			key, argv, err := splitRunArgs(cmd, args, &shellCmd)
-			if err != nil {
-				return err
-			}
-			if err := lf.check(cmd); err != nil {
-				return err
-			}
-			ttl, wait := lf.ttl, lf.wait
-			if err := checkDurations(ttl, wait, grace); err != nil {
-				return err
-			}
-			if noHolder && bf.name != "" {
-				return usagef("--name and --no-holder contradict each other")
-			}
-			bf.ttl, bf.holder = ttl, !noHolder
-			be, err := a.openBackend(cmd.Context(), cmd, &bf, useRun)
-			if err != nil {
-				return err
-			}
-			defer be.close()
-			// The grace must leave room to extend the lock before it
-			// starts (see run).
-			r := &runner{a: a, be: be, locker: lf.locker(be.locker), limit: lf.limit, key: key, argv: argv, ttl: ttl, wait: wait, grace: min(grace, ttl/3)}
-			if lf.verbose {
-				r.verbose = &bf
-			}
-			return lf.busy(r.run(cmd.Context()))
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return a.runUnder(cmd, args, &rf, nil) },
 	}
+	a.addRunFlags(cmd, &rf, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
+	rf.lf.addLimit(cmd)
+	return cmd
+}
+
+// addRunFlags adds run's flags (and elect's) to cmd; ttl says what --ttl is.
+func (a *app) addRunFlags(cmd *cobra.Command, rf *runFlags, ttl string) {
 	f := cmd.Flags()
 	f.SetInterspersed(false) // at the KEY; splitRunArgs parses on to the command
-	addBackendFlags(cmd, &bf)
-	cmd.Flags().BoolVar(&bf.createTable, "create-fence-table", false,
+	addBackendFlags(cmd, &rf.bf)
+	cmd.Flags().BoolVar(&rf.bf.createTable, "create-fence-table", false,
 		"with --postgres: create the dlock_fence sequence that fences come from if it is\nmissing (needs CREATE rights)")
-	lf.addTTL(cmd, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
-	lf.addWait(cmd)
-	lf.addLimit(cmd)
-	f.StringVarP(&shellCmd, "command", "c", "", "run this shell command with /bin/sh -c, instead of COMMAND [ARG]...")
-	grace = 10 * time.Second
-	f.Var(seconds{d: &grace}, "grace", "time between SIGTERM and SIGKILL to the command when the lock is lost or\ncannot be extended (seconds or a duration); at most a third of --ttl, and never\npast the validity")
-	f.BoolVar(&noHolder, "no-holder", false, "do not publish holder info (host, pid, since; PostgreSQL: the lock's name) for dlock inspect")
-	f.StringVar(&bf.name, "name", "", "label the holder record with `NAME` (the job or service), for dlock inspect")
-	return cmd
+	rf.lf.addTTL(cmd, ttl)
+	rf.lf.addWait(cmd)
+	f.StringVarP(&rf.shellCmd, "command", "c", "", "run this shell command with /bin/sh -c, instead of COMMAND [ARG]...")
+	rf.grace = 10 * time.Second
+	f.Var(seconds{d: &rf.grace}, "grace", "time between SIGTERM and SIGKILL to the command when the lock is lost or\ncannot be extended (seconds or a duration); at most a third of --ttl, and never\npast the validity")
+	f.BoolVar(&rf.noHolder, "no-holder", false, "do not publish holder info (host, pid, since; PostgreSQL: the lock's name) for dlock inspect")
+	f.StringVar(&rf.bf.name, "name", "", "label the holder record with `NAME` (the job or service), for dlock inspect")
+}
+
+// runUnder is run's work, and elect's with e: it parses the KEY and the
+// command, takes the lock and runs the command under it.
+func (a *app) runUnder(cmd *cobra.Command, args []string, rf *runFlags, e *election) error {
+	key, argv, err := splitRunArgs(cmd, args, &rf.shellCmd)
+	if err != nil {
+		return err
+	}
+	lf, bf := &rf.lf, &rf.bf
+	if err := lf.check(cmd); err != nil {
+		return err
+	}
+	ttl, wait := lf.ttl, lf.wait
+	if err := checkDurations(ttl, wait, rf.grace); err != nil {
+		return err
+	}
+	if rf.noHolder && bf.name != "" {
+		return usagef("--name and --no-holder contradict each other")
+	}
+	bf.ttl, bf.holder = ttl, !rf.noHolder
+	be, err := a.openBackend(cmd.Context(), cmd, bf, useRun)
+	if err != nil {
+		return err
+	}
+	defer be.close()
+	// The grace must leave room to extend the lock before it starts (see
+	// run).
+	r := &runner{a: a, be: be, locker: lf.locker(be.locker), limit: lf.limit, key: key, argv: argv, ttl: ttl, wait: wait, grace: min(rf.grace, ttl/3), elect: e}
+	if lf.verbose {
+		r.verbose = bf
+	}
+	return lf.busy(r.run(cmd.Context()))
 }
 
 // splitRunArgs splits run's arguments into the KEY and the command, as
@@ -188,11 +202,15 @@ adds a label to that record: the job or service.
 // too, and must when the command's arguments hold one: a "--" after the
 // command's name may have been meant as dlock's ("dlock run a b -- cmd").
 func splitRunArgs(cmd *cobra.Command, args []string, shellCmd *string) (key string, argv []string, err error) {
+	self, arg := "dlock "+cmd.Name(), "KEY" // run's words, or elect's
+	if cmd.Name() == "elect" {
+		arg = "NAME"
+	}
 	switch {
 	case cmd.ArgsLenAtDash() == 0:
-		return "", nil, usagef(`missing KEY before "--"`)
+		return "", nil, usagef(`missing %s before "--"`, arg)
 	case len(args) == 0:
-		return "", nil, usagef("missing KEY and command: dlock run KEY [--] COMMAND [ARG]... or dlock run -c 'SHELL COMMAND' KEY")
+		return "", nil, usagef("missing %[2]s and command: %[1]s %[2]s [--] COMMAND [ARG]... or %[1]s -c 'SHELL COMMAND' %[2]s", self, arg)
 	}
 	key, fs := args[0], cmd.Flags()
 	if err := driver.CheckKey(key); err != nil {
@@ -210,7 +228,7 @@ func splitRunArgs(cmd *cobra.Command, args []string, shellCmd *string) (key stri
 		case len(rest) > 0 && dash >= 0:
 			return "", nil, usagef(`-c and a command after "--" exclude each other`)
 		case len(rest) > 0:
-			return "", nil, usagef("expected one KEY with -c, got %d arguments: %q", len(args), append([]string{key}, rest...))
+			return "", nil, usagef("expected one %s with -c, got %d arguments: %q", arg, len(args), append([]string{key}, rest...))
 		case *shellCmd == "":
 			return "", nil, usagef("-c: empty shell command")
 		}
@@ -220,10 +238,10 @@ func splitRunArgs(cmd *cobra.Command, args []string, shellCmd *string) (key stri
 	case len(rest) == 0 && dash >= 0:
 		return "", nil, usagef(`missing command after "--"`)
 	case len(rest) == 0:
-		return "", nil, usagef("missing command: dlock run KEY [--] COMMAND [ARG]...")
+		return "", nil, usagef("missing command: %s %s [--] COMMAND [ARG]...", self, arg)
 	case dash < 0 && i > 0:
-		return "", nil, usagef(`expected one KEY before "--", got %d arguments: %q (to pass "--" to the command, write dlock run KEY -- COMMAND [ARG]...)`,
-			i+1, append([]string{key}, rest[:i]...))
+		return "", nil, usagef(`expected one %s before "--", got %d arguments: %q (to pass "--" to the command, write %s %s -- COMMAND [ARG]...)`,
+			arg, i+1, append([]string{key}, rest[:i]...), self, arg)
 	case rest[0] == "":
 		return "", nil, usagef("empty command name")
 	}
@@ -255,9 +273,13 @@ type runner struct {
 	ttl, wait, grace time.Duration
 	verbose          *backendFlags // with --verbose: what the holder record says
 	begun            time.Time     // when the wait began
+	// elect makes it dlock elect's: the lock is the leadership of an
+	// election (dlock.Lead), run again after a loss with recampaign.
+	elect *election
 
 	mu         sync.Mutex
 	entered    bool      // the lock was granted and the command is being started
+	terms      int       // the times it was granted
 	sup        int       // the command's supervisor while it runs
 	waitSig    os.Signal // the signal that ended the wait, if one did
 	cancelWait context.CancelCauseFunc
@@ -308,7 +330,7 @@ func (r *runner) run(ctx context.Context) error {
 		t := time.AfterFunc(r.wait, func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			if !r.entered {
+			if r.terms == 0 {
 				cancelWait(errWaitOver)
 			}
 		})
@@ -316,7 +338,12 @@ func (r *runner) run(ctx context.Context) error {
 		rec.until = time.Now().Add(r.wait)
 	}
 
-	err := dlock.Do(waitCtx, rec, r.key, r.ttl, r.hold, opts...)
+	var err error
+	if r.elect != nil {
+		err = dlock.Lead(waitCtx, rec, r.key, r.ttl, r.hold, append(opts, r.elect.options()...)...)
+	} else {
+		err = dlock.Do(waitCtx, rec, r.key, r.ttl, r.hold, opts...)
+	}
 	return r.outcome(err, rec)
 }
 
@@ -346,12 +373,13 @@ func (r *runner) hold(ctx context.Context) error {
 		r.mu.Unlock()
 		return nil
 	}
-	r.entered = true
+	r.entered, r.terms = true, r.terms+1
+	r.lostCause, r.state = nil, nil // of an earlier term
 	if r.verbose != nil {
 		r.a.granted(lock, time.Since(r.begun), r.be, r.verbose)
 	}
 	tty := foregroundTTY(r.a.stdin)
-	sup, control, err := r.start(lock, tty)
+	sup, control, err := r.start(lock, tty, r.elect.env(ctx))
 	if err != nil {
 		r.startErr = err
 		r.mu.Unlock()
@@ -371,13 +399,18 @@ func (r *runner) hold(ctx context.Context) error {
 	r.watch(ctx, lock, exited, control)
 	restoreForeground(tty)
 	r.state = sup.ProcessState
+	if r.lostCause != nil && r.elect != nil && r.elect.recampaign {
+		r.mu.Lock()
+		r.entered = false // campaigning again: a signal ends it
+		r.mu.Unlock()
+	}
 	return nil
 }
 
 // start starts the command under its supervisor, dlock's own binary (see
 // supervise), and returns the supervisor and the write end of its control
 // pipe: closing it, or dlock's death, kills every process of the command.
-func (r *runner) start(lock *dlock.Lock, tty int) (*exec.Cmd, *os.File, error) {
+func (r *runner) start(lock *dlock.Lock, tty int, env []string) (*exec.Cmd, *os.File, error) {
 	path, err := exec.LookPath(r.argv[0])
 	if err != nil {
 		return nil, nil, err
@@ -399,7 +432,7 @@ func (r *runner) start(lock *dlock.Lock, tty int) (*exec.Cmd, *os.File, error) {
 	}
 	sup := exec.Command(self, append([]string{superviseArg, mode, path}, r.argv...)...)
 	sup.Args[0] = "dlock" // for ps, instead of /proc/self/exe
-	sup.Env = childEnv(r.a.env, lock)
+	sup.Env = childEnv(r.a.env, lock, env...)
 	sup.Stdin, sup.Stdout, sup.Stderr = r.a.stdin, r.a.stdout, r.a.stderr
 	sup.ExtraFiles = []*os.File{rd} // controlFD
 	// A group of its own: signals sent to dlock's group reach the command
@@ -434,14 +467,14 @@ func (r *runner) watch(ctx context.Context, lock *dlock.Lock, exited <-chan stru
 				continue
 			}
 			r.lostCause = fmt.Errorf("not extended with %v of its validity left", max(left, 0).Round(time.Millisecond))
-			r.a.errorf("dlock run: lock %q could not be extended, and only %v of its validity is left: sending SIGTERM to the command, SIGKILL at its end",
-				r.key, max(left, 0).Round(time.Millisecond))
+			r.a.errorf("%s: lock %q could not be extended, and only %v of its validity is left: sending SIGTERM to the command, SIGKILL at its end",
+				r.a.name, r.key, max(left, 0).Round(time.Millisecond))
 		case <-ctx.Done():
 			if cause := context.Cause(ctx); errors.Is(cause, dlock.ErrLockLost) {
 				r.lostCause = cause
 				why := strings.TrimPrefix(cause.Error(), dlock.ErrLockLost.Error()+": ")
-				r.a.errorf("dlock run: lock %q lost: %s; sending SIGTERM to the command, SIGKILL in %v",
-					r.key, why, r.killDelay(lock).Round(time.Millisecond))
+				r.a.errorf("%s: lock %q lost: %s; sending SIGTERM to the command, SIGKILL in %v",
+					r.a.name, r.key, why, r.killDelay(lock).Round(time.Millisecond))
 			}
 		}
 		r.terminate(lock, exited, control)
@@ -466,7 +499,7 @@ func (r *runner) terminate(lock *dlock.Lock, exited <-chan struct{}, control *os
 	select {
 	case <-exited:
 	case <-t.C:
-		r.a.errorf("dlock run: the command did not exit within %v of SIGTERM; sending SIGKILL", delay.Round(time.Millisecond))
+		r.a.errorf("%s: the command did not exit within %v of SIGTERM; sending SIGKILL", r.a.name, delay.Round(time.Millisecond))
 		control.Close()
 		<-exited
 	}
@@ -500,7 +533,7 @@ func (r *runner) outcome(err error, rec *recorder) error {
 		return exitf(exitFailure, "the command was stopped: %v", err)
 	case err != nil:
 		// The command is done and the lock still expires with its TTL.
-		r.a.errorf("dlock run: releasing lock %q: %v (it expires within --ttl %v)", r.key, err, r.ttl)
+		r.a.errorf("%s: releasing lock %q: %v (it expires within --ttl %v)", r.a.name, r.key, err, r.ttl)
 	}
 	if code := exitStatus(r.state); code != 0 {
 		return &exitError{code: code}
@@ -516,12 +549,13 @@ func exitStatus(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
-// childEnv is env with the lock's variables set.
-func childEnv(env []string, lock *dlock.Lock) []string {
-	out := make([]string, 0, len(env)+4)
+// childEnv is env with the lock's variables set, and extra ones (NAME=value)
+// of the command's.
+func childEnv(env []string, lock *dlock.Lock, extra ...string) []string {
+	out := make([]string, 0, len(env)+4+len(extra))
 	for _, kv := range env {
 		switch k, _, _ := strings.Cut(kv, "="); k {
-		case "DLOCK_KEY", "DLOCK_TOKEN", "DLOCK_FENCE", "DLOCK_SLOT":
+		case "DLOCK_KEY", "DLOCK_TOKEN", "DLOCK_FENCE", "DLOCK_TERM", "DLOCK_LEADER", "DLOCK_SLOT":
 			continue
 		}
 		out = append(out, kv)
@@ -533,7 +567,7 @@ func childEnv(env []string, lock *dlock.Lock) []string {
 	if lock.Slot() >= 0 {
 		out = append(out, "DLOCK_SLOT="+strconv.Itoa(lock.Slot()))
 	}
-	return out
+	return append(out, extra...)
 }
 
 // errorf prints one redacted line on stderr.

@@ -68,8 +68,18 @@ with a quorum of N/2), nodrift (validity without the drift margin), semcount (a
 Redlock semaphore of 2 on 3 nodes that counts holders per node: it admits
 holders granted on nodes {1,2}, {2,3} and {3,1} at once).
 
+With --elect it runs an election instead: the workers are candidates that lead
+the key with dlock.Lead (a term is a critical section, resigned at its end, and
+they rest at times between terms), and --observers more processes follow the
+leader with dlock.Observe. The verdict adds what the observers reported, checked
+against the terms: never a lower term after a higher one, no leader named after
+its term ended (beyond a TTL's linger), nobody named at the end of every stretch
+in which nobody led, each term under its leader's identity; and the hand-off
+times, after a resignation and after a SIGKILL of the leader.
+
 Faults: ` + strings.Join(torture.AllFaults, ", ") + `.
-Defaults: pause, latency, blackhole, cut, and on servers it controls restart,
+Defaults: pause, kill (SIGKILL the holder, then start it again), latency,
+blackhole, cut, and on servers it controls restart,
 restart-delayed (and terminate for postgres, majority for etcd); majority, rewind and fastclock
 only when asked for.
 
@@ -82,6 +92,7 @@ be), 64 for bad flags and 69 when a server cannot be reached or started.
   dlock torture --backend redlock --faults majority --duration 1m
   dlock torture --backend postgres --seed 7 --timeline run.svg
   dlock torture --backend etcd --duration 1m
+  dlock torture --elect --backend postgres
   dlock torture --redis redis://127.0.0.1:6379 --workers 8
   dlock torture --limit 3 --workers 8 --faults pause,kill,restart
   dlock torture --control quorum`,
@@ -147,7 +158,7 @@ be), 64 for bad flags and 69 when a server cannot be reached or started.
 	f.StringVar(&cfg.PostgresDSN, "postgres", "", "your PostgreSQL `DSN` to run on (it needs dlock's fence sequence)")
 	f.BoolVar(&cfg.ServerFaults, "server-faults", false, "allow server faults on your servers (deleting this run's keys, ending its sessions)")
 	f.IntVar(&cfg.Nodes, "nodes", 0, "Redlock: how many throwaway servers (default 5); etcd: how many members (default 3)")
-	f.IntVar(&cfg.Workers, "workers", 0, "worker processes (default 4)")
+	f.IntVar(&cfg.Workers, "workers", 0, "worker processes (default 4; with --elect the candidates, default 3)")
 	f.IntVar(&cfg.Keys, "keys", 0, "lock keys the workers choose from (default 1)")
 	f.IntVar(&cfg.Limit, "limit", 0, "make each key a semaphore of `N` permits (fewer than --workers)")
 	f.DurationVar(&cfg.TTL, "ttl", 0, "lock TTL (default 500ms; a negative control's own)")
@@ -157,6 +168,8 @@ be), 64 for bad flags and 69 when a server cannot be reached or started.
 	f.StringVar(&faults, "faults", "", "comma-separated fault `kinds`, or none (default: see above)")
 	f.StringVar(&cfg.Control, "control", "", "run a negative control: "+strings.Join(torture.Controls, ", "))
 	f.StringVar(&cfg.Timeline, "timeline", "", "write the timeline picture to `FILE` (.svg, or .html)")
+	f.BoolVar(&cfg.Election, "elect", false, "the election scenario: the workers are candidates (dlock.Lead), observers follow\nthe leader (dlock.Observe)")
+	f.IntVar(&cfg.Observers, "observers", 0, "with --elect: observer processes (default 2)")
 	return cmd
 }
 

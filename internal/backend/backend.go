@@ -146,10 +146,7 @@ func (c *Config) CheckTTL(ttl time.Duration) error {
 // Check refuses the arguments of an attempt: a nil ctx, a bad key or a bad
 // ttl.
 func (c *Config) Check(ctx context.Context, key string, ttl time.Duration) error {
-	if ctx == nil {
-		return driver.Invalidf("nil context")
-	}
-	if err := c.CheckKey(key); err != nil {
+	if err := c.CheckRead(ctx, key); err != nil {
 		return err
 	}
 	return c.CheckTTL(ttl)
@@ -167,6 +164,15 @@ func (c *Config) CheckLimit(ctx context.Context, name string, limit int) error {
 	return c.CheckKey(name)
 }
 
+// CheckRead checks the arguments of a read of one key (ReadTerm): a
+// context and a valid key.
+func (c *Config) CheckRead(ctx context.Context, key string) error {
+	if ctx == nil {
+		return driver.Invalidf("nil context")
+	}
+	return c.CheckKey(key)
+}
+
 // CheckToken refuses the arguments of an operation that takes a token
 // instead of a handle (a lock held across shell commands): a nil ctx, a
 // bad key or an empty token.
@@ -178,4 +184,28 @@ func (c *Config) CheckToken(ctx context.Context, key, token string) error {
 		return err
 	}
 	return driver.CheckToken(key, token)
+}
+
+// Reread calls read until its answer is complete (pending false), at most
+// 1+n times, a millisecond apart, and returns its last answer: a
+// TermReader's read that caught a grant before its record was written.
+func Reread(ctx context.Context, n int, read func() (t dlock.Term, pending bool, err error)) (dlock.Term, error) {
+	for i := 0; ; i++ {
+		t, pending, err := read()
+		if !pending || i == n || !Sleep(ctx, time.Millisecond) {
+			return t, err
+		}
+	}
+}
+
+// Sleep waits d, or less when ctx ends first (then it returns false).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -71,6 +71,11 @@ var Attempt func(ctx context.Context, backend string, observe any) (n int, waiti
 // it.
 var Observe func(lock any, backend string, observe any) (nodes int)
 
+// Identity returns the identity that dlock.Acquire was asked to publish
+// with the grant of the attempt that ctx belongs to, or "" (see
+// driver.Identity). Package dlock sets it.
+var Identity func(ctx context.Context) string
+
 // Final carries an attempt's error that waiting cannot change, though its
 // sentinel is one dlock.Acquire would retry: a pool whose connections are
 // all pinned by the Locker's own locks (pglock's ErrPoolExhausted), which

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -31,4 +32,45 @@ func Head(service string) (string, error) {
 // Record returns the record of a lock granted at since.
 func Record(head string, since time.Time) string {
 	return head + since.UTC().Format(time.RFC3339Nano) + `"}`
+}
+
+// defaultHead is this process's record head without a service, for
+// grants that publish an identity without WithHolderInfo.
+var defaultHead = sync.OnceValue(func() string {
+	h, _ := Head("")
+	return h
+})
+
+// Term returns the record of a grant made at since, with the grant's
+// token, which a reader checks against the lock key's so that it never
+// takes a record an earlier holder left behind for the current holder's
+// (Redis): the holder record (head, or this process's when head is ""),
+// then the identity of an election's candidate (left out when ""), the
+// token, and the grant's fence when known (0: left out).
+func Term(head string, since time.Time, identity, token string, fence uint64) string {
+	if head == "" {
+		head = defaultHead()
+	}
+	s := head + since.UTC().Format(time.RFC3339Nano) + `"`
+	if identity != "" {
+		id, _ := json.Marshal(identity)
+		s += `,"identity":` + string(id)
+	}
+	tok, _ := json.Marshal(token)
+	s += `,"token":` + string(tok)
+	if fence > 0 {
+		s += `,"fence":` + strconv.FormatUint(fence, 10)
+	}
+	return s + "}"
+}
+
+// Grant returns the record that a grant made at since with token
+// publishes beside its key (Redis), or "" for none: one with the
+// candidate's identity for an election's grant, one with the holder's
+// head (WithHolderInfo) for any other grant, each with the token (Term).
+func Grant(head string, since time.Time, identity, token string) string {
+	if identity == "" && head == "" {
+		return ""
+	}
+	return Term(head, since, identity, token, 0)
 }

@@ -43,6 +43,7 @@ var scenarios = func() []scenario {
 		expiryScenario,
 		luaScenario,
 		fencingScenario,
+		electionScenario,
 		workersScenario,
 		redlockScenario,
 		etcdScenario, // its own servers: etcd, not Redis

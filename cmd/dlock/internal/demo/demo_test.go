@@ -494,7 +494,7 @@ func newClient(o *redis.Options) *redis.Client { return redis.NewClient(o) }
 
 // --timeline draws the scenarios with several clients: the plain-DEL half's
 // two holders (B and C) as an unexplained overlap, the fencing scenario's
-// rejected late write.
+// rejected late write, the election's two leaders.
 func TestRunTimeline(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "demo.svg")
 	if _, err := run(t, Options{Timeline: path}); err != nil {
@@ -510,7 +510,7 @@ func TestRunTimeline(t *testing.T) {
 	}
 	for _, want := range []string{
 		">2. plain DEL: C<", "B and C inside at once: A&#39;s plain DEL deleted B&#39;s lock",
-		">4. fencing: A<", "rejected (ErrStale)", ">5. worker 5<",
+		">4. fencing: A<", "rejected (ErrStale)", ">5. election: B<", ">6. worker 5<",
 	} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("the timeline has no %q", want)

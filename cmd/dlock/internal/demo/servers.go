@@ -143,10 +143,24 @@ func connectUser(ctx context.Context, o *redis.Options) (*node, error) {
 		n.direct.Close()
 		return nil, fmt.Errorf("demo: %w: redis server %s: %w", dlock.ErrUnavailable, n.addr, err)
 	}
-	r, err := tcpproxy.New(o.Network, o.Addr, o.Dialer)
+	r, c, err := relayed(o)
 	if err != nil {
 		n.direct.Close()
-		return nil, fmt.Errorf("demo: relay to %s: %w", n.addr, err)
+		return nil, err
+	}
+	n.client = c
+	n.lose = r.Cut
+	n.how = "cut off (the demo's relay to it stops forwarding; the server itself is untouched)"
+	n.stop = func() { n.client.Close(); n.direct.Close(); r.Close() }
+	return n, nil
+}
+
+// relayed starts an in-process TCP relay to the server of o and returns it
+// with a client that reaches the server through it.
+func relayed(o *redis.Options) (*tcpproxy.Proxy, *redis.Client, error) {
+	r, err := tcpproxy.New(o.Network, o.Addr, o.Dialer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("demo: relay to %s: %w", o.Addr, err)
 	}
 	ro := *o
 	ro.Network, ro.Addr = "tcp", r.Addr
@@ -157,11 +171,7 @@ func connectUser(ctx context.Context, o *redis.Options) (*node, error) {
 		tc.ServerName, _, _ = net.SplitHostPort(o.Addr)
 		ro.TLSConfig = tc
 	}
-	n.client = redis.NewClient(clientOptions(&ro))
-	n.lose = r.Cut
-	n.how = "cut off (the demo's relay to it stops forwarding; the server itself is untouched)"
-	n.stop = func() { n.client.Close(); n.direct.Close(); r.Close() }
-	return n, nil
+	return r, redis.NewClient(clientOptions(&ro)), nil
 }
 
 func ping(ctx context.Context, c *redis.Client) error {

@@ -26,10 +26,8 @@ type Section struct {
 	Lost   int64 // when its context ended, 0 if it had not
 	Cause  string
 	Held   bool
-	Paused bool // a pause of its worker overlapped it
-	// Killed is when its worker was killed inside it (FaultKill), 0 if
-	// it was not: its section ends there, at the oracle's sequence Out.
-	Killed int64
+	Paused bool  // a pause of its worker overlapped it
+	Killed int64 // when its worker was killed (FaultKill) inside it; 0 if not
 }
 
 // believed returns when the holder stopped believing it held the lock:
@@ -111,13 +109,15 @@ type Report struct {
 	LocksLeft    int
 	OracleErrors int
 	Problems     []string // anything that makes the run's record incomplete
+
+	Election *ElectionReport // the election scenario's checks; nil otherwise
 }
 
 // Safe reports whether the run found no violation: every must-be-zero
 // count is zero and every overlap is explained by a fault.
 func (r *Report) Safe() bool {
 	return r.Unexplained == 0 && r.BelowAccepted == 0 && r.SameFence == 0 && r.Linearizable == "ok" &&
-		r.NotTold == 0 && r.LocksLeft == 0 && r.OracleErrors == 0 && len(r.Problems) == 0
+		r.NotTold == 0 && r.LocksLeft == 0 && r.OracleErrors == 0 && len(r.Problems) == 0 && r.Election.safe()
 }
 
 func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Report {
@@ -128,12 +128,26 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 	var cur *Section
 	waits := map[string][][2]int64{} // per key: [wait start, wait end] of each Do
 	waitStart := map[int]int64{}
-	calls := map[int]Event{} // per worker: an operation called, not returned yet
+	// pending is an operation called and not (yet) answered: the next
+	// event of its worker answers it, unless the worker was killed.
+	var pending *Op
+	unanswered := func() {
+		if pending != nil {
+			pending.Out = outUnknown // it may have landed
+			r.Ops = append(r.Ops, *pending)
+			pending = nil
+		}
+	}
 	for _, e := range events {
 		if cur != nil && cur.W != e.W {
 			cur = nil // the events of the next worker: the last section never exited
 		}
+		if e.Ev != evRead && e.Ev != evWrite {
+			unanswered()
+		}
 		switch e.Ev {
+		case evCall:
+			pending = &Op{W: e.W, Key: e.Key, Write: e.Op == evWrite, Fence: e.Fence, Tok: e.Tok, Val: e.Val, Call: e.T}
 		case evWait:
 			waitStart[e.W] = e.T
 		case evEnter:
@@ -146,10 +160,8 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 				waits[e.Key] = append(waits[e.Key], [2]int64{ws, e.T})
 				delete(waitStart, e.W)
 			}
-		case evCall:
-			calls[e.W] = e
 		case evRead, evWrite:
-			delete(calls, e.W)
+			pending = nil
 			r.Ops = append(r.Ops, Op{W: e.W, Key: e.Key, Write: e.Ev == evWrite, Fence: e.Fence, Tok: e.Tok, Val: e.Val, Out: e.Out, Call: e.T0, Return: e.T})
 		case evExit:
 			if cur == nil || cur.W != e.W || cur.Tok != e.Tok {
@@ -175,14 +187,8 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 			}
 		}
 	}
+	unanswered()
 
-	// An operation that never returned (its worker was killed during
-	// it) may have landed or not.
-	for _, w := range slices.Sorted(maps.Keys(calls)) {
-		e := calls[w]
-		r.Ops = append(r.Ops, Op{W: w, Key: e.Key, Write: e.Op == evWrite, Fence: e.Fence, Tok: e.Tok, Val: e.Val, Out: outUnknown, Call: e.T0, Return: end})
-	}
-	closeKilled(r.Sections, faults)
 	for _, s := range r.Sections {
 		end := s.Exit
 		if end == 0 {
@@ -191,6 +197,9 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 		for _, f := range faults {
 			if f.Kind == FaultPause && f.Worker == s.W && f.Start < end && f.End > s.Grant {
 				s.Paused = true
+			}
+			if f.Kind == FaultKill && f.Worker == s.W && s.Exit == 0 && f.Start >= s.Grant && s.Killed == 0 {
+				s.Killed = f.Start
 			}
 		}
 		if s.Paused {
@@ -214,26 +223,10 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 	}
 	r.checkRegister()
 	r.LongestGap, r.GapAt = longestGap(r.Sections, waits, faults, ttl, max(cfg.Limit, 1), start, end)
-	return r
-}
-
-// closeKilled ends the sections that never exited because their worker
-// was killed inside them: at the kill, by the oracle's sequence the kill
-// recorded. A killed worker's section without an exit is its last, the
-// one it was killed in, whenever the fault began (it may have begun
-// before the grant, while it looked for a holder).
-func closeKilled(sections []*Section, faults []Fault) {
-	for _, s := range sections {
-		if s.Exit != 0 {
-			continue
-		}
-		for _, f := range faults {
-			if f.Kind == FaultKill && f.Worker == s.W && f.Seq != 0 {
-				s.Out, s.Killed = f.Seq, max(f.End, s.Grant)
-				break
-			}
-		}
+	if cfg.Election {
+		r.Election = checkElection(cfg, r, events)
 	}
+	return r
 }
 
 // findOverAdmissions is findOverlaps for semaphores of limit permits: it
@@ -253,7 +246,9 @@ func (r *Report) findOverAdmissions(backend string, limit int, faults []Fault) {
 		slices.SortFunc(ss, func(a, b *Section) int { return cmp.Compare(a.In, b.In) })
 		var inside []*Section
 		for _, b := range ss {
-			inside = slices.DeleteFunc(inside, func(a *Section) bool { return a.Out <= b.In })
+			inside = slices.DeleteFunc(inside, func(a *Section) bool {
+				return a.Out <= b.In || a.Killed != 0 && a.Killed < b.Grant // a killed holder is out from its kill
+			})
 			if len(inside) >= limit {
 				o := Overlap{Entered: b}
 				unexplained := 0
@@ -299,7 +294,9 @@ func (r *Report) findOverlaps(backend string, faults []Fault) {
 		for _, b := range ss {
 			kept := inside[:0]
 			for _, a := range inside {
-				if a.Out > b.In {
+				// A killed holder is gone: nobody entering after its death
+				// overlaps it.
+				if a.Out > b.In && (a.Killed == 0 || b.Grant <= a.Killed) {
 					kept = append(kept, a)
 				}
 			}
@@ -649,6 +646,9 @@ func (r *Report) Print(w interface{ Write([]byte) (int, error) }) {
 		p("  longest wait with %s      0\n", free)
 	}
 	p("  locks left on the servers at the end        %6d  %s\n", r.LocksLeft, mark(r.LocksLeft))
+	if r.Election != nil {
+		r.Election.print(p, mark)
+	}
 	if r.OracleErrors > 0 {
 		p("  oracle errors (the record is incomplete)    %6d  VIOLATION\n", r.OracleErrors)
 	}

@@ -138,7 +138,7 @@ func startCluster(ctx context.Context, cfg *Config) (_ *cluster, err error) {
 		}
 	}
 
-	c.proxies = make([][]*tcpproxy.Proxy, cfg.Workers)
+	c.proxies = make([][]*tcpproxy.Proxy, cfg.Workers+cfg.Observers)
 	for w := range c.proxies {
 		for _, ls := range c.locks {
 			p, err := tcpproxy.New(ls.net, ls.addr, nil)
@@ -149,6 +149,20 @@ func startCluster(ctx context.Context, cfg *Config) (_ *cluster, err error) {
 		}
 	}
 	return c, nil
+}
+
+// workerConfig is what worker i is told: its servers through its proxies.
+// The workers after cfg.Workers are the election's observers.
+func (c *cluster) workerConfig(i int) workerConfig {
+	cfg := c.cfg
+	wc := workerConfig{ID: i, Backend: cfg.Backend, Oracle: c.oracle.Addr, Guard: c.guardDSN, Prefix: c.prefix,
+		Keys: c.keys, Limit: cfg.Limit, TTL: cfg.TTL, Hold: cfg.Hold, Seed: cfg.Seed, Control: cfg.Control, ControlOff: cfg.ControlOff,
+		DriftFactor: cfg.driftFactor(), Election: cfg.Election, Observer: i >= cfg.Workers}
+	for j, ls := range c.locks {
+		wc.Locks = append(wc.Locks, ls.url)
+		wc.Proxies = append(wc.Proxies, c.proxies[i][j].Addr)
+	}
+	return wc
 }
 
 func (c *cluster) subdir(name string) string {

@@ -30,7 +30,7 @@ const (
 	FaultBlackhole      = "blackhole"       // a worker's links to lock servers go silent
 	FaultCut            = "cut"             // a worker's connections to lock servers are dropped
 	FaultTerminate      = "terminate"       // PostgreSQL: pg_terminate_backend of the holder
-	FaultKill           = "kill"            // SIGKILL a worker (the holder); it is not restarted
+	FaultKill           = "kill"            // SIGKILL the holder (a worker), and start it again
 
 	// FaultRewind takes the server back to its state just before the last
 	// grant, as a failover to a replica that missed it would: the lock key
@@ -82,7 +82,7 @@ type Config struct {
 	// Nodes is the number of throwaway Redlock servers (default 5).
 	Nodes int
 
-	Workers int // worker processes (default 4)
+	Workers int // worker processes (default 4; with Election, candidates, default 3)
 	Keys    int // lock keys the workers pick from (default 1)
 	// Limit, when above 0, makes each key a semaphore of Limit permits
 	// (dlock.Semaphore): the workers take permits, the oracle checks that
@@ -93,6 +93,15 @@ type Config struct {
 	Hold     time.Duration // the longest hold of one critical section (default TTL)
 	Duration time.Duration // how long workers take locks (default 20s)
 	Seed     int64         // the schedule and the workers' choices derive from it
+
+	// Election runs the election scenario: the workers are candidates
+	// that lead each key with dlock.Lead (a term is a critical section,
+	// resigned when it ends) and rest at times between terms, and
+	// Observers more processes follow each key's leader with
+	// dlock.Observe. The checker adds the observers' checks and measures
+	// the hand-offs.
+	Election  bool
+	Observers int // with Election: observer processes (default 2)
 
 	// Faults are the fault kinds to inject; nil means the defaults for the
 	// backend (DefaultFaults), an empty non-nil slice none.
@@ -119,7 +128,7 @@ type Config struct {
 // every fault that can be injected into the backend and the servers the
 // run has control of.
 func DefaultFaults(backend string, ownServers bool) []string {
-	f := []string{FaultPause, FaultLatency, FaultBlackhole, FaultCut}
+	f := []string{FaultPause, FaultLatency, FaultBlackhole, FaultCut, FaultKill}
 	if !ownServers {
 		return f
 	}
@@ -134,8 +143,8 @@ func DefaultFaults(backend string, ownServers bool) []string {
 }
 
 // AllFaults lists every fault kind, for help texts.
-var AllFaults = []string{FaultPause, FaultRestart, FaultRestartDelayed, FaultMajority, FaultLatency,
-	FaultBlackhole, FaultCut, FaultTerminate, FaultRewind, FaultFastClock, FaultKill}
+var AllFaults = []string{FaultPause, FaultKill, FaultRestart, FaultRestartDelayed, FaultMajority, FaultLatency,
+	FaultBlackhole, FaultCut, FaultTerminate, FaultRewind, FaultFastClock}
 
 // ownServers reports whether the run starts its own lock servers.
 func (c *Config) ownServers() bool { return len(c.RedisURLs) == 0 && c.PostgresDSN == "" }
@@ -170,8 +179,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
+	if c.Workers == 0 && c.Election {
+		c.Workers = 3
+	}
 	if c.Workers == 0 {
 		c.Workers = 4
+	}
+	if c.Observers == 0 && c.Election {
+		c.Observers = 2
 	}
 	if c.Keys == 0 {
 		c.Keys = 1
@@ -209,6 +224,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, driver.Invalidf("torture: backend redlock needs several servers, got one")
 	case c.Workers < 2 || c.Workers > 64:
 		return c, driver.Invalidf("torture: %d workers: want 2 to 64", c.Workers)
+	case c.Observers < 0 || c.Observers > 16 || c.Observers > 0 && !c.Election:
+		return c, driver.Invalidf("torture: %d observers: want 0 to 16, with the election scenario", c.Observers)
+	case c.Election && c.Control != "":
+		return c, driver.Invalidf("torture: the negative controls run the lock scenario, not the election")
 	case c.Keys < 1 || c.Keys > 100:
 		return c, driver.Invalidf("torture: %d keys: want 1 to 100", c.Keys)
 	case c.Limit < 0 || c.Limit > 0 && c.Limit >= c.Workers:
@@ -250,8 +269,6 @@ func (c *Config) checkFault(f string) error {
 		return driver.Invalidf("torture: fault %q is for postgres", f)
 	case (f == FaultRewind || f == FaultFastClock) && c.Backend != Redis:
 		return driver.Invalidf("torture: fault %q is for a single redis node", f)
-	case f == FaultKill && c.Workers < c.Limit+3:
-		return driver.Invalidf("torture: fault %q needs workers to spare: at least the limit + 3 (%d), got %d", f, c.Limit+3, c.Workers)
 	}
 	return nil
 }
@@ -332,6 +349,10 @@ func (c *Config) driftFactor() float64 {
 func (c *Config) String() string {
 	s := fmt.Sprintf("backend %s, %d workers, %d key(s), ttl %v, hold up to %v, %v, seed %d",
 		c.Backend, c.Workers, c.Keys, c.TTL, c.Hold, c.Duration, c.Seed)
+	if c.Election {
+		s = fmt.Sprintf("election on %s, %d candidates, %d observers, %d key(s), ttl %v, terms up to %v, %v, seed %d",
+			c.Backend, c.Workers, c.Observers, c.Keys, c.TTL, c.Hold, c.Duration, c.Seed)
+	}
 	if c.Limit > 0 {
 		s = fmt.Sprintf("backend %s, %d workers, %d semaphore(s) of %d permits, ttl %v, hold up to %v, %v, seed %d",
 			c.Backend, c.Workers, c.Keys, c.Limit, c.TTL, c.Hold, c.Duration, c.Seed)

@@ -48,9 +48,9 @@ const (
 	evReady = "ready" // the worker is set up; the run starts when all are
 	evWait  = "wait"  // Do called for Key
 	evEnter = "enter" // the function started: the lock is held (T is the grant)
-	evCall  = "call"  // a fenced read or write called (one returned follows, unless the worker was killed)
 	evRead  = "read"  // a fenced read of the register (registers the fence)
 	evWrite = "write" // a fenced write of the register
+	evCall  = "call"  // a read or write is about to be sent (a worker killed before its answer leaves only this)
 	evExit  = "exit"  // the function is about to return
 	evDone  = "done"  // Do returned
 )

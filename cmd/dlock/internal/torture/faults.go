@@ -33,9 +33,6 @@ type Fault struct {
 	Worker int   // the worker it hit, -1 for server faults
 	Nodes  []int // the lock servers it concerns
 	Detail string
-	// Seq is the oracle's sequence number right after a kill: the killed
-	// holder's section ends there.
-	Seq int64
 }
 
 func (f Fault) String() string {
@@ -97,7 +94,6 @@ func plan(cfg *Config) []plannedFault {
 		return nil
 	}
 	var out []plannedFault
-	kills := 0
 	from, to := faultWindow(cfg)
 	for t := from; t < to; {
 		f := plannedFault{At: t, Kind: kinds[rng.IntN(len(kinds))], Worker: rng.IntN(cfg.Workers), Keys: rng.Perm(cfg.Keys)}
@@ -115,11 +111,6 @@ func plan(cfg *Config) []plannedFault {
 			f.For, f.Latency = between(1, 4), between(0.05, 0.4)
 		case FaultBlackhole:
 			f.For = between(0.5, 2.5)
-		case FaultKill:
-			if kills++; kills > cfg.Workers-cfg.Limit-2 {
-				f.Kind = FaultPause // keep workers enough to contend
-				f.For = between(1.5, 3)
-			}
 		}
 		if f.network() {
 			f.Nodes = allNodes(n)
@@ -148,10 +139,13 @@ func allNodes(n int) []int {
 type injector struct {
 	cfg     *Config
 	c       *cluster
-	workers []*workerProc
-	start   time.Time
-	logf    func(format string, args ...any)
-	faults  []Fault
+	workers []*workerProc // by id: the processes running now
+	all     []*workerProc // every process started, in order
+	// startWorker starts worker i (again, after a kill).
+	startWorker func(i int) error
+	start       time.Time
+	logf        func(format string, args ...any)
+	faults      []Fault
 
 	fastDone chan struct{} // closed when the fast clock stopped; nil if none
 }
@@ -264,15 +258,15 @@ func (in *injector) inject(ctx context.Context, p plannedFault) {
 		}
 	case FaultKill:
 		who := target()
-		f.Start = now() // the kill itself: finding a holder may have taken a while
+		f.Start = now() // the kill, not the search for the holder
 		proc := in.workers[f.Worker]
-		proc.killed.Store(true)
+		proc.killed = true
+		proc.signal(syscall.SIGCONT)
 		proc.signal(syscall.SIGKILL)
 		<-proc.exited
-		seq, err := in.c.ordb.Incr(context.WithoutCancel(ctx), seqKey).Result()
-		f.Seq = seq
-		err2 := in.c.forgetWorker(context.WithoutCancel(ctx), f.Worker)
-		f.Detail = fmt.Sprintf("%s killed (SIGKILL), not restarted%s", who, errNote(err, err2))
+		err := in.c.forgetWorker(context.WithoutCancel(ctx), f.Worker) // its inside markers
+		err2 := in.startWorker(f.Worker)
+		f.Detail = fmt.Sprintf("%s killed (SIGKILL) and started again%s", who, errNote(err, err2))
 	case FaultTerminate:
 		pids, err := in.c.terminate(ctx, false)
 		f.Detail = fmt.Sprintf("pg_terminate_backend of the holder's backend, pid %v%s", pids, errNote(err))

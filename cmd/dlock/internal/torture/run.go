@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -24,7 +23,7 @@ type workerProc struct {
 
 	ready chan struct{} // closed at its first event
 
-	killed atomic.Bool // by a FaultKill: its exit is no problem
+	killed bool // by a kill fault
 
 	mu     sync.Mutex
 	events []Event
@@ -88,29 +87,26 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}()
 	in.prepare(lasting)
 
-	procs := make([]*workerProc, cfg.Workers)
+	// procs are the workers (candidates) and the observers by id; every
+	// process started, killed ones included, is in in.all.
+	procs := make([]*workerProc, cfg.Workers+cfg.Observers)
 	defer func() {
-		for _, p := range procs {
-			if p != nil {
-				p.signal(syscall.SIGCONT)
-				p.signal(syscall.SIGKILL)
-				<-p.exited
-			}
+		for _, p := range in.all {
+			p.signal(syscall.SIGCONT)
+			p.signal(syscall.SIGKILL)
+			<-p.exited
 		}
 	}()
-	for i := range procs {
-		wc := workerConfig{ID: i, Backend: cfg.Backend, Oracle: c.oracle.Addr, Guard: c.guardDSN, Prefix: c.prefix,
-			Keys: c.keys, Limit: cfg.Limit, TTL: cfg.TTL, Hold: cfg.Hold, Seed: cfg.Seed, Control: cfg.Control, ControlOff: cfg.ControlOff,
-			DriftFactor: cfg.driftFactor()}
-		for j, ls := range c.locks {
-			wc.Locks = append(wc.Locks, ls.url)
-			wc.Proxies = append(wc.Proxies, c.proxies[i][j].Addr)
-		}
-		p, err := startWorker(cfg.Worker(), i, wc)
+	in.startWorker = func(i int) error {
+		p, err := startWorker(cfg.Worker(), i, c.workerConfig(i))
 		if p != nil {
 			procs[i] = p
+			in.all = append(in.all, p)
 		}
-		if err != nil {
+		return err
+	}
+	for i := range procs {
+		if err := in.startWorker(i); err != nil {
 			return nil, err
 		}
 	}
@@ -145,14 +141,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	<-injected
 
 	// Stop: every worker finishes the section it is in and exits.
-	for _, p := range procs {
+	for _, p := range in.all {
 		p.signal(syscall.SIGCONT)
 		p.stdin.Close()
 	}
 	grace := time.NewTimer(4*cfg.TTL + 10*time.Second)
 	defer grace.Stop()
 	var hung []int
-	for _, p := range procs {
+	for _, p := range in.all {
 		select {
 		case <-p.exited:
 		case <-grace.C:
@@ -180,10 +176,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	var events []Event
 	var problems []string
-	for _, p := range procs {
+	for _, p := range in.all {
 		p.mu.Lock()
 		events = append(events, p.events...)
-		if p.err != nil && !slices.Contains(hung, p.id) && !p.killed.Load() {
+		if p.err != nil && !slices.Contains(hung, p.id) && !p.killed {
 			problems = append(problems, fmt.Sprintf("worker %d exited with %v: %s", p.id, p.err, oneLine(p.stderr.String())))
 		}
 		if p.bad > 0 {

@@ -212,3 +212,50 @@ func TestTorture(t *testing.T) {
 		})
 	}
 }
+
+// electionBackends are the backends TestElectionTorture runs on.
+var electionBackends = []string{Redis, Redlock, Postgres, Etcd}
+
+// The election scenario in CI: 25s per backend, all at once, with every
+// fault the backend can get. Each must end SAFE: besides the lock's
+// checks, no observer went back to a lower term, named a leader after its
+// term ended or under another's identity, or missed a stretch with
+// nobody leading; and each must have measured hand-offs.
+func TestElectionTorture(t *testing.T) {
+	reports := make([]*Report, len(electionBackends))
+	logs := make([]bytes.Buffer, len(electionBackends))
+	errs := make([]error, len(electionBackends))
+	var wg sync.WaitGroup
+	for i, backend := range electionBackends {
+		wg.Go(func() {
+			cfg := Config{Backend: backend, Election: true, Duration: 25 * time.Second, Seed: 36, Worker: workerCmd, Log: &logs[i]}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			reports[i], errs[i] = Run(ctx, cfg)
+		})
+	}
+	wg.Wait()
+	checked := 0
+	for i, backend := range electionBackends {
+		t.Run(backend, func(t *testing.T) {
+			if reports[i] != nil {
+				reports[i].Print(&logs[i])
+			}
+			t.Log("\n" + logs[i].String())
+			switch r := reports[i]; {
+			case errs[i] != nil:
+				t.Fatalf("Run: %v", errs[i])
+			case !r.Safe():
+				t.Errorf("unsafe: see the verdict above")
+			case r.Completed < 10 || r.Election.Reports == 0 || len(r.Election.AfterResign) == 0:
+				t.Errorf("%d terms, %d reports, %d hand-offs: too little happened for the verdict to mean much",
+					r.Completed, r.Election.Reports, len(r.Election.AfterResign))
+			default:
+				checked += r.Election.NobodyChecked
+			}
+		})
+	}
+	if checked == 0 && !t.Failed() {
+		t.Errorf("no stretch with nobody leading was checked on any backend")
+	}
+}

@@ -52,6 +52,9 @@ type workerConfig struct {
 	Control     string
 	// ControlOff runs the control's schedule with its flaw switched off.
 	ControlOff bool
+	// Election: the worker leads (dlock.Lead) instead of taking locks,
+	// or with Observer follows each key's leader (dlock.Observe).
+	Election, Observer bool
 }
 
 // Keys the oracle and the guards use, beside nothing a fault touches.
@@ -269,10 +272,22 @@ func newWorker(cfg workerConfig, stdout, stderr io.Writer) (w *worker, err error
 
 // connect opens a connection to every server before the worker says it is
 // ready: on a loaded machine the first dials can take a good part of a
-// short run.
+// short run. A worker started again after a kill may find a server in the
+// middle of a restart fault: it tries again until the servers answer.
 func (w *worker) connect(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	for {
+		err := w.ping(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		sleepCtx(ctx, 50*time.Millisecond)
+	}
+}
+
+// ping reaches every server once.
+func (w *worker) ping(ctx context.Context) error {
 	if err := w.oracle.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("oracle: %w", err)
 	}
@@ -318,30 +333,45 @@ func (w *worker) emit(e Event) {
 	w.out.Flush()
 }
 
-// run takes locks until ctx ends.
+// run takes locks until ctx ends: with Do, or in the election scenario as
+// a candidate with Lead, one term at a time (a term is a critical section,
+// resigned when it ends; a lost term campaigns again within Lead). Between
+// terms a candidate rests half the time, up to four TTLs, and no candidate
+// begins a campaign in the quiet windows (see quiet), so that at times
+// nobody leads for longer than an observer may linger.
 func (w *worker) run(ctx context.Context) {
+	if w.cfg.Observer {
+		w.observe(ctx)
+		return
+	}
+	take, opts := dlock.Do, w.doOpts
+	if w.cfg.Election {
+		take, opts = dlock.Lead, append([]dlock.Option{dlock.WithIdentity(identity(w.cfg.ID))}, w.doOpts...)
+	}
 	for ctx.Err() == nil {
+		if w.cfg.Election {
+			sleepCtx(ctx, quiet(w.cfg.TTL, time.Now()))
+		}
 		key := w.cfg.Keys[w.rng.IntN(len(w.cfg.Keys))]
 		hold := time.Duration(w.rng.Int64N(int64(w.cfg.Hold) + 1))
 		w.emit(Event{Ev: evWait, Key: key})
 		ran := false
-		name := key
-		if w.cfg.Backend == Postgres {
-			name = w.cfg.Prefix + key // pglock has no prefix option
-		}
-		err := dlock.Do(ctx, w.locker, name, w.cfg.TTL, func(ctx context.Context) error {
+		err := take(ctx, w.locker, w.name(key), w.cfg.TTL, func(ctx context.Context) error {
 			ran = true
 			w.section(ctx, key, hold)
 			return nil
-		}, w.doOpts...)
+		}, opts...)
 		e := Event{Ev: evDone, Key: key, Err: sentinels(err)}
 		if err != nil {
 			e.Msg = oneLine(err.Error())
 		}
 		w.emit(e)
-		if err != nil && !ran && ctx.Err() == nil && !errors.Is(err, dlock.ErrNotAcquired) {
+		switch {
+		case err != nil && !ran && ctx.Err() == nil && !errors.Is(err, dlock.ErrNotAcquired):
 			// The backend is unreachable: do not spin on it.
 			sleepCtx(ctx, time.Duration(10+w.rng.IntN(40))*time.Millisecond)
+		case w.cfg.Election && w.rng.IntN(2) == 0:
+			sleepCtx(ctx, time.Duration(w.rng.Int64N(int64(4*w.cfg.TTL))))
 		}
 	}
 }
@@ -383,7 +413,7 @@ func (w *worker) section(ctx context.Context, key string, hold time.Duration) {
 		Valid: lock.ValidUntil().UnixNano(), Msg: errMsg(err)})
 
 	t0 := now()
-	w.emit(Event{T0: t0, Ev: evCall, Op: evRead, Key: reg, Tok: lock.Token(), Fence: lock.Fence()})
+	w.emit(Event{T: t0, Ev: evCall, Op: evRead, Key: reg, Tok: lock.Token(), Fence: lock.Fence()})
 	val, out := w.reg.read(bg, reg, lock.Fence(), lock.Token())
 	w.emit(Event{T0: t0, Ev: evRead, Key: reg, Tok: lock.Token(), Fence: lock.Fence(), Out: out, Val: val})
 
@@ -400,7 +430,7 @@ func (w *worker) section(ctx context.Context, key string, hold time.Duration) {
 		w.writes++
 		val = fmt.Sprintf("w%d.%d", w.cfg.ID, w.writes)
 		t0 = now()
-		w.emit(Event{T0: t0, Ev: evCall, Op: evWrite, Key: reg, Tok: lock.Token(), Fence: lock.Fence(), Val: val})
+		w.emit(Event{T: t0, Ev: evCall, Op: evWrite, Key: reg, Tok: lock.Token(), Fence: lock.Fence(), Val: val})
 		out = w.reg.write(bg, reg, lock.Fence(), lock.Token(), val)
 		w.emit(Event{T0: t0, Ev: evWrite, Key: reg, Tok: lock.Token(), Fence: lock.Fence(), Out: out, Val: val})
 	}

@@ -1,0 +1,277 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Term is one leadership of an election: who leads the election name, and
+// from which grant. An election is a lock: its name is the lock's key, a
+// leadership is a grant of it, and the term number is the grant's fence,
+// so terms strictly increase per name wherever fences do (on every
+// backend, through restarts, by the fence rules of each).
+//
+// Led is false when nobody leads; the other fields but Name are zero then.
+// A leader's Leader, Fence and Since are zero where the backend cannot
+// tell them: a backend written against package driver alone, without its
+// TermReader, says only that someone leads (see Leader).
+type Term struct {
+	Name   string    // the election: the lock's key
+	Led    bool      // whether someone leads
+	Leader string    // the leader's identity (WithIdentity), as published with its grant
+	Fence  uint64    // the term number: the fence of the leader's grant
+	Since  time.Time // when the leadership began, where the backend knows it
+}
+
+// String describes t on one line: "nobody leads NAME", or "ID leads NAME
+// in term N".
+func (t Term) String() string {
+	switch {
+	case !t.Led:
+		return "nobody leads " + strconv.Quote(t.Name)
+	case t.Leader == "" && t.Fence == 0:
+		return "someone leads " + strconv.Quote(t.Name)
+	}
+	who := t.Leader
+	if who == "" {
+		who = "an unnamed holder"
+	}
+	s := who + " leads " + strconv.Quote(t.Name)
+	if t.Fence != 0 {
+		s += " in term " + strconv.FormatUint(t.Fence, 10)
+	}
+	return s
+}
+
+// termReader is a Locker that can read the holder of a key
+// (driver.TermReader, which documents it).
+type termReader interface {
+	ReadTerm(ctx context.Context, key string) (Term, error)
+}
+
+type termKey struct{}
+
+// TermFromContext returns the term of the leadership that Lead (or a
+// Candidate) runs its function for with ctx, and false when ctx does not
+// come from Lead.
+func TermFromContext(ctx context.Context) (Term, bool) {
+	t, ok := ctx.Value(termKey{}).(Term)
+	return t, ok
+}
+
+// Lead runs fn while this process leads the election name, on l: it
+// campaigns as Acquire waits for a lock (woken by the leader's release on
+// backends that announce releases, else polling), runs fn with a context
+// that carries the Term (TermFromContext) and ends with cause ErrLockLost
+// the moment the leadership may be lost, exactly as Do's does, and resigns
+// (releases) when fn returns, which wakes the next candidate. A
+// leadership is a Do: it is extended in the background while fn runs,
+// fn's context ends when an extension is refused, the backend reports the
+// session gone, or the validity runs out, and the release comes only
+// after fn returned.
+//
+// When the leadership is lost, Lead campaigns again for a new term, with a
+// new grant and a higher fence: it never takes back the old one. With
+// WithRecampaign(false) it returns the loss instead (an error matching
+// ErrLockLost). It returns when fn returns (fn's error, joined with the
+// release's as Do does), when ctx ends while it campaigns (an error
+// matching ctx.Err() and ErrNotAcquired or ErrUnavailable, as Acquire's),
+// or at once for bad arguments (ErrInvalid) and for what waiting cannot
+// change.
+//
+// Each grant publishes the candidate's identity (WithIdentity; host:pid
+// by default) where its backend can carry it, for Leader and Observe. The
+// options of Acquire and Do apply to each campaign and term.
+//
+// A leader that is paused (GC, SIGSTOP, a frozen VM) past its validity
+// can still act when it resumes, beside the next leader, before it looks
+// at its context: the lease cannot stop it, the fence can. Pass the term
+// (Term.Fence) to every resource the leader writes (see package fence).
+func Lead(ctx context.Context, l Locker, name string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return invalidf("nil function")
+	}
+	cfg, err := leadConfig(ctx, l, name, ttl, opts)
+	if err != nil {
+		return err
+	}
+	return lead(ctx, l, name, ttl, &cfg, fn)
+}
+
+// leadConfig checks the arguments of Lead and Campaign and returns their
+// options, with the default identity.
+func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, opts []Option) (config, error) {
+	switch {
+	case l == nil:
+		return config{}, invalidf("nil Locker")
+	case ctx == nil:
+		return config{}, invalidf("nil context")
+	case name == "":
+		return config{}, invalidf("empty election name")
+	}
+	if err := checkTTL(ttl); err != nil {
+		return config{}, err
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return cfg, err
+	}
+	if err := cfg.checkDo(ttl); err != nil {
+		return cfg, err
+	}
+	if cfg.identity == "" {
+		cfg.identity = defaultIdentity()
+	}
+	return cfg, nil
+}
+
+// lead is Lead with its arguments checked.
+func lead(ctx context.Context, l Locker, name string, ttl time.Duration, cfg *config, fn func(ctx context.Context) error) error {
+	for {
+		err := do(ctx, l, name, ttl, cfg, func(ctx context.Context) error {
+			lock := LockFromContext(ctx)
+			t := Term{Name: name, Led: true, Leader: cfg.identity, Fence: lock.Fence(), Since: lock.grantedAt}
+			return fn(context.WithValue(ctx, termKey{}, t))
+		})
+		if !errors.Is(err, ErrLockLost) || cfg.stopOnLoss || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// defaultIdentity is host:pid, with the host name cut to 32 bytes so that
+// every backend can carry it.
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || checkIdentity(host) != nil {
+		host = "localhost"
+	}
+	if len(host) > 32 {
+		host = host[:32]
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+// probeTTL is the TTL of the lock that Leader takes, for one round trip,
+// to learn whether anyone leads on a Locker that cannot read its holder.
+const probeTTL = time.Second
+
+// Leader returns who leads the election name on l now, as its backend
+// reports it, or a Term whose Led is false when nobody leads: that is an
+// answer, not an error. It returns an error matching ErrUnavailable when
+// the backend could not be reached (or, on Redlock, no majority agrees on
+// a holder), and ErrInvalid for bad arguments.
+//
+// It reads the holder through l's driver.TermReader: every backend of this
+// repository has one, and reports the fence of the holder's grant and the
+// identity it published (a lock taken by Do or `dlock run` is reported
+// too, with the host:pid of its holder record where it has one). A Locker
+// without it is asked with TryAcquire for probeTTL (one second): a grant
+// means nobody led, and is released at once; a refusal means someone
+// leads, whose identity and term it cannot know (another process's, or
+// this one's). Such a probe holds the lock for a round trip, delaying a
+// candidate's attempt, and draws a fence; its events reach the Locker's
+// observers like any grant.
+func Leader(ctx context.Context, l Locker, name string) (Term, error) {
+	switch {
+	case l == nil:
+		return Term{Name: name}, invalidf("nil Locker")
+	case ctx == nil:
+		return Term{Name: name}, invalidf("nil context")
+	case name == "":
+		return Term{Name: name}, invalidf("empty election name")
+	}
+	if r, ok := l.(termReader); ok {
+		t, err := r.ReadTerm(ctx, name)
+		if err != nil || !t.Led {
+			return Term{Name: name}, err
+		}
+		t.Name = name
+		return t, nil
+	}
+	lock, err := l.TryAcquire(ctx, name, probeTTL)
+	switch {
+	case err == nil:
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(probeTTL))
+		defer cancel()
+		_ = lock.Release(relCtx) // if unknown, the probe's lock lapses within probeTTL
+		return Term{Name: name}, nil
+	case errors.Is(err, ErrNotAcquired) && ctx.Err() == nil:
+		return Term{Name: name, Led: true}, nil
+	}
+	return Term{Name: name}, err
+}
+
+// Observe reports who leads the election name on l, as a sequence of
+// terms: the state at the start, then each change it sees, "nobody" (Led
+// false) included, until ctx ends or the loop breaks. It never yields a
+// lower term after a higher one: a read whose fence is below one already
+// yielded is taken for a stale answer and skipped.
+//
+// It reads the leader as Leader does, every WithRetryDelay (50ms by
+// default) plus up to WithRetryJitter (50ms), so a leadership shorter than
+// that may be missed, and a hand-off within it shows as one term following
+// the other. An error (the backend unreachable, no Redlock majority
+// agreeing) is yielded with a Term naming only the election, and the
+// reading goes on: the next answer is yielded even if unchanged. An error
+// that reading again cannot change (ErrInvalid) is yielded last.
+func Observe(ctx context.Context, l Locker, name string, opts ...Option) iter.Seq2[Term, error] {
+	return func(yield func(Term, error) bool) {
+		cfg, err := newConfig(opts)
+		if err == nil && ctx == nil {
+			err = invalidf("nil context")
+		}
+		if err != nil {
+			yield(Term{Name: name}, err)
+			return
+		}
+		var timer alarm
+		defer timer.stop()
+		var o observation
+		for {
+			t, err := Leader(ctx, l, name)
+			if ctx.Err() != nil {
+				return
+			}
+			if report, ok := o.next(t, err); ok && !yield(report, err) || errors.Is(err, ErrInvalid) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.set(cfg.jittered(cfg.retryDelay)):
+			}
+		}
+	}
+}
+
+// observation is what Observe has yielded so far.
+type observation struct {
+	last  Term
+	high  uint64 // the highest fence yielded
+	fresh bool   // the next answer is yielded even if unchanged
+	begun bool
+}
+
+// next returns what to yield for the answer (t, err), if anything: every
+// error; the first answer, and the first after an error; then each change,
+// but never a term below the highest yielded.
+func (o *observation) next(t Term, err error) (Term, bool) {
+	if err != nil {
+		o.fresh = true
+		return t, true
+	}
+	if t.Led && t.Fence != 0 && t.Fence < o.high {
+		return t, false
+	}
+	changed := t.Led != o.last.Led || t.Leader != o.last.Leader || t.Fence != o.last.Fence
+	if o.begun && !o.fresh && !changed {
+		return t, false
+	}
+	o.begun, o.fresh, o.last, o.high = true, false, t, max(o.high, t.Fence)
+	return t, true
+}

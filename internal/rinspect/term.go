@@ -1,0 +1,69 @@
+package rinspect
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/keys"
+)
+
+// Term is what one server knows of the holder of one lock key, for the
+// Redis backends' ReadTerm.
+type Term struct {
+	Token   string // the lock key's value; "": nobody holds the key
+	Counter uint64 // the key's fence counter (0: none)
+	// Record is the holder record published with the grant that holds the
+	// key (holder.Term), when there is one whose token is Token.
+	Record *TermRecord
+}
+
+// TermRecord is the holder record a grant publishes with its token
+// (holder.Term): the holder's, the identity of an election's candidate,
+// the grant's token and, where known, its fence.
+type TermRecord struct {
+	Holder
+	Identity string `json:"identity,omitempty"`
+	Token    string `json:"token"`
+	Fence    uint64 `json:"fence,omitempty"`
+}
+
+// Leader names the holder: the candidate's identity, else host:pid.
+func (r *TermRecord) Leader() string {
+	if r.Identity != "" || r.Host == "" {
+		return r.Identity
+	}
+	return r.Host + ":" + strconv.Itoa(r.PID)
+}
+
+// ReadTerm reads the lock key k (prefix included), its fence counter and
+// its holder record in one transaction (MULTI/EXEC), so that the three
+// belong together: a record whose token is not the key's (an earlier
+// holder's, not yet deleted) is left out.
+func ReadTerm(ctx context.Context, c redis.UniversalClient, k string) (Term, error) {
+	var token, counter, rec *redis.StringCmd
+	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		token, counter, rec = p.Get(ctx, k), p.Get(ctx, keys.Fence(k)), p.Get(ctx, keys.Holder(k))
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return Term{}, err
+	}
+	var t Term
+	if t.Token, err = token.Result(); err != nil && err != redis.Nil {
+		return Term{}, err
+	}
+	if t.Token == "" {
+		return Term{}, nil
+	}
+	if s, err := counter.Result(); err == nil {
+		t.Counter, _ = strconv.ParseUint(s, 10, 64)
+	}
+	var r TermRecord
+	if s, err := rec.Result(); err == nil && json.Unmarshal([]byte(s), &r) == nil && r.Token == t.Token {
+		t.Record = &r
+	}
+	return t, nil
+}

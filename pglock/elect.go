@@ -1,0 +1,108 @@
+package pglock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+)
+
+var _ driver.TermReader = (*Locker)(nil)
+
+// termSQL finds the session that holds an advisory lock, and its
+// application_name, which PostgreSQL shows to every role.
+const termSQL = `SELECT l.pid, coalesce(a.application_name, ''), coalesce(a.state = 'active', false)
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
+	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	AND l.classid::int8 = $1 AND l.objid::int8 = $2 AND l.objsubid = $3`
+
+// ReadTerm implements driver.TermReader: who holds the lock on key (mapped
+// as TryAcquire maps it), from pg_locks and pg_stat_activity, in one query
+// on a pooled connection. A grant made with an identity (driver.Identity:
+// an election's candidate) publishes it with its fence in its session's
+// application_name, set in the statement that takes the lock: "name
+// (#<fence> <identity>)", or "#<fence> <identity>" where the name leaves no
+// room (see WithHolderInfo for what PostgreSQL keeps). So the term and the
+// leader are read from the server for any holder, of any process; Since
+// only for this Locker's own locks (the server does not record when a
+// lock was granted). Another session's lock without such a record is
+// reported with Fence 0 and no Leader; one caught in the statement that
+// takes it, before it wrote its record, is read again a millisecond later
+// (where the role may see the session's state: PostgreSQL shows it for
+// sessions of the same role, and to pg_read_all_stats). It returns an
+// error matching dlock.ErrUnavailable when the query fails.
+func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
+	if err := l.cfg.CheckRead(ctx, key); err != nil {
+		return dlock.Term{}, err
+	}
+	k, err := l.keyFunc(l.cfg.Prefix + key)
+	if err != nil || !k.valid() {
+		return dlock.Term{}, driver.Invalidf("key function refused %q: %v", key, err)
+	}
+	return l.readTerm(ctx, key, k)
+}
+
+// ReadTerm implements driver.TermReader for the lock on the Locker's Key.
+func (kl keyLocker) ReadTerm(ctx context.Context, name string) (dlock.Term, error) {
+	if ctx == nil {
+		return dlock.Term{}, driver.Invalidf("nil context")
+	}
+	if !kl.k.valid() {
+		return dlock.Term{}, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+	}
+	return kl.l.readTerm(ctx, name, kl.k)
+}
+
+func (l *Locker) readTerm(ctx context.Context, name string, k Key) (dlock.Term, error) {
+	classid, objid, objsubid := k.lockID()
+	for {
+		var pid int32
+		var app string
+		var active bool
+		found, err := l.queryTerm(ctx, classid, objid, objsubid, &pid, &app, &active)
+		if err != nil {
+			return dlock.Term{}, fmt.Errorf("dlock: leader %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(err))
+		}
+		if !found {
+			return dlock.Term{}, nil
+		}
+		if own, ok := l.ownLocks()[lockID{classid, objid, int32(objsubid), pid}]; ok {
+			return dlock.Term{Led: true, Leader: own.identity, Fence: own.fence, Since: own.since}, nil
+		}
+		t := dlock.Term{Led: true}
+		var rec bool
+		t.Fence, t.Leader, rec = parseTerm(app)
+		if rec || !active {
+			return t, nil
+		}
+		// Caught in its acquiring statement, between the grant and the
+		// record: read again.
+		select {
+		case <-ctx.Done():
+			return t, nil
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// queryTerm runs termSQL: whether the lock is held, by which backend, its
+// application_name, and whether it is running a statement (as far as the
+// role may see: other roles' sessions show no state).
+func (l *Locker) queryTerm(ctx context.Context, classid, objid int64, objsubid int16, pid *int32, app *string, active *bool) (bool, error) {
+	rows, err := l.pool.Query(ctx, termSQL, classid, objid, objsubid)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	found := rows.Next()
+	if found {
+		err = rows.Scan(pid, app, active)
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	return found, err
+}

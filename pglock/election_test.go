@@ -1,0 +1,230 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/pglock"
+)
+
+func TestElection(t *testing.T) {
+	lapse := locktest.WithLapse(func(t *testing.T, key string) { terminate(t, pglock.HashKey(key)) })
+	t.Run("Notify", func(t *testing.T) {
+		locktest.RunElection(t, func(t *testing.T) dlock.Locker { return newLocker(t, 4) }, lapse)
+	})
+	t.Run("Poll", func(t *testing.T) {
+		locktest.RunElection(t, func(t *testing.T) dlock.Locker { return newLocker(t, 4, pglock.WithReleaseNotify(false)) }, lapse)
+	})
+	t.Run("HolderInfoAndLease", func(t *testing.T) {
+		locktest.RunElection(t, func(t *testing.T) dlock.Locker {
+			return newLocker(t, 4, pglock.WithHolderInfo("conformance"), pglock.WithSessionLease(time.Second))
+		}, lapse)
+	})
+}
+
+// appName returns the application_name of the session that holds the
+// lock on key.
+func appName(t *testing.T, key string) string {
+	t.Helper()
+	pid := holderPID(t, pglock.HashKey(key))
+	var app string
+	err := shared.Pool(t, 1).QueryRow(testCtx(t), `SELECT application_name FROM pg_stat_activity WHERE pid = $1`, int32(pid)).Scan(&app)
+	if err != nil {
+		t.Fatalf("pg_stat_activity: %v", err)
+	}
+	return app
+}
+
+// A leader publishes its term and identity in its session's
+// application_name, in the statement that takes the lock, where any
+// session can read them: Leader names it, Inspect lists it. A name too
+// long to fit leaves the term and the identity; release restores the
+// session's application_name.
+func TestElectionPublishesTerm(t *testing.T) {
+	l, other := newLocker(t, 2), newLocker(t, 2)
+	for _, name := range []string{uniqueKey(t), strings.Repeat("n", 40) + uniqueKey(t)} {
+		var term dlock.Term
+		err := dlock.Lead(testCtx(t), l, name, 10*time.Second, func(ctx context.Context) error {
+			term, _ = dlock.TermFromContext(ctx)
+			want := "#" + strconv.FormatUint(term.Fence, 10) + " replica-7"
+			if len(name) < 40 {
+				want = name + " (" + want + ")" // it fits: the name too
+			}
+			if got := appName(t, name); got != want {
+				t.Errorf("application_name %q, want %q", got, want)
+			}
+			got, err := dlock.Leader(ctx, other, name)
+			if err != nil || got.Leader != "replica-7" || got.Fence != term.Fence || !got.Led {
+				t.Errorf("Leader from another Locker: %+v, %v; want replica-7 in term %d", got, err, term.Fence)
+			}
+			infos, err := other.Inspect(ctx, name, 0)
+			if err != nil || len(infos) != 1 || infos[0].Fence != term.Fence || infos[0].Service != "replica-7" {
+				t.Errorf("Inspect: %+v, %v; want the term %d and replica-7", infos, err, term.Fence)
+			}
+			if len(name) < 40 && (len(infos) != 1 || infos[0].Key != name) {
+				t.Errorf("Inspect lists %+v, not by its name %q", infos, name)
+			}
+			return nil
+		}, dlock.WithIdentity("replica-7"))
+		if err != nil {
+			t.Fatalf("Lead: %v", err)
+		}
+	}
+}
+
+// Release gives the session its own application_name back.
+func TestElectionRestoresApplicationName(t *testing.T) {
+	pool := shared.Pool(t, 1) // the lock's connection is the one the query gets
+	l, err := pglock.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after string
+	if err := pool.QueryRow(testCtx(t), `SELECT current_setting('application_name')`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if err := dlock.Lead(testCtx(t), l, uniqueKey(t), time.Second, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("Lead: %v", err)
+	}
+	if err := pool.QueryRow(testCtx(t), `SELECT current_setting('application_name')`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Fatalf("application_name %q after the term, %q before", after, before)
+	}
+}
+
+// An identity that application_name cannot carry beside the term is
+// refused before anything is sent.
+func TestElectionIdentityTooLong(t *testing.T) {
+	l := newLocker(t, 2)
+	fn := func(context.Context) error {
+		t.Error("led with an identity PostgreSQL cannot show")
+		return nil
+	}
+	for _, id := range []string{strings.Repeat("x", 43), "réplica"} {
+		locktest.WantError(t, dlock.Lead(testCtx(t), l, uniqueKey(t), time.Second, fn, dlock.WithIdentity(id)), dlock.ErrInvalid)
+	}
+	if err := dlock.Lead(testCtx(t), l, uniqueKey(t), time.Second, func(context.Context) error { return nil },
+		dlock.WithIdentity(strings.Repeat("x", 42))); err != nil {
+		t.Fatalf("a 42-byte identity: %v", err)
+	}
+}
+
+// recyclingPool returns a pool whose connections live 100ms: the health
+// check destroys them as soon as they are idle that old.
+func recyclingPool(t *testing.T) *pgxpool.Pool {
+	cfg := shared.PoolConfig(4)
+	cfg.MaxConnLifetime, cfg.MaxConnLifetimeJitter, cfg.HealthCheckPeriod = 100*time.Millisecond, 0, 20*time.Millisecond
+	cfg.MinConns = 2
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// E1: a leader whose pool recycles its connections (MaxConnLifetime)
+// keeps leading on the connection its lock pins, alone: the other
+// candidate never gets in and every reader names the same term. A backend
+// terminated under the leader is a loss: the leader's function is told
+// within one check, the other candidate leads with a higher term, and the
+// old leader campaigns again instead of leading on.
+func TestElectionRecycledAndTerminated(t *testing.T) {
+	const ttl = time.Second // a check every 500ms
+	poolA := recyclingPool(t)
+	a, err := pglock.New(poolA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pglock.New(recyclingPool(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueKey(t)
+
+	var mu sync.Mutex
+	var leading []string // "a:<term>" or "b:<term>" as each term begins
+	enter := func(who string, ctx context.Context) {
+		term, _ := dlock.TermFromContext(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		leading = append(leading, who+":"+strconv.FormatUint(term.Fence, 10))
+	}
+
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	aLed, aLost, bLed, bResign := make(chan dlock.Term, 2), make(chan time.Time, 1), make(chan dlock.Term, 1), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		err := dlock.Lead(ctx, a, name, ttl, func(ctx context.Context) error {
+			enter("a", ctx)
+			term, _ := dlock.TermFromContext(ctx)
+			aLed <- term
+			<-ctx.Done()
+			if errors.Is(context.Cause(ctx), dlock.ErrLockLost) {
+				aLost <- time.Now()
+			}
+			return nil
+		}, dlock.WithIdentity("a"), dlock.WithRetryDelay(20*time.Millisecond))
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("a's Lead: %v", err)
+		}
+	})
+	first := <-aLed
+	wg.Go(func() {
+		err := dlock.Lead(ctx, b, name, ttl, func(ctx context.Context) error {
+			enter("b", ctx)
+			term, _ := dlock.TermFromContext(ctx)
+			bLed <- term
+			<-bResign
+			return nil
+		}, dlock.WithIdentity("b"), dlock.WithRetryDelay(20*time.Millisecond))
+		if err != nil {
+			t.Errorf("b's Lead: %v", err)
+		}
+	})
+
+	// Many connection lifetimes over: the pool recycles its idle
+	// connections (a's reads go through them), never the pinned one; every
+	// read names a as the leader.
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		got, err := dlock.Leader(ctx, a, name)
+		if err != nil || got.Leader != "a" || got.Fence != first.Fence {
+			t.Fatalf("Leader while a leads: %+v, %v; want a in term %d", got, err, first.Fence)
+		}
+	}
+	if n := poolA.Stat().MaxLifetimeDestroyCount(); n == 0 {
+		t.Fatal("the pool recycled no connection: the test proves nothing")
+	}
+
+	terminate(t, pglock.HashKey(name))
+	killed := time.Now()
+	second := <-bLed
+	if second.Fence <= first.Fence {
+		t.Fatalf("b's term %d is not above a's %d", second.Fence, first.Fence)
+	}
+	lostAfter := (<-aLost).Sub(killed)
+	if lostAfter > ttl/2+500*time.Millisecond {
+		t.Errorf("a learned of its loss %v after its backend was terminated; want within one check (%v)", lostAfter, ttl/2)
+	}
+	t.Logf("a told %v after the termination; b led %v after it", lostAfter, time.Since(killed))
+	close(bResign)
+	third := <-aLed
+	if third.Fence <= second.Fence {
+		t.Fatalf("a's new term %d is not above b's %d", third.Fence, second.Fence)
+	}
+	cancel()
+	wg.Wait()
+	t.Logf("terms: %v", leading)
+}

@@ -1,0 +1,120 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/holder"
+	"github.com/dlock-go/dlock/internal/rinspect"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+var _ driver.TermReader = (*Locker)(nil)
+
+// publishTerm writes the term record of an election's grant, now that its
+// fence is known, on every node where the grant holds (each only while its
+// key holds the token), and waits for a majority of the writes (at most
+// one node timeout): a reader then finds the fence with the identity that
+// the grant's own round trip published. From then on the grant's
+// extensions keep this record and its release deletes it.
+func (l *Locker) publishTerm(ctx context.Context, g *grant, since time.Time, identity string, ttl time.Duration) {
+	rec := holder.Term(l.cfg.HolderHead, since, identity, g.token, uint64(g.fence))
+	calls := scripts.WriteHolders(g.keys, g.token, rec, ttl)
+	c := send(context.WithoutCancel(ctx), l, sending{timeout: l.timeout(ttl), after: g.acquiring}, func(ctx context.Context, _ int, n *node) error {
+		if err := l.dupErr(n); err != nil {
+			return err
+		}
+		return scripts.Pipelined(ctx, n.client, calls...)[0].Err()
+	})
+	for ok := 0; c.left > 0 && ok < l.quorum; {
+		if c.out[c.next()] == nil {
+			ok++
+		}
+	}
+	g.holder = rec
+}
+
+// termRereads is how many times ReadTerm reads again, a millisecond
+// apart, a majority holder whose record does not have its fence yet (an
+// election's grant between its majority and publishTerm's writes).
+const termRereads = 5
+
+// ReadTerm implements driver.TermReader: who holds the lock on key, as a
+// majority of the nodes report it. Each node is read in one transaction
+// (MULTI/EXEC: the key, its fence counter and its holder record); the
+// holder is the token that a majority (Quorum) of the nodes hold, and
+// nobody leads when a majority hold no key. Any other outcome, such as
+// the nodes split between holders or too few answering, is an error
+// matching dlock.ErrUnavailable (a *QuorumError), not a leader.
+//
+// A grant made with an identity (driver.Identity: an election's
+// candidate) publishes it in its holder record, "dlock:holder:{key}" on
+// each node, with its token: in the grant's own round trip, and again
+// with the lock's fence once the majority has granted (one more round
+// trip per election grant, before TryAcquire returns). Leader, Fence and
+// Since come from those records. A grant with WithHolderInfo publishes
+// its host:pid the same way (its Leader), without the fence; a holder
+// without a record (a bare TryAcquire, another client) is reported with no
+// Leader. Either has Fence 0: no node knows the lock's fence, which is the
+// largest of its majority's draws.
+func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
+	if err := l.cfg.CheckRead(ctx, key); err != nil {
+		return dlock.Term{}, err
+	}
+	return backend.Reread(ctx, termRereads, func() (dlock.Term, bool, error) { return l.readTerm(ctx, key) })
+}
+
+// readTerm reads the holder of key on every node and returns what a
+// majority reports, and whether the holder is an election's grant whose
+// fence is not published yet.
+func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pending bool, _ error) {
+	full := l.cfg.Prefix + key
+	type read struct {
+		t   rinspect.Term
+		err error
+	}
+	c := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) read {
+		if err := l.dupErr(n); err != nil {
+			return read{err: err}
+		}
+		t, err := rinspect.ReadTerm(ctx, n.client, full)
+		if err != nil {
+			err = l.nodeErr(err, l.nodeTimeout)
+		}
+		return read{t, err}
+	})
+	res := c.all()
+	votes := map[string]int{}
+	errs := make([]error, len(res))
+	best := 0
+	for i, r := range res {
+		if errs[i] = r.err; r.err == nil {
+			votes[r.t.Token]++
+			best = max(best, votes[r.t.Token])
+		}
+	}
+	if votes[""] >= l.quorum {
+		return dlock.Term{}, false, nil
+	}
+	for tok, n := range votes {
+		if tok == "" || n < l.quorum {
+			continue
+		}
+		t := dlock.Term{Led: true}
+		for _, r := range res {
+			if rec := r.t.Record; r.err == nil && r.t.Token == tok && rec != nil {
+				t.Leader, t.Since, t.Fence = rec.Leader(), rec.Since, max(t.Fence, rec.Fence)
+				pending = rec.Identity != ""
+			}
+		}
+		return t, pending && t.Fence == 0, nil
+	}
+	_, _, nodes := l.tally(errs, c.got, nil)
+	qe := &QuorumError{Op: "leader", Got: best, Need: l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable,
+		Reason: "no majority of the nodes agrees on a holder, or on none"}
+	return dlock.Term{}, false, l.withCtx(ctx, fmt.Errorf("dlock: leader %q: %w", key, qe))
+}
