@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The torture part of `make test`: cmd/dlock/internal/torture's tests (a minute of
-# dlock torture per backend, then 20s of a semaphore per backend, 25s of the
+# dlock torture per backend, then 30s of a semaphore per backend, 25s of the
 # election scenario per backend, the negative-control sweep, the checker's own
 # tests), run on their own so that their verdicts can be printed (go test shows
 # a passing package's output only with -v). Fails when a test fails,
