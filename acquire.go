@@ -63,7 +63,7 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 	if err != nil {
 		e.Kind, e.Err = EventRefused, err
 	} else {
-		e.Kind, e.Fence, e.Nodes = EventGranted, lock.fence, lock.nodes
+		e.Kind, e.Key, e.Fence, e.Nodes = EventGranted, lock.key, lock.fence, lock.nodes
 	}
 	w.observe(ctx, e)
 	return lock, err

@@ -135,6 +135,47 @@
 // (a PostgreSQL backend terminated) tells the holder at its next check,
 // within the extension threshold; the next leader may start before that.
 //
+// # Semaphores
+//
+// Semaphore admits up to N holders of one name at once: no more than five
+// replicas calling a vendor's API that allows five connections, three
+// migrations at a time. A permit is a lock on one of the name's N slots,
+// {name}#0 to {name}#(N-1), whichever is free, so Acquire, Do, events,
+// inspection and fences work on it as on any lock; its Slot says which
+// slot it holds, and its Key is the slot's (the braces are a Redis Cluster
+// hash tag, which puts every slot of a name in one Cluster slot; a name
+// with a tag keeps its own: see driver.SlotKey):
+//
+//	err := dlock.Do(ctx, dlock.Semaphore(locker, 5), "vendor-api", 30*time.Second, func(ctx context.Context) error {
+//		permit := dlock.LockFromContext(ctx) // permit.Key() is "{vendor-api}#3", say
+//		return callVendor(ctx, permit.Key(), permit.Fence())
+//	})
+//
+// Slots rather than a count of holders, because a permit must be a lock:
+// a lease that ends on the server's clock, a token that only its holder
+// can extend or release, a fence. A lock on one of N keys is exactly that,
+// with the backend's own expiry, fencing and release, where a count would
+// need all three built again beside it; and on Redlock a count kept per
+// node admits more than N (three nodes, N = 2: holders granted on {A, B},
+// {B, C} and {C, A} each have a majority), while a permit that needs a
+// majority on one slot is a Redlock lock like any other, so N holds by
+// construction. The slot is also what a fence counts: successive holders
+// of a slot get increasing fences, so a guard of package fence keyed by
+// the permit's Key refuses a paused holder's late write once its slot went
+// to another, while the holders of the other slots write on.
+//
+// The limit is agreed on the servers: the first grant records it, and a
+// Locker that asks with another one gets ErrInvalid ("limit conflict: the
+// server has 5, this Locker 10") until SetLimit changes the record. The
+// record lasts as long as a permit of the name may be held, and no longer.
+// A permit's lease ends on the server's clock, never a client's, and a
+// killed holder's permit comes back within its TTL (PostgreSQL: when its
+// session ends); an attempt that fails leaves nothing behind. A release
+// wakes a waiter. How each backend grants a free slot, and what it costs,
+// is in docs/semaphores.md; Redlock, and a Locker written elsewhere, get
+// semaphores from this package, which try the slots in turn and record no
+// limit.
+//
 // # Errors
 //
 // Every error matches exactly one sentinel. ErrNotAcquired: someone else
@@ -144,7 +185,8 @@
 // unknown. ErrMisconfigured: the backend refused for a reason retrying
 // cannot change (credentials, permissions, a replica, no memory left), with
 // the server's own reason; Acquire and Do return it at once. ErrInvalid: a
-// bad argument, rejected before anything was sent. A
+// bad argument, rejected before anything was sent, or a semaphore limit
+// that conflicts with the one the servers recorded. A
 // wait that ended with its context also matches ctx.Err(), beside the
 // sentinel of its last attempt (ErrNotAcquired or ErrUnavailable). Which
 // node said what is available through errors.As with *NodeError (and the

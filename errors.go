@@ -49,7 +49,9 @@ var (
 	ErrMisconfigured = errors.New("backend misconfigured")
 
 	// ErrInvalid means a caller's argument or option was rejected before
-	// anything was sent to a server.
+	// anything was sent to a server, or a semaphore's limit differs from
+	// the one its servers recorded (see Semaphore). Waiting cannot change
+	// it.
 	ErrInvalid = errors.New("invalid argument")
 )
 

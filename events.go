@@ -47,7 +47,9 @@ func (k EventKind) String() string {
 // Locker that made it see it (see Events in the package documentation). Fields that do not apply to the kind are zero.
 type Event struct {
 	Kind EventKind
-	Key  string
+	// Key is the key the attempt was for, and from the grant on the
+	// lock's (a semaphore's permit: its slot's key, {name}#slot).
+	Key string
 	// Backend names the backend ("redis", "redlock", "postgres", "etcd";
 	// empty for a backend that does not say), and Nodes how many of its
 	// nodes granted the lock (Redlock's majority; 1 elsewhere; known once

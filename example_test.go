@@ -181,3 +181,37 @@ func ExampleCampaign() {
 	// resign: <nil>
 	// after resigning: dlock: not the leader of "example:cron": lock not acquired (resigned)
 }
+
+// A semaphore admits up to N holders of one name; each permit is a lock on
+// one of its slots, with its own fence.
+func ExampleSemaphore() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer client.Close()
+	locker, err := redislock.New(client)
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	vendor := dlock.Semaphore(locker, 2) // the vendor allows two connections
+	first, err := vendor.TryAcquire(ctx, "example:vendor-api", 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	defer first.Release(ctx)
+	err = dlock.Do(ctx, vendor, "example:vendor-api", 30*time.Second, func(ctx context.Context) error {
+		permit := dlock.LockFromContext(ctx)
+		fmt.Println("inside on slot", permit.Slot(), "with key", permit.Key())
+		_, err := vendor.TryAcquire(ctx, "example:vendor-api", 30*time.Second)
+		fmt.Println("a third:", errors.Is(err, dlock.ErrNotAcquired))
+		return nil // ... call the vendor, passing permit.Fence() ...
+	})
+	fmt.Println("Do:", err)
+	fmt.Println("the first on slot", first.Slot())
+	// Output:
+	// inside on slot 1 with key {example:vendor-api}#1
+	// a third: true
+	// Do: <nil>
+	// the first on slot 0
+}

@@ -31,7 +31,8 @@ type Inspector interface {
 // "ttl_ms" is TTL in whole milliseconds (rounded up; 0: no TTL); "fence" is
 // null when Fence is 0, "holder" null when the holder is unknown (Host,
 // PID, Service and Since all zero); "service" and "since" are left out when
-// zero. The token is left out (see MarshalJSONWithToken). Decoding accepts
+// zero; "limit", a permit's Limit, is left out for a lock. The token is
+// left out (see MarshalJSONWithToken). Decoding accepts
 // that form, with or without "token", and ignores unknown fields.
 type LockInfo struct {
 	Key  string        // as the Locker names it (without its prefix)
@@ -49,6 +50,9 @@ type LockInfo struct {
 	// Majority reports, on a quorum backend, whether a majority of the
 	// nodes hold the key with this token; on others, true.
 	Majority bool
+	// Limit is, for a semaphore's permit (Key is its slot's key, see
+	// Semaphore), the limit its servers recorded; 0 for a lock.
+	Limit int
 	// Who holds it, where the holder published it (dlock run does; the
 	// redislock's WithHolderInfo option does for library users) or the
 	// server knows it (PostgreSQL: the session's pid, application name
@@ -70,6 +74,7 @@ type lockInfoJSON struct {
 	Token    string      `json:"token,omitempty"`
 	Waiting  int         `json:"waiting"`
 	Majority bool        `json:"majority"`
+	Limit    int         `json:"limit,omitempty"`
 }
 
 type holderJSON struct {
@@ -89,7 +94,7 @@ func (li LockInfo) MarshalJSON() ([]byte, error) { return json.Marshal(li.toJSON
 func (li LockInfo) MarshalJSONWithToken() ([]byte, error) { return json.Marshal(li.toJSON(true)) }
 
 func (li LockInfo) toJSON(withToken bool) lockInfoJSON {
-	j := lockInfoJSON{Key: li.Key, Node: li.Node, Waiting: li.Waiting, Majority: li.Majority}
+	j := lockInfoJSON{Key: li.Key, Node: li.Node, Waiting: li.Waiting, Majority: li.Majority, Limit: li.Limit}
 	if li.TTL > 0 {
 		j.TTLms = int64(li.TTL / time.Millisecond)
 		if li.TTL%time.Millisecond != 0 {
@@ -120,7 +125,7 @@ func (li *LockInfo) UnmarshalJSON(b []byte) error {
 		return invalidf("LockInfo: ttl_ms %d out of range", j.TTLms)
 	}
 	*li = LockInfo{Key: j.Key, Node: j.Node, TTL: time.Duration(j.TTLms) * time.Millisecond,
-		Token: j.Token, Waiting: j.Waiting, Majority: j.Majority}
+		Token: j.Token, Waiting: j.Waiting, Majority: j.Majority, Limit: j.Limit}
 	if j.Fence != nil {
 		li.Fence = *j.Fence
 	}

@@ -58,6 +58,7 @@ const (
 // reply or a failed Release says.
 type Lock struct {
 	key   string
+	slot  int // a semaphore's permit: its slot; a lock: -1
 	token string
 	fence uint64
 	grant grant
@@ -99,8 +100,8 @@ type nodeCounter interface{ Nodes() int }
 // (driver.Grant); without it, the lock reads time.Now.
 type clocked interface{ Now() time.Time }
 
-// newLock wraps a backend's grant (driver.NewLock).
-func newLock(key, token string, fence uint64, validUntil time.Time, g grant) *Lock {
+// newLock wraps a backend's grant (driver.NewLock, driver.NewPermit).
+func newLock(key string, slot int, token string, fence uint64, validUntil time.Time, g grant) *Lock {
 	nodes := 1
 	if n, ok := g.(nodeCounter); ok {
 		nodes = n.Nodes()
@@ -109,21 +110,27 @@ func newLock(key, token string, fence uint64, validUntil time.Time, g grant) *Lo
 	if c, ok := g.(clocked); ok {
 		now = c.Now
 	}
-	return &Lock{key: key, token: token, fence: fence, grant: g, now: now, validUntil: validUntil,
+	return &Lock{key: key, slot: slot, token: token, fence: fence, grant: g, now: now, validUntil: validUntil,
 		turn: make(chan struct{}, 1), grantedAt: now(), nodes: nodes}
 }
 
 func init() {
-	bridge.NewLock = func(key, token string, fence uint64, validUntil time.Time, g any) any {
-		return newLock(key, token, fence, validUntil, g.(grant))
+	bridge.NewLock = func(key string, slot int, token string, fence uint64, validUntil time.Time, g any) any {
+		return newLock(key, slot, token, fence, validUntil, g.(grant))
 	}
 	bridge.Lose = func(lock any, cause error) { lock.(*Lock).lose(cause) }
 	bridge.Recheck = func(lock any) { lock.(*Lock).recheck() }
 }
 
 // Key returns the locked key, as the caller named it (without any prefix a
-// backend adds).
+// backend adds). A semaphore's permit is a lock on one of its slots, and
+// its key is the slot's, such as "{vendor-api}#2" (see Semaphore and
+// driver.SlotKey).
 func (l *Lock) Key() string { return l.key }
+
+// Slot returns the slot that a semaphore's permit holds, from 0 to the
+// limit - 1, and -1 for a lock that is not a permit (see Semaphore).
+func (l *Lock) Slot() int { return l.slot }
 
 // Token returns the random value that identifies this holder on the server.
 func (l *Lock) Token() string { return l.token }

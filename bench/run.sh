@@ -19,6 +19,7 @@
 # default 5), BENCH_IDPASSES (passes of D interleaved, default 3),
 # BENCH_IC1PASSES (passes of C1 interleaved, default 5),
 # BENCH_RESIDUE_NAMES (names locked by the residue group, default 100000),
+# BENCH_SPASSES (passes of the semaphore group S, default 5),
 # BENCH_NO_IDLE (1: keep the CPUs out of their idle states for the run, see
 # below); the tables show medians.
 #
@@ -209,3 +210,42 @@ node's counter to the lock's fence.
 
 EOF
 go run ./cmd/benchtable <"$out"
+
+# S: semaphore fairness (semaphore_test.go), medians of its passes.
+spasses=${BENCH_SPASSES:-5}
+"$tmp/bench.test" -test.run '^$' -test.bench '^BenchmarkS$' -test.benchtime 1x -test.count "$spasses" 2>&1 | tee "$tmp/s.txt" >&2
+cat <<EOF
+
+### S. Semaphore fairness: 16 contenders, 4 permits, one node
+
+Each contender has its own client, holds a permit 5ms and asks again at
+once, for ${BENCH_WINDOW} windows; medians of $spasses passes. dlock: dlock.Acquire on
+redislock's semaphore (one script per attempt, a FIFO of waiters woken by
+a release). poll10ms: redis-semaphore's design written out raw, a ZSET of
+holders scored by the client's clock, tried every 10ms. A wait is from the
+call to the grant (one cut short by the window's end counts as long as it
+lasted); min-share is the least served contender's permits against an
+even share (1: even).
+
+| implementation | permits/s | p50 ms | p99 ms | max ms | max/p50 | min-share |
+|---|---:|---:|---:|---:|---:|---:|
+EOF
+awk '
+function median(key,   n, i, j, v, t) {
+	n = cnt[key]
+	for (i = 1; i <= n; i++) v[i] = val[key, i]
+	for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
+	return n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2
+}
+/^BenchmarkS\// {
+	split($1, a, "/"); impl = a[2]; sub(/-[0-9]+$/, "", impl)
+	if (!(impl in seen)) { seen[impl] = 1; order[++nimpl] = impl }
+	for (i = 5; i < NF; i += 2) { k = impl SUBSEP $(i+1); val[k, ++cnt[k]] = $i }
+}
+END {
+	for (o = 1; o <= nimpl; o++) {
+		m = order[o]
+		printf "| %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.2f |\n", m, median(m SUBSEP "permits/s"), median(m SUBSEP "p50-ms"),
+			median(m SUBSEP "p99-ms"), median(m SUBSEP "max-ms"), median(m SUBSEP "max/p50"), median(m SUBSEP "min-share")
+	}
+}' "$tmp/s.txt"

@@ -59,8 +59,22 @@ type Grant interface {
 // valid until validUntil, which must carry a monotonic clock reading (come
 // from time.Now, not from a parsed or serialized time).
 func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *dlock.Lock {
-	return bridge.NewLock(key, token, fence, validUntil, g).(*dlock.Lock)
+	return bridge.NewLock(key, -1, token, fence, validUntil, g).(*dlock.Lock)
 }
+
+// NewPermit is NewLock for a semaphore's permit on slot of name (see
+// Semaphores): the Lock's Key is SlotKey(name, slot), its Slot is slot.
+func NewPermit(name string, slot int, token string, fence uint64, validUntil time.Time, g Grant) *dlock.Lock {
+	return bridge.NewLock(bridge.SlotKey(name, slot), slot, token, fence, validUntil, g).(*dlock.Lock)
+}
+
+// SlotKey returns the key of slot of name's semaphore, its permits' Key:
+// {name}#slot, such as "{vendor-api}#2", or name#slot for a name that has
+// a Redis Cluster hash tag already ("{tenant:7}:exports#2"). The tag puts
+// every slot of a name in one Cluster slot, so that one Redis script can
+// look at them all. Names that differ only by such braces ("a" and "{a}")
+// name one semaphore.
+func SlotKey(name string, slot int) string { return bridge.SlotKey(name, slot) }
 
 // Lost declares lock lost with cause, which must match dlock.ErrLockLost:
 // from then on Held reports false, Extend returns cause, and Do ends its
@@ -99,8 +113,9 @@ func Recheck(lock *dlock.Lock) {
 // lock's own queue).
 type ReleaseNotifier interface {
 	// NotifyRelease registers interest in key. The channel receives a
-	// value when key may have been released; stop ends the interest and
-	// must be called exactly once.
+	// value when key may have been released; a nil channel says that no
+	// release of key will be announced (the wait polls). stop ends the
+	// interest and must be called exactly once.
 	NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func())
 }
 
@@ -214,3 +229,50 @@ func ValidUntil(start time.Time, ttl time.Duration, driftFactor float64) time.Ti
 // encoded as 26 base32 characters. Backends use it as the value of a lock
 // key so that only the holder can extend or release it.
 func NewToken() string { return rand.Text() }
+
+// Semaphores is a Locker with semaphores of its own (every backend of this
+// repository has them): dlock.Semaphore returns its Semaphore(limit), and
+// dlock.SetLimit calls its SetLimit. A Locker without it gets semaphores
+// from package dlock that try the slots one by one and keep no limit on
+// the servers.
+type Semaphores interface {
+	// Semaphore returns a Locker whose TryAcquire(ctx, name, ttl) makes
+	// one attempt to grant one of limit permits of name: a lock on a free
+	// slot of name, from 0 to limit - 1, made with NewPermit, whose
+	// Extend and Release act on that slot alone. Successive holders of a
+	// slot get increasing fences, by the backend's fence rules. The first
+	// grant records limit on the servers, and a grant is made only while
+	// fewer permits than the recorded limit are held; an attempt with
+	// another limit fails with LimitConflict. The record lasts as long as
+	// a permit of name may be held, and no longer. TryAcquire rejects a
+	// bad limit (CheckLimit) with dlock.ErrInvalid, and returns
+	// dlock.ErrNotAcquired when every permit is held.
+	Semaphore(limit int) dlock.Locker
+
+	// SetLimit records limit as the limit of name's semaphore on the
+	// servers, in place of the one recorded: permits held above it are
+	// kept until they are released or lost, and no new permit is
+	// granted while limit or more are held. With no permit of name held
+	// there is no record to change, and it does nothing.
+	SetLimit(ctx context.Context, name string, limit int) error
+}
+
+// MaxLimit is the largest limit a semaphore may have.
+const MaxLimit = bridge.MaxLimit
+
+// CheckLimit rejects a semaphore limit below 1 or above MaxLimit with an
+// error that matches dlock.ErrInvalid.
+func CheckLimit(limit int) error {
+	if p := bridge.LimitProblem(limit); p != "" {
+		return Invalidf("%s", p)
+	}
+	return nil
+}
+
+// LimitConflict returns the error of an attempt on name's semaphore with
+// limit ours while the servers have recorded another: it matches
+// dlock.ErrInvalid, since no wait can change it.
+func LimitConflict(name string, server, ours int) error {
+	return fmt.Errorf("dlock: acquire %q: %w: limit conflict: the server has %d, this Locker %d (change it with dlock.SetLimit)",
+		name, dlock.ErrInvalid, server, ours)
+}

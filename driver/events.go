@@ -105,7 +105,7 @@ func (a Attempt) End(lock *dlock.Lock, err error) (*dlock.Lock, error) {
 	if err != nil {
 		e.Kind, e.Err = dlock.EventRefused, err
 	} else {
-		e.Kind, e.Fence = dlock.EventGranted, lock.Fence()
+		e.Kind, e.Key, e.Fence = dlock.EventGranted, lock.Key(), lock.Fence()
 	}
 	a.ev.observe(a.ctx, e)
 	return lock, err

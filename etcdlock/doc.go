@@ -123,6 +123,29 @@
 // client picks: a member that is frozen or cut off silently costs one
 // attempt, not the lock.
 //
+// # Semaphores
+//
+// Locker.Semaphore (which dlock.Semaphore returns for an etcd Locker)
+// grants one of N permits of a name as a lock on one of its slots: a key
+// in the queue prefix+"{name}#"+slot+"/", named by the session's lease, as
+// the lock on the slot's key (driver.SlotKey: "{vendor-api}#2") would be.
+// Its fence is the key's create revision. An attempt reads every slot key of the name in one range request, and
+// puts its key on the lowest free slot in a transaction made only if no
+// slot key changed since that read (another grant, a new limit): two
+// round trips, and a new read when it loses the race (up to five times).
+// The limit lives in the value of the permits' keys ({"limit":5}, before
+// the holder record of WithHolderInfo), so it lasts exactly as long as a
+// permit: when the last key is deleted or its lease runs out, the record
+// is gone with it. A grant counts the permits of every slot, so that after
+// SetLimit shrank the limit (it rewrites the values in one transaction,
+// keeping the keys' leases and revisions) no permit is granted until fewer
+// than the new limit are held.
+//
+// A semaphore's wait (dlock.Acquire) watches its slot keys from before its
+// first attempt, and tries again at each deletion: a release, or a dead
+// holder's lease running out. The woken waiters race for the free slot;
+// unlike a lock's, a semaphore's waiters are not served in queue order.
+//
 // # Errors
 //
 // Every error matches exactly one of dlock's sentinels. A lease that expired

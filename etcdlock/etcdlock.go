@@ -139,6 +139,10 @@ type contender struct {
 	// in its queue, or created it (the lock's validity counts from it).
 	start time.Time
 	gone  bool // the last read found the key deleted
+	// sem names the semaphore whose permit on slot permit the key is
+	// (name is its slot's key); "" for a lock.
+	sem    string
+	permit int
 }
 
 // tryPut is TryAcquire's transaction: the put only if the queue is empty,
@@ -229,7 +233,13 @@ func (l *Locker) granted(ctx context.Context, ttl time.Duration, c *contender) (
 		l.abandon(ctx, c)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", c.name, dlock.ErrNotAcquired, now.Sub(c.start), ttl)
 	}
-	lock := driver.NewLock(c.name, lockToken(c.s.id, c.rev), uint64(c.rev), validUntil, &grant{l: l, slot: c.slot})
+	g, tok := &grant{l: l, slot: c.slot}, lockToken(c.s.id, c.rev)
+	var lock *dlock.Lock
+	if c.sem == "" {
+		lock = driver.NewLock(c.name, tok, uint64(c.rev), validUntil, g)
+	} else {
+		lock = driver.NewPermit(c.sem, c.permit, tok, uint64(c.rev), validUntil, g)
+	}
 	l.mu.Lock()
 	c.slot.rev, c.slot.validUntil, c.slot.lock = c.rev, validUntil, lock
 	l.mu.Unlock()

@@ -62,6 +62,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		info := dlock.LockInfo{Key: name, Node: l.node, Fence: uint64(q.fence), Token: lockToken(q.named, q.fence),
 			Waiting: q.waiting, Majority: true}
 		holderOf(&info, q.value)
+		info.Limit, _ = limitOf(q.value)
 		if ttl, err := l.client.TimeToLive(ctx, q.owner); err == nil && ttl.TTL > 0 {
 			info.TTL = time.Duration(ttl.TTL) * time.Second
 		}

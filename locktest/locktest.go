@@ -88,6 +88,7 @@ func Run(t *testing.T, newLocker Factory, opts ...Option) {
 	t.Run("DoContextTruthfulAtExpiry", s.doContextTruthfulAtExpiry)
 	t.Run("AcquireWaitsThroughOutage", s.acquireWaitsThroughOutage)
 	t.Run("OneWayToWait", s.oneWayToWait)
+	t.Run("Semaphore", s.semaphores)
 }
 
 func newSuite(newLocker Factory, opts []Option) *suite {

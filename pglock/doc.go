@@ -118,9 +118,12 @@
 // processes may run it at the same time), or this SQL (MigrateSQL):
 //
 //	CREATE SEQUENCE IF NOT EXISTS dlock_fence
-//		AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE
+//		AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE;
+//	CREATE TABLE IF NOT EXISTS dlock_semaphore (
+//		name bytea PRIMARY KEY, permits int NOT NULL, slots int NOT NULL)
 //
-// Without it acquisitions fail with ErrNotMigrated. Keep CACHE 1: with a
+// Without them acquisitions fail with ErrNotMigrated (the table is for
+// semaphores only). Keep CACHE 1: with a
 // per-session cache, sessions hand out numbers from different ranges and a
 // later holder can get a smaller fence (Migrate checks it). The same holds
 // for setval, ALTER SEQUENCE ... RESTART and restoring an old backup: they
@@ -227,6 +230,40 @@
 // their few values are encoded by hand, past pgx's type mapping; with any
 // other QueryExecMode, or a Tracer, they go through QueryRow, so a pool set
 // up for a proxy, or traced, sees them as before.
+//
+// # Semaphores
+//
+// Locker.Semaphore (which dlock.Semaphore returns for a pglock Locker)
+// grants one of N permits of a name as the session lock on one of its
+// slots: the slot's key ("{vendor-api}#2", see driver.SlotKey), mapped as
+// TryAcquire maps names (with the prefix, by HashKey or WithKeyFunc), so a
+// permit is exactly the lock on that name, with a fence from the same
+// sequence. Like every lock, a
+// permit pins a connection of the pool until it is released: give the
+// pool one connection for each permit the process may hold at once plus
+// one for attempts (an attempt finding every connection pinned by the
+// Locker's own locks fails at once with ErrPoolExhausted). A terminated
+// session is a lost permit: the server frees the slot, and the handle
+// reports dlock.ErrLockLost at its next check.
+//
+// The limit is kept in the table dlock_semaphore, one row per semaphore,
+// named by the prefix and what its slots' names begin with ("{name}#"):
+// the limit, and how many slots may be held (more than the
+// limit while holders above a limit that SetLimit shrank finish). A grant
+// is one transaction on the connection it pins: it locks the name's row
+// (creating it on first use), finds the held slots in pg_locks, and takes
+// the lowest free one below the limit with the usual statement; about five
+// round trips. Grants of one name are serialized by the row lock: a client
+// that stops in the middle of one (paused, cut off) holds the others up
+// until the server ends its idle transaction, after 5 seconds. The row is
+// void while no permit of the name is held, and the next grant records its
+// own limit: the limit lasts as long as the permits. The row itself stays,
+// a few dozen bytes per semaphore name ever used, as the fence sequence
+// stays; delete the rows of names no longer used at will.
+//
+// A semaphore's wait is registered on every slot with the release
+// listener (see Waiting), so the release of any permit wakes it. Inspect
+// gives a permit's Limit when it can name the permit (see Inspection).
 //
 // # Inspection
 //

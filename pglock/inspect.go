@@ -117,7 +117,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	if len(out) > limit {
 		out = out[:limit]
 	}
-	return out, nil
+	return out, l.semLimits(ctx, out)
 }
 
 // lockID is how pg_locks shows a held advisory lock, with its holder's

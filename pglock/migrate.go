@@ -17,7 +17,8 @@ import (
 // for all keys. It is looked up through the session's search_path.
 const FenceSequence = "dlock_fence"
 
-// MigrateSQL creates the fence sequence. Migrate runs it (and checks the
+// MigrateSQL creates the fence sequence and the table where semaphores
+// record their limits (SemaphoreTable). Migrate runs it (and checks the
 // sequence's settings); run it yourself where schema changes go through a
 // migration tool. CACHE 1 matters: with a per-session cache two sessions
 // would hand out numbers from different ranges, and a later holder could
@@ -25,7 +26,8 @@ const FenceSequence = "dlock_fence"
 // a unique violation (SQLSTATE 23505); Migrate serializes itself and does
 // not.
 const MigrateSQL = `CREATE SEQUENCE IF NOT EXISTS ` + FenceSequence + `
-	AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE`
+	AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE;
+` + semaphoreTableSQL
 
 // checkSequenceSQL reads the settings that fences depend on.
 const checkSequenceSQL = `SELECT seqincrement, seqmin, seqcache, seqcycle
@@ -36,12 +38,13 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Migrate creates the fence sequence if it does not exist (MigrateSQL) and
-// checks that an existing one counts up by one, from at least 1, without a
-// per-session cache and without wrapping around, as fences need; otherwise
-// it returns an error matching dlock.ErrInvalid. A role without the right
-// to create it gets dlock.ErrMisconfigured, an unreachable server
-// dlock.ErrUnavailable. pglock never creates the
+// Migrate creates the fence sequence and the semaphore table if they do not
+// exist (MigrateSQL) and checks that an existing sequence counts up by one,
+// from at least 1, without a per-session cache and without wrapping
+// around, as fences need; otherwise it returns an error matching
+// dlock.ErrInvalid. A role without the right to create them gets
+// dlock.ErrMisconfigured, an unreachable server dlock.ErrUnavailable.
+// pglock never creates the
 // sequence on its own: a Locker whose database lacks it fails with
 // ErrNotMigrated. Migrate is idempotent, and safe to run from several
 // processes at once (each holds a transaction-level advisory lock while it

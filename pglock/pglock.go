@@ -309,8 +309,7 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 // grantLock makes one attempt to take the session lock on k and returns
 // the grant, its fence and its validity.
 func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Duration) (*grant, uint64, time.Time, error) {
-	id := driver.Identity(ctx)
-	st, app, alt, err := l.publication(name, id)
+	p, err := l.publish(ctx, name)
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}
@@ -318,6 +317,27 @@ func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Dur
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}
+	return l.grantOn(ctx, conn, name, k, ttl, p)
+}
+
+// pub is what a grant publishes: publication's results, and the identity.
+type pub struct {
+	st       *statements
+	app, alt string
+	id       string
+}
+
+// publish returns what a grant of name publishes (see publication).
+func (l *Locker) publish(ctx context.Context, name string) (pub, error) {
+	id := driver.Identity(ctx)
+	st, app, alt, err := l.publication(name, id)
+	return pub{st, app, alt, id}, err
+}
+
+// grantOn is grantLock on conn, which it pins for the lock when granted,
+// gives back to the pool when k is busy, and discards on an error.
+func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration, p pub) (*grant, uint64, time.Time, error) {
+	st, app, alt, id := p.st, p.app, p.alt, p.id
 	// The grant is made first: it holds the statement's arguments and
 	// results, for this statement and the release (fewer allocations).
 	g := &grant{l: l, key: k, name: name, st: st}

@@ -398,6 +398,8 @@ func TestNotMigrated(t *testing.T) {
 	defer l.Close()
 	_, err = l.TryAcquire(ctx, "x", time.Second)
 	wantIs(t, err, dlock.ErrMisconfigured, pglock.ErrNotMigrated)
+	_, err = dlock.Semaphore(l, 2).TryAcquire(ctx, "s", time.Second)
+	wantIs(t, err, dlock.ErrMisconfigured, pglock.ErrNotMigrated)
 	tx := begin(t, pool)
 	_, err = pglock.TryLockTx(ctx, tx, pglock.HashKey("x"))
 	wantIs(t, err, dlock.ErrMisconfigured, pglock.ErrNotMigrated)
@@ -428,6 +430,11 @@ func TestNotMigrated(t *testing.T) {
 		t.Fatalf("first fence from a fresh sequence: %d, want 1", lock.Fence())
 	}
 	lock.Release(ctx)
+	permit, err := dlock.Semaphore(l, 2).TryAcquire(ctx, "s", time.Second)
+	if err != nil {
+		t.Fatalf("a permit after Migrate: %v", err)
+	}
+	permit.Release(ctx)
 }
 
 // A hot standby's advisory locks exclude no one on the primary: pglock

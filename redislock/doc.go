@@ -117,6 +117,26 @@
 // jitter (the release that pops it wakes nobody, and the others find the free
 // key at their next poll); Close takes the Locker out of its queues.
 //
+// # Semaphores
+//
+// Locker.Semaphore (which dlock.Semaphore returns for a redislock Locker)
+// grants one of N permits of a name as a lock on one of its slot keys,
+// prefix+"{name}#0" to prefix+"{name}#(N-1)" (driver.SlotKey), holding the
+// token with the TTL like a lock key. One script, one round trip, looks at
+// every slot key, checks the limit record "dlock:limit:t:"+prefix+"{name}#"
+// (a hash: limit, and the slots that may be held), and sets the lowest free
+// slot with its own fence counter. The hash tag puts them all in one
+// Cluster slot. Expiry is the server's alone: a dead holder's permit comes
+// back when its slot key expires, and no client clock is read. The record
+// counts only while a slot key exists; its TTL is raised at every grant and
+// extension to at least the permit's, so it never outlives the permits by
+// more than their TTL. After SetLimit shrank the limit, a grant also counts
+// the holders above it (the script asks for their keys in a second call).
+// A release wakes the Locker that heads the semaphore's waiter queue, as a
+// lock's does; a holder that vanishes wakes the queue's head at its permit's
+// expiry. ReleaseToken and ExtendToken on a permit's key (the command line)
+// act on the slot key alone: they wake nobody and leave the record's TTL.
+//
 // # Leader election
 //
 // dlock.Lead, Leader, Observe and Campaign need nothing more on the server.

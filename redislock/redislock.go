@@ -209,6 +209,9 @@ type grant struct {
 	key, token string
 	fence      int64  // 0 for a lock known only by its token
 	holder     string // the holder record written at the grant (WithHolderInfo)
+	// sem is a permit's semaphore (semKey), "" for a lock: its extension
+	// keeps the limit record, its release wakes the semaphore's queue.
+	sem string
 	// tokenArg is the release script's ARGV, the token boxed by the
 	// attempt (go-redis copies it): two allocations less per cycle. With
 	// the fence TTL boxed once, a TryAcquire+Release cycle allocated 31
@@ -228,7 +231,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	defer cancel()
 	start := time.Now()
 	held := false
-	if _, set := l.features(tctx); set {
+	if _, set := l.features(tctx); set && g.sem == "" {
 		err := l.client.SetIFEQ(tctx, g.key, g.token, g.token, time.Duration(ms)*time.Millisecond).Err()
 		if err != nil && err != redis.Nil {
 			return time.Time{}, l.opErr(ctx, err, false)
@@ -238,6 +241,9 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		ks, args := []string{g.key}, []any{g.token, ms, 0}
 		if g.fence > 0 {
 			ks, args = []string{g.key, keys.Fence(g.key)}, []any{g.token, ms, g.fence, l.cfg.FenceTTL.Milliseconds()}
+		}
+		if g.sem != "" {
+			ks = append(ks, keys.Limit(g.sem))
 		}
 		n, err := l.run(tctx, scripts.Extend, ks, args).Int64()
 		if err != nil {
@@ -259,15 +265,21 @@ func (g *grant) Release(ctx context.Context) error {
 	defer cancel()
 	var n, woken int64
 	var err error
-	if g.holder != "" {
+	switch {
+	case g.sem != "":
+		n, woken, err = scripts.ReleaseReply(g.l.run(tctx, scripts.Release, []string{g.key, keys.Queue(g.sem)},
+			[]any{g.token, 1, 0, 0, g.sem}).Result())
+	case g.holder != "":
 		n, woken, err = g.l.releaseHolder(tctx, g.key, g.token, g.holder)
-	} else {
+	default:
 		n, woken, err = g.l.release(tctx, g.key, g.token, g.tokenArg, true)
 	}
 	if err != nil {
 		return g.l.opErr(ctx, err, false)
 	}
-	if woken > 0 && g.l.notify != nil {
+	if woken > 0 && g.l.notify != nil && g.sem != "" {
+		g.l.notify.Woke(g.sem)
+	} else if woken > 0 && g.l.notify != nil {
 		g.l.notify.Woke(g.key)
 	}
 	if n == 0 {

@@ -195,6 +195,22 @@
 // the resource (dlock's fence packages) then reject that holder's writes. The
 // argument in full is in the repository's docs/fences.md.
 //
+// # Semaphores
+//
+// dlock.Semaphore over a Redlock Locker gives the generic permits of
+// package dlock: a permit is a Redlock lock on one slot key of the name
+// ("{name}#0" to "{name}#(N-1)", driver.SlotKey), tried in order, one
+// round of requests to every node per slot tried. A permit thus needs a
+// majority of nodes on the same slot, so at most N are held whatever the
+// partitions: two permits on one slot would need two majorities, which
+// share a node. A semaphore that counted holders on each node and admitted
+// on a majority of counts would not keep that promise: with 3 nodes and a
+// limit of 2, holders counted on nodes {0,1}, {1,2} and {2,0} are three,
+// each node counting two. Redlock keeps no limit record on the nodes:
+// Lockers that ask with different limits are not told (each holds the
+// permits of its own limit), and dlock.SetLimit returns dlock.ErrInvalid.
+// A release wakes a waiter through the slot's announcement, like a lock's.
+//
 // # Errors and configuration
 //
 // Failed attempts carry a *QuorumError (errors.As) with every node's answer;

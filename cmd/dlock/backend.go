@@ -285,17 +285,23 @@ func (r *recorder) busy() bool {
 	return r.sawBusy
 }
 
-// acquireError turns a failed acquisition into an exit code and message.
-func acquireError(err error, rec *recorder, key string, wait time.Duration) error {
+// acquireError turns a failed acquisition of key (a semaphore's with a
+// limit) into an exit code and message.
+func acquireError(err error, rec *recorder, key string, limit int, wait time.Duration) error {
 	switch {
 	case errors.Is(err, dlock.ErrInvalid):
 		return &usageError{err: err}
 	case errors.Is(err, pglock.ErrNotMigrated):
-		return exitf(exitMisconfigured, "the database has no dlock_fence sequence: run once with --create-fence-table, or create it with the SQL of pglock.MigrateSQL")
+		return exitf(exitMisconfigured, "the database has no dlock_fence sequence (or, for --limit, no dlock_semaphore table): run once with --create-fence-table, or create them with the SQL of pglock.MigrateSQL")
 	case errors.Is(err, errCreateFence):
 		return exitf(backendCode(err), "%v", err)
 	case errors.Is(err, dlock.ErrUnavailable), errors.Is(err, dlock.ErrMisconfigured):
 		return backendError(err)
+	case errors.Is(err, dlock.ErrNotAcquired) && rec.busy() && limit > 0:
+		if wait > 0 {
+			return busyf("semaphore %q is full: its %d permits were held for all of --wait %s", key, limit, waitString(wait))
+		}
+		return busyf("semaphore %q is full: its %d permits are held", key, limit)
 	case errors.Is(err, dlock.ErrNotAcquired) && rec.busy():
 		if wait > 0 {
 			return busyf("lock %q is busy: another owner held it for all of --wait %s", key, waitString(wait))

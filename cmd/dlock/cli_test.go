@@ -364,7 +364,7 @@ func TestExitCodeBySentinel(t *testing.T) {
 		{dlock.ErrNotHeld, exitFailure, exitLost},
 		{dlock.ErrLockLost, exitFailure, exitLost},
 	} {
-		if got := code(acquireError(wrap(tc.sentinel), busy, "k", time.Second)); got != tc.acquire {
+		if got := code(acquireError(wrap(tc.sentinel), busy, "k", 0, time.Second)); got != tc.acquire {
 			t.Errorf("acquire failing with %v: exit %d, want %d", tc.sentinel, got, tc.acquire)
 		}
 		if got := code(tokenError(wrap(tc.sentinel), "k")); got != tc.toke {

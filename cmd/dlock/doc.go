@@ -3,11 +3,11 @@
 // several independent Redis masters, on an etcd cluster, or on a PostgreSQL
 // advisory lock.
 //
-//	dlock run [--redis URL]... [--postgres DSN] [--etcd URL]... [-t TTL] [-w WAIT | -n] [-E N] [-q] [--grace 10s] [--name NAME] [--verbose] KEY [--] CMD [ARG]...
+//	dlock run [--redis URL]... [--postgres DSN] [--etcd URL]... [-t TTL] [-w WAIT | -n] [-E N] [-q] [--grace 10s] [--name NAME] [--limit N] [--verbose] KEY [--] CMD [ARG]...
 //	dlock run [flags] -c 'SHELL COMMAND' KEY
 //	dlock elect [run's flags] [--id ID] [--recampaign] NAME [--] CMD [ARG]...
 //	dlock leader [-w] [--json] NAME
-//	dlock acquire KEY [-t TTL] [-w WAIT | -n] [-E N] [-q] [--verbose] [--json]
+//	dlock acquire KEY [-t TTL] [-w WAIT | -n] [-E N] [-q] [--limit N] [--verbose] [--json]
 //	dlock extend KEY [TOKEN] [-t TTL]
 //	dlock release KEY [TOKEN]
 //	dlock inspect [PATTERN] [--json] [--watch INTERVAL] [--show-token] [--limit N]
@@ -34,6 +34,14 @@
 //	eval "$lock"
 //	./migrate.sh --fence "$DLOCK_FENCE" && dlock extend deploy -t 300
 //	dlock release deploy
+//
+// With --limit N, run and acquire take one of N permits of KEY, a
+// semaphore: up to N holders at once, each on one of its slots. The command
+// (or acquire's output) gets DLOCK_SLOT, and DLOCK_KEY is the slot's key,
+// {KEY}#SLOT, whose fence DLOCK_FENCE is; the backend records the limit,
+// and a run with another --limit exits 64 while permits are held:
+//
+//	dlock run --limit 5 -w forever vendor-api -- ./call-vendor.sh
 //
 // In cron, skip a run silently while the previous one still holds the lock,
 // and keep the job's own exit status otherwise:
@@ -127,7 +135,9 @@
 // only by a hash of its name: a lock held by dlock run is listed by its
 // name, which run publishes in its session's application_name (names up to
 // 63 bytes of printable ASCII); other locks are listed as "advisory:<n>",
-// or by name when the pattern is that plain name.
+// or by name when the pattern is that plain name. A semaphore's permits are
+// listed under their slots' keys, with its limit and how many are held:
+// dlock inspect '{vendor-api}#*'.
 //
 // # Exit codes
 //

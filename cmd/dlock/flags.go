@@ -10,11 +10,16 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // lockFlags are the flock(1)-style flags of the commands that take a lock:
 // -t/--ttl, -w/--wait, -n/--nb/--nonblock, -E/--conflict-exit-code,
-// -q/--quiet and --verbose. Every command maps a busy lock through busy,
+// -q/--quiet, --verbose and, where a semaphore makes sense, --limit.
+// Every command maps a busy lock through busy,
 // so -E and -q mean the same thing everywhere.
 type lockFlags struct {
 	ttl      time.Duration
@@ -23,6 +28,21 @@ type lockFlags struct {
 	conflict int
 	quiet    bool
 	verbose  bool
+	limit    int // --limit: a semaphore of that many permits; 0: a lock
+}
+
+// addLimit adds --limit, which makes KEY a semaphore.
+func (l *lockFlags) addLimit(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&l.limit, "limit", 0, "a semaphore: admit up to `N` holders of KEY at once, each on one of its N\nslots (DLOCK_SLOT; DLOCK_KEY is the slot's key, {KEY}#SLOT)")
+}
+
+// locker is the Locker to take KEY with: l, or with --limit a semaphore
+// of l.
+func (l *lockFlags) locker(be dlock.Locker) dlock.Locker {
+	if l.limit == 0 {
+		return be
+	}
+	return dlock.Semaphore(be, l.limit)
 }
 
 func (l *lockFlags) addTTL(cmd *cobra.Command, usage string) {
@@ -56,6 +76,11 @@ func (l *lockFlags) check(cmd *cobra.Command) error {
 	}
 	if l.conflict < 0 || l.conflict > 255 {
 		return usagef("--conflict-exit-code %d: must be within 0..255", l.conflict)
+	}
+	if cmd.Flags().Changed("limit") {
+		if err := driver.CheckLimit(l.limit); err != nil {
+			return usagef("--limit %d: must be between 1 and %d", l.limit, driver.MaxLimit)
+		}
 	}
 	return nil
 }

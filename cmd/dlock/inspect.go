@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -58,6 +59,11 @@ etcdctl lock's alike), with the holder's token, its lease's remaining TTL, the
 fence (the holder key's create revision), the waiters queued behind it and,
 for dlock run, who holds it; every read is linearizable.
 
+A semaphore's permits (dlock run --limit) are listed under their slots' keys,
+{KEY}#SLOT, followed by a line per semaphore: how many of its limit are held
+(PostgreSQL: among the permits it can name). List one semaphore with
+dlock inspect '{KEY}#*'.
+
 --limit bounds the listing (default 1000). --watch 2s lists again every 2s
 until interrupted: on a terminal it clears the screen and redraws the table
 under a line with the time; into a pipe or a file it writes no terminal
@@ -75,8 +81,8 @@ With --json the output is one object (one line) per listing:
 "ttl_ms" is the remaining TTL in milliseconds (0: none, as on PostgreSQL);
 "fence" and "holder" are null when absent; "service" and "since" are left
 out when unknown; "token" appears with --show-token; "locks" is [] when
-nothing matches. Each lock is the Go library's dlock.LockInfo, which
-encodes and decodes this form.
+nothing matches. A semaphore's permit has "limit" too. Each lock is the Go
+library's dlock.LockInfo, which encodes and decodes this form.
 
 ` + exitCodesHelp,
 		Example: `  dlock inspect --redis redis://redis.internal:6379
@@ -260,7 +266,53 @@ func printLocks(a *app, infos []dlock.LockInfo, withNode bool, pattern string, s
 		}
 		fmt.Fprintln(tw, holderText(li, now))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printSemaphores(a, infos, withNode)
+}
+
+// printSemaphores sums up the semaphores whose permits infos list: how
+// many of the limit are held (on each node, for Redlock).
+func printSemaphores(a *app, infos []dlock.LockInfo, withNode bool) error {
+	type sem struct{ name, node string }
+	held, limit := map[sem]int{}, map[sem]int{}
+	var order []sem
+	for _, li := range infos {
+		name, ok := semaphoreOf(li)
+		if !ok {
+			continue
+		}
+		s := sem{name: name}
+		if withNode {
+			s.node = li.Node
+		}
+		if held[s] == 0 {
+			order = append(order, s)
+		}
+		held[s]++
+		limit[s] = li.Limit
+	}
+	for _, s := range order {
+		on := ""
+		if withNode {
+			on = " on " + s.node
+		}
+		if _, err := fmt.Fprintf(a.stdout, "semaphore %s%s: %d of %d permits held\n", s.name, on, held[s], limit[s]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// semaphoreOf returns what names the semaphore of a permit ({name}, its
+// key without "#slot"), or false for a lock.
+func semaphoreOf(li dlock.LockInfo) (string, bool) {
+	i := strings.LastIndexByte(li.Key, '#')
+	if li.Limit == 0 || i < 0 {
+		return "", false
+	}
+	return li.Key[:i], true
 }
 
 // holderText is the HOLDER column: "web-1 pid 4242 (api) since ... (5s

@@ -60,7 +60,7 @@ func TestMain(m *testing.M) {
 // child is what the test binary does when dlock run starts it:
 //
 //	record FILE DUR        append "enter NANOS FENCE", sleep DUR, append "exit NANOS"
-//	env                    print DLOCK_KEY, DLOCK_TOKEN, DLOCK_FENCE
+//	env                    print DLOCK_KEY, DLOCK_TOKEN, DLOCK_FENCE, DLOCK_SLOT
 //	exit N                 exit with status N
 //	hold READY DUR         write our pid to READY, sleep DUR (SIGTERM kills)
 //	hold-ignore READY DUR  the same, ignoring SIGTERM
@@ -84,7 +84,7 @@ func child(args []string) int {
 		time.Sleep(d)
 		appendLine(args[1], fmt.Sprintf("exit %d", time.Now().UnixNano()))
 	case "env":
-		for _, k := range []string{"DLOCK_KEY", "DLOCK_TOKEN", "DLOCK_FENCE"} {
+		for _, k := range []string{"DLOCK_KEY", "DLOCK_TOKEN", "DLOCK_FENCE", "DLOCK_SLOT"} {
 			fmt.Printf("%s=%s\n", k, os.Getenv(k))
 		}
 	case "exit":

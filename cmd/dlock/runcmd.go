@@ -62,7 +62,15 @@ fence, the backend and the holder record.
 
 The command gets DLOCK_KEY, DLOCK_TOKEN and DLOCK_FENCE in its environment.
 DLOCK_FENCE grows with every acquisition of KEY: pass it to the resource you
-protect so it can reject the late writes of a holder that lost the lock. The
+protect so it can reject the late writes of a holder that lost the lock.
+
+With --limit N, KEY is a semaphore: up to N commands run at once, each holding
+one of its N slots. The command gets DLOCK_SLOT too (0 to N-1), and DLOCK_KEY
+is its slot's key, {KEY}#SLOT; DLOCK_FENCE grows with every holder of that
+slot, so key the resource's fence check by DLOCK_KEY. The backend records the
+limit while permits are held: a run with another --limit exits 64 ("limit
+conflict: the server has 5, this Locker 10") until they are all released, or
+the limit is changed (dlock.SetLimit). The
 command's stdin, stdout and stderr are dlock's. It runs in its own process group;
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
 forwarded to that group.
@@ -126,11 +134,15 @@ adds a label to that record: the job or service.
   # is still going; a failure of sync.sh itself keeps its exit code
   */5 * * * * dlock run -n -q -E 0 sync ./sync.sh
 
+  # at most 5 at once against the vendor's API; each knows its slot
+  dlock run --limit 5 -w forever vendor-api -- sh -c './sync.sh --conn "$DLOCK_SLOT"'
+
   # a shell command, as with flock -c
   dlock run -w 1m -c 'pg_dump app | gzip > /backup/app.gz' backup`,
 		RunE: func(cmd *cobra.Command, args []string) error { return a.runUnder(cmd, args, &rf, nil) },
 	}
 	a.addRunFlags(cmd, &rf, "lock lease: how long the lock outlives a dlock that stopped extending it\n(crashed, frozen, cut off)")
+	rf.lf.addLimit(cmd)
 	return cmd
 }
 
@@ -176,7 +188,7 @@ func (a *app) runUnder(cmd *cobra.Command, args []string, rf *runFlags, e *elect
 	defer be.close()
 	// The grace must leave room to extend the lock before it starts (see
 	// run).
-	r := &runner{a: a, be: be, key: key, argv: argv, ttl: ttl, wait: wait, grace: min(rf.grace, ttl/3), elect: e}
+	r := &runner{a: a, be: be, locker: lf.locker(be.locker), limit: lf.limit, key: key, argv: argv, ttl: ttl, wait: wait, grace: min(rf.grace, ttl/3), elect: e}
 	if lf.verbose {
 		r.verbose = bf
 	}
@@ -254,6 +266,8 @@ func checkDurations(ttl, wait, grace time.Duration) error {
 type runner struct {
 	a                *app
 	be               *backend
+	locker           dlock.Locker // be's, or a semaphore of it (--limit)
+	limit            int
 	key              string
 	argv             []string
 	ttl, wait, grace time.Duration
@@ -302,7 +316,7 @@ func (r *runner) run(ctx context.Context) error {
 	}()
 	defer func() { close(stop); <-done }()
 
-	rec := &recorder{Locker: r.be.locker}
+	rec := &recorder{Locker: r.locker}
 	r.begun = time.Now()
 	// Extend when a third of the TTL has passed, so that a backend that
 	// does not answer has another third (at least; the grace is at most a
@@ -502,7 +516,7 @@ func (r *runner) outcome(err error, rec *recorder) error {
 	case r.aborted:
 		return busyf("lock %q is busy: --wait %s ran out", r.key, waitString(r.wait))
 	case !entered:
-		return acquireError(err, rec, r.key, r.wait)
+		return acquireError(err, rec, r.key, r.limit, r.wait)
 	case r.startErr != nil:
 		code := exitCannotExec
 		if errors.Is(r.startErr, exec.ErrNotFound) || errors.Is(r.startErr, os.ErrNotExist) {
@@ -538,10 +552,10 @@ func exitStatus(ps *os.ProcessState) int {
 // childEnv is env with the lock's variables set, and extra ones (NAME=value)
 // of the command's.
 func childEnv(env []string, lock *dlock.Lock, extra ...string) []string {
-	out := make([]string, 0, len(env)+3+len(extra))
+	out := make([]string, 0, len(env)+4+len(extra))
 	for _, kv := range env {
 		switch k, _, _ := strings.Cut(kv, "="); k {
-		case "DLOCK_KEY", "DLOCK_TOKEN", "DLOCK_FENCE", "DLOCK_TERM", "DLOCK_LEADER":
+		case "DLOCK_KEY", "DLOCK_TOKEN", "DLOCK_FENCE", "DLOCK_TERM", "DLOCK_LEADER", "DLOCK_SLOT":
 			continue
 		}
 		out = append(out, kv)
@@ -550,6 +564,9 @@ func childEnv(env []string, lock *dlock.Lock, extra ...string) []string {
 		"DLOCK_KEY="+lock.Key(),
 		"DLOCK_TOKEN="+lock.Token(),
 		"DLOCK_FENCE="+strconv.FormatUint(lock.Fence(), 10))
+	if lock.Slot() >= 0 {
+		out = append(out, "DLOCK_SLOT="+strconv.Itoa(lock.Slot()))
+	}
 	return append(out, extra...)
 }
 

@@ -39,6 +39,10 @@ shell-quoted):
   export DLOCK_FENCE=42
 With --json: {"key":"billing","token":"M3ZK...","fence":42,"ttl_ms":30000}
 
+With --limit N, KEY is a semaphore (see dlock run): acquire takes one of its N
+permits, prints its slot's key ({KEY}#SLOT) as DLOCK_KEY, which extend and
+release take, and adds DLOCK_SLOT (with --json, "slot").
+
 Redis or etcd (on etcd the lock is a lease of --ttl, rounded up to whole
 seconds): a PostgreSQL advisory lock ends with the session that took it, so
 it cannot outlive dlock (use dlock run).
@@ -88,37 +92,52 @@ it cannot outlive dlock (use dlock run).
 				ctx, cancel = context.WithTimeout(ctx, wait)
 				defer cancel()
 			}
-			rec := &recorder{Locker: be.locker}
+			rec := &recorder{Locker: lf.locker(be.locker)}
 			begun := time.Now()
 			lock, err := dlock.Acquire(ctx, rec, key, ttl, opts...)
 			if err != nil {
 				if sig := interrupted(); sig != nil {
 					return exitf(signalCode(sig), "interrupted by %v while waiting for lock %q", sig, key)
 				}
-				return lf.busy(acquireError(err, rec, key, wait))
+				return lf.busy(acquireError(err, rec, key, lf.limit, wait))
 			}
 			be.keep = true // the lock outlives this process
 			if lf.verbose {
 				a.granted(lock, time.Since(begun), be, &bf)
 			}
-			if asJSON {
-				return json.NewEncoder(a.stdout).Encode(struct {
-					Key   string `json:"key"`
-					Token string `json:"token"`
-					Fence uint64 `json:"fence"`
-					TTLms int64  `json:"ttl_ms"`
-				}{lock.Key(), lock.Token(), lock.Fence(), driver.Milliseconds(ttl)})
-			}
-			_, err = fmt.Fprintf(a.stdout, "export DLOCK_KEY=%s\nexport DLOCK_TOKEN=%s\nexport DLOCK_FENCE=%d\n", shellQuote(lock.Key()), shellQuote(lock.Token()), lock.Fence())
-			return err
+			return a.printAcquired(lock, ttl, asJSON)
 		},
 	}
 	addBackendFlags(cmd, &bf)
 	f := cmd.Flags()
 	lf.addTTL(cmd, "lock lease: the lock expires this long after acquire or the last extend")
 	lf.addWait(cmd)
+	lf.addLimit(cmd)
 	f.BoolVar(&asJSON, "json", false, "print a JSON object instead of shell variables")
 	return cmd
+}
+
+// printAcquired prints what acquire took: shell variables, or JSON. A
+// permit (--limit) has a slot too.
+func (a *app) printAcquired(lock *dlock.Lock, ttl time.Duration, asJSON bool) error {
+	var slot *int
+	if s := lock.Slot(); s >= 0 {
+		slot = &s
+	}
+	if asJSON {
+		return json.NewEncoder(a.stdout).Encode(struct {
+			Key   string `json:"key"`
+			Token string `json:"token"`
+			Fence uint64 `json:"fence"`
+			Slot  *int   `json:"slot,omitempty"`
+			TTLms int64  `json:"ttl_ms"`
+		}{lock.Key(), lock.Token(), lock.Fence(), slot, driver.Milliseconds(ttl)})
+	}
+	_, err := fmt.Fprintf(a.stdout, "export DLOCK_KEY=%s\nexport DLOCK_TOKEN=%s\nexport DLOCK_FENCE=%d\n", shellQuote(lock.Key()), shellQuote(lock.Token()), lock.Fence())
+	if err == nil && slot != nil {
+		_, err = fmt.Fprintf(a.stdout, "export DLOCK_SLOT=%d\n", *slot)
+	}
+	return err
 }
 
 func (a *app) extendCmd() *cobra.Command {

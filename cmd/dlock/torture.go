@@ -44,6 +44,15 @@ two tokens (both must be 0); stale writes rejected; losses signalled to Do;
 errors by sentinel; the longest wait with the lock free; locks left on the
 servers; and whether the register's history is linearizable (porcupine).
 
+With --limit N each key is a semaphore of N permits (dlock.Semaphore): the
+oracle keeps the set of holders inside, and the checker requires that no
+worker enters while N or more are inside (a holder paused past its validity
+excepted, whose fenced writes must then be refused); each permit reads and
+writes the register of its slot. Add the fault kill (SIGKILL the holder, not
+restarted) to see a dead holder's permit come back: the longest wait with
+fewer than N held beyond the faults (from a TTL after a kill) says how long it
+took.
+
 Without --redis or --postgres it starts its own throwaway servers (redis-server
 and PostgreSQL found on the machine), so it runs with no arguments. On your own
 servers it injects client faults only (pauses, the proxy) unless you pass
@@ -55,7 +64,9 @@ as it is injected): the same seed gives the same faults at the same times.
 --control runs a negative control, a deliberately broken worker or backend that
 the checker must report unsafe: plaindel (release by plain DEL), nofence (no
 guard), gte (a guard accepting fence >= highest from anyone), quorum (Redlock
-with a quorum of N/2), nodrift (validity without the drift margin).
+with a quorum of N/2), nodrift (validity without the drift margin), semcount (a
+Redlock semaphore of 2 on 3 nodes that counts holders per node: it admits
+holders granted on nodes {1,2}, {2,3} and {3,1} at once).
 
 With --elect it runs an election instead: the workers are candidates that lead
 the key with dlock.Lead (a term is a critical section, resigned at its end, and
@@ -83,6 +94,7 @@ be), 64 for bad flags and 69 when a server cannot be reached or started.
   dlock torture --backend etcd --duration 1m
   dlock torture --elect --backend postgres
   dlock torture --redis redis://127.0.0.1:6379 --workers 8
+  dlock torture --limit 3 --workers 8 --faults pause,kill,restart
   dlock torture --control quorum`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -148,6 +160,7 @@ be), 64 for bad flags and 69 when a server cannot be reached or started.
 	f.IntVar(&cfg.Nodes, "nodes", 0, "Redlock: how many throwaway servers (default 5); etcd: how many members (default 3)")
 	f.IntVar(&cfg.Workers, "workers", 0, "worker processes (default 4; with --elect the candidates, default 3)")
 	f.IntVar(&cfg.Keys, "keys", 0, "lock keys the workers choose from (default 1)")
+	f.IntVar(&cfg.Limit, "limit", 0, "make each key a semaphore of `N` permits (fewer than --workers)")
 	f.DurationVar(&cfg.TTL, "ttl", 0, "lock TTL (default 500ms; a negative control's own)")
 	f.DurationVar(&cfg.Hold, "hold", 0, "longest hold of one critical section (default: the TTL)")
 	f.DurationVar(&cfg.Duration, "duration", 0, "how long the workers run (default 20s; a few seconds for a negative control)")

@@ -152,6 +152,18 @@ func (c *Config) Check(ctx context.Context, key string, ttl time.Duration) error
 	return c.CheckTTL(ttl)
 }
 
+// CheckLimit refuses the arguments of SetLimit (driver.Semaphores): a nil
+// ctx, a bad semaphore name or a bad limit.
+func (c *Config) CheckLimit(ctx context.Context, name string, limit int) error {
+	if ctx == nil {
+		return driver.Invalidf("nil context")
+	}
+	if err := driver.CheckLimit(limit); err != nil {
+		return err
+	}
+	return c.CheckKey(name)
+}
+
 // CheckRead checks the arguments of a read of one key (ReadTerm): a
 // context and a valid key.
 func (c *Config) CheckRead(ctx context.Context, key string) error {

@@ -7,7 +7,11 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/keys"
 )
 
 // MaxTTL is the longest TTL any backend accepts (see driver.MaxTTL).
@@ -18,8 +22,34 @@ const MaxTTL = 30 * 24 * time.Hour
 const DefaultDriftFactor = 0.01
 
 // NewLock wraps a backend's grant in a *dlock.Lock (returned as any); g
-// must implement driver.Grant. Package dlock sets it.
-var NewLock func(key, token string, fence uint64, validUntil time.Time, g any) any
+// must implement driver.Grant. slot is the permit's slot of a semaphore's
+// grant, -1 for a lock. Package dlock sets it.
+var NewLock func(key string, slot int, token string, fence uint64, validUntil time.Time, g any) any
+
+// MaxLimit is the largest limit a semaphore may have (see
+// driver.MaxLimit).
+const MaxLimit = 1000
+
+// SlotKey is the key of a semaphore's slot (see driver.SlotKey).
+func SlotKey(name string, slot int) string {
+	if keys.HasHashTag(name) {
+		return name + "#" + strconv.Itoa(slot)
+	}
+	return "{" + name + "}#" + strconv.Itoa(slot)
+}
+
+// SlotPrefix is what the keys of name's slots begin with, the slot's
+// number following: {name}# (or name# for a name with a hash tag). It
+// names the semaphore on the servers: "a" and "{a}" are one semaphore.
+func SlotPrefix(name string) string { return strings.TrimSuffix(SlotKey(name, 0), "0") }
+
+// LimitProblem says what is wrong with a semaphore's limit, or "".
+func LimitProblem(limit int) string {
+	if limit < 1 || limit > MaxLimit {
+		return fmt.Sprintf("semaphore limit %d: must be between 1 and %d", limit, MaxLimit)
+	}
+	return ""
+}
 
 // Lose declares a *dlock.Lock (given as any) lost with cause (see
 // driver.Lost). Package dlock sets it.

@@ -19,7 +19,7 @@ func FuzzSameSlot(f *testing.F) {
 			t.Skip("a '}' without a valid hash tag cannot be tagged (documented)")
 		}
 		for prefix, derive := range map[string]func(string) string{
-			"dlock:fence:": Fence, "dlock:waiters:": Queue, "dlock:holder:": Holder,
+			"dlock:fence:": Fence, "dlock:waiters:": Queue, "dlock:holder:": Holder, "dlock:limit:": Limit,
 		} {
 			d := derive(key)
 			if !strings.HasPrefix(d, prefix) || d == key {

@@ -15,6 +15,10 @@ func Fence(lockKey string) string { return derive("dlock:fence:", lockKey) }
 // Queue returns the key of lockKey's waiter queue.
 func Queue(lockKey string) string { return derive("dlock:waiters:", lockKey) }
 
+// Limit returns the key of the limit record of the semaphore whose slot
+// keys begin with slotPrefix ("{name}#", the user's prefix before it).
+func Limit(slotPrefix string) string { return derive("dlock:limit:", slotPrefix) }
+
 // Holder returns the key where a holder may publish who it is (host, pid,
 // since) for `dlock inspect`.
 func Holder(lockKey string) string { return derive("dlock:holder:", lockKey) }

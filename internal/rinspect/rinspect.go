@@ -92,12 +92,18 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 		ttl                  *redis.DurationCmd
 		token, fence, holder *redis.StringCmd
 		waiting              *redis.IntCmd
+		limit                *redis.StringCmd // a permit's: its semaphore's record
 	}
 	replies := make([]reply, len(ks))
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range ks {
+			queue := keys.Queue(k)
+			var limit *redis.StringCmd
+			if sem, ok := semaphoreOf(k); ok {
+				queue, limit = keys.Queue(sem), p.HGet(ctx, keys.Limit(sem), "limit")
+			}
 			replies[i] = reply{p.PTTL(ctx, k), p.Get(ctx, k), p.Get(ctx, keys.Fence(k)),
-				p.Get(ctx, keys.Holder(k)), p.ZCard(ctx, keys.Queue(k))}
+				p.Get(ctx, keys.Holder(k)), p.ZCard(ctx, queue), limit}
 		}
 		return nil
 	})
@@ -126,9 +132,23 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 		if n, err := replies[i].waiting.Result(); err == nil {
 			info.Waiting = int(n)
 		}
+		if l := replies[i].limit; l != nil {
+			info.Limit, _ = strconv.Atoi(l.Val())
+		}
 		rows = append(rows, info)
 	}
 	return rows, nil
+}
+
+// semaphoreOf returns the semaphore (what its slot keys begin with,
+// "{name}#") of a key that has the form of a slot key (driver.SlotKey): a
+// hash tag, then "#" and a slot number at the end.
+func semaphoreOf(key string) (string, bool) {
+	sem := strings.TrimRight(key, "0123456789")
+	if len(sem) == len(key) || !strings.HasSuffix(sem, "#") || !keys.HasHashTag(sem) {
+		return "", false
+	}
+	return sem, true
 }
 
 // Sort orders rows by key, then node.

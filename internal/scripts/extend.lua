@@ -1,6 +1,8 @@
 -- Reset the TTL of the lock keys only if all of them still hold our token
 -- (pre-8.4 SET IFEQ).
--- KEYS: m lock keys, then their m fence counters when a fence is given.
+-- KEYS: m lock keys, then their m fence counters when a fence is given,
+--   then (a semaphore's permit) its limit record, whose TTL is raised to
+--   the ttl if below.
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the lock's fence (0: none),
 --   ARGV[4] counter ttl ms (with a fence).
 -- Returns 1 when extended, else 0. Given a fence, the counters are raised to
@@ -25,5 +27,9 @@ if fence > 0 then
 end
 for i = 1, m do
   redis.call('pexpire', KEYS[i], ARGV[2])
+end
+local rec = KEYS[2 * m + 1]
+if fence > 0 and rec and redis.call('pttl', rec) < tonumber(ARGV[2]) then
+  redis.call('pexpire', rec, ARGV[2])
 end
 return 1

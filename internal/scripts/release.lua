@@ -3,7 +3,9 @@
 -- KEYS: m lock keys, then their m fence counters when a fence is given,
 --   then (optional) their m waiter queues.
 -- ARGV[1] token, and optionally ARGV[2] m (1), ARGV[3] the lock's fence (0:
---   none), ARGV[4] counter ttl ms (with a fence).
+--   none), ARGV[4] counter ttl ms (with a fence), ARGV[5] what to announce
+--   in place of the key (a semaphore's permits: the semaphore, whose queue
+--   the keys share).
 -- Returns the number of keys deleted when it woke nobody (the common case,
 -- kept to one number for speed), else {keys deleted, waiters woken}. Given
 -- a fence, every counter is first
@@ -29,7 +31,7 @@ for i = 1, m do
     if q then
       local head = redis.call('zpopmin', q)
       if head[1] then
-        redis.call('publish', 'dlock:wake:' .. head[1], KEYS[i])
+        redis.call('publish', 'dlock:wake:' .. head[1], ARGV[5] or KEYS[i])
         woken = woken + 1
       end
     end

@@ -27,6 +27,10 @@ var (
 	extendSrc string
 	//go:embed wake.lua
 	wakeSrc string
+	//go:embed semaphore.lua
+	semaphoreSrc string
+	//go:embed semlimit.lua
+	semLimitSrc string
 )
 
 var (
@@ -40,6 +44,10 @@ var (
 	Extend = redis.NewScript(extendSrc)
 	// Wake wakes the longest waiter of a free key, after DELEX (wake.lua).
 	Wake = redis.NewScript(wakeSrc)
+	// Semaphore grants a permit of a semaphore (semaphore.lua).
+	Semaphore = redis.NewScript(semaphoreSrc)
+	// SemLimit changes a semaphore's recorded limit (semlimit.lua).
+	SemLimit = redis.NewScript(semLimitSrc)
 )
 
 // ReleaseReply reads the release script's reply: the number of keys
@@ -69,7 +77,39 @@ const (
 	Granted     = 1  // the lock is the caller's
 	NoExpiry    = -1 // another owner holds a key that never expires (set by hand?)
 	LeftToQueue = 2  // free, but left to the queue's head (the caller's own release woke it)
+	Conflict    = 3  // a semaphore whose servers recorded another limit
+	Widen       = 4  // a semaphore with more slots that may be held than were given
 )
+
+// SemaphoreResult is the semaphore script's reply.
+type SemaphoreResult struct {
+	Status int64
+	X      int64 // the fence (Granted), the recorded limit (Conflict), the span (Widen)
+	Expiry int64 // as AcquireResult's
+	Place  int64
+	Slot   int64 // when Granted
+}
+
+// SemaphoreReply reads the semaphore script's reply: {status, x, expiry,
+// place, slot}.
+func SemaphoreReply(reply any) (SemaphoreResult, error) {
+	v, _ := reply.([]any)
+	var r SemaphoreResult
+	ok := len(v) == 5
+	for i, p := range []*int64{&r.Status, &r.X, &r.Expiry, &r.Place, &r.Slot} {
+		if !ok {
+			break
+		}
+		if s, isStr := v[i].(string); isStr && s == "" && i == 1 {
+			continue // no fence: busy
+		}
+		*p, ok = v[i].(int64)
+	}
+	if !ok || r.Status == Granted && (r.X <= 0 || r.Slot < 0) {
+		return SemaphoreResult{}, fmt.Errorf("unexpected reply %v from the semaphore script", reply)
+	}
+	return r, nil
+}
 
 // AcquireResult is the acquire script's reply.
 type AcquireResult struct {

@@ -75,6 +75,8 @@ type Report struct {
 	Seed       int64
 	Control    string
 	ControlOff bool
+	Limit      int // a semaphore's; 0 for locks
+	TTL        time.Duration
 	Start, End int64
 	Faults     []Fault
 	Sections   []*Section
@@ -119,7 +121,7 @@ func (r *Report) Safe() bool {
 }
 
 func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Report {
-	r := &Report{Config: cfg.String(), Seed: cfg.Seed, Control: cfg.Control, ControlOff: cfg.ControlOff, Start: start, End: end,
+	r := &Report{Config: cfg.String(), Seed: cfg.Seed, Control: cfg.Control, ControlOff: cfg.ControlOff, Limit: cfg.Limit, TTL: cfg.TTL, Start: start, End: end,
 		Faults: faults, Explained: map[string]int{}, Errors: map[string]int{}}
 	ttl := int64(cfg.TTL)
 
@@ -214,13 +216,65 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 		}
 	}
 
-	r.findOverlaps(cfg.Backend, faults)
+	if cfg.Limit > 0 {
+		r.findOverAdmissions(cfg.Backend, cfg.Limit, faults)
+	} else {
+		r.findOverlaps(cfg.Backend, faults)
+	}
 	r.checkRegister()
-	r.LongestGap, r.GapAt = longestGap(r.Sections, waits, faults, ttl, start, end)
+	r.LongestGap, r.GapAt = longestGap(r.Sections, waits, faults, ttl, max(cfg.Limit, 1), start, end)
 	if cfg.Election {
 		r.Election = checkElection(cfg, r, events)
 	}
 	return r
+}
+
+// findOverAdmissions is findOverlaps for semaphores of limit permits: it
+// finds, key by key, every section entered while limit or more were
+// inside, and counts it unexplained unless the faults explain enough of
+// those inside (each as explain would a lock's overlap: a holder paused
+// past its validity, a server fault) to leave fewer than limit.
+func (r *Report) findOverAdmissions(backend string, limit int, faults []Fault) {
+	byKey := map[string][]*Section{}
+	for _, s := range r.Sections {
+		if s.In != 0 {
+			byKey[s.Key] = append(byKey[s.Key], s)
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		ss := byKey[key]
+		slices.SortFunc(ss, func(a, b *Section) int { return cmp.Compare(a.In, b.In) })
+		var inside []*Section
+		for _, b := range ss {
+			inside = slices.DeleteFunc(inside, func(a *Section) bool {
+				return a.Out <= b.In || a.Killed != 0 && a.Killed < b.Grant // a killed holder is out from its kill
+			})
+			if len(inside) >= limit {
+				o := Overlap{Entered: b}
+				unexplained := 0
+				for _, a := range inside {
+					if reason := explain(backend, a, b, faults); reason == "" {
+						unexplained++
+						o.Inside = a
+					} else if o.Reason == "" {
+						o.Reason = reason
+					}
+				}
+				if unexplained >= limit {
+					o.Reason = ""
+				} else if o.Inside == nil {
+					o.Inside = inside[0]
+				}
+				r.Overlaps = append(r.Overlaps, o)
+				if o.Reason == "" {
+					r.Unexplained++
+				} else {
+					r.Explained[o.Reason]++
+				}
+			}
+			inside = append(inside, b)
+		}
+	}
 }
 
 // findOverlaps finds, key by key, every section entered while another was
@@ -447,17 +501,30 @@ func linearizable(ops []Op, end int64) string {
 }
 
 // longestGap returns the longest time, beyond what a fault explains, that
-// a key was held by nobody while somebody waited for it. A fault explains
+// a key was held by fewer than need (1 for a lock, a semaphore's limit)
+// while somebody waited for it. A fault explains
 // a gap from its start until two TTLs after its end (the lock of a holder
-// cut off or restarted away is unusable until its TTL runs out).
-func longestGap(sections []*Section, waits map[string][][2]int64, faults []Fault, ttl, start, end int64) (time.Duration, int64) {
+// cut off or restarted away is unusable until its TTL runs out), a kill
+// until one TTL after it (the dead holder's lease runs out by then). The
+// time before the run's first grant does not count.
+func longestGap(sections []*Section, waits map[string][][2]int64, faults []Fault, ttl int64, need int, start, end int64) (time.Duration, int64) {
 	type edge struct {
 		t             int64
 		held, waiting int
 	}
-	excl := [][2]int64{{math.MinInt64, start}, {end, math.MaxInt64}} // only the run itself counts
+	// Only the run itself counts, from its first grant: before it the
+	// workers are still connecting to the servers.
+	first := end
+	for _, s := range sections {
+		first = min(first, s.Grant)
+	}
+	excl := [][2]int64{{math.MinInt64, max(start, first)}, {end, math.MaxInt64}}
 	for _, f := range faults {
-		if f.Kind != FaultFastClock && f.Kind != "setup" {
+		switch f.Kind {
+		case FaultFastClock, "setup":
+		case FaultKill: // the dead holder's lease runs out within a TTL
+			excl = append(excl, [2]int64{f.Start, f.End + ttl})
+		default:
 			excl = append(excl, [2]int64{f.Start, f.End + 2*ttl})
 		}
 	}
@@ -467,6 +534,8 @@ func longestGap(sections []*Section, waits map[string][][2]int64, faults []Fault
 	for _, s := range sections {
 		if s.Exit != 0 {
 			byKey[s.Key] = append(byKey[s.Key], edge{s.Grant, 1, 0}, edge{s.Exit, -1, 0})
+		} else if s.Killed != 0 {
+			byKey[s.Key] = append(byKey[s.Key], edge{s.Grant, 1, 0}, edge{s.Killed, -1, 0})
 		}
 	}
 	for k, ws := range waits {
@@ -480,7 +549,7 @@ func longestGap(sections []*Section, waits map[string][][2]int64, faults []Fault
 		for i, e := range es {
 			held += e.held
 			waiting += e.waiting
-			if held == 0 && waiting > 0 && i+1 < len(es) {
+			if held < need && waiting > 0 && i+1 < len(es) {
 				for _, piece := range subtract([2]int64{e.t, es[i+1].t}, excl) {
 					if d := time.Duration(piece[1] - piece[0]); d > best {
 						best, at = d, piece[0]
@@ -525,7 +594,11 @@ func (r *Report) Print(w interface{ Write([]byte) (int, error) }) {
 	}
 	p("\nVerdict for %s\n", r.Config)
 	p("  sections completed                          %6d\n", r.Completed)
-	p("  overlaps seen by the oracle                 %6d\n", len(r.Overlaps))
+	if r.Limit > 0 {
+		p("  entries with %3d or more inside (oracle)    %6d\n", r.Limit, len(r.Overlaps))
+	} else {
+		p("  overlaps seen by the oracle                 %6d\n", len(r.Overlaps))
+	}
 	for _, reason := range slices.Sorted(maps.Keys(r.Explained)) {
 		p("    explained: %-29s %6d\n", reason, r.Explained[reason])
 	}
@@ -563,10 +636,14 @@ func (r *Report) Print(w interface{ Write([]byte) (int, error) }) {
 		}
 		p("  %s\n", strings.Join(parts, ", "))
 	}
+	free := "the lock free, no fault  "
+	if r.Limit > 0 {
+		free = "a permit free, no fault   "
+	}
 	if r.LongestGap > 0 {
-		p("  longest wait with the lock free, no fault   %6v  (at %v)\n", r.LongestGap.Round(time.Millisecond), time.Duration(r.GapAt-r.Start).Round(time.Millisecond))
+		p("  longest wait with %s %6v  (at %v)\n", free, r.LongestGap.Round(time.Millisecond), time.Duration(r.GapAt-r.Start).Round(time.Millisecond))
 	} else {
-		p("  longest wait with the lock free, no fault        0\n")
+		p("  longest wait with %s      0\n", free)
 	}
 	p("  locks left on the servers at the end        %6d  %s\n", r.LocksLeft, mark(r.LocksLeft))
 	if r.Election != nil {

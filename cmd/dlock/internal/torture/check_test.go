@@ -22,6 +22,11 @@ func op(ev string, call, ret int64, out, val string) Event {
 	return Event{Ev: ev, T0: call * ms, T: ret * ms, Out: out, Val: val}
 }
 
+// call is the event of an operation called (its return event follows).
+func call(ev string, at int64, val string) Event {
+	return Event{Ev: evCall, T0: at * ms, T: at * ms, Op: ev, W: 0, Key: "k0", Tok: "a", Fence: 1, Val: val}
+}
+
 func checkEvents(faults []Fault, workers ...[]Event) *Report {
 	var events []Event
 	for _, w := range workers {
@@ -119,6 +124,12 @@ func TestCheckRegister(t *testing.T) {
 			sec(0, "a", 1, 1, 2, 10, 50, 100, op(evRead, 11, 12, outOK, ""), op(evWrite, 20, 21, outUnknown, "a1")),
 			sec(1, "b", 2, 3, 4, 51, 60, 150, op(evRead, 52, 53, outOK, "")),
 			0, 0, "ok"},
+		// A killed during its write, which landed: the call is all its
+		// worker told; B reads what A wrote.
+		{"killed mid-write, landed",
+			append(sec(0, "a", 1, 1, 2, 10, 50, 100, op(evRead, 11, 12, outOK, ""))[:2], call(evWrite, 20, "a1")),
+			sec(1, "b", 2, 3, 4, 51, 60, 150, op(evRead, 52, 53, outOK, "a1")),
+			0, 0, "ok"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := checkEvents(nil, tc.a, tc.b)
@@ -143,8 +154,13 @@ func TestCheckLossSignalled(t *testing.T) {
 	}
 }
 
-// The longest wait with the lock free counts only what no fault explains.
+// The longest wait with the lock free counts only what no fault explains,
+// and nothing before the run's first grant (the workers connecting).
 func TestCheckGap(t *testing.T) {
+	late := append([]Event{{T: 0, W: 0, Ev: evWait, Key: "k0"}}, sec(0, "a", 1, 1, 2, 400, 450, 500)...)
+	if r := checkEvents(nil, late); r.LongestGap != 0 {
+		t.Fatalf("gap %v before the first grant, want 0", r.LongestGap)
+	}
 	a := append([]Event{{T: 0, W: 0, Ev: evWait, Key: "k0"}}, sec(0, "a", 1, 1, 2, 10, 50, 100)...)
 	b := append([]Event{{T: 20 * ms, W: 1, Ev: evWait, Key: "k0"}}, sec(1, "b", 2, 3, 4, 300, 310, 400)...)
 	if r := checkEvents(nil, a, b); r.LongestGap != 250*time.Millisecond {
@@ -153,5 +169,53 @@ func TestCheckGap(t *testing.T) {
 	cut := Fault{Kind: FaultCut, Start: 40 * ms, End: 40 * ms, Worker: 0}
 	if r := checkEvents([]Fault{cut}, a, b); r.LongestGap != 60*time.Millisecond { // after 40ms + 2 TTLs
 		t.Fatalf("gap %v, want 60ms", r.LongestGap)
+	}
+}
+
+// A semaphore of 2: a third holder inside with two others is an
+// over-admission, unless a fault explains one of the two (a holder paused
+// past its validity); a killed holder's section ends at the kill.
+func TestCheckOverAdmissions(t *testing.T) {
+	pauseA := Fault{Kind: FaultPause, Start: 20 * ms, End: 200 * ms, Worker: 0}
+	killA := Fault{Kind: FaultKill, Start: 30 * ms, End: 30 * ms, Worker: 0}
+	killLate := Fault{Kind: FaultKill, Start: 150 * ms, End: 150 * ms, Worker: 0}
+	check2 := func(faults []Fault, secs ...[]Event) *Report {
+		var events []Event
+		for _, s := range secs {
+			events = append(events, s...)
+		}
+		return check(&Config{Backend: Redis, TTL: 100 * time.Millisecond, Limit: 2}, events, faults, 0, 10_000*ms)
+	}
+	// A 10-210 (valid until 100), B 15-220, C enters at 120 while both are
+	// inside: the oracle has 3 inside a semaphore of 2.
+	a := sec(0, "a", 1, 1, 5, 10, 210, 100)
+	b := sec(1, "b", 2, 2, 6, 15, 220, 300)
+	c := sec(2, "c", 3, 3, 7, 120, 230, 300)
+	for _, tc := range []struct {
+		name   string
+		secs   [][]Event
+		faults []Fault
+		want   string // the reason, "" for unexplained, "none" for none
+	}{
+		{"two inside", [][]Event{a, b}, nil, "none"},
+		{"three inside", [][]Event{a, b, c}, nil, ""},
+		{"three inside, A paused past its validity", [][]Event{a, b, c}, []Fault{pauseA}, reasonPause},
+		{"A killed before C entered", [][]Event{a[:1], b, c}, []Fault{killA}, "none"},
+		{"A killed after C entered", [][]Event{a[:1], b, c}, []Fault{killLate}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := check2(tc.faults, tc.secs...)
+			switch {
+			case tc.want == "none" && len(r.Overlaps) != 0:
+				t.Fatalf("over-admissions %+v, want none", r.Overlaps)
+			case tc.want == "none":
+			case len(r.Overlaps) != 1:
+				t.Fatalf("%d over-admissions, want 1", len(r.Overlaps))
+			case r.Overlaps[0].Reason != tc.want:
+				t.Fatalf("reason %q, want %q", r.Overlaps[0].Reason, tc.want)
+			case (tc.want == "") != (r.Unexplained == 1) || (tc.want == "") == r.Safe():
+				t.Fatalf("unexplained %d, safe %v", r.Unexplained, r.Safe())
+			}
+		})
 	}
 }

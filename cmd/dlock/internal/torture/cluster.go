@@ -156,7 +156,7 @@ func startCluster(ctx context.Context, cfg *Config) (_ *cluster, err error) {
 func (c *cluster) workerConfig(i int) workerConfig {
 	cfg := c.cfg
 	wc := workerConfig{ID: i, Backend: cfg.Backend, Oracle: c.oracle.Addr, Guard: c.guardDSN, Prefix: c.prefix,
-		Keys: c.keys, TTL: cfg.TTL, Hold: cfg.Hold, Seed: cfg.Seed, Control: cfg.Control, ControlOff: cfg.ControlOff,
+		Keys: c.keys, Limit: cfg.Limit, TTL: cfg.TTL, Hold: cfg.Hold, Seed: cfg.Seed, Control: cfg.Control, ControlOff: cfg.ControlOff,
 		DriftFactor: cfg.driftFactor(), Election: cfg.Election, Observer: i >= cfg.Workers}
 	for j, ls := range c.locks {
 		wc.Locks = append(wc.Locks, ls.url)
@@ -215,7 +215,7 @@ func (c *cluster) startPostgres(ctx context.Context) error {
 	if _, err := pool.Exec(ctx, pgRegisterSQL); err != nil {
 		return fmt.Errorf("torture: the guard's table: %w", err)
 	}
-	for _, k := range c.keys {
+	for _, k := range c.registers() {
 		if _, err := pool.Exec(ctx, `INSERT INTO `+registerTbl+` (id) VALUES ($1)`, k); err != nil {
 			return fmt.Errorf("torture: the guard's table: %w", err)
 		}
@@ -352,8 +352,8 @@ func (c *cluster) restart(idx []int) error {
 // locks (all of them, or the first found) and returns their pids.
 func (c *cluster) terminate(ctx context.Context, all bool) ([]int32, error) {
 	ids := map[[2]int64]bool{}
-	for _, k := range c.keys {
-		n, _ := pglock.HashKey(c.prefix + k).Int64()
+	for _, name := range c.lockNames() {
+		n, _ := pglock.HashKey(name).Int64()
 		ids[[2]int64{int64(uint64(n) >> 32), int64(uint32(n))}] = true
 	}
 	var pids []int32
@@ -474,7 +474,11 @@ func (c *cluster) fastClock(ctx context.Context, cut time.Duration) {
 // one of the keys (tried in the order given), or -1.
 func (c *cluster) holder(ctx context.Context, order []int) int {
 	for _, i := range order {
-		v, err := c.ordb.Get(ctx, insidePfx+c.keys[i]).Result()
+		get := c.ordb.Get
+		if c.cfg.Limit > 0 {
+			get = c.ordb.SRandMember
+		}
+		v, err := get(ctx, insidePfx+c.keys[i]).Result()
 		if err != nil {
 			continue
 		}
@@ -483,6 +487,34 @@ func (c *cluster) holder(ctx context.Context, order []int) int {
 		}
 	}
 	return -1
+}
+
+// forgetWorker takes a killed worker's markers out of the oracle's inside
+// records, so that faults are no longer aimed at it.
+func (c *cluster) forgetWorker(ctx context.Context, worker int) error {
+	for _, k := range c.keys {
+		var inside []string
+		if c.cfg.Limit > 0 {
+			inside, _ = c.ordb.SMembers(ctx, insidePfx+k).Result()
+		} else if v, err := c.ordb.Get(ctx, insidePfx+k).Result(); err == nil {
+			inside = []string{v}
+		}
+		for _, m := range inside {
+			if id, _, ok := cutID(m); !ok || id != worker {
+				continue
+			}
+			var err error
+			if c.cfg.Limit > 0 {
+				err = c.ordb.SRem(ctx, insidePfx+k, m).Err()
+			} else {
+				err = c.ordb.Del(ctx, insidePfx+k).Err()
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func cutID(marker string) (int, string, bool) {
@@ -515,8 +547,8 @@ func (c *cluster) countLocks(ctx context.Context) (int, error) {
 	if c.cfg.Backend == Postgres {
 		n := 0
 		err := c.pgExec(ctx, func(conn *pgx.Conn) error {
-			for _, k := range c.keys {
-				id, _ := pglock.HashKey(c.prefix + k).Int64()
+			for _, name := range c.lockNames() {
+				id, _ := pglock.HashKey(name).Int64()
 				var m int
 				if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
 					AND classid::int8 = $1 AND objid::int8 = $2`, int64(uint64(id)>>32), int64(uint32(id))).Scan(&m); err != nil {
@@ -539,8 +571,8 @@ func (c *cluster) countLocks(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, ls := range c.locks {
-		for _, k := range c.keys {
-			m, err := ls.rdb.Exists(ctx, c.prefix+k).Result()
+		for _, name := range c.lockNames() {
+			m, err := ls.rdb.Exists(ctx, name).Result()
 			if err != nil {
 				return n, err
 			}
@@ -548,4 +580,42 @@ func (c *cluster) countLocks(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// lockNames returns the names of this run's locks on the servers: the
+// prefix and each key, or a semaphore's slots' keys (PostgreSQL hashes
+// them into advisory keys; there the workers give the prefix in the
+// name, on the other backends the Locker adds it).
+func (c *cluster) lockNames() []string {
+	var names []string
+	for _, k := range c.keys {
+		switch {
+		case c.cfg.Limit == 0:
+			names = append(names, c.prefix+k)
+		case c.cfg.Backend == Postgres:
+			for i := range c.cfg.Limit {
+				names = append(names, driver.SlotKey(c.prefix+k, i))
+			}
+		default:
+			for i := range c.cfg.Limit {
+				names = append(names, c.prefix+driver.SlotKey(k, i))
+			}
+		}
+	}
+	return names
+}
+
+// registers returns the keys of the guarded registers: one per lock key,
+// or one per slot of each semaphore.
+func (c *cluster) registers() []string {
+	if c.cfg.Limit == 0 {
+		return c.keys
+	}
+	var regs []string
+	for _, k := range c.keys {
+		for i := range c.cfg.Limit {
+			regs = append(regs, driver.SlotKey(k, i))
+		}
+	}
+	return regs
 }

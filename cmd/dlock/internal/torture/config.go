@@ -54,10 +54,15 @@ const (
 	ControlGTE      = "gte"      // a guard that accepts fence >= highest from anyone
 	ControlQuorum   = "quorum"   // Redlock with a quorum of N/2
 	ControlNoDrift  = "nodrift"  // validity without the drift margin
+	// ControlSemCount is a semaphore on Redlock that counts holders on
+	// each node and holds a permit with a majority of nodes' counts,
+	// whatever slot: it admits more than Limit (3 nodes, limit 2:
+	// holders granted on nodes {1,2}, {2,3} and {3,1}).
+	ControlSemCount = "semcount"
 )
 
 // Controls lists the negative controls.
-var Controls = []string{ControlPlainDel, ControlNoFence, ControlGTE, ControlQuorum, ControlNoDrift}
+var Controls = []string{ControlPlainDel, ControlNoFence, ControlGTE, ControlQuorum, ControlNoDrift, ControlSemCount}
 
 // Config describes one run. The zero value of each field means its default.
 type Config struct {
@@ -77,8 +82,13 @@ type Config struct {
 	// Nodes is the number of throwaway Redlock servers (default 5).
 	Nodes int
 
-	Workers  int           // worker processes (default 4; with Election, candidates, default 3)
-	Keys     int           // lock keys the workers pick from (default 1)
+	Workers int // worker processes (default 4; with Election, candidates, default 3)
+	Keys    int // lock keys the workers pick from (default 1)
+	// Limit, when above 0, makes each key a semaphore of Limit permits
+	// (dlock.Semaphore): the workers take permits, the oracle checks that
+	// at most Limit are inside at every instant, and each permit writes
+	// the register of its slot. It must be below Workers.
+	Limit    int
 	TTL      time.Duration // lock TTL (default 500ms)
 	Hold     time.Duration // the longest hold of one critical section (default TTL)
 	Duration time.Duration // how long workers take locks (default 20s)
@@ -150,7 +160,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Backend = Postgres
 	case c.Backend == "" && len(c.RedisURLs) > 1:
 		c.Backend = Redlock
-	case c.Backend == "" && c.Control == ControlQuorum:
+	case c.Backend == "" && (c.Control == ControlQuorum || c.Control == ControlSemCount):
 		c.Backend = Redlock
 	case c.Backend == "":
 		c.Backend = Redis
@@ -220,6 +230,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, driver.Invalidf("torture: the negative controls run the lock scenario, not the election")
 	case c.Keys < 1 || c.Keys > 100:
 		return c, driver.Invalidf("torture: %d keys: want 1 to 100", c.Keys)
+	case c.Limit < 0 || c.Limit > 0 && c.Limit >= c.Workers:
+		return c, driver.Invalidf("torture: limit %d: want 0 (locks) or a semaphore of fewer permits than the %d workers", c.Limit, c.Workers)
 	case c.Nodes < 1 || c.Nodes > 15:
 		return c, driver.Invalidf("torture: %d nodes: want 1 to 15", c.Nodes)
 	case c.TTL < 50*time.Millisecond:
@@ -265,7 +277,7 @@ func (c *Config) checkFault(f string) error {
 // needs to show its flaw; the flags the user set explicitly win where
 // they can.
 func (c *Config) controlDefaults() error {
-	need := map[string]string{ControlQuorum: Redlock, ControlNoDrift: Redis, ControlGTE: Redis}
+	need := map[string]string{ControlQuorum: Redlock, ControlNoDrift: Redis, ControlGTE: Redis, ControlSemCount: Redlock}
 	if b, ok := need[c.Control]; ok && c.Backend != b {
 		return driver.Invalidf("torture: control %q runs on %s, not %s", c.Control, b, c.Backend)
 	}
@@ -288,6 +300,20 @@ func (c *Config) controlDefaults() error {
 		d = 4 * time.Second
 	case ControlNoDrift:
 		ttl, d, faults = 400*time.Millisecond, 3*time.Second, []string{FaultFastClock}
+	case ControlSemCount:
+		// Three nodes, two permits, six workers racing for them on
+		// links that lag now and then: attempts reach the nodes in
+		// different orders.
+		d, faults = 4*time.Second, []string{FaultLatency}
+		if c.Nodes == 0 {
+			c.Nodes = 3
+		}
+		if c.Limit == 0 {
+			c.Limit = 2
+		}
+		if c.Workers == 0 {
+			c.Workers = 6
+		}
 	}
 	if c.TTL == 0 {
 		c.TTL = ttl
@@ -326,6 +352,10 @@ func (c *Config) String() string {
 	if c.Election {
 		s = fmt.Sprintf("election on %s, %d candidates, %d observers, %d key(s), ttl %v, terms up to %v, %v, seed %d",
 			c.Backend, c.Workers, c.Observers, c.Keys, c.TTL, c.Hold, c.Duration, c.Seed)
+	}
+	if c.Limit > 0 {
+		s = fmt.Sprintf("backend %s, %d workers, %d semaphore(s) of %d permits, ttl %v, hold up to %v, %v, seed %d",
+			c.Backend, c.Workers, c.Keys, c.Limit, c.TTL, c.Hold, c.Duration, c.Seed)
 	}
 	switch {
 	case c.Control != "" && c.ControlOff:

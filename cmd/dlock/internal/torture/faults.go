@@ -264,8 +264,9 @@ func (in *injector) inject(ctx context.Context, p plannedFault) {
 		proc.signal(syscall.SIGCONT)
 		proc.signal(syscall.SIGKILL)
 		<-proc.exited
-		err := in.startWorker(f.Worker)
-		f.Detail = fmt.Sprintf("%s killed (SIGKILL) and started again%s", who, errNote(err))
+		err := in.c.forgetWorker(context.WithoutCancel(ctx), f.Worker) // its inside markers
+		err2 := in.startWorker(f.Worker)
+		f.Detail = fmt.Sprintf("%s killed (SIGKILL) and started again%s", who, errNote(err, err2))
 	case FaultTerminate:
 		pids, err := in.c.terminate(ctx, false)
 		f.Detail = fmt.Sprintf("pg_terminate_backend of the holder's backend, pid %v%s", pids, errNote(err))

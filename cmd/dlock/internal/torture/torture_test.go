@@ -127,15 +127,22 @@ func runQuiet(t *testing.T, cfg Config) *Report {
 }
 
 // The CI runs: a minute per backend (etcd included), fixed seeds, every fault the backend
-// can get (and for Redlock the loss of a majority too), the three at once
-// (a run spends most of its time waiting; go test would run only
+// can get (and for Redlock the loss of a majority too), and then 30s
+// of a semaphore of 2 permits per backend (holders killed among the faults), each
+// group at once (a run spends most of its time waiting; go test would run only
 // GOMAXPROCS parallel subtests at a time). Each must end SAFE, and must
-// have done enough for that to mean something.
+// have done enough for that to mean something; a semaphore's permits must
+// never stay unused longer than two TTLs while someone waits, beyond the
+// faults (a killed holder's is free a TTL after the kill at the latest; a
+// permit that never came back would stay unused to the end of the run).
+// The semaphore runs restart killed workers, which under -race on a
+// loaded machine costs them sections: 45 in 30s at load average 17.
 func TestTorture(t *testing.T) {
 	cases := []struct {
 		backend string
 		faults  []string
 		hold    time.Duration
+		limit   int
 		report  *Report
 		log     bytes.Buffer
 		err     error
@@ -146,25 +153,42 @@ func TestTorture(t *testing.T) {
 		// etcd's shortest lease makes its TTL 1s: shorter holds give as
 		// many sections in the minute as the others'.
 		{backend: Etcd, hold: 300 * time.Millisecond},
+		{backend: Redis, limit: 2},
+		{backend: Redlock, limit: 2, faults: append(DefaultFaults(Redlock, true), FaultMajority)},
+		{backend: Postgres, limit: 2},
+		{backend: Etcd, limit: 2, hold: 300 * time.Millisecond},
 	}
 	svg := filepath.Join(t.TempDir(), "redis.svg") // one picture, to check it is drawn
-	var wg sync.WaitGroup
-	for i := range cases {
-		tc := &cases[i]
-		wg.Go(func() {
-			cfg := Config{Backend: tc.backend, Faults: tc.faults, Hold: tc.hold, Duration: time.Minute, Seed: 20, Worker: workerCmd, Log: &tc.log}
-			if tc.backend == Redis {
-				cfg.Timeline = svg
+	// The locks' runs, then the semaphores': eight runs at once would
+	// leave each too little of a two-core machine.
+	for _, semaphores := range []bool{false, true} {
+		var wg sync.WaitGroup
+		for i := range cases {
+			tc := &cases[i]
+			if (tc.limit > 0) != semaphores {
+				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			tc.report, tc.err = Run(ctx, cfg)
-		})
+			wg.Go(func() {
+				cfg := Config{Backend: tc.backend, Faults: tc.faults, Hold: tc.hold, Duration: time.Minute, Seed: 20, Worker: workerCmd, Log: &tc.log}
+				if tc.limit > 0 {
+					cfg.Limit, cfg.Workers, cfg.Duration = tc.limit, 6, 30*time.Second
+				} else if tc.backend == Redis {
+					cfg.Timeline = svg
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+				defer cancel()
+				tc.report, tc.err = Run(ctx, cfg)
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	for i := range cases {
 		tc := &cases[i]
-		t.Run(tc.backend, func(t *testing.T) {
+		name := tc.backend
+		if tc.limit > 0 {
+			name += "-semaphore"
+		}
+		t.Run(name, func(t *testing.T) {
 			if tc.report != nil {
 				tc.report.Print(&tc.log)
 			}
@@ -174,10 +198,12 @@ func TestTorture(t *testing.T) {
 				t.Fatalf("Run: %v", tc.err)
 			case !r.Safe():
 				t.Errorf("unsafe: see the verdict above")
-			case r.Completed < 100 || len(r.Faults) < 10:
+			case tc.limit == 0 && (r.Completed < 100 || len(r.Faults) < 10), tc.limit > 0 && (r.Completed < 30 || len(r.Faults) < 5):
 				t.Errorf("%d sections and %d faults: too little happened for the verdict to mean much", r.Completed, len(r.Faults))
+			case tc.limit > 0 && r.LongestGap > 2*r.TTL:
+				t.Errorf("a permit stayed unused for %v while someone waited, beyond the faults: longer than two TTLs", r.LongestGap)
 			}
-			if tc.backend == Redis {
+			if tc.backend == Redis && tc.limit == 0 {
 				b, err := os.ReadFile(svg)
 				if err != nil || xml.Unmarshal(b, new(struct{})) != nil || !bytes.Contains(b, []byte(">worker 3<")) {
 					t.Errorf("the timeline %s was not drawn (%v)", svg, err)

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/negative"
 	"github.com/dlock-go/dlock/pglock"
@@ -42,6 +43,7 @@ type workerConfig struct {
 	Guard   string // a PostgreSQL DSN for the pgfence guard; "" for redisfence on Oracle
 	Prefix  string // of the lock keys
 	Keys    []string
+	Limit   int // above 0: the keys are semaphores of Limit permits
 	TTL     time.Duration
 	Hold    time.Duration
 	// DriftFactor of the Lockers (Redis backends).
@@ -243,11 +245,18 @@ func newWorker(cfg workerConfig, stdout, stderr io.Writer) (w *worker, err error
 		return nil, fmt.Errorf("backend %q", cfg.Backend)
 	}
 
+	if cfg.Limit > 0 {
+		if cfg.Control == ControlSemCount && !cfg.ControlOff {
+			w.locker = perNodeSemaphore(w.lockRDB, cfg.Prefix, cfg.Limit)
+		} else {
+			w.locker = dlock.Semaphore(w.locker, cfg.Limit)
+		}
+	}
 	if w.reg, err = newRegister(cfg, w.oracle); err != nil {
 		return nil, err
 	}
 	switch cfg.Control {
-	case ControlPlainDel, ControlGTE, ControlQuorum, ControlNoDrift:
+	case ControlPlainDel, ControlGTE, ControlQuorum, ControlNoDrift, ControlSemCount:
 		// Waiters retry every millisecond or two: a key deleted from
 		// under its holder, a split vote, a key that expires early is
 		// taken at once.
@@ -392,15 +401,21 @@ func (w *worker) section(ctx context.Context, key string, hold time.Duration) {
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	me := strconv.Itoa(w.cfg.ID) + ":" + lock.Token()
+	// The register of a semaphore's permit is its slot's: fences count
+	// per slot.
+	reg := key
+	if w.cfg.Limit > 0 {
+		reg = driver.SlotKey(key, lock.Slot())
+	}
 
 	seq, prev, err := w.enter(bg, key, me)
 	w.emit(Event{T: granted, Ev: evEnter, Key: key, Tok: lock.Token(), Fence: lock.Fence(), Seq: seq, Prev: prev,
 		Valid: lock.ValidUntil().UnixNano(), Msg: errMsg(err)})
 
 	t0 := now()
-	w.emit(Event{T: t0, Ev: evCall, Op: evRead, Key: key, Tok: lock.Token(), Fence: lock.Fence()})
-	val, out := w.reg.read(bg, key, lock.Fence(), lock.Token())
-	w.emit(Event{T0: t0, Ev: evRead, Key: key, Tok: lock.Token(), Fence: lock.Fence(), Out: out, Val: val})
+	w.emit(Event{T: t0, Ev: evCall, Op: evRead, Key: reg, Tok: lock.Token(), Fence: lock.Fence()})
+	val, out := w.reg.read(bg, reg, lock.Fence(), lock.Token())
+	w.emit(Event{T0: t0, Ev: evRead, Key: reg, Tok: lock.Token(), Fence: lock.Fence(), Out: out, Val: val})
 
 	edgeMode := w.cfg.Control == ControlNoDrift
 	if edgeMode {
@@ -415,9 +430,9 @@ func (w *worker) section(ctx context.Context, key string, hold time.Duration) {
 		w.writes++
 		val = fmt.Sprintf("w%d.%d", w.cfg.ID, w.writes)
 		t0 = now()
-		w.emit(Event{T: t0, Ev: evCall, Op: evWrite, Key: key, Tok: lock.Token(), Fence: lock.Fence(), Val: val})
-		out = w.reg.write(bg, key, lock.Fence(), lock.Token(), val)
-		w.emit(Event{T0: t0, Ev: evWrite, Key: key, Tok: lock.Token(), Fence: lock.Fence(), Out: out, Val: val})
+		w.emit(Event{T: t0, Ev: evCall, Op: evWrite, Key: reg, Tok: lock.Token(), Fence: lock.Fence(), Val: val})
+		out = w.reg.write(bg, reg, lock.Fence(), lock.Token(), val)
+		w.emit(Event{T0: t0, Ev: evWrite, Key: reg, Tok: lock.Token(), Fence: lock.Fence(), Out: out, Val: val})
 	}
 
 	held := lock.Held()
@@ -448,18 +463,26 @@ func (w *worker) section(ctx context.Context, key string, hold time.Duration) {
 
 // enter records entry into the critical section: in one MULTI, the inside
 // marker is set to me (returning who was there) and the sequence advances.
+// A semaphore's marker is the set of those inside.
 func (w *worker) enter(ctx context.Context, key, me string) (seq int64, prev string, err error) {
 	var set *redis.StatusCmd
 	var incr *redis.IntCmd
 	_, err = w.oracle.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		set = p.SetArgs(ctx, insidePfx+key, me, redis.SetArgs{Get: true})
+		if w.cfg.Limit > 0 {
+			p.SAdd(ctx, insidePfx+key, me)
+		} else {
+			set = p.SetArgs(ctx, insidePfx+key, me, redis.SetArgs{Get: true})
+		}
 		incr = p.Incr(ctx, seqKey)
 		return nil
 	})
 	if err != nil && err != redis.Nil {
 		return 0, "", err
 	}
-	return incr.Val(), set.Val(), nil
+	if set != nil {
+		prev = set.Val()
+	}
+	return incr.Val(), prev, nil
 }
 
 // exit records leaving it: the sequence advances and the marker is taken
@@ -469,13 +492,20 @@ func (w *worker) exit(ctx context.Context, key, me string) (seq int64, got strin
 	var del *redis.StringCmd
 	_, err = w.oracle.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		incr = p.Incr(ctx, seqKey)
-		del = p.GetDel(ctx, insidePfx+key)
+		if w.cfg.Limit > 0 {
+			p.SRem(ctx, insidePfx+key, me)
+		} else {
+			del = p.GetDel(ctx, insidePfx+key)
+		}
 		return nil
 	})
 	if err != nil && err != redis.Nil {
 		return 0, "", err
 	}
-	return incr.Val(), del.Val(), nil
+	if del != nil {
+		got = del.Val()
+	}
+	return incr.Val(), got, nil
 }
 
 // sentinels names the dlock sentinels err matches, joined by "+"; "stop"

@@ -1,0 +1,324 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
+)
+
+// SemaphoreTable is the table where semaphores record their limits: a row
+// per semaphore name (with WithPrefix's prefix), created by Migrate.
+const SemaphoreTable = "dlock_semaphore"
+
+// semaphoreTableSQL creates SemaphoreTable: the limit (permits), and how
+// many slots may be held (slots: above the limit after SetLimit shrank
+// it, while their holders finish).
+const semaphoreTableSQL = `CREATE TABLE IF NOT EXISTS ` + SemaphoreTable + ` (
+	name bytea PRIMARY KEY,
+	permits int NOT NULL,
+	slots int NOT NULL
+)`
+
+// The statements of a grant, in its transaction. semBeginSQL bounds how
+// long a client that stops mid-grant (paused, cut off) keeps the row's lock
+// from the others: the server ends its session then.
+const (
+	semBeginSQL  = `BEGIN; SET LOCAL idle_in_transaction_session_timeout = 5000`
+	semRecordSQL = `INSERT INTO ` + SemaphoreTable + ` AS s (name, permits, slots) VALUES ($1, $2, $2)
+	ON CONFLICT (name) DO UPDATE SET permits = s.permits RETURNING permits, slots`
+	semHeldSQL = `SELECT coalesce(array_agg(k.i - 1), '{}') FROM unnest($1::int8[], $2::int8[], $3::int2[]) WITH ORDINALITY AS k(c, o, s, i)
+	WHERE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND classid::int8 = k.c AND objid::int8 = k.o AND objsubid = k.s)`
+	semUpdateSQL = `UPDATE ` + SemaphoreTable + ` SET permits = $2, slots = $3 WHERE name = $1`
+	semLimitSQL  = `UPDATE ` + SemaphoreTable + ` SET permits = $2, slots = greatest(slots, $2) WHERE name = $1`
+)
+
+var _ driver.Semaphores = (*Locker)(nil)
+
+// Semaphore implements driver.Semaphores (see dlock.Semaphore): its
+// TryAcquire grants one of limit permits of name as the session lock on a
+// free slot, the slot's key (driver.SlotKey) mapped as TryAcquire maps
+// names, and pins
+// its connection as every lock does. See Semaphores in the package
+// documentation.
+func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
+
+// semaphore is the Locker of Semaphore.
+type semaphore struct {
+	l     *Locker
+	limit int
+}
+
+func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
+	a := s.l.cfg.Events.Attempt(ctx, name)
+	return a.End(s.try(ctx, name, ttl))
+}
+
+func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
+	l := s.l
+	if err := driver.CheckLimit(s.limit); err != nil {
+		return nil, err
+	}
+	if err := l.checkArgs(ctx, name, ttl); err != nil {
+		return nil, err
+	}
+	conn, err := l.pin(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	slot, k, err := l.semTake(ctx, conn, name, s.limit)
+	if err != nil {
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			l.semBusy(name)
+		}
+		return nil, err
+	}
+	p, err := l.publish(ctx, driver.SlotKey(name, slot))
+	if err != nil {
+		discard(conn) // in the grant's transaction
+		return nil, err
+	}
+	g, fence, validUntil, err := l.grantOn(ctx, conn, driver.SlotKey(name, slot), k, ttl, p)
+	if err == nil {
+		_, err = conn.Exec(ctx, "COMMIT")
+		if err != nil {
+			g.end(true, err)
+			err = acquireErr(ctx, name, l.node, err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return driver.NewPermit(name, slot, driver.NewToken(), fence, validUntil, g), nil
+}
+
+// semTake begins the grant's transaction on conn, locks name's row of
+// SemaphoreTable, and returns the free slot to take and its key, the row
+// already updated. On an error (a conflicting limit, every permit held) it
+// ends the transaction and gives conn back, or discards it when the
+// server's answer is unknown.
+func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (int, Key, error) {
+	slot, k, update, err := l.semPick(ctx, conn, name, limit)
+	if err == nil && update != nil {
+		_, err = conn.Exec(ctx, semUpdateSQL, update...)
+	}
+	switch {
+	case err == nil:
+		return slot, k, nil
+	case errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrInvalid):
+		if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+			discard(conn)
+		} else {
+			conn.Release()
+		}
+		return 0, Key{}, err
+	}
+	discard(conn)
+	return 0, Key{}, acquireErr(ctx, name, l.node, err)
+}
+
+// semPick reads name's record and its held slots in the grant's
+// transaction and picks the lowest free slot below the limit: an error
+// matching dlock.ErrInvalid when the record has another limit,
+// dlock.ErrNotAcquired when limit or more permits are held (on every slot
+// that may be held). A record with no permit held is void: the limit
+// becomes this one's. update is the row's new values, nil when unchanged.
+func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (slot int, k Key, update []any, err error) {
+	full := l.semRow(name)
+	if _, err := conn.Exec(ctx, semBeginSQL); err != nil {
+		return 0, Key{}, nil, err
+	}
+	var permits, slots int
+	if err := conn.QueryRow(ctx, semRecordSQL, full, limit).Scan(&permits, &slots); err != nil {
+		return 0, Key{}, nil, err
+	}
+	keys, err := l.slotKeys(name, max(slots, limit))
+	if err != nil {
+		return 0, Key{}, nil, err
+	}
+	var held []int
+	c, o, s := lockIDs(keys)
+	if err := conn.QueryRow(ctx, semHeldSQL, c, o, s).Scan(&held); err != nil {
+		return 0, Key{}, nil, err
+	}
+	switch {
+	case len(held) == 0:
+		permits, slots = limit, limit
+	case permits != limit:
+		return 0, Key{}, nil, driver.LimitConflict(name, permits, limit)
+	case len(held) >= permits:
+		return 0, Key{}, nil, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, permits)
+	}
+	for slices.Contains(held, slot) {
+		slot++
+	}
+	high := max(permits, slot+1)
+	for _, h := range held {
+		high = max(high, h+1)
+	}
+	if high != slots || len(held) == 0 {
+		update = []any{full, permits, high}
+	}
+	return slot, keys[slot], update, nil
+}
+
+// semBusy is busy for a semaphore whose permits are all held: its waits
+// are registered on every slot, the first one included.
+func (l *Locker) semBusy(name string) {
+	if keys, err := l.slotKeys(name, 1); err == nil {
+		l.busy(keys[0])
+	}
+}
+
+// semRow is the name of name's row in SemaphoreTable: the prefix, and
+// what the names of its slots begin with ("{name}#"), so that the names
+// that share slots ("a" and "{a}") share a row.
+func (l *Locker) semRow(name string) []byte { return []byte(l.cfg.Prefix + bridge.SlotPrefix(name)) }
+
+// slotKeys returns the keys of the first n slots of name's semaphore.
+func (l *Locker) slotKeys(name string, n int) ([]Key, error) {
+	keys := make([]Key, n)
+	for i := range keys {
+		slot := driver.SlotKey(name, i)
+		k, err := l.keyFunc(l.cfg.Prefix + slot)
+		if err != nil {
+			return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", slot, dlock.ErrInvalid, oneLine(err))
+		}
+		if !k.valid() {
+			return nil, driver.Invalidf("key function returned the zero Key for %q", slot)
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// lockIDs returns how pg_locks shows keys, column by column.
+func lockIDs(keys []Key) (classids, objids []int64, objsubids []int16) {
+	for _, k := range keys {
+		c, o, s := k.lockID()
+		classids, objids, objsubids = append(classids, c), append(objids, o), append(objsubids, s)
+	}
+	return classids, objids, objsubids
+}
+
+// SetLimit implements driver.Semaphores (see dlock.SetLimit): one UPDATE
+// of name's row of SemaphoreTable, which waits for a grant in progress.
+// The slots that may be held stay counted, so holders above a smaller
+// limit keep their permits and no new one is granted until fewer than
+// limit are held. A name with no row has never been used: nothing to
+// change.
+func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
+	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
+		return err
+	}
+	if _, err := l.pool.Exec(ctx, semLimitSQL, l.semRow(name), limit); err != nil {
+		return fmt.Errorf("dlock: set limit %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(err))
+	}
+	return nil
+}
+
+// NotifyRelease implements driver.ReleaseNotifier for the semaphore's
+// waits: one registration on every slot of name with the Locker's release
+// listener (see WithReleaseNotify), so that the release of any permit
+// wakes the wait.
+func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struct{}, func()) {
+	l := s.l
+	if !l.notify || driver.CheckLimit(s.limit) != nil || l.cfg.CheckKey(name) != nil {
+		return nil, func() {}
+	}
+	keys, err := l.slotKeys(name, s.limit)
+	if err != nil {
+		return nil, func() {}
+	}
+	n := l.lst()
+	w := &waiter{ch: make(chan struct{}, 1)}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, func() {}
+	}
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = k.notifyID()
+		n.byKey[ids[i]] = append(n.byKey[ids[i]], w)
+	}
+	n.mu.Unlock()
+	var once sync.Once
+	return w.ch, func() {
+		once.Do(func() {
+			for _, id := range ids {
+				n.leave(id, w)
+			}
+		})
+	}
+}
+
+// semLimits sets the Limit of the permits among infos (keys of the form
+// {name}#slot, named as the Locker names them) from SemaphoreTable. A
+// database without the table has no semaphores.
+func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
+	rows := map[string][]int{} // row name → indexes in infos
+	var names [][]byte
+	for i, info := range infos {
+		prefix, ok := slotPrefixOf(info.Key)
+		if !ok {
+			continue
+		}
+		row := l.cfg.Prefix + prefix
+		if rows[row] == nil {
+			names = append(names, []byte(row))
+		}
+		rows[row] = append(rows[row], i)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	r, err := l.pool.Query(ctx, `SELECT name, permits FROM `+SemaphoreTable+` WHERE name = ANY($1)`, names)
+	if err != nil {
+		if sqlState(err) == codeUndefinedTable {
+			return nil
+		}
+		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+	}
+	defer r.Close()
+	for r.Next() {
+		var name []byte
+		var permits int
+		if err := r.Scan(&name, &permits); err != nil {
+			return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+		}
+		for _, i := range rows[string(name)] {
+			infos[i].Limit = permits
+		}
+	}
+	if err := r.Err(); err != nil && sqlState(err) != codeUndefinedTable {
+		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+	}
+	return nil
+}
+
+// slotPrefixOf returns what a slot key begins with, its number cut off
+// ("{name}#"), or false for a key that is not a slot's.
+func slotPrefixOf(key string) (string, bool) {
+	i := strings.LastIndexByte(key, '#')
+	if i < 0 || i == len(key)-1 {
+		return "", false
+	}
+	for _, c := range key[i+1:] {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	return key[:i+1], true
+}

@@ -1,0 +1,157 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/bridge"
+)
+
+// semaphores is a Locker with semaphores of its own (driver.Semaphores,
+// which documents it).
+type semaphores interface {
+	Semaphore(limit int) Locker
+	SetLimit(ctx context.Context, name string, limit int) error
+}
+
+// Semaphore returns a Locker whose TryAcquire(ctx, name, ttl) grants one of
+// limit permits of name: a lock on one of its slots, {name}#0 to
+// {name}#(limit-1) (see driver.SlotKey), whichever is free. Wait for a permit and hold it with
+// Acquire and Do, like any lock:
+//
+//	err := dlock.Do(ctx, dlock.Semaphore(locker, 5), "vendor-api", ttl, fn)
+//
+// The permit's Slot says which slot it holds, and its Key is the slot's
+// (see the package documentation's Semaphores). Its TryAcquire returns an
+// error matching ErrNotAcquired when every permit is held, and ErrInvalid
+// for a limit below 1 or above driver.MaxLimit, for an empty name, and
+// when the servers recorded another limit for name. l's events report the
+// attempts on name and the permit's life on its slot's key.
+//
+// When l has semaphores of its own (driver.Semaphores: every backend of
+// this repository), Semaphore returns them. Otherwise the permits are l's
+// locks on the slots' keys, which TryAcquire tries in order, one request
+// each, until one is granted; no limit is recorded on the servers then,
+// so Lockers that disagree on the limit are not told, and dlock.Acquire is
+// woken by a release of any slot when l announces releases
+// (driver.ReleaseNotifier).
+func Semaphore(l Locker, limit int) Locker {
+	if s, ok := l.(semaphores); ok {
+		return s.Semaphore(limit)
+	}
+	return semaphore{l, limit}
+}
+
+// SetLimit makes limit the limit of name's semaphore on l's servers, in
+// place of the one they recorded: Lockers that ask with another limit get
+// ErrInvalid from then on. Shrinking lets the holders of permits keep them
+// until they release or lose them, and no new permit is granted while
+// limit or more are held; growing admits new holders at once. The servers
+// keep a limit only while a permit of name may be held: with none held,
+// SetLimit does nothing, and the next grant records its own Locker's
+// limit. l is the backend's Locker, not a semaphore's. It returns an error
+// matching ErrUnavailable when the servers could not be reached, and
+// ErrInvalid for bad arguments and for a Locker whose semaphores keep no
+// limit on the servers (see Semaphore).
+func SetLimit(ctx context.Context, l Locker, name string, limit int) error {
+	switch {
+	case ctx == nil:
+		return invalidf("nil context")
+	case l == nil:
+		return invalidf("nil Locker")
+	}
+	s, ok := l.(semaphores)
+	if !ok {
+		return invalidf("%T keeps no semaphore limits on its servers", l)
+	}
+	return s.SetLimit(ctx, name, limit)
+}
+
+// semaphore is Semaphore's Locker for a Locker without semaphores of its
+// own: limit locks, one per slot.
+type semaphore struct {
+	l     Locker
+	limit int
+}
+
+func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
+	switch {
+	case s.l == nil:
+		return nil, invalidf("nil Locker")
+	case ctx == nil:
+		return nil, invalidf("nil context")
+	case name == "":
+		return nil, invalidf("empty semaphore name")
+	}
+	if p := bridge.LimitProblem(s.limit); p != "" {
+		return nil, invalidf("%s", p)
+	}
+	for slot := range s.limit {
+		lock, err := s.l.TryAcquire(ctx, bridge.SlotKey(name, slot), ttl)
+		if err == nil {
+			lock.slot = slot
+			return lock, nil
+		}
+		var final *bridge.Final
+		if !errors.Is(err, ErrNotAcquired) || errors.As(err, &final) || ctx.Err() != nil {
+			return nil, err // unreachable, invalid, or cut short: the next slot would be too
+		}
+	}
+	return nil, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, ErrNotAcquired, s.limit)
+}
+
+// NotifyRelease registers interest in every slot of name with the Locker's
+// own NotifyRelease, and announces a release of any of them; a Locker
+// that announces none gives a channel that never receives (see
+// driver.ReleaseNotifier).
+func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struct{}, func()) {
+	n, ok := s.l.(releaseNotifier)
+	if !ok || bridge.LimitProblem(s.limit) != "" {
+		return nil, func() {}
+	}
+	done := make(chan struct{})
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(done)}}
+	stops := make([]func(), 0, s.limit)
+	for slot := range s.limit {
+		released, stop := n.NotifyRelease(ctx, bridge.SlotKey(name, slot))
+		stops = append(stops, stop)
+		if released != nil {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(released)})
+		}
+	}
+	if len(cases) == 1 { // none will be announced
+		for _, stop := range stops {
+			stop()
+		}
+		return nil, func() {}
+	}
+	out := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			i, _, ok := reflect.Select(cases)
+			switch {
+			case i == 0:
+				return
+			case !ok:
+				cases[i].Chan = reflect.Value{} // closed: never selected again
+			default:
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	})
+	return out, func() {
+		close(done)
+		wg.Wait()
+		for _, stop := range stops {
+			stop()
+		}
+	}
+}
