@@ -1,9 +1,20 @@
 package redislock
 
-import "context"
+import (
+	"context"
+
+	"github.com/dlock-go/dlock/internal/rclient"
+)
 
 // Features exposes which native commands the Locker chose, for tests.
-func (l *Locker) Features(ctx context.Context) (del, set bool) { return l.features(ctx) }
+func (l *Locker) Features(ctx context.Context) rclient.Native { return l.features(ctx) }
+
+// SetFeatures makes the Locker use native commands as if its probe had
+// found n.
+func (l *Locker) SetFeatures(n rclient.Native) {
+	l.native = n
+	l.probedOK.Store(true)
+}
 
 // SetClockOffset moves the server's clock, as the fence rule reads it, by
 // µs microseconds: a test's stand-in for a server clock that stepped.

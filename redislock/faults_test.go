@@ -177,7 +177,7 @@ func TestConformanceCluster(t *testing.T) {
 func TestLostReplyLeavesNoGhost(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	viaProxy, proxy := proxiedClient(t, srv, -1)
-	l := newLocker(t, viaProxy, redislock.WithNativeCommands(redislock.NativeNever))
+	l := newLocker(t, viaProxy)
 	direct := srv.Client(t)
 	key := locktest.Key(t)
 	ttl := 10 * time.Second

@@ -28,16 +28,14 @@ type Locker struct {
 	node        string         // how errors name the server
 	cfg         backend.Config // the options every backend shares
 	fenceTTLArg any            // cfg.FenceTTL in ms, boxed once: one allocation less per attempt
-	native      NativeMode
 	notify      *wake.Notifier // nil for clients without usable pub/sub (a Ring)
 	batch       *batch.Batcher // the scripts' sender on a single-node client, else nil
 	clockOffset int64          // µs added to the server's clock for fences; tests only
 	tryTimeout  time.Duration  // the bound of one try (rclient.TryTimeout; 0: none)
 
-	probing   chan struct{} // held by the probe in progress (cap 1)
-	probedOK  atomic.Bool   // probed: the fields below are set
-	nativeDel bool          // DELEX key IFEQ token
-	nativeSet bool          // SET key token PX ttl IFEQ token
+	probing  chan struct{}  // held by the probe in progress (cap 1)
+	probedOK atomic.Bool    // probed: native is set
+	native   rclient.Native // the server's own commands for release and extension
 }
 
 var (
@@ -228,7 +226,10 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	defer cancel()
 	start := time.Now()
 	held := false
-	if _, set := l.features(tctx); set {
+	if g.fence == 0 && l.features(tctx).SetIfEq {
+		// SET IFEQ cannot refresh a fence counter: a lock with a fence
+		// extends through the script, which does (and ExtendToken, which
+		// knows no fence, leaves the counter alone either way).
 		err := l.client.SetIFEQ(tctx, g.key, g.token, g.token, time.Duration(ms)*time.Millisecond).Err()
 		if err != nil && err != redis.Nil {
 			return time.Time{}, l.opErr(ctx, err, false)
@@ -280,13 +281,13 @@ func (g *grant) Release(ctx context.Context) error {
 // longest waiter; it returns the number of keys deleted and of waiters
 // woken. tokenArg, when not nil, is token as the script's ARGV.
 func (l *Locker) release(ctx context.Context, key, token string, tokenArg []any, wakeUp bool) (deleted, woken int64, err error) {
-	if del, _ := l.features(ctx); del {
+	if n := l.features(ctx); n.Release != "" {
 		if !wakeUp {
-			deleted, err = l.client.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token}).Result()
+			deleted, err = l.client.Do(ctx, n.ReleaseArgs(key, token)...).Int64()
 			return deleted, 0, err
 		}
 		pipe := l.client.Pipeline()
-		del := pipe.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token})
+		del := pipe.Do(ctx, n.ReleaseArgs(key, token)...)
 		wakeKeys := []string{key, keys.Queue(key)}
 		wake := scripts.Wake.EvalSha(ctx, pipe, wakeKeys)
 		rclient.Exec(ctx, pipe)
@@ -294,7 +295,7 @@ func (l *Locker) release(ctx context.Context, key, token string, tokenArg []any,
 			wake = scripts.Wake.Run(ctx, l.client, wakeKeys)
 		}
 		woken, _ = wake.Int64() // best effort: a lost wake-up is found by polling
-		deleted, err = del.Result()
+		deleted, err = del.Int64()
 		return deleted, woken, err
 	}
 	var ks []string
@@ -327,57 +328,32 @@ func (l *Locker) cleanup(ctx context.Context, key, token string, ttl time.Durati
 	}()
 }
 
-// features reports which Redis 8.4 commands to use, probing the server once
-// (with the eviction policy, in one round trip). A call that finds a probe
-// in progress waits for it within ctx, and uses the scripts if ctx ends
-// first.
-func (l *Locker) features(ctx context.Context) (del, set bool) {
-	switch l.native {
-	case NativeAlways:
-		return true, true
-	case NativeNever:
-		return false, false
-	}
+// features reports which of the server's own commands release and extend
+// (DELEX or DELIFEQ, SET IFEQ), probing the server once, with its eviction
+// policy, in one round trip (rclient.Probe). A call that finds a probe in
+// progress waits for it within ctx, and uses the scripts if ctx ends
+// first; a probe that got no answer is made again by the next call.
+func (l *Locker) features(ctx context.Context) rclient.Native {
 	if l.probedOK.Load() {
-		return l.nativeDel, l.nativeSet // written before probedOK was set
+		return l.native // written before probedOK was set
 	}
 	select {
 	case l.probing <- struct{}{}:
 		defer func() { <-l.probing }()
 	case <-ctx.Done():
-		return false, false
+		return rclient.Native{}
 	}
 	if l.probedOK.Load() {
-		return l.nativeDel, l.nativeSet
+		return l.native
 	}
-	probe := "dlock:probe:" + driver.NewToken()
-	pipe := l.client.Pipeline()
-	delCmd := pipe.DelExArgs(ctx, probe, redis.DelExArgs{Mode: "IFEQ", MatchValue: "x"})
-	setCmd := pipe.SetIFEQ(ctx, probe, "x", "y", time.Millisecond)
-	policy := pipe.ConfigGet(ctx, "maxmemory-policy")
-	rclient.Exec(ctx, pipe)
-	if !answered(delCmd.Err()) || !answered(setCmd.Err()) {
-		return false, false // unreachable now: use the scripts, probe again next time
+	n, policy, ok := rclient.Probe(ctx, l.client, "dlock:probe:"+driver.NewToken())
+	if !ok {
+		return rclient.Native{} // unreachable now: use the scripts, probe again next time
 	}
-	l.nativeDel = delCmd.Err() == nil || delCmd.Err() == redis.Nil
-	l.nativeSet = setCmd.Err() == nil || setCmd.Err() == redis.Nil
+	l.native = n
 	l.probedOK.Store(true)
-	l.warnEviction(policy)
-	return l.nativeDel, l.nativeSet
-}
-
-// warnEviction warns when the server may evict lock keys before their TTL
-// (policy is CONFIG GET maxmemory-policy's reply): an evicted lock key is a
-// second holder.
-func (l *Locker) warnEviction(policy *redis.MapStringStringCmd) {
-	cfg, err := policy.Result()
-	if err != nil {
-		return // CONFIG may be disabled or renamed; nothing to say then
-	}
-	if p := cfg["maxmemory-policy"]; p != "" && p != "noeviction" {
-		l.cfg.Logger.Warn("dlock: redis may evict lock keys before they expire; set maxmemory-policy noeviction",
-			"node", l.node, "maxmemory-policy", p)
-	}
+	rclient.WarnEviction(l.cfg.Logger, l.node, policy)
+	return n
 }
 
 // opErr classifies an error of a call to the server (nodeerr.Error): an
@@ -397,7 +373,3 @@ func (l *Locker) oneTry(ctx context.Context) (context.Context, context.CancelFun
 	}
 	return context.WithTimeout(ctx, l.tryTimeout)
 }
-
-// answered reports whether err is a reply from the server (success, nil or a
-// server error) rather than a network failure.
-func answered(err error) bool { return err == nil || err == redis.Nil || rclient.IsReply(err) }

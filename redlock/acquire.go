@@ -156,8 +156,9 @@ func (l *Locker) sendRound(ctx context.Context, full []string, token, rec string
 
 // attempt runs the acquire script on one node, then the calls of holders
 // (the holder record's writes) in the same round trip; the first call to a
-// node also asks for its run_id, in the same round trip, to find two nodes
-// that are the same server. full are the lock keys of the attempt, ks and
+// node also asks for its run_id, to find two nodes that are the same
+// server, and its eviction policy (rclient.WarnEviction), in the same round
+// trip. full are the lock keys of the attempt, ks and
 // args the script's.
 func (l *Locker) attempt(ctx context.Context, n *node, full []string, token string, ks []string, args []any, holders []scripts.Call, timeout time.Duration) *nodeReply {
 	var v any
@@ -168,12 +169,15 @@ func (l *Locker) attempt(ctx context.Context, n *node, full []string, token stri
 	}
 	if n.run.Load() == nil {
 		var info *redis.StringCmd
-		res := scripts.PipelinedAfter(ctx, n.client, func(p redis.Pipeliner) { info = p.Info(ctx, "server") }, calls()...)
+		var policy *redis.MapStringStringCmd
+		res := scripts.PipelinedAfter(ctx, n.client, func(p redis.Pipeliner) {
+			info, policy = p.Info(ctx, "server"), p.ConfigGet(ctx, "maxmemory-policy")
+		}, calls()...)
 		v, err = res[0].Result()
 		if s, ierr := info.Result(); ierr == nil {
 			run = runID(s)
-			if run != "" {
-				n.run.CompareAndSwap(nil, &run)
+			if run != "" && n.run.CompareAndSwap(nil, &run) {
+				rclient.WarnEviction(l.cfg.Logger, n.name, policy.Val()["maxmemory-policy"])
 			}
 		}
 	} else if len(holders) > 0 {
