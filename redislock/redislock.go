@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,9 +12,9 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
-	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
+	"github.com/dlock-go/dlock/internal/rnode"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
 )
@@ -24,18 +23,11 @@ import (
 // or a Cluster) through a go-redis client. It is safe for concurrent use;
 // create one per client and share it.
 type Locker struct {
-	client      redis.UniversalClient
-	node        string         // how errors name the server
-	cfg         backend.Config // the options every backend shares
-	fenceTTLArg any            // cfg.FenceTTL in ms, boxed once: one allocation less per attempt
-	notify      *wake.Notifier // nil for clients without usable pub/sub (a Ring)
-	batch       *batch.Batcher // the scripts' sender on a single-node client, else nil
-	clockOffset int64          // µs added to the server's clock for fences; tests only
-	tryTimeout  time.Duration  // the bound of one try (rclient.TryTimeout; 0: none)
-
-	probing  chan struct{}  // held by the probe in progress (cap 1)
-	probedOK atomic.Bool    // probed: native is set
-	native   rclient.Native // the server's own commands for release and extension
+	client     redis.UniversalClient
+	node       *rnode.Node    // the protocol on the deployment, run inline
+	cfg        backend.Config // the options every backend shares
+	notify     *wake.Notifier // nil for clients without usable pub/sub (a Ring)
+	tryTimeout time.Duration  // the bound of one try (rclient.TryTimeout; 0: none)
 }
 
 var (
@@ -49,20 +41,18 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if rclient.IsNil(client) {
 		return nil, driver.Invalidf("nil redis client")
 	}
-	l := &Locker{client: client, node: rclient.Name(client), cfg: backend.New(DefaultFenceTTL, true),
-		tryTimeout: rclient.TryTimeout(client), probing: make(chan struct{}, 1)}
+	l := &Locker{client: client, cfg: backend.New(DefaultFenceTTL, true), tryTimeout: rclient.TryTimeout(client)}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
+	l.node = rnode.New(client, rclient.Name(client), l.cfg.FenceTTL, l.cfg.Logger)
 	if _, ring := client.(*redis.Ring); !ring {
 		l.notify = wake.New([]redis.UniversalClient{client})
 	}
-	l.batch = batch.For(client)
 	if !rclient.ContextTimeouts(client) {
 		l.cfg.Logger.Warn("dlock: the redis client ignores context deadlines (ContextTimeoutEnabled is false): a call to a server that does not answer returns only after ReadTimeout",
-			"node", l.node)
+			"node", l.node.Name)
 	}
-	l.fenceTTLArg = l.cfg.FenceTTL.Milliseconds()
 	l.cfg.Done("redis")
 	return l, nil
 }
@@ -97,34 +87,23 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		plan.Yielded()
 		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", key, dlock.ErrNotAcquired)
 	}
-	ks := []string{full, keys.Fence(full)}
-	args := []any{token, driver.Milliseconds(ttl), l.fenceTTLArg}
-	q, qargs, queued := plan.Queue(0)
-	if queued || l.clockOffset != 0 {
-		args = append(args, l.clockOffset)
-	}
-	if queued {
-		ks = append(ks, q)
-		args = append(args, qargs...)
-	}
+	g := &grant{l: l, keys: [1]string{full}, token: token, holder: l.holderRecord(ctx, token)}
+	at := rnode.Attempt{Keys: g.keys[:], Token: token, TTL: ttl, Holder: g.holder, Late: (*giveBack)(l)}
+	at.Queue, at.QueueArgs, _ = plan.Queue(0)
 	start := time.Now()
-	v, holder, err := l.acquireScript(ctx, ks, args, token, ttl)
+	tctx, cancel := l.oneTry(ctx)
+	r, tokenArg, err := l.node.Acquire(tctx, at)
+	cancel()
 	if err != nil {
 		plan.Lost(0) // it may have queued the Locker
 		if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
-			// The reply was lost, not the request: the key may be ours
-			// now. Remove it so it does not block others for a whole TTL.
-			// (An attempt that left its batch was never sent, or is
-			// cleaned up when its reply comes: acquireScript.)
+			// The reply was lost (or unreadable), not the request: the
+			// key may be ours now. Remove it so it does not block others
+			// for a whole TTL. (An attempt that left its batch was never
+			// sent, or is cleaned up when its reply comes: Late.)
 			l.cleanup(ctx, full, token, ttl)
 		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
-	}
-	r, err := scripts.AcquireReply(v)
-	if err != nil {
-		plan.Lost(0)
-		l.cleanup(ctx, full, token, ttl)
-		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, &dlock.NodeError{Node: l.node, Err: err})
 	}
 	plan.Observe(0, r.Status != scripts.Granted, r.Place, r.Expiry)
 	switch r.Status {
@@ -140,7 +119,8 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		l.cleanup(ctx, full, token, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
 	}
-	return driver.NewLock(key, token, uint64(r.Fence), validUntil, &grant{l: l, key: full, token: token, fence: r.Fence, holder: holder, tokenArg: args[:1:1]}), nil
+	g.fence, g.tokenArg = r.Fence, tokenArg
+	return driver.NewLock(key, token, uint64(r.Fence), validUntil, g), nil
 }
 
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
@@ -180,7 +160,7 @@ func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return err
 	}
-	g := &grant{l: l, key: l.cfg.Prefix + key, token: token}
+	g := &grant{l: l, keys: [1]string{l.cfg.Prefix + key}, token: token}
 	if err := g.Release(ctx); err != nil {
 		return fmt.Errorf("dlock: release %q: %w", key, err)
 	}
@@ -194,7 +174,7 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return err
 	}
-	g := &grant{l: l, key: l.cfg.Prefix + key, token: token}
+	g := &grant{l: l, keys: [1]string{l.cfg.Prefix + key}, token: token}
 	if _, err := g.Extend(ctx, ttl); err != nil {
 		return fmt.Errorf("dlock: extend %q: %w", key, err)
 	}
@@ -203,54 +183,34 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 
 // grant is one held lock's connection to the server.
 type grant struct {
-	l          *Locker
-	key, token string
-	fence      int64  // 0 for a lock known only by its token
-	holder     string // the holder record written at the grant (WithHolderInfo)
+	l      *Locker
+	keys   [1]string // the key with the prefix (an array: no allocation for a slice of it)
+	token  string
+	fence  int64  // 0 for a lock known only by its token
+	holder string // the holder record written at the grant (WithHolderInfo)
 	// tokenArg is the release script's ARGV, the token boxed by the
-	// attempt (go-redis copies it): two allocations less per cycle. With
-	// the fence TTL boxed once, a TryAcquire+Release cycle allocated 31
-	// times against 35 before (go test -bench), below bsm/redislock's 33.
+	// attempt (go-redis copies it): two allocations less per cycle (see
+	// bench/RESULTS.md, E).
 	tokenArg []any
 }
 
 // Extend resets the TTL if the key still holds the token (and renews the
 // fence counter's TTL, so that a lock held for long keeps its counter).
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	l := g.l
-	if err := l.cfg.CheckTTL(ttl); err != nil {
+	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
-	ms := driver.Milliseconds(ttl)
-	tctx, cancel := l.oneTry(ctx)
+	tctx, cancel := g.l.oneTry(ctx)
 	defer cancel()
 	start := time.Now()
-	held := false
-	if g.fence == 0 && l.features(tctx).SetIfEq {
-		// SET IFEQ cannot refresh a fence counter: a lock with a fence
-		// extends through the script, which does (and ExtendToken, which
-		// knows no fence, leaves the counter alone either way).
-		err := l.client.SetIFEQ(tctx, g.key, g.token, g.token, time.Duration(ms)*time.Millisecond).Err()
-		if err != nil && err != redis.Nil {
-			return time.Time{}, l.opErr(ctx, err, false)
-		}
-		held = err == nil
-	} else {
-		ks, args := []string{g.key}, []any{g.token, ms, 0}
-		if g.fence > 0 {
-			ks, args = []string{g.key, keys.Fence(g.key)}, []any{g.token, ms, g.fence, l.cfg.FenceTTL.Milliseconds()}
-		}
-		n, err := l.run(tctx, scripts.Extend, ks, args).Int64()
-		if err != nil {
-			return time.Time{}, l.opErr(ctx, err, false)
-		}
-		held = n == 1
+	held, err := g.l.node.Extend(tctx, g.keys[:], g.token, g.holder, g.fence, ttl)
+	if err != nil {
+		return time.Time{}, g.l.opErr(ctx, err, false)
 	}
 	if !held {
 		return time.Time{}, fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
 	}
-	g.extendHolder(tctx, ttl)
-	return driver.ValidUntil(start, ttl, l.cfg.DriftFactor), nil
+	return driver.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 }
 
 // Release deletes the key if it still holds the token, and wakes the
@@ -258,18 +218,12 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 func (g *grant) Release(ctx context.Context) error {
 	tctx, cancel := g.l.oneTry(ctx)
 	defer cancel()
-	var n, woken int64
-	var err error
-	if g.holder != "" {
-		n, woken, err = g.l.releaseHolder(tctx, g.key, g.token, g.holder)
-	} else {
-		n, woken, err = g.l.release(tctx, g.key, g.token, g.tokenArg, true)
-	}
+	n, woken, err := g.l.node.Release(tctx, rnode.Release{Keys: g.keys[:], Token: g.token, TokenArg: g.tokenArg, Holder: g.holder, Wake: true})
 	if err != nil {
 		return g.l.opErr(ctx, err, false)
 	}
 	if woken > 0 && g.l.notify != nil {
-		g.l.notify.Woke(g.key)
+		g.l.notify.Woke(g.keys[0])
 	}
 	if n == 0 {
 		return fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
@@ -277,90 +231,31 @@ func (g *grant) Release(ctx context.Context) error {
 	return nil
 }
 
-// release deletes key if it holds token and, with wakeUp, wakes the key's
-// longest waiter; it returns the number of keys deleted and of waiters
-// woken. tokenArg, when not nil, is token as the script's ARGV.
-func (l *Locker) release(ctx context.Context, key, token string, tokenArg []any, wakeUp bool) (deleted, woken int64, err error) {
-	if n := l.features(ctx); n.Release != "" {
-		if !wakeUp {
-			deleted, err = l.client.Do(ctx, n.ReleaseArgs(key, token)...).Int64()
-			return deleted, 0, err
-		}
-		pipe := l.client.Pipeline()
-		del := pipe.Do(ctx, n.ReleaseArgs(key, token)...)
-		wakeKeys := []string{key, keys.Queue(key)}
-		wake := scripts.Wake.EvalSha(ctx, pipe, wakeKeys)
-		rclient.Exec(ctx, pipe)
-		if err := wake.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && del.Err() == nil {
-			wake = scripts.Wake.Run(ctx, l.client, wakeKeys)
-		}
-		woken, _ = wake.Int64() // best effort: a lost wake-up is found by polling
-		deleted, err = del.Int64()
-		return deleted, woken, err
-	}
-	var ks []string
-	if wakeUp {
-		ks = []string{key, keys.Queue(key)}
-	} else {
-		ks = []string{key}
-	}
-	if tokenArg == nil {
-		tokenArg = []any{token}
-	}
-	return scripts.ReleaseReply(l.run(ctx, scripts.Release, ks, tokenArg).Result())
-}
+// giveBack is the Locker as an rnode.GiveBacker: an attempt that left its
+// batch may have been granted after its caller gave up on it.
+type giveBack Locker
 
-// run runs script s, through the Locker's batch on a single-node client.
-// A call whose context ended before the reply has a *batch.LeftError as
-// its command's error.
-func (l *Locker) run(ctx context.Context, s *redis.Script, ks []string, args []any) *redis.Cmd {
-	return scripts.Run(ctx, l.batch, l.client, s, ks, args)
+func (l *giveBack) GiveBack(ctx context.Context, _ *rnode.Node, keys []string, token string, ttl time.Duration) {
+	(*Locker)(l).cleanup(ctx, keys[0], token, ttl)
 }
 
 // cleanup deletes key if it holds token, in the background and within a
 // short bound: the caller has already given up on the attempt. It wakes
-// nobody: the lock was never held.
+// nobody: the lock was never held. (The holder record, written only where
+// the grant was, expires with the lock's TTL.)
 func (l *Locker) cleanup(ctx context.Context, key, token string, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
 	go func() {
 		defer cancel()
-		_, _, _ = l.release(ctx, key, token, nil, false)
+		_, _, _ = l.node.Release(ctx, rnode.Release{Keys: []string{key}, Token: token})
 	}()
-}
-
-// features reports which of the server's own commands release and extend
-// (DELEX or DELIFEQ, SET IFEQ), probing the server once, with its eviction
-// policy, in one round trip (rclient.Probe). A call that finds a probe in
-// progress waits for it within ctx, and uses the scripts if ctx ends
-// first; a probe that got no answer is made again by the next call.
-func (l *Locker) features(ctx context.Context) rclient.Native {
-	if l.probedOK.Load() {
-		return l.native // written before probedOK was set
-	}
-	select {
-	case l.probing <- struct{}{}:
-		defer func() { <-l.probing }()
-	case <-ctx.Done():
-		return rclient.Native{}
-	}
-	if l.probedOK.Load() {
-		return l.native
-	}
-	n, policy, ok := rclient.Probe(ctx, l.client, "dlock:probe:"+driver.NewToken())
-	if !ok {
-		return rclient.Native{} // unreachable now: use the scripts, probe again next time
-	}
-	l.native = n
-	l.probedOK.Store(true)
-	rclient.WarnEviction(l.cfg.Logger, l.node, policy)
-	return n
 }
 
 // opErr classifies an error of a call to the server (nodeerr.Error): an
 // acquisition whose context ended matches dlock.ErrNotAcquired (it did not
 // get the lock).
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
-	return nodeerr.Error(ctx, l.node, err, rclient.Kind(err), acquiring)
+	return nodeerr.Error(ctx, l.node.Name, err, rclient.Kind(err), acquiring)
 }
 
 // oneTry bounds one try (everything a call sends: the probe, the script,

@@ -28,7 +28,7 @@ func (l *Locker) publishTerm(ctx context.Context, g *grant, since time.Time, ide
 		if err := l.dupErr(n); err != nil {
 			return err
 		}
-		return scripts.Pipelined(ctx, n.client, calls...)[0].Err()
+		return scripts.Pipelined(ctx, n.Client, calls...)[0].Err()
 	})
 	for ok := 0; c.left > 0 && ok < l.quorum; {
 		if c.out[c.next()] == nil {
@@ -81,7 +81,7 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 		if err := l.dupErr(n); err != nil {
 			return read{err: err}
 		}
-		t, err := rinspect.ReadTerm(ctx, n.client, full)
+		t, err := rinspect.ReadTerm(ctx, n.Client, full)
 		if err != nil {
 			err = l.nodeErr(err, l.nodeTimeout)
 		}
