@@ -32,7 +32,7 @@ FUZZTIME ?= 1000x
 FUZZ_TARGETS = .:FuzzValidation .:FuzzLockInfoJSON ./pglock:FuzzNames ./pglock:FuzzRowCodec \
 	./cmd/dlock:FuzzRun ./cmd/dlock:FuzzShellQuote ./fence:FuzzMemory ./internal/keys:FuzzSameSlot \
 	./internal/keys:FuzzDistinct ./internal/backend:FuzzCheckKey ./internal/scripts:FuzzAcquireReply \
-	./redlock:FuzzRunID
+	./redlock:FuzzRunID ./pgqueue:FuzzTable
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
