@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/pgqueue"
 )

@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/testproxy"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testproxy"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/pgqueue"
 )
 

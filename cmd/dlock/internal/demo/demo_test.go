@@ -24,7 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 )
 
 // helperEnv makes the test binary act as a small `dlock demo` for the

@@ -19,7 +19,7 @@ import (
 	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/pgfence"
-	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/testkit/servers"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/pgqueue"
 )

@@ -18,8 +18,8 @@ import (
 	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/rclient"
-	"github.com/dlock-go/dlock/internal/servers"
-	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testkit/servers"
+	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
 	"github.com/dlock-go/dlock/redislock"
 )
 
