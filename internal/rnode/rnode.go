@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/batch"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -85,7 +85,7 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r scripts.AcquireResult,
 	for _, k := range a.Keys {
 		ks = append(ks, keys.Fence(k))
 	}
-	args := []any{a.Token, driver.Milliseconds(a.TTL), n.fenceTTL}
+	args := []any{a.Token, bridge.Milliseconds(a.TTL), n.fenceTTL}
 	if a.Queue != "" || n.ClockOffset != 0 {
 		args = append(args, n.ClockOffset)
 	}
@@ -188,7 +188,7 @@ func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token
 // the holder records (rec, when not "") the new TTL, in one round trip.
 // held is false when some key no longer holds token.
 func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string, fence int64, ttl time.Duration) (held bool, err error) {
-	ms := driver.Milliseconds(ttl)
+	ms := bridge.Milliseconds(ttl)
 	if fence == 0 && rec == "" && len(lockKeys) == 1 && n.features(ctx).SetIfEq {
 		// SET IFEQ renews the key alone: only for a lock whose fence is
 		// not known, where the script leaves the counter alone too.
@@ -235,7 +235,7 @@ func (n *Node) features(ctx context.Context) rclient.Native {
 	if n.probedOK.Load() {
 		return n.native
 	}
-	nat, policy, ok := rclient.Probe(ctx, n.Client, "dlock:probe:"+driver.NewToken())
+	nat, policy, ok := rclient.Probe(ctx, n.Client, "dlock:probe:"+bridge.NewToken())
 	if !ok {
 		return rclient.Native{} // unreachable now: use the scripts, probe again next time
 	}

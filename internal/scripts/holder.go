@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 )
@@ -23,7 +23,7 @@ var Holder = redis.NewScript(holderSrc)
 // for ttl, each only while its key holds token: after an acquire or an
 // extend script in the same pipeline, they write only where it granted.
 func WriteHolders(lockKeys []string, token, rec string, ttl time.Duration) []Call {
-	ms := driver.Milliseconds(ttl)
+	ms := bridge.Milliseconds(ttl)
 	calls := make([]Call, len(lockKeys))
 	for i, k := range lockKeys {
 		calls[i] = Call{Script: Holder, Keys: []string{k, keys.Holder(k)}, Args: []any{token, rec, ms}}
