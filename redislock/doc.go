@@ -45,11 +45,10 @@
 // releases, extensions — as a group commit: while one round trip is in
 // flight, the calls that arrive wait and then go together, as one
 // pipeline, in the next. A call alone goes at once, as it would without
-// this. It buys throughput under many keys: 64 goroutines, each taking and
-// releasing its own key over one client, ran 1.46x the cycles of a plain
-// SET NX/DEL lock sent one command at a time, where the same scripts sent
-// one at a time read 0.82x (bench/RESULTS.md, D). Cluster and Ring clients
-// send each call on its own.
+// this. It buys throughput under many keys: goroutines each taking and
+// releasing their own key over one client run more cycles than a plain
+// SET NX/DEL lock sent one command at a time (bench/RESULTS.md, D).
+// Cluster and Ring clients send each call on its own.
 //
 // Each call keeps its own context. A call waiting for the next round trip
 // returns when its context ends, and its script is never sent. The next

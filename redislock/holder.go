@@ -18,10 +18,8 @@ import (
 // token decide who holds the lock. service names the program (it may be
 // empty). The default is off: nothing is written beside the lock.
 //
-// Its cost: one more script in the grant's and in the release's round trip.
-// An uncontended TryAcquire+Release cycle (BenchmarkHolderInfo, loopback
-// redis-server, scripts path, a loaded 2-core machine) took 176-336µs and
-// 35 allocations without it, 210-318µs and 79 allocations with it.
+// Its cost: one more script in the round trips of the grant, the
+// extensions and the release (see bench/RESULTS.md, Hook).
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
 }

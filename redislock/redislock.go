@@ -190,7 +190,7 @@ type grant struct {
 	holder string // the holder record written at the grant (WithHolderInfo)
 	// tokenArg is the release script's ARGV, the token boxed by the
 	// attempt (go-redis copies it): two allocations less per cycle (see
-	// bench/RESULTS.md, E).
+	// bench/RESULTS.md, "Figures once quoted in code comments").
 	tokenArg []any
 }
 
