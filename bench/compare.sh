@@ -60,9 +60,12 @@ done
 BENCH_REDLOCK=$(IFS=,; echo "${nodes[*]}")
 export BENCH_REDLOCK
 
-run() { # build, group, benchtime, extra flags
-	"$tmp/$1.test" -test.run '^$' -test.bench "^Benchmark$2\$/^dlock\$" -test.benchtime "$3" "${@:4}" |
-		grep '^Benchmark' | sed "s/^/$1 /"
+run() { # build, group, benchtime, extra flags; a failure is reported, not fatal
+	local o
+	if ! o=$("$tmp/$1.test" -test.run '^$' -test.bench "^Benchmark$2\$/^dlock\$" -test.benchtime "$3" "${@:4}" 2>&1); then
+		echo "$1 $2 FAILED: $(grep -v '^Benchmark' <<<"$o" | head -20)" >&2
+	fi
+	grep '^Benchmark' <<<"$o" | sed "s/^/$1 /" || true
 }
 out=$tmp/out.txt
 for _ in $(seq "$passes"); do
