@@ -31,7 +31,7 @@ test: deps vet lint
 FUZZTIME ?= 1000x
 FUZZ_TARGETS = .:FuzzValidation .:FuzzLockInfoJSON ./pglock:FuzzNames ./pglock:FuzzRowCodec \
 	./cmd/dlock:FuzzRun ./cmd/dlock:FuzzShellQuote ./fence:FuzzMemory ./internal/keys:FuzzSameSlot \
-	./internal/keys:FuzzDistinct ./internal/backend:FuzzCheckKey ./internal/scripts:FuzzAcquireReply \
+	./internal/keys:FuzzDistinct ./internal/backend:FuzzCheckKey ./internal/rnode:FuzzAcquireReply \
 	./redlock:FuzzRunID ./pgqueue:FuzzTable
 
 fuzz:

@@ -15,7 +15,6 @@ import (
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rnode"
-	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
 )
 
@@ -105,13 +104,13 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
 	}
-	plan.Observe(0, r.Status != scripts.Granted, r.Place, r.Expiry)
+	plan.Observe(0, r.Status != rnode.Granted, r.Place, r.Expiry)
 	switch r.Status {
-	case scripts.Busy:
+	case rnode.Busy:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
-	case scripts.LeftToQueue:
+	case rnode.LeftToQueue:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (free, but this Locker's release just woke the longest waiter, which goes first)", key, dlock.ErrNotAcquired)
-	case scripts.NoExpiry:
+	case rnode.NoExpiry:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner, and the key has no expiry: was it set by hand?)", key, dlock.ErrNotAcquired)
 	}
 	validUntil := driver.ValidUntil(start, ttl, l.cfg.DriftFactor)

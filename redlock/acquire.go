@@ -18,18 +18,17 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rnode"
-	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wake"
 )
 
 // nodeReply is one node's answer to an attempt.
 type nodeReply struct {
 	err error
-	scripts.AcquireResult
+	rnode.AcquireResult
 	run string // the server's run_id, once known
 }
 
-func (r *nodeReply) granted() bool { return r.err == nil && r.Status == scripts.Granted }
+func (r *nodeReply) granted() bool { return r.err == nil && r.Status == rnode.Granted }
 
 func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
 	full, plan, err := l.prepare(ctx, keys, display, ttl)
@@ -134,7 +133,7 @@ func (l *Locker) sendRound(ctx context.Context, full []string, token, rec string
 		a.Queue, a.QueueArgs, _ = plan.Queue(i)
 		r := l.attempt(ctx, n, a, timeout)
 		if r.err == nil {
-			plan.Observe(i, r.Status != scripts.Granted, r.Place, r.Expiry)
+			plan.Observe(i, r.Status != rnode.Granted, r.Place, r.Expiry)
 		} else {
 			plan.Lost(i) // it may have queued the Locker
 		}
@@ -264,7 +263,7 @@ func (l *Locker) splitVote(replies []*nodeReply) bool {
 		switch {
 		case r.err != nil:
 			silent++
-		case r.Status == scripts.Busy || r.Status == scripts.NoExpiry:
+		case r.Status == rnode.Busy || r.Status == rnode.NoExpiry:
 			holders[r.Holder]++
 		}
 	}
@@ -321,9 +320,9 @@ func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason strin
 		nr := NodeResult{Node: l.nodes[i].Name, OK: r.granted(), Err: r.err}
 		switch {
 		case r.err != nil:
-		case r.Status == scripts.Busy || r.Status == scripts.LeftToQueue:
+		case r.Status == rnode.Busy || r.Status == rnode.LeftToQueue:
 			nr.Err = errBusy
-		case r.Status == scripts.NoExpiry:
+		case r.Status == rnode.NoExpiry:
 			nr.Err = fmt.Errorf("%w, and the key has no expiry (set by hand?)", errBusy)
 		}
 		if nr.OK {

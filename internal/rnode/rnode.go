@@ -1,9 +1,9 @@
-// Package rnode is dlock's lock protocol on one Redis server: the one
-// acquire, release and extend that redislock runs inline on its deployment
-// and redlock runs on each of its nodes. It chooses how each call travels
-// (the node's batch, or one pipeline with the holder record's scripts) and,
-// where the node probes for them, the server's own release and extend
-// commands.
+// Package rnode is dlock's lock protocol on one Redis server: the Lua
+// scripts (scripts.go, *.lua) and the one acquire, release and extend that
+// redislock runs inline on its deployment and redlock runs on each of its
+// nodes. It chooses how each call travels (the node's batch, or one
+// pipeline with the holder record's scripts) and, where the node probes
+// for them, the server's own release and extend commands.
 package rnode
 
 import (
@@ -18,7 +18,6 @@ import (
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
-	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // Node is one Redis server, or one deployment behind one client (a
@@ -79,7 +78,7 @@ type GiveBacker interface {
 // it, in the same round trip) and reads its reply. A reply that cannot be
 // read is an error that is not a server's error reply. TokenArg returns the
 // token as boxed for the script, for a release that reuses it.
-func (n *Node) Acquire(ctx context.Context, a Attempt) (r scripts.AcquireResult, tokenArg []any, err error) {
+func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, tokenArg []any, err error) {
 	ks := make([]string, 0, 2*len(a.Keys)+1)
 	ks = append(ks, a.Keys...)
 	for _, k := range a.Keys {
@@ -95,26 +94,26 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r scripts.AcquireResult,
 	}
 	var cmd *redis.Cmd
 	if a.Holder == "" && a.Before == nil {
-		cmd = scripts.Run(ctx, n.batch, n.Client, scripts.Acquire, ks, args)
+		cmd = run(ctx, n.batch, n.Client, AcquireScript, ks, args)
 		if left, ok := cmd.Err().(*batch.LeftError); ok && a.Late != nil {
 			left.OnReply(func(cmd redis.Cmder) {
-				if scripts.MayHaveTaken(cmd) {
+				if mayHaveTaken(cmd) {
 					a.Late.GiveBack(ctx, n, a.Keys, a.Token, a.TTL)
 				}
 			})
 		}
 	} else {
-		calls := []scripts.Call{{Script: scripts.Acquire, Keys: ks, Args: args}}
+		calls := []call{{Script: AcquireScript, Keys: ks, Args: args}}
 		if a.Holder != "" {
-			calls = append(calls, scripts.WriteHolders(a.Keys, a.Token, a.Holder, a.TTL)...)
+			calls = append(calls, writeHolders(a.Keys, a.Token, a.Holder, a.TTL)...)
 		}
-		cmd = scripts.PipelinedAfter(ctx, n.Client, a.Before, calls...)[0]
+		cmd = pipelinedAfter(ctx, n.Client, a.Before, calls...)[0]
 	}
 	v, err := cmd.Result()
 	if err != nil {
 		return r, nil, err
 	}
-	r, err = scripts.AcquireReply(v)
+	r, err = acquireReply(v)
 	return r, args[:1:1], err
 }
 
@@ -156,11 +155,11 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 		}
 	}
 	if rel.Holder != "" {
-		res := scripts.Pipelined(ctx, n.Client, scripts.Call{Script: scripts.Release, Keys: ks, Args: args},
-			scripts.DropHolders(rel.Keys, rel.Holder))
-		return scripts.ReleaseReply(res[0].Result())
+		res := pipelined(ctx, n.Client, call{Script: ReleaseScript, Keys: ks, Args: args},
+			dropHolders(rel.Keys, rel.Holder))
+		return releaseReply(res[0].Result())
 	}
-	return scripts.ReleaseReply(scripts.Run(ctx, n.batch, n.Client, scripts.Release, ks, args).Result())
+	return releaseReply(run(ctx, n.batch, n.Client, ReleaseScript, ks, args).Result())
 }
 
 // releaseNative deletes key with the server's own command and, with
@@ -173,10 +172,10 @@ func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token
 	pipe := n.Client.Pipeline()
 	del := pipe.Do(ctx, nat.ReleaseArgs(key, token)...)
 	wakeKeys := []string{key, keys.Queue(key)}
-	wake := scripts.Wake.EvalSha(ctx, pipe, wakeKeys)
+	wake := wakeScript.EvalSha(ctx, pipe, wakeKeys)
 	rclient.Exec(ctx, pipe)
 	if err := wake.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && del.Err() == nil {
-		wake = scripts.Wake.Run(ctx, n.Client, wakeKeys)
+		wake = wakeScript.Run(ctx, n.Client, wakeKeys)
 	}
 	woken, _ = wake.Int64() // best effort: a lost wake-up is found by polling
 	deleted, err = del.Int64()
@@ -205,10 +204,10 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string,
 	}
 	var v int64
 	if rec != "" {
-		v, err = scripts.Pipelined(ctx, n.Client, append([]scripts.Call{{Script: scripts.Extend, Keys: ks, Args: args}},
-			scripts.WriteHolders(lockKeys, token, rec, ttl)...)...)[0].Int64()
+		v, err = pipelined(ctx, n.Client, append([]call{{Script: extendScript, Keys: ks, Args: args}},
+			writeHolders(lockKeys, token, rec, ttl)...)...)[0].Int64()
 	} else {
-		v, err = scripts.Run(ctx, n.batch, n.Client, scripts.Extend, ks, args).Int64()
+		v, err = run(ctx, n.batch, n.Client, extendScript, ks, args).Int64()
 	}
 	return v == 1, err
 }
