@@ -31,8 +31,8 @@ test: deps vet lint
 FUZZTIME ?= 1000x
 FUZZ_TARGETS = .:FuzzValidation .:FuzzLockInfoJSON ./pglock:FuzzNames ./pglock:FuzzRowCodec \
 	./cmd/dlock:FuzzRun ./cmd/dlock:FuzzShellQuote ./fence:FuzzMemory ./internal/keys:FuzzSameSlot \
-	./internal/keys:FuzzDistinct ./internal/backend:FuzzCheckKey ./internal/scripts:FuzzAcquireReply \
-	./redlock:FuzzRunID
+	./internal/keys:FuzzDistinct ./internal/backend:FuzzCheckKey ./internal/rnode:FuzzAcquireReply \
+	./redlock:FuzzRunID ./pgqueue:FuzzTable
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/rnode"
 	dlockredis "github.com/dlock-go/dlock/redislock"
 )
 
@@ -38,26 +38,26 @@ var batched = []single{
 				if !set.Val() {
 					return errBusy
 				}
-				return b.Do(ctx, scripts.Cmd(ctx, rawRelease, []string{key}, []any{tok}))
+				return b.Do(ctx, rnode.Cmd(ctx, rawRelease, []string{key}, []any{tok}))
 			}
 		}
 	}},
 	{"raw-lua-batched", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
-		load(tb, c, scripts.Acquire, scripts.Release)
+		load(tb, c, rnode.AcquireScript, rnode.ReleaseScript)
 		b := batch.New(c)
 		counterTTL := dlockredis.DefaultFenceTTL.Milliseconds()
 		return func(key string) cycleFunc {
 			ks, rel := []string{key, keys.Fence(key)}, []string{key, keys.Queue(key)}
 			return func(ctx context.Context) error {
 				tok := token()
-				acq := scripts.Cmd(ctx, scripts.Acquire, ks, []any{tok, ttl.Milliseconds(), counterTTL})
+				acq := rnode.Cmd(ctx, rnode.AcquireScript, ks, []any{tok, ttl.Milliseconds(), counterTTL})
 				if err := b.Do(ctx, acq); err != nil {
 					return err
 				}
 				if _, granted := acq.Val().(string); !granted {
 					return errBusy
 				}
-				return b.Do(ctx, scripts.Cmd(ctx, scripts.Release, rel, []any{tok}))
+				return b.Do(ctx, rnode.Cmd(ctx, rnode.ReleaseScript, rel, []any{tok}))
 			}
 		}
 	}},

@@ -13,7 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/rnode"
 	dlockredis "github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -192,10 +192,10 @@ func warmScripts(b *testing.B, c *redis.Client) {
 	ctx := context.Background()
 	key := freshKey("R-warm")
 	tok := token()
-	if err := scripts.Acquire.Run(ctx, c, []string{key, keys.Fence(key)}, tok, ttl.Milliseconds(), time.Minute.Milliseconds()).Err(); err != nil {
+	if err := rnode.AcquireScript.Run(ctx, c, []string{key, keys.Fence(key)}, tok, ttl.Milliseconds(), time.Minute.Milliseconds()).Err(); err != nil {
 		b.Fatal(err)
 	}
-	if err := scripts.Release.Run(ctx, c, []string{key, keys.Queue(key)}, tok).Err(); err != nil {
+	if err := rnode.ReleaseScript.Run(ctx, c, []string{key, keys.Queue(key)}, tok).Err(); err != nil {
 		b.Fatal(err)
 	}
 	if err := c.Del(ctx, keys.Fence(key)).Err(); err != nil {

@@ -11,7 +11,7 @@
 #
 # It starts its own redis-server processes (one, plus five for Redlock) on
 # free loopback ports, and a throwaway PostgreSQL cluster (bench/cmd/pgserver,
-# through internal/testsrv), and stops them on exit. Takes about 12 minutes.
+# through internal/testkit/testsrv), and stops them on exit. Takes about 12 minutes.
 # Environment: BENCH_WINDOW (each contended window, default 2s), BENCH_ONLY
 # (a -bench regexp of implementations, default all), BENCH_COUNT (passes
 # over the uncontended groups and their interleaved forms, default 11),

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/rnode"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -166,8 +166,8 @@ func TestServerCost(t *testing.T) {
 			must(empty.Run(ctx, c, []string{key}, tok).Err())
 		}},
 		{name: "dlock's scripts (today)", top: map[string]float64{"evalsha": 2}, cycle: func() {
-			must(scripts.Acquire.Run(ctx, c, []string{key, fk}, tok, ttl, fenceTTL).Err())
-			must(scripts.Release.Run(ctx, c, []string{key, qk}, tok).Err())
+			must(rnode.AcquireScript.Run(ctx, c, []string{key, fk}, tok, ttl, fenceTTL).Err())
+			must(rnode.ReleaseScript.Run(ctx, c, []string{key, qk}, tok).Err())
 		}},
 		{name: "pipe grant, DEL (grant alone)", top: plus(pipeTop, "del", 1.0), cycle: func() {
 			pipeGrant()

@@ -16,7 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/rnode"
 	dlockredis "github.com/dlock-go/dlock/redislock"
 )
 
@@ -58,14 +58,14 @@ var singles = []single{
 			rel := []string{key, keys.Queue(key)}
 			return func(ctx context.Context) error {
 				tok := token()
-				v, err := scripts.Acquire.Run(ctx, c, ks, tok, ttl.Milliseconds(), counterTTL).Result()
+				v, err := rnode.AcquireScript.Run(ctx, c, ks, tok, ttl.Milliseconds(), counterTTL).Result()
 				if err != nil {
 					return err
 				}
 				if _, granted := v.(string); !granted { // a grant's reply is the fence alone
 					return errBusy
 				}
-				return scripts.Release.Run(ctx, c, rel, tok).Err()
+				return rnode.ReleaseScript.Run(ctx, c, rel, tok).Err()
 			}
 		}
 	}},

@@ -134,10 +134,8 @@ type Observer struct {
 	held, waiting                                metric.Int64UpDownCounter
 
 	// sets caches the measurement options without a key: building one
-	// costs allocations and a sort each time. With no-op providers, a
-	// lock's four events (BenchmarkObserve) took 12.4µs and 51 allocations
-	// before the cache and the attributes skipped on spans that do not
-	// record; 4.0µs and 30 after.
+	// costs allocations and a sort each time (see bench/RESULTS.md,
+	// "Figures once quoted in code comments").
 	setsMu sync.RWMutex
 	sets   map[setKey]metric.MeasurementOption
 

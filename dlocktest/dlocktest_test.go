@@ -12,7 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/dlock-go/dlock/internal/eventtest"
+	"github.com/dlock-go/dlock/internal/testkit/eventtest"
 	"github.com/dlock-go/dlock/locktest"
 )
 

@@ -20,7 +20,6 @@ package driver
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"time"
 
@@ -165,8 +164,8 @@ func Invalidf(format string, args ...any) error {
 // CheckKey rejects an empty key with an error that matches
 // dlock.ErrInvalid.
 func CheckKey(key string) error {
-	if key == "" {
-		return Invalidf("empty lock key")
+	if p := bridge.KeyProblem(key); p != "" {
+		return Invalidf("%s", p)
 	}
 	return nil
 }
@@ -178,8 +177,8 @@ func CheckToken(key, token string) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
-	if token == "" {
-		return Invalidf("empty token")
+	if p := bridge.TokenProblem(token); p != "" {
+		return Invalidf("%s", p)
 	}
 	return nil
 }
@@ -198,17 +197,15 @@ func CheckTTL(ttl time.Duration) error {
 // CheckDriftFactor rejects a drift factor outside [0, 1) (or NaN) with an
 // error that matches dlock.ErrInvalid.
 func CheckDriftFactor(f float64) error {
-	if !(f >= 0 && f < 1) {
-		return Invalidf("drift factor %v: must be in [0, 1)", f)
+	if p := bridge.DriftFactorProblem(f); p != "" {
+		return Invalidf("%s", p)
 	}
 	return nil
 }
 
 // Milliseconds returns ttl in whole milliseconds, rounded up, as Redis's
 // PX and PEXPIRE take it.
-func Milliseconds(ttl time.Duration) int64 {
-	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
-}
+func Milliseconds(ttl time.Duration) int64 { return bridge.Milliseconds(ttl) }
 
 // Drift returns the safety margin subtracted from a TTL when computing a
 // lock's validity: ttl × factor plus 2 ms (1 ms for Redis's expiry
@@ -228,7 +225,7 @@ func ValidUntil(start time.Time, ttl time.Duration, driftFactor float64) time.Ti
 // NewToken returns a fresh random lock token: 128 bits from crypto/rand,
 // encoded as 26 base32 characters. Backends use it as the value of a lock
 // key so that only the holder can extend or release it.
-func NewToken() string { return rand.Text() }
+func NewToken() string { return bridge.NewToken() }
 
 // Semaphores is a Locker with semaphores of its own (every backend of this
 // repository has them): dlock.Semaphore returns its Semaphore(limit), and

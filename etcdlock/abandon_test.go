@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
-	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
 	"github.com/dlock-go/dlock/locktest"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
-	"github.com/dlock-go/dlock/internal/eventtest"
+	"github.com/dlock-go/dlock/internal/testkit/eventtest"
 )
 
 // A lease revoked behind the holder's back: the observer sees the grant and

@@ -13,7 +13,7 @@ import (
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
 	"github.com/dlock-go/dlock/locktest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"

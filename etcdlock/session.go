@@ -17,10 +17,9 @@ import (
 // TTL (see the package doc, "A lease per session"). Its fields other than
 // id and seconds are guarded by the Locker's mu.
 //
-// It exists for speed: with a lease per lock, etcdbench (bench/RESULTS.md,
-// 3 members, 2 cores) read 0.51x the uncontended cycle of a Mutex on one
-// session and 0.80x its contended hand-off rate; sharing the lease, 0.96x
-// and 1.04x.
+// It exists for speed: a lease per lock costs a lease grant and a
+// revocation per cycle (see bench/RESULTS.md, "etcd: etcdlock against
+// concurrency.Mutex").
 type session struct {
 	id      clientv3.LeaseID
 	seconds int64 // the TTL it was granted with, as asked

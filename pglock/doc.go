@@ -2,8 +2,9 @@
 // through pgx v5: session-level locks behind the common dlock.Locker API
 // (TryAcquire, with dlock.Acquire and dlock.Do, fences), transaction-level
 // locks for work inside a transaction of yours (TryLockTx, LockTx;
-// TryLockSQLTx, LockSQLTx on database/sql), and a job queue whose workers
-// claim distinct jobs with SELECT ... FOR UPDATE SKIP LOCKED (Queue).
+// TryLockSQLTx, LockSQLTx on database/sql). For a job queue, where row
+// locks do the work without any advisory lock or fence, see package
+// github.com/dlock-go/dlock/pgqueue.
 //
 // # When PostgreSQL is the better choice
 //
@@ -294,15 +295,8 @@
 // # Job queues
 //
 // For "each job exactly once", a lock per job is the wrong tool: let the
-// row locks do it. Queue.Claim deletes up to n jobs no other transaction
-// holds (FOR UPDATE SKIP LOCKED) inside the worker's transaction; if the
-// transaction commits, the jobs are done, and if it rolls back or its
-// session dies, they are back for another worker. Queue.Work wraps one
-// batch in a transaction. The same pattern works on your own tables:
-//
-//	WITH c AS MATERIALIZED (
-//		SELECT id FROM jobs ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED)
-//	DELETE FROM jobs j USING c WHERE j.id = c.id RETURNING j.*;
+// row locks do it (FOR UPDATE SKIP LOCKED), as package
+// github.com/dlock-go/dlock/pgqueue does.
 //
 // # Errors
 //

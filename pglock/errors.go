@@ -60,7 +60,6 @@ const (
 	codeNoDatabase     = "3D000"
 	codeNoSchema       = "3F000" // no schema on search_path to create in
 	codeUndefinedTable = "42P01"
-	codeNotNull        = "23502"
 	codeReadOnly       = "25006"
 	codeDeadlock       = "40P01"
 	codeOutOfMemory    = "53200"

@@ -14,9 +14,10 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/pglock"
+	"github.com/dlock-go/dlock/pgqueue"
 )
 
 var sentinels = locktest.Sentinels
@@ -146,7 +147,7 @@ func TestErrorSentinels(t *testing.T) {
 	}))
 	zeroKey := lockerOn(pool, pglock.WithKeyFunc(func(string) (pglock.Key, error) { return pglock.Key{}, nil }))
 	leased := lockerOn(pool, pglock.WithSessionLease(time.Hour))
-	queue, err := pglock.NewQueue("errors_no_such_table")
+	queue, err := pgqueue.NewQueue("errors_no_such_table")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,8 +272,8 @@ func TestErrorSentinels(t *testing.T) {
 
 		{"Migrate nil", dlock.ErrInvalid, nil, func(*testing.T) error { return pglock.Migrate(ctx, nil) }},
 		{"Migrate server gone", dlock.ErrUnavailable, nil, func(*testing.T) error { return pglock.Migrate(ctx, gone) }},
-		{"NewQueue bad name", dlock.ErrInvalid, nil, func(*testing.T) error { _, err := pglock.NewQueue("a.b.c"); return err }},
-		{"NewQueue NUL", dlock.ErrInvalid, nil, func(*testing.T) error { _, err := pglock.NewQueue("jobs\x00"); return err }},
+		{"NewQueue bad name", dlock.ErrInvalid, nil, func(*testing.T) error { _, err := pgqueue.NewQueue("a.b.c"); return err }},
+		{"NewQueue NUL", dlock.ErrInvalid, nil, func(*testing.T) error { _, err := pgqueue.NewQueue("jobs\x00"); return err }},
 		{"Claim batch 0", dlock.ErrInvalid, nil, func(t *testing.T) error { _, err := queue.Claim(ctx, txOn(t, pool), 0); return err }},
 		{"Claim missing table", dlock.ErrUnavailable, nil, func(t *testing.T) error { _, err := queue.Claim(ctx, txOn(t, pool), 1); return err }},
 		{"Work nil fn", dlock.ErrInvalid, nil, func(*testing.T) error { _, err := queue.Work(ctx, pool, 1, nil); return err }},

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/eventtest"
+	"github.com/dlock-go/dlock/internal/testkit/eventtest"
 	"github.com/dlock-go/dlock/pglock"
 )
 

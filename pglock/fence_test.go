@@ -11,8 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/pglock"
+	"github.com/dlock-go/dlock/pgqueue"
 )
 
 // Fences come from one sequence: every grant of a key gets a larger fence
@@ -157,7 +158,7 @@ func TestFenceSurvivesCrash(t *testing.T) {
 func TestMigrateConcurrently(t *testing.T) {
 	const rounds, workers = 5, 8
 	ctx := testCtx(t)
-	queue, err := pglock.NewQueue("jobs")
+	queue, err := pgqueue.NewQueue("jobs")
 	if err != nil {
 		t.Fatal(err)
 	}

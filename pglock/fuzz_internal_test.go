@@ -54,14 +54,6 @@ func FuzzNames(f *testing.F) {
 			t.Fatalf("payload %q woke the waiter of (%d, %d): %v", payload, a, b, woke)
 		}
 
-		if q, err := NewQueue(name); err != nil {
-			if !errors.Is(err, dlock.ErrInvalid) || strings.ContainsAny(err.Error(), "\r\n") {
-				t.Fatalf("NewQueue(%q): %v", name, err)
-			}
-		} else if parts := unquoteIdentifiers(t, q.table); strings.Join(parts, ".") != name || strings.ContainsRune(name, 0) {
-			t.Fatalf("NewQueue(%q) quotes it as %s, which names %q", name, q.table, parts)
-		}
-
 		err := oneLine(errors.Join(dlock.ErrUnavailable, errors.New(name)))
 		if msg := err.Error(); strings.ContainsAny(msg, "\r\n") || !errors.Is(err, dlock.ErrUnavailable) {
 			t.Fatalf("oneLine(%q) = %q", name, msg)
@@ -69,42 +61,6 @@ func FuzzNames(f *testing.F) {
 			t.Fatalf("oneLine(%q) = %q: words changed", name, msg)
 		}
 	})
-}
-
-// unquoteIdentifiers splits a dot-separated list of double-quoted SQL
-// identifiers, as pgx.Identifier.Sanitize writes them.
-func unquoteIdentifiers(t *testing.T, s string) []string {
-	var parts []string
-	for s != "" {
-		if s[0] != '"' {
-			t.Fatalf("identifier list %q: no opening quote", s)
-		}
-		var part strings.Builder
-		i := 1
-		for ; ; i++ {
-			if i >= len(s) {
-				t.Fatalf("identifier list %q: no closing quote", s)
-			}
-			if s[i] == '"' {
-				if i+1 < len(s) && s[i+1] == '"' {
-					part.WriteByte('"')
-					i++
-					continue
-				}
-				break
-			}
-			part.WriteByte(s[i])
-		}
-		parts = append(parts, part.String())
-		s = s[i+1:]
-		if s != "" {
-			if s[0] != '.' || len(s) == 1 {
-				t.Fatalf("identifier list: %q after an identifier", s)
-			}
-			s = s[1:]
-		}
-	}
-	return parts
 }
 
 // FuzzRowCodec: the hand-written binary row codec reads only what it can

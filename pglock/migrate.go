@@ -3,8 +3,8 @@ package pglock
 import (
 	"context"
 	"fmt"
-	"reflect"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dlock-go/dlock"
@@ -53,7 +53,7 @@ func Migrate(ctx context.Context, db Execer) error {
 	if ctx == nil {
 		return driver.Invalidf("nil context")
 	}
-	if isNil(db) {
+	if pgmigrate.IsNil(db) {
 		return driver.Invalidf("nil database handle")
 	}
 	if _, err := db.Exec(ctx, pgmigrate.Serialized(MigrateSQL)); err != nil {
@@ -62,10 +62,15 @@ func Migrate(ctx context.Context, db Execer) error {
 	return checkSequence(ctx, db)
 }
 
+// querier can run a query: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // checkSequence verifies the fence sequence's settings, when db can also run
 // a query (every pgx handle can).
 func checkSequence(ctx context.Context, db Execer) error {
-	qr, ok := db.(Querier)
+	qr, ok := db.(querier)
 	if !ok {
 		return nil
 	}
@@ -90,17 +95,4 @@ func checkSequence(ctx context.Context, db Execer) error {
 			dlock.ErrInvalid, FenceSequence, inc, minv, cache, cycle, FenceSequence)
 	}
 	return nil
-}
-
-// isNil reports whether v is nil or a typed nil pointer in an interface.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	r := reflect.ValueOf(v)
-	switch r.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return r.IsNil()
-	}
-	return false
 }

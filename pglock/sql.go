@@ -28,9 +28,8 @@ func keyParams(pair bool) (params string, next int) {
 // acquire-and-release cycle (bench E; pgbench with both forms interleaved).
 // Every function call in the statement costs too, evaluated or not:
 // PostgreSQL builds each call at every execution. The durability guard's
-// ten calls cost about 2.5 µs per acquisition (bench/RESULTS.md), 6-8% of a
-// cycle on a local server that is never idle; they are what keeps a fence
-// from going backwards after a crash.
+// ten calls cost a few percent of a cycle (bench/RESULTS.md, E); they are
+// what keeps a fence from going backwards after a crash.
 //
 // Durability: the commit must flush the WAL when the fence just drawn
 // might not be on disk yet. nextval writes WAL only once per 32 values:

@@ -11,6 +11,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
 // TryLockTx takes the transaction-level advisory lock on k inside tx, if no
@@ -124,7 +125,7 @@ func checkTx(ctx context.Context, tx any, k Key) error {
 	switch {
 	case ctx == nil:
 		return driver.Invalidf("nil context")
-	case isNil(tx):
+	case pgmigrate.IsNil(tx):
 		return driver.Invalidf("nil transaction")
 	case !k.valid():
 		return driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")

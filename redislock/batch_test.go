@@ -13,8 +13,8 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/testproxy"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testproxy"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -35,7 +35,7 @@ func slowLocker(t *testing.T, latency time.Duration) (*redislock.Locker, *redis.
 	opts.ReadTimeout = 10 * latency
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { c.Close() })
-	l := newLocker(t, c, redislock.WithNativeCommands(redislock.NativeNever))
+	l := newLocker(t, c)
 	lock, err := l.TryAcquire(testCtx(t), locktest.Key(t), time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestBatchKeepsServerReason(t *testing.T) {
 	opts.Password = "wrong"
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { c.Close() })
-	l := newLocker(t, c, redislock.WithNativeCommands(redislock.NativeNever))
+	l := newLocker(t, c)
 	errs := make([]error, 32)
 	var wg sync.WaitGroup
 	for i := range errs {

@@ -13,22 +13,30 @@
 // retrying cannot change (NOAUTH, WRONGPASS, NOPERM, WRONGTYPE, READONLY
 // from a replica, OOM, MISCONF, an unknown command) matches
 // dlock.ErrMisconfigured, which Acquire and Do return at once; other error
-// replies (LOADING, BUSY) match dlock.ErrUnavailable. Release is DELEX
-// key IFEQ token on Redis 8.4+ and a compare-and-delete script elsewhere;
-// Extend is SET key token PX ttl IFEQ token on 8.4+ and a compare-and-PEXPIRE
-// script elsewhere. Support for the 8.4 commands is probed once per Locker
-// (WithNativeCommands forces either path). Scripts run by SHA and fall back
-// to EVAL when the server answers NOSCRIPT, so SCRIPT FLUSH, a restart or a
-// failover cost one extra round trip, not an error.
+// replies (LOADING, BUSY) match dlock.ErrUnavailable.
+//
+// Release deletes the key only while it holds the token, and Extend resets
+// its TTL only then. Where the server has its own command for it, the
+// Locker uses that command: DELEX key IFEQ token (Redis 8.4, Valkey 9.2) or
+// DELIFEQ key token (Valkey 9.0) to release, SET key token PX ttl IFEQ token
+// (Redis 8.4, Valkey 8.1) to extend a lock known only by its token
+// (ExtendToken); elsewhere it runs a script that does the same. A lock's
+// own Extend always runs the script, which also renews its fence counter
+// (see Fences), something SET IFEQ cannot do in the same step. The Locker
+// probes the server for these commands once, on its first release or
+// extension, in one round trip that changes nothing; there is no option to
+// choose. Scripts run by SHA and fall back to EVAL when the server answers
+// NOSCRIPT, so SCRIPT FLUSH, a restart or a failover cost one extra round
+// trip, not an error.
 //
 // What was verified where: the script paths run against real redis-server
 // 7.0 in this package's tests, including a three-master Cluster started by
-// the test harness. No server that implements DELEX and SET IFEQ could be
-// installed here; the native release (DELEX IFEQ) runs against miniredis (in
-// the repository's compat module), an in-process imitation that implements
-// DELEX but not SET IFEQ, and the native extension path (SET IFEQ) is exercised only by a test showing that
-// forcing it really sends the command. Treat NativeAlways on 8.4 as less
-// tested than the scripts.
+// the test harness. No Redis 8.4 or Valkey server could be installed here.
+// The DELEX release runs against miniredis (in the repository's compat
+// module), an in-process imitation that has DELEX IFEQ but neither DELIFEQ
+// nor SET IFEQ. The probe's choice on each server's replies is tested on
+// the replies their documentation gives; the DELIFEQ and SET IFEQ paths
+// themselves have not run against a server that has them.
 //
 // # Concurrent calls
 //
@@ -37,11 +45,10 @@
 // releases, extensions — as a group commit: while one round trip is in
 // flight, the calls that arrive wait and then go together, as one
 // pipeline, in the next. A call alone goes at once, as it would without
-// this. It buys throughput under many keys: 64 goroutines, each taking and
-// releasing its own key over one client, ran 1.46x the cycles of a plain
-// SET NX/DEL lock sent one command at a time, where the same scripts sent
-// one at a time read 0.82x (bench/RESULTS.md, D). Cluster and Ring clients
-// send each call on its own.
+// this. It buys throughput under many keys: goroutines each taking and
+// releasing their own key over one client run more cycles than a plain
+// SET NX/DEL lock sent one command at a time (bench/RESULTS.md, D).
+// Cluster and Ring clients send each call on its own.
 //
 // Each call keeps its own context. A call waiting for the next round trip
 // returns when its context ends, and its script is never sent. The next
@@ -158,8 +165,8 @@
 // minus 1% + 2 ms) ends before the server's expiry. It is not exclusive
 // across a failover: Redis replicates asynchronously, so a promoted replica
 // may lack the key (its fence does not go back: see Fences). Eviction under
-// memory pressure removes lock keys early too; the Locker warns when
-// maxmemory-policy is not noeviction. A holder that pauses past its TTL
+// memory pressure removes lock keys early too; the Locker warns (once, at
+// its probe) when maxmemory-policy is not noeviction. A holder that pauses past its TTL
 // cannot be stopped by any lease: pass Fence to the resource (package fence).
 //
 // Set ContextTimeoutEnabled on the go-redis client so that context deadlines

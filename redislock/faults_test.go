@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -177,7 +177,7 @@ func TestConformanceCluster(t *testing.T) {
 func TestLostReplyLeavesNoGhost(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	viaProxy, proxy := proxiedClient(t, srv, -1)
-	l := newLocker(t, viaProxy, redislock.WithNativeCommands(redislock.NativeNever))
+	l := newLocker(t, viaProxy)
 	direct := srv.Client(t)
 	key := locktest.Key(t)
 	ttl := 10 * time.Second

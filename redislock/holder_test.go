@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -71,7 +71,7 @@ func BenchmarkHolderInfo(b *testing.B) {
 	}{{"off", nil}, {"on", []redislock.Option{redislock.WithHolderInfo("bench")}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			c := shared.Client(b)
-			l, err := redislock.New(c, append(bc.opts, redislock.WithNativeCommands(redislock.NativeNever))...)
+			l, err := redislock.New(c, bc.opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

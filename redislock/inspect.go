@@ -44,7 +44,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	}
 	cc, ok := l.client.(*redis.ClusterClient)
 	if !ok {
-		rows, err := rinspect.Scan(ctx, l.client, l.node, l.cfg.Prefix, pattern, limit)
+		rows, err := rinspect.Scan(ctx, l.client, l.node.Name, l.cfg.Prefix, pattern, limit)
 		if err != nil {
 			return nil, fmt.Errorf("dlock: inspect: %w", l.opErr(ctx, err, false))
 		}

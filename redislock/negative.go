@@ -1,9 +1,9 @@
 package redislock
 
-import "github.com/dlock-go/dlock/internal/negative"
+import "github.com/dlock-go/dlock/internal/testkit/negative"
 
 // The hook of dlock torture's negative control without a drift margin (see
-// internal/negative).
+// internal/testkit/negative).
 func init() {
 	negative.RedislockDriftFactor = func(l any, f float64) { l.(*Locker).cfg.DriftFactor = f }
 }

@@ -6,37 +6,10 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
 )
 
 // Option configures a Locker.
 type Option func(*Locker) error
-
-// NativeMode chooses between Redis 8.4's DELEX/SET IFEQ commands and the
-// equivalent Lua scripts for release and extension.
-type NativeMode int
-
-const (
-	// NativeAuto probes the server once and uses each native command it
-	// supports, the scripts otherwise. The default.
-	NativeAuto NativeMode = iota
-	// NativeAlways uses DELEX and SET IFEQ without probing (Redis 8.4+).
-	NativeAlways
-	// NativeNever always uses the Lua scripts (any Redis, Valkey).
-	NativeNever
-)
-
-// WithNativeCommands forces the release/extend path. The default is
-// NativeAuto.
-func WithNativeCommands(m NativeMode) Option {
-	return func(l *Locker) error {
-		if m < NativeAuto || m > NativeNever {
-			return driver.Invalidf("native mode %d", m)
-		}
-		l.native = m
-		return nil
-	}
-}
 
 // WithPrefix prepends prefix to every lock key, e.g. "locks:". The key
 // stored in Redis is prefix+key; handles report key without the prefix.

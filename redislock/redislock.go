@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,10 +12,9 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
-	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/rnode"
 	"github.com/dlock-go/dlock/internal/wake"
 )
 
@@ -24,20 +22,11 @@ import (
 // or a Cluster) through a go-redis client. It is safe for concurrent use;
 // create one per client and share it.
 type Locker struct {
-	client      redis.UniversalClient
-	node        string         // how errors name the server
-	cfg         backend.Config // the options every backend shares
-	fenceTTLArg any            // cfg.FenceTTL in ms, boxed once: one allocation less per attempt
-	native      NativeMode
-	notify      *wake.Notifier // nil for clients without usable pub/sub (a Ring)
-	batch       *batch.Batcher // the scripts' sender on a single-node client, else nil
-	clockOffset int64          // µs added to the server's clock for fences; tests only
-	tryTimeout  time.Duration  // the bound of one try (rclient.TryTimeout; 0: none)
-
-	probing   chan struct{} // held by the probe in progress (cap 1)
-	probedOK  atomic.Bool   // probed: the fields below are set
-	nativeDel bool          // DELEX key IFEQ token
-	nativeSet bool          // SET key token PX ttl IFEQ token
+	client     redis.UniversalClient
+	node       *rnode.Node    // the protocol on the deployment, run inline
+	cfg        backend.Config // the options every backend shares
+	notify     *wake.Notifier // nil for clients without usable pub/sub (a Ring)
+	tryTimeout time.Duration  // the bound of one try (rclient.TryTimeout; 0: none)
 }
 
 var (
@@ -51,20 +40,18 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if rclient.IsNil(client) {
 		return nil, driver.Invalidf("nil redis client")
 	}
-	l := &Locker{client: client, node: rclient.Name(client), cfg: backend.New(DefaultFenceTTL, true),
-		tryTimeout: rclient.TryTimeout(client), probing: make(chan struct{}, 1)}
+	l := &Locker{client: client, cfg: backend.New(DefaultFenceTTL, true), tryTimeout: rclient.TryTimeout(client)}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
+	l.node = rnode.New(client, rclient.Name(client), l.cfg.FenceTTL, l.cfg.Logger)
 	if _, ring := client.(*redis.Ring); !ring {
 		l.notify = wake.New([]redis.UniversalClient{client})
 	}
-	l.batch = batch.For(client)
 	if !rclient.ContextTimeouts(client) {
 		l.cfg.Logger.Warn("dlock: the redis client ignores context deadlines (ContextTimeoutEnabled is false): a call to a server that does not answer returns only after ReadTimeout",
-			"node", l.node)
+			"node", l.node.Name)
 	}
-	l.fenceTTLArg = l.cfg.FenceTTL.Milliseconds()
 	l.cfg.Done("redis")
 	return l, nil
 }
@@ -99,42 +86,31 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		plan.Yielded()
 		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", key, dlock.ErrNotAcquired)
 	}
-	ks := []string{full, keys.Fence(full)}
-	args := []any{token, driver.Milliseconds(ttl), l.fenceTTLArg}
-	q, qargs, queued := plan.Queue(0)
-	if queued || l.clockOffset != 0 {
-		args = append(args, l.clockOffset)
-	}
-	if queued {
-		ks = append(ks, q)
-		args = append(args, qargs...)
-	}
+	g := &grant{l: l, keys: [1]string{full}, token: token, holder: l.holderRecord(ctx, token)}
+	at := rnode.Attempt{Keys: g.keys[:], Token: token, TTL: ttl, Holder: g.holder, Late: (*giveBack)(l)}
+	at.Queue, at.QueueArgs, _ = plan.Queue(0)
 	start := time.Now()
-	v, holder, err := l.acquireScript(ctx, ks, args, token, ttl)
+	tctx, cancel := l.oneTry(ctx)
+	r, tokenArg, err := l.node.Acquire(tctx, at)
+	cancel()
 	if err != nil {
 		plan.Lost(0) // it may have queued the Locker
 		if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
-			// The reply was lost, not the request: the key may be ours
-			// now. Remove it so it does not block others for a whole TTL.
-			// (An attempt that left its batch was never sent, or is
-			// cleaned up when its reply comes: acquireScript.)
+			// The reply was lost (or unreadable), not the request: the
+			// key may be ours now. Remove it so it does not block others
+			// for a whole TTL. (An attempt that left its batch was never
+			// sent, or is cleaned up when its reply comes: Late.)
 			l.cleanup(ctx, full, token, ttl)
 		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
 	}
-	r, err := scripts.AcquireReply(v)
-	if err != nil {
-		plan.Lost(0)
-		l.cleanup(ctx, full, token, ttl)
-		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", key, dlock.ErrUnavailable, &dlock.NodeError{Node: l.node, Err: err})
-	}
-	plan.Observe(0, r.Status != scripts.Granted, r.Place, r.Expiry)
+	plan.Observe(0, r.Status != rnode.Granted, r.Place, r.Expiry)
 	switch r.Status {
-	case scripts.Busy:
+	case rnode.Busy:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
-	case scripts.LeftToQueue:
+	case rnode.LeftToQueue:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (free, but this Locker's release just woke the longest waiter, which goes first)", key, dlock.ErrNotAcquired)
-	case scripts.NoExpiry:
+	case rnode.NoExpiry:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner, and the key has no expiry: was it set by hand?)", key, dlock.ErrNotAcquired)
 	}
 	validUntil := driver.ValidUntil(start, ttl, l.cfg.DriftFactor)
@@ -142,7 +118,8 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		l.cleanup(ctx, full, token, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
 	}
-	return driver.NewLock(key, token, uint64(r.Fence), validUntil, &grant{l: l, key: full, token: token, fence: r.Fence, holder: holder, tokenArg: args[:1:1]}), nil
+	g.fence, g.tokenArg = r.Fence, tokenArg
+	return driver.NewLock(key, token, uint64(r.Fence), validUntil, g), nil
 }
 
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
@@ -182,7 +159,7 @@ func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return err
 	}
-	g := &grant{l: l, key: l.cfg.Prefix + key, token: token}
+	g := &grant{l: l, keys: [1]string{l.cfg.Prefix + key}, token: token}
 	if err := g.Release(ctx); err != nil {
 		return fmt.Errorf("dlock: release %q: %w", key, err)
 	}
@@ -196,7 +173,7 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return err
 	}
-	g := &grant{l: l, key: l.cfg.Prefix + key, token: token}
+	g := &grant{l: l, keys: [1]string{l.cfg.Prefix + key}, token: token}
 	if _, err := g.Extend(ctx, ttl); err != nil {
 		return fmt.Errorf("dlock: extend %q: %w", key, err)
 	}
@@ -205,57 +182,43 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 
 // grant is one held lock's connection to the server.
 type grant struct {
-	l          *Locker
-	key, token string
-	fence      int64  // 0 for a lock known only by its token
-	holder     string // the holder record written at the grant (WithHolderInfo)
+	l      *Locker
+	keys   [1]string // the key with the prefix (an array: no allocation for a slice of it)
+	token  string
+	fence  int64  // 0 for a lock known only by its token
+	holder string // the holder record written at the grant (WithHolderInfo)
 	// sem is a permit's semaphore (semKey), "" for a lock: its extension
 	// keeps the limit record, its release wakes the semaphore's queue.
 	sem string
 	// tokenArg is the release script's ARGV, the token boxed by the
-	// attempt (go-redis copies it): two allocations less per cycle. With
-	// the fence TTL boxed once, a TryAcquire+Release cycle allocated 31
-	// times against 35 before (go test -bench), below bsm/redislock's 33.
+	// attempt (go-redis copies it): two allocations less per cycle (see
+	// bench/RESULTS.md, "Figures once quoted in code comments").
 	tokenArg []any
 }
 
 // Extend resets the TTL if the key still holds the token (and renews the
 // fence counter's TTL, so that a lock held for long keeps its counter).
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	l := g.l
-	if err := l.cfg.CheckTTL(ttl); err != nil {
+	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
-	ms := driver.Milliseconds(ttl)
-	tctx, cancel := l.oneTry(ctx)
+	tctx, cancel := g.l.oneTry(ctx)
 	defer cancel()
 	start := time.Now()
-	held := false
-	if _, set := l.features(tctx); set && g.sem == "" {
-		err := l.client.SetIFEQ(tctx, g.key, g.token, g.token, time.Duration(ms)*time.Millisecond).Err()
-		if err != nil && err != redis.Nil {
-			return time.Time{}, l.opErr(ctx, err, false)
-		}
-		held = err == nil
+	var held bool
+	var err error
+	if g.sem != "" {
+		held, err = g.l.node.ExtendPermit(tctx, g.keys[0], g.sem, g.token, g.fence, ttl)
 	} else {
-		ks, args := []string{g.key}, []any{g.token, ms, 0}
-		if g.fence > 0 {
-			ks, args = []string{g.key, keys.Fence(g.key)}, []any{g.token, ms, g.fence, l.cfg.FenceTTL.Milliseconds()}
-		}
-		if g.sem != "" {
-			ks = append(ks, keys.Limit(g.sem))
-		}
-		n, err := l.run(tctx, scripts.Extend, ks, args).Int64()
-		if err != nil {
-			return time.Time{}, l.opErr(ctx, err, false)
-		}
-		held = n == 1
+		held, err = g.l.node.Extend(tctx, g.keys[:], g.token, g.holder, g.fence, ttl)
+	}
+	if err != nil {
+		return time.Time{}, g.l.opErr(ctx, err, false)
 	}
 	if !held {
 		return time.Time{}, fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
 	}
-	g.extendHolder(tctx, ttl)
-	return driver.ValidUntil(start, ttl, l.cfg.DriftFactor), nil
+	return driver.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 }
 
 // Release deletes the key if it still holds the token, and wakes the
@@ -265,22 +228,18 @@ func (g *grant) Release(ctx context.Context) error {
 	defer cancel()
 	var n, woken int64
 	var err error
-	switch {
-	case g.sem != "":
-		n, woken, err = scripts.ReleaseReply(g.l.run(tctx, scripts.Release, []string{g.key, keys.Queue(g.sem)},
-			[]any{g.token, 1, 0, 0, g.sem}).Result())
-	case g.holder != "":
-		n, woken, err = g.l.releaseHolder(tctx, g.key, g.token, g.holder)
-	default:
-		n, woken, err = g.l.release(tctx, g.key, g.token, g.tokenArg, true)
+	announced := g.keys[0]
+	if g.sem != "" {
+		announced = g.sem
+		n, woken, err = g.l.node.ReleasePermit(tctx, g.keys[0], g.sem, g.token)
+	} else {
+		n, woken, err = g.l.node.Release(tctx, rnode.Release{Keys: g.keys[:], Token: g.token, TokenArg: g.tokenArg, Holder: g.holder, Wake: true})
 	}
 	if err != nil {
 		return g.l.opErr(ctx, err, false)
 	}
-	if woken > 0 && g.l.notify != nil && g.sem != "" {
-		g.l.notify.Woke(g.sem)
-	} else if woken > 0 && g.l.notify != nil {
-		g.l.notify.Woke(g.key)
+	if woken > 0 && g.l.notify != nil {
+		g.l.notify.Woke(announced)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
@@ -288,115 +247,31 @@ func (g *grant) Release(ctx context.Context) error {
 	return nil
 }
 
-// release deletes key if it holds token and, with wakeUp, wakes the key's
-// longest waiter; it returns the number of keys deleted and of waiters
-// woken. tokenArg, when not nil, is token as the script's ARGV.
-func (l *Locker) release(ctx context.Context, key, token string, tokenArg []any, wakeUp bool) (deleted, woken int64, err error) {
-	if del, _ := l.features(ctx); del {
-		if !wakeUp {
-			deleted, err = l.client.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token}).Result()
-			return deleted, 0, err
-		}
-		pipe := l.client.Pipeline()
-		del := pipe.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: token})
-		wakeKeys := []string{key, keys.Queue(key)}
-		wake := scripts.Wake.EvalSha(ctx, pipe, wakeKeys)
-		rclient.Exec(ctx, pipe)
-		if err := wake.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && del.Err() == nil {
-			wake = scripts.Wake.Run(ctx, l.client, wakeKeys)
-		}
-		woken, _ = wake.Int64() // best effort: a lost wake-up is found by polling
-		deleted, err = del.Result()
-		return deleted, woken, err
-	}
-	var ks []string
-	if wakeUp {
-		ks = []string{key, keys.Queue(key)}
-	} else {
-		ks = []string{key}
-	}
-	if tokenArg == nil {
-		tokenArg = []any{token}
-	}
-	return scripts.ReleaseReply(l.run(ctx, scripts.Release, ks, tokenArg).Result())
-}
+// giveBack is the Locker as an rnode.GiveBacker: an attempt that left its
+// batch may have been granted after its caller gave up on it.
+type giveBack Locker
 
-// run runs script s, through the Locker's batch on a single-node client.
-// A call whose context ended before the reply has a *batch.LeftError as
-// its command's error.
-func (l *Locker) run(ctx context.Context, s *redis.Script, ks []string, args []any) *redis.Cmd {
-	return scripts.Run(ctx, l.batch, l.client, s, ks, args)
+func (l *giveBack) GiveBack(ctx context.Context, _ *rnode.Node, keys []string, token string, ttl time.Duration) {
+	(*Locker)(l).cleanup(ctx, keys[0], token, ttl)
 }
 
 // cleanup deletes key if it holds token, in the background and within a
 // short bound: the caller has already given up on the attempt. It wakes
-// nobody: the lock was never held.
+// nobody: the lock was never held. (The holder record, written only where
+// the grant was, expires with the lock's TTL.)
 func (l *Locker) cleanup(ctx context.Context, key, token string, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
 	go func() {
 		defer cancel()
-		_, _, _ = l.release(ctx, key, token, nil, false)
+		_, _, _ = l.node.Release(ctx, rnode.Release{Keys: []string{key}, Token: token})
 	}()
-}
-
-// features reports which Redis 8.4 commands to use, probing the server once
-// (with the eviction policy, in one round trip). A call that finds a probe
-// in progress waits for it within ctx, and uses the scripts if ctx ends
-// first.
-func (l *Locker) features(ctx context.Context) (del, set bool) {
-	switch l.native {
-	case NativeAlways:
-		return true, true
-	case NativeNever:
-		return false, false
-	}
-	if l.probedOK.Load() {
-		return l.nativeDel, l.nativeSet // written before probedOK was set
-	}
-	select {
-	case l.probing <- struct{}{}:
-		defer func() { <-l.probing }()
-	case <-ctx.Done():
-		return false, false
-	}
-	if l.probedOK.Load() {
-		return l.nativeDel, l.nativeSet
-	}
-	probe := "dlock:probe:" + driver.NewToken()
-	pipe := l.client.Pipeline()
-	delCmd := pipe.DelExArgs(ctx, probe, redis.DelExArgs{Mode: "IFEQ", MatchValue: "x"})
-	setCmd := pipe.SetIFEQ(ctx, probe, "x", "y", time.Millisecond)
-	policy := pipe.ConfigGet(ctx, "maxmemory-policy")
-	rclient.Exec(ctx, pipe)
-	if !answered(delCmd.Err()) || !answered(setCmd.Err()) {
-		return false, false // unreachable now: use the scripts, probe again next time
-	}
-	l.nativeDel = delCmd.Err() == nil || delCmd.Err() == redis.Nil
-	l.nativeSet = setCmd.Err() == nil || setCmd.Err() == redis.Nil
-	l.probedOK.Store(true)
-	l.warnEviction(policy)
-	return l.nativeDel, l.nativeSet
-}
-
-// warnEviction warns when the server may evict lock keys before their TTL
-// (policy is CONFIG GET maxmemory-policy's reply): an evicted lock key is a
-// second holder.
-func (l *Locker) warnEviction(policy *redis.MapStringStringCmd) {
-	cfg, err := policy.Result()
-	if err != nil {
-		return // CONFIG may be disabled or renamed; nothing to say then
-	}
-	if p := cfg["maxmemory-policy"]; p != "" && p != "noeviction" {
-		l.cfg.Logger.Warn("dlock: redis may evict lock keys before they expire; set maxmemory-policy noeviction",
-			"node", l.node, "maxmemory-policy", p)
-	}
 }
 
 // opErr classifies an error of a call to the server (nodeerr.Error): an
 // acquisition whose context ended matches dlock.ErrNotAcquired (it did not
 // get the lock).
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
-	return nodeerr.Error(ctx, l.node, err, rclient.Kind(err), acquiring)
+	return nodeerr.Error(ctx, l.node.Name, err, rclient.Kind(err), acquiring)
 }
 
 // oneTry bounds one try (everything a call sends: the probe, the script,
@@ -409,7 +284,3 @@ func (l *Locker) oneTry(ctx context.Context) (context.Context, context.CancelFun
 	}
 	return context.WithTimeout(ctx, l.tryTimeout)
 }
-
-// answered reports whether err is a reply from the server (success, nil or a
-// server error) rather than a network failure.
-func answered(err error) bool { return err == nil || err == redis.Nil || rclient.IsReply(err) }

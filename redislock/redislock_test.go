@@ -14,8 +14,9 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/testproxy"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/rclient"
+	"github.com/dlock-go/dlock/internal/testkit/testproxy"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -106,26 +107,13 @@ func delLapse(c redis.UniversalClient) locktest.Option {
 }
 
 func TestConformance(t *testing.T) {
-	raw := shared.Client(t)
-	t.Run("Auto", func(t *testing.T) { locktest.Run(t, sharedFactory(), delLapse(raw)) })
-	t.Run("Lua", func(t *testing.T) {
-		locktest.Run(t, sharedFactory(redislock.WithNativeCommands(redislock.NativeNever)), delLapse(raw))
-	})
+	locktest.Run(t, sharedFactory(), delLapse(shared.Client(t)))
 }
 
 func TestFeaturesOnRedis7(t *testing.T) {
 	l := newLocker(t, shared.Client(t))
-	if del, set := l.Features(testCtx(t)); del || set {
-		t.Fatalf("redis-server 7 reported native DELEX %v, SET IFEQ %v; it has neither", del, set)
-	}
-	// Forcing the native path really sends DELEX: Redis 7 rejects it.
-	forced := newLocker(t, shared.Client(t), redislock.WithNativeCommands(redislock.NativeAlways))
-	lock, err := forced.TryAcquire(testCtx(t), locktest.Key(t), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lock.Release(testCtx(t)); !errors.Is(err, dlock.ErrMisconfigured) {
-		t.Fatalf("forced DELEX on Redis 7: got %v, want ErrMisconfigured (unknown command)", err)
+	if n := l.Features(testCtx(t)); n != (rclient.Native{}) {
+		t.Fatalf("redis-server 7 reported native commands %+v; it has none", n)
 	}
 }
 
@@ -189,15 +177,15 @@ func TestSeedExpiryBug(t *testing.T) {
 		}
 		return err == nil, raw.Get(testCtx(t), key).Val() == b.Token(), releaseErr
 	}
-	for _, mode := range []redislock.NativeMode{redislock.NativeAuto, redislock.NativeNever} {
-		l := newLocker(t, shared.Client(t), redislock.WithNativeCommands(mode))
-		t.Run(fmt.Sprintf("PlainDEL/mode%d", mode), func(t *testing.T) {
+	{
+		l := newLocker(t, shared.Client(t))
+		t.Run("PlainDEL", func(t *testing.T) {
 			cIn, bHolds, _ := scenario(t, l, func(a *dlock.Lock) error { return raw.Del(testCtx(t), a.Key()).Err() })
 			if !cIn || bHolds {
 				t.Fatalf("plain DEL: C got in %v, B still holds %v; the anti-pattern should let C in", cIn, bHolds)
 			}
 		})
-		t.Run(fmt.Sprintf("TokenChecked/mode%d", mode), func(t *testing.T) {
+		t.Run("TokenChecked", func(t *testing.T) {
 			cIn, bHolds, err := scenario(t, l, func(a *dlock.Lock) error { return a.Release(testCtx(t)) })
 			if cIn || !bHolds {
 				t.Fatalf("dlock release: C got in %v, B still holds %v; want false, true", cIn, bHolds)
@@ -263,7 +251,7 @@ func TestWireCompatibility(t *testing.T) {
 // fall back to EVAL and still give the true answer.
 func TestScriptCacheFlushed(t *testing.T) {
 	raw := shared.Client(t)
-	l := newLocker(t, shared.Client(t), redislock.WithNativeCommands(redislock.NativeNever))
+	l := newLocker(t, shared.Client(t))
 	key := locktest.Key(t)
 	flush := func() {
 		if err := raw.ScriptFlush(testCtx(t)).Err(); err != nil {
@@ -383,7 +371,6 @@ func TestBadConfiguration(t *testing.T) {
 		"NaN drift":        func() error { _, err := redislock.New(c, redislock.WithDriftFactor(math.NaN())); return err },
 		"drift 1":          func() error { _, err := redislock.New(c, redislock.WithDriftFactor(1)); return err },
 		"negative drift":   func() error { _, err := redislock.New(c, redislock.WithDriftFactor(-0.1)); return err },
-		"bad native mode":  func() error { _, err := redislock.New(c, redislock.WithNativeCommands(7)); return err },
 		"nil logger":       func() error { _, err := redislock.New(c, redislock.WithLogger(nil)); return err },
 		"ttl below drift": func() error {
 			_, err := newLocker(t, c).TryAcquire(testCtx(t), "k", 2*time.Millisecond)

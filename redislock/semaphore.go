@@ -11,7 +11,7 @@ import (
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/rnode"
 	"github.com/dlock-go/dlock/internal/wake"
 )
 
@@ -82,7 +82,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		plan.Yielded()
 		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", name, dlock.ErrNotAcquired)
 	}
-	args := []any{token, driver.Milliseconds(ttl), l.fenceTTLArg, s.limit}
+	args := []any{token, driver.Milliseconds(ttl), l.cfg.FenceTTL.Milliseconds(), s.limit}
 	if _, qargs, queued := plan.Queue(0); queued {
 		args = append(args, qargs...)
 	}
@@ -91,7 +91,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 	defer cancel()
 	start := time.Now()
 	for range 2 { // a second time with every slot that may be held (Widen)
-		v, err := l.run(tctx, scripts.Semaphore, semKeys(sem, n), args).Result()
+		v, err := l.node.Run(tctx, rnode.SemaphoreScript, semKeys(sem, n), args).Result()
 		if err != nil {
 			plan.Lost(0)
 			if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
@@ -99,18 +99,18 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 			}
 			return nil, fmt.Errorf("dlock: acquire %q: %w", name, l.opErr(ctx, err, true))
 		}
-		r, err := scripts.SemaphoreReply(v)
+		r, err := rnode.SemaphoreReply(v)
 		if err != nil {
 			plan.Lost(0)
 			l.semCleanup(ctx, sem, n, token, ttl)
-			return nil, fmt.Errorf("dlock: acquire %q: %w: %w", name, dlock.ErrUnavailable, &dlock.NodeError{Node: l.node, Err: err})
+			return nil, fmt.Errorf("dlock: acquire %q: %w: %w", name, dlock.ErrUnavailable, &dlock.NodeError{Node: l.node.Name, Err: err})
 		}
-		if r.Status == scripts.Widen && r.X > int64(n) && r.X <= driver.MaxLimit {
+		if r.Status == rnode.Widen && r.X > int64(n) && r.X <= driver.MaxLimit {
 			n = int(r.X)
 			continue
 		}
-		plan.Observe(0, r.Status != scripts.Granted, r.Place, r.Expiry)
-		if r.Status == scripts.Conflict {
+		plan.Observe(0, r.Status != rnode.Granted, r.Place, r.Expiry)
+		if r.Status == rnode.Conflict {
 			return nil, driver.LimitConflict(name, int(r.X), s.limit)
 		}
 		return l.permit(ctx, name, sem, token, ttl, start, r)
@@ -119,13 +119,13 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 }
 
 // permit turns the semaphore script's answer into a permit or an error.
-func (l *Locker) permit(ctx context.Context, name, sem, token string, ttl time.Duration, start time.Time, r scripts.SemaphoreResult) (*dlock.Lock, error) {
+func (l *Locker) permit(ctx context.Context, name, sem, token string, ttl time.Duration, start time.Time, r rnode.SemaphoreResult) (*dlock.Lock, error) {
 	switch r.Status {
-	case scripts.Busy:
+	case rnode.Busy:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (all permits are held)", name, dlock.ErrNotAcquired)
-	case scripts.LeftToQueue:
+	case rnode.LeftToQueue:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (a permit is free, but this Locker's release just woke the longest waiter, which goes first)", name, dlock.ErrNotAcquired)
-	case scripts.Granted:
+	case rnode.Granted:
 	default:
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the limit changed while this attempt read the semaphore)", name, dlock.ErrNotAcquired)
 	}
@@ -136,7 +136,7 @@ func (l *Locker) permit(ctx context.Context, name, sem, token string, ttl time.D
 		l.cleanup(ctx, key, token, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
 	}
-	g := &grant{l: l, key: key, token: token, fence: r.X, sem: sem}
+	g := &grant{l: l, keys: [1]string{key}, token: token, fence: r.X, sem: sem}
 	return driver.NewPermit(name, slot, token, uint64(r.X), validUntil, g), nil
 }
 
@@ -146,7 +146,7 @@ func (l *Locker) semCleanup(ctx context.Context, sem string, n int, token string
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
 	go func() {
 		defer cancel()
-		_ = l.run(ctx, scripts.Release, semKeys(sem, n)[2:2+n], []any{token, n}).Err()
+		_ = l.node.Run(ctx, rnode.ReleaseScript, semKeys(sem, n)[2:2+n], []any{token, n}).Err()
 	}()
 }
 
@@ -162,11 +162,11 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 	defer cancel()
 	for range 2 {
 		ks := semKeys(sem, n)
-		v, err := l.run(tctx, scripts.SemLimit, append(ks[:1:1], ks[2:2+n]...), []any{limit}).Int64Slice()
+		v, err := l.node.Run(tctx, rnode.SemLimitScript, append(ks[:1:1], ks[2:2+n]...), []any{limit}).Int64Slice()
 		if err != nil {
 			return fmt.Errorf("dlock: set limit of %q: %w", name, l.opErr(ctx, err, false))
 		}
-		if len(v) != 2 || v[0] != scripts.Widen || v[1] <= int64(n) || v[1] > driver.MaxLimit {
+		if len(v) != 2 || v[0] != rnode.Widen || v[1] <= int64(n) || v[1] > driver.MaxLimit {
 			return nil
 		}
 		n = int(v[1])

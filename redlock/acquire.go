@@ -14,21 +14,21 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
-	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/holder"
+	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/rnode"
 	"github.com/dlock-go/dlock/internal/wake"
 )
 
 // nodeReply is one node's answer to an attempt.
 type nodeReply struct {
 	err error
-	scripts.AcquireResult
+	rnode.AcquireResult
 	run string // the server's run_id, once known
 }
 
-func (r *nodeReply) granted() bool { return r.err == nil && r.Status == scripts.Granted }
+func (r *nodeReply) granted() bool { return r.err == nil && r.Status == rnode.Granted }
 
 func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
 	full, plan, err := l.prepare(ctx, keys, display, ttl)
@@ -123,30 +123,17 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 // (rec, WithHolderInfo), each node writes it after the script, in the same
 // round trip, where the script granted.
 func (l *Locker) sendRound(ctx context.Context, full []string, token, rec string, ttl time.Duration, plan *wake.Plan) *inflight[*nodeReply] {
-	ks := append(append(make([]string, 0, 2*len(full)+1), full...), fenceKeys(full)...)
-	args := []any{token, driver.Milliseconds(ttl), l.fenceTTLArg, 0}
-	var holders []scripts.Call
-	if rec != "" {
-		holders = scripts.WriteHolders(full, token, rec, ttl)
-	}
 	timeout := l.timeout(ttl)
 	s := sending{timeout: timeout, after: l.releasingOn(full), giveUp: true, progress: newProgress(len(l.nodes))}
 	return send(ctx, l, s, func(ctx context.Context, i int, n *node) *nodeReply {
 		if context.Cause(ctx) == errBehind {
 			return &nodeReply{err: errBehind}
 		}
-		nks, nargs := ks, args
-		if n.clockOffset != 0 {
-			nargs = append([]any(nil), args...)
-			nargs[3] = n.clockOffset
-		}
-		if q, qargs, ok := plan.Queue(i); ok {
-			nks = append(ks[:len(ks):len(ks)], q)
-			nargs = append(nargs[:len(nargs):len(nargs)], qargs...)
-		}
-		r := l.attempt(ctx, n, full, token, nks, nargs, holders, timeout)
+		a := rnode.Attempt{Keys: full, Token: token, TTL: ttl, Holder: rec}
+		a.Queue, a.QueueArgs, _ = plan.Queue(i)
+		r := l.attempt(ctx, n, a, timeout)
 		if r.err == nil {
-			plan.Observe(i, r.Status != scripts.Granted, r.Place, r.Expiry)
+			plan.Observe(i, r.Status != rnode.Granted, r.Place, r.Expiry)
 		} else {
 			plan.Lost(i) // it may have queued the Locker
 		}
@@ -154,49 +141,28 @@ func (l *Locker) sendRound(ctx context.Context, full []string, token, rec string
 	})
 }
 
-// attempt runs the acquire script on one node, then the calls of holders
-// (the holder record's writes) in the same round trip; the first call to a
-// node also asks for its run_id, in the same round trip, to find two nodes
-// that are the same server. full are the lock keys of the attempt, ks and
-// args the script's.
-func (l *Locker) attempt(ctx context.Context, n *node, full []string, token string, ks []string, args []any, holders []scripts.Call, timeout time.Duration) *nodeReply {
-	var v any
-	var err error
-	var run string
-	calls := func() []scripts.Call {
-		return append([]scripts.Call{{Script: scripts.Acquire, Keys: ks, Args: args}}, holders...)
-	}
+// attempt runs the attempt a on one node; the first call to a node also
+// asks for its run_id, to find two nodes that are the same server, and its
+// eviction policy (rclient.WarnEviction), in the same round trip.
+func (l *Locker) attempt(ctx context.Context, n *node, a rnode.Attempt, timeout time.Duration) *nodeReply {
+	var info *redis.StringCmd
+	var policy *redis.MapStringStringCmd
 	if n.run.Load() == nil {
-		var info *redis.StringCmd
-		res := scripts.PipelinedAfter(ctx, n.client, func(p redis.Pipeliner) { info = p.Info(ctx, "server") }, calls()...)
-		v, err = res[0].Result()
+		a.Before = func(p redis.Pipeliner) {
+			info, policy = p.Info(ctx, "server"), p.ConfigGet(ctx, "maxmemory-policy")
+		}
+	}
+	a.Late = (*giveBack)(l)
+	res, _, err := n.Acquire(ctx, a)
+	if info != nil {
 		if s, ierr := info.Result(); ierr == nil {
-			run = runID(s)
-			if run != "" {
-				n.run.CompareAndSwap(nil, &run)
+			if run := runID(s); run != "" && n.run.CompareAndSwap(nil, &run) {
+				rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
 			}
 		}
-	} else if len(holders) > 0 {
-		v, err = scripts.Pipelined(ctx, n.client, calls()...)[0].Result()
-	} else {
-		cmd := scripts.Run(ctx, n.batch, n.client, scripts.Acquire, ks, args)
-		if left, ok := cmd.Err().(*batch.LeftError); ok {
-			// The node may grant the attempt after its call gave up on
-			// it: then give the keys back there.
-			left.OnReply(func(cmd redis.Cmder) {
-				if scripts.MayHaveTaken(cmd) {
-					l.workers.run(func() { l.releaseOn(ctx, n, full, token) })
-				}
-			})
-		}
-		v, err = cmd.Result()
 	}
 	if err != nil {
 		return &nodeReply{err: l.nodeErr(err, timeout)}
-	}
-	res, err := scripts.AcquireReply(v)
-	if err != nil {
-		return &nodeReply{err: err}
 	}
 	r := &nodeReply{AcquireResult: res}
 	if p := n.run.Load(); p != nil {
@@ -205,14 +171,20 @@ func (l *Locker) attempt(ctx context.Context, n *node, full []string, token stri
 	return r
 }
 
-// releaseOn deletes the lock keys that hold token on node n, within the
-// node timeout and whatever ctx: the attempt's call there has given up, so
-// its grant was not counted. It wakes nobody: the lock was not granted, or
+// giveBack is the Locker as an rnode.GiveBacker: node n may grant an
+// attempt after its call there gave up on it, so its grant was not
+// counted. It deletes the keys there that hold token, within the node
+// timeout and whatever ctx, and wakes nobody: the lock was not granted, or
 // it is held on the other nodes.
-func (l *Locker) releaseOn(ctx context.Context, n *node, full []string, token string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.nodeTimeout)
-	defer cancel()
-	_ = scripts.Run(ctx, n.batch, n.client, scripts.Release, full, []any{token, len(full), 0, l.fenceTTLArg}).Err()
+type giveBack Locker
+
+func (g *giveBack) GiveBack(ctx context.Context, n *rnode.Node, keys []string, token string, _ time.Duration) {
+	l := (*Locker)(g)
+	l.workers.run(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.nodeTimeout)
+		defer cancel()
+		_, _, _ = n.Release(ctx, rnode.Release{Keys: keys, Token: token})
+	})
 }
 
 // runID reads run_id from the reply of INFO server.
@@ -291,7 +263,7 @@ func (l *Locker) splitVote(replies []*nodeReply) bool {
 		switch {
 		case r.err != nil:
 			silent++
-		case r.Status == scripts.Busy || r.Status == scripts.NoExpiry:
+		case r.Status == rnode.Busy || r.Status == rnode.NoExpiry:
 			holders[r.Holder]++
 		}
 	}
@@ -327,13 +299,13 @@ func (l *Locker) dedupe(replies []*nodeReply) error {
 			continue
 		}
 		if l.strict {
-			return driver.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].name, l.nodes[i].name, r.run)
+			return driver.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].Name, l.nodes[i].Name, r.run)
 		}
 		if l.nodes[i].dupOf.Swap(int32(j+1)) == 0 {
-			l.cfg.Logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].name, "same_as", l.nodes[j].name, "run_id", r.run)
+			l.cfg.Logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].Name, "same_as", l.nodes[j].Name, "run_id", r.run)
 		}
 		if r.err == nil {
-			r.err = fmt.Errorf("same server as node %s (run_id %s): its vote does not count twice", l.nodes[j].name, r.run)
+			r.err = fmt.Errorf("same server as node %s (run_id %s): its vote does not count twice", l.nodes[j].Name, r.run)
 		}
 	}
 	if len(seen) == len(l.nodes) {
@@ -345,12 +317,12 @@ func (l *Locker) dedupe(replies []*nodeReply) error {
 func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason string) *QuorumError {
 	qe := &QuorumError{Op: "acquire", Need: l.quorum, Reason: reason, sentinel: sentinel}
 	for i, r := range replies {
-		nr := NodeResult{Node: l.nodes[i].name, OK: r.granted(), Err: r.err}
+		nr := NodeResult{Node: l.nodes[i].Name, OK: r.granted(), Err: r.err}
 		switch {
 		case r.err != nil:
-		case r.Status == scripts.Busy || r.Status == scripts.LeftToQueue:
+		case r.Status == rnode.Busy || r.Status == rnode.LeftToQueue:
 			nr.Err = errBusy
-		case r.Status == scripts.NoExpiry:
+		case r.Status == rnode.NoExpiry:
 			nr.Err = fmt.Errorf("%w, and the key has no expiry (set by hand?)", errBusy)
 		}
 		if nr.OK {
@@ -374,7 +346,7 @@ func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason strin
 // ended, say), it returns an error matching dlock.ErrUnavailable: there is
 // nothing to bound the fence by.
 func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
-	counters := fenceKeys(full)
+	counters := keys.Fences(full)
 	type read struct {
 		f   int64
 		err error
@@ -382,14 +354,14 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) read {
 		var vs *redis.SliceCmd
 		var now *redis.TimeCmd
-		_, err := n.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			vs, now = p.MGet(ctx, counters...), p.Time(ctx)
 			return nil
 		})
 		if err != nil {
 			return read{err: err}
 		}
-		f := now.Val().UnixMicro() + n.clockOffset
+		f := now.Val().UnixMicro() + n.ClockOffset
 		for _, v := range vs.Val() {
 			s, _ := v.(string)
 			var x int64
@@ -406,7 +378,7 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 		f = max(f, r.f)
 		all, some = all && r.err == nil, some || r.err == nil
 		if isRefusal(r.err) {
-			refused, last = refused+1, &dlock.NodeError{Node: l.nodes[i].name, Err: rclient.Describe(r.err)}
+			refused, last = refused+1, &dlock.NodeError{Node: l.nodes[i].Name, Err: rclient.Describe(r.err)}
 		}
 	}
 	switch {

@@ -141,7 +141,8 @@
 // by its validity deadline (ValidUntil; Do's context ends then at the
 // latest), and (3) no node loses a lock key before its TTL: no restart
 // without persistence within a TTL, no eviction (use maxmemory-policy
-// noeviction), no clock jump on a node.
+// noeviction: the Locker warns about each node that may evict, when it first
+// reaches it), no clock jump on a node.
 //
 // Kleppmann's critique ("How to do distributed locking", 2016) is that these
 // are the assumptions of a synchronous model: a GC pause, a long network

@@ -10,7 +10,6 @@ import (
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/rinspect"
-	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 var _ driver.TermReader = (*Locker)(nil)
@@ -23,12 +22,11 @@ var _ driver.TermReader = (*Locker)(nil)
 // extensions keep this record and its release deletes it.
 func (l *Locker) publishTerm(ctx context.Context, g *grant, since time.Time, identity string, ttl time.Duration) {
 	rec := holder.Term(l.cfg.HolderHead, since, identity, g.token, uint64(g.fence))
-	calls := scripts.WriteHolders(g.keys, g.token, rec, ttl)
 	c := send(context.WithoutCancel(ctx), l, sending{timeout: l.timeout(ttl), after: g.acquiring}, func(ctx context.Context, _ int, n *node) error {
 		if err := l.dupErr(n); err != nil {
 			return err
 		}
-		return scripts.Pipelined(ctx, n.client, calls...)[0].Err()
+		return n.WriteHolders(ctx, g.keys, g.token, rec, ttl)
 	})
 	for ok := 0; c.left > 0 && ok < l.quorum; {
 		if c.out[c.next()] == nil {
@@ -81,7 +79,7 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 		if err := l.dupErr(n); err != nil {
 			return read{err: err}
 		}
-		t, err := rinspect.ReadTerm(ctx, n.client, full)
+		t, err := rinspect.ReadTerm(ctx, n.Client, full)
 		if err != nil {
 			err = l.nodeErr(err, l.nodeTimeout)
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -132,4 +132,32 @@ func TestMisconfigured(t *testing.T) {
 	mixed := newL(client(t, rs[0].Addr, wrong), client(t, down.Addr), client(t, rs[2].Addr))
 	_, err := mixed.TryAcquire(testCtx(t), locktest.Key(t), time.Second)
 	locktest.WantError(t, err, dlock.ErrUnavailable)
+}
+
+// Nodes that may evict keys before their TTL are named in a warning, once
+// each: an evicted lock key on a node is a vote for a second holder.
+func TestEvictionPolicyWarning(t *testing.T) {
+	lru := testsrv.StartRedisN(t, 2, testsrv.RedisArgs("--maxmemory-policy", "allkeys-lru"))
+	rs := append(lru, testsrv.StartRedis(t))
+	var log logBuffer
+	l := newLocker(t, rs, redlock.WithLogger(log.logger()))
+	defer l.Close()
+	for range 2 {
+		lock := mustAcquire(t, l, locktest.Key(t), 5*time.Second)
+		if err := lock.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := log.String()
+	if n := strings.Count(out, "maxmemory-policy=allkeys-lru"); n != len(lru) {
+		t.Fatalf("%d eviction warnings, want one per evicting node (%d); log:\n%s", n, len(lru), out)
+	}
+	for _, r := range lru {
+		if !strings.Contains(out, "node="+r.Addr) {
+			t.Fatalf("no warning names %s:\n%s", r.Addr, out)
+		}
+	}
+	if strings.Contains(out, "node="+rs[2].Addr) {
+		t.Fatalf("a warning names %s, whose policy is noeviction:\n%s", rs[2].Addr, out)
+	}
 }

@@ -41,18 +41,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		pattern = "*"
 	}
 	limit = rinspect.Limit(limit)
-	perNode := make([]scanned, len(l.nodes))
-	var wg sync.WaitGroup
-	for i, n := range l.nodes {
-		if n.dupOf.Load() != 0 {
-			continue // the same server as an earlier node
-		}
-		wg.Go(func() {
-			rows, err := rinspect.Scan(ctx, n.client, n.name, l.cfg.Prefix, pattern, limit)
-			perNode[i] = scanned{rows, err}
-		})
-	}
-	wg.Wait()
+	perNode := l.scan(ctx, pattern, limit)
 	// The keys listed: the first limit of all the nodes found.
 	found := map[string]bool{}
 	for _, s := range perNode {
@@ -64,32 +53,12 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	var errs []error
 	var rows []dlock.LockInfo
 	for i, s := range perNode {
-		n := l.nodes[i]
-		if s.err != nil {
-			errs = append(errs, &dlock.NodeError{Node: n.name, Err: s.err})
+		r, err := l.complete(ctx, l.nodes[i], s, listed)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		have := map[string]bool{}
-		for _, r := range s.rows {
-			if inList(listed, r.Key) {
-				have[r.Key] = true
-				rows = append(rows, r)
-			}
-		}
-		var missing []string
-		for _, k := range listed {
-			if !have[k] {
-				missing = append(missing, l.cfg.Prefix+k)
-			}
-		}
-		if len(missing) > 0 && n.dupOf.Load() == 0 {
-			r, err := rinspect.Describe(ctx, n.client, n.name, l.cfg.Prefix, missing)
-			if err != nil {
-				errs = append(errs, &dlock.NodeError{Node: n.name, Err: err})
-				continue
-			}
-			rows = append(rows, r...)
-		}
+		rows = append(rows, r...)
 	}
 	votes := map[[2]string]int{}
 	for _, r := range rows {
@@ -101,6 +70,53 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	rows = rinspect.Sort(rows)
 	if len(errs) > 0 {
 		return rows, fmt.Errorf("dlock: inspect: %w: %w", l.failed(errs), nodeerr.OneLine(errors.Join(errs...)))
+	}
+	return rows, nil
+}
+
+// scan scans every node (but duplicates of an earlier one) in parallel.
+func (l *Locker) scan(ctx context.Context, pattern string, limit int) []scanned {
+	perNode := make([]scanned, len(l.nodes))
+	var wg sync.WaitGroup
+	for i, n := range l.nodes {
+		if n.dupOf.Load() != 0 {
+			continue // the same server as an earlier node
+		}
+		wg.Go(func() {
+			rows, err := rinspect.Scan(ctx, n.Client, n.Name, l.cfg.Prefix, pattern, limit)
+			perNode[i] = scanned{rows, err}
+		})
+	}
+	wg.Wait()
+	return perNode
+}
+
+// complete returns node n's rows of the listed keys: those its scan s
+// found, and those it missed, read on it now.
+func (l *Locker) complete(ctx context.Context, n *node, s scanned, listed []string) ([]dlock.LockInfo, error) {
+	if s.err != nil {
+		return nil, &dlock.NodeError{Node: n.Name, Err: s.err}
+	}
+	var rows []dlock.LockInfo
+	have := map[string]bool{}
+	for _, r := range s.rows {
+		if inList(listed, r.Key) {
+			have[r.Key] = true
+			rows = append(rows, r)
+		}
+	}
+	var missing []string
+	for _, k := range listed {
+		if !have[k] {
+			missing = append(missing, l.cfg.Prefix+k)
+		}
+	}
+	if len(missing) > 0 && n.dupOf.Load() == 0 {
+		r, err := rinspect.Describe(ctx, n.Client, n.Name, l.cfg.Prefix, missing)
+		if err != nil {
+			return nil, &dlock.NodeError{Node: n.Name, Err: err}
+		}
+		rows = append(rows, r...)
 	}
 	return rows, nil
 }

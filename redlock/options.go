@@ -84,10 +84,7 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 // nothing is written beside the lock.
 //
 // Its cost: one more script in each node's grant, extension and release,
-// in the same round trip as the lock's own. An uncontended TryAcquire and
-// Release over five loopback redis-servers (bench/'s Hook group, a loaded
-// 2-core machine) took 1.20x as long with it as without, and 400
-// allocations instead of 204.
+// in the same round trip as the lock's own (see bench/RESULTS.md, Hook).
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
 }

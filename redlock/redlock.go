@@ -16,11 +16,9 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
-	"github.com/dlock-go/dlock/internal/batch"
-	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/rnode"
 	"github.com/dlock-go/dlock/internal/wake"
 )
 
@@ -31,7 +29,6 @@ type Locker struct {
 	quorum      int
 	cfg         backend.Config // the options every backend shares
 	nodeTimeout time.Duration
-	fenceTTLArg any // cfg.FenceTTL in ms, boxed once: one allocation less per call
 	strict      bool
 	notify      *wake.Notifier // wake-on-release
 	workers     workers        // the goroutines of the fan-outs (fanout.go)
@@ -45,17 +42,12 @@ type Locker struct {
 }
 
 type node struct {
-	client redis.UniversalClient
-	batch  *batch.Batcher // the scripts' sender (internal/batch)
-	name   string
+	*rnode.Node // the protocol on the node
 	// dupOf is 1+the index of an earlier node that turned out to be the same
 	// server (same run_id); 0 while none did. A duplicate's votes do not
 	// count: the quorum must count machines, not clients.
 	dupOf atomic.Int32
 	run   atomic.Pointer[string] // the server's run_id, once it answered
-	// clockOffset (µs) moves the server's clock as the fence rule reads
-	// it; tests only.
-	clockOffset int64
 }
 
 var _ dlock.Locker = (*Locker)(nil)
@@ -92,15 +84,12 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		case *redis.Ring:
 			return nil, driver.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
 		}
-		l.nodes = append(l.nodes, &node{client: c, batch: batch.For(c), name: nodeName(c, i)})
 	}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
-	l.fenceTTLArg = l.cfg.FenceTTL.Milliseconds()
-	clients = make([]redis.UniversalClient, len(l.nodes))
-	for i, nd := range l.nodes {
-		clients[i] = nd.client
+	for i, c := range clients {
+		l.nodes = append(l.nodes, &node{Node: rnode.New(c, nodeName(c, i), l.cfg.FenceTTL, nil)})
 	}
 	l.notify = wake.New(clients)
 	var problems []string
@@ -112,12 +101,12 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	}
 	seen := map[string]int{}
 	for i, nd := range l.nodes {
-		if j, ok := seen[nd.name]; ok {
-			problems = append(problems, fmt.Sprintf("clients #%d and #%d both point to %s: one server would vote twice", j+1, i+1, nd.name))
+		if j, ok := seen[nd.Name]; ok {
+			problems = append(problems, fmt.Sprintf("clients #%d and #%d both point to %s: one server would vote twice", j+1, i+1, nd.Name))
 			nd.dupOf.Store(int32(j + 1))
 			continue
 		}
-		seen[nd.name] = i
+		seen[nd.Name] = i
 	}
 	for _, p := range problems {
 		if l.strict {
@@ -303,34 +292,17 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		return time.Time{}, err
 	}
 	g.settle(ctx)
-	ms := driver.Milliseconds(ttl)
 	start := time.Now()
 	timeout := g.l.timeout(ttl)
-	ks, args := g.keys, []any{g.token, ms, 0}
-	if g.fence > 0 {
-		ks = append(append([]string(nil), g.keys...), fenceKeys(g.keys)...)
-		args = []any{g.token, ms, g.fence, g.l.fenceTTLArg}
-	}
-	var withHolder []scripts.Call // the extension, then the records' new TTL
-	if g.holder != "" {
-		withHolder = append([]scripts.Call{{Script: scripts.Extend, Keys: ks, Args: args}},
-			scripts.WriteHolders(g.keys, g.token, g.holder, ttl)...)
-	}
 	c := send(ctx, g.l, sending{timeout: timeout}, func(ctx context.Context, _ int, n *node) error {
 		if err := g.l.dupErr(n); err != nil {
 			return err
 		}
-		var ok int64
-		var err error
-		if withHolder != nil { // one round trip
-			ok, err = scripts.Pipelined(ctx, n.client, withHolder...)[0].Int64()
-		} else {
-			ok, err = scripts.Run(ctx, n.batch, n.client, scripts.Extend, ks, args).Int64()
-		}
+		held, err := n.Extend(ctx, g.keys, g.token, g.holder, g.fence, ttl)
 		if err != nil {
 			return g.l.nodeErr(err, timeout)
 		}
-		if ok != 1 {
+		if !held {
 			return errNotHeldHere
 		}
 		return nil
@@ -384,7 +356,7 @@ func (g *grant) Release(ctx context.Context) error {
 // a second answer from the same server would count twice.
 func (l *Locker) dupErr(n *node) error {
 	if d := n.dupOf.Load(); d != 0 {
-		return fmt.Errorf("same server as node %s: skipped, its vote does not count twice", l.nodes[d-1].name)
+		return fmt.Errorf("same server as node %s: skipped, its vote does not count twice", l.nodes[d-1].Name)
 	}
 	return nil
 }
@@ -405,16 +377,7 @@ var (
 // longest waiter of each key it deleted. With a holder record (rec), each
 // node deletes it too where it is still rec, in the same round trip.
 func (l *Locker) release(ctx context.Context, lockKeys []string, token, rec string, fence int64, wakeUp bool, after *progress) *inflight[error] {
-	ks := append(make([]string, 0, 3*len(lockKeys)), lockKeys...)
-	args := []any{token, len(lockKeys), fence, l.fenceTTLArg}
-	if fence > 0 {
-		ks = append(ks, fenceKeys(lockKeys)...)
-	}
-	if wakeUp {
-		for _, k := range lockKeys {
-			ks = append(ks, keys.Queue(k))
-		}
-	}
+	rel := rnode.Release{Keys: lockKeys, Token: token, Holder: rec, Fence: fence, Wake: wakeUp}
 	// Registered before the deletions are sent, so that the last of them
 	// always finds its entry to remove.
 	id, p := pendingID(lockKeys), newProgress(len(l.nodes))
@@ -424,14 +387,7 @@ func (l *Locker) release(ctx context.Context, lockKeys []string, token, rec stri
 		if err := l.dupErr(n); err != nil {
 			return err
 		}
-		var deleted, woken int64
-		var err error
-		if rec != "" {
-			res := scripts.Pipelined(ctx, n.client, scripts.Call{Script: scripts.Release, Keys: ks, Args: args}, scripts.DropHolders(lockKeys, rec))
-			deleted, woken, err = scripts.ReleaseReply(res[0].Result())
-		} else {
-			deleted, woken, err = scripts.ReleaseReply(scripts.Run(ctx, n.batch, n.client, scripts.Release, ks, args).Result())
-		}
+		deleted, woken, err := n.Release(ctx, rel)
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)
 		}
@@ -485,7 +441,7 @@ func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nod
 		if !got[i] {
 			err = errNoAnswerYet
 		}
-		nodes[i] = NodeResult{Node: nd.name, OK: err == nil, Err: err}
+		nodes[i] = NodeResult{Node: nd.Name, OK: err == nil, Err: err}
 		switch {
 		case err == nil:
 			ok++
@@ -555,14 +511,6 @@ func nodeName(c redis.UniversalClient, i int) string {
 		return c.Options().Addr
 	}
 	return fmt.Sprintf("client#%d", i+1)
-}
-
-func fenceKeys(lockKeys []string) []string {
-	out := make([]string, len(lockKeys))
-	for i, k := range lockKeys {
-		out[i] = keys.Fence(k)
-	}
-	return out
 }
 
 var _ driver.ReleaseNotifier = (*Locker)(nil)

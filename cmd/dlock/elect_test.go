@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/cmd/dlock/internal/etcdsrv"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 )
 
 // electBackends are the backends the election tests run on: the

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testproxy"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testproxy"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
 )
 

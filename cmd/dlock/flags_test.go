@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/tcpproxy"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 )
 
 // TestLockFlags covers each flock(1)-style flag and each exit code, in every

@@ -12,7 +12,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 )
 
 // TestInspectWatchTerminal: on a terminal, --watch clears the screen and

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 )
 
 // readmeBlocks returns the README's first Go block and the shell block of

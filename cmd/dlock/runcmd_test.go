@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testproxy"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testproxy"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 )
 
 // treeCommands are commands whose processes are not all dlock's direct

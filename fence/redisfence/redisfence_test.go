@@ -21,7 +21,7 @@ import (
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/internal/fencetest"
 	"github.com/dlock-go/dlock/fence/redisfence"
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/redislock"
 )
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/keys"
 )
@@ -37,7 +38,7 @@ type Config struct {
 // factor, fenceTTL, no holder record, slog.Default(). With reserved, lock
 // keys (prefix and key) may not lie in dlock's own namespace.
 func New(fenceTTL time.Duration, reserved bool) Config {
-	c := Config{DriftFactor: driver.DefaultDriftFactor, FenceTTL: fenceTTL, Logger: slog.Default()}
+	c := Config{DriftFactor: bridge.DefaultDriftFactor, FenceTTL: fenceTTL, Logger: slog.Default()}
 	if reserved {
 		c.reserved = keys.Reserved
 	}
@@ -74,7 +75,7 @@ func (c *Config) SetPrefix(prefix string) error {
 // SetDriftFactor sets the drift factor (WithDriftFactor), which must be in
 // [0, 1).
 func (c *Config) SetDriftFactor(f float64) error {
-	if err := driver.CheckDriftFactor(f); err != nil {
+	if err := invalid(bridge.DriftFactorProblem(f)); err != nil {
 		return err
 	}
 	c.DriftFactor = f
@@ -102,16 +103,15 @@ func (c *Config) AddObserver(observe func(ctx context.Context, e dlock.Event)) e
 // SetHolderInfo turns the holder record on (WithHolderInfo), naming
 // service, which may be empty.
 func (c *Config) SetHolderInfo(service string) error {
-	head, err := holder.Head(service)
-	c.HolderHead = head
-	return err
+	c.HolderHead = holder.Head(service)
+	return nil
 }
 
 // SetFenceTTL sets the fence counters' TTL (WithFenceTTL), which must be
-// between least and driver.MaxTTL.
+// between least and bridge.MaxTTL.
 func (c *Config) SetFenceTTL(d, least time.Duration) error {
-	if d < least || d > driver.MaxTTL {
-		return driver.Invalidf("fence ttl %v: must be between %v and %v", d, least, driver.MaxTTL)
+	if d < least || d > bridge.MaxTTL {
+		return driver.Invalidf("fence ttl %v: must be between %v and %v", d, least, bridge.MaxTTL)
 	}
 	c.FenceTTL = d
 	return nil
@@ -122,7 +122,7 @@ func (c *Config) SetFenceTTL(d, least time.Duration) error {
 // fence counter or a waiter queue: releasing "dlock:fence:{foo}" would
 // reset foo's fences.
 func (c *Config) CheckKey(key string) error {
-	if err := driver.CheckKey(key); err != nil {
+	if err := invalid(bridge.KeyProblem(key)); err != nil {
 		return err
 	}
 	if c.reserved != "" && strings.HasPrefix(c.Prefix+key, c.reserved) {
@@ -131,13 +131,13 @@ func (c *Config) CheckKey(key string) error {
 	return nil
 }
 
-// CheckTTL refuses a TTL that no backend honours (driver.CheckTTL) or that
+// CheckTTL refuses a TTL that no backend honours (bridge.TTLProblem) or that
 // leaves no validity after the drift margin.
 func (c *Config) CheckTTL(ttl time.Duration) error {
-	if err := driver.CheckTTL(ttl); err != nil {
+	if err := invalid(bridge.TTLProblem(ttl)); err != nil {
 		return err
 	}
-	if d := driver.Drift(ttl, c.DriftFactor); ttl <= d {
+	if d := bridge.Drift(ttl, c.DriftFactor); ttl <= d {
 		return driver.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
 	}
 	return nil
@@ -183,7 +183,16 @@ func (c *Config) CheckToken(ctx context.Context, key, token string) error {
 	if err := c.CheckKey(key); err != nil {
 		return err
 	}
-	return driver.CheckToken(key, token)
+	return invalid(bridge.TokenProblem(token))
+}
+
+// invalid is problem (the rules' text, package bridge) as an error that
+// matches dlock.ErrInvalid, or nil when there is none.
+func invalid(problem string) error {
+	if problem == "" {
+		return nil
+	}
+	return driver.Invalidf("%s", problem)
 }
 
 // Reread calls read until its answer is complete (pending false), at most

@@ -4,13 +4,10 @@
 // caller alone sends its command at once with its own context, as without
 // the package.
 //
-// It exists for throughput under many keys, measured on a 2-core VM with
-// Redis 7.0.15 (bench/RESULTS.md, "Group commit in the library"): 64 goroutines, each
-// taking and releasing its own key over one client (bench D), ran dlock's
-// lock at 1.46x a raw SET NX/DEL lock's cycles, where dlock's scripts sent
-// one at a time read 0.82x; over five servers (BenchmarkDB), Redlock read
-// 2.27-2.40x the raw fan-out against 0.91-0.93x before. One goroutine's
-// cycle is unchanged (A, B): a call alone is sent as before.
+// It exists for throughput under many keys (many goroutines, each taking
+// and releasing its own key over one client); one goroutine's cycle is
+// unchanged, since a call alone is sent as before. See bench/RESULTS.md,
+// "Group commit in the library", for the figures.
 //
 // Every caller keeps its own deadline. A waiting caller whose context ends
 // leaves the queue and its command is never sent. The batch is sent with a

@@ -1,11 +1,14 @@
 // Package bridge holds what package dlock shares with package driver
-// without showing it to users of locks: the rules both apply (TTL limits,
-// validity) and the constructor of a Lock, which package dlock sets from
+// without showing it to users of locks: the rules every backend applies
+// (the TTL's limits and rounding, validity, what a key and a token must
+// be, how a token is drawn: their one home, which driver's Check functions
+// and the internal packages call) and the constructor of a Lock, which package dlock sets from
 // an init function (driver imports dlock, so dlock cannot import driver).
 package bridge
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"strconv"
 	"strings"
@@ -98,6 +101,39 @@ func TTLProblem(ttl time.Duration) string {
 	}
 	return ""
 }
+
+// KeyProblem says what is wrong with a lock key, or "".
+func KeyProblem(key string) string {
+	if key == "" {
+		return "empty lock key"
+	}
+	return ""
+}
+
+// TokenProblem says what is wrong with a lock token, or "".
+func TokenProblem(token string) string {
+	if token == "" {
+		return "empty token"
+	}
+	return ""
+}
+
+// DriftFactorProblem says what is wrong with a drift factor, or "".
+func DriftFactorProblem(f float64) string {
+	if !(f >= 0 && f < 1) {
+		return fmt.Sprintf("drift factor %v: must be in [0, 1)", f)
+	}
+	return ""
+}
+
+// Milliseconds is ttl in whole milliseconds, rounded up (see
+// driver.Milliseconds).
+func Milliseconds(ttl time.Duration) int64 {
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+}
+
+// NewToken is a fresh random lock token (see driver.NewToken).
+func NewToken() string { return rand.Text() }
 
 // Drift is the validity margin of a TTL (see driver.Drift).
 func Drift(ttl time.Duration, factor float64) time.Duration {

@@ -10,23 +10,15 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/dlock-go/dlock/driver"
 )
 
 // Head returns this process's record up to the value of "since", which
-// Record completes. service may be empty; otherwise it must be a valid key
-// (driver.CheckKey).
-func Head(service string) (string, error) {
-	if service != "" {
-		if err := driver.CheckKey(service); err != nil {
-			return "", err
-		}
-	}
+// Record completes. service may be empty.
+func Head(service string) string {
 	host, _ := os.Hostname()
 	h, _ := json.Marshal(host)
 	s, _ := json.Marshal(service)
-	return `{"host":` + string(h) + `,"pid":` + strconv.Itoa(os.Getpid()) + `,"service":` + string(s) + `,"since":"`, nil
+	return `{"host":` + string(h) + `,"pid":` + strconv.Itoa(os.Getpid()) + `,"service":` + string(s) + `,"since":"`
 }
 
 // Record returns the record of a lock granted at since.
@@ -37,8 +29,7 @@ func Record(head string, since time.Time) string {
 // defaultHead is this process's record head without a service, for
 // grants that publish an identity without WithHolderInfo.
 var defaultHead = sync.OnceValue(func() string {
-	h, _ := Head("")
-	return h
+	return Head("")
 })
 
 // Term returns the record of a grant made at since, with the grant's

@@ -12,6 +12,15 @@ import "strings"
 // Fence returns the key of the fence counter for lockKey.
 func Fence(lockKey string) string { return derive("dlock:fence:", lockKey) }
 
+// Fences returns the fence counters of lockKeys, in order.
+func Fences(lockKeys []string) []string {
+	out := make([]string, len(lockKeys))
+	for i, k := range lockKeys {
+		out[i] = Fence(k)
+	}
+	return out
+}
+
 // Queue returns the key of lockKey's waiter queue.
 func Queue(lockKey string) string { return derive("dlock:waiters:", lockKey) }
 

@@ -1,8 +1,12 @@
-// Package pgmigrate makes the schema changes of pglock and fence/pgfence
-// safe when several processes make them at once.
+// Package pgmigrate makes the schema changes of pglock, pgqueue and
+// fence/pgfence safe when several processes make them at once, and checks
+// the database handles they are given.
 package pgmigrate
 
-import "strconv"
+import (
+	"reflect"
+	"strconv"
+)
 
 // Serialized makes a CREATE ... IF NOT EXISTS safe to run from several
 // sessions at once. On its own it is not: two sessions that both find the
@@ -24,3 +28,17 @@ func Serialized(create string) string {
 const Key int64 = -2338369163326999730
 
 var keySQL = strconv.FormatInt(Key, 10)
+
+// IsNil reports whether v, a database handle, is nil or a typed nil
+// pointer in an interface.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	switch r.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return r.IsNil()
+	}
+	return false
+}

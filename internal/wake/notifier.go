@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
@@ -51,7 +51,7 @@ type waiter struct {
 
 // New returns the Notifier of a Locker over clients, one per server.
 func New(clients []redis.UniversalClient) *Notifier {
-	id := driver.NewToken()
+	id := bridge.NewToken()
 	return &Notifier{
 		clients: clients,
 		id:      id,

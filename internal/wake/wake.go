@@ -146,68 +146,20 @@ func (s *Sub) run() {
 	s.mu.Unlock()
 	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
 	_ = ps.Subscribe(ctx, s.channel)
-	var backoff time.Duration
-	pinged := false // a ping awaits its pong
+	st := &state{ps: ps}
 	for {
 		wait := pingAfter
-		if pinged {
+		if st.pinged {
 			wait = pongWithin
 		}
-		msg, err := ps.ReceiveTimeout(ctx, wait)
+		msg, err := st.ps.ReceiveTimeout(ctx, wait)
 		if err != nil {
-			select {
-			case <-s.done:
+			if !s.failed(ctx, st, err) {
 				return
-			default:
-			}
-			if errors.Is(err, redis.ErrClosed) {
-				s.subscribed.Store(false)
-				s.h.Gone(s)
-				return
-			}
-			if nodeerr.IsTimeout(err) && pinged {
-				// No pong: the connection is dead although nothing said so.
-				pinged = false
-				if s.subscribed.Swap(false) {
-					s.h.Subscribed(s, false)
-				}
-				if ps = s.redial(); ps == nil {
-					return
-				}
-				continue
-			}
-			if nodeerr.IsTimeout(err) {
-				if s.h.Idle(s) {
-					s.subscribed.Store(false)
-					_ = ps.Close()
-					return
-				}
-				// A closed connection fails here and is redialled; a
-				// silent one is found by the missing pong.
-				pinged = ps.Ping(ctx) == nil
-				continue
-			}
-			pinged = false
-			if s.subscribed.Swap(false) {
-				s.h.Subscribed(s, false)
-			}
-			backoff = min(max(2*backoff, 10*time.Millisecond), maxReconnect)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-s.done:
-				t.Stop()
-				return
-			}
-			var re redis.Error
-			if errors.As(err, &re) && err != redis.Nil {
-				// The server refused the SUBSCRIBE (an ACL, say) on a
-				// healthy connection, so no reconnect will repeat it.
-				_ = ps.Subscribe(ctx, s.channel)
 			}
 			continue
 		}
-		backoff, pinged = 0, false // anything received shows the connection lives
+		st.backoff, st.pinged = 0, false // anything received shows the connection lives
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Channel == s.channel {
@@ -220,4 +172,66 @@ func (s *Sub) run() {
 			}
 		}
 	}
+}
+
+// state is what run's loop knows of its connection.
+type state struct {
+	ps      *redis.PubSub
+	pinged  bool // a ping awaits its pong
+	backoff time.Duration
+}
+
+// failed handles an error of a receive: a ping when the connection was
+// idle, a new connection when the pong did not come, a pause before
+// receiving again otherwise. It reports false when run must end (Close,
+// the client closed, nobody waits).
+func (s *Sub) failed(ctx context.Context, st *state, err error) bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+	}
+	switch {
+	case errors.Is(err, redis.ErrClosed):
+		s.subscribed.Store(false)
+		s.h.Gone(s)
+		return false
+	case nodeerr.IsTimeout(err) && st.pinged:
+		// No pong: the connection is dead although nothing said so.
+		st.pinged = false
+		if s.subscribed.Swap(false) {
+			s.h.Subscribed(s, false)
+		}
+		st.ps = s.redial()
+		return st.ps != nil
+	case nodeerr.IsTimeout(err):
+		if s.h.Idle(s) {
+			s.subscribed.Store(false)
+			_ = st.ps.Close()
+			return false
+		}
+		// A closed connection fails here and is redialled; a silent one
+		// is found by the missing pong.
+		st.pinged = st.ps.Ping(ctx) == nil
+		return true
+	}
+	st.pinged = false
+	if s.subscribed.Swap(false) {
+		s.h.Subscribed(s, false)
+	}
+	st.backoff = min(max(2*st.backoff, 10*time.Millisecond), maxReconnect)
+	t := time.NewTimer(st.backoff)
+	select {
+	case <-t.C:
+	case <-s.done:
+		t.Stop()
+		return false
+	}
+	var re redis.Error
+	if errors.As(err, &re) && err != redis.Nil {
+		// The server refused the SUBSCRIBE (an ACL, say) on a healthy
+		// connection, so no reconnect will repeat it.
+		_ = st.ps.Subscribe(ctx, s.channel)
+	}
+	return true
 }

@@ -1,5 +1,5 @@
 // Command pgserver starts a throwaway PostgreSQL cluster for bench/run.sh
-// (through internal/testsrv, which runs initdb and postgres as the user
+// (through internal/testkit/testsrv, which runs initdb and postgres as the user
 // postgres when started as root), prints its DSN on stdout, and stops and
 // removes it when stdin closes or on SIGINT/SIGTERM.
 package main
@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/dlock-go/dlock/internal/testsrv"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 )
 
 func main() {

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/testkit/servers"
 )
 
 // prometheus is a Prometheus server scraping one target every second.

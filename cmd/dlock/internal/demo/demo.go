@@ -218,13 +218,13 @@ func header(ctx context.Context, e *env, p *printer) error {
 }
 
 func nativeSentence(si serverInfo) string {
-	switch {
-	case si.nativeDel && si.nativeSet:
-		return "It has DELEX and SET IFEQ (Redis 8.4+),\nso dlock releases and extends with those commands; scenario 3 forces the Lua scripts instead."
-	case si.nativeDel:
-		return "It has DELEX but not SET IFEQ,\nso dlock releases with DELEX and extends with a Lua script; scenario 3 forces the Lua scripts."
+	switch n := si.native; {
+	case n.Release != "" && n.SetIfEq:
+		return fmt.Sprintf("It has %s and SET IFEQ,\nso dlock releases with %[1]s and extends with a Lua script or SET IFEQ.", strings.ToUpper(n.Release))
+	case n.Release != "":
+		return fmt.Sprintf("It has %s but not SET IFEQ,\nso dlock releases with %[1]s and extends with a Lua script.", strings.ToUpper(n.Release))
 	default:
-		return "It has neither DELEX nor SET IFEQ\n(both need Redis 8.4+), so dlock releases and extends with Lua scripts (the pre-8.4 path)."
+		return "It has neither DELEX nor SET IFEQ\n(Redis 8.4+), so dlock releases and extends with Lua scripts (the pre-8.4 path)."
 	}
 }
 

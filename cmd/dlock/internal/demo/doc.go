@@ -3,12 +3,13 @@
 //
 // Run goes through the scenarios in order: basic acquire and release; the
 // expiry bug with a plain DEL and with dlock's token-checked release; the
-// Lua release used before Redis 8.4; fencing, where a stale holder's late
-// write is rejected by the resource; a leader election, where a leader
-// frozen past its lease is replaced in a higher term and its late write is
-// refused by its term; five workers through Do that never overlap; Redlock
-// on five servers surviving the loss of two and refusing once three are
-// lost; etcd on three members of its own, where the fence
+// token-checked release (DELEX, or the Lua script before Redis 8.4);
+// fencing, where a stale holder's late write is rejected by the resource; a
+// leader election, where a leader frozen past its lease is replaced in a
+// higher term and its late write is refused by its term; five workers
+// through Do that never overlap; Redlock on five servers surviving the
+// loss of two and refusing once three are lost; etcd on three members of
+// its own, where the fence
 // comes from consensus, the leader's loss changes nothing, and a holder
 // paused past its lease has its late write refused; and, where PostgreSQL
 // server binaries are installed, PostgreSQL on a temporary cluster, where a

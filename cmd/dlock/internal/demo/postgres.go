@@ -19,8 +19,9 @@ import (
 	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/pgfence"
-	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/testkit/servers"
 	"github.com/dlock-go/dlock/pglock"
+	"github.com/dlock-go/dlock/pgqueue"
 )
 
 // pgTTL is how long a PostgreSQL lock's handle trusts its session without
@@ -218,7 +219,7 @@ var errCrash = errors.New("worker 1 fails its batch")
 // postgresQueue: workers claim jobs with SKIP LOCKED; one batch rolls
 // back; every job is done exactly once.
 func postgresQueue(ctx context.Context, s *section, pool *pgxpool.Pool) error {
-	q, err := pglock.NewQueue("demo_jobs")
+	q, err := pgqueue.NewQueue("demo_jobs")
 	if err != nil {
 		return err
 	}
@@ -228,7 +229,7 @@ func postgresQueue(ctx context.Context, s *section, pool *pgxpool.Pool) error {
 	if _, err := q.Enqueue(ctx, pool, make([][]byte, queueJobs)...); err != nil {
 		return err
 	}
-	s.say("%d jobs in a queue table; %d workers claim batches of %d with FOR UPDATE SKIP LOCKED (pglock.Queue)", queueJobs, queueWorkers, queueBatch)
+	s.say("%d jobs in a queue table; %d workers claim batches of %d with FOR UPDATE SKIP LOCKED (pgqueue.Queue)", queueJobs, queueWorkers, queueBatch)
 	s.say("and record each job they do in the same transaction. Worker 1's first batch fails and rolls back.")
 	rolledBack, perWorker, together, err := runWorkers(ctx, q, pool)
 	if err != nil {
@@ -253,8 +254,8 @@ func postgresQueue(ctx context.Context, s *section, pool *pgxpool.Pool) error {
 // back), then runs every worker until the queue is empty. It returns the
 // ids of the batch that rolled back, how many jobs each worker did, and
 // how many batches were in progress at once, at most.
-func runWorkers(ctx context.Context, q *pglock.Queue, pool *pgxpool.Pool) (rolledBack []int64, perWorker []int, together int, err error) {
-	_, err = q.Work(ctx, pool, queueBatch, func(ctx context.Context, tx pgx.Tx, jobs []pglock.Job) error {
+func runWorkers(ctx context.Context, q *pgqueue.Queue, pool *pgxpool.Pool) (rolledBack []int64, perWorker []int, together int, err error) {
+	_, err = q.Work(ctx, pool, queueBatch, func(ctx context.Context, tx pgx.Tx, jobs []pgqueue.Job) error {
 		for _, j := range jobs {
 			rolledBack = append(rolledBack, j.ID)
 		}
@@ -270,7 +271,7 @@ func runWorkers(ctx context.Context, q *pglock.Queue, pool *pgxpool.Pool) (rolle
 	for w := range queueWorkers {
 		wg.Go(func() {
 			for {
-				n, err := q.Work(ctx, pool, queueBatch, func(ctx context.Context, tx pgx.Tx, jobs []pglock.Job) error {
+				n, err := q.Work(ctx, pool, queueBatch, func(ctx context.Context, tx pgx.Tx, jobs []pgqueue.Job) error {
 					raiseMax(&maxInside, inside.Add(1))
 					defer inside.Add(-1)
 					if err := sleep(ctx, queueWork); err != nil { // the job's work

@@ -229,25 +229,20 @@ func expiry(ctx context.Context, e *env, s *section, plainDEL bool) error {
 }
 
 var luaScenario = scenario{
-	title:   "The Lua release (the pre-8.4 path)",
-	short:   "Lua release",
-	summary: "the Lua scripts check the token like DELEX / SET IFEQ",
+	title:   "The token-checked release (DELEX or Lua)",
+	short:   "token-checked release",
+	summary: "DELEX and the Lua scripts both check the token",
 	proves: []string{
 		"The compare-and-delete and compare-and-expire scripts behave like DELEX and SET IFEQ, so the",
 		"same lock is safe on servers older than 8.4 and on Valkey. dlock picks the path per server.",
 	},
 	run: func(ctx context.Context, e *env, s *section) error {
-		switch {
-		case e.info.nativeDel && e.info.nativeSet:
-			s.say("This server has DELEX and SET IFEQ (Redis 8.4+), so scenario 1 used those commands.")
-		case e.info.nativeDel:
-			s.say("This server has DELEX but not SET IFEQ, so scenario 1 released with DELEX and extended")
-			s.say("with a script.")
-		default:
-			s.say("This server has neither DELEX nor SET IFEQ, so scenario 1 already ran the Lua scripts.")
+		path := "Lua"
+		if n := e.info.native.Release; n != "" {
+			path = strings.ToUpper(n)
 		}
-		s.say("Here the Lua path is forced: redislock.WithNativeCommands(redislock.NativeNever).")
-		l, err := e.locker(redislock.WithNativeCommands(redislock.NativeNever))
+		s.say("On this server dlock releases with %s; a stranger's token is refused either way.", path)
+		l, err := e.locker()
 		if err != nil {
 			return err
 		}
@@ -258,13 +253,13 @@ var luaScenario = scenario{
 		}
 		defer lock.Release(context.WithoutCancel(ctx))
 		err = l.ReleaseToken(ctx, key, "nope")
-		s.result(`Lua release with the token "nope"`, outcome(err), errors.Is(err, dlock.ErrNotHeld), "refused (ErrNotHeld)")
+		s.result(path+` release with the token "nope"`, outcome(err), errors.Is(err, dlock.ErrNotHeld), "refused (ErrNotHeld)")
 		err = l.ExtendToken(ctx, key, "nope", longTTL)
-		s.result(`Lua extend with the token "nope"`, outcome(err), errors.Is(err, dlock.ErrNotHeld), "refused (ErrNotHeld)")
+		s.result(`extend with the token "nope"`, outcome(err), errors.Is(err, dlock.ErrNotHeld), "refused (ErrNotHeld)")
 		err = lock.Extend(ctx, longTTL)
-		s.result("Lua extend with the holder's token", outcome(err), err == nil, "ok")
+		s.result("extend with the holder's token", outcome(err), err == nil, "ok")
 		err = lock.Release(ctx)
-		s.result("Lua release with the holder's token", outcome(err), err == nil, "ok")
+		s.result(path+" release with the holder's token", outcome(err), err == nil, "ok")
 		n, err := e.nodes[0].direct.Exists(ctx, key).Result()
 		if err != nil {
 			return err

@@ -17,8 +17,9 @@ import (
 
 	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/servers"
-	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/rclient"
+	"github.com/dlock-go/dlock/internal/testkit/servers"
+	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -267,9 +268,8 @@ func deleteKeys(ctx context.Context, c *redis.Client, pattern string) {
 // serverInfo describes a node for the header: its Redis version and which
 // release/extend path it supports.
 type serverInfo struct {
-	version   string // "7.0.15", or "" when INFO does not say
-	nativeDel bool   // DELEX key IFEQ token (Redis 8.4+)
-	nativeSet bool   // SET key value IFEQ current (Redis 8.4+)
+	version string         // "7.0.15", or "" when INFO does not say
+	native  rclient.Native // the release and extend commands dlock uses there
 }
 
 func probe(ctx context.Context, c *redis.Client, prefix string) (serverInfo, error) {
@@ -284,16 +284,11 @@ func probe(ctx context.Context, c *redis.Client, prefix string) (serverInfo, err
 	} else if !isServerError(err) {
 		return si, err
 	}
-	key := prefix + "probe"
-	delErr := c.DelExArgs(ctx, key, redis.DelExArgs{Mode: "IFEQ", MatchValue: "x"}).Err()
-	setErr := c.SetIFEQ(ctx, key, "x", "y", time.Second).Err()
-	for _, err := range []error{delErr, setErr} {
-		if err != nil && err != redis.Nil && !isServerError(err) {
-			return si, err
-		}
+	n, _, ok := rclient.Probe(ctx, c, prefix+"probe")
+	if !ok {
+		return si, fmt.Errorf("no answer to the probe of DELEX, DELIFEQ and SET IFEQ")
 	}
-	si.nativeDel = delErr == nil || delErr == redis.Nil
-	si.nativeSet = setErr == nil || setErr == redis.Nil
+	si.native = n
 	return si, nil
 }
 

@@ -24,7 +24,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
-	"github.com/dlock-go/dlock/internal/negative"
+	"github.com/dlock-go/dlock/internal/testkit/negative"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"

@@ -1,4 +1,4 @@
-package pglock_test
+package pgqueue_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,10 +14,61 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/pglock"
+	"github.com/dlock-go/dlock/internal/testkit/testproxy"
+	"github.com/dlock-go/dlock/internal/testkit/testsrv"
+	"github.com/dlock-go/dlock/pgqueue"
 )
+
+// shared is the cluster every test of the package uses.
+var shared *testsrv.Postgres
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	if testsrv.FuzzWorker() {
+		return m.Run() // the fuzz targets need no server
+	}
+	dir, err := os.MkdirTemp("", "pgqueue-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if shared, err = testsrv.NewPostgres(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer shared.Stop()
+	os.Setenv("DATABASE_URL", shared.DSN()) // for the examples
+	code := m.Run()
+	shared.Stop()
+	if code == 0 {
+		if err := testproxy.FindLeaks(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func begin(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(testCtx(t))
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	return tx
+}
 
 var errFlaky = errors.New("worker gave up on its batch")
 
@@ -28,7 +80,7 @@ func TestQueueExactlyOnce(t *testing.T) {
 	ctx := testCtx(t)
 	pool := shared.Pool(t, 12)
 	table := "jobs_" + strings.ToLower(t.Name())
-	q, err := pglock.NewQueue(table)
+	q, err := pgqueue.NewQueue(table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +123,7 @@ func TestQueueExactlyOnce(t *testing.T) {
 							n, err = 0, errFlaky
 						}
 					}()
-					return q.Work(ctx, pool, 1+rng.IntN(20), func(ctx context.Context, tx pgx.Tx, batch []pglock.Job) error {
+					return q.Work(ctx, pool, 1+rng.IntN(20), func(ctx context.Context, tx pgx.Tx, batch []pgqueue.Job) error {
 						for _, j := range batch {
 							if got := binary.BigEndian.Uint64(j.Payload); got != payloadOf[j.ID] {
 								return fmt.Errorf("job %d: payload %d, want %d", j.ID, got, payloadOf[j.ID])
@@ -137,7 +189,7 @@ func TestQueueClaimSkipsLocked(t *testing.T) {
 	ctx := testCtx(t)
 	pool := shared.Pool(t, 3)
 	table := "jobs_" + strings.ToLower(t.Name())
-	q, err := pglock.NewQueue("public." + table)
+	q, err := pgqueue.NewQueue("public." + table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,11 +223,11 @@ func TestQueueClaimSkipsLocked(t *testing.T) {
 
 func TestQueueBadInput(t *testing.T) {
 	for _, name := range []string{"", "a.b.c", ".x", "x."} {
-		if _, err := pglock.NewQueue(name); !errors.Is(err, dlock.ErrInvalid) {
+		if _, err := pgqueue.NewQueue(name); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("NewQueue(%q): %v", name, err)
 		}
 	}
-	q, err := pglock.NewQueue(`odd "name"`) // quoted, not injected
+	q, err := pgqueue.NewQueue(`odd "name"`) // quoted, not injected
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +240,9 @@ func TestQueueBadInput(t *testing.T) {
 		t.Errorf("Work(nil fn): %v", err)
 	}
 	_, err = q.Claim(testCtx(t), tx, 1)
-	wantIs(t, err, dlock.ErrUnavailable)
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("got error %v, want ErrUnavailable", err)
+	}
 	if !strings.Contains(err.Error(), "Queue.Migrate") {
 		t.Errorf("missing table not explained: %v", err)
 	}
@@ -214,13 +268,15 @@ func TestQueueHandMadeTable(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { shared.Exec(context.Background(), "DROP TABLE "+table) })
-			q, err := pglock.NewQueue(table)
+			q, err := pgqueue.NewQueue(table)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ids, err := q.Enqueue(ctx, pool, []byte("a"), nil)
 			if !tc.ok {
-				wantIs(t, err, dlock.ErrInvalid)
+				if !errors.Is(err, dlock.ErrInvalid) {
+					t.Fatalf("got error %v, want ErrInvalid", err)
+				}
 				if errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), "IDENTITY") {
 					t.Fatalf("Enqueue on a table whose id has no default: %v; want ErrInvalid alone, saying how to number ids", err)
 				}
@@ -229,7 +285,7 @@ func TestQueueHandMadeTable(t *testing.T) {
 			if err != nil || len(ids) != 2 {
 				t.Fatalf("Enqueue: %v, %v", ids, err)
 			}
-			n, err := q.Work(ctx, pool, 10, func(ctx context.Context, tx pgx.Tx, jobs []pglock.Job) error {
+			n, err := q.Work(ctx, pool, 10, func(ctx context.Context, tx pgx.Tx, jobs []pgqueue.Job) error {
 				if len(jobs) != 2 || string(jobs[0].Payload) != "a" || len(jobs[1].Payload) != 0 || jobs[0].ID != ids[0] {
 					return fmt.Errorf("claimed %+v, want a then the empty payload", jobs)
 				}
@@ -251,7 +307,7 @@ func TestQueueEnqueueSharedBatch(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 2 {
 		table := fmt.Sprintf("jobs_shared_batch_%d", i)
-		q, err := pglock.NewQueue(table)
+		q, err := pgqueue.NewQueue(table)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package scripts
+package rnode
 
 import "testing"
 
@@ -20,7 +20,7 @@ func FuzzAcquireReply(f *testing.F) {
 			v = v[:n]
 		}
 		for _, reply := range []any{v, s} { // the general reply, and the uncontended grant's fence alone
-			r, err := AcquireReply(reply)
+			r, err := acquireReply(reply)
 			if err == nil && r.Status == Granted && r.Fence <= 0 {
 				t.Fatalf("grant with fence %d accepted from %v", r.Fence, reply)
 			}

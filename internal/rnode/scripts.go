@@ -1,10 +1,10 @@
-// Package scripts holds the Lua scripts that the Redis backends run, as .lua
-// files embedded at build time. redislock runs them on its server and
-// redlock on each node: one acquire, one release and one extend script
-// serve both, for one key or several. Scripts run by SHA (EVALSHA) and fall
-// back to EVAL when a server answers NOSCRIPT, so a restarted or failed-over
-// server, or SCRIPT FLUSH, costs one extra round trip and no error.
-package scripts
+package rnode
+
+// The Lua scripts of the protocol, .lua files embedded at build time: one
+// acquire, one release and one extend script, for one key or several.
+// Scripts run by SHA (EVALSHA) and fall back to EVAL when a server answers
+// NOSCRIPT, so a restarted or failed-over server, or SCRIPT FLUSH, costs
+// one extra round trip and no error.
 
 import (
 	"context"
@@ -34,25 +34,25 @@ var (
 )
 
 var (
-	// Acquire takes the lock on its keys and draws the fence (acquire.lua
+	// AcquireScript takes the lock on its keys and draws the fence (acquire.lua
 	// says what it takes and returns).
-	Acquire = redis.NewScript(acquireSrc)
-	// Release deletes the lock keys that hold the token and wakes the
+	AcquireScript = redis.NewScript(acquireSrc)
+	// ReleaseScript deletes the lock keys that hold the token and wakes the
 	// longest waiter of each (release.lua).
-	Release = redis.NewScript(releaseSrc)
-	// Extend resets the TTL of keys that hold the token (extend.lua).
-	Extend = redis.NewScript(extendSrc)
-	// Wake wakes the longest waiter of a free key, after DELEX (wake.lua).
-	Wake = redis.NewScript(wakeSrc)
-	// Semaphore grants a permit of a semaphore (semaphore.lua).
-	Semaphore = redis.NewScript(semaphoreSrc)
-	// SemLimit changes a semaphore's recorded limit (semlimit.lua).
-	SemLimit = redis.NewScript(semLimitSrc)
+	ReleaseScript = redis.NewScript(releaseSrc)
+	// extendScript resets the TTL of keys that hold the token (extend.lua).
+	extendScript = redis.NewScript(extendSrc)
+	// wakeScript wakes the longest waiter of a free key, after DELEX (wake.lua).
+	wakeScript = redis.NewScript(wakeSrc)
+	// SemaphoreScript grants a permit of a semaphore (semaphore.lua).
+	SemaphoreScript = redis.NewScript(semaphoreSrc)
+	// SemLimitScript changes a semaphore's recorded limit (semlimit.lua).
+	SemLimitScript = redis.NewScript(semLimitSrc)
 )
 
-// ReleaseReply reads the release script's reply: the number of keys
+// releaseReply reads the release script's reply: the number of keys
 // deleted, and of waiters woken.
-func ReleaseReply(v any, err error) (deleted, woken int64, _ error) {
+func releaseReply(v any, err error) (deleted, woken int64, _ error) {
 	if err != nil {
 		return 0, 0, err
 	}
@@ -120,10 +120,10 @@ type AcquireResult struct {
 	Place  int64  // the caller's place in the queue; 0: not queued
 }
 
-// AcquireReply reads the acquire script's reply: the fence alone (a string
+// acquireReply reads the acquire script's reply: the fence alone (a string
 // of digits) for an uncontended grant, else {status, fence or holder,
 // expiry, place}.
-func AcquireReply(reply any) (AcquireResult, error) {
+func acquireReply(reply any) (AcquireResult, error) {
 	if s, ok := reply.(string); ok {
 		f, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || f <= 0 {
@@ -150,10 +150,10 @@ func AcquireReply(reply any) (AcquireResult, error) {
 	return r, nil
 }
 
-// Run runs s over c, through b when b is not nil (batch.For), falling back
+// run runs s over c, through b when b is not nil (batch.For), falling back
 // to EVAL on NOSCRIPT as redis.Script.Run does. A call whose context ended
 // before its reply has a *batch.LeftError as its command's error.
-func Run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Script, keys []string, args []any) *redis.Cmd {
+func run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Script, keys []string, args []any) *redis.Cmd {
 	if b == nil {
 		return s.Run(ctx, c, keys, args...)
 	}
@@ -186,10 +186,10 @@ func Cmd(ctx context.Context, s *redis.Script, keys []string, args []any) *redis
 	return cmd
 }
 
-// MayHaveTaken reports whether cmd, an acquire script's call that holds its
+// mayHaveTaken reports whether cmd, an acquire script's call that holds its
 // reply, may have taken the lock: it was granted, or its outcome is
 // unknown (no reply, or one that cannot be read).
-func MayHaveTaken(cmd redis.Cmder) bool {
+func mayHaveTaken(cmd redis.Cmder) bool {
 	c, ok := cmd.(*redis.Cmd)
 	if !ok {
 		return false
@@ -197,6 +197,6 @@ func MayHaveTaken(cmd redis.Cmder) bool {
 	if err := c.Err(); err != nil {
 		return !rclient.IsReply(err) // an error reply changed nothing
 	}
-	r, err := AcquireReply(c.Val())
+	r, err := acquireReply(c.Val())
 	return err != nil || r.Status == Granted
 }

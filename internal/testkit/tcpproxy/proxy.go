@@ -4,7 +4,7 @@
 // through it without touching the server; `dlock torture` puts one in front
 // of every lock server for each worker.
 //
-// The tests use it through internal/testproxy. It is deliberately tiny
+// The tests use it through internal/testkit/testproxy. It is deliberately tiny
 // instead of toxiproxy: the library module should not require toxiproxy's
 // dependencies for five behaviours.
 package tcpproxy

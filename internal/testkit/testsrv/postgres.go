@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver for SQLDB
 
-	"github.com/dlock-go/dlock/internal/servers"
+	"github.com/dlock-go/dlock/internal/testkit/servers"
 )
 
 // PostgresBinDir is where Debian's PostgreSQL 15 server binaries live. Other

@@ -1,4 +1,4 @@
-// Package testproxy puts an in-process TCP proxy (internal/tcpproxy) in
+// Package testproxy puts an in-process TCP proxy (internal/testkit/tcpproxy) in
 // front of a test server, to inject latency, silent partitions and lost
 // replies, with the test's lifetime and failure reporting.
 package testproxy
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/tcpproxy"
+	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
 )
 
 // Proxy is an in-process TCP proxy in front of a server, for injecting

@@ -34,11 +34,9 @@ local function now()
 end
 
 -- The common case, one key and no queue: SET NX first (undone if the counter
--- fails), then the counter, with string work only. It exists for speed: over
--- 20,000 cycles on redis 7.0 (INFO commandstats), acquire and release took
--- 6.7-8.7µs of server time this way against 8.6-11µs through the general
--- path (a bare SET NX and compare-and-delete: 2-2.5µs), which at a round
--- trip of 25µs was 0.67x of raw's cycles (bench A).
+-- fails), then the counter, with string work only. It exists for speed: it
+-- costs the server less time than the general path (see bench/RESULTS.md,
+-- "Figures once quoted in code comments").
 if m == 1 and not queue then
   if redis.call('set', KEYS[1], token, 'nx', 'px', ARGV[2]) then
     local fence = now()

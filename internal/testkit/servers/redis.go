@@ -1,6 +1,6 @@
 // Package servers starts and controls throwaway local servers: redis-server
 // processes on free loopback ports and PostgreSQL clusters (postgres.go).
-// `dlock demo` and `dlock torture` run on them, and internal/testsrv wraps
+// `dlock demo` and `dlock torture` run on them, and internal/testkit/testsrv wraps
 // them for tests. It imports no test support, so the dlock binary can use
 // it. A missing binary is an error that says how to install it.
 package servers

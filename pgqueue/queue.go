@@ -1,4 +1,4 @@
-package pglock
+package pgqueue
 
 import (
 	"cmp"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
@@ -32,6 +34,16 @@ type Queue struct {
 	table string // quoted, possibly schema-qualified
 	name  string // as given, for messages
 }
+
+// rollbackBound limits the rollback that must run after the caller's
+// context ended.
+const rollbackBound = 5 * time.Second
+
+// SQLSTATEs Queue's errors tell apart.
+const (
+	codeUndefinedTable = "42P01"
+	codeNotNull        = "23502"
+)
 
 // Job is one claimed job.
 type Job struct {
@@ -61,7 +73,7 @@ func NewQueue(table string) (*Queue, error) {
 // Migrate creates the queue table if it does not exist. It is safe to run
 // from several processes at once.
 func (q *Queue) Migrate(ctx context.Context, db Execer) error {
-	if ctx == nil || isNil(db) {
+	if ctx == nil || pgmigrate.IsNil(db) {
 		return driver.Invalidf("nil context or database handle")
 	}
 	_, err := db.Exec(ctx, pgmigrate.Serialized(`CREATE TABLE IF NOT EXISTS `+q.table+` (
@@ -75,6 +87,11 @@ func (q *Queue) Migrate(ctx context.Context, db Execer) error {
 	return nil
 }
 
+// Execer is what Migrate needs: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
 // Querier is what Enqueue needs: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -84,7 +101,7 @@ type Querier interface {
 // their ids, in order. Inside a transaction the jobs become claimable when
 // it commits.
 func (q *Queue) Enqueue(ctx context.Context, db Querier, payloads ...[]byte) ([]int64, error) {
-	if ctx == nil || isNil(db) {
+	if ctx == nil || pgmigrate.IsNil(db) {
 		return nil, driver.Invalidf("nil context or database handle")
 	}
 	if len(payloads) == 0 {
@@ -111,7 +128,7 @@ func (q *Queue) Enqueue(ctx context.Context, db Querier, payloads ...[]byte) ([]
 // queue.
 func (q *Queue) Claim(ctx context.Context, tx pgx.Tx, n int) ([]Job, error) {
 	switch {
-	case ctx == nil || isNil(tx):
+	case ctx == nil || pgmigrate.IsNil(tx):
 		return nil, driver.Invalidf("nil context or transaction")
 	case n <= 0:
 		return nil, driver.Invalidf("claim batch size %d: must be positive", n)
@@ -144,7 +161,7 @@ type TxBeginner interface {
 // back to the queue. Work returns how many jobs were done: 0 with a nil
 // error when no job was free (fn is not called then).
 func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx context.Context, tx pgx.Tx, jobs []Job) error) (done int, err error) {
-	if ctx == nil || isNil(db) || fn == nil {
+	if ctx == nil || pgmigrate.IsNil(db) || fn == nil {
 		return 0, driver.Invalidf("nil context, database handle or function")
 	}
 	if n <= 0 {
@@ -158,7 +175,7 @@ func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx cont
 	defer func() {
 		if !committed {
 			// The rollback must happen even when ctx is why fn gave up.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseBound)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBound)
 			_ = tx.Rollback(rctx)
 			cancel()
 		}
@@ -184,11 +201,11 @@ func (q *Queue) err(op string, err error) error {
 	switch {
 	case !errors.As(err, &pe):
 	case pe.Code == codeUndefinedTable:
-		return fmt.Errorf("pglock: queue %q: %s: %w: table missing (create it with Queue.Migrate): %w", q.name, op, dlock.ErrUnavailable, oneLine(err))
+		return fmt.Errorf("pgqueue: queue %q: %s: %w: table missing (create it with Queue.Migrate): %w", q.name, op, dlock.ErrUnavailable, nodeerr.OneLine(err))
 	case pe.Code == codeNotNull && pe.ColumnName == "id":
 		// Retrying cannot help: the table must change.
-		return fmt.Errorf("pglock: queue %q: %s: %w: the table's id column has no default; make it number new rows (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, or bigserial), or create the table with Queue.Migrate: %w",
-			q.name, op, dlock.ErrInvalid, oneLine(err))
+		return fmt.Errorf("pgqueue: queue %q: %s: %w: the table's id column has no default; make it number new rows (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, or bigserial), or create the table with Queue.Migrate: %w",
+			q.name, op, dlock.ErrInvalid, nodeerr.OneLine(err))
 	}
-	return fmt.Errorf("pglock: queue %q: %s: %w: %w", q.name, op, dlock.ErrUnavailable, oneLine(err))
+	return fmt.Errorf("pgqueue: queue %q: %s: %w: %w", q.name, op, dlock.ErrUnavailable, nodeerr.OneLine(err))
 }

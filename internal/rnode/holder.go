@@ -1,0 +1,86 @@
+package rnode
+
+import (
+	"context"
+	_ "embed"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/rclient"
+)
+
+//go:embed holder.lua
+var holderSrc string
+
+// holderScript writes a lock's holder record beside it while the lock key holds
+// the caller's token (holder.lua).
+var holderScript = redis.NewScript(holderSrc)
+
+// writeHolders returns the calls that write rec beside each of lockKeys
+// for ttl, each only while its key holds token: after an acquire or an
+// extend script in the same pipeline, they write only where it granted.
+func writeHolders(lockKeys []string, token, rec string, ttl time.Duration) []call {
+	ms := bridge.Milliseconds(ttl)
+	calls := make([]call, len(lockKeys))
+	for i, k := range lockKeys {
+		calls[i] = call{Script: holderScript, Keys: []string{k, keys.Holder(k)}, Args: []any{token, rec, ms}}
+	}
+	return calls
+}
+
+// dropHolders returns the call that deletes the holder records of
+// lockKeys that are still rec (a later holder may have written its own).
+func dropHolders(lockKeys []string, rec string) call {
+	hks := make([]string, len(lockKeys))
+	for i, k := range lockKeys {
+		hks[i] = keys.Holder(k)
+	}
+	return call{Script: ReleaseScript, Keys: hks, Args: []any{rec, len(lockKeys)}}
+}
+
+// call is one script call of pipelined.
+type call struct {
+	Script *redis.Script
+	Keys   []string
+	Args   []any
+}
+
+// pipelined runs calls in order in one round trip (EVALSHA). From the
+// first call the server did not know (NOSCRIPT) on, each call runs again
+// with run, in order: the calls after it must be safe to repeat.
+func pipelined(ctx context.Context, c redis.UniversalClient, calls ...call) []*redis.Cmd {
+	return pipelinedAfter(ctx, c, nil, calls...)
+}
+
+// pipelinedAfter is pipelined with the commands that queue (when not nil)
+// puts in the pipeline first, such as an INFO; they do not run again.
+func pipelinedAfter(ctx context.Context, c redis.UniversalClient, queue func(redis.Pipeliner), calls ...call) []*redis.Cmd {
+	out := make([]*redis.Cmd, len(calls))
+	pipe := c.Pipeline()
+	if queue != nil {
+		queue(pipe)
+	}
+	for i, call := range calls {
+		out[i] = call.Script.EvalSha(ctx, pipe, call.Keys, call.Args...)
+	}
+	rclient.Exec(ctx, pipe)
+	for i, cmd := range out {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			for j := i; j < len(calls); j++ {
+				out[j] = calls[j].Script.Run(ctx, c, calls[j].Keys, calls[j].Args...)
+			}
+			break
+		}
+	}
+	return out
+}
+
+// WriteHolders writes rec beside each of lockKeys for ttl, each only while
+// its key holds token, in one round trip (an election's term record, once
+// its fence is known).
+func (n *Node) WriteHolders(ctx context.Context, lockKeys []string, token, rec string, ttl time.Duration) error {
+	return pipelined(ctx, n.Client, writeHolders(lockKeys, token, rec, ttl)...)[0].Err()
+}

@@ -1,0 +1,280 @@
+// Package rnode is dlock's lock protocol on one Redis server: the Lua
+// scripts (scripts.go, *.lua) and the one acquire, release and extend that
+// redislock runs inline on its deployment and redlock runs on each of its
+// nodes. It chooses how each call travels (the node's batch, or one
+// pipeline with the holder record's scripts) and, where the node probes
+// for them, the server's own release and extend commands.
+package rnode
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/batch"
+	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/rclient"
+)
+
+// Node is one Redis server, or one deployment behind one client (a
+// Cluster, a Sentinel group). It is safe for concurrent use.
+type Node struct {
+	Client redis.UniversalClient
+	Name   string // how errors name the server
+	batch  *batch.Batcher
+	// fenceTTL is the fence counter's TTL in ms, boxed once: one
+	// allocation less per call.
+	fenceTTL any
+	// ClockOffset (µs) moves the server's clock as the fence rule reads
+	// it; tests only.
+	ClockOffset int64
+
+	logger   *slog.Logger   // nil: no probe, the scripts only
+	probing  chan struct{}  // held by the probe in progress (cap 1)
+	probedOK atomic.Bool    // probed: native is set
+	native   rclient.Native // the server's own release and extend commands
+}
+
+// New returns the node behind c. With a logger, the node probes the server
+// for its own release and extend commands on first use (and warns there
+// about an eviction policy); without, it always runs the scripts.
+func New(c redis.UniversalClient, name string, fenceTTL time.Duration, probe *slog.Logger) *Node {
+	return &Node{Client: c, Name: name, batch: batch.For(c), fenceTTL: fenceTTL.Milliseconds(),
+		logger: probe, probing: make(chan struct{}, 1)}
+}
+
+// BatchWaiting reports how many calls wait for the node's next batch.
+func (n *Node) BatchWaiting() int { return n.batch.Waiting() }
+
+// Attempt is one acquisition's arguments on a node.
+type Attempt struct {
+	Keys   []string // the lock keys (with any prefix)
+	Token  string
+	TTL    time.Duration
+	Holder string // the holder record to write beside each key ("": none)
+	// Queue and QueueArgs queue the caller for a wake-up (wake.Plan.Queue).
+	Queue     string
+	QueueArgs []any
+	// Late, if set, is told when a call whose context ended before its
+	// reply may have been granted after all, to give the keys back.
+	Late GiveBacker
+	// Before, if set, puts commands in the round trip before the script
+	// (which then goes in a pipeline of its own).
+	Before func(redis.Pipeliner)
+}
+
+// GiveBacker gives back the keys of an attempt on node n that its caller
+// gave up on and the server may have granted. (An interface, not a func:
+// a *Locker in it costs no allocation per attempt.)
+type GiveBacker interface {
+	GiveBack(ctx context.Context, n *Node, keys []string, token string, ttl time.Duration)
+}
+
+// Acquire runs the acquire script (and the holder record's writes after
+// it, in the same round trip) and reads its reply. A reply that cannot be
+// read is an error that is not a server's error reply. TokenArg returns the
+// token as boxed for the script, for a release that reuses it.
+func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, tokenArg []any, err error) {
+	ks := make([]string, 0, 2*len(a.Keys)+1)
+	ks = append(ks, a.Keys...)
+	for _, k := range a.Keys {
+		ks = append(ks, keys.Fence(k))
+	}
+	args := []any{a.Token, bridge.Milliseconds(a.TTL), n.fenceTTL}
+	if a.Queue != "" || n.ClockOffset != 0 {
+		args = append(args, n.ClockOffset)
+	}
+	if a.Queue != "" {
+		ks = append(ks, a.Queue)
+		args = append(args, a.QueueArgs...)
+	}
+	var cmd *redis.Cmd
+	if a.Holder == "" && a.Before == nil {
+		cmd = run(ctx, n.batch, n.Client, AcquireScript, ks, args)
+		if left, ok := cmd.Err().(*batch.LeftError); ok && a.Late != nil {
+			left.OnReply(func(cmd redis.Cmder) {
+				if mayHaveTaken(cmd) {
+					a.Late.GiveBack(ctx, n, a.Keys, a.Token, a.TTL)
+				}
+			})
+		}
+	} else {
+		calls := []call{{Script: AcquireScript, Keys: ks, Args: args}}
+		if a.Holder != "" {
+			calls = append(calls, writeHolders(a.Keys, a.Token, a.Holder, a.TTL)...)
+		}
+		cmd = pipelinedAfter(ctx, n.Client, a.Before, calls...)[0]
+	}
+	v, err := cmd.Result()
+	if err != nil {
+		return r, nil, err
+	}
+	r, err = acquireReply(v)
+	return r, args[:1:1], err
+}
+
+// Release is one release's arguments on a node.
+type Release struct {
+	Keys     []string
+	Token    string
+	TokenArg []any  // the token as Acquire boxed it (nil: box it again)
+	Holder   string // the holder record to delete where it is still this one
+	// Fence, when not 0, is first written to every counter below it
+	// (Redlock: the nodes that drew lower fences learn the lock's).
+	Fence int64
+	Wake  bool // wake the longest waiter of each key deleted
+}
+
+// Release deletes the keys that hold the token (and the holder records
+// that are still rel.Holder), in one round trip; it returns how many keys
+// it deleted and how many waiters it woke.
+func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, err error) {
+	one := len(rel.Keys) == 1 && rel.Fence == 0
+	if one && rel.Holder == "" {
+		if nat := n.features(ctx); nat.Release != "" {
+			return n.releaseNative(ctx, nat, rel.Keys[0], rel.Token, rel.Wake)
+		}
+	}
+	ks := append(make([]string, 0, 3*len(rel.Keys)), rel.Keys...)
+	args := rel.TokenArg
+	if !one || args == nil {
+		args = []any{rel.Token, len(rel.Keys), rel.Fence, n.fenceTTL}
+	}
+	if rel.Fence > 0 {
+		for _, k := range rel.Keys {
+			ks = append(ks, keys.Fence(k))
+		}
+	}
+	if rel.Wake {
+		for _, k := range rel.Keys {
+			ks = append(ks, keys.Queue(k))
+		}
+	}
+	if rel.Holder != "" {
+		res := pipelined(ctx, n.Client, call{Script: ReleaseScript, Keys: ks, Args: args},
+			dropHolders(rel.Keys, rel.Holder))
+		return releaseReply(res[0].Result())
+	}
+	return releaseReply(run(ctx, n.batch, n.Client, ReleaseScript, ks, args).Result())
+}
+
+// releaseNative deletes key with the server's own command and, with
+// wakeUp, wakes its longest waiter in the same round trip (wake.lua).
+func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token string, wakeUp bool) (deleted, woken int64, err error) {
+	if !wakeUp {
+		deleted, err = n.Client.Do(ctx, nat.ReleaseArgs(key, token)...).Int64()
+		return deleted, 0, err
+	}
+	pipe := n.Client.Pipeline()
+	del := pipe.Do(ctx, nat.ReleaseArgs(key, token)...)
+	wakeKeys := []string{key, keys.Queue(key)}
+	wake := wakeScript.EvalSha(ctx, pipe, wakeKeys)
+	rclient.Exec(ctx, pipe)
+	if err := wake.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && del.Err() == nil {
+		wake = wakeScript.Run(ctx, n.Client, wakeKeys)
+	}
+	woken, _ = wake.Int64() // best effort: a lost wake-up is found by polling
+	deleted, err = del.Int64()
+	return deleted, woken, err
+}
+
+// Extend resets the TTL of keys if all of them still hold token, renews
+// their fence counters when fence is known (raising them to it), and gives
+// the holder records (rec, when not "") the new TTL, in one round trip.
+// held is false when some key no longer holds token.
+func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string, fence int64, ttl time.Duration) (held bool, err error) {
+	ms := bridge.Milliseconds(ttl)
+	if fence == 0 && rec == "" && len(lockKeys) == 1 && n.features(ctx).SetIfEq {
+		// SET IFEQ renews the key alone: only for a lock whose fence is
+		// not known, where the script leaves the counter alone too.
+		err := n.Client.SetIFEQ(ctx, lockKeys[0], token, token, time.Duration(ms)*time.Millisecond).Err()
+		if err == redis.Nil {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	ks, args := lockKeys, []any{token, ms, 0}
+	if fence > 0 {
+		ks = append(append(make([]string, 0, 2*len(lockKeys)), lockKeys...), keys.Fences(lockKeys)...)
+		args = []any{token, ms, fence, n.fenceTTL}
+	}
+	var v int64
+	if rec != "" {
+		v, err = pipelined(ctx, n.Client, append([]call{{Script: extendScript, Keys: ks, Args: args}},
+			writeHolders(lockKeys, token, rec, ttl)...)...)[0].Int64()
+	} else {
+		v, err = run(ctx, n.batch, n.Client, extendScript, ks, args).Int64()
+	}
+	return v == 1, err
+}
+
+// ExtendPermit is Extend for a permit of the semaphore sem on key: the
+// script also raises the TTL of the semaphore's limit record, so that the
+// record lasts as long as a permit may be held.
+func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence int64, ttl time.Duration) (held bool, err error) {
+	limitKey := keys.Limit(sem)
+	ks, args := []string{key, limitKey}, []any{token, bridge.Milliseconds(ttl), 0}
+	if fence > 0 {
+		ks, args = []string{key, keys.Fence(key), limitKey}, []any{token, bridge.Milliseconds(ttl), fence, n.fenceTTL}
+	}
+	v, err := run(ctx, n.batch, n.Client, extendScript, ks, args).Int64()
+	return v == 1, err
+}
+
+// ReleasePermit is Release for a semaphore's permit on key: it wakes the
+// longest waiter of the semaphore sem, whichever slot it waits for, and
+// announces sem.
+func (n *Node) ReleasePermit(ctx context.Context, key, sem, token string) (deleted, woken int64, err error) {
+	return releaseReply(run(ctx, n.batch, n.Client, ReleaseScript, []string{key, keys.Queue(sem)}, []any{token, 1, 0, 0, sem}).Result())
+}
+
+// Run runs a script of this package on the node, through its batch.
+func (n *Node) Run(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+	return run(ctx, n.batch, n.Client, s, keys, args)
+}
+
+// features reports the server's own release and extend commands, probing
+// the server once, with its eviction policy, in one round trip
+// (rclient.Probe); a node made without a logger reports none. A call that
+// finds a probe in progress waits for it within ctx, and uses the scripts
+// if ctx ends first; a probe that got no answer is made again by the next
+// call.
+func (n *Node) features(ctx context.Context) rclient.Native {
+	if n.logger == nil {
+		return rclient.Native{}
+	}
+	if n.probedOK.Load() {
+		return n.native // written before probedOK was set
+	}
+	select {
+	case n.probing <- struct{}{}:
+		defer func() { <-n.probing }()
+	case <-ctx.Done():
+		return rclient.Native{}
+	}
+	if n.probedOK.Load() {
+		return n.native
+	}
+	nat, policy, ok := rclient.Probe(ctx, n.Client, "dlock:probe:"+bridge.NewToken())
+	if !ok {
+		return rclient.Native{} // unreachable now: use the scripts, probe again next time
+	}
+	n.native = nat
+	n.probedOK.Store(true)
+	rclient.WarnEviction(n.logger, n.Name, policy)
+	return nat
+}
+
+// Features is features, for tests.
+func (n *Node) Features(ctx context.Context) rclient.Native { return n.features(ctx) }
+
+// SetFeatures makes the node use the native commands of nat as if its
+// probe had found them; tests only.
+func (n *Node) SetFeatures(nat rclient.Native) {
+	n.native = nat
+	n.probedOK.Store(true)
+}
