@@ -46,12 +46,16 @@ func lingerAfter(ttl time.Duration) time.Duration { return 2*ttl + time.Second }
 func checkElection(cfg *Config, r *Report, events []Event) *ElectionReport {
 	e := &ElectionReport{Observers: cfg.Observers}
 	linger := int64(lingerAfter(cfg.TTL))
-	byFence := map[string]map[uint64]*Section{}
+	// A fence may be drawn twice when a server restarted empty (its
+	// counter lost with its data; the guard's tie rule refuses the second
+	// writer): a report names a term rightly if any section of its fence
+	// has its identity.
+	byFence := map[string]map[uint64][]*Section{}
 	for _, s := range r.Sections {
 		if byFence[s.Key] == nil {
-			byFence[s.Key] = map[uint64]*Section{}
+			byFence[s.Key] = map[uint64][]*Section{}
 		}
-		byFence[s.Key][s.Fence] = s
+		byFence[s.Key][s.Fence] = append(byFence[s.Key][s.Fence], s)
 	}
 	reports := map[[2]any][]Event{} // by observer and key
 	for _, ev := range events {
@@ -75,7 +79,7 @@ func checkElection(cfg *Config, r *Report, events []Event) *ElectionReport {
 				e.WentBack++
 			}
 			high = max(high, ev.Fence)
-			s := byFence[ev.Key][ev.Fence]
+			s := named(byFence[ev.Key][ev.Fence], ev.Val)
 			switch {
 			case s == nil:
 				e.Unentered++
@@ -89,6 +93,20 @@ func checkElection(cfg *Config, r *Report, events []Event) *ElectionReport {
 	e.checkNobody(r, reports, linger)
 	e.AfterResign, e.AfterKill = handoffs(r, events, r.Faults)
 	return e
+}
+
+// named returns the section of ss whose worker has identity id, or else
+// the first (nil when there is none).
+func named(ss []*Section, id string) *Section {
+	for _, s := range ss {
+		if identity(s.W) == id {
+			return s
+		}
+	}
+	if len(ss) == 0 {
+		return nil
+	}
+	return ss[0]
 }
 
 // sectionEnd is when a section's holder let go: its exit, or its death.

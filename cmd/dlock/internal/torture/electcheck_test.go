@@ -101,3 +101,18 @@ func TestCheckKilledMidWrite(t *testing.T) {
 		t.Fatalf("linearizable %s, %d unknown, safe %v", r.Linearizable, r.Unknown, r.Safe())
 	}
 }
+
+// A server that restarted empty may draw a fence twice: an observer that
+// names either holder of that fence names a term rightly.
+func TestCheckElectionFenceDrawnTwice(t *testing.T) {
+	events := concat([][]Event{
+		sec(0, "a", 7, 1, 2, 10, 50, 100),
+		sec(1, "b", 7, 3, 4, 52, 90, 150),
+		{seen(9, 15, 0, 7), seen(9, 55, 1, 7), seen(9, 200, -1, 0)},
+	})
+	cfg := &Config{Backend: Postgres, TTL: 100 * time.Millisecond, Election: true, Observers: 1}
+	r := check(cfg, events, nil, 0, 10_000*ms)
+	if e := r.Election; e.Misnamed != 0 || e.Unentered != 0 {
+		t.Fatalf("%+v", *e)
+	}
+}
