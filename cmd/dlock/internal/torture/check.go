@@ -235,20 +235,10 @@ func check(cfg *Config, events []Event, faults []Fault, start, end int64) *Repor
 // those inside (each as explain would a lock's overlap: a holder paused
 // past its validity, a server fault) to leave fewer than limit.
 func (r *Report) findOverAdmissions(backend string, limit int, faults []Fault) {
-	byKey := map[string][]*Section{}
-	for _, s := range r.Sections {
-		if s.In != 0 {
-			byKey[s.Key] = append(byKey[s.Key], s)
-		}
-	}
-	for _, key := range slices.Sorted(maps.Keys(byKey)) {
-		ss := byKey[key]
-		slices.SortFunc(ss, func(a, b *Section) int { return cmp.Compare(a.In, b.In) })
+	for _, ss := range r.byEntry() {
 		var inside []*Section
 		for _, b := range ss {
-			inside = slices.DeleteFunc(inside, func(a *Section) bool {
-				return a.Out <= b.In || a.Killed != 0 && a.Killed < b.Grant // a killed holder is out from its kill
-			})
+			inside = slices.DeleteFunc(inside, func(a *Section) bool { return !stillInside(a, b) })
 			if len(inside) >= limit {
 				o := Overlap{Entered: b}
 				unexplained := 0
@@ -265,12 +255,7 @@ func (r *Report) findOverAdmissions(backend string, limit int, faults []Fault) {
 				} else if o.Inside == nil {
 					o.Inside = inside[0]
 				}
-				r.Overlaps = append(r.Overlaps, o)
-				if o.Reason == "" {
-					r.Unexplained++
-				} else {
-					r.Explained[o.Reason]++
-				}
+				r.record(o)
 			}
 			inside = append(inside, b)
 		}
@@ -281,37 +266,49 @@ func (r *Report) findOverAdmissions(backend string, limit int, faults []Fault) {
 // inside (by the oracle's sequence, which orders entries and exits
 // exactly), and classifies each.
 func (r *Report) findOverlaps(backend string, faults []Fault) {
+	for _, ss := range r.byEntry() {
+		var inside []*Section
+		for _, b := range ss {
+			inside = slices.DeleteFunc(inside, func(a *Section) bool { return !stillInside(a, b) })
+			for _, a := range inside {
+				r.record(Overlap{Inside: a, Entered: b, Reason: explain(backend, a, b, faults)})
+			}
+			inside = append(inside, b)
+		}
+	}
+}
+
+// byEntry returns the sections that entered, grouped by key (keys in
+// order), each group in the order of entry.
+func (r *Report) byEntry() [][]*Section {
 	byKey := map[string][]*Section{}
 	for _, s := range r.Sections {
 		if s.In != 0 {
 			byKey[s.Key] = append(byKey[s.Key], s)
 		}
 	}
+	var out [][]*Section
 	for _, key := range slices.Sorted(maps.Keys(byKey)) {
 		ss := byKey[key]
 		slices.SortFunc(ss, func(a, b *Section) int { return cmp.Compare(a.In, b.In) })
-		var inside []*Section
-		for _, b := range ss {
-			kept := inside[:0]
-			for _, a := range inside {
-				// A killed holder is gone: nobody entering after its death
-				// overlaps it.
-				if a.Out > b.In && (a.Killed == 0 || b.Grant <= a.Killed) {
-					kept = append(kept, a)
-				}
-			}
-			inside = kept
-			for _, a := range inside {
-				o := Overlap{Inside: a, Entered: b, Reason: explain(backend, a, b, faults)}
-				r.Overlaps = append(r.Overlaps, o)
-				if o.Reason == "" {
-					r.Unexplained++
-				} else {
-					r.Explained[o.Reason]++
-				}
-			}
-			inside = append(inside, b)
-		}
+		out = append(out, ss)
+	}
+	return out
+}
+
+// stillInside reports whether a was inside when b entered. A killed
+// holder is gone: nobody granted after its death overlaps it.
+func stillInside(a, b *Section) bool {
+	return a.Out > b.In && (a.Killed == 0 || b.Grant <= a.Killed)
+}
+
+// record adds an overlap to the report and counts it.
+func (r *Report) record(o Overlap) {
+	r.Overlaps = append(r.Overlaps, o)
+	if o.Reason == "" {
+		r.Unexplained++
+	} else {
+		r.Explained[o.Reason]++
 	}
 }
 
