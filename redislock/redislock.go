@@ -78,13 +78,9 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	full := l.cfg.Prefix + key
 	token := driver.NewToken()
-	var plan *wake.Plan
-	if l.notify != nil {
-		plan = l.notify.Plan(full) // a local Acquire waits: queue for a wake-up
-	}
-	if plan.YieldHere() {
-		plan.Yielded()
-		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", key, dlock.ErrNotAcquired)
+	plan, err := l.plan(key, full)
+	if err != nil {
+		return nil, err
 	}
 	g := &grant{l: l, keys: [1]string{full}, token: token, holder: l.holderRecord(ctx, token)}
 	at := rnode.Attempt{Keys: g.keys[:], Token: token, TTL: ttl, Holder: g.holder, Late: (*giveBack)(l)}
@@ -283,4 +279,20 @@ func (l *Locker) oneTry(ctx context.Context) (context.Context, context.CancelFun
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, l.tryTimeout)
+}
+
+// plan is an attempt's place in the wake-up plan of full, the key with
+// the prefix (nil while no local Acquire waits: no queueing), or
+// ErrNotAcquired when this Locker's own release just woke the longest
+// waiter, which goes first.
+func (l *Locker) plan(name, full string) (*wake.Plan, error) {
+	var plan *wake.Plan
+	if l.notify != nil {
+		plan = l.notify.Plan(full) // a local Acquire waits: queue for a wake-up
+	}
+	if plan.YieldHere() {
+		plan.Yielded()
+		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", name, dlock.ErrNotAcquired)
+	}
+	return plan, nil
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rnode"
-	"github.com/dlock-go/dlock/internal/wake"
 )
 
 var _ driver.Semaphores = (*Locker)(nil)
@@ -74,13 +73,9 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		return nil, err
 	}
 	sem, token := l.semKey(name), driver.NewToken()
-	var plan *wake.Plan
-	if l.notify != nil {
-		plan = l.notify.Plan(sem) // a local Acquire waits: queue for a wake-up
-	}
-	if plan.YieldHere() {
-		plan.Yielded()
-		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", name, dlock.ErrNotAcquired)
+	plan, err := l.plan(name, sem)
+	if err != nil {
+		return nil, err
 	}
 	args := []any{token, driver.Milliseconds(ttl), l.cfg.FenceTTL.Milliseconds(), s.limit}
 	if _, qargs, queued := plan.Queue(0); queued {
