@@ -47,9 +47,26 @@ func (r *recorder) last(k dlock.EventKind) dlock.Event {
 
 func TestEventsOfDo(t *testing.T) {
 	var r recorder
-	err := dlock.Do(context.Background(), newObserved(r.observe), "k", 40*time.Millisecond, func(ctx context.Context) error {
-		time.Sleep(60 * time.Millisecond) // past one extension at least
-		return nil
+	extended := make(chan struct{}, 1)
+	observe := func(ctx context.Context, e dlock.Event) {
+		r.observe(ctx, e)
+		if e.Kind == dlock.EventExtended {
+			select {
+			case extended <- struct{}{}:
+			default:
+			}
+		}
+	}
+	var held time.Duration
+	err := dlock.Do(context.Background(), newObserved(observe), "k", 300*time.Millisecond, func(ctx context.Context) error {
+		start := time.Now()
+		defer func() { held = time.Since(start) }()
+		select { // past one extension at least
+		case <-extended:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,8 +79,8 @@ func TestEventsOfDo(t *testing.T) {
 	if g.Key != "k" || g.Fence == 0 || g.Attempts != 1 || g.Wait <= 0 {
 		t.Fatalf("granted event %+v", g)
 	}
-	if rel := r.last(dlock.EventReleased); rel.Err != nil || rel.Hold < 60*time.Millisecond || rel.Fence != g.Fence {
-		t.Fatalf("released event %+v, want no error and a hold of at least 60ms", rel)
+	if rel := r.last(dlock.EventReleased); rel.Err != nil || rel.Hold < held || rel.Fence != g.Fence {
+		t.Fatalf("released event %+v, want no error and a hold of at least %v", rel, held)
 	}
 }
 

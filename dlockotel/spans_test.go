@@ -120,12 +120,27 @@ func wantAttr(t *testing.T, s tracetest.SpanStub, k string, want any) {
 func TestSpansOfDo(t *testing.T) {
 	r := newRecorded(t)
 	ctx, root := r.tp.Tracer("test").Start(context.Background(), "root")
-	m := newMem(r.obs.Observe)
+	extended := make(chan struct{}, 1)
+	m := newMem(r.obs.Observe, func(_ context.Context, e dlock.Event) {
+		if e.Kind == dlock.EventExtended {
+			select {
+			case extended <- struct{}{}:
+			default:
+			}
+		}
+	})
 	var fence uint64
-	err := dlock.Do(ctx, m, "k", 40*time.Millisecond, func(ctx context.Context) error {
+	var held time.Duration
+	err := dlock.Do(ctx, m, "k", 300*time.Millisecond, func(ctx context.Context) error {
+		start := time.Now()
+		defer func() { held = time.Since(start) }()
 		fence = dlock.LockFromContext(ctx).Fence()
-		time.Sleep(60 * time.Millisecond) // past one extension at least
-		return nil
+		select { // past one extension at least
+		case <-extended:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	})
 	root.End()
 	if err != nil {
@@ -163,8 +178,8 @@ func TestSpansOfDo(t *testing.T) {
 	wantAttr(t, acq, "dlock.attempts", int64(1))
 	wantAttr(t, hold, "dlock.outcome", "released")
 	wantAttr(t, rel, "dlock.outcome", "released")
-	if d := hold.EndTime.Sub(hold.StartTime); d < 60*time.Millisecond {
-		t.Errorf("dlock.hold lasted %v, want at least the 60ms fn slept", d)
+	if d := hold.EndTime.Sub(hold.StartTime); d < held {
+		t.Errorf("dlock.hold lasted %v, want at least the %v fn held the lock", d, held)
 	}
 	if acq.EndTime.After(hold.StartTime) || rel.EndTime.After(hold.EndTime) {
 		t.Errorf("dlock.acquire must end before dlock.hold starts, dlock.release within it")
