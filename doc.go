@@ -172,9 +172,8 @@
 // killed holder's permit comes back within its TTL (PostgreSQL: when its
 // session ends); an attempt that fails leaves nothing behind. A release
 // wakes a waiter. How each backend grants a free slot, and what it costs,
-// is in docs/semaphores.md; Redlock, and a Locker written elsewhere, get
-// semaphores from this package, which try the slots in turn and record no
-// limit.
+// is in docs/semaphores.md; a Locker written elsewhere gets semaphores
+// from this package, which try the slots in turn and record no limit.
 //
 // # Errors
 //

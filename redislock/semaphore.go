@@ -9,7 +9,6 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rnode"
 )
@@ -52,18 +51,6 @@ func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{
 // the semaphore's name on the server, for its queue and limit record.
 func (l *Locker) semKey(name string) string { return l.cfg.Prefix + bridge.SlotPrefix(name) }
 
-// semKeys returns the limit record, the waiter queue, n slot keys and
-// their fence counters of the semaphore sem (semKey).
-func semKeys(sem string, n int) []string {
-	ks := make([]string, 2+2*n)
-	ks[0], ks[1] = keys.Limit(sem), keys.Queue(sem)
-	for i := range n {
-		slot := sem + fmt.Sprint(i)
-		ks[2+i], ks[2+n+i] = slot, keys.Fence(slot)
-	}
-	return ks
-}
-
 func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
 	l := s.l
 	if err := driver.CheckLimit(s.limit); err != nil {
@@ -86,7 +73,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 	defer cancel()
 	start := time.Now()
 	for range 2 { // a second time with every slot that may be held (Widen)
-		v, err := l.node.Run(tctx, rnode.SemaphoreScript, semKeys(sem, n), args).Result()
+		v, err := l.node.Run(tctx, rnode.SemaphoreScript, rnode.SemaphoreKeys(sem, n), args).Result()
 		if err != nil {
 			plan.Lost(0)
 			if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
@@ -141,7 +128,7 @@ func (l *Locker) semCleanup(ctx context.Context, sem string, n int, token string
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
 	go func() {
 		defer cancel()
-		_ = l.node.Run(ctx, rnode.ReleaseScript, semKeys(sem, n)[2:2+n], []any{token, n}).Err()
+		_ = l.node.Run(ctx, rnode.ReleaseScript, rnode.SemaphoreKeys(sem, n)[2:2+n], []any{token, n}).Err()
 	}()
 }
 
@@ -151,20 +138,10 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
 		return err
 	}
-	sem := l.semKey(name)
-	n := limit
 	tctx, cancel := l.oneTry(ctx)
 	defer cancel()
-	for range 2 {
-		ks := semKeys(sem, n)
-		v, err := l.node.Run(tctx, rnode.SemLimitScript, append(ks[:1:1], ks[2:2+n]...), []any{limit}).Int64Slice()
-		if err != nil {
-			return fmt.Errorf("dlock: set limit of %q: %w", name, l.opErr(ctx, err, false))
-		}
-		if len(v) != 2 || v[0] != rnode.Widen || v[1] <= int64(n) || v[1] > driver.MaxLimit {
-			return nil
-		}
-		n = int(v[1])
+	if _, err := l.node.SetLimit(tctx, l.semKey(name), limit); err != nil {
+		return fmt.Errorf("dlock: set limit of %q: %w", name, l.opErr(ctx, err, false))
 	}
-	return fmt.Errorf("dlock: set limit of %q: %w (the limit changed meanwhile)", name, dlock.ErrUnavailable)
+	return nil
 }

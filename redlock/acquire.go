@@ -25,10 +25,26 @@ import (
 type nodeReply struct {
 	err error
 	rnode.AcquireResult
-	run string // the server's run_id, once known
+	limit int64  // the node's recorded limit, when a permit's Status is rnode.Conflict
+	run   string // the server's run_id, once known
 }
 
 func (r *nodeReply) granted() bool { return r.err == nil && r.Status == rnode.Granted }
+
+// try is one acquisition's arguments: a lock on keys, or a permit on one
+// slot of a semaphore.
+type try struct {
+	full    []string // the keys, with the prefix (a permit: its slot's)
+	display string   // the name the caller gave
+	token   string
+	rec     string // the holder record ("": none)
+	ttl     time.Duration
+	plan    *wake.Plan
+	// sem is a permit's semaphore (what its slot keys begin with; "": a
+	// lock), slot the slot tried and limit the Locker's.
+	sem         string
+	slot, limit int
+}
 
 func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
 	full, plan, err := l.prepare(ctx, keys, display, ttl)
@@ -37,17 +53,32 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 	}
 	token := driver.NewToken()
 	since, identity := time.Now(), driver.Identity(ctx)
-	rec := holder.Grant(l.cfg.HolderHead, since, identity, token) // "": none
+	t := &try{full: full, display: display, token: token, ttl: ttl, plan: plan,
+		rec: holder.Grant(l.cfg.HolderHead, since, identity, token)}
+	g, validUntil, err := l.acquireMajority(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if identity != "" {
+		l.publishTerm(ctx, g, since, identity, ttl)
+	}
+	return driver.NewLock(display, token, uint64(g.fence), validUntil, g), nil
+}
+
+// acquireMajority makes one attempt t (rounds again after split votes) and
+// returns the grant held by a majority and its validity, or the error of
+// an attempt released on every node.
+func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time, error) {
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		c := l.sendRound(ctx, full, token, rec, ttl, plan)
+		c := l.sendRound(ctx, t)
 		fence, ok := l.awaitMajority(c)
 		var replies []*nodeReply
 		if !ok {
 			replies = c.all()
 			if err := l.dedupe(replies); err != nil {
-				l.releaseEverywhere(ctx, full, token, rec)
-				return nil, err
+				l.releaseEverywhere(ctx, t)
+				return nil, time.Time{}, err
 			}
 			for _, r := range replies {
 				if r.granted() {
@@ -61,31 +92,30 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 			if replies != nil {
 				nodes = l.count(replies, (*nodeReply).granted)
 			}
-			validUntil := driver.ValidUntil(start, ttl, l.cfg.DriftFactor)
+			validUntil := driver.ValidUntil(start, t.ttl, l.cfg.DriftFactor)
 			if elapsed := time.Since(start); validUntil.After(start.Add(elapsed)) {
-				g := &grant{l: l, keys: full, token: token, holder: rec, fence: fence, acquiring: c.progress, nodes: nodes}
-				if identity != "" {
-					l.publishTerm(ctx, g, since, identity, ttl)
-				}
-				return driver.NewLock(display, token, uint64(fence), validUntil, g), nil
+				return &grant{l: l, keys: t.full, token: t.token, holder: t.rec, fence: fence, acquiring: c.progress,
+					nodes: nodes, sem: t.sem}, validUntil, nil
 			}
-			return l.fail(ctx, display, full, token, rec, c.all(), dlock.ErrNotAcquired,
-				fmt.Sprintf("the acquisition took %v: no validity left of ttl %v", time.Since(start).Round(time.Microsecond), ttl))
+			return nil, time.Time{}, l.fail(ctx, t, c.all(), dlock.ErrNotAcquired,
+				fmt.Sprintf("the acquisition took %v: no validity left of ttl %v", time.Since(start).Round(time.Microsecond), t.ttl))
+		}
+		if err := l.conflict(ctx, t, replies); err != nil {
+			return nil, time.Time{}, err
 		}
 		if attempt >= maxSplitRetries || !l.splitVote(replies) || ctx.Err() != nil {
-			answered := l.count(replies, func(r *nodeReply) bool { return r.err == nil })
-			if answered < l.quorum {
-				return l.fail(ctx, display, full, token, rec, replies, dlock.ErrUnavailable, fmt.Sprintf("only %d nodes answered", answered))
+			if answered := l.count(replies, func(r *nodeReply) bool { return r.err == nil }); answered < l.quorum {
+				return nil, time.Time{}, l.fail(ctx, t, replies, dlock.ErrUnavailable, fmt.Sprintf("only %d nodes answered", answered))
 			}
-			return l.fail(ctx, display, full, token, rec, replies, dlock.ErrNotAcquired, "")
+			return nil, time.Time{}, l.fail(ctx, t, replies, dlock.ErrNotAcquired, "")
 		}
 		// Nobody can hold a majority: the contenders split the vote. Undo
 		// this attempt everywhere and try again after a random pause that
 		// grows with each split, so one contender ends up alone.
-		l.releaseEverywhere(ctx, full, token, rec)
+		l.releaseEverywhere(ctx, t)
 		base := max(time.Since(start), time.Millisecond)
 		if !backend.Sleep(ctx, rand.N(base<<(attempt+1))) {
-			return l.fail(ctx, display, full, token, rec, replies, dlock.ErrNotAcquired, "")
+			return nil, time.Time{}, l.fail(ctx, t, replies, dlock.ErrNotAcquired, "")
 		}
 	}
 }
@@ -116,26 +146,31 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 	return full, plan, nil
 }
 
-// sendRound sends the acquire script to every node, each node's after this
-// Locker's release of the same keys returned there (releasingOn), and
-// returns at once. A waiting attempt on one key also queues the Locker for
-// a wake-up (plan), on the nodes where it listens. With a holder record
-// (rec, WithHolderInfo), each node writes it after the script, in the same
-// round trip, where the script granted.
-func (l *Locker) sendRound(ctx context.Context, full []string, token, rec string, ttl time.Duration, plan *wake.Plan) *inflight[*nodeReply] {
-	timeout := l.timeout(ttl)
-	s := sending{timeout: timeout, after: l.releasingOn(full), giveUp: true, progress: newProgress(len(l.nodes))}
+// sendRound sends the acquire script (a permit: the semaphore script) to
+// every node, each node's after this Locker's release of the same keys
+// returned there (releasingOn), and returns at once. A waiting attempt on
+// one key also queues the Locker for a wake-up (plan), on the nodes where
+// it listens. With a holder record (rec, WithHolderInfo), each node writes
+// it after the script, in the same round trip, where the script granted.
+func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
+	timeout := l.timeout(t.ttl)
+	s := sending{timeout: timeout, after: l.releasingOn(t.full), giveUp: true, progress: newProgress(len(l.nodes))}
 	return send(ctx, l, s, func(ctx context.Context, i int, n *node) *nodeReply {
 		if context.Cause(ctx) == errBehind {
 			return &nodeReply{err: errBehind}
 		}
-		a := rnode.Attempt{Keys: full, Token: token, TTL: ttl, Holder: rec}
-		a.Queue, a.QueueArgs, _ = plan.Queue(i)
-		r := l.attempt(ctx, n, a, timeout)
-		if r.err == nil {
-			plan.Observe(i, r.Status != rnode.Granted, r.Place, r.Expiry)
+		var r *nodeReply
+		if t.sem != "" {
+			r = l.attemptPermit(ctx, i, n, t, timeout)
 		} else {
-			plan.Lost(i) // it may have queued the Locker
+			a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec}
+			a.Queue, a.QueueArgs, _ = t.plan.Queue(i)
+			r = l.attempt(ctx, n, a, timeout)
+		}
+		if r.err == nil {
+			t.plan.Observe(i, r.Status != rnode.Granted, r.Place, r.Expiry)
+		} else {
+			t.plan.Lost(i) // it may have queued the Locker
 		}
 		return r
 	})
@@ -155,11 +190,7 @@ func (l *Locker) attempt(ctx context.Context, n *node, a rnode.Attempt, timeout 
 	a.Late = (*giveBack)(l)
 	res, _, err := n.Acquire(ctx, a)
 	if info != nil {
-		if s, ierr := info.Result(); ierr == nil {
-			if run := runID(s); run != "" && n.run.CompareAndSwap(nil, &run) {
-				rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
-			}
-		}
+		l.noteRun(n, info, policy)
 	}
 	if err != nil {
 		return &nodeReply{err: l.nodeErr(err, timeout)}
@@ -169,6 +200,16 @@ func (l *Locker) attempt(ctx context.Context, n *node, a rnode.Attempt, timeout 
 		r.run = *p
 	}
 	return r
+}
+
+// noteRun records node n's run_id from the reply of INFO server, and warns
+// about its eviction policy the first time.
+func (l *Locker) noteRun(n *node, info *redis.StringCmd, policy *redis.MapStringStringCmd) {
+	if s, err := info.Result(); err == nil {
+		if run := runID(s); run != "" && n.run.CompareAndSwap(nil, &run) {
+			rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
+		}
+	}
 }
 
 // giveBack is the Locker as an rnode.GiveBacker: node n may grant an
@@ -231,15 +272,15 @@ func (l *Locker) awaitMajority(c *inflight[*nodeReply]) (int64, bool) {
 const maxSplitRetries = 6
 
 // fail releases a failed attempt on every node and builds its error.
-func (l *Locker) fail(ctx context.Context, display string, full []string, token, rec string, replies []*nodeReply, sentinel error, reason string) (*dlock.Lock, error) {
-	l.releaseEverywhere(ctx, full, token, rec)
+func (l *Locker) fail(ctx context.Context, t *try, replies []*nodeReply, sentinel error, reason string) error {
+	l.releaseEverywhere(ctx, t)
 	qe := l.acquireError(replies, sentinel, reason)
 	l.misconfigured(qe)
 	if cerr := ctx.Err(); cerr != nil && qe.sentinel != dlock.ErrMisconfigured {
 		qe.sentinel = dlock.ErrNotAcquired
-		return nil, fmt.Errorf("dlock: acquire %q: %w: %w", display, qe, cerr)
+		return fmt.Errorf("dlock: acquire %q: %w: %w", t.display, qe, cerr)
 	}
-	return nil, fmt.Errorf("dlock: acquire %q: %w", display, qe)
+	return fmt.Errorf("dlock: acquire %q: %w", t.display, qe)
 }
 
 func (l *Locker) count(replies []*nodeReply, pred func(*nodeReply) bool) int {
@@ -261,7 +302,7 @@ func (l *Locker) splitVote(replies []*nodeReply) bool {
 	holders := map[string]int{}
 	for _, r := range replies {
 		switch {
-		case r.err != nil:
+		case r.err != nil || r.Status == rnode.Conflict: // a conflict may hide a holder
 			silent++
 		case r.Status == rnode.Busy || r.Status == rnode.NoExpiry:
 			holders[r.Holder]++
@@ -324,6 +365,8 @@ func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason strin
 			nr.Err = errBusy
 		case r.Status == rnode.NoExpiry:
 			nr.Err = fmt.Errorf("%w, and the key has no expiry (set by hand?)", errBusy)
+		case r.Status == rnode.Conflict:
+			nr.Err = fmt.Errorf("limit conflict: the node has %d", r.limit)
 		}
 		if nr.OK {
 			qe.Got++

@@ -198,19 +198,46 @@
 //
 // # Semaphores
 //
-// dlock.Semaphore over a Redlock Locker gives the generic permits of
-// package dlock: a permit is a Redlock lock on one slot key of the name
-// ("{name}#0" to "{name}#(N-1)", driver.SlotKey), tried in order, one
-// round of requests to every node per slot tried. A permit thus needs a
-// majority of nodes on the same slot, so at most N are held whatever the
-// partitions: two permits on one slot would need two majorities, which
-// share a node. A semaphore that counted holders on each node and admitted
-// on a majority of counts would not keep that promise: with 3 nodes and a
-// limit of 2, holders counted on nodes {0,1}, {1,2} and {2,0} are three,
-// each node counting two. Redlock keeps no limit record on the nodes:
-// Lockers that ask with different limits are not told (each holds the
-// permits of its own limit), and dlock.SetLimit returns dlock.ErrInvalid.
-// A release wakes a waiter through the slot's announcement, like a lock's.
+// dlock.Semaphore over a Redlock Locker (Locker.Semaphore) grants a permit
+// as a Redlock lock on one slot key of the name ("{name}#0" to
+// "{name}#(N-1)", driver.SlotKey), the slots tried in order, one round of
+// requests to every node per slot tried. A permit thus needs a majority of
+// nodes on the same slot, so at most N are held whatever the partitions:
+// two permits on one slot would need two majorities, which share a node. A
+// semaphore that counted holders on each node and admitted on a majority of
+// counts would not keep that promise: with 3 nodes and a limit of 2, holders
+// counted on nodes {0,1}, {1,2} and {2,0} are three, each node counting
+// two. Fences count per slot, by the rules of Fencing above. A release
+// wakes the Locker's longest waiter for any slot of the name.
+//
+// The limit is recorded on each node, by the script that takes the slot
+// there: a record whose TTL is kept at or above every permit's on that node
+// (extensions raise it), and which is void once no slot of the name is held
+// there. A node whose record has another limit refuses the slot. An attempt
+// fails at once, also inside dlock.Acquire, with dlock.ErrInvalid ("limit
+// conflict: the server has 5, this Locker 10") when so many nodes refused it
+// for their limit that no majority is left (more than N minus the quorum),
+// after releasing what it took on the other nodes; fewer such nodes count as
+// refusals like a busy slot's, so that a stale record on a minority blocks
+// nobody. While a permit is held, its majority keeps its limit, and an
+// attempt with another limit meets that majority in a node that refuses it:
+// Lockers that disagree on the limit never hold permits at the same time,
+// unless SetLimit changed the limit in between.
+//
+// SetLimit writes the new limit on every node where a slot of the name is
+// held, and succeeds when a majority recorded it (or when so few nodes hold
+// a slot that no permit can be held: there is nothing to change); an
+// attempt with the old limit then meets that majority in a node that
+// refuses it. After a shrink the holders keep their permits; new permits go
+// to the slots below the new limit, and a node grants none while it holds a
+// slot at or above the new limit, so that no permit is granted while a
+// holder above the new limit remains (every grant's majority meets that
+// holder's in a node that refuses). A count of permits per node could not
+// promise that, each node seeing only the permits whose majority included
+// it; the price is that on Redlock a shrink waits for every holder above the
+// new limit, even when fewer than the new limit are held in all. A node
+// restarted empty within a TTL forgets its record with its slots, as it
+// forgets a lock's key: the delayed-restart rule above covers records too.
 //
 // # Errors and configuration
 //

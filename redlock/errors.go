@@ -24,7 +24,7 @@ type NodeResult struct {
 // majority answered without the key) and
 // then a *dlock.NodeError for every node that failed.
 type QuorumError struct {
-	Op     string // "acquire", "extend", "release" or "leader"
+	Op     string // "acquire", "extend", "release", "set limit" or "leader"
 	Got    int    // nodes that granted (extended, released)
 	Need   int    // the majority: N/2+1
 	Reason string // what decided the outcome, in words

@@ -270,6 +270,9 @@ type grant struct {
 	// waitAll makes Release wait for every node's answer, for callers that
 	// may exit right after it (ReleaseToken: shell scripts, the CLI).
 	waitAll bool
+	// sem is a permit's semaphore ("" for a lock): its extension keeps the
+	// limit record alive, its release wakes the semaphore's waiters.
+	sem string
 }
 
 // settle waits until every node has answered the acquisition (at most one
@@ -298,7 +301,13 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		if err := g.l.dupErr(n); err != nil {
 			return err
 		}
-		held, err := n.Extend(ctx, g.keys, g.token, g.holder, g.fence, ttl)
+		var held bool
+		var err error
+		if g.sem != "" {
+			held, err = n.ExtendPermit(ctx, g.keys[0], g.sem, g.token, g.fence, ttl)
+		} else {
+			held, err = n.Extend(ctx, g.keys, g.token, g.holder, g.fence, ttl)
+		}
 		if err != nil {
 			return g.l.nodeErr(err, timeout)
 		}
@@ -324,7 +333,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 // then released, and the other nodes' deletions finish within the node
 // timeout. It also returns when ctx ends, with the deletions still under way.
 func (g *grant) Release(ctx context.Context) error {
-	c := g.l.release(ctx, g.keys, g.token, g.holder, g.fence, true, g.acquiring)
+	c := g.l.release(ctx, rnode.Release{Keys: g.keys, Token: g.token, Holder: g.holder, Fence: g.fence, Wake: true, Sem: g.sem}, g.acquiring)
 	ok := 0
 	for c.left > 0 {
 		i := c.nextCtx(ctx)
@@ -366,18 +375,23 @@ var (
 	errNoAnswerYet = errors.New("no answer yet when the caller's context ended")
 )
 
-// release sends the deletion of keys that hold token to every node, in
-// parallel, each node's after that node answered the acquisition (after,
-// when not nil), and returns at once; each node's outcome is nil when it
-// deleted. Given the lock's fence, every node's counters below it are raised
-// to it first. The deletions run to the end even when ctx is cancelled (each
+// release sends the deletion rel (the keys that hold its token) to every
+// node, in parallel, each node's after that node answered the acquisition
+// (after, when not nil), and returns at once; each node's outcome is nil
+// when it deleted. Given the lock's fence, every node's counters below it
+// are raised to it first. The deletions run to the end even when ctx is cancelled (each
 // within the node timeout), so that giving up on a release leaves no key
 // behind; until they have, the Locker's next acquisition of the same keys
-// waits for them (releasingOn). With wakeUp, each node also wakes the
-// longest waiter of each key it deleted. With a holder record (rec), each
-// node deletes it too where it is still rec, in the same round trip.
-func (l *Locker) release(ctx context.Context, lockKeys []string, token, rec string, fence int64, wakeUp bool, after *progress) *inflight[error] {
-	rel := rnode.Release{Keys: lockKeys, Token: token, Holder: rec, Fence: fence, Wake: wakeUp}
+// waits for them (releasingOn). With Wake, each node also wakes the
+// longest waiter of each key it deleted (a permit's: of its semaphore).
+// With a holder record, each node deletes it too where it is still that
+// one, in the same round trip.
+func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress) *inflight[error] {
+	lockKeys := rel.Keys
+	announced := lockKeys[0]
+	if rel.Sem != "" {
+		announced = rel.Sem
+	}
 	// Registered before the deletions are sent, so that the last of them
 	// always finds its entry to remove.
 	id, p := pendingID(lockKeys), newProgress(len(l.nodes))
@@ -392,7 +406,7 @@ func (l *Locker) release(ctx context.Context, lockKeys []string, token, rec stri
 			return l.nodeErr(err, l.nodeTimeout)
 		}
 		if woken > 0 && len(lockKeys) == 1 {
-			l.notify.Woke(lockKeys[0])
+			l.notify.Woke(announced)
 		}
 		if deleted == 0 {
 			return errNotHeldHere
@@ -426,10 +440,10 @@ func pendingID(keys []string) string {
 // those whose reply was lost, and waits (at most one node timeout) so that
 // the attempt leaves nothing behind when TryAcquire returns. It announces
 // nothing: the lock was never held, and waking a waiter (maybe this Locker
-// itself) would only make it retry against the same holder. rec is the
-// attempt's holder record ("": none), deleted where it was written.
-func (l *Locker) releaseEverywhere(ctx context.Context, keys []string, token, rec string) {
-	l.release(ctx, keys, token, rec, 0, false, nil).all()
+// itself) would only make it retry against the same holder. The attempt's
+// holder record is deleted where it was written.
+func (l *Locker) releaseEverywhere(ctx context.Context, t *try) {
+	l.release(ctx, rnode.Release{Keys: t.full, Token: t.token, Holder: t.rec}, nil).all()
 }
 
 // tally counts the nodes whose result is nil (each server once) and those

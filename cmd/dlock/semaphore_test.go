@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 )
 
@@ -82,5 +84,50 @@ func TestAcquireLimit(t *testing.T) {
 		if r := runInProcess(t, env, "acquire", "--limit", bad, "exports"); r.code != exitUsage {
 			t.Errorf("--limit %s: exit %d, want %d; stderr: %s", bad, r.code, exitUsage, r.stderr)
 		}
+	}
+}
+
+// TestLimitRedlock: on three Redlock nodes, acquire --limit records the
+// limit on every node (inspect shows it), a third acquire exits 75, one
+// with another limit exits 64 naming the recorded limit, and run --limit
+// gets in once a permit is released.
+func TestLimitRedlock(t *testing.T) {
+	t.Parallel()
+	srvs := testsrv.StartRedisN(t, 3)
+	var urls []string
+	for _, s := range srvs {
+		urls = append(urls, s.URL())
+	}
+	env := []string{"DLOCK_REDIS=" + strings.Join(urls, ",")}
+	var held []map[string]string
+	for i := range 2 {
+		r := runInProcess(t, env, "acquire", "--limit", "2", "--ttl", "20s", "rl:exports")
+		if r.code != 0 {
+			t.Fatalf("acquire %d: exit %d; stderr: %s", i, r.code, r.stderr)
+		}
+		held = append(held, parseVars(t, r.stdout))
+	}
+	if r := runInProcess(t, env, "acquire", "--limit", "2", "rl:exports"); r.code != exitBusy {
+		t.Fatalf("a third acquire: exit %d, want %d; stderr: %s", r.code, exitBusy, r.stderr)
+	}
+	r := runInProcess(t, env, "acquire", "--limit", "3", "rl:exports")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "the server has 2, this Locker 3") {
+		t.Fatalf("acquire with another limit: exit %d, want %d naming the recorded limit; stderr: %s", r.code, exitUsage, r.stderr)
+	}
+	r = runInProcess(t, env, "inspect", "{rl:exports}#*", "--json")
+	var got struct{ Locks []dlock.LockInfo }
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got.Locks) != 6 {
+		t.Fatalf("inspect: exit %d, %v, want 2 permits on 3 nodes:\n%s", r.code, err, r.stdout)
+	}
+	for _, l := range got.Locks {
+		if l.Limit != 2 {
+			t.Errorf("inspect row %+v: want limit 2", l)
+		}
+	}
+	if r := runInProcess(t, env, "release", held[0]["DLOCK_KEY"], held[0]["DLOCK_TOKEN"]); r.code != 0 {
+		t.Fatalf("release: exit %d; stderr: %s", r.code, r.stderr)
+	}
+	if r := runInProcess(t, env, "run", "-n", "--limit", "2", "rl:exports", "--", "true"); r.code != 0 {
+		t.Fatalf("run --limit after a release: exit %d; stderr: %s", r.code, r.stderr)
 	}
 }

@@ -8,6 +8,7 @@ package rnode
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -127,13 +128,16 @@ type Release struct {
 	// (Redlock: the nodes that drew lower fences learn the lock's).
 	Fence int64
 	Wake  bool // wake the longest waiter of each key deleted
+	// Sem, for a permit (one key), is its semaphore: the waiter woken is
+	// the head of the semaphore's queue, told of sem.
+	Sem string
 }
 
 // Release deletes the keys that hold the token (and the holder records
 // that are still rel.Holder), in one round trip; it returns how many keys
 // it deleted and how many waiters it woke.
 func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, err error) {
-	one := len(rel.Keys) == 1 && rel.Fence == 0
+	one := len(rel.Keys) == 1 && rel.Fence == 0 && rel.Sem == ""
 	if one && rel.Holder == "" {
 		if nat := n.features(ctx); nat.Release != "" {
 			return n.releaseNative(ctx, nat, rel.Keys[0], rel.Token, rel.Wake)
@@ -144,12 +148,17 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 	if !one || args == nil {
 		args = []any{rel.Token, len(rel.Keys), rel.Fence, n.fenceTTL}
 	}
+	if rel.Sem != "" {
+		args = append(args, rel.Sem)
+	}
 	if rel.Fence > 0 {
 		for _, k := range rel.Keys {
 			ks = append(ks, keys.Fence(k))
 		}
 	}
-	if rel.Wake {
+	if rel.Wake && rel.Sem != "" {
+		ks = append(ks, keys.Queue(rel.Sem))
+	} else if rel.Wake {
 		for _, k := range rel.Keys {
 			ks = append(ks, keys.Queue(k))
 		}
@@ -230,6 +239,25 @@ func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence i
 // announces sem.
 func (n *Node) ReleasePermit(ctx context.Context, key, sem, token string) (deleted, woken int64, err error) {
 	return releaseReply(run(ctx, n.batch, n.Client, ReleaseScript, []string{key, keys.Queue(sem)}, []any{token, 1, 0, 0, sem}).Result())
+}
+
+// SetLimit records limit as the limit of the semaphore sem (what its slot
+// keys begin with) where one of its slots is held; recorded is false when
+// none is (there is nothing to change).
+func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bool, err error) {
+	span := limit
+	for range 2 { // a second time with every slot that may be held
+		ks := SemaphoreKeys(sem, span)
+		v, err := n.Run(ctx, SemLimitScript, append(ks[:1:1], ks[2:2+span]...), []any{limit}).Int64Slice()
+		if err != nil {
+			return false, err
+		}
+		if len(v) != 2 || v[0] != Widen || v[1] <= int64(span) || v[1] > bridge.MaxLimit {
+			return len(v) == 2 && v[0] == 1, nil
+		}
+		span = int(v[1])
+	}
+	return false, errors.New("the limit changed while it was being set")
 }
 
 // Run runs a script of this package on the node, through its batch.

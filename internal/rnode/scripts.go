@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/batch"
+	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 )
 
@@ -84,14 +85,15 @@ const (
 // SemaphoreResult is the semaphore script's reply.
 type SemaphoreResult struct {
 	Status int64
-	X      int64 // the fence (Granted), the recorded limit (Conflict), the span (Widen)
-	Expiry int64 // as AcquireResult's
+	X      int64  // the fence (Granted), the recorded limit (Conflict), the span (Widen)
+	Holder string // the tried slot's token, when Busy on one slot (Redlock)
+	Expiry int64  // as AcquireResult's
 	Place  int64
 	Slot   int64 // when Granted
 }
 
 // SemaphoreReply reads the semaphore script's reply: {status, x, expiry,
-// place, slot}.
+// place, slot}, x a token or ” when busy.
 func SemaphoreReply(reply any) (SemaphoreResult, error) {
 	v, _ := reply.([]any)
 	var r SemaphoreResult
@@ -100,8 +102,9 @@ func SemaphoreReply(reply any) (SemaphoreResult, error) {
 		if !ok {
 			break
 		}
-		if s, isStr := v[i].(string); isStr && s == "" && i == 1 {
-			continue // no fence: busy
+		if s, isStr := v[i].(string); isStr && i == 1 && (s == "" || r.Status == Busy) {
+			r.Holder = s // no fence: busy
+			continue
 		}
 		*p, ok = v[i].(int64)
 	}
@@ -109,6 +112,19 @@ func SemaphoreReply(reply any) (SemaphoreResult, error) {
 		return SemaphoreResult{}, fmt.Errorf("unexpected reply %v from the semaphore script", reply)
 	}
 	return r, nil
+}
+
+// SemaphoreKeys returns the semaphore script's keys for the semaphore sem
+// (what its slot keys begin with): the limit record, the waiter queue, n
+// slot keys and their fence counters.
+func SemaphoreKeys(sem string, n int) []string {
+	ks := make([]string, 2+2*n)
+	ks[0], ks[1] = keys.Limit(sem), keys.Queue(sem)
+	for i := range n {
+		slot := sem + strconv.Itoa(i)
+		ks[2+i], ks[2+n+i] = slot, keys.Fence(slot)
+	}
+	return ks
 }
 
 // AcquireResult is the acquire script's reply.

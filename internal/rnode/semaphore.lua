@@ -6,12 +6,17 @@
 --   more than the limit while holders above a shrunk limit finish).
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] counter ttl ms, ARGV[4] the
 --   limit, and for a waiting attempt ARGV[5..9] as acquire.lua's ARGV[5..9]
---   (Locker id, earlier place, stay queued, queue ttl ms, yield).
+--   (Locker id, earlier place, stay queued, queue ttl ms, yield; '' when
+--   ARGV[10] follows and the attempt does not queue). ARGV[10] (Redlock)
+--   the one slot to try, from 0: it is granted only if free, and nothing is
+--   granted while a slot at or above the limit is held (holders above a
+--   shrunk limit finishing).
 -- Returns {status, x, expiry, place, slot}: status 1 granted (x the fence,
--- slot the slot), 0 every permit held (expiry: the PTTL of the permit that
--- expires first, when the caller heads the queue, else -1), 2 free but left
--- to the queue's head (ARGV[9]), 3 a limit conflict (x the recorded limit),
--- 4 more slots to look at (x the span: call again with that many).
+-- slot the slot), 0 every permit held (x the tried slot's token if it is
+-- held, else ''; expiry: the PTTL of the permit that expires first, when
+-- the caller heads the queue, else -1), 2 free but left to the queue's
+-- head (ARGV[9]), 3 a limit conflict (x the recorded limit), 4 more slots
+-- to look at (x the span: call again with that many).
 --
 -- The record counts only while a permit is held: its TTL is kept at or
 -- above every permit's (here and by extend.lua), and with no slot held it
@@ -24,11 +29,13 @@ local rec = redis.call('hmget', KEYS[1], 'limit', 'span')
 local recorded, span = tonumber(rec[1]), tonumber(rec[2]) or 0
 if recorded and span > n then return {4, span, -1, 0, -1} end
 
+local one = tonumber(ARGV[10]) -- the one slot to try, 0-based, or nil
+if one then one = one + 1 end
 local held, free, top, soonest = 0, nil, 0, -1
 for i = 1, n do
   local pttl = redis.call('pttl', KEYS[2 + i])
   if pttl == -2 then
-    if not free and i <= limit then free = i end
+    if not free and i <= limit and (not one or i == one) then free = i end
   else
     held, top = held + 1, i
     if pttl >= 0 and (soonest < 0 or pttl < soonest) then soonest = pttl end
@@ -40,7 +47,7 @@ if recorded and recorded ~= limit then return {3, recorded, -1, 0, -1} end
 -- queued is acquire.lua's: the caller's place in the queue, kept, taken
 -- out after a grant, or moved to the tail when it has more waiters.
 local function queued(granted)
-  if not ARGV[5] then return 0 end
+  if (ARGV[5] or '') == '' then return 0 end
   local id, place = ARGV[5], tonumber(ARGV[6])
   if granted and ARGV[7] ~= '1' then
     redis.pcall('zrem', queue, id)
@@ -64,11 +71,14 @@ local function heads()
   return redis.pcall('zrange', queue, 0, 0)[1] == ARGV[5]
 end
 
+if one and top > limit then free = nil end
 if held >= limit or not free then
   local place = queued(false)
   local expiry = -1
   if place > 0 and heads() then expiry = soonest end
-  return {0, '', expiry, place, -1}
+  local holder = ''
+  if one and one <= n then holder = redis.call('get', KEYS[2 + one]) or '' end
+  return {0, holder, expiry, place, -1}
 end
 if ARGV[9] == '1' then
   local place = queued(false)

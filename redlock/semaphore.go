@@ -1,0 +1,205 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/batch"
+	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/rclient"
+	"github.com/dlock-go/dlock/internal/rnode"
+)
+
+var _ driver.Semaphores = (*Locker)(nil)
+
+// Semaphore implements driver.Semaphores (see dlock.Semaphore): its
+// TryAcquire tries the slots of name in order, from {name}#0, each a
+// Redlock round of its own until a majority grants one: on each node one
+// script checks the limit recorded there and takes the slot only if it is
+// free. See Semaphores in the package documentation.
+func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
+
+// semaphore is the Locker of Semaphore.
+type semaphore struct {
+	l     *Locker
+	limit int
+}
+
+var _ driver.ReleaseNotifier = semaphore{}
+
+func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
+	a := s.l.cfg.Events.Attempt(ctx, name)
+	return a.End(s.try(ctx, name, ttl))
+}
+
+// NotifyRelease implements driver.ReleaseNotifier: a release of any
+// permit of name wakes the Locker's waiter that heads the semaphore's
+// queue on the nodes, as a lock's release does (see Locker.NotifyRelease).
+func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{}, func()) {
+	if driver.CheckKey(name) != nil {
+		return nil, func() {}
+	}
+	return s.l.notify.Register(s.l.cfg.Prefix + bridge.SlotPrefix(name))
+}
+
+func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
+	l := s.l
+	if err := driver.CheckLimit(s.limit); err != nil {
+		return nil, err
+	}
+	if err := l.cfg.Check(ctx, name, ttl); err != nil {
+		return nil, err
+	}
+	full, plan, err := l.prepare(ctx, []string{bridge.SlotPrefix(name)}, name, ttl)
+	if err != nil {
+		return nil, err
+	}
+	for slot := range s.limit {
+		t := &try{display: name, token: driver.NewToken(), ttl: ttl, plan: plan, sem: full[0], slot: slot, limit: s.limit}
+		t.full = []string{t.sem + strconv.Itoa(slot)}
+		g, validUntil, err := l.acquireMajority(ctx, t)
+		if err == nil {
+			return driver.NewPermit(name, slot, t.token, uint64(g.fence), validUntil, g), nil
+		}
+		if !errors.Is(err, dlock.ErrNotAcquired) || ctx.Err() != nil {
+			return nil, err // a conflict, unreachable nodes, or cut short: the next slot would be too
+		}
+	}
+	return nil, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, s.limit)
+}
+
+// conflict returns the error of a permit's attempt that so many nodes
+// refused for another limit recorded there that no majority can grant it
+// (more than N - quorum), after releasing the attempt on every node; nil
+// when they were fewer (a minority's stale record does not block).
+func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) error {
+	if t.sem == "" {
+		return nil
+	}
+	n, server := 0, int64(0)
+	for _, r := range replies {
+		if r.err == nil && r.Status == rnode.Conflict {
+			n, server = n+1, r.limit
+		}
+	}
+	if !l.tooMany(n) {
+		return nil
+	}
+	l.releaseEverywhere(ctx, t)
+	return driver.LimitConflict(t.display, int(server), t.limit)
+}
+
+// attemptPermit runs the semaphore script for t's slot on node n: it
+// grants the slot only where it is free, no slot at or above the limit is
+// held, and the limit recorded there (if any permit is held there) is
+// t's. A first call to a node asks for its run_id first (see attempt).
+func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, timeout time.Duration) *nodeReply {
+	if n.run.Load() == nil {
+		pipe := n.Client.Pipeline()
+		info, policy := pipe.Info(ctx, "server"), pipe.ConfigGet(ctx, "maxmemory-policy")
+		_, _ = pipe.Exec(ctx)
+		l.noteRun(n, info, policy)
+	}
+	args := []any{t.token, driver.Milliseconds(t.ttl), l.cfg.FenceTTL.Milliseconds(), t.limit, "", "", "", "", "", t.slot}
+	if _, qargs, ok := t.plan.Queue(i); ok {
+		copy(args[4:9], qargs)
+	}
+	span := t.limit
+	for range 2 { // a second time with every slot that may be held (Widen)
+		v, err := n.Run(ctx, rnode.SemaphoreScript, rnode.SemaphoreKeys(t.sem, span), args).Result()
+		if left, ok := err.(*batch.LeftError); ok {
+			left.OnReply(func(cmd redis.Cmder) {
+				if permitTaken(cmd) {
+					(*giveBack)(l).GiveBack(ctx, n.Node, t.full, t.token, t.ttl)
+				}
+			})
+		}
+		if err != nil {
+			return &nodeReply{err: l.nodeErr(err, timeout)}
+		}
+		r, err := rnode.SemaphoreReply(v)
+		if err != nil {
+			return &nodeReply{err: err} // a slot may be taken: the failed attempt releases it
+		}
+		if r.Status == rnode.Widen && r.X > int64(span) && r.X <= driver.MaxLimit {
+			span = int(r.X)
+			continue
+		}
+		reply := &nodeReply{AcquireResult: rnode.AcquireResult{Status: r.Status, Holder: r.Holder, Expiry: r.Expiry, Place: r.Place}}
+		switch r.Status {
+		case rnode.Granted:
+			reply.Fence = r.X
+		case rnode.Conflict:
+			reply.limit = r.X
+		}
+		if p := n.run.Load(); p != nil {
+			reply.run = *p
+		}
+		return reply
+	}
+	return &nodeReply{err: errors.New("the limit changed while this attempt read the semaphore")}
+}
+
+// permitTaken reports whether cmd, a semaphore script's call that holds
+// its reply, may have granted the slot: it did, or its outcome is unknown.
+func permitTaken(cmd redis.Cmder) bool {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return false
+	}
+	if err := c.Err(); err != nil {
+		return !rclient.IsReply(err)
+	}
+	r, err := rnode.SemaphoreReply(c.Val())
+	return err != nil || r.Status == rnode.Granted
+}
+
+// SetLimit implements driver.Semaphores (see dlock.SetLimit): it records
+// limit on every node where a slot of name is held, and succeeds when a
+// majority did, or when so many nodes hold no slot of name that no permit
+// can be held (there is nothing to change). It returns an error matching
+// dlock.ErrUnavailable, with a *QuorumError, otherwise.
+func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
+	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
+		return err
+	}
+	sem := l.cfg.Prefix + bridge.SlotPrefix(name)
+	type answer struct {
+		recorded bool
+		err      error
+	}
+	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) answer {
+		if err := l.dupErr(n); err != nil {
+			return answer{err: err}
+		}
+		recorded, err := n.SetLimit(ctx, sem, limit)
+		if err != nil {
+			return answer{err: l.nodeErr(err, l.nodeTimeout)}
+		}
+		return answer{recorded: recorded}
+	})
+	qe := &QuorumError{Op: "set limit", Need: l.quorum, sentinel: dlock.ErrUnavailable,
+		Reason: "too few nodes recorded the limit"}
+	empty := 0
+	for i, a := range res {
+		qe.Nodes = append(qe.Nodes, NodeResult{Node: l.nodes[i].Name, OK: a.recorded, Err: a.err})
+		switch {
+		case a.recorded:
+			qe.Got++
+		case a.err == nil:
+			empty++
+		}
+	}
+	if qe.Got >= l.quorum || l.tooMany(empty) {
+		return nil
+	}
+	l.misconfigured(qe)
+	return fmt.Errorf("dlock: set limit of %q: %w", name, l.withCtx(ctx, qe))
+}
