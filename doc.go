@@ -102,38 +102,21 @@
 //
 // An election is a lock: Lead runs a function while this process leads
 // the election name, which it does while it holds the lock on name through
-// Do. The term number is the grant's fence, so terms strictly increase per
-// name on every backend, and the leader's function gets Do's context: it
-// ends with cause ErrLockLost the moment the leadership may be lost, and
-// the lock is released (the leadership resigned, waking the next
-// candidate) only after the function returned. Lead campaigns again after
-// a loss, for a new term, unless WithRecampaign(false). The Term
-// (TermFromContext) names the election, the leader's identity
-// (WithIdentity, host:pid by default), the term number and since when.
+// Do, so the function's context ends the moment the leadership may be
+// lost. The term number is the grant's fence, so terms strictly increase
+// per name on every backend; pass Term.Fence to the resources the leader
+// writes, for the reason given under "What a lock can and cannot
+// guarantee".
 //
 //	err := dlock.Lead(ctx, locker, "scheduler", 15*time.Second, func(ctx context.Context) error {
 //		term, _ := dlock.TermFromContext(ctx)
 //		return runScheduler(ctx, term.Fence) // every write carries the term
 //	})
 //
-// Leader says who leads now, or that nobody does (Term.Led false: an
-// answer, not an error); Observe reports every change it sees, nobody
-// included, and never a lower term after a higher one. Campaign starts a
-// long-lived Candidate for code that asks "am I the leader?" elsewhere:
-// its IsLeader(ctx) error answers nil only within the current validity,
-// which makes it a gocron v2 Elector (gocron.WithDistributedElector(c)),
-// and its Resign hands over at once. Backends read the leader's identity
-// and term through package driver's TermReader; with a Locker that has
-// none, Leader probes with TryAcquire and can only say that someone leads.
-//
-// What an election cannot do is what a lock cannot: stop a leader that is
-// paused (a GC pause, SIGSTOP, a frozen VM) past its validity from acting
-// when it resumes, before it looks at its context. The next leader may be
-// elected meanwhile: the lease ends the old term, but only the fence stops
-// its late writes. Pass Term.Fence to the resources the leader writes
-// (package fence). A backend that loses a session behind the holder's back
-// (a PostgreSQL backend terminated) tells the holder at its next check,
-// within the extension threshold; the next leader may start before that.
+// Leader says who leads now, Observe reports every change it sees, and
+// Campaign starts a long-lived Candidate for code that asks "am I the
+// leader?" elsewhere (a gocron v2 Elector). Backends read the leader's
+// identity and term through package driver's TermReader.
 //
 // # Semaphores
 //
@@ -164,32 +147,20 @@
 // the permit's Key refuses a paused holder's late write once its slot went
 // to another, while the holders of the other slots write on.
 //
-// The limit is agreed on the servers: the first grant records it, and a
-// Locker that asks with another one gets ErrInvalid ("limit conflict: the
-// server has 5, this Locker 10") until SetLimit changes the record. The
-// record lasts as long as a permit of the name may be held, and no longer.
 // A permit's lease ends on the server's clock, never a client's, and a
 // killed holder's permit comes back within its TTL (PostgreSQL: when its
-// session ends); an attempt that fails leaves nothing behind. A release
-// wakes a waiter. How each backend grants a free slot, and what it costs,
-// is in docs/semaphores.md; a Locker written elsewhere gets semaphores
-// from this package, which try the slots in turn and record no limit.
+// session ends); an attempt that fails leaves nothing behind, and a
+// release wakes a waiter. The limit is agreed on the servers (see
+// Semaphore and SetLimit). How each backend grants a free slot, and what
+// it costs, is in docs/semaphores.md.
 //
 // # Errors
 //
-// Every error matches exactly one sentinel. ErrNotAcquired: someone else
-// holds the lock. ErrNotHeld: your lock is gone. ErrLockLost: the lock may
-// have been lost (Do's cause; a backend reporting the lock's session gone).
-// ErrUnavailable: the backend could not be reached; the outcome may be
-// unknown. ErrMisconfigured: the backend refused for a reason retrying
-// cannot change (credentials, permissions, a replica, no memory left), with
-// the server's own reason; Acquire and Do return it at once. ErrInvalid: a
-// bad argument, rejected before anything was sent, or a semaphore limit
-// that conflicts with the one the servers recorded. A
-// wait that ended with its context also matches ctx.Err(), beside the
-// sentinel of its last attempt (ErrNotAcquired or ErrUnavailable). Which
-// node said what is available through errors.As with *NodeError (and the
-// backends' own types).
+// Every error matches exactly one sentinel (ErrNotAcquired, ErrNotHeld,
+// ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid: see their
+// documentation), and a wait that ended with its context also matches
+// ctx.Err(). Which node said what is available through errors.As with
+// *NodeError (and the backends' own types).
 //
 // # What a lock can and cannot guarantee
 //
@@ -219,11 +190,24 @@
 //
 // # Which backend
 //
-// One Redis node (redislock) is simple and fast, but a failover to a replica
-// that had not received the key can grant the lock twice; the fence counter
-// can go back with it, which the fence guards catch. Redlock (redlock)
-// survives the loss of a minority of independent masters, at the cost of
-// more servers and timing assumptions. A PostgreSQL advisory lock (pglock)
-// needs no extra infrastructure when the work already lives in one database,
-// and lives exactly as long as the session that holds it.
+// Use the lock you already have the infrastructure for, and pass the fence
+// to the resource when an overlap would corrupt data:
+//
+//	                        Redis, one node      Redlock (N masters)        PostgreSQL
+//	package                 redislock            redlock                    pglock
+//	infrastructure          one Redis            N independent Redis        the database you run
+//	fault tolerance         none                 a minority of nodes        that of the database
+//	lock ends when          the TTL runs out     the TTL runs out           the session (or tx) ends
+//	atomic with the data    no                   no                         yes, for a tx lock
+//	best fit                efficiency locks     resources across services  work inside one Postgres
+//
+// One Redis node is simple and fast, but a failover to a replica that had
+// not received the key can grant the lock twice; the fence counter can go
+// back with it, which the fence guards catch. Redlock survives the loss of
+// a minority of independent masters, at the cost of more servers and
+// timing assumptions; without fencing it is not safe under process pauses,
+// long network delays or clock jumps on a node. A PostgreSQL advisory lock
+// needs no extra infrastructure when the work already lives in one
+// database, and lives exactly as long as the session that holds it. Use a
+// Redis backend when the resource spans services that share no database.
 package dlock

@@ -6,22 +6,8 @@
 // locks do the work without any advisory lock or fence, see package
 // github.com/dlock-go/dlock/pgqueue.
 //
-// # When PostgreSQL is the better choice
-//
-// If the work already lives in one PostgreSQL database, the database can
-// coordinate it without a second datastore whose failures you must reason
-// about separately:
-//
-//	                        Redis, one node      Redlock (N masters)        PostgreSQL (this package)
-//	infrastructure          one Redis            N independent Redis        the database you run
-//	fault tolerance         none                 a minority of nodes        that of the database
-//	lock ends when          the TTL runs out     the TTL runs out           the session (or tx) ends
-//	atomic with the data    no                   no                         yes, for a tx lock or a
-//	                                                                        claimed queue row
-//	best fit                efficiency locks     resources across services  work inside one Postgres
-//
-// Use a Redis backend when the resource spans services that share no
-// database. With either, when a double run would corrupt data, pass the
+// When to choose PostgreSQL over Redis is in package dlock's "Which
+// backend"; with either, when a double run would corrupt data, pass the
 // lock's fence to the resource (package fence/pgfence for tables in
 // PostgreSQL).
 //
@@ -75,8 +61,8 @@
 // # TTL
 //
 // The server does not expire these locks, so the ttl passed to
-// TryAcquire, dlock.Acquire and dlock.Do does not reach the server. It is how long the
-// handle trusts the lock without a successful health check: a Lock is
+// TryAcquire, dlock.Acquire and dlock.Do does not reach the server. It is
+// how long the handle trusts the lock without a successful health check: a Lock is
 // valid until ttl after its acquisition (or last Extend) was sent, and
 // Lock.Extend is the health check: it verifies that the pinned connection
 // is alive, that its backend is still the one that took the lock, and that
@@ -197,9 +183,8 @@
 //
 // # Waiting
 //
-// dlock.Acquire and dlock.Do retry TryAcquire (jittered polling). A
-// Locker with waiters keeps one connection that LISTENs on the channel
-// dlock_release (opened outside the pool, with the pool's ConnConfig and its
+// A Locker with waiters (dlock.Acquire, dlock.Do) keeps one connection
+// that LISTENs on the channel dlock_release (opened outside the pool, with the pool's ConnConfig and its
 // BeforeConnect and AfterConnect hooks, so that it never takes a connection
 // a lock attempt needs) and holds the reserved advisory key WaitKey in
 // share mode; a release sends NOTIFY dlock_release only when it cannot take
@@ -239,18 +224,13 @@
 // slots: the slot's key ("{vendor-api}#2", see driver.SlotKey), mapped as
 // TryAcquire maps names (with the prefix, by HashKey or WithKeyFunc), so a
 // permit is exactly the lock on that name, with a fence from the same
-// sequence. Like every lock, a
-// permit pins a connection of the pool until it is released: give the
-// pool one connection for each permit the process may hold at once plus
-// one for attempts (an attempt finding every connection pinned by the
-// Locker's own locks fails at once with ErrPoolExhausted). A terminated
-// session is a lost permit: the server frees the slot, and the handle
-// reports dlock.ErrLockLost at its next check.
+// sequence, a pinned connection (see Connections) and the same loss when
+// its session ends.
 //
 // The limit is kept in the table dlock_semaphore, one row per semaphore,
 // named by the prefix and what its slots' names begin with ("{name}#"):
-// the limit, and how many slots may be held (more than the
-// limit while holders above a limit that SetLimit shrank finish). A grant
+// the limit, and how many slots may be held (more than the limit while
+// holders above a limit that SetLimit shrank finish). A grant
 // is one transaction on the connection it pins: it locks the name's row
 // (creating it on first use), finds the held slots in pg_locks, and takes
 // the lowest free one below the limit with the usual statement; about five
@@ -287,30 +267,19 @@
 // from pg_stat_activity, which every role may see: one query. A pinned
 // connection is never recycled by the pool (MaxConnLifetime applies to
 // idle connections), so a leader never loses its lock silently to its own
-// pool; a session ended under it (pg_terminate_backend, a restart, a cut
-// connection) frees the lock at once, and the leader learns of it at its
-// next check, within the extension threshold, while the next candidate
-// may lead already: its fence is the one the resources must honour.
-//
-// # Job queues
-//
-// For "each job exactly once", a lock per job is the wrong tool: let the
-// row locks do it (FOR UPDATE SKIP LOCKED), as package
-// github.com/dlock-go/dlock/pgqueue does.
+// pool; a session ended under it is lost as any lock's is (see above),
+// and the next candidate may lead before the leader's next check.
 //
 // # Errors
 //
-// Every error matches exactly one of dlock's sentinels (dlock.ErrNotAcquired,
-// ErrNotHeld, ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid; an
-// acquisition that ended with its context also matches ctx.Err()).
-// ErrMisconfigured is the server's refusal that retrying cannot change:
-// failed authentication (SQLSTATE class 28), a missing privilege (42501,
-// such as USAGE on the fence sequence, or CREATE for Migrate), database
-// (3D000), schema (3F000) or fence sequence (42P01), a read-only session
-// (25006); Acquire and Do return it at once.
-// Where PostgreSQL said
-// more, one of ErrNotMigrated, ErrReadOnly, ErrDeadlock, ErrOutOfLocks,
-// ErrPoolExhausted or ErrSessionChanged. Server errors are wrapped in a
-// *dlock.NodeError carrying the *pgconn.PgError. Messages are one line
-// (pgx's multi-line connection errors are joined with "; ").
+// Errors match dlock's sentinels (see package dlock). dlock.ErrMisconfigured
+// is the server's refusal that retrying cannot change: failed
+// authentication (SQLSTATE class 28), a missing privilege (42501, such as
+// USAGE on the fence sequence, or CREATE for Migrate), database (3D000),
+// schema (3F000) or fence sequence (42P01), a read-only session (25006).
+// Where PostgreSQL said more, one of ErrNotMigrated, ErrReadOnly,
+// ErrDeadlock, ErrOutOfLocks, ErrPoolExhausted or ErrSessionChanged comes
+// with it. Server errors are wrapped in a *dlock.NodeError carrying the
+// *pgconn.PgError. Messages are one line (pgx's multi-line connection
+// errors are joined with "; ").
 package pglock

@@ -11,24 +11,8 @@
 // Do, so code written against the single-node backend (redislock) works
 // unchanged.
 //
-// # When to choose Redlock
-//
-// Use the lock you already have the infrastructure for, and add fencing when
-// an overlap would corrupt data:
-//
-//   - One Redis node (package redislock): one server to run; it fails with
-//     that server, and on failover to an asynchronous replica a lock (and its
-//     fence) can be handed out twice. Good for efficiency locks: jobs that
-//     should not run twice but survive it.
-//   - Redlock (this package): three or five independent masters; survives
-//     the loss of a minority of them. Without fencing it is not safe under
-//     process pauses, long network delays or clock jumps on a node. It fits
-//     when Redis is your coordination layer and the guarded resources span
-//     services that share no database.
-//   - PostgreSQL (package pglock): the database you already run; the lock
-//     lives with the data and ends with the session, so for work that happens
-//     inside one Postgres it is simpler and stronger. Its availability is the
-//     database's.
+// When to choose Redlock over one Redis node or PostgreSQL is in package
+// dlock's "Which backend".
 //
 // # Protocol
 //
@@ -144,18 +128,14 @@
 // noeviction: the Locker warns about each node that may evict, when it first
 // reaches it), no clock jump on a node.
 //
-// Kleppmann's critique ("How to do distributed locking", 2016) is that these
-// are the assumptions of a synchronous model: a GC pause, a long network
-// delay or a clock jump breaks (2) or (3), and no lease can stop a holder that
-// paused after its last check. antirez's answer ("Is Redlock safe?") is that
-// clocks need only tick at the same rate, that delays during the acquisition
-// are caught by the elapsed-time check (they are, here: the whole attempt
-// counts against the validity), and that pauses after the acquisition hurt every
-// lease-based lock. Both agree that a pause after the last check can only be
-// stopped by the resource. Hence the fence: pass Fence to the resource (see
-// dlock's fence guards), which rejects a write whose fence is below the
-// highest it has seen. With fencing, an overlap costs a rejected write, not
-// corrupted data.
+// A GC pause, a long network delay or a clock jump breaks (2) or (3), and
+// no lease can stop a holder that paused after its last check: the
+// Kleppmann–antirez debate, summed up in package dlock ("What a lock can
+// and cannot guarantee"). Delays during the acquisition are caught here
+// (the whole attempt counts against the validity); a pause after it only
+// the resource can stop. Hence the fence: pass Fence to the resource (see
+// dlock's fence guards). With fencing, an overlap costs a rejected write,
+// not corrupted data.
 //
 // Delayed restarts. A node that restarts without persistence has forgotten
 // its lock keys; if it rejoins within a TTL, a second client can gather a
