@@ -12,7 +12,7 @@ import (
 // Every backend of this repository implements it.
 type Inspector interface {
 	// Inspect lists the held locks whose keys match pattern (a glob:
-	// "*", "billing:*"), at most limit of them (0: a backend's default
+	// "*", "billing:*"; "" is "*"), at most limit of them (0: a backend's default
 	// bound), without blocking the servers (Redis: SCAN, never KEYS).
 	// A lock taken or released during the listing may be missed or
 	// reported.

@@ -13,33 +13,26 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 var _ dlock.Inspector = (*Locker)(nil)
-
-// DefaultInspectLimit bounds Inspect when its limit is 0.
-const DefaultInspectLimit = 1000
 
 // Inspect implements dlock.Inspector: the locks under the Locker's prefix
 // whose names match pattern (a path.Match glob), with the holder's token
 // (its lease and its key's create revision, as Lock.Token gives it), the
 // lease's remaining TTL, the fence (the holder key's create revision), the
 // number of waiters queued behind it and, with WithHolderInfo, who holds
-// it. It reads the queues with one range request, bounded to ten keys per
-// lock asked for, and each holder's lease with one more; every read is
-// linearizable.
+// it, at most limit of them (0: 1000). It reads the queues with one range
+// request, bounded to ten keys per lock asked for, and each holder's lease
+// with one more; every read is linearizable.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
+	pattern, limit, err := backend.CheckInspect(ctx, pattern, limit)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := path.Match(pattern, ""); err != nil {
-		return nil, driver.Invalidf("pattern %q: %v", pattern, err)
-	}
-	if limit < 0 {
-		return nil, driver.Invalidf("limit %d: must not be negative", limit)
-	}
-	if limit == 0 {
-		limit = DefaultInspectLimit
+		return nil, driver.Invalidf("inspect pattern %q: %v", pattern, err)
 	}
 	// Range over the pattern's literal beginning only.
 	from := l.cfg.Prefix + pattern[:strings.IndexAny(pattern+"*", "*?[\\")]

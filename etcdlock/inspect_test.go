@@ -85,6 +85,9 @@ func TestInspectHolderInfo(t *testing.T) {
 	if err != nil || len(infos) != 2 {
 		t.Fatalf("Inspect = %+v, %v; want anon and who", infos, err)
 	}
+	if all, err := l.Inspect(ctx, "", 0); err != nil || len(all) != 2 {
+		t.Fatalf("Inspect(\"\") = %+v, %v; want anon and who, as for \"*\" on every backend", all, err)
+	}
 	host, _ := os.Hostname()
 	anon, who := infos[0], infos[1]
 	if who.Key != "who" || who.Host != host || who.PID != os.Getpid() || who.Service != "billing" ||

@@ -14,13 +14,10 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 var _ dlock.Inspector = (*Locker)(nil)
-
-// DefaultInspectLimit is how many locks Inspect returns when asked for no
-// bound (limit 0).
-const DefaultInspectLimit = 1000
 
 // heldLock is what the Locker remembers of a lock it holds (in names,
 // keyed by its *grant), for Inspect.
@@ -69,20 +66,12 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 // later statement of the session, and xact_start ends with the
 // transaction, so each may be after the grant).
 //
-// At most limit locks are returned (0: DefaultInspectLimit), sorted by key.
+// At most limit locks are returned (0: 1000), sorted by key.
 // It returns an error matching dlock.ErrUnavailable when the query fails.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
-	}
-	if limit < 0 {
-		return nil, driver.Invalidf("inspect limit %d: must not be negative", limit)
-	}
-	if limit == 0 {
-		limit = DefaultInspectLimit
-	}
-	if pattern == "" {
-		pattern = "*"
+	pattern, limit, err := backend.CheckInspect(ctx, pattern, limit)
+	if err != nil {
+		return nil, err
 	}
 	match, err := globRegexp(pattern)
 	if err != nil {

@@ -186,6 +186,28 @@ func (c *Config) CheckToken(ctx context.Context, key, token string) error {
 	return invalid(bridge.TokenProblem(token))
 }
 
+// DefaultInspectLimit is how many locks Inspect returns when asked for no
+// bound (limit 0).
+const DefaultInspectLimit = 1000
+
+// CheckInspect checks the arguments of Inspect (dlock.Inspector) and
+// returns the pattern and the bound to apply: "*" for an empty pattern,
+// DefaultInspectLimit for limit 0.
+func CheckInspect(ctx context.Context, pattern string, limit int) (string, int, error) {
+	switch {
+	case ctx == nil:
+		return "", 0, driver.Invalidf("nil context")
+	case limit < 0:
+		return "", 0, driver.Invalidf("inspect limit %d: must not be negative", limit)
+	case limit == 0:
+		limit = DefaultInspectLimit
+	}
+	if pattern == "" {
+		pattern = "*"
+	}
+	return pattern, limit, nil
+}
+
 // invalid is problem (the rules' text, package bridge) as an error that
 // matches dlock.ErrInvalid, or nil when there is none.
 func invalid(problem string) error {
