@@ -68,8 +68,9 @@
 //
 // # Events and inspection
 //
-// A lock's events go to the observers of the Locker that made it: each
-// backend's WithObserver and WithLogger options attach them, once, to every
+// A lock's events go to the observers of the Locker that made it (each of
+// them gets every event): each backend's WithObserver and WithLogger
+// options attach them, once, to every
 // lock the Locker makes and every attempt it is asked for, from a bare
 // TryAcquire or within Acquire and Do. A bare TryAcquire reports its
 // attempt, then its grant or refusal; within Acquire and Do each attempt
