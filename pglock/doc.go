@@ -258,13 +258,8 @@
 // # Leader election
 //
 // dlock.Lead, Leader, Observe and Campaign work on a Locker with no schema
-// beyond the fence sequence. A leader's grant publishes its term (the
-// fence) and its identity (dlock.WithIdentity, at most 42 bytes of
-// printable ASCII) in its session's application_name, "name (#<term>
-// <identity>)" or "#<term> <identity>" where the name does not fit, in the
-// statement that takes the lock; release restores it. Leader (ReadTerm)
-// finds the holder's session in pg_locks and reads its application_name
-// from pg_stat_activity, which every role may see: one query. A pinned
+// beyond the fence sequence: a leader's grant publishes its term and
+// identity in its session's application_name (see ReadTerm). A pinned
 // connection is never recycled by the pool (MaxConnLifetime applies to
 // idle connections), so a leader never loses its lock silently to its own
 // pool; a session ended under it is lost as any lock's is (see above),

@@ -88,11 +88,9 @@ func WithPrefix(prefix string) Option {
 
 // WithReleaseNotify turns wake-on-release on or off. When on, waiting
 // acquisitions LISTEN on the channel "dlock_release" (through one extra
-// connection per Locker while anyone waits, made outside the pool with its
-// settings, which also holds WaitKey in share mode), and Release sends a NOTIFY there when some Locker on the
-// database has a waiter, so a waiter retries within about a round trip of
-// a release instead of at its next poll. With nobody waiting a release
-// sends nothing. The default is on.
+// connection per Locker while anyone waits: see Waiting in the package
+// documentation), so a waiter retries within about a round trip of a
+// release instead of at its next poll. The default is on.
 func WithReleaseNotify(on bool) Option {
 	return func(l *Locker) error {
 		l.notify = on
@@ -170,12 +168,8 @@ func (l *Locker) leaseMS(ttl time.Duration) string {
 }
 
 // New returns a Locker over pool. It sends nothing to the server. The fence
-// sequence must exist (see Migrate) before the first acquisition.
-//
-// Give the Locker a pool whose size allows for the locks you hold at once
-// plus one connection for attempts; release notifications use a connection
-// of their own, outside the pool. A pool of its own keeps held locks from
-// starving the rest of the application.
+// sequence must exist (see Migrate) before the first acquisition. Size the
+// pool as Connections in the package documentation says.
 func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	if pool == nil {
 		return nil, driver.Invalidf("nil pgxpool.Pool")
@@ -208,12 +202,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // to draw its fence, in one statement on a connection it pins for the life
 // of the lock.
 //
-// The lock does not expire on the server: it lasts as long as the session.
-// ttl is how long the handle trusts the lock without a successful health
-// check: Lock.Extend checks that the session is alive and still holds the
-// lock and moves ValidUntil to ttl after the check was sent, and Do runs that
-// check when WithExtendThreshold of the ttl is left (half, by default). A
-// shorter ttl notices a killed session sooner.
+// The lock does not expire on the server: it lasts as long as the session,
+// and ttl is how long the handle trusts it without a successful health
+// check (see TTL in the package documentation).
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds the lock, dlock.ErrMisconfigured when the server refused for a
@@ -221,8 +212,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // that is the reason; see Errors in the package documentation),
 // dlock.ErrUnavailable when it could not be reached or answered with
 // another error (with ErrOutOfLocks or ErrPoolExhausted where that is the
-// reason), and dlock.ErrInvalid for bad arguments. A wait for a free pool connection ends with ctx, matching
-// dlock.ErrNotAcquired and ctx.Err().
+// reason), and dlock.ErrInvalid for bad arguments. A wait for a free pool
+// connection ends with ctx, matching dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	a := l.cfg.Events.Attempt(ctx, key)
 	return a.End(l.tryName(ctx, key, ttl))
