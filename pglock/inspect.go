@@ -79,7 +79,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	}
 	n := naming{mine: l.ownLocks()}
 	if !strings.ContainsAny(pattern, `*?[\`) {
-		if k, err := l.keyFunc(l.cfg.Prefix + pattern); err == nil && k.valid() {
+		if k, err := l.mapKey(pattern); err == nil {
 			n.pattern, n.named = pattern, &k
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Wake-on-release
@@ -183,7 +184,7 @@ func (n *listener) run(ctx context.Context) {
 		}
 		if backoff == 0 { // once per run of failures
 			n.l.cfg.Logger.Warn("dlock/pglock: release listener failed; waiters poll until it reconnects",
-				"node", n.l.node, "err", oneLine(err).Error())
+				"node", n.l.node, "err", nodeerr.OneLine(err).Error())
 		}
 		backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
 		select {

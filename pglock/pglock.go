@@ -21,6 +21,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Locker takes session-level advisory locks through a pgxpool.Pool. Every
@@ -223,14 +224,24 @@ func (l *Locker) tryName(ctx context.Context, key string, ttl time.Duration) (*d
 	if err := l.checkArgs(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	k, err := l.keyFunc(l.cfg.Prefix + key)
+	k, err := l.mapKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", key, dlock.ErrInvalid, oneLine(err))
-	}
-	if !k.valid() {
-		return nil, driver.Invalidf("key function returned the zero Key for %q", key)
+		return nil, err
 	}
 	return l.tryAcquire(ctx, key, k, ttl)
+}
+
+// mapKey returns the advisory key of name: WithPrefix's prefix and name,
+// mapped by the key function (HashKey, or WithKeyFunc's).
+func (l *Locker) mapKey(name string) (Key, error) {
+	k, err := l.keyFunc(l.cfg.Prefix + name)
+	if err != nil {
+		return Key{}, fmt.Errorf("dlock: acquire %q: %w: key function: %w", name, dlock.ErrInvalid, nodeerr.OneLine(err))
+	}
+	if !k.valid() {
+		return Key{}, driver.Invalidf("key function returned the zero Key for %q", name)
+	}
+	return k, nil
 }
 
 // ForKey returns a Locker that takes the lock on k, a Key chosen by the

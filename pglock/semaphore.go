@@ -190,13 +190,9 @@ func (l *Locker) semRow(name string) []byte { return []byte(l.cfg.Prefix + bridg
 func (l *Locker) slotKeys(name string, n int) ([]Key, error) {
 	keys := make([]Key, n)
 	for i := range keys {
-		slot := driver.SlotKey(name, i)
-		k, err := l.keyFunc(l.cfg.Prefix + slot)
+		k, err := l.mapKey(driver.SlotKey(name, i))
 		if err != nil {
-			return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", slot, dlock.ErrInvalid, oneLine(err))
-		}
-		if !k.valid() {
-			return nil, driver.Invalidf("key function returned the zero Key for %q", slot)
+			return nil, err
 		}
 		keys[i] = k
 	}
