@@ -158,16 +158,13 @@
 // inside your pgx.Tx and draw a fence in the same statement, from the same
 // sequence. TryLockSQLTx and LockSQLTx do the same inside a database/sql
 // *sql.Tx (with pgx's stdlib driver; the transaction sqlx, GORM, ent and
-// bun hand out). database/sql gets the transaction locks only: a session
-// lock pins a connection for its lifetime, which a Locker takes from a
-// pgxpool.Pool (Queue is pgx-only too). The lock ends with the
-// transaction, commit or rollback, and cannot end earlier. Sequences are not transactional: a rollback does not
-// give the number back, so no fence is handed out twice; the fence is on
-// disk once the transaction has committed (after a crash before that, it
-// can come again, like everything else the transaction did). LockTx waits
-// in the server's queue and honours its context (pgx cancels the statement
-// and closes the connection), lock_timeout, and deadlock detection
-// (ErrDeadlock).
+// bun hand out; session locks need a pgxpool.Pool). The lock ends with the
+// transaction, commit or rollback, and cannot end earlier. Sequences are
+// not transactional: a rollback does not give the number back, so no
+// fence is handed out twice; the fence is on disk once the transaction
+// has committed (pglock makes the commit flush when it has to; after a
+// crash before that, it can come again, like everything else the
+// transaction did).
 //
 // Use transaction locks in READ COMMITTED transactions (PostgreSQL's
 // default), where every statement reads what was committed before it
