@@ -91,17 +91,14 @@
 //
 // # Keys on each node
 //
-// The lock key is the resource name (plus WithPrefix) holding the token, as
-// in node-redlock, so node-redlock clients and dlock on the same nodes and
-// resource names exclude each other (the tests run both against each other).
-// Beside it, in the "dlock:" namespace: the fence counter "dlock:fence:{key}",
-// which expires WithFenceTTL (1h by default) after the last grant, extension
-// or release that wrote it, and the waiter queue "dlock:waiters:{key}", which
-// lives while Lockers wait and 60s after the last one came by; with
-// WithHolderInfo, the holder record "dlock:holder:{key}", which lives as
-// long as the lock key and is deleted with it. Nothing else is stored;
-// after locks are released and those times have passed, a node holds
-// nothing of dlock's.
+// Each node stores what a redislock server does (see "Keys" in package
+// redislock): the lock key, the resource name (plus WithPrefix) holding
+// the token, as in node-redlock, so node-redlock clients and dlock on the
+// same nodes and names exclude each other; its fence counter, which
+// expires WithFenceTTL after the last grant, extension or release that
+// wrote it; its waiter queue; and with WithHolderInfo its holder record,
+// deleted with the lock key. After locks are released and those times
+// have passed, a node holds nothing of dlock's.
 //
 // # Leader election
 //
