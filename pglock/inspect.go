@@ -3,7 +3,6 @@ package pglock
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 )
 
@@ -43,8 +41,7 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 
 // Inspect lists the exclusive advisory locks held in the Locker's database
 // (by any session: this Locker's, another program's, psql's) whose names
-// match pattern, a glob ("*", "billing:*"; * any text, ? one character,
-// [...] a class, \ quotes). Each LockInfo has the holder's backend pid
+// match pattern (see dlock.Inspector). Each LockInfo has the holder's backend pid
 // (PID) and application_name (Service), and Waiting, the sessions blocked
 // in pg_advisory_lock behind it (pglock's own waiters poll with
 // pg_try_advisory_lock and are not counted). TTL is 0: a session lock
@@ -69,13 +66,9 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 // At most limit locks are returned (0: 1000), sorted by key.
 // It returns an error matching dlock.ErrUnavailable when the query fails.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
-	pattern, limit, err := backend.CheckInspect(ctx, pattern, limit)
+	pattern, match, limit, err := backend.CheckInspect(ctx, pattern, limit)
 	if err != nil {
 		return nil, err
-	}
-	match, err := globRegexp(pattern)
-	if err != nil {
-		return nil, driver.Invalidf("inspect pattern %q: %v", pattern, err)
 	}
 	n := naming{mine: l.ownLocks()}
 	if !strings.ContainsAny(pattern, `*?[\`) {
@@ -194,41 +187,6 @@ func advisoryName(classid, objid int64, objsubid int32) string {
 		return "advisory:" + strconv.Itoa(int(int32(uint32(classid)))) + "," + strconv.Itoa(int(int32(uint32(objid))))
 	}
 	return "advisory:" + strconv.FormatInt(int64(uint64(classid)<<32|uint64(objid)), 10)
-}
-
-// globRegexp compiles a Redis-style glob to an anchored regexp.
-func globRegexp(glob string) (*regexp.Regexp, error) {
-	var b strings.Builder
-	b.WriteString(`^`)
-	for i := 0; i < len(glob); i++ {
-		switch c := glob[i]; c {
-		case '*':
-			b.WriteString(`(?s:.*)`)
-		case '?':
-			b.WriteString(`(?s:.)`)
-		case '\\':
-			if i+1 < len(glob) {
-				i++
-			}
-			b.WriteString(regexp.QuoteMeta(glob[i : i+1]))
-		case '[':
-			end := strings.IndexByte(glob[i+1:], ']')
-			if end < 0 {
-				b.WriteString(`\[`)
-				continue
-			}
-			class := glob[i+1 : i+1+end]
-			if strings.HasPrefix(class, "!") {
-				class = "^" + class[1:]
-			}
-			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
-			i += end + 1
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString(`$`)
-	return regexp.Compile(b.String())
 }
 
 func sortInfos(rows []dlock.LockInfo) {
