@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,30 +81,40 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 	if !l.notify || driver.CheckKey(key) != nil {
 		return nil, func() {}
 	}
-	k, err := l.keyFunc(l.cfg.Prefix + key)
+	k, err := l.mapKey(key)
 	if err != nil {
 		return nil, func() {}
 	}
-	return l.notifyKey(k)
+	return l.notifyKeys(k)
 }
 
-// notifyKey is NotifyRelease for a Key.
-func (l *Locker) notifyKey(k Key) (released <-chan struct{}, stop func()) {
-	if !l.notify || !k.valid() {
+// notifyKeys is NotifyRelease for Keys: one registration on every key, so
+// that the release of any of them wakes the wait (a semaphore's slots).
+func (l *Locker) notifyKeys(keys ...Key) (released <-chan struct{}, stop func()) {
+	if !l.notify || slices.ContainsFunc(keys, func(k Key) bool { return !k.valid() }) {
 		return nil, func() {}
 	}
 	n := l.lst()
-	id := k.notifyID()
 	w := &waiter{ch: make(chan struct{}, 1)}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
 		return nil, func() {}
 	}
-	n.byKey[id] = append(n.byKey[id], w)
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = k.notifyID()
+		n.byKey[ids[i]] = append(n.byKey[ids[i]], w)
+	}
 	n.mu.Unlock()
 	var once sync.Once
-	return w.ch, func() { once.Do(func() { n.leave(id, w) }) }
+	return w.ch, func() {
+		once.Do(func() {
+			for _, id := range ids {
+				n.leave(id, w)
+			}
+		})
+	}
 }
 
 // Close stops the Locker's release listener (a goroutine and one

@@ -275,7 +275,7 @@ func (kl keyLocker) TryAcquire(ctx context.Context, name string, ttl time.Durati
 
 // NotifyRelease implements driver.ReleaseNotifier (see Locker.NotifyRelease).
 func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{}, func()) {
-	return kl.l.notifyKey(kl.k)
+	return kl.l.notifyKeys(kl.k)
 }
 
 // checkArgs is backend.Config's Check without the drift margin: a

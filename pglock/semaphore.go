@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -237,27 +236,7 @@ func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struc
 	if err != nil {
 		return nil, func() {}
 	}
-	n := l.lst()
-	w := &waiter{ch: make(chan struct{}, 1)}
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil, func() {}
-	}
-	ids := make([]string, len(keys))
-	for i, k := range keys {
-		ids[i] = k.notifyID()
-		n.byKey[ids[i]] = append(n.byKey[ids[i]], w)
-	}
-	n.mu.Unlock()
-	var once sync.Once
-	return w.ch, func() {
-		once.Do(func() {
-			for _, id := range ids {
-				n.leave(id, w)
-			}
-		})
-	}
+	return l.notifyKeys(keys...)
 }
 
 // semLimits sets the Limit of the permits among infos (keys of the form
