@@ -78,18 +78,15 @@
 //
 // PostgreSQL's advisory locks are named by one bigint or by two int4. A
 // lock name (after WithPrefix's prefix, if any) maps to a bigint with
-// HashKey: the first 8 bytes of the name's SHA-256, big-endian. SQL computes the same number, so a psql session or
-// a program in another language takes the same lock:
+// HashKey, which SQL computes too, so a psql session or a program in
+// another language takes the same lock:
 //
 //	SELECT pg_advisory_lock(('x' || left(encode(sha256(convert_to('invoice:42', 'UTF8')), 'hex'), 16))::bit(64)::bigint);
 //
-// With n distinct names the chance that any two share a bigint is about
-// n²/2^65 (3·10⁻⁸ for a million names); a collision makes the two names
-// exclude each other, never lets two holders of one name in. Int64Key and
-// KeyPair name numbered locks directly (ForKey makes a Locker of one), and
-// WithKeyFunc maps names to them; the pair form is a key space of its own.
-// pglock itself uses one bigint key, WaitKey, for its waiters; do not lock
-// it.
+// Int64Key and KeyPair name numbered locks directly (ForKey makes a Locker
+// of one), and WithKeyFunc maps names to them; the pair form is a key
+// space of its own. pglock itself uses one bigint key, WaitKey, for its
+// waiters; do not lock it.
 //
 // # Fences
 //
@@ -110,31 +107,17 @@
 //		name bytea PRIMARY KEY, permits int NOT NULL, slots int NOT NULL)
 //
 // Without them acquisitions fail with ErrNotMigrated (the table is for
-// semaphores only). Keep CACHE 1: with a
-// per-session cache, sessions hand out numbers from different ranges and a
-// later holder can get a smaller fence (Migrate checks it). The same holds
-// for setval, ALTER SEQUENCE ... RESTART and restoring an old backup: they
-// move fences back; guards then refuse the repeated fences (safe, but the
+// semaphores only). Keep CACHE 1 (see MigrateSQL; Migrate checks it).
+// setval, ALTER SEQUENCE ... RESTART and restoring an old backup move
+// fences back; guards then refuse the repeated fences (safe, but the
 // holders cannot write until the sequence passes the old values).
 //
-// Why a sequence: the per-key counter row it replaces cost a row update and
-// a commit that flushes the WAL on every acquisition. nextval writes WAL
-// once per 32 values and otherwise changes only a shared buffer.
-//
-// Durability. A fence must not come again after a crash. PostgreSQL's
-// nextval logs a value 32 ahead and, when it does, takes an xid so that its
-// transaction's commit flushes that record (sequence.c); the 31 calls after
-// it write nothing, and their transactions, writing no WAL, commit without
-// a flush. Their values are on disk only once the covering record is, which
-// may belong to a transaction that has not committed yet (PostgreSQL's
-// manual: make sure the nextval call has been committed before using the
-// value outside the database, which for these calls is not enough). So the
-// acquiring statement checks, after nextval, whether the WAL is flushed up
-// to its insert position; if not (or if synchronous standbys are
-// configured), it writes a small transactional WAL record (a logical
-// message with the prefix "dlock", which the logical decoding of your
-// database shows), so that its commit flushes, and waits for synchronous
-// standbys, past the covering record. In the common case of no other
+// Durability. A fence must not come again after a crash, and nextval alone
+// does not ensure it (why, and what the statement does about it, is in
+// docs/fences.md, "PostgreSQL"): when the WAL is not yet flushed past the
+// fence's record, the acquiring statement writes a small logical message
+// with the prefix "dlock" (which the logical decoding of your database
+// shows) so that its commit flushes it. In the common case of no other
 // writes in flight, nothing is written and nothing waits. A fence returned
 // by TryAcquire is then as durable as a committed transaction: it survives
 // a crash of the server with fsync on and synchronous_commit not off; with
