@@ -129,10 +129,11 @@
 // grants one of N permits of a name as a lock on one of its slots: a key
 // in the queue prefix+"{name}#"+slot+"/", named by the session's lease, as
 // the lock on the slot's key (driver.SlotKey: "{vendor-api}#2") would be.
-// Its fence is the key's create revision. An attempt reads every slot key of the name in one range request, and
-// puts its key on the lowest free slot in a transaction made only if no
-// slot key changed since that read (another grant, a new limit): two
-// round trips, and a new read when it loses the race (up to five times).
+// Its fence is the key's create revision. An attempt reads every slot key
+// of the name in one range request, and puts its key on the lowest free
+// slot in a transaction made only if no slot key changed since that read
+// (another grant, a new limit): two round trips, and a new read when it
+// loses the race (up to five times).
 // The limit lives in the value of the permits' keys ({"limit":5}, before
 // the holder record of WithHolderInfo), so it lasts exactly as long as a
 // permit: when the last key is deleted or its lease runs out, the record
@@ -158,9 +159,6 @@
 // (auth is on and the client has no user, a user without permission on
 // the lock's keys, a full space quota) gives dlock.ErrMisconfigured with
 // its reason, which Acquire and Do return at once. (A wrong password fails
-// earlier, in clientv3.New.)
-//
-// Exclusion is still lease-based: a holder paused past its lease is no
-// longer the owner when it resumes. Fence the writes it makes (package
-// fence) so that the stale one is refused.
+// earlier, in clientv3.New.) Exclusion is still lease-based: see package
+// dlock's "What a lock can and cannot guarantee".
 package etcdlock
