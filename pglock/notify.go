@@ -15,20 +15,18 @@ import (
 // Wake-on-release
 //
 // A Locker with waiting acquisitions keeps one connection of its own,
-// outside the pool, that LISTENs on notifyChannel and holds WaitKey in share mode (opened when a
-// waiting attempt first finds its key busy, closed when the last waiter
-// leaves). Release runs pg_advisory_unlock and then, in the same statement,
-// pg_try_advisory_xact_lock(WaitKey): if that fails, some Locker's listener
-// holds WaitKey, so someone may wait, and the statement sends pg_notify
-// with the key's notifyID as payload, delivered when its transaction
-// commits, after the unlock. If it succeeds, nobody waits anywhere: no
-// NOTIFY (which would cost an xid and a WAL flush at commit), and the
-// exclusive WaitKey lock ends with the statement. The check costs about a
-// microsecond of server time (a lock-table entry made and dropped), some 1%
-// of an uncontended acquire-and-release cycle (measured with pgbench, the
-// release with and without it interleaved). The listener wakes its
-// earliest waiter for the released key, which retries at once instead of
-// at its next poll.
+// outside the pool, that LISTENs on notifyChannel and holds WaitKey in
+// share mode (opened when a waiting attempt first finds its key busy,
+// closed when the last waiter leaves). Release runs pg_advisory_unlock
+// and then, in the same statement, pg_try_advisory_xact_lock(WaitKey): if
+// that fails, some Locker's listener holds WaitKey, so someone may wait,
+// and the statement sends pg_notify with the key's notifyID as payload,
+// delivered when its transaction commits, after the unlock. If it
+// succeeds, nobody waits anywhere: no NOTIFY (which would cost an xid and
+// a WAL flush at commit), and the exclusive WaitKey lock ends with the
+// statement. The check costs a lock-table entry made and dropped
+// (bench/RESULTS.md). The listener wakes its earliest waiter for the
+// released key, which retries at once instead of at its next poll.
 //
 // No release is missed. The listener wakes every waiter once after its
 // LISTEN and its WaitKey lock are both in place. A release whose unlock
