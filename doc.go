@@ -35,36 +35,24 @@
 //
 // A *Lock has a key, a random token (128 bits from crypto/rand) that proves
 // ownership to the server, a fence, and a validity deadline measured on the
-// monotonic clock: ValidUntil is the send time of the last successful
-// acquire or extend, plus the TTL, minus a drift margin (1% of the TTL + 2
-// ms). Release and Extend act only while the server still holds the token,
-// so a holder whose lock expired can never delete or prolong the next
-// holder's lock; they report that with ErrNotHeld. A handle that was
-// released or declared lost is never held again, whatever a late reply or a
-// failed Release says; a Release whose outcome is unknown may be retried.
-// Extend and Release on one handle reach the backend one at a time, so the
-// validity recorded is the one the server applied last.
-// Go's monotonic clock stops while the machine sleeps (suspend to RAM or
-// disk), so a holder whose machine slept keeps the validity it had; its next
-// extension is refused, and Do then cancels. Pauses the clock counts (GC,
-// SIGSTOP) are caught when the process runs again.
+// monotonic clock (ValidUntil; the drift margin is 1% of the TTL + 2 ms).
+// Release and Extend act only while the server still holds the token, so a
+// holder whose lock expired can never delete or prolong the next holder's
+// lock; they report that with ErrNotHeld. A released or lost handle is
+// never held again (see Lock). Go's monotonic clock stops while the
+// machine sleeps (suspend to RAM or disk), so a holder whose machine slept
+// keeps the validity it had; its next extension is refused, and Do then
+// cancels. Pauses the clock counts (GC, SIGSTOP) are caught when the
+// process runs again.
 //
 // # Waiting and Do
 //
-// TryAcquire (on every backend) makes one attempt. Acquire waits: it retries
-// after a delay with random jitter (WithRetryDelay, WithRetryJitter) until
-// the context ends or the retry budget (WithRetryCount) is spent, through
-// short outages too (attempts that cannot reach the backend back off, up to
-// a second); backends that announce releases wake waiters
-// at once. Do acquires, runs the function, extends the lock in the
-// background when WithExtendThreshold of its validity is left (half the TTL
-// by default), cancels the function's context with cause ErrLockLost as soon
-// as an extension is refused or the validity runs out (even while an
-// extension request still hangs), stops extending after WithMaxHold, and
-// releases when the function returns or panics. The context compares the
-// validity with the clock on every look (Err, Done, context.Cause), so a
-// process resumed after a pause sees the loss at once; and Do follows the
-// function's own Extend calls.
+// TryAcquire (on every backend) makes one attempt. Acquire waits, with
+// jitter, through short outages, woken at once by backends that announce
+// releases. Do acquires, runs the function, extends the lock in the
+// background, cancels the function's context with cause ErrLockLost the
+// moment the lock may be lost, and releases when the function returns or
+// panics. Their documentation gives the options and the errors.
 //
 // # Events and inspection
 //
