@@ -105,7 +105,7 @@ func Lead(ctx context.Context, l Locker, name string, ttl time.Duration, fn func
 // leadConfig checks the arguments of Lead and Campaign and returns their
 // options, with the default identity.
 func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, opts []Option) (config, error) {
-	if err := checkElection(ctx, l, name); err != nil {
+	if err := checkCall(ctx, l, "election", name); err != nil {
 		return config{}, err
 	}
 	if err := checkTTL(ttl); err != nil {
@@ -124,16 +124,16 @@ func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, o
 	return cfg, nil
 }
 
-// checkElection refuses a nil Locker or context and an empty election
-// name.
-func checkElection(ctx context.Context, l Locker, name string) error {
+// checkCall refuses a nil Locker or context and an empty name of what
+// (an election, a semaphore).
+func checkCall(ctx context.Context, l Locker, what, name string) error {
 	switch {
 	case l == nil:
 		return invalidf("nil Locker")
 	case ctx == nil:
 		return invalidf("nil context")
 	case name == "":
-		return invalidf("empty election name")
+		return invalidf("empty %s name", what)
 	}
 	return nil
 }
@@ -186,7 +186,7 @@ const probeTTL = time.Second
 // candidate's attempt, and draws a fence; its events reach the Locker's
 // observers like any grant.
 func Leader(ctx context.Context, l Locker, name string) (Term, error) {
-	if err := checkElection(ctx, l, name); err != nil {
+	if err := checkCall(ctx, l, "election", name); err != nil {
 		return Term{Name: name}, err
 	}
 	if r, ok := l.(termReader); ok {

@@ -79,13 +79,8 @@ type semaphore struct {
 }
 
 func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
-	switch {
-	case s.l == nil:
-		return nil, invalidf("nil Locker")
-	case ctx == nil:
-		return nil, invalidf("nil context")
-	case name == "":
-		return nil, invalidf("empty semaphore name")
+	if err := checkCall(ctx, s.l, "semaphore", name); err != nil {
+		return nil, err
 	}
 	if p := bridge.LimitProblem(s.limit); p != "" {
 		return nil, invalidf("%s", p)

@@ -13,12 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/keys"
 )
-
-// DefaultLimit is how many locks a listing returns when its caller asks for
-// no bound (limit 0).
-const DefaultLimit = 1000
 
 // scanCount is the COUNT hint of each SCAN call: the server looks at about
 // that many keys per call, so one call stays short however large the
@@ -38,7 +35,7 @@ type Holder struct {
 // Limit returns the bound a listing applies for limit.
 func Limit(limit int) int {
 	if limit <= 0 {
-		return DefaultLimit
+		return backend.DefaultInspectLimit
 	}
 	return limit
 }
