@@ -22,9 +22,7 @@
 //     that is paused (GC, SIGSTOP, a suspended VM) keeps it, however long
 //     the pause; nobody else gets it meanwhile, so there is no double
 //     grant, but there is no progress either. WithSessionLease makes it a
-//     lease: the server ends a lock session that has been idle for ttl +
-//     margin (idle_session_timeout), which frees the lock, and the holder's
-//     own validity always ends first.
+//     lease that the server ends.
 //   - A session that ends releases the lock at once: pg_terminate_backend,
 //     a server restart, idle_session_timeout, a failover. The holder learns
 //     only when it next talks on that connection. Do does that
