@@ -23,19 +23,15 @@
 // # Waiting
 //
 // dlock.Acquire and dlock.Do with a Locker wait in the lock's queue, as
-// concurrency.Mutex does (see Locker.NotifyRelease): the first attempt puts
-// a key at the end of the queue, a goroutine keeps its lease alive and
-// watches the deletion of the key just ahead, and the next attempt takes
-// the lock once the key is first. Waiters are served in the order they
-// queued, without polling, and a crashed holder's lease expiry wakes the
-// next. A watch that loses its place to a compaction, or that went to a
-// member answering nothing, reads the queue again (at the latest at the
-// next renewal of the lease). A wait whose lease ran out (a process paused
-// past it) queues again with a new lease, within the caller's context; a
-// wait that ends deletes its key, again at each renewal of the lease if
-// the first try failed. Waits of one Locker on one name each have a key in
-// the queue; they take them in queue order, whichever tries first. A bare
-// TryAcquire never waits: it puts its key only if the queue is empty.
+// concurrency.Mutex does (see Locker.NotifyRelease): waiters are served in
+// the order they queued, without polling, and a crashed holder's lease
+// expiry wakes the next. A watch that loses its place to a compaction, or
+// that went to a member answering nothing, reads the queue again (at the
+// latest at the next renewal of the lease). A wait whose lease ran out (a
+// process paused past it) queues again with a new lease, within the
+// caller's context; a wait that ends deletes its key, again at each
+// renewal of the lease if the first try failed. A bare TryAcquire never
+// waits: it puts its key only if the queue is empty.
 //
 // # Leader election
 //
