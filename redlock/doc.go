@@ -218,24 +218,18 @@
 //
 // # Errors and configuration
 //
-// Failed attempts carry a *QuorumError (errors.As) with every node's answer;
-// its Unwrap yields the sentinel (dlock.ErrNotAcquired when the lock was
-// busy or the vote split, dlock.ErrUnavailable when fewer than a majority of
-// nodes answered, dlock.ErrMisconfigured when so many nodes refused for a
-// reason retrying cannot change (a wrong password, an ACL, a replica) that
-// no majority is left, dlock.ErrNotHeld for an extension or release that a
-// majority answered without the key) and a *dlock.NodeError per failing
-// node. A node that answers without the key (it restarted, the key expired)
-// is not unavailable: a release that every node answered reports the lock
-// released when a majority deleted it, and not held otherwise. A node that did
-// not answer in time reports that, without matching context.DeadlineExceeded
-// (which stays reserved for the caller's own context).
+// Failed attempts carry a *QuorumError (errors.As) with every node's
+// answer and the sentinel it matches. A node that answers without the key
+// (it restarted, the key expired) is not unavailable: a release that every
+// node answered reports the lock released when a majority deleted it, and
+// not held otherwise. A node that did not answer in time reports that,
+// without matching context.DeadlineExceeded (which stays reserved for the
+// caller's own context).
 //
-// New warns (WithLogger) for N < 3, an even N and two clients with the same
-// address; a server reached through two clients under different names is
-// found by its run_id and votes once. WithStrict(true) makes all of these
-// errors. Nodes must be independent masters: a replica answers READONLY and
-// counts as refusing; Cluster and Ring clients are rejected.
+// New warns about a fleet that tolerates no failure or can split evenly
+// (see New); a server reached through two clients under different names is
+// found by its run_id and votes once. Nodes must be independent masters: a
+// replica answers READONLY and counts as refusing.
 //
 // Client settings: set ContextTimeoutEnabled on each go-redis client so that
 // the node timeout bounds the socket reads. go-redis retries a refused dial
@@ -243,6 +237,4 @@
 // the whole node timeout; DialerRetries 1 makes it fail at once. After
 // PoolSize failed dials go-redis fails fast for up to a second after the
 // server is back.
-//
-// A Locker is safe for concurrent use.
 package redlock
