@@ -111,12 +111,9 @@
 //
 // Semaphore admits up to N holders of one name at once: no more than five
 // replicas calling a vendor's API that allows five connections, three
-// migrations at a time. A permit is a lock on one of the name's N slots,
-// {name}#0 to {name}#(N-1), whichever is free, so Acquire, Do, events,
-// inspection and fences work on it as on any lock; its Slot says which
-// slot it holds, and its Key is the slot's (the braces are a Redis Cluster
-// hash tag, which puts every slot of a name in one Cluster slot; a name
-// with a tag keeps its own: see driver.SlotKey):
+// migrations at a time. A permit is a lock on one of the name's N slots
+// (see Semaphore), so Acquire, Do, events, inspection and fences work on
+// it as on any lock:
 //
 //	err := dlock.Do(ctx, dlock.Semaphore(locker, 5), "vendor-api", 30*time.Second, func(ctx context.Context) error {
 //		permit := dlock.LockFromContext(ctx) // permit.Key() is "{vendor-api}#3", say
