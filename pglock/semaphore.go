@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -246,7 +245,7 @@ func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
 	rows := map[string][]int{} // row name → indexes in infos
 	var names [][]byte
 	for i, info := range infos {
-		prefix, ok := slotPrefixOf(info.Key)
+		prefix, ok := bridge.SlotPrefixOf(info.Key)
 		if !ok {
 			continue
 		}
@@ -281,19 +280,4 @@ func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
 		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
 	}
 	return nil
-}
-
-// slotPrefixOf returns what a slot key begins with, its number cut off
-// ("{name}#"), or false for a key that is not a slot's.
-func slotPrefixOf(key string) (string, bool) {
-	i := strings.LastIndexByte(key, '#')
-	if i < 0 || i == len(key)-1 {
-		return "", false
-	}
-	for _, c := range key[i+1:] {
-		if c < '0' || c > '9' {
-			return "", false
-		}
-	}
-	return key[:i+1], true
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
@@ -96,7 +97,7 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 		for i, k := range ks {
 			queue := keys.Queue(k)
 			var limit *redis.StringCmd
-			if sem, ok := semaphoreOf(k); ok {
+			if sem, ok := bridge.SlotPrefixOf(k); ok {
 				queue, limit = keys.Queue(sem), p.HGet(ctx, keys.Limit(sem), "limit")
 			}
 			replies[i] = reply{p.PTTL(ctx, k), p.Get(ctx, k), p.Get(ctx, keys.Fence(k)),
@@ -135,17 +136,6 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 		rows = append(rows, info)
 	}
 	return rows, nil
-}
-
-// semaphoreOf returns the semaphore (what its slot keys begin with,
-// "{name}#") of a key that has the form of a slot key (driver.SlotKey): a
-// hash tag, then "#" and a slot number at the end.
-func semaphoreOf(key string) (string, bool) {
-	sem := strings.TrimRight(key, "0123456789")
-	if len(sem) == len(key) || !strings.HasSuffix(sem, "#") || !keys.HasHashTag(sem) {
-		return "", false
-	}
-	return sem, true
 }
 
 // Sort orders rows by key, then node.
