@@ -35,41 +35,30 @@
 //
 // A *Lock has a key, a random token (128 bits from crypto/rand) that proves
 // ownership to the server, a fence, and a validity deadline measured on the
-// monotonic clock: ValidUntil is the send time of the last successful
-// acquire or extend, plus the TTL, minus a drift margin (1% of the TTL + 2
-// ms). Release and Extend act only while the server still holds the token,
-// so a holder whose lock expired can never delete or prolong the next
-// holder's lock; they report that with ErrNotHeld. A handle that was
-// released or declared lost is never held again, whatever a late reply or a
-// failed Release says; a Release whose outcome is unknown may be retried.
-// Extend and Release on one handle reach the backend one at a time, so the
-// validity recorded is the one the server applied last.
-// Go's monotonic clock stops while the machine sleeps (suspend to RAM or
-// disk), so a holder whose machine slept keeps the validity it had; its next
-// extension is refused, and Do then cancels. Pauses the clock counts (GC,
-// SIGSTOP) are caught when the process runs again.
+// monotonic clock (ValidUntil; the drift margin is 1% of the TTL + 2 ms).
+// Release and Extend act only while the server still holds the token, so a
+// holder whose lock expired can never delete or prolong the next holder's
+// lock; they report that with ErrNotHeld. A released or lost handle is
+// never held again (see Lock). Go's monotonic clock stops while the
+// machine sleeps (suspend to RAM or disk), so a holder whose machine slept
+// keeps the validity it had; its next extension is refused, and Do then
+// cancels. Pauses the clock counts (GC, SIGSTOP) are caught when the
+// process runs again.
 //
 // # Waiting and Do
 //
-// TryAcquire (on every backend) makes one attempt. Acquire waits: it retries
-// after a delay with random jitter (WithRetryDelay, WithRetryJitter) until
-// the context ends or the retry budget (WithRetryCount) is spent, through
-// short outages too (attempts that cannot reach the backend back off, up to
-// a second); backends that announce releases wake waiters
-// at once. Do acquires, runs the function, extends the lock in the
-// background when WithExtendThreshold of its validity is left (half the TTL
-// by default), cancels the function's context with cause ErrLockLost as soon
-// as an extension is refused or the validity runs out (even while an
-// extension request still hangs), stops extending after WithMaxHold, and
-// releases when the function returns or panics. The context compares the
-// validity with the clock on every look (Err, Done, context.Cause), so a
-// process resumed after a pause sees the loss at once; and Do follows the
-// function's own Extend calls.
+// TryAcquire (on every backend) makes one attempt. Acquire waits, with
+// jitter, through short outages, woken at once by backends that announce
+// releases. Do acquires, runs the function, extends the lock in the
+// background, cancels the function's context with cause ErrLockLost the
+// moment the lock may be lost, and releases when the function returns or
+// panics. Their documentation gives the options and the errors.
 //
 // # Events and inspection
 //
-// A lock's events go to the observers of the Locker that made it: each
-// backend's WithObserver and WithLogger options attach them, once, to every
+// A lock's events go to the observers of the Locker that made it (each of
+// them gets every event): each backend's WithObserver and WithLogger
+// options attach them, once, to every
 // lock the Locker makes and every attempt it is asked for, from a bare
 // TryAcquire or within Acquire and Do. A bare TryAcquire reports its
 // attempt, then its grant or refusal; within Acquire and Do each attempt
@@ -102,49 +91,29 @@
 //
 // An election is a lock: Lead runs a function while this process leads
 // the election name, which it does while it holds the lock on name through
-// Do. The term number is the grant's fence, so terms strictly increase per
-// name on every backend, and the leader's function gets Do's context: it
-// ends with cause ErrLockLost the moment the leadership may be lost, and
-// the lock is released (the leadership resigned, waking the next
-// candidate) only after the function returned. Lead campaigns again after
-// a loss, for a new term, unless WithRecampaign(false). The Term
-// (TermFromContext) names the election, the leader's identity
-// (WithIdentity, host:pid by default), the term number and since when.
+// Do, so the function's context ends the moment the leadership may be
+// lost. The term number is the grant's fence, so terms strictly increase
+// per name on every backend; pass Term.Fence to the resources the leader
+// writes, for the reason given under "What a lock can and cannot
+// guarantee".
 //
 //	err := dlock.Lead(ctx, locker, "scheduler", 15*time.Second, func(ctx context.Context) error {
 //		term, _ := dlock.TermFromContext(ctx)
 //		return runScheduler(ctx, term.Fence) // every write carries the term
 //	})
 //
-// Leader says who leads now, or that nobody does (Term.Led false: an
-// answer, not an error); Observe reports every change it sees, nobody
-// included, and never a lower term after a higher one. Campaign starts a
-// long-lived Candidate for code that asks "am I the leader?" elsewhere:
-// its IsLeader(ctx) error answers nil only within the current validity,
-// which makes it a gocron v2 Elector (gocron.WithDistributedElector(c)),
-// and its Resign hands over at once. Backends read the leader's identity
-// and term through package driver's TermReader; with a Locker that has
-// none, Leader probes with TryAcquire and can only say that someone leads.
-//
-// What an election cannot do is what a lock cannot: stop a leader that is
-// paused (a GC pause, SIGSTOP, a frozen VM) past its validity from acting
-// when it resumes, before it looks at its context. The next leader may be
-// elected meanwhile: the lease ends the old term, but only the fence stops
-// its late writes. Pass Term.Fence to the resources the leader writes
-// (package fence). A backend that loses a session behind the holder's back
-// (a PostgreSQL backend terminated) tells the holder at its next check,
-// within the extension threshold; the next leader may start before that.
+// Leader says who leads now, Observe reports every change it sees, and
+// Campaign starts a long-lived Candidate for code that asks "am I the
+// leader?" elsewhere (a gocron v2 Elector). Backends read the leader's
+// identity and term through package driver's TermReader.
 //
 // # Semaphores
 //
 // Semaphore admits up to N holders of one name at once: no more than five
 // replicas calling a vendor's API that allows five connections, three
-// migrations at a time. A permit is a lock on one of the name's N slots,
-// {name}#0 to {name}#(N-1), whichever is free, so Acquire, Do, events,
-// inspection and fences work on it as on any lock; its Slot says which
-// slot it holds, and its Key is the slot's (the braces are a Redis Cluster
-// hash tag, which puts every slot of a name in one Cluster slot; a name
-// with a tag keeps its own: see driver.SlotKey):
+// migrations at a time. A permit is a lock on one of the name's N slots
+// (see Semaphore), so Acquire, Do, events, inspection and fences work on
+// it as on any lock:
 //
 //	err := dlock.Do(ctx, dlock.Semaphore(locker, 5), "vendor-api", 30*time.Second, func(ctx context.Context) error {
 //		permit := dlock.LockFromContext(ctx) // permit.Key() is "{vendor-api}#3", say
@@ -164,32 +133,20 @@
 // the permit's Key refuses a paused holder's late write once its slot went
 // to another, while the holders of the other slots write on.
 //
-// The limit is agreed on the servers: the first grant records it, and a
-// Locker that asks with another one gets ErrInvalid ("limit conflict: the
-// server has 5, this Locker 10") until SetLimit changes the record. The
-// record lasts as long as a permit of the name may be held, and no longer.
 // A permit's lease ends on the server's clock, never a client's, and a
 // killed holder's permit comes back within its TTL (PostgreSQL: when its
-// session ends); an attempt that fails leaves nothing behind. A release
-// wakes a waiter. How each backend grants a free slot, and what it costs,
-// is in docs/semaphores.md; a Locker written elsewhere gets semaphores
-// from this package, which try the slots in turn and record no limit.
+// session ends); an attempt that fails leaves nothing behind, and a
+// release wakes a waiter. The limit is agreed on the servers (see
+// Semaphore and SetLimit). How each backend grants a free slot, and what
+// it costs, is in docs/semaphores.md.
 //
 // # Errors
 //
-// Every error matches exactly one sentinel. ErrNotAcquired: someone else
-// holds the lock. ErrNotHeld: your lock is gone. ErrLockLost: the lock may
-// have been lost (Do's cause; a backend reporting the lock's session gone).
-// ErrUnavailable: the backend could not be reached; the outcome may be
-// unknown. ErrMisconfigured: the backend refused for a reason retrying
-// cannot change (credentials, permissions, a replica, no memory left), with
-// the server's own reason; Acquire and Do return it at once. ErrInvalid: a
-// bad argument, rejected before anything was sent, or a semaphore limit
-// that conflicts with the one the servers recorded. A
-// wait that ended with its context also matches ctx.Err(), beside the
-// sentinel of its last attempt (ErrNotAcquired or ErrUnavailable). Which
-// node said what is available through errors.As with *NodeError (and the
-// backends' own types).
+// Every error matches exactly one sentinel (ErrNotAcquired, ErrNotHeld,
+// ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid: see their
+// documentation), and a wait that ended with its context also matches
+// ctx.Err(). Which node said what is available through errors.As with
+// *NodeError (and the backends' own types).
 //
 // # What a lock can and cannot guarantee
 //
@@ -219,11 +176,24 @@
 //
 // # Which backend
 //
-// One Redis node (redislock) is simple and fast, but a failover to a replica
-// that had not received the key can grant the lock twice; the fence counter
-// can go back with it, which the fence guards catch. Redlock (redlock)
-// survives the loss of a minority of independent masters, at the cost of
-// more servers and timing assumptions. A PostgreSQL advisory lock (pglock)
-// needs no extra infrastructure when the work already lives in one database,
-// and lives exactly as long as the session that holds it.
+// Use the lock you already have the infrastructure for, and pass the fence
+// to the resource when an overlap would corrupt data:
+//
+//	                        Redis, one node      Redlock (N masters)        PostgreSQL
+//	package                 redislock            redlock                    pglock
+//	infrastructure          one Redis            N independent Redis        the database you run
+//	fault tolerance         none                 a minority of nodes        that of the database
+//	lock ends when          the TTL runs out     the TTL runs out           the session (or tx) ends
+//	atomic with the data    no                   no                         yes, for a tx lock
+//	best fit                efficiency locks     resources across services  work inside one Postgres
+//
+// One Redis node is simple and fast, but a failover to a replica that had
+// not received the key can grant the lock twice; the fence counter can go
+// back with it, which the fence guards catch. Redlock survives the loss of
+// a minority of independent masters, at the cost of more servers and
+// timing assumptions; without fencing it is not safe under process pauses,
+// long network delays or clock jumps on a node. A PostgreSQL advisory lock
+// needs no extra infrastructure when the work already lives in one
+// database, and lives exactly as long as the session that holds it. Use a
+// Redis backend when the resource spans services that share no database.
 package dlock

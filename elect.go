@@ -105,13 +105,8 @@ func Lead(ctx context.Context, l Locker, name string, ttl time.Duration, fn func
 // leadConfig checks the arguments of Lead and Campaign and returns their
 // options, with the default identity.
 func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, opts []Option) (config, error) {
-	switch {
-	case l == nil:
-		return config{}, invalidf("nil Locker")
-	case ctx == nil:
-		return config{}, invalidf("nil context")
-	case name == "":
-		return config{}, invalidf("empty election name")
+	if err := checkCall(ctx, l, "election", name); err != nil {
+		return config{}, err
 	}
 	if err := checkTTL(ttl); err != nil {
 		return config{}, err
@@ -127,6 +122,20 @@ func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, o
 		cfg.identity = defaultIdentity()
 	}
 	return cfg, nil
+}
+
+// checkCall refuses a nil Locker or context and an empty name of what
+// (an election, a semaphore).
+func checkCall(ctx context.Context, l Locker, what, name string) error {
+	switch {
+	case l == nil:
+		return invalidf("nil Locker")
+	case ctx == nil:
+		return invalidf("nil context")
+	case name == "":
+		return invalidf("empty %s name", what)
+	}
+	return nil
 }
 
 // lead is Lead with its arguments checked.
@@ -177,13 +186,8 @@ const probeTTL = time.Second
 // candidate's attempt, and draws a fence; its events reach the Locker's
 // observers like any grant.
 func Leader(ctx context.Context, l Locker, name string) (Term, error) {
-	switch {
-	case l == nil:
-		return Term{Name: name}, invalidf("nil Locker")
-	case ctx == nil:
-		return Term{Name: name}, invalidf("nil context")
-	case name == "":
-		return Term{Name: name}, invalidf("empty election name")
+	if err := checkCall(ctx, l, "election", name); err != nil {
+		return Term{Name: name}, err
 	}
 	if r, ok := l.(termReader); ok {
 		t, err := r.ReadTerm(ctx, name)

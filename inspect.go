@@ -11,11 +11,11 @@ import (
 // for operators' questions: who holds it, for how long, how many wait.
 // Every backend of this repository implements it.
 type Inspector interface {
-	// Inspect lists the held locks whose keys match pattern (a glob:
-	// "*", "billing:*"), at most limit of them (0: a backend's default
-	// bound), without blocking the servers (Redis: SCAN, never KEYS).
-	// A lock taken or released during the listing may be missed or
-	// reported.
+	// Inspect lists the held locks whose keys match pattern (a glob as
+	// Redis reads one: "*", "billing:*", "job-?", "[ab]*"; "" is "*"), at
+	// most limit of them (0: a backend's default bound), without blocking
+	// the servers (Redis: SCAN, never KEYS). A lock taken or released
+	// during the listing may be missed or reported.
 	Inspect(ctx context.Context, pattern string, limit int) ([]LockInfo, error)
 }
 

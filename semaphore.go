@@ -20,17 +20,19 @@ type semaphores interface {
 
 // Semaphore returns a Locker whose TryAcquire(ctx, name, ttl) grants one of
 // limit permits of name: a lock on one of its slots, {name}#0 to
-// {name}#(limit-1) (see driver.SlotKey), whichever is free. Wait for a permit and hold it with
-// Acquire and Do, like any lock:
+// {name}#(limit-1), whichever is free (the braces are a Redis Cluster hash
+// tag, which puts every slot of a name in one Cluster slot; a name with a
+// tag keeps its own: see driver.SlotKey). Wait for a permit and hold it
+// with Acquire and Do, like any lock:
 //
 //	err := dlock.Do(ctx, dlock.Semaphore(locker, 5), "vendor-api", ttl, fn)
 //
 // The permit's Slot says which slot it holds, and its Key is the slot's
-// (see the package documentation's Semaphores). Its TryAcquire returns an
-// error matching ErrNotAcquired when every permit is held, and ErrInvalid
-// for a limit below 1 or above driver.MaxLimit, for an empty name, and
-// when the servers recorded another limit for name. l's events report the
-// attempts on name and the permit's life on its slot's key.
+// ("{vendor-api}#3", say). Its TryAcquire returns an error matching
+// ErrNotAcquired when every permit is held, and ErrInvalid for a limit
+// below 1 or above driver.MaxLimit, for an empty name, and when the
+// servers recorded another limit for name. l's events report the attempts
+// on name and the permit's life on its slot's key.
 //
 // When l has semaphores of its own (driver.Semaphores: every backend of
 // this repository), Semaphore returns them. Otherwise the permits are l's
@@ -79,13 +81,8 @@ type semaphore struct {
 }
 
 func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
-	switch {
-	case s.l == nil:
-		return nil, invalidf("nil Locker")
-	case ctx == nil:
-		return nil, invalidf("nil context")
-	case name == "":
-		return nil, invalidf("empty semaphore name")
+	if err := checkCall(ctx, s.l, "semaphore", name); err != nil {
+		return nil, err
 	}
 	if p := bridge.LimitProblem(s.limit); p != "" {
 		return nil, invalidf("%s", p)

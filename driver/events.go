@@ -30,8 +30,11 @@ type Events struct {
 // NewEvents returns the Events of a Locker of backend ("redis", "redlock",
 // "postgres", "etcd"): each event goes to the logger first (a Warn record
 // when a lock is lost or an extension fails, with key, fence, backend and
-// cause; Debug records for grants, refusals and releases; nothing at
-// Info, so that a busy service's hot path stays silent), then to each
+// cause, and for the first refusal or release that matches
+// dlock.ErrMisconfigured, with the server's reason; Debug records for the
+// other grants, refusals and releases, since the caller gets each error
+// anyway; nothing at Info, so that a busy service's hot path stays
+// silent), then to each
 // observer in turn. A nil logger, or one whose handler is
 // slog.DiscardHandler, logs nothing; with no observer either, no event is
 // built.

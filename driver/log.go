@@ -9,15 +9,8 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// logEvents returns an observer that logs a Locker's events to logger the
-// way every backend of this repository does (NewEvents): a
-// Warn record when a lock is lost or an extension fails, with the key,
-// fence, backend and cause; Debug records for grants, refusals and
-// releases; nothing at Info, so that a busy service's hot path stays
-// silent. The first refusal or release that the backend refused for a
-// reason retrying cannot change (dlock.ErrMisconfigured) is a Warn record
-// too, with the server's reason; later ones are Debug records, since the
-// caller gets each error anyway. A record that the logger would drop costs
+// logEvents returns an observer that logs a Locker's events to logger at
+// the levels NewEvents gives. A record that the logger would drop costs
 // one Enabled call; a logger whose handler is slog.DiscardHandler gives nil
 // (no observer).
 func logEvents(logger *slog.Logger) func(context.Context, dlock.Event) {

@@ -23,19 +23,15 @@
 // # Waiting
 //
 // dlock.Acquire and dlock.Do with a Locker wait in the lock's queue, as
-// concurrency.Mutex does (see Locker.NotifyRelease): the first attempt puts
-// a key at the end of the queue, a goroutine keeps its lease alive and
-// watches the deletion of the key just ahead, and the next attempt takes
-// the lock once the key is first. Waiters are served in the order they
-// queued, without polling, and a crashed holder's lease expiry wakes the
-// next. A watch that loses its place to a compaction, or that went to a
-// member answering nothing, reads the queue again (at the latest at the
-// next renewal of the lease). A wait whose lease ran out (a process paused
-// past it) queues again with a new lease, within the caller's context; a
-// wait that ends deletes its key, again at each renewal of the lease if
-// the first try failed. Waits of one Locker on one name each have a key in
-// the queue; they take them in queue order, whichever tries first. A bare
-// TryAcquire never waits: it puts its key only if the queue is empty.
+// concurrency.Mutex does (see Locker.NotifyRelease): waiters are served in
+// the order they queued, without polling, and a crashed holder's lease
+// expiry wakes the next. A watch that loses its place to a compaction, or
+// that went to a member answering nothing, reads the queue again (at the
+// latest at the next renewal of the lease). A wait whose lease ran out (a
+// process paused past it) queues again with a new lease, within the
+// caller's context; a wait that ends deletes its key, again at each
+// renewal of the lease if the first try failed. A bare TryAcquire never
+// waits: it puts its key only if the queue is empty.
 //
 // # Leader election
 //
@@ -129,10 +125,11 @@
 // grants one of N permits of a name as a lock on one of its slots: a key
 // in the queue prefix+"{name}#"+slot+"/", named by the session's lease, as
 // the lock on the slot's key (driver.SlotKey: "{vendor-api}#2") would be.
-// Its fence is the key's create revision. An attempt reads every slot key of the name in one range request, and
-// puts its key on the lowest free slot in a transaction made only if no
-// slot key changed since that read (another grant, a new limit): two
-// round trips, and a new read when it loses the race (up to five times).
+// Its fence is the key's create revision. An attempt reads every slot key
+// of the name in one range request, and puts its key on the lowest free
+// slot in a transaction made only if no slot key changed since that read
+// (another grant, a new limit): two round trips, and a new read when it
+// loses the race (up to five times).
 // The limit lives in the value of the permits' keys ({"limit":5}, before
 // the holder record of WithHolderInfo), so it lasts exactly as long as a
 // permit: when the last key is deleted or its lease runs out, the record
@@ -158,9 +155,6 @@
 // (auth is on and the client has no user, a user without permission on
 // the lock's keys, a full space quota) gives dlock.ErrMisconfigured with
 // its reason, which Acquire and Do return at once. (A wrong password fails
-// earlier, in clientv3.New.)
-//
-// Exclusion is still lease-based: a holder paused past its lease is no
-// longer the owner when it resumes. Fence the writes it makes (package
-// fence) so that the stale one is refused.
+// earlier, in clientv3.New.) Exclusion is still lease-based: see package
+// dlock's "What a lock can and cannot guarantee".
 package etcdlock

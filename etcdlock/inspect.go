@@ -3,7 +3,7 @@ package etcdlock
 import (
 	"context"
 	"fmt"
-	"path"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -12,34 +12,23 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 var _ dlock.Inspector = (*Locker)(nil)
 
-// DefaultInspectLimit bounds Inspect when its limit is 0.
-const DefaultInspectLimit = 1000
-
 // Inspect implements dlock.Inspector: the locks under the Locker's prefix
-// whose names match pattern (a path.Match glob), with the holder's token
+// whose names match pattern (a glob, as on every backend), with the holder's token
 // (its lease and its key's create revision, as Lock.Token gives it), the
 // lease's remaining TTL, the fence (the holder key's create revision), the
 // number of waiters queued behind it and, with WithHolderInfo, who holds
-// it. It reads the queues with one range request, bounded to ten keys per
-// lock asked for, and each holder's lease with one more; every read is
-// linearizable.
+// it, at most limit of them (0: 1000). It reads the queues with one range
+// request, bounded to ten keys per lock asked for, and each holder's lease
+// with one more; every read is linearizable.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
-	}
-	if _, err := path.Match(pattern, ""); err != nil {
-		return nil, driver.Invalidf("pattern %q: %v", pattern, err)
-	}
-	if limit < 0 {
-		return nil, driver.Invalidf("limit %d: must not be negative", limit)
-	}
-	if limit == 0 {
-		limit = DefaultInspectLimit
+	pattern, match, limit, err := backend.CheckInspect(ctx, pattern, limit)
+	if err != nil {
+		return nil, err
 	}
 	// Range over the pattern's literal beginning only.
 	from := l.cfg.Prefix + pattern[:strings.IndexAny(pattern+"*", "*?[\\")]
@@ -47,7 +36,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	if err != nil {
 		return nil, fmt.Errorf("dlock: inspect: %w", l.opErr(ctx, err, false))
 	}
-	queues := l.queues(resp.Kvs, pattern)
+	queues := l.queues(resp.Kvs, match)
 	names := make([]string, 0, len(queues))
 	for name := range queues {
 		names = append(names, name)
@@ -81,8 +70,8 @@ type inspected struct {
 }
 
 // queues sorts the keys read by Inspect into the queues of the locks whose
-// names match pattern, by name.
-func (l *Locker) queues(kvs []*mvccpb.KeyValue, pattern string) map[string]*inspected {
+// names match, by name.
+func (l *Locker) queues(kvs []*mvccpb.KeyValue, match *regexp.Regexp) map[string]*inspected {
 	queues := map[string]*inspected{}
 	for _, kv := range kvs {
 		rest := strings.TrimPrefix(string(kv.Key), l.cfg.Prefix)
@@ -95,7 +84,7 @@ func (l *Locker) queues(kvs []*mvccpb.KeyValue, pattern string) map[string]*insp
 			continue
 		}
 		name := rest[:i]
-		if m, _ := path.Match(pattern, name); !m {
+		if !match.MatchString(name) {
 			continue
 		}
 		q := queues[name]

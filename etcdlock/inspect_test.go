@@ -61,6 +61,12 @@ func TestInspect(t *testing.T) {
 	if _, err := l.Inspect(ctx, "[", 0); !errors.Is(err, dlock.ErrInvalid) {
 		t.Fatalf("bad pattern: %v, want ErrInvalid", err)
 	}
+	// "*" is every name, slashes included, as on every backend (`dlock
+	// inspect`'s default).
+	all, err := l.Inspect(ctx, "*", 0)
+	if err != nil || len(all) != 2 || all[0].Key != "insp/a" || all[1].Key != "other" {
+		t.Fatalf("Inspect(*) = %+v, %v; want insp/a and other", all, err)
+	}
 }
 
 // TestInspectHolderInfo: with WithHolderInfo the lock's key carries the
@@ -84,6 +90,9 @@ func TestInspectHolderInfo(t *testing.T) {
 	infos, err := l.Inspect(ctx, "*", 0)
 	if err != nil || len(infos) != 2 {
 		t.Fatalf("Inspect = %+v, %v; want anon and who", infos, err)
+	}
+	if all, err := l.Inspect(ctx, "", 0); err != nil || len(all) != 2 {
+		t.Fatalf("Inspect(\"\") = %+v, %v; want anon and who, as for \"*\" on every backend", all, err)
 	}
 	host, _ := os.Hostname()
 	anon, who := infos[0], infos[1]

@@ -6,22 +6,8 @@
 // locks do the work without any advisory lock or fence, see package
 // github.com/dlock-go/dlock/pgqueue.
 //
-// # When PostgreSQL is the better choice
-//
-// If the work already lives in one PostgreSQL database, the database can
-// coordinate it without a second datastore whose failures you must reason
-// about separately:
-//
-//	                        Redis, one node      Redlock (N masters)        PostgreSQL (this package)
-//	infrastructure          one Redis            N independent Redis        the database you run
-//	fault tolerance         none                 a minority of nodes        that of the database
-//	lock ends when          the TTL runs out     the TTL runs out           the session (or tx) ends
-//	atomic with the data    no                   no                         yes, for a tx lock or a
-//	                                                                        claimed queue row
-//	best fit                efficiency locks     resources across services  work inside one Postgres
-//
-// Use a Redis backend when the resource spans services that share no
-// database. With either, when a double run would corrupt data, pass the
+// When to choose PostgreSQL over Redis is in package dlock's "Which
+// backend"; with either, when a double run would corrupt data, pass the
 // lock's fence to the resource (package fence/pgfence for tables in
 // PostgreSQL).
 //
@@ -36,9 +22,7 @@
 //     that is paused (GC, SIGSTOP, a suspended VM) keeps it, however long
 //     the pause; nobody else gets it meanwhile, so there is no double
 //     grant, but there is no progress either. WithSessionLease makes it a
-//     lease: the server ends a lock session that has been idle for ttl +
-//     margin (idle_session_timeout), which frees the lock, and the holder's
-//     own validity always ends first.
+//     lease that the server ends.
 //   - A session that ends releases the lock at once: pg_terminate_backend,
 //     a server restart, idle_session_timeout, a failover. The holder learns
 //     only when it next talks on that connection. Do does that
@@ -75,8 +59,8 @@
 // # TTL
 //
 // The server does not expire these locks, so the ttl passed to
-// TryAcquire, dlock.Acquire and dlock.Do does not reach the server. It is how long the
-// handle trusts the lock without a successful health check: a Lock is
+// TryAcquire, dlock.Acquire and dlock.Do does not reach the server. It is
+// how long the handle trusts the lock without a successful health check: a Lock is
 // valid until ttl after its acquisition (or last Extend) was sent, and
 // Lock.Extend is the health check: it verifies that the pinned connection
 // is alive, that its backend is still the one that took the lock, and that
@@ -92,18 +76,15 @@
 //
 // PostgreSQL's advisory locks are named by one bigint or by two int4. A
 // lock name (after WithPrefix's prefix, if any) maps to a bigint with
-// HashKey: the first 8 bytes of the name's SHA-256, big-endian. SQL computes the same number, so a psql session or
-// a program in another language takes the same lock:
+// HashKey, which SQL computes too, so a psql session or a program in
+// another language takes the same lock:
 //
 //	SELECT pg_advisory_lock(('x' || left(encode(sha256(convert_to('invoice:42', 'UTF8')), 'hex'), 16))::bit(64)::bigint);
 //
-// With n distinct names the chance that any two share a bigint is about
-// n²/2^65 (3·10⁻⁸ for a million names); a collision makes the two names
-// exclude each other, never lets two holders of one name in. Int64Key and
-// KeyPair name numbered locks directly (ForKey makes a Locker of one), and
-// WithKeyFunc maps names to them; the pair form is a key space of its own.
-// pglock itself uses one bigint key, WaitKey, for its waiters; do not lock
-// it.
+// Int64Key and KeyPair name numbered locks directly (ForKey makes a Locker
+// of one), and WithKeyFunc maps names to them; the pair form is a key
+// space of its own. pglock itself uses one bigint key, WaitKey, for its
+// waiters; do not lock it.
 //
 // # Fences
 //
@@ -124,31 +105,17 @@
 //		name bytea PRIMARY KEY, permits int NOT NULL, slots int NOT NULL)
 //
 // Without them acquisitions fail with ErrNotMigrated (the table is for
-// semaphores only). Keep CACHE 1: with a
-// per-session cache, sessions hand out numbers from different ranges and a
-// later holder can get a smaller fence (Migrate checks it). The same holds
-// for setval, ALTER SEQUENCE ... RESTART and restoring an old backup: they
-// move fences back; guards then refuse the repeated fences (safe, but the
+// semaphores only). Keep CACHE 1 (see MigrateSQL; Migrate checks it).
+// setval, ALTER SEQUENCE ... RESTART and restoring an old backup move
+// fences back; guards then refuse the repeated fences (safe, but the
 // holders cannot write until the sequence passes the old values).
 //
-// Why a sequence: the per-key counter row it replaces cost a row update and
-// a commit that flushes the WAL on every acquisition. nextval writes WAL
-// once per 32 values and otherwise changes only a shared buffer.
-//
-// Durability. A fence must not come again after a crash. PostgreSQL's
-// nextval logs a value 32 ahead and, when it does, takes an xid so that its
-// transaction's commit flushes that record (sequence.c); the 31 calls after
-// it write nothing, and their transactions, writing no WAL, commit without
-// a flush. Their values are on disk only once the covering record is, which
-// may belong to a transaction that has not committed yet (PostgreSQL's
-// manual: make sure the nextval call has been committed before using the
-// value outside the database, which for these calls is not enough). So the
-// acquiring statement checks, after nextval, whether the WAL is flushed up
-// to its insert position; if not (or if synchronous standbys are
-// configured), it writes a small transactional WAL record (a logical
-// message with the prefix "dlock", which the logical decoding of your
-// database shows), so that its commit flushes, and waits for synchronous
-// standbys, past the covering record. In the common case of no other
+// Durability. A fence must not come again after a crash, and nextval alone
+// does not ensure it (why, and what the statement does about it, is in
+// docs/fences.md, "PostgreSQL"): when the WAL is not yet flushed past the
+// fence's record, the acquiring statement writes a small logical message
+// with the prefix "dlock" (which the logical decoding of your database
+// shows) so that its commit flushes it. In the common case of no other
 // writes in flight, nothing is written and nothing waits. A fence returned
 // by TryAcquire is then as durable as a committed transaction: it survives
 // a crash of the server with fsync on and synchronous_commit not off; with
@@ -172,16 +139,13 @@
 // inside your pgx.Tx and draw a fence in the same statement, from the same
 // sequence. TryLockSQLTx and LockSQLTx do the same inside a database/sql
 // *sql.Tx (with pgx's stdlib driver; the transaction sqlx, GORM, ent and
-// bun hand out). database/sql gets the transaction locks only: a session
-// lock pins a connection for its lifetime, which a Locker takes from a
-// pgxpool.Pool (Queue is pgx-only too). The lock ends with the
-// transaction, commit or rollback, and cannot end earlier. Sequences are not transactional: a rollback does not
-// give the number back, so no fence is handed out twice; the fence is on
-// disk once the transaction has committed (after a crash before that, it
-// can come again, like everything else the transaction did). LockTx waits
-// in the server's queue and honours its context (pgx cancels the statement
-// and closes the connection), lock_timeout, and deadlock detection
-// (ErrDeadlock).
+// bun hand out; session locks need a pgxpool.Pool). The lock ends with the
+// transaction, commit or rollback, and cannot end earlier. Sequences are
+// not transactional: a rollback does not give the number back, so no
+// fence is handed out twice; the fence is on disk once the transaction
+// has committed (pglock makes the commit flush when it has to; after a
+// crash before that, it can come again, like everything else the
+// transaction did).
 //
 // Use transaction locks in READ COMMITTED transactions (PostgreSQL's
 // default), where every statement reads what was committed before it
@@ -197,9 +161,8 @@
 //
 // # Waiting
 //
-// dlock.Acquire and dlock.Do retry TryAcquire (jittered polling). A
-// Locker with waiters keeps one connection that LISTENs on the channel
-// dlock_release (opened outside the pool, with the pool's ConnConfig and its
+// A Locker with waiters (dlock.Acquire, dlock.Do) keeps one connection
+// that LISTENs on the channel dlock_release (opened outside the pool, with the pool's ConnConfig and its
 // BeforeConnect and AfterConnect hooks, so that it never takes a connection
 // a lock attempt needs) and holds the reserved advisory key WaitKey in
 // share mode; a release sends NOTIFY dlock_release only when it cannot take
@@ -239,18 +202,13 @@
 // slots: the slot's key ("{vendor-api}#2", see driver.SlotKey), mapped as
 // TryAcquire maps names (with the prefix, by HashKey or WithKeyFunc), so a
 // permit is exactly the lock on that name, with a fence from the same
-// sequence. Like every lock, a
-// permit pins a connection of the pool until it is released: give the
-// pool one connection for each permit the process may hold at once plus
-// one for attempts (an attempt finding every connection pinned by the
-// Locker's own locks fails at once with ErrPoolExhausted). A terminated
-// session is a lost permit: the server frees the slot, and the handle
-// reports dlock.ErrLockLost at its next check.
+// sequence, a pinned connection (see Connections) and the same loss when
+// its session ends.
 //
 // The limit is kept in the table dlock_semaphore, one row per semaphore,
 // named by the prefix and what its slots' names begin with ("{name}#"):
-// the limit, and how many slots may be held (more than the
-// limit while holders above a limit that SetLimit shrank finish). A grant
+// the limit, and how many slots may be held (more than the limit while
+// holders above a limit that SetLimit shrank finish). A grant
 // is one transaction on the connection it pins: it locks the name's row
 // (creating it on first use), finds the held slots in pg_locks, and takes
 // the lowest free one below the limit with the usual statement; about five
@@ -278,39 +236,23 @@
 // # Leader election
 //
 // dlock.Lead, Leader, Observe and Campaign work on a Locker with no schema
-// beyond the fence sequence. A leader's grant publishes its term (the
-// fence) and its identity (dlock.WithIdentity, at most 42 bytes of
-// printable ASCII) in its session's application_name, "name (#<term>
-// <identity>)" or "#<term> <identity>" where the name does not fit, in the
-// statement that takes the lock; release restores it. Leader (ReadTerm)
-// finds the holder's session in pg_locks and reads its application_name
-// from pg_stat_activity, which every role may see: one query. A pinned
+// beyond the fence sequence: a leader's grant publishes its term and
+// identity in its session's application_name (see ReadTerm). A pinned
 // connection is never recycled by the pool (MaxConnLifetime applies to
 // idle connections), so a leader never loses its lock silently to its own
-// pool; a session ended under it (pg_terminate_backend, a restart, a cut
-// connection) frees the lock at once, and the leader learns of it at its
-// next check, within the extension threshold, while the next candidate
-// may lead already: its fence is the one the resources must honour.
-//
-// # Job queues
-//
-// For "each job exactly once", a lock per job is the wrong tool: let the
-// row locks do it (FOR UPDATE SKIP LOCKED), as package
-// github.com/dlock-go/dlock/pgqueue does.
+// pool; a session ended under it is lost as any lock's is (see above),
+// and the next candidate may lead before the leader's next check.
 //
 // # Errors
 //
-// Every error matches exactly one of dlock's sentinels (dlock.ErrNotAcquired,
-// ErrNotHeld, ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid; an
-// acquisition that ended with its context also matches ctx.Err()).
-// ErrMisconfigured is the server's refusal that retrying cannot change:
-// failed authentication (SQLSTATE class 28), a missing privilege (42501,
-// such as USAGE on the fence sequence, or CREATE for Migrate), database
-// (3D000), schema (3F000) or fence sequence (42P01), a read-only session
-// (25006); Acquire and Do return it at once.
-// Where PostgreSQL said
-// more, one of ErrNotMigrated, ErrReadOnly, ErrDeadlock, ErrOutOfLocks,
-// ErrPoolExhausted or ErrSessionChanged. Server errors are wrapped in a
-// *dlock.NodeError carrying the *pgconn.PgError. Messages are one line
-// (pgx's multi-line connection errors are joined with "; ").
+// Errors match dlock's sentinels (see package dlock). dlock.ErrMisconfigured
+// is the server's refusal that retrying cannot change: failed
+// authentication (SQLSTATE class 28), a missing privilege (42501, such as
+// USAGE on the fence sequence, or CREATE for Migrate), database (3D000),
+// schema (3F000) or fence sequence (42P01), a read-only session (25006).
+// Where PostgreSQL said more, one of ErrNotMigrated, ErrReadOnly,
+// ErrDeadlock, ErrOutOfLocks, ErrPoolExhausted or ErrSessionChanged comes
+// with it. Server errors are wrapped in a *dlock.NodeError carrying the
+// *pgconn.PgError. Messages are one line (pgx's multi-line connection
+// errors are joined with "; ").
 package pglock

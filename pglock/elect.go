@@ -22,7 +22,8 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 // ReadTerm implements driver.TermReader: who holds the lock on key (mapped
 // as TryAcquire maps it), from pg_locks and pg_stat_activity, in one query
 // on a pooled connection. A grant made with an identity (driver.Identity:
-// an election's candidate) publishes it with its fence in its session's
+// an election's candidate; see dlock.WithIdentity for its bounds here)
+// publishes it with its fence in its session's
 // application_name, set in the statement that takes the lock: "name
 // (#<fence> <identity>)", or "#<fence> <identity>" where the name leaves no
 // room (see WithHolderInfo for what PostgreSQL keeps). So the term and the

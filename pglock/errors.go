@@ -104,10 +104,6 @@ func kind(err error) nodeerr.Kind {
 	return nodeerr.Answered
 }
 
-// oneLine returns err with its message on one line (nodeerr.OneLine): pgx
-// puts the error of each address and TLS mode it tried on a line of its own.
-func oneLine(err error) error { return nodeerr.OneLine(err) }
-
 // migrateErr is an error of Migrate's statements: dlock.ErrMisconfigured
 // when the server refused (no right to create the sequence),
 // dlock.ErrUnavailable otherwise.
@@ -116,7 +112,7 @@ func migrateErr(err error) error {
 	if kind(err) == nodeerr.Refused {
 		sentinel = dlock.ErrMisconfigured
 	}
-	return fmt.Errorf("pglock: migrate: %w: %w", sentinel, oneLine(err))
+	return fmt.Errorf("pglock: migrate: %w: %w", sentinel, nodeerr.OneLine(err))
 }
 
 // acquireErr classifies an error of an acquisition attempt (session or

@@ -16,9 +16,8 @@ import (
 // every argument and column through its type map on every call; here the
 // statements' few types (bigint and int4 keys, text; bigint, int4, bool and
 // text columns) are encoded and decoded by hand in the binary format, on a
-// statement prepared once per connection, which saves about 3% of an
-// acquire-and-release cycle (bench E). The server sees the same statements
-// and the same values either way.
+// statement prepared once per connection (its saving: bench/RESULTS.md).
+// The server sees the same statements and the same values either way.
 //
 // The direct path is taken only when the pool's connections use pgx's
 // default query mode (QueryExecModeCacheStatement: prepared statements)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // FuzzNames: whatever the text, pglock maps it without confusion. HashKey
@@ -54,11 +55,11 @@ func FuzzNames(f *testing.F) {
 			t.Fatalf("payload %q woke the waiter of (%d, %d): %v", payload, a, b, woke)
 		}
 
-		err := oneLine(errors.Join(dlock.ErrUnavailable, errors.New(name)))
+		err := nodeerr.OneLine(errors.Join(dlock.ErrUnavailable, errors.New(name)))
 		if msg := err.Error(); strings.ContainsAny(msg, "\r\n") || !errors.Is(err, dlock.ErrUnavailable) {
-			t.Fatalf("oneLine(%q) = %q", name, msg)
+			t.Fatalf("OneLine(%q) = %q", name, msg)
 		} else if words := func(s string) string { return strings.Join(strings.Fields(strings.ReplaceAll(s, ";", " ")), " ") }; words(msg) != words(dlock.ErrUnavailable.Error()+"\n"+name) {
-			t.Fatalf("oneLine(%q) = %q: words changed", name, msg)
+			t.Fatalf("OneLine(%q) = %q: words changed", name, msg)
 		}
 	})
 }

@@ -3,7 +3,6 @@ package pglock
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,14 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 )
 
 var _ dlock.Inspector = (*Locker)(nil)
-
-// DefaultInspectLimit is how many locks Inspect returns when asked for no
-// bound (limit 0).
-const DefaultInspectLimit = 1000
 
 // heldLock is what the Locker remembers of a lock it holds (in names,
 // keyed by its *grant), for Inspect.
@@ -46,8 +41,7 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 
 // Inspect lists the exclusive advisory locks held in the Locker's database
 // (by any session: this Locker's, another program's, psql's) whose names
-// match pattern, a glob ("*", "billing:*"; * any text, ? one character,
-// [...] a class, \ quotes). Each LockInfo has the holder's backend pid
+// match pattern (see dlock.Inspector). Each LockInfo has the holder's backend pid
 // (PID) and application_name (Service), and Waiting, the sessions blocked
 // in pg_advisory_lock behind it (pglock's own waiters poll with
 // pg_try_advisory_lock and are not counted). TTL is 0: a session lock
@@ -69,28 +63,16 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 // later statement of the session, and xact_start ends with the
 // transaction, so each may be after the grant).
 //
-// At most limit locks are returned (0: DefaultInspectLimit), sorted by key.
+// At most limit locks are returned (0: 1000), sorted by key.
 // It returns an error matching dlock.ErrUnavailable when the query fails.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
-	}
-	if limit < 0 {
-		return nil, driver.Invalidf("inspect limit %d: must not be negative", limit)
-	}
-	if limit == 0 {
-		limit = DefaultInspectLimit
-	}
-	if pattern == "" {
-		pattern = "*"
-	}
-	match, err := globRegexp(pattern)
+	pattern, match, limit, err := backend.CheckInspect(ctx, pattern, limit)
 	if err != nil {
-		return nil, driver.Invalidf("inspect pattern %q: %v", pattern, err)
+		return nil, err
 	}
 	n := naming{mine: l.ownLocks()}
 	if !strings.ContainsAny(pattern, `*?[\`) {
-		if k, err := l.keyFunc(l.cfg.Prefix + pattern); err == nil && k.valid() {
+		if k, err := l.mapKey(pattern); err == nil {
 			n.pattern, n.named = pattern, &k
 		}
 	}
@@ -205,41 +187,6 @@ func advisoryName(classid, objid int64, objsubid int32) string {
 		return "advisory:" + strconv.Itoa(int(int32(uint32(classid)))) + "," + strconv.Itoa(int(int32(uint32(objid))))
 	}
 	return "advisory:" + strconv.FormatInt(int64(uint64(classid)<<32|uint64(objid)), 10)
-}
-
-// globRegexp compiles a Redis-style glob to an anchored regexp.
-func globRegexp(glob string) (*regexp.Regexp, error) {
-	var b strings.Builder
-	b.WriteString(`^`)
-	for i := 0; i < len(glob); i++ {
-		switch c := glob[i]; c {
-		case '*':
-			b.WriteString(`(?s:.*)`)
-		case '?':
-			b.WriteString(`(?s:.)`)
-		case '\\':
-			if i+1 < len(glob) {
-				i++
-			}
-			b.WriteString(regexp.QuoteMeta(glob[i : i+1]))
-		case '[':
-			end := strings.IndexByte(glob[i+1:], ']')
-			if end < 0 {
-				b.WriteString(`\[`)
-				continue
-			}
-			class := glob[i+1 : i+1+end]
-			if strings.HasPrefix(class, "!") {
-				class = "^" + class[1:]
-			}
-			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
-			i += end + 1
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString(`$`)
-	return regexp.Compile(b.String())
 }
 
 func sortInfos(rows []dlock.LockInfo) {

@@ -2,31 +2,31 @@ package pglock
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Wake-on-release
 //
 // A Locker with waiting acquisitions keeps one connection of its own,
-// outside the pool, that LISTENs on notifyChannel and holds WaitKey in share mode (opened when a
-// waiting attempt first finds its key busy, closed when the last waiter
-// leaves). Release runs pg_advisory_unlock and then, in the same statement,
-// pg_try_advisory_xact_lock(WaitKey): if that fails, some Locker's listener
-// holds WaitKey, so someone may wait, and the statement sends pg_notify
-// with the key's notifyID as payload, delivered when its transaction
-// commits, after the unlock. If it succeeds, nobody waits anywhere: no
-// NOTIFY (which would cost an xid and a WAL flush at commit), and the
-// exclusive WaitKey lock ends with the statement. The check costs about a
-// microsecond of server time (a lock-table entry made and dropped), some 1%
-// of an uncontended acquire-and-release cycle (measured with pgbench, the
-// release with and without it interleaved). The listener wakes its
-// earliest waiter for the released key, which retries at once instead of
-// at its next poll.
+// outside the pool, that LISTENs on notifyChannel and holds WaitKey in
+// share mode (opened when a waiting attempt first finds its key busy,
+// closed when the last waiter leaves). Release runs pg_advisory_unlock
+// and then, in the same statement, pg_try_advisory_xact_lock(WaitKey): if
+// that fails, some Locker's listener holds WaitKey, so someone may wait,
+// and the statement sends pg_notify with the key's notifyID as payload,
+// delivered when its transaction commits, after the unlock. If it
+// succeeds, nobody waits anywhere: no NOTIFY (which would cost an xid and
+// a WAL flush at commit), and the exclusive WaitKey lock ends with the
+// statement. The check costs a lock-table entry made and dropped
+// (bench/RESULTS.md). The listener wakes its earliest waiter for the
+// released key, which retries at once instead of at its next poll.
 //
 // No release is missed. The listener wakes every waiter once after its
 // LISTEN and its WaitKey lock are both in place. A release whose unlock
@@ -79,30 +79,40 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 	if !l.notify || driver.CheckKey(key) != nil {
 		return nil, func() {}
 	}
-	k, err := l.keyFunc(l.cfg.Prefix + key)
+	k, err := l.mapKey(key)
 	if err != nil {
 		return nil, func() {}
 	}
-	return l.notifyKey(k)
+	return l.notifyKeys(k)
 }
 
-// notifyKey is NotifyRelease for a Key.
-func (l *Locker) notifyKey(k Key) (released <-chan struct{}, stop func()) {
-	if !l.notify || !k.valid() {
+// notifyKeys is NotifyRelease for Keys: one registration on every key, so
+// that the release of any of them wakes the wait (a semaphore's slots).
+func (l *Locker) notifyKeys(keys ...Key) (released <-chan struct{}, stop func()) {
+	if !l.notify || slices.ContainsFunc(keys, func(k Key) bool { return !k.valid() }) {
 		return nil, func() {}
 	}
 	n := l.lst()
-	id := k.notifyID()
 	w := &waiter{ch: make(chan struct{}, 1)}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
 		return nil, func() {}
 	}
-	n.byKey[id] = append(n.byKey[id], w)
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = k.notifyID()
+		n.byKey[ids[i]] = append(n.byKey[ids[i]], w)
+	}
 	n.mu.Unlock()
 	var once sync.Once
-	return w.ch, func() { once.Do(func() { n.leave(id, w) }) }
+	return w.ch, func() {
+		once.Do(func() {
+			for _, id := range ids {
+				n.leave(id, w)
+			}
+		})
+	}
 }
 
 // Close stops the Locker's release listener (a goroutine and one
@@ -183,7 +193,7 @@ func (n *listener) run(ctx context.Context) {
 		}
 		if backoff == 0 { // once per run of failures
 			n.l.cfg.Logger.Warn("dlock/pglock: release listener failed; waiters poll until it reconnects",
-				"node", n.l.node, "err", oneLine(err).Error())
+				"node", n.l.node, "err", nodeerr.OneLine(err).Error())
 		}
 		backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
 		select {

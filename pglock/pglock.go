@@ -21,6 +21,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Locker takes session-level advisory locks through a pgxpool.Pool. Every
@@ -88,11 +89,9 @@ func WithPrefix(prefix string) Option {
 
 // WithReleaseNotify turns wake-on-release on or off. When on, waiting
 // acquisitions LISTEN on the channel "dlock_release" (through one extra
-// connection per Locker while anyone waits, made outside the pool with its
-// settings, which also holds WaitKey in share mode), and Release sends a NOTIFY there when some Locker on the
-// database has a waiter, so a waiter retries within about a round trip of
-// a release instead of at its next poll. With nobody waiting a release
-// sends nothing. The default is on.
+// connection per Locker while anyone waits: see Waiting in the package
+// documentation), so a waiter retries within about a round trip of a
+// release instead of at its next poll. The default is on.
 func WithReleaseNotify(on bool) Option {
 	return func(l *Locker) error {
 		l.notify = on
@@ -100,24 +99,17 @@ func WithReleaseNotify(on bool) Option {
 	}
 }
 
-// WithLogger sets where the Locker logs: a Warn record when a lock is lost
-// (its session ended) or an extension fails (key, fence, backend, cause),
-// Debug records for grants, refusals and releases, nothing at Info (see
-// driver.NewEvents); and a release listener that lost its connection or
-// cannot connect (waiters then poll until it is back). A logger whose
-// handler is slog.DiscardHandler costs nothing. The default is
-// slog.Default().
+// WithLogger sets where the Locker logs its events (see Events in package
+// dlock's documentation) and the troubles of its release listener (lost
+// connection, failed connect: waiters then poll until it is back). The
+// default is slog.Default().
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error { return l.cfg.SetLogger(logger) }
 }
 
-// WithObserver adds an observer of every attempt this Locker makes and every
-// lock it takes, from a bare TryAcquire or within dlock.Acquire and
-// dlock.Do: attempts, grant or refusal, extensions, loss, release (see
-// dlock.Event, and Events in package dlock's documentation). Several
-// observers all receive the events. Package
-// github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and spans
-// of them. The default is none, beside the logger's.
+// WithObserver adds an observer of the Locker's attempts and locks (see
+// Events in package dlock's documentation). The default is none, beside
+// the logger's.
 func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 	return func(l *Locker) error { return l.cfg.AddObserver(observe) }
 }
@@ -177,12 +169,8 @@ func (l *Locker) leaseMS(ttl time.Duration) string {
 }
 
 // New returns a Locker over pool. It sends nothing to the server. The fence
-// sequence must exist (see Migrate) before the first acquisition.
-//
-// Give the Locker a pool whose size allows for the locks you hold at once
-// plus one connection for attempts; release notifications use a connection
-// of their own, outside the pool. A pool of its own keeps held locks from
-// starving the rest of the application.
+// sequence must exist (see Migrate) before the first acquisition. Size the
+// pool as Connections in the package documentation says.
 func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	if pool == nil {
 		return nil, driver.Invalidf("nil pgxpool.Pool")
@@ -215,12 +203,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // to draw its fence, in one statement on a connection it pins for the life
 // of the lock.
 //
-// The lock does not expire on the server: it lasts as long as the session.
-// ttl is how long the handle trusts the lock without a successful health
-// check: Lock.Extend checks that the session is alive and still holds the
-// lock and moves ValidUntil to ttl after the check was sent, and Do runs that
-// check when WithExtendThreshold of the ttl is left (half, by default). A
-// shorter ttl notices a killed session sooner.
+// The lock does not expire on the server: it lasts as long as the session,
+// and ttl is how long the handle trusts it without a successful health
+// check (see TTL in the package documentation).
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds the lock, dlock.ErrMisconfigured when the server refused for a
@@ -228,8 +213,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // that is the reason; see Errors in the package documentation),
 // dlock.ErrUnavailable when it could not be reached or answered with
 // another error (with ErrOutOfLocks or ErrPoolExhausted where that is the
-// reason), and dlock.ErrInvalid for bad arguments. A wait for a free pool connection ends with ctx, matching
-// dlock.ErrNotAcquired and ctx.Err().
+// reason), and dlock.ErrInvalid for bad arguments. A wait for a free pool
+// connection ends with ctx, matching dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	a := l.cfg.Events.Attempt(ctx, key)
 	return a.End(l.tryName(ctx, key, ttl))
@@ -239,14 +224,24 @@ func (l *Locker) tryName(ctx context.Context, key string, ttl time.Duration) (*d
 	if err := l.checkArgs(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	k, err := l.keyFunc(l.cfg.Prefix + key)
+	k, err := l.mapKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", key, dlock.ErrInvalid, oneLine(err))
-	}
-	if !k.valid() {
-		return nil, driver.Invalidf("key function returned the zero Key for %q", key)
+		return nil, err
 	}
 	return l.tryAcquire(ctx, key, k, ttl)
+}
+
+// mapKey returns the advisory key of name: WithPrefix's prefix and name,
+// mapped by the key function (HashKey, or WithKeyFunc's).
+func (l *Locker) mapKey(name string) (Key, error) {
+	k, err := l.keyFunc(l.cfg.Prefix + name)
+	if err != nil {
+		return Key{}, fmt.Errorf("dlock: acquire %q: %w: key function: %w", name, dlock.ErrInvalid, nodeerr.OneLine(err))
+	}
+	if !k.valid() {
+		return Key{}, driver.Invalidf("key function returned the zero Key for %q", name)
+	}
+	return k, nil
 }
 
 // ForKey returns a Locker that takes the lock on k, a Key chosen by the
@@ -280,7 +275,7 @@ func (kl keyLocker) TryAcquire(ctx context.Context, name string, ttl time.Durati
 
 // NotifyRelease implements driver.ReleaseNotifier (see Locker.NotifyRelease).
 func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{}, func()) {
-	return kl.l.notifyKey(kl.k)
+	return kl.l.notifyKeys(kl.k)
 }
 
 // checkArgs is backend.Config's Check without the drift margin: a

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -190,13 +188,9 @@ func (l *Locker) semRow(name string) []byte { return []byte(l.cfg.Prefix + bridg
 func (l *Locker) slotKeys(name string, n int) ([]Key, error) {
 	keys := make([]Key, n)
 	for i := range keys {
-		slot := driver.SlotKey(name, i)
-		k, err := l.keyFunc(l.cfg.Prefix + slot)
+		k, err := l.mapKey(driver.SlotKey(name, i))
 		if err != nil {
-			return nil, fmt.Errorf("dlock: acquire %q: %w: key function: %w", slot, dlock.ErrInvalid, oneLine(err))
-		}
-		if !k.valid() {
-			return nil, driver.Invalidf("key function returned the zero Key for %q", slot)
+			return nil, err
 		}
 		keys[i] = k
 	}
@@ -241,27 +235,7 @@ func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struc
 	if err != nil {
 		return nil, func() {}
 	}
-	n := l.lst()
-	w := &waiter{ch: make(chan struct{}, 1)}
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil, func() {}
-	}
-	ids := make([]string, len(keys))
-	for i, k := range keys {
-		ids[i] = k.notifyID()
-		n.byKey[ids[i]] = append(n.byKey[ids[i]], w)
-	}
-	n.mu.Unlock()
-	var once sync.Once
-	return w.ch, func() {
-		once.Do(func() {
-			for _, id := range ids {
-				n.leave(id, w)
-			}
-		})
-	}
+	return l.notifyKeys(keys...)
 }
 
 // semLimits sets the Limit of the permits among infos (keys of the form
@@ -271,7 +245,7 @@ func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
 	rows := map[string][]int{} // row name → indexes in infos
 	var names [][]byte
 	for i, info := range infos {
-		prefix, ok := slotPrefixOf(info.Key)
+		prefix, ok := bridge.SlotPrefixOf(info.Key)
 		if !ok {
 			continue
 		}
@@ -306,19 +280,4 @@ func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
 		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
 	}
 	return nil
-}
-
-// slotPrefixOf returns what a slot key begins with, its number cut off
-// ("{name}#"), or false for a key that is not a slot's.
-func slotPrefixOf(key string) (string, bool) {
-	i := strings.LastIndexByte(key, '#')
-	if i < 0 || i == len(key)-1 {
-		return "", false
-	}
-	for _, c := range key[i+1:] {
-		if c < '0' || c > '9' {
-			return "", false
-		}
-	}
-	return key[:i+1], true
 }

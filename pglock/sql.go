@@ -24,28 +24,18 @@ func keyParams(pair bool) (params string, next int) {
 // nextval (see below), then currval, the value nextval just drew in this
 // session (nextval never returns NULL, so its branch only draws). No CTE:
 // a materialized CTE, the other way to order the steps, costs the executor
-// a subplan and a tuplestore per execution, 1-2% of an uncontended
-// acquire-and-release cycle (bench E; pgbench with both forms interleaved).
-// Every function call in the statement costs too, evaluated or not:
-// PostgreSQL builds each call at every execution. The durability guard's
-// ten calls cost a few percent of a cycle (bench/RESULTS.md, E); they are
-// what keeps a fence from going backwards after a crash.
+// a subplan and a tuplestore per execution. Every function call in the
+// statement costs too, evaluated or not: PostgreSQL builds each call at
+// every execution (bench/RESULTS.md has both costs).
 //
-// Durability: the commit must flush the WAL when the fence just drawn
-// might not be on disk yet. nextval writes WAL only once per 32 values:
-// the record of one call covers the next 31, which write nothing, and a
-// transaction that wrote no WAL commits without flushing. Such a value is
-// durable only once the covering record is, and that record may belong to
-// a transaction still running, or committing at this moment; after a crash
-// before it reaches the disk, the sequence starts again below values
-// already handed out. Hence: if WAL that may hold the covering record is
-// not flushed yet (the insert position is ahead of the flush position,
-// both read after nextval, so after the record was inserted), or
-// synchronous standbys must confirm it, write a small WAL record of our
-// own inside the transaction (a transactional logical message with the
-// prefix "dlock"; it takes an xid), so the commit flushes, and waits for
-// the standbys, through its commit record, which follows the covering one.
-// With synchronous_commit = off commits do not flush at all, so there is
+// Durability (docs/fences.md, "PostgreSQL"): when WAL that may hold the
+// record covering the fence just drawn is not flushed yet (the insert
+// position is ahead of the flush position, both read after nextval, so
+// after the record was inserted), or synchronous standbys must confirm it,
+// write a transactional logical message with the prefix "dlock" (it takes
+// an xid), so that the commit flushes, and waits for the standbys, through
+// its commit record, which follows the covering one. With
+// synchronous_commit = off commits do not flush at all, so there is
 // nothing to gain.
 func fenceExpr(granted string) string {
 	currval := `currval('` + FenceSequence + `')`

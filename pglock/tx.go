@@ -19,17 +19,11 @@ import (
 // is released when tx commits or rolls back; there is no way to release it
 // earlier and no handle to extend.
 //
-// The fence comes from the same sequence as session locks' fences, which is
-// not transactional: a rollback does not give the number back, so it is
-// never handed out twice. It is on disk once tx has committed (pglock makes
-// the commit flush when it has to, see the package documentation); after a
-// crash before that commit the number may come again, like everything else
-// tx did. Fence the writes tx makes itself; to fence a resource outside the
-// database, use a session lock (Locker).
-//
-// Under REPEATABLE READ or SERIALIZABLE, tx reads from a snapshot taken
-// before the lock was granted, so it does not see what the previous holder
-// committed (see the package documentation): use READ COMMITTED.
+// The fence comes from the same sequence as session locks' fences, and is
+// durable once tx has committed (see Transaction locks in the package
+// documentation, also for why tx should be READ COMMITTED). Fence the
+// writes tx makes itself; to fence a resource outside the database, use a
+// session lock (Locker).
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds k, dlock.ErrMisconfigured when the server refused (with

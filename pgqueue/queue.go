@@ -19,17 +19,11 @@ import (
 	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
-// Queue is a job table from which many workers claim distinct jobs with
-// SELECT ... FOR UPDATE SKIP LOCKED. A claim deletes the jobs inside the
-// worker's transaction: when it commits they are done, exactly once; when
-// it rolls back (or its session dies) they are back in the queue and another
-// worker claims them. No advisory lock and no fence is involved; the row
-// locks are the mutual exclusion, and they cannot outlive the transaction.
-//
-// The jobs' effects must be written in the same transaction for "exactly
-// once" to hold; a side effect outside the database (an e-mail) can happen
-// again when a transaction fails after it. A Queue is a description of a
-// table and safe for concurrent use.
+// Queue is a job table from which many workers claim distinct jobs (see
+// the package documentation). The jobs' effects must be written in the
+// claiming transaction for "exactly once" to hold; a side effect outside
+// the database (an e-mail) can happen again when a transaction fails after
+// it. A Queue is a description of a table and safe for concurrent use.
 type Queue struct {
 	table string // quoted, possibly schema-qualified
 	name  string // as given, for messages
@@ -171,14 +165,12 @@ func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx cont
 	if err != nil {
 		return 0, q.err("begin", err)
 	}
-	committed := false
 	defer func() {
-		if !committed {
-			// The rollback must happen even when ctx is why fn gave up.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBound)
-			_ = tx.Rollback(rctx)
-			cancel()
-		}
+		// After a commit this does nothing (pgx.ErrTxClosed). Otherwise it
+		// must happen even when ctx is why fn gave up.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBound)
+		_ = tx.Rollback(rctx)
+		cancel()
 	}()
 	jobs, err := q.Claim(ctx, tx, n)
 	if err != nil || len(jobs) == 0 {
@@ -192,7 +184,6 @@ func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx cont
 		// and their deletion are atomic either way.
 		return 0, q.err("commit", err)
 	}
-	committed = true
 	return len(jobs), nil
 }
 

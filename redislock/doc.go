@@ -161,13 +161,12 @@
 //
 // On one node a lock is exclusive as long as the key lives: only a SET NX of a
 // free key grants it; release and extension only touch a key that still holds
-// the holder's token; and the validity deadline (the send time plus the TTL
-// minus 1% + 2 ms) ends before the server's expiry. It is not exclusive
-// across a failover: Redis replicates asynchronously, so a promoted replica
-// may lack the key (its fence does not go back: see Fences). Eviction under
-// memory pressure removes lock keys early too; the Locker warns (once, at
-// its probe) when maxmemory-policy is not noeviction. A holder that pauses past its TTL
-// cannot be stopped by any lease: pass Fence to the resource (package fence).
+// the holder's token; and the validity deadline (see package dlock) ends
+// before the server's expiry. It is not exclusive across a failover: Redis
+// replicates asynchronously, so a promoted replica may lack the key (its
+// fence does not go back: see Fences). Eviction under memory pressure
+// removes lock keys early too; the Locker warns (once, at its probe) when
+// maxmemory-policy is not noeviction.
 //
 // Set ContextTimeoutEnabled on the go-redis client so that context deadlines
 // bound each call; without it a server that never answers holds a call for

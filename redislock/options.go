@@ -29,22 +29,16 @@ func WithDriftFactor(f float64) Option {
 	return func(l *Locker) error { return l.cfg.SetDriftFactor(f) }
 }
 
-// WithLogger sets where the Locker logs: a Warn record when a lock is lost
-// or an extension fails (key, fence, backend, cause), Debug records for
-// grants, refusals and releases, nothing at Info (see driver.NewEvents);
-// and its configuration warnings. A logger whose handler is
-// slog.DiscardHandler costs nothing. The default is slog.Default().
+// WithLogger sets where the Locker logs its events (see Events in package
+// dlock's documentation) and its configuration warnings. The default is
+// slog.Default().
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error { return l.cfg.SetLogger(logger) }
 }
 
-// WithObserver adds an observer of every attempt this Locker makes and every
-// lock it takes, from a bare TryAcquire or within dlock.Acquire and
-// dlock.Do: attempts, grant or refusal, extensions, loss, release (see
-// dlock.Event, and Events in package dlock's documentation). Several
-// observers all receive the events. Package
-// github.com/dlock-go/dlock/dlockotel makes OpenTelemetry metrics and spans
-// of them. The default is none, beside the logger's.
+// WithObserver adds an observer of the Locker's attempts and locks (see
+// Events in package dlock's documentation). The default is none, beside
+// the logger's.
 func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 	return func(l *Locker) error { return l.cfg.AddObserver(observe) }
 }

@@ -11,24 +11,8 @@
 // Do, so code written against the single-node backend (redislock) works
 // unchanged.
 //
-// # When to choose Redlock
-//
-// Use the lock you already have the infrastructure for, and add fencing when
-// an overlap would corrupt data:
-//
-//   - One Redis node (package redislock): one server to run; it fails with
-//     that server, and on failover to an asynchronous replica a lock (and its
-//     fence) can be handed out twice. Good for efficiency locks: jobs that
-//     should not run twice but survive it.
-//   - Redlock (this package): three or five independent masters; survives
-//     the loss of a minority of them. Without fencing it is not safe under
-//     process pauses, long network delays or clock jumps on a node. It fits
-//     when Redis is your coordination layer and the guarded resources span
-//     services that share no database.
-//   - PostgreSQL (package pglock): the database you already run; the lock
-//     lives with the data and ends with the session, so for work that happens
-//     inside one Postgres it is simpler and stronger. Its availability is the
-//     database's.
+// When to choose Redlock over one Redis node or PostgreSQL is in package
+// dlock's "Which backend".
 //
 // # Protocol
 //
@@ -107,17 +91,14 @@
 //
 // # Keys on each node
 //
-// The lock key is the resource name (plus WithPrefix) holding the token, as
-// in node-redlock, so node-redlock clients and dlock on the same nodes and
-// resource names exclude each other (the tests run both against each other).
-// Beside it, in the "dlock:" namespace: the fence counter "dlock:fence:{key}",
-// which expires WithFenceTTL (1h by default) after the last grant, extension
-// or release that wrote it, and the waiter queue "dlock:waiters:{key}", which
-// lives while Lockers wait and 60s after the last one came by; with
-// WithHolderInfo, the holder record "dlock:holder:{key}", which lives as
-// long as the lock key and is deleted with it. Nothing else is stored;
-// after locks are released and those times have passed, a node holds
-// nothing of dlock's.
+// Each node stores what a redislock server does (see "Keys" in package
+// redislock): the lock key, the resource name (plus WithPrefix) holding
+// the token, as in node-redlock, so node-redlock clients and dlock on the
+// same nodes and names exclude each other; its fence counter, which
+// expires WithFenceTTL after the last grant, extension or release that
+// wrote it; its waiter queue; and with WithHolderInfo its holder record,
+// deleted with the lock key. After locks are released and those times
+// have passed, a node holds nothing of dlock's.
 //
 // # Leader election
 //
@@ -144,18 +125,14 @@
 // noeviction: the Locker warns about each node that may evict, when it first
 // reaches it), no clock jump on a node.
 //
-// Kleppmann's critique ("How to do distributed locking", 2016) is that these
-// are the assumptions of a synchronous model: a GC pause, a long network
-// delay or a clock jump breaks (2) or (3), and no lease can stop a holder that
-// paused after its last check. antirez's answer ("Is Redlock safe?") is that
-// clocks need only tick at the same rate, that delays during the acquisition
-// are caught by the elapsed-time check (they are, here: the whole attempt
-// counts against the validity), and that pauses after the acquisition hurt every
-// lease-based lock. Both agree that a pause after the last check can only be
-// stopped by the resource. Hence the fence: pass Fence to the resource (see
-// dlock's fence guards), which rejects a write whose fence is below the
-// highest it has seen. With fencing, an overlap costs a rejected write, not
-// corrupted data.
+// A GC pause, a long network delay or a clock jump breaks (2) or (3), and
+// no lease can stop a holder that paused after its last check: the
+// Kleppmann–antirez debate, summed up in package dlock ("What a lock can
+// and cannot guarantee"). Delays during the acquisition are caught here
+// (the whole attempt counts against the validity); a pause after it only
+// the resource can stop. Hence the fence: pass Fence to the resource (see
+// dlock's fence guards). With fencing, an overlap costs a rejected write,
+// not corrupted data.
 //
 // Delayed restarts. A node that restarts without persistence has forgotten
 // its lock keys; if it rejoins within a TTL, a second client can gather a
@@ -241,24 +218,18 @@
 //
 // # Errors and configuration
 //
-// Failed attempts carry a *QuorumError (errors.As) with every node's answer;
-// its Unwrap yields the sentinel (dlock.ErrNotAcquired when the lock was
-// busy or the vote split, dlock.ErrUnavailable when fewer than a majority of
-// nodes answered, dlock.ErrMisconfigured when so many nodes refused for a
-// reason retrying cannot change (a wrong password, an ACL, a replica) that
-// no majority is left, dlock.ErrNotHeld for an extension or release that a
-// majority answered without the key) and a *dlock.NodeError per failing
-// node. A node that answers without the key (it restarted, the key expired)
-// is not unavailable: a release that every node answered reports the lock
-// released when a majority deleted it, and not held otherwise. A node that did
-// not answer in time reports that, without matching context.DeadlineExceeded
-// (which stays reserved for the caller's own context).
+// Failed attempts carry a *QuorumError (errors.As) with every node's
+// answer and the sentinel it matches. A node that answers without the key
+// (it restarted, the key expired) is not unavailable: a release that every
+// node answered reports the lock released when a majority deleted it, and
+// not held otherwise. A node that did not answer in time reports that,
+// without matching context.DeadlineExceeded (which stays reserved for the
+// caller's own context).
 //
-// New warns (WithLogger) for N < 3, an even N and two clients with the same
-// address; a server reached through two clients under different names is
-// found by its run_id and votes once. WithStrict(true) makes all of these
-// errors. Nodes must be independent masters: a replica answers READONLY and
-// counts as refusing; Cluster and Ring clients are rejected.
+// New warns about a fleet that tolerates no failure or can split evenly
+// (see New); a server reached through two clients under different names is
+// found by its run_id and votes once. Nodes must be independent masters: a
+// replica answers READONLY and counts as refusing.
 //
 // Client settings: set ContextTimeoutEnabled on each go-redis client so that
 // the node timeout bounds the socket reads. go-redis retries a refused dial
@@ -266,6 +237,4 @@
 // the whole node timeout; DialerRetries 1 makes it fail at once. After
 // PoolSize failed dials go-redis fails fast for up to a second after the
 // server is back.
-//
-// A Locker is safe for concurrent use.
 package redlock

@@ -8,7 +8,9 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 
@@ -184,6 +186,69 @@ func (c *Config) CheckToken(ctx context.Context, key, token string) error {
 		return err
 	}
 	return invalid(bridge.TokenProblem(token))
+}
+
+// DefaultInspectLimit is how many locks Inspect returns when asked for no
+// bound (limit 0).
+const DefaultInspectLimit = 1000
+
+// CheckInspect checks the arguments of Inspect (dlock.Inspector) and
+// returns the pattern, its matcher and the bound to apply: "*" for an
+// empty pattern, DefaultInspectLimit for limit 0. The pattern is a glob as
+// Redis reads one (* any text, slashes included, ? one character, [...] a
+// class, [!...] its complement, \ quotes), so that a pattern lists the
+// same names on every backend; an unclosed [ is refused.
+func CheckInspect(ctx context.Context, pattern string, limit int) (string, *regexp.Regexp, int, error) {
+	switch {
+	case ctx == nil:
+		return "", nil, 0, driver.Invalidf("nil context")
+	case limit < 0:
+		return "", nil, 0, driver.Invalidf("inspect limit %d: must not be negative", limit)
+	case limit == 0:
+		limit = DefaultInspectLimit
+	}
+	if pattern == "" {
+		pattern = "*"
+	}
+	match, err := globRegexp(pattern)
+	if err != nil {
+		return "", nil, 0, driver.Invalidf("inspect pattern %q: %v", pattern, err)
+	}
+	return pattern, match, limit, nil
+}
+
+// globRegexp compiles a Redis-style glob to an anchored regexp.
+func globRegexp(glob string) (*regexp.Regexp, error) {
+	var b strings.Builder
+	b.WriteString(`^`)
+	for i := 0; i < len(glob); i++ {
+		switch c := glob[i]; c {
+		case '*':
+			b.WriteString(`(?s:.*)`)
+		case '?':
+			b.WriteString(`(?s:.)`)
+		case '\\':
+			if i+1 < len(glob) {
+				i++
+			}
+			b.WriteString(regexp.QuoteMeta(glob[i : i+1]))
+		case '[':
+			end := strings.IndexByte(glob[i+1:], ']')
+			if end < 0 {
+				return nil, errors.New("unclosed [")
+			}
+			class := glob[i+1 : i+1+end]
+			if strings.HasPrefix(class, "!") {
+				class = "^" + class[1:]
+			}
+			b.WriteString("[" + strings.ReplaceAll(class, `\`, `\\`) + "]")
+			i += end + 1
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString(`$`)
+	return regexp.Compile(b.String())
 }
 
 // invalid is problem (the rules' text, package bridge) as an error that

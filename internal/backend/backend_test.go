@@ -48,3 +48,42 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("a key without a reserved namespace: %v", err)
 	}
 }
+
+// CheckInspect reads a pattern as Redis reads a glob, so that one pattern
+// lists the same names on every backend, and refuses bad arguments.
+func TestCheckInspect(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"", "a/b:c", true},
+		{"*", "a/b", true}, // slashes too (path.Match's * stops at them)
+		{"insp/*", "insp/a", true},
+		{"job-?", "job-7", true},
+		{"job-?", "job-17", false},
+		{"[ab]*", "bx", true},
+		{"[!ab]*", "bx", false},
+		{`\*`, "*", true},
+		{`\*`, "x", false},
+		{"a.b", "axb", false},
+	} {
+		_, match, _, err := CheckInspect(context.Background(), tc.pattern, 0)
+		if err != nil || match.MatchString(tc.name) != tc.want {
+			t.Errorf("pattern %q on %q: %v, %v; want %v", tc.pattern, tc.name, match, err, tc.want)
+		}
+	}
+	var nilCtx context.Context
+	if _, _, limit, _ := CheckInspect(context.Background(), "*", 0); limit != DefaultInspectLimit {
+		t.Errorf("limit 0: %d, want %d", limit, DefaultInspectLimit)
+	}
+	for _, err := range []error{
+		func() error { _, _, _, err := CheckInspect(nilCtx, "*", 0); return err }(),
+		func() error { _, _, _, err := CheckInspect(context.Background(), "*", -1); return err }(),
+		func() error { _, _, _, err := CheckInspect(context.Background(), "[z-a]", 0); return err }(),
+		func() error { _, _, _, err := CheckInspect(context.Background(), "[", 0); return err }(),
+	} {
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("bad arguments: %v, want ErrInvalid", err)
+		}
+	}
+}

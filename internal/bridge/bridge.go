@@ -46,6 +46,17 @@ func SlotKey(name string, slot int) string {
 // names the semaphore on the servers: "a" and "{a}" are one semaphore.
 func SlotPrefix(name string) string { return strings.TrimSuffix(SlotKey(name, 0), "0") }
 
+// SlotPrefixOf returns SlotPrefix of the semaphore whose slot key key is,
+// or false for a key that is not of a slot key's form (SlotKey: a hash
+// tag, then "#" and a slot number).
+func SlotPrefixOf(key string) (string, bool) {
+	prefix := strings.TrimRight(key, "0123456789")
+	if len(prefix) == len(key) || !strings.HasSuffix(prefix, "#") || !keys.HasHashTag(prefix) {
+		return "", false
+	}
+	return prefix, true
+}
+
 // LimitProblem says what is wrong with a semaphore's limit, or "".
 func LimitProblem(limit int) string {
 	if limit < 1 || limit > MaxLimit {

@@ -13,12 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
 )
-
-// DefaultLimit is how many locks a listing returns when its caller asks for
-// no bound (limit 0).
-const DefaultLimit = 1000
 
 // scanCount is the COUNT hint of each SCAN call: the server looks at about
 // that many keys per call, so one call stays short however large the
@@ -38,7 +36,7 @@ type Holder struct {
 // Limit returns the bound a listing applies for limit.
 func Limit(limit int) int {
 	if limit <= 0 {
-		return DefaultLimit
+		return backend.DefaultInspectLimit
 	}
 	return limit
 }
@@ -99,7 +97,7 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 		for i, k := range ks {
 			queue := keys.Queue(k)
 			var limit *redis.StringCmd
-			if sem, ok := semaphoreOf(k); ok {
+			if sem, ok := bridge.SlotPrefixOf(k); ok {
 				queue, limit = keys.Queue(sem), p.HGet(ctx, keys.Limit(sem), "limit")
 			}
 			replies[i] = reply{p.PTTL(ctx, k), p.Get(ctx, k), p.Get(ctx, keys.Fence(k)),
@@ -138,17 +136,6 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 		rows = append(rows, info)
 	}
 	return rows, nil
-}
-
-// semaphoreOf returns the semaphore (what its slot keys begin with,
-// "{name}#") of a key that has the form of a slot key (driver.SlotKey): a
-// hash tag, then "#" and a slot number at the end.
-func semaphoreOf(key string) (string, bool) {
-	sem := strings.TrimRight(key, "0123456789")
-	if len(sem) == len(key) || !strings.HasSuffix(sem, "#") || !keys.HasHashTag(sem) {
-		return "", false
-	}
-	return sem, true
 }
 
 // Sort orders rows by key, then node.
