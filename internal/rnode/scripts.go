@@ -180,7 +180,7 @@ func run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Scrip
 		c.SetErr(left)
 		return c
 	}
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // it allocates, even for nil
 		return s.Eval(ctx, c, keys, args...)
 	}
 	return cmd
