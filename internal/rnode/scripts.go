@@ -51,6 +51,17 @@ var (
 	SemLimitScript = redis.NewScript(semLimitSrc)
 )
 
+// hashArgs holds the SHA of each script of the package, boxed once for
+// Cmd: one allocation less per call.
+var hashArgs = func() map[*redis.Script]any {
+	m := map[*redis.Script]any{}
+	for _, s := range []*redis.Script{AcquireScript, ReleaseScript, extendScript, wakeScript,
+		SemaphoreScript, SemLimitScript, holderScript} {
+		m[s] = s.Hash()
+	}
+	return m
+}()
+
 // releaseReply reads the release script's reply: the number of keys
 // deleted, and of waiters woken.
 func releaseReply(v any, err error) (deleted, woken int64, _ error) {
@@ -190,8 +201,12 @@ func run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Scrip
 // is not a go-redis Scripter (a batch). args must be scalars. A reply of
 // NOSCRIPT means the script did not run: send s.Eval then.
 func Cmd(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+	hash, ok := hashArgs[s]
+	if !ok {
+		hash = s.Hash()
+	}
 	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, "evalsha", s.Hash(), len(keys))
+	a = append(a, "evalsha", hash, len(keys))
 	for _, k := range keys {
 		a = append(a, k)
 	}
