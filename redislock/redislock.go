@@ -189,7 +189,7 @@ type grant struct {
 	// tokenArg is the release script's ARGV, the token boxed by the
 	// attempt (go-redis copies it): two allocations less per cycle (see
 	// bench/RESULTS.md, "Figures once quoted in code comments").
-	tokenArg []any
+	tokenArg any
 }
 
 // Extend resets the TTL if the key still holds the token (and renews the

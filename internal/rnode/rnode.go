@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -77,15 +78,19 @@ type GiveBacker interface {
 
 // Acquire runs the acquire script (and the holder record's writes after
 // it, in the same round trip) and reads its reply. A reply that cannot be
-// read is an error that is not a server's error reply. TokenArg returns the
+// read is an error that is not a server's error reply. tokenArg is the
 // token as boxed for the script, for a release that reuses it.
-func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, tokenArg []any, err error) {
-	ks := make([]string, 0, 2*len(a.Keys)+1)
-	ks = append(ks, a.Keys...)
+func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, tokenArg any, err error) {
+	// The keys and arguments stay on the stack (for one key: the lock,
+	// fence and queue keys; the token, TTL, fence TTL, clock offset and
+	// the queue's five): the command copies them.
+	var kb [3]string
+	var ab [9]any
+	ks := append(kb[:0], a.Keys...)
 	for _, k := range a.Keys {
 		ks = append(ks, keys.Fence(k))
 	}
-	args := []any{a.Token, bridge.Milliseconds(a.TTL), n.fenceTTL}
+	args := append(ab[:0], a.Token, bridge.Milliseconds(a.TTL), n.fenceTTL)
 	if a.Queue != "" || n.ClockOffset != 0 {
 		args = append(args, n.ClockOffset)
 	}
@@ -104,7 +109,7 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, tokenAr
 			})
 		}
 	} else {
-		calls := []call{{Script: AcquireScript, Keys: ks, Args: args}}
+		calls := []call{{Script: AcquireScript, Keys: slices.Clone(ks), Args: slices.Clone(args)}}
 		if a.Holder != "" {
 			calls = append(calls, writeHolders(a.Keys, a.Token, a.Holder, a.TTL)...)
 		}
@@ -115,14 +120,14 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, tokenAr
 		return r, nil, err
 	}
 	r, err = acquireReply(v)
-	return r, args[:1:1], err
+	return r, args[0], err
 }
 
 // Release is one release's arguments on a node.
 type Release struct {
 	Keys     []string
 	Token    string
-	TokenArg []any  // the token as Acquire boxed it (nil: box it again)
+	TokenArg any    // the token as Acquire boxed it (nil: box it again)
 	Holder   string // the holder record to delete where it is still this one
 	// Fence, when not 0, is first written to every counter below it
 	// (Redlock: the nodes that drew lower fences learn the lock's).
@@ -143,10 +148,12 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 			return n.releaseNative(ctx, nat, rel.Keys[0], rel.Token, rel.Wake)
 		}
 	}
-	ks := append(make([]string, 0, 3*len(rel.Keys)), rel.Keys...)
-	args := rel.TokenArg
-	if !one || args == nil {
-		args = []any{rel.Token, len(rel.Keys), rel.Fence, n.fenceTTL}
+	var kb [3]string
+	var ab [4]any
+	ks := append(kb[:0], rel.Keys...)
+	args := append(ab[:0], rel.TokenArg)
+	if !one || rel.TokenArg == nil {
+		args = append(ab[:0], rel.Token, len(rel.Keys), rel.Fence, n.fenceTTL)
 	}
 	if rel.Sem != "" {
 		args = append(args, rel.Sem)
@@ -164,7 +171,7 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 		}
 	}
 	if rel.Holder != "" {
-		res := pipelined(ctx, n.Client, call{Script: ReleaseScript, Keys: ks, Args: args},
+		res := pipelined(ctx, n.Client, call{Script: ReleaseScript, Keys: slices.Clone(ks), Args: slices.Clone(args)},
 			dropHolders(rel.Keys, rel.Holder))
 		return releaseReply(res[0].Result())
 	}

@@ -10,6 +10,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -181,8 +182,8 @@ func acquireReply(reply any) (AcquireResult, error) {
 // to EVAL on NOSCRIPT as redis.Script.Run does. A call whose context ended
 // before its reply has a *batch.LeftError as its command's error.
 func run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Script, keys []string, args []any) *redis.Cmd {
-	if b == nil {
-		return s.Run(ctx, c, keys, args...)
+	if b == nil { // (the clones: keys and args stay on the caller's stack)
+		return s.Run(ctx, c, slices.Clone(keys), slices.Clone(args)...)
 	}
 	cmd := Cmd(ctx, s, keys, args)
 	err := b.Do(ctx, cmd)
@@ -192,7 +193,7 @@ func run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Scrip
 		return c
 	}
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // it allocates, even for nil
-		return s.Eval(ctx, c, keys, args...)
+		return s.Eval(ctx, c, slices.Clone(keys), slices.Clone(args)...)
 	}
 	return cmd
 }
