@@ -31,6 +31,10 @@ type Node struct {
 	// fenceTTL is the fence counter's TTL in ms, boxed once: one
 	// allocation less per call.
 	fenceTTL any
+	// lastTTL is the TTL of the latest call, in ms boxed for the
+	// scripts: a Locker mostly takes and extends its locks for one TTL,
+	// whose box is then reused (one allocation less per call).
+	lastTTL atomic.Pointer[ttlArg]
 	// ClockOffset (µs) moves the server's clock as the fence rule reads
 	// it; tests only.
 	ClockOffset int64
@@ -47,6 +51,21 @@ type Node struct {
 func New(c redis.UniversalClient, name string, fenceTTL time.Duration, probe *slog.Logger) *Node {
 	return &Node{Client: c, Name: name, batch: batch.For(c), fenceTTL: fenceTTL.Milliseconds(),
 		logger: probe, probing: make(chan struct{}, 1)}
+}
+
+type ttlArg struct {
+	ttl time.Duration
+	ms  any
+}
+
+// ttlArg returns ttl in ms (bridge.Milliseconds), boxed for a script.
+func (n *Node) ttlArg(ttl time.Duration) any {
+	if t := n.lastTTL.Load(); t != nil && t.ttl == ttl {
+		return t.ms
+	}
+	t := &ttlArg{ttl, bridge.Milliseconds(ttl)}
+	n.lastTTL.Store(t)
+	return t.ms
 }
 
 // BatchWaiting reports how many calls wait for the node's next batch.
@@ -90,7 +109,7 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, tokenAr
 	for _, k := range a.Keys {
 		ks = append(ks, keys.Fence(k))
 	}
-	args := append(ab[:0], a.Token, bridge.Milliseconds(a.TTL), n.fenceTTL)
+	args := append(ab[:0], a.Token, n.ttlArg(a.TTL), n.fenceTTL)
 	if a.Queue != "" || n.ClockOffset != 0 {
 		args = append(args, n.ClockOffset)
 	}
