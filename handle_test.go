@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,5 +257,57 @@ func TestReleaseWaitsForExtensionInFlight(t *testing.T) {
 	}
 	if lock.Held() || !m.expires("k").IsZero() {
 		t.Fatalf("after Release: held %v, key expires %v", lock.Held(), m.expires("k"))
+	}
+}
+
+// A call that waits for the handle's turn returns when its context ends,
+// sending nothing; the calls that wait on go in turn when the call in
+// flight returns, one at a time.
+func TestTurnWaitEndsWithContext(t *testing.T) {
+	m := newMem()
+	inFlight, reply := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32 // grant calls running at once
+	overlap := make(chan struct{}, 3)
+	var sentAfterGivingUp atomic.Bool
+	m.extended = func(_ context.Context, ttl time.Duration) error {
+		sentAfterGivingUp.CompareAndSwap(false, ttl == 2*time.Minute)
+		if calls.Add(1) > 1 {
+			overlap <- struct{}{}
+		}
+		defer calls.Add(-1)
+		if ttl == time.Hour {
+			close(inFlight)
+			<-reply
+		} else {
+			time.Sleep(50 * time.Millisecond) // room for an overlap
+		}
+		return nil
+	}
+	lock := mustTry(t, m, "k", time.Minute)
+	first := make(chan error, 1)
+	go func() { first <- lock.Extend(context.Background(), time.Hour) }()
+	<-inFlight
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- lock.Extend(ctx, 2*time.Minute) }()
+	waiting := make(chan error, 2)
+	for range 2 {
+		go func() { waiting <- lock.Extend(context.Background(), time.Minute) }()
+	}
+	cancel()
+	locktest.WantError(t, <-gaveUp, dlock.ErrUnavailable)
+	if sentAfterGivingUp.Load() {
+		t.Fatal("the call whose context ended while waiting for the turn was sent")
+	}
+	close(reply)
+	for _, c := range []chan error{first, waiting, waiting} {
+		if err := <-c; err != nil {
+			t.Fatalf("Extend: %v", err)
+		}
+	}
+	select {
+	case <-overlap:
+		t.Fatal("two calls into the grant ran at once")
+	default:
 	}
 }

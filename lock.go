@@ -67,12 +67,14 @@ type Lock struct {
 	grantedAt time.Time
 	nodes     int // how many of the backend's nodes granted the lock
 
+	mu sync.Mutex
 	// turn is taken by every call into grant, so that Extends apply in
 	// the order their replies are recorded and the grant is never called
-	// concurrently with itself.
-	turn chan struct{}
-
-	mu         sync.Mutex
+	// concurrently with itself. turnFree, made by a call that waits for
+	// the turn, is closed when the turn is given back: a handle whose
+	// calls never overlap makes no channel.
+	turn       bool
+	turnFree   chan struct{}
 	state      lockState
 	validUntil time.Time
 	lostCause  error // why the lock was lost, if it was (kept once releasing)
@@ -111,7 +113,7 @@ func newLock(key string, slot int, token string, fence uint64, validUntil time.T
 		now = c.Now
 	}
 	return &Lock{key: key, slot: slot, token: token, fence: fence, grant: g, now: now, validUntil: validUntil,
-		turn: make(chan struct{}, 1), grantedAt: now(), nodes: nodes}
+		grantedAt: now(), nodes: nodes}
 }
 
 func init() {
@@ -297,20 +299,34 @@ func (l *Lock) Release(ctx context.Context) error {
 // takeTurn waits until no other call into the grant is in flight, or ctx
 // ends (nothing was sent then).
 func (l *Lock) takeTurn(ctx context.Context, op string) error {
-	select {
-	case l.turn <- struct{}{}:
-		return nil
-	default:
+	l.mu.Lock()
+	for l.turn {
+		if l.turnFree == nil {
+			l.turnFree = make(chan struct{})
+		}
+		free := l.turnFree
+		l.mu.Unlock()
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return &opError{op, l.key, fmt.Errorf("%w: waiting for the handle's call in flight: %w", ErrUnavailable, ctxErr(ctx))}
+		}
+		l.mu.Lock()
 	}
-	select {
-	case l.turn <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return &opError{op, l.key, fmt.Errorf("%w: waiting for the handle's call in flight: %w", ErrUnavailable, ctxErr(ctx))}
-	}
+	l.turn = true
+	l.mu.Unlock()
+	return nil
 }
 
-func (l *Lock) endTurn() { <-l.turn }
+func (l *Lock) endTurn() {
+	l.mu.Lock()
+	l.turn = false
+	if l.turnFree != nil {
+		close(l.turnFree)
+		l.turnFree = nil
+	}
+	l.mu.Unlock()
+}
 
 // known returns a grant's error as it is when it matches a sentinel, and
 // as ErrUnavailable (outcome unknown) when it matches none, as a bare

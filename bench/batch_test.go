@@ -38,7 +38,7 @@ var batched = []single{
 				if !set.Val() {
 					return errBusy
 				}
-				return b.Do(ctx, rnode.Cmd(ctx, rawRelease, []string{key}, []any{tok}))
+				return b.Do(ctx, rnode.Cmd(ctx, rawRelease, nil, []string{key}, []any{tok}))
 			}
 		}
 	}},
@@ -50,14 +50,14 @@ var batched = []single{
 			ks, rel := []string{key, keys.Fence(key)}, []string{key, keys.Queue(key)}
 			return func(ctx context.Context) error {
 				tok := token()
-				acq := rnode.Cmd(ctx, rnode.AcquireScript, ks, []any{tok, ttl.Milliseconds(), counterTTL})
+				acq := rnode.Cmd(ctx, rnode.AcquireScript, nil, ks, []any{tok, ttl.Milliseconds(), counterTTL})
 				if err := b.Do(ctx, acq); err != nil {
 					return err
 				}
 				if _, granted := acq.Val().(string); !granted {
 					return errBusy
 				}
-				return b.Do(ctx, rnode.Cmd(ctx, rnode.ReleaseScript, rel, []any{tok}))
+				return b.Do(ctx, rnode.Cmd(ctx, rnode.ReleaseScript, nil, rel, []any{tok}))
 			}
 		}
 	}},

@@ -87,7 +87,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	at.Queue, at.QueueArgs, _ = plan.Queue(0)
 	start := time.Now()
 	tctx, cancel := l.oneTry(ctx)
-	r, tokenArg, err := l.node.Acquire(tctx, at)
+	r, boxed, err := l.node.Acquire(tctx, at)
 	cancel()
 	if err != nil {
 		plan.Lost(0) // it may have queued the Locker
@@ -114,7 +114,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		l.cleanup(ctx, full, token, ttl)
 		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
 	}
-	g.fence, g.tokenArg = r.Fence, tokenArg
+	g.fence, g.boxed = r.Fence, boxed
 	return driver.NewLock(key, token, uint64(r.Fence), validUntil, g), nil
 }
 
@@ -186,10 +186,10 @@ type grant struct {
 	// sem is a permit's semaphore (semKey), "" for a lock: its extension
 	// keeps the limit record, its release wakes the semaphore's queue.
 	sem string
-	// tokenArg is the release script's ARGV, the token boxed by the
-	// attempt (go-redis copies it): two allocations less per cycle (see
-	// bench/RESULTS.md, "Figures once quoted in code comments").
-	tokenArg []any
+	// boxed is the key and the token as the attempt boxed them, for the
+	// release script (go-redis copies neither): two allocations less per
+	// cycle (bench/RESULTS.md).
+	boxed rnode.Boxed
 }
 
 // Extend resets the TTL if the key still holds the token (and renews the
@@ -229,7 +229,7 @@ func (g *grant) Release(ctx context.Context) error {
 		announced = g.sem
 		n, woken, err = g.l.node.ReleasePermit(tctx, g.keys[0], g.sem, g.token)
 	} else {
-		n, woken, err = g.l.node.Release(tctx, rnode.Release{Keys: g.keys[:], Token: g.token, TokenArg: g.tokenArg, Holder: g.holder, Wake: true})
+		n, woken, err = g.l.node.Release(tctx, rnode.Release{Keys: g.keys[:], Token: g.token, Boxed: g.boxed, Holder: g.holder, Wake: true})
 	}
 	if err != nil {
 		return g.l.opErr(ctx, err, false)

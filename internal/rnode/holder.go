@@ -68,7 +68,7 @@ func pipelinedAfter(ctx context.Context, c redis.UniversalClient, queue func(red
 	}
 	rclient.Exec(ctx, pipe)
 	for i, cmd := range out {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			for j := i; j < len(calls); j++ {
 				out[j] = calls[j].Script.Run(ctx, c, calls[j].Keys, calls[j].Args...)
 			}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,10 @@ type Node struct {
 	// fenceTTL is the fence counter's TTL in ms, boxed once: one
 	// allocation less per call.
 	fenceTTL any
+	// lastTTL is the TTL of the latest call, in ms boxed for the
+	// scripts: a Locker mostly takes and extends its locks for one TTL,
+	// whose box is then reused (one allocation less per call).
+	lastTTL atomic.Pointer[ttlArg]
 	// ClockOffset (µs) moves the server's clock as the fence rule reads
 	// it; tests only.
 	ClockOffset int64
@@ -46,6 +51,21 @@ type Node struct {
 func New(c redis.UniversalClient, name string, fenceTTL time.Duration, probe *slog.Logger) *Node {
 	return &Node{Client: c, Name: name, batch: batch.For(c), fenceTTL: fenceTTL.Milliseconds(),
 		logger: probe, probing: make(chan struct{}, 1)}
+}
+
+type ttlArg struct {
+	ttl time.Duration
+	ms  any
+}
+
+// ttlArg returns ttl in ms (bridge.Milliseconds), boxed for a script.
+func (n *Node) ttlArg(ttl time.Duration) any {
+	if t := n.lastTTL.Load(); t != nil && t.ttl == ttl {
+		return t.ms
+	}
+	t := &ttlArg{ttl, bridge.Milliseconds(ttl)}
+	n.lastTTL.Store(t)
+	return t.ms
 }
 
 // BatchWaiting reports how many calls wait for the node's next batch.
@@ -77,15 +97,23 @@ type GiveBacker interface {
 
 // Acquire runs the acquire script (and the holder record's writes after
 // it, in the same round trip) and reads its reply. A reply that cannot be
-// read is an error that is not a server's error reply. TokenArg returns the
-// token as boxed for the script, for a release that reuses it.
-func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, tokenArg []any, err error) {
-	ks := make([]string, 0, 2*len(a.Keys)+1)
-	ks = append(ks, a.Keys...)
+// read is an error that is not a server's error reply. boxed is the key
+// (of a one-key attempt) and the token as boxed for the script, for the
+// release to reuse.
+func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed Boxed, err error) {
+	// The keys and arguments stay on the stack (for one key: the lock,
+	// fence and queue keys; the token, TTL, fence TTL, clock offset and
+	// the queue's five): the command copies them.
+	var kb [3]string
+	var ab [9]any
+	ks := append(kb[:0], a.Keys...)
 	for _, k := range a.Keys {
 		ks = append(ks, keys.Fence(k))
 	}
-	args := []any{a.Token, bridge.Milliseconds(a.TTL), n.fenceTTL}
+	args := append(ab[:0], a.Token, n.ttlArg(a.TTL), n.fenceTTL)
+	if len(a.Keys) == 1 {
+		boxed.Key = a.Keys[0]
+	}
 	if a.Queue != "" || n.ClockOffset != 0 {
 		args = append(args, n.ClockOffset)
 	}
@@ -95,7 +123,7 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, tokenAr
 	}
 	var cmd *redis.Cmd
 	if a.Holder == "" && a.Before == nil {
-		cmd = run(ctx, n.batch, n.Client, AcquireScript, ks, args)
+		cmd = run(ctx, n.batch, n.Client, AcquireScript, boxed.Key, ks, args)
 		if left, ok := cmd.Err().(*batch.LeftError); ok && a.Late != nil {
 			left.OnReply(func(cmd redis.Cmder) {
 				if mayHaveTaken(cmd) {
@@ -104,7 +132,7 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, tokenAr
 			})
 		}
 	} else {
-		calls := []call{{Script: AcquireScript, Keys: ks, Args: args}}
+		calls := []call{{Script: AcquireScript, Keys: slices.Clone(ks), Args: slices.Clone(args)}}
 		if a.Holder != "" {
 			calls = append(calls, writeHolders(a.Keys, a.Token, a.Holder, a.TTL)...)
 		}
@@ -112,18 +140,23 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, tokenAr
 	}
 	v, err := cmd.Result()
 	if err != nil {
-		return r, nil, err
+		return r, Boxed{}, err
 	}
 	r, err = acquireReply(v)
-	return r, args[:1:1], err
+	return r, Boxed{boxed.Key, args[0]}, err
 }
+
+// Boxed is a lock's key and token as Acquire boxed them for its script:
+// a release that passes them on boxes neither again (two allocations
+// less).
+type Boxed struct{ Key, Token any }
 
 // Release is one release's arguments on a node.
 type Release struct {
-	Keys     []string
-	Token    string
-	TokenArg []any  // the token as Acquire boxed it (nil: box it again)
-	Holder   string // the holder record to delete where it is still this one
+	Keys   []string
+	Token  string
+	Boxed  Boxed  // Keys[0] and Token as Acquire boxed them (zero: box them again)
+	Holder string // the holder record to delete where it is still this one
 	// Fence, when not 0, is first written to every counter below it
 	// (Redlock: the nodes that drew lower fences learn the lock's).
 	Fence int64
@@ -143,10 +176,12 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 			return n.releaseNative(ctx, nat, rel.Keys[0], rel.Token, rel.Wake)
 		}
 	}
-	ks := append(make([]string, 0, 3*len(rel.Keys)), rel.Keys...)
-	args := rel.TokenArg
-	if !one || args == nil {
-		args = []any{rel.Token, len(rel.Keys), rel.Fence, n.fenceTTL}
+	var kb [3]string
+	var ab [4]any
+	ks := append(kb[:0], rel.Keys...)
+	args := append(ab[:0], rel.Boxed.Token)
+	if !one || rel.Boxed.Token == nil {
+		args = append(ab[:0], rel.Token, len(rel.Keys), rel.Fence, n.fenceTTL)
 	}
 	if rel.Sem != "" {
 		args = append(args, rel.Sem)
@@ -164,11 +199,15 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 		}
 	}
 	if rel.Holder != "" {
-		res := pipelined(ctx, n.Client, call{Script: ReleaseScript, Keys: ks, Args: args},
+		res := pipelined(ctx, n.Client, call{Script: ReleaseScript, Keys: slices.Clone(ks), Args: slices.Clone(args)},
 			dropHolders(rel.Keys, rel.Holder))
 		return releaseReply(res[0].Result())
 	}
-	return releaseReply(run(ctx, n.batch, n.Client, ReleaseScript, ks, args).Result())
+	var key any
+	if one {
+		key = rel.Boxed.Key
+	}
+	return releaseReply(run(ctx, n.batch, n.Client, ReleaseScript, key, ks, args).Result())
 }
 
 // releaseNative deletes key with the server's own command and, with
@@ -216,7 +255,7 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string,
 		v, err = pipelined(ctx, n.Client, append([]call{{Script: extendScript, Keys: ks, Args: args}},
 			writeHolders(lockKeys, token, rec, ttl)...)...)[0].Int64()
 	} else {
-		v, err = run(ctx, n.batch, n.Client, extendScript, ks, args).Int64()
+		v, err = run(ctx, n.batch, n.Client, extendScript, nil, ks, args).Int64()
 	}
 	return v == 1, err
 }
@@ -230,7 +269,7 @@ func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence i
 	if fence > 0 {
 		ks, args = []string{key, keys.Fence(key), limitKey}, []any{token, bridge.Milliseconds(ttl), fence, n.fenceTTL}
 	}
-	v, err := run(ctx, n.batch, n.Client, extendScript, ks, args).Int64()
+	v, err := run(ctx, n.batch, n.Client, extendScript, nil, ks, args).Int64()
 	return v == 1, err
 }
 
@@ -238,7 +277,7 @@ func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence i
 // longest waiter of the semaphore sem, whichever slot it waits for, and
 // announces sem.
 func (n *Node) ReleasePermit(ctx context.Context, key, sem, token string) (deleted, woken int64, err error) {
-	return releaseReply(run(ctx, n.batch, n.Client, ReleaseScript, []string{key, keys.Queue(sem)}, []any{token, 1, 0, 0, sem}).Result())
+	return releaseReply(run(ctx, n.batch, n.Client, ReleaseScript, nil, []string{key, keys.Queue(sem)}, []any{token, 1, 0, 0, sem}).Result())
 }
 
 // SetLimit records limit as the limit of the semaphore sem (what its slot
@@ -262,7 +301,7 @@ func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bo
 
 // Run runs a script of this package on the node, through its batch.
 func (n *Node) Run(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
-	return run(ctx, n.batch, n.Client, s, keys, args)
+	return run(ctx, n.batch, n.Client, s, nil, keys, args)
 }
 
 // features reports the server's own release and extend commands, probing

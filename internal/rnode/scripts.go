@@ -10,6 +10,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -50,6 +51,17 @@ var (
 	// SemLimitScript changes a semaphore's recorded limit (semlimit.lua).
 	SemLimitScript = redis.NewScript(semLimitSrc)
 )
+
+// hashArgs holds the SHA of each script of the package, boxed once for
+// Cmd: one allocation less per call.
+var hashArgs = func() map[*redis.Script]any {
+	m := map[*redis.Script]any{}
+	for _, s := range []*redis.Script{AcquireScript, ReleaseScript, extendScript, wakeScript,
+		SemaphoreScript, SemLimitScript, holderScript} {
+		m[s] = s.Hash()
+	}
+	return m
+}()
 
 // releaseReply reads the release script's reply: the number of keys
 // deleted, and of waiters woken.
@@ -168,31 +180,41 @@ func acquireReply(reply any) (AcquireResult, error) {
 
 // run runs s over c, through b when b is not nil (batch.For), falling back
 // to EVAL on NOSCRIPT as redis.Script.Run does. A call whose context ended
-// before its reply has a *batch.LeftError as its command's error.
-func run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Script, keys []string, args []any) *redis.Cmd {
-	if b == nil {
-		return s.Run(ctx, c, keys, args...)
+// before its reply has a *batch.LeftError as its command's error. key,
+// when not nil, is keys[0] boxed (Boxed).
+func run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Script, key any, keys []string, args []any) *redis.Cmd {
+	if b == nil { // (the clones: keys and args stay on the caller's stack)
+		return s.Run(ctx, c, slices.Clone(keys), slices.Clone(args)...)
 	}
-	cmd := Cmd(ctx, s, keys, args)
+	cmd := Cmd(ctx, s, key, keys, args)
 	err := b.Do(ctx, cmd)
 	if left, ok := err.(*batch.LeftError); ok {
 		c := redis.NewCmd(ctx) // cmd may still be in flight: not to be touched
 		c.SetErr(left)
 		return c
 	}
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return s.Eval(ctx, c, keys, args...)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // it allocates, even for nil
+		return s.Eval(ctx, c, slices.Clone(keys), slices.Clone(args)...)
 	}
 	return cmd
 }
 
 // Cmd returns an EVALSHA of s as a command not yet sent, for a sender that
 // is not a go-redis Scripter (a batch). args must be scalars. A reply of
-// NOSCRIPT means the script did not run: send s.Eval then.
-func Cmd(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+// NOSCRIPT means the script did not run: send s.Eval then. key, when not
+// nil, is keys[0] boxed.
+func Cmd(ctx context.Context, s *redis.Script, key any, keys []string, args []any) *redis.Cmd {
+	hash, ok := hashArgs[s]
+	if !ok {
+		hash = s.Hash()
+	}
 	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, "evalsha", s.Hash(), len(keys))
-	for _, k := range keys {
+	a = append(a, "evalsha", hash, len(keys))
+	for i, k := range keys {
+		if i == 0 && key != nil {
+			a = append(a, key)
+			continue
+		}
 		a = append(a, k)
 	}
 	cmd := redis.NewCmd(ctx, append(a, args...)...)
