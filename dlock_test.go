@@ -16,6 +16,8 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 )
 
@@ -367,7 +369,7 @@ func TestCheckTTLAndMilliseconds(t *testing.T) {
 		{0, false, 0},
 		{-time.Second, false, 0},
 		{time.Microsecond, false, 0},
-		{driver.MaxTTL + 1, false, 0},
+		{bridge.MaxTTL + 1, false, 0},
 	} {
 		err := driver.CheckTTL(tc.ttl)
 		if (err == nil) != tc.ok {
@@ -379,11 +381,12 @@ func TestCheckTTLAndMilliseconds(t *testing.T) {
 	}
 }
 
-func TestCheckDriftFactor(t *testing.T) {
+func TestSetDriftFactor(t *testing.T) {
 	for f, ok := range map[float64]bool{0: true, 0.01: true, 0.999: true, 1: false, -0.1: false, math.NaN(): false, math.Inf(1): false} {
-		err := driver.CheckDriftFactor(f)
+		var cfg backend.Config
+		err := cfg.SetDriftFactor(f)
 		if (err == nil) != ok || (err != nil && !errors.Is(err, dlock.ErrInvalid)) {
-			t.Errorf("CheckDriftFactor(%v) = %v, want ok=%v", f, err, ok)
+			t.Errorf("SetDriftFactor(%v) = %v, want ok=%v", f, err, ok)
 		}
 	}
 }

@@ -50,8 +50,8 @@ type Event struct {
 	// Key is the key the attempt was for, and from the grant on the
 	// lock's (a semaphore's permit: its slot's key, {name}#slot).
 	Key string
-	// Backend names the backend ("redis", "redlock", "postgres", "etcd";
-	// empty for a backend that does not say), and Nodes how many of its
+	// Backend names the backend ("redis", "redlock", "postgres", "etcd",
+	// "dlocktest"; empty for a backend that does not say), and Nodes how many of its
 	// nodes granted the lock (Redlock's majority; 1 elsewhere; known once
 	// the lock is granted).
 	Backend string

@@ -10,10 +10,12 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
-// FuzzValidation: the root package's input checks (CheckKey, CheckToken,
-// CheckTTL, CheckDriftFactor, the With* options as Acquire and Do apply
+// FuzzValidation: the input checks (driver's CheckKey and CheckTTL, the
+// backends' token and drift factor checks, the With* options as Acquire and Do apply
 // them) never panic and decide as documented; what they refuse matches
 // ErrInvalid alone, in one line. Milliseconds rounds every valid TTL up to
 // whole milliseconds, and Drift stays within its bounds.
@@ -30,7 +32,8 @@ func FuzzValidation(f *testing.F) {
 		if plainName(key) && err != nil {
 			t.Fatalf("CheckKey(%q) refused a plain name: %v", key, err)
 		}
-		err = driver.CheckToken(key, token)
+		var cfg backend.Config
+		err = cfg.CheckToken(context.Background(), key, token)
 		wantInvalidOrNil(t, "CheckToken", err)
 		if (key == "" || token == "") && err == nil {
 			t.Fatalf("CheckToken(%q, %q) accepted an empty key or token", key, token)
@@ -38,7 +41,7 @@ func FuzzValidation(f *testing.F) {
 
 		err = driver.CheckTTL(d)
 		wantInvalidOrNil(t, "CheckTTL", err)
-		validTTL := d >= time.Millisecond && d <= driver.MaxTTL
+		validTTL := d >= time.Millisecond && d <= bridge.MaxTTL
 		if (err == nil) != validTTL {
 			t.Fatalf("CheckTTL(%v) = %v", d, err)
 		}
@@ -49,10 +52,10 @@ func FuzzValidation(f *testing.F) {
 			}
 		}
 
-		err = driver.CheckDriftFactor(drift)
-		wantInvalidOrNil(t, "CheckDriftFactor", err)
+		err = cfg.SetDriftFactor(drift)
+		wantInvalidOrNil(t, "SetDriftFactor", err)
 		if (err == nil) != (drift >= 0 && drift < 1) {
-			t.Fatalf("CheckDriftFactor(%v) = %v", drift, err)
+			t.Fatalf("SetDriftFactor(%v) = %v", drift, err)
 		}
 		if err == nil && validTTL {
 			dr := driver.Drift(d, drift)

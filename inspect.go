@@ -15,7 +15,9 @@ type Inspector interface {
 	// Redis reads one: "*", "billing:*", "job-?", "[ab]*"; "" is "*"), at
 	// most limit of them (0: a backend's default bound), without blocking
 	// the servers (Redis: SCAN, never KEYS). A lock taken or released
-	// during the listing may be missed or reported.
+	// during the listing may be missed or reported. A negative limit or a
+	// pattern with an unclosed [ is refused with an error matching
+	// ErrInvalid.
 	Inspect(ctx context.Context, pattern string, limit int) ([]LockInfo, error)
 }
 

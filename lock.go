@@ -14,8 +14,9 @@ import (
 //
 // TryAcquire makes a single attempt. It returns a held *Lock, or an error
 // matching ErrNotAcquired when another owner holds key, ErrUnavailable when
-// the backend could not be reached, or ErrInvalid for bad arguments. It never
-// returns a lock whose validity is already spent. Acquire and Do build
+// the backend could not be reached, or ErrInvalid for bad arguments (an
+// empty key, a ttl under a millisecond or over 30 days). It never returns a
+// lock whose validity is already spent. Acquire and Do build
 // waiting and auto-extension on top of it.
 type Locker interface {
 	TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error)

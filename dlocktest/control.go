@@ -83,7 +83,7 @@ func (l *Locker) Lose(key string) bool {
 }
 
 // FailNext makes the next n requests fail with err, wrapped in a
-// *dlock.NodeError naming the Locker: TryAcquire's attempts, and the
+// *dlock.NodeError whose Node is "dlocktest": TryAcquire's attempts, and the
 // Extend and Release of its locks, in the order they come. A nil err is
 // dlock.ErrUnavailable (the backend could not be reached); any error
 // matching one of dlock's sentinels can stand for the server's reason. It

@@ -12,9 +12,9 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// Backend is the name a Locker's events give their backend (dlock.Event's
-// Backend).
-const Backend = "dlocktest"
+// backend is the name a Locker's events give their backend (dlock.Event's
+// Backend) and the Node of its NodeErrors.
+const backend = "dlocktest"
 
 // Locker is an in-memory lock server and its client in one: a dlock.Locker
 // for tests, with the controls the package documentation describes. It is
@@ -84,7 +84,7 @@ func New(opts ...Option) *Locker {
 		}
 	}
 	return &Locker{
-		events:  driver.NewEvents(Backend, o.logger, o.observers...),
+		events:  driver.NewEvents(backend, o.logger, o.observers...),
 		keys:    map[string]*entry{},
 		fences:  map[string]uint64{},
 		waiters: map[string]map[chan struct{}]struct{}{},
@@ -207,10 +207,10 @@ func (l *Locker) request(ctx context.Context, f func() error) error {
 	defer l.mu.Unlock()
 	switch {
 	case l.down != nil:
-		return &dlock.NodeError{Node: Backend, Err: l.down}
+		return &dlock.NodeError{Node: backend, Err: l.down}
 	case l.failLeft > 0:
 		l.failLeft--
-		return &dlock.NodeError{Node: Backend, Err: l.failErr}
+		return &dlock.NodeError{Node: backend, Err: l.failErr}
 	}
 	return f()
 }

@@ -107,7 +107,7 @@ func result(t *testing.T, done <-chan error) error {
 // lock its release, as every backend's do.
 func TestEvents(t *testing.T) {
 	r := eventtest.New()
-	eventtest.CheckTryAcquire(t, dlocktest.New(dlocktest.WithObserver(r.Observe)), r, "k", dlocktest.Backend)
+	eventtest.CheckTryAcquire(t, dlocktest.New(dlocktest.WithObserver(r.Observe)), r, "k", "dlocktest")
 }
 
 // Fences start at 1 for each key and grow by one with each grant, Hold's
@@ -216,8 +216,8 @@ func TestLose(t *testing.T) {
 	if next := try(t, l, "ledger", time.Minute); next.Fence() <= lock.Fence() {
 		t.Fatalf("the next holder's fence %d is not above the lost one's %d", next.Fence(), lock.Fence())
 	}
-	if e := waitFor(t, r, dlock.EventLost); e.Detected != "session gone" || e.Backend != dlocktest.Backend {
-		t.Fatalf("loss event %+v, want detected \"session gone\" on backend %q", e, dlocktest.Backend)
+	if e := waitFor(t, r, dlock.EventLost); e.Detected != "session gone" || e.Backend != "dlocktest" {
+		t.Fatalf("loss event %+v, want detected \"session gone\" on backend %q", e, "dlocktest")
 	}
 	if l.Lose("ledger-free") {
 		t.Fatal("Lose of a key nobody holds reported true")
@@ -243,8 +243,8 @@ func TestFailNext(t *testing.T) {
 		_, err := l.TryAcquire(ctx(t), "k", time.Minute)
 		locktest.WantError(t, err, dlock.ErrUnavailable, reason)
 		var ne *dlock.NodeError
-		if !errors.As(err, &ne) || ne.Node != dlocktest.Backend {
-			t.Fatalf("%v: no NodeError naming %q", err, dlocktest.Backend)
+		if !errors.As(err, &ne) || ne.Node != "dlocktest" {
+			t.Fatalf("%v: no NodeError naming %q", err, "dlocktest")
 		}
 	}
 	try(t, l, "k", time.Minute)

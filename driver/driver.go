@@ -145,11 +145,6 @@ type TermReader interface {
 // servers) refuses the attempt with dlock.ErrInvalid.
 func Identity(ctx context.Context) string { return bridge.Identity(ctx) }
 
-// MaxTTL is the longest TTL any backend accepts. Longer leases defeat the
-// point of a TTL (a crashed holder blocks everyone for that long) and
-// approach the limits of Redis's millisecond arithmetic.
-const MaxTTL = bridge.MaxTTL
-
 // DefaultDriftFactor is the share of the TTL that validity computations
 // set aside for clocks that tick at slightly different rates, as in the
 // Redis documentation's reference clients.
@@ -170,34 +165,13 @@ func CheckKey(key string) error {
 	return nil
 }
 
-// CheckToken rejects an empty key or token, with an error that matches
-// dlock.ErrInvalid. It is for the operations that take a token instead of
-// a handle (a lock held across shell commands).
-func CheckToken(key, token string) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if p := bridge.TokenProblem(token); p != "" {
-		return Invalidf("%s", p)
-	}
-	return nil
-}
-
 // CheckTTL rejects a TTL that no backend can honour: not positive, under
-// one millisecond (Redis's PX would round it to zero) or above MaxTTL.
+// one millisecond (Redis's PX would round it to zero) or above 30 days
+// (a crashed holder would block everyone for that long).
 // TTLs that are not whole milliseconds are accepted; backends round them
 // up.
 func CheckTTL(ttl time.Duration) error {
 	if p := bridge.TTLProblem(ttl); p != "" {
-		return Invalidf("%s", p)
-	}
-	return nil
-}
-
-// CheckDriftFactor rejects a drift factor outside [0, 1) (or NaN) with an
-// error that matches dlock.ErrInvalid.
-func CheckDriftFactor(f float64) error {
-	if p := bridge.DriftFactorProblem(f); p != "" {
 		return Invalidf("%s", p)
 	}
 	return nil

@@ -11,10 +11,10 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// Sentinels are dlock's sentinel errors. Every error that dlock or a
+// sentinels are dlock's sentinel errors. Every error that dlock or a
 // backend returns matches exactly one of them; a wait that ended with its
 // context matches the context's error as well.
-var Sentinels = []error{dlock.ErrNotAcquired, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable, dlock.ErrMisconfigured, dlock.ErrInvalid}
+var sentinels = []error{dlock.ErrNotAcquired, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable, dlock.ErrMisconfigured, dlock.ErrInvalid}
 
 // Classify returns the one sentinel err matches. When err breaks the rules
 // every dlock error keeps — it matches no sentinel or several, or its
@@ -26,7 +26,7 @@ func Classify(err error) (sentinel error, breach error) {
 		return nil, errors.New("no error")
 	}
 	var matched []error
-	for _, s := range Sentinels {
+	for _, s := range sentinels {
 		if errors.Is(err, s) {
 			matched = append(matched, s)
 		}

@@ -14,13 +14,14 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/pgqueue"
 )
 
-var sentinels = locktest.Sentinels
+var sentinels = []error{dlock.ErrNotAcquired, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable, dlock.ErrMisconfigured, dlock.ErrInvalid}
 
 // wantSentinel fails unless err matches want and none of dlock's other
 // sentinels, and its message is one line with at most one "dlock:". Errors
@@ -195,7 +196,7 @@ func TestErrorSentinels(t *testing.T) {
 		{"nil context", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, nil, "k", time.Second) }},
 		{"empty key", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, ctx, "", time.Second) }},
 		{"zero ttl", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, ctx, "k", 0) }},
-		{"ttl above MaxTTL", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, ctx, "k", driver.MaxTTL+1) }},
+		{"ttl above MaxTTL", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(l, ctx, "k", bridge.MaxTTL+1) }},
 		{"lease above idle_session_timeout", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(leased, ctx, "k", 25*24*time.Hour) }},
 		{"key func error", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(keyFuncErr, ctx, "k", time.Second) }},
 		{"key func zero Key", dlock.ErrInvalid, nil, func(*testing.T) error { return acquire(zeroKey, ctx, "k", time.Second) }},

@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rinspect"
@@ -27,20 +27,15 @@ var _ dlock.Inspector = (*Locker)(nil)
 //
 // The keys are found with SCAN ... COUNT 1000 ... TYPE string (Redis 6 or
 // later), never KEYS, so a large database is not blocked; on a Cluster
-// every master is scanned. At most limit locks are returned (0:
-// rinspect's default bound, 1000), sorted by key; the scan stops once it
-// has them (the first the scan finds, not the first by name). It returns
-// an error matching dlock.ErrUnavailable when a server
-// could not be reached or answered with an error.
+// every master is scanned. At most limit locks are returned (0: 1000),
+// sorted by key; the scan stops once it has them (the first the scan
+// finds, not the first by name). It returns an error matching
+// dlock.ErrUnavailable when a server could not be reached or answered
+// with an error.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
-	}
-	if limit < 0 {
-		return nil, driver.Invalidf("inspect limit %d: must not be negative", limit)
-	}
-	if pattern == "" {
-		pattern = "*"
+	pattern, _, limit, err := backend.CheckInspect(ctx, pattern, limit)
+	if err != nil {
+		return nil, err
 	}
 	cc, ok := l.client.(*redis.ClusterClient)
 	if !ok {
@@ -54,7 +49,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		mu   sync.Mutex
 		rows []dlock.LockInfo
 	)
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+	err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		r, err := rinspect.Scan(ctx, c, c.Options().Addr, l.cfg.Prefix, pattern, limit)
 		if err != nil {
 			return nodeerr.Error(ctx, c.Options().Addr, err, rclient.Kind(err), false)
@@ -68,8 +63,8 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		return nil, fmt.Errorf("dlock: inspect: %w", err)
 	}
 	rows = rinspect.Sort(rows)
-	if n := rinspect.Limit(limit); len(rows) > n {
-		rows = rows[:n]
+	if len(rows) > limit {
+		rows = rows[:limit]
 	}
 	return rows, nil
 }

@@ -61,6 +61,10 @@ func TestInspectSingleNode(t *testing.T) {
 	if _, err := l.Inspect(ctx, "*", -1); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("limit -1: %v, want ErrInvalid", err)
 	}
+	// The same glob as on the other backends: an unclosed [ is refused.
+	if _, err := l.Inspect(ctx, "job:[", 0); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("pattern job:[: %v, want ErrInvalid", err)
+	}
 }
 
 func TestInspectUnreachable(t *testing.T) {

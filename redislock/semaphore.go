@@ -53,10 +53,7 @@ func (l *Locker) semKey(name string) string { return l.cfg.Prefix + bridge.SlotP
 
 func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
 	l := s.l
-	if err := driver.CheckLimit(s.limit); err != nil {
-		return nil, err
-	}
-	if err := l.cfg.Check(ctx, name, ttl); err != nil {
+	if err := l.cfg.CheckPermit(ctx, name, ttl, s.limit); err != nil {
 		return nil, err
 	}
 	sem, token := l.semKey(name), driver.NewToken()

@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rinspect"
 )
@@ -31,16 +31,10 @@ var _ dlock.Inspector = (*Locker)(nil)
 // (matching dlock.ErrUnavailable) names it; Majority still counts it as
 // not holding.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
+	pattern, _, limit, err := backend.CheckInspect(ctx, pattern, limit)
+	if err != nil {
+		return nil, err
 	}
-	if limit < 0 {
-		return nil, driver.Invalidf("inspect limit %d: must not be negative", limit)
-	}
-	if pattern == "" {
-		pattern = "*"
-	}
-	limit = rinspect.Limit(limit)
 	perNode := l.scan(ctx, pattern, limit)
 	// The keys listed: the first limit of all the nodes found.
 	found := map[string]bool{}

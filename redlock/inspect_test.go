@@ -1,9 +1,11 @@
 package redlock_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
@@ -70,5 +72,20 @@ func TestInspectLimitPerKey(t *testing.T) {
 	}
 	if len(rows) != 3 || rows[0].Key != rows[2].Key || !rows[0].Majority || !rows[1].Majority || !rows[2].Majority {
 		t.Fatalf("limit 1: %+v, want one key on 3 nodes with Majority", rows)
+	}
+}
+
+// Inspect's arguments are checked as on the other backends, before any
+// node is asked.
+func TestInspectInvalid(t *testing.T) {
+	ctx := testCtx(t)
+	l := newLocker(t, shared[:3])
+	for _, c := range []struct {
+		pattern string
+		limit   int
+	}{{"*", -1}, {"insp:[", 0}} {
+		if _, err := l.Inspect(ctx, c.pattern, c.limit); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Inspect(%q, %d): %v, want ErrInvalid", c.pattern, c.limit, err)
+		}
 	}
 }

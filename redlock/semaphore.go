@@ -51,10 +51,7 @@ func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{
 
 func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
 	l := s.l
-	if err := driver.CheckLimit(s.limit); err != nil {
-		return nil, err
-	}
-	if err := l.cfg.Check(ctx, name, ttl); err != nil {
+	if err := l.cfg.CheckPermit(ctx, name, ttl, s.limit); err != nil {
 		return nil, err
 	}
 	full, plan, err := l.prepare(ctx, []string{bridge.SlotPrefix(name)}, name, ttl)

@@ -154,6 +154,15 @@ func (c *Config) Check(ctx context.Context, key string, ttl time.Duration) error
 	return c.CheckTTL(ttl)
 }
 
+// CheckPermit refuses the arguments of a semaphore's attempt
+// (driver.Semaphores): a bad limit, then what Check refuses.
+func (c *Config) CheckPermit(ctx context.Context, name string, ttl time.Duration, limit int) error {
+	if err := driver.CheckLimit(limit); err != nil {
+		return err
+	}
+	return c.Check(ctx, name, ttl)
+}
+
 // CheckLimit refuses the arguments of SetLimit (driver.Semaphores): a nil
 // ctx, a bad semaphore name or a bad limit.
 func (c *Config) CheckLimit(ctx context.Context, name string, limit int) error {

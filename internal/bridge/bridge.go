@@ -17,7 +17,7 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
-// MaxTTL is the longest TTL any backend accepts (see driver.MaxTTL).
+// MaxTTL is the longest TTL any backend accepts (driver.CheckTTL).
 const MaxTTL = 30 * 24 * time.Hour
 
 // DefaultDriftFactor is the share of the TTL set aside for clock drift

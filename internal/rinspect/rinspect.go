@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
 )
@@ -33,21 +32,13 @@ type Holder struct {
 	Since   time.Time `json:"since"`
 }
 
-// Limit returns the bound a listing applies for limit.
-func Limit(limit int) int {
-	if limit <= 0 {
-		return backend.DefaultInspectLimit
-	}
-	return limit
-}
-
 // Scan lists the held locks on one server (a single node or one master of a
 // Cluster) whose keys, without prefix, match pattern: string keys with a TTL,
 // found with SCAN ... MATCH ... COUNT ... TYPE string (Redis 6 or later),
-// never KEYS, at most limit of them. dlock's own keys (dlock:*) are skipped
+// never KEYS, at most limit of them (limit > 0: the bound
+// backend.CheckInspect returns). dlock's own keys (dlock:*) are skipped
 // unless prefix+pattern starts with "dlock:".
 func Scan(ctx context.Context, c redis.UniversalClient, node, prefix, pattern string, limit int) ([]dlock.LockInfo, error) {
-	limit = Limit(limit)
 	match := escape(prefix) + pattern
 	skipOwn := !strings.HasPrefix(prefix+pattern, keys.Reserved)
 	seen := map[string]bool{}
