@@ -1,4 +1,5 @@
 -- Take a lock on one or several keys (all or nothing) and draw its fence.
+-- queue.lua's functions come first.
 -- KEYS: m lock keys, then their m fence counters, then, for a waiting
 --   attempt on one key, its waiter queue.
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] counter ttl ms, ARGV[4] clock
@@ -55,39 +56,15 @@ if m == 1 and not queue then
   end
 end
 
--- queued puts the caller in the queue (keeping an earlier place) or, after
--- a grant, takes it out or moves it to the tail; it returns the place.
--- Queue errors are ignored: the queue only decides whom a release wakes.
-local function queued(granted)
-  if not queue then return 0 end
-  local id, place = ARGV[5], tonumber(ARGV[6])
-  if granted and ARGV[7] ~= '1' then
-    redis.pcall('zrem', queue, id)
-    return 0
-  end
-  if granted or place == 0 then
-    local last = redis.pcall('zrevrange', queue, 0, 0, 'withscores')
-    place = 1
-    if type(last) == 'table' and last[2] then place = tonumber(last[2]) + 1 end
-  end
-  if granted then
-    redis.pcall('zadd', queue, place, id) -- to the tail, behind the others
-  else
-    redis.pcall('zadd', queue, 'nx', place, id) -- keeps a place it has
-  end
-  redis.pcall('pexpire', queue, ARGV[8])
-  return tonumber(redis.pcall('zscore', queue, id)) or 0
-end
-
 for i = 1, m do
   local v = redis.call('get', KEYS[i])
   if v and v ~= token then
     local pttl = redis.call('pttl', KEYS[i])
     local status = 0
     if pttl == -1 then status = -1 end
-    local place = queued(false)
+    local place = queued(queue, false)
     local expiry = -1
-    if place > 0 and redis.pcall('zrange', queue, 0, 0)[1] == ARGV[5] then
+    if place > 0 and heads(queue) then
       expiry = pttl
     end
     return {status, v, expiry, place}
@@ -99,9 +76,9 @@ end
 -- head is no longer in the queue (the release popped it), so whoever heads
 -- it now, this Locker included, does not matter.
 if queue and ARGV[9] == '1' then
-  local place = queued(false)
+  local place = queued(queue, false)
   local expiry = -1
-  if place > 0 and redis.pcall('zrange', queue, 0, 0)[1] == ARGV[5] then
+  if place > 0 and heads(queue) then
     expiry = 0 -- nobody else waits: nobody will wake the caller
   end
   return {2, '', expiry, place}
@@ -126,4 +103,4 @@ for i = 1, m do
     return ok
   end
 end
-return {1, fence, -1, queued(true)}
+return {1, fence, -1, queued(queue, true)}

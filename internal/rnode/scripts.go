@@ -4,7 +4,9 @@ package rnode
 // acquire, one release and one extend script, for one key or several.
 // Scripts run by SHA (EVALSHA) and fall back to EVAL when a server answers
 // NOSCRIPT, so a restarted or failed-over server, or SCRIPT FLUSH, costs
-// one extra round trip and no error.
+// one extra round trip and no error. The waiter queue's functions
+// (queue.lua) are put in front of the two scripts that queue a waiter,
+// acquire.lua and semaphore.lua: Redis scripts cannot load one another.
 
 import (
 	"context"
@@ -21,6 +23,8 @@ import (
 )
 
 var (
+	//go:embed queue.lua
+	queueSrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed release.lua
@@ -38,7 +42,7 @@ var (
 var (
 	// AcquireScript takes the lock on its keys and draws the fence (acquire.lua
 	// says what it takes and returns).
-	AcquireScript = redis.NewScript(acquireSrc)
+	AcquireScript = redis.NewScript(queueSrc + acquireSrc)
 	// ReleaseScript deletes the lock keys that hold the token and wakes the
 	// longest waiter of each (release.lua).
 	ReleaseScript = redis.NewScript(releaseSrc)
@@ -47,7 +51,7 @@ var (
 	// wakeScript wakes the longest waiter of a free key, after DELEX (wake.lua).
 	wakeScript = redis.NewScript(wakeSrc)
 	// SemaphoreScript grants a permit of a semaphore (semaphore.lua).
-	SemaphoreScript = redis.NewScript(semaphoreSrc)
+	SemaphoreScript = redis.NewScript(queueSrc + semaphoreSrc)
 	// SemLimitScript changes a semaphore's recorded limit (semlimit.lua).
 	SemLimitScript = redis.NewScript(semLimitSrc)
 )

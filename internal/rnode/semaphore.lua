@@ -1,5 +1,6 @@
 -- Grant one permit of a semaphore: the lowest free slot below the limit,
--- if fewer permits than the limit are held, with its fence.
+-- if fewer permits than the limit are held, with its fence. queue.lua's
+-- functions come first.
 -- KEYS[1] the limit record (a hash: limit, span), KEYS[2] the waiter queue,
 --   then n slot keys (slots 0 to n-1), then their n fence counters. n is
 --   at least the limit and the record's span (the slots that may be held:
@@ -24,6 +25,7 @@
 local n = math.floor((#KEYS - 2) / 2)
 local limit = tonumber(ARGV[4])
 local queue = KEYS[2]
+if (ARGV[5] or '') == '' then queue = nil end -- the attempt does not wait
 
 local rec = redis.call('hmget', KEYS[1], 'limit', 'span')
 local recorded, span = tonumber(rec[1]), tonumber(rec[2]) or 0
@@ -44,46 +46,19 @@ end
 if held == 0 then recorded = nil end
 if recorded and recorded ~= limit then return {3, recorded, -1, 0, -1} end
 
--- queued is acquire.lua's: the caller's place in the queue, kept, taken
--- out after a grant, or moved to the tail when it has more waiters.
-local function queued(granted)
-  if (ARGV[5] or '') == '' then return 0 end
-  local id, place = ARGV[5], tonumber(ARGV[6])
-  if granted and ARGV[7] ~= '1' then
-    redis.pcall('zrem', queue, id)
-    return 0
-  end
-  if granted or place == 0 then
-    local last = redis.pcall('zrevrange', queue, 0, 0, 'withscores')
-    place = 1
-    if type(last) == 'table' and last[2] then place = tonumber(last[2]) + 1 end
-  end
-  if granted then
-    redis.pcall('zadd', queue, place, id)
-  else
-    redis.pcall('zadd', queue, 'nx', place, id)
-  end
-  redis.pcall('pexpire', queue, ARGV[8])
-  return tonumber(redis.pcall('zscore', queue, id)) or 0
-end
-
-local function heads()
-  return redis.pcall('zrange', queue, 0, 0)[1] == ARGV[5]
-end
-
 if one and top > limit then free = nil end
 if held >= limit or not free then
-  local place = queued(false)
+  local place = queued(queue, false)
   local expiry = -1
-  if place > 0 and heads() then expiry = soonest end
+  if place > 0 and heads(queue) then expiry = soonest end
   local holder = ''
   if one and one <= n then holder = redis.call('get', KEYS[2 + one]) or '' end
   return {0, holder, expiry, place, -1}
 end
 if ARGV[9] == '1' then
-  local place = queued(false)
+  local place = queued(queue, false)
   local expiry = -1
-  if place > 0 and heads() then expiry = 0 end
+  if place > 0 and heads(queue) then expiry = 0 end
   return {2, '', expiry, place, -1}
 end
 
@@ -100,4 +75,4 @@ redis.call('set', KEYS[2 + free], ARGV[1], 'px', ARGV[2])
 redis.call('hset', KEYS[1], 'limit', limit, 'span', math.max(limit, top, free))
 local ttl = tonumber(ARGV[2])
 if redis.call('pttl', KEYS[1]) < ttl then redis.call('pexpire', KEYS[1], ttl) end
-return {1, fence, -1, queued(true), free - 1}
+return {1, fence, -1, queued(queue, true), free - 1}
