@@ -29,8 +29,9 @@ type Member struct {
 	dir        string
 	args       []string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd has exited
 }
 
 // Cluster is a set of etcd members started for a test.
@@ -50,14 +51,33 @@ func freePort(t testing.TB) int {
 
 // Start starts an n-member cluster with short raft timings (10ms heartbeat,
 // 100ms election) so that leader elections are fast and the minimum lease
-// TTL is one second. It skips the test when no etcd binary is installed
-// (scripts/install-deps.sh installs it). The cluster is stopped at cleanup.
+// TTL is one second. A free port can be taken by another process between
+// the pick and etcd's bind, so a cluster that does not come up is started
+// again on other ports, up to three times. It fails the test when no etcd
+// binary is installed (scripts/install-deps.sh installs it). The cluster is
+// stopped at cleanup.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		t.Fatal("etcd not found on PATH; install it with: apt-get install -y etcd-server (or run `make test`, which does)")
 	}
+	for attempt := 1; ; attempt++ {
+		c, err := start(t, bin, n)
+		if err == nil {
+			t.Cleanup(c.kill)
+			return c
+		}
+		if attempt == 3 {
+			t.Fatalf("etcd cluster: %v", err)
+		}
+		t.Logf("etcd cluster did not start, trying other ports: %v", err)
+	}
+}
+
+// start starts the members and waits until they are healthy; on error it
+// leaves nothing running.
+func start(t testing.TB, bin string, n int) (*Cluster, error) {
 	c := &Cluster{}
 	var initial []string
 	for i := range n {
@@ -83,16 +103,21 @@ func Start(t testing.TB, n int) *Cluster {
 			"--logger", "zap", "--log-outputs", filepath.Join(m.dir, "etcd.log"),
 		}
 		if err := m.start(bin); err != nil {
-			t.Fatalf("start etcd %s: %v", m.Name, err)
+			c.kill()
+			return nil, fmt.Errorf("start etcd %s: %v", m.Name, err)
 		}
 	}
-	t.Cleanup(func() {
-		for _, m := range c.Members {
-			m.Kill()
-		}
-	})
-	c.WaitHealthy(t)
-	return c
+	if err := c.waitHealthy(20 * time.Second); err != nil {
+		c.kill()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) kill() {
+	for _, m := range c.Members {
+		m.Kill()
+	}
 }
 
 func (m *Member) start(bin string) error {
@@ -103,22 +128,41 @@ func (m *Member) start(bin string) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	m.cmd = cmd
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	m.cmd, m.exited = cmd, exited
 	return nil
+}
+
+// exitedEarly says why the member's process is gone when it exited without
+// being killed (a port taken, most often), from the end of its log.
+func (m *Member) exitedEarly() error {
+	m.mu.Lock()
+	exited := m.exited
+	m.mu.Unlock()
+	select {
+	case <-exited:
+	default:
+		return nil
+	}
+	log, _ := os.ReadFile(filepath.Join(m.dir, "etcd.log"))
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	return fmt.Errorf("etcd %s exited: %s", m.Name, lines[len(lines)-1])
 }
 
 // Kill stops the member with SIGKILL and waits for it to exit. It does
 // nothing when the member is not running.
 func (m *Member) Kill() {
 	m.mu.Lock()
-	cmd := m.cmd
+	cmd, exited := m.cmd, m.exited
 	m.cmd = nil
 	m.mu.Unlock()
 	if cmd == nil {
 		return
 	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused member must still die
 	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+	<-exited
 }
 
 // Pause freezes the member with SIGSTOP, as a machine that stopped: its
@@ -186,28 +230,40 @@ func (c *Cluster) Client(t testing.TB, endpoints ...string) *clientv3.Client {
 // a leader.
 func (c *Cluster) WaitHealthy(t testing.TB) {
 	t.Helper()
-	cli := c.Client(t)
-	deadline := time.Now().Add(30 * time.Second)
+	if err := c.waitHealthy(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *Cluster) waitHealthy(timeout time.Duration) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second,
+		Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(timeout)
 	for _, m := range c.Members {
 		m.mu.Lock()
 		running := m.cmd != nil
 		m.mu.Unlock()
-		if !running {
-			continue
-		}
-		for {
+		for running {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			st, err := cli.Status(ctx, m.ClientURL)
 			cancel()
 			if err == nil && st.Leader != 0 {
 				break
 			}
+			if exit := m.exitedEarly(); exit != nil {
+				return exit
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("etcd %s not healthy: %v", m.Name, err)
+				return fmt.Errorf("etcd %s not healthy after %v: %v", m.Name, timeout, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	return nil
 }
 
 // Leader returns the member that is the raft leader.

@@ -39,6 +39,7 @@ type Member struct {
 	mu     sync.Mutex
 	state  string // "new" until the first start, then "existing"
 	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd has exited
 	emb    *embed.Etcd
 	closed chan struct{} // closed once the last embedded server has closed
 }
@@ -85,11 +86,26 @@ func StartEmbedded(ctx context.Context, dir string, n int) (*Cluster, error) {
 	return start(ctx, dir, n, "")
 }
 
-func start(ctx context.Context, dir string, n int, bin string) (_ *Cluster, err error) {
+// start starts the cluster. A free port can be taken by another process
+// between the pick and etcd's bind, so a cluster that does not come up is
+// started again on other ports, up to three times.
+func start(ctx context.Context, dir string, n int, bin string) (*Cluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startOnce(ctx, dir, n, bin)
+		if err == nil || attempt == 3 || ctx.Err() != nil {
+			return c, err
+		}
+	}
+}
+
+func startOnce(ctx context.Context, dir string, n int, bin string) (_ *Cluster, err error) {
 	c := &Cluster{}
 	defer func() {
 		if err != nil {
 			c.Stop()
+			for _, m := range c.Members {
+				_ = os.RemoveAll(m.dir)
+			}
 		}
 	}()
 	var initial []string
@@ -123,7 +139,7 @@ func start(ctx context.Context, dir string, n int, bin string) (_ *Cluster, err 
 			return nil, fmt.Errorf("start etcd %s: %w", m.Name, err)
 		}
 	}
-	return c, c.WaitHealthy(ctx, 30*time.Second)
+	return c, c.WaitHealthy(ctx, 20*time.Second)
 }
 
 // start starts the member, a process or an embedded server.
@@ -149,8 +165,29 @@ func (m *Member) start() error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	m.cmd, m.state = cmd, "existing"
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	m.cmd, m.exited, m.state = cmd, exited, "existing"
 	return nil
+}
+
+// exitedEarly says why the member's process is gone when it exited without
+// being killed (a port taken, most often), from the end of its log.
+func (m *Member) exitedEarly() error {
+	m.mu.Lock()
+	exited := m.exited
+	m.mu.Unlock()
+	if exited == nil {
+		return nil
+	}
+	select {
+	case <-exited:
+	default:
+		return nil
+	}
+	log, _ := os.ReadFile(filepath.Join(m.dir, "etcd.log"))
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	return fmt.Errorf("etcd %s exited: %s", m.Name, lines[len(lines)-1])
 }
 
 // Running says whether the member is running (a process possibly
@@ -179,7 +216,7 @@ func (m *Member) Pid() int {
 // running.
 func (m *Member) Kill() {
 	m.mu.Lock()
-	cmd, emb := m.cmd, m.emb
+	cmd, exited, emb := m.cmd, m.exited, m.emb
 	m.cmd, m.emb = nil, nil
 	if emb != nil {
 		m.closed = make(chan struct{})
@@ -195,7 +232,7 @@ func (m *Member) Kill() {
 	}
 	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused member must still die
 	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+	<-exited
 }
 
 // wait waits until an embedded member's last server has closed.
@@ -264,6 +301,9 @@ func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) error 
 			cancel()
 			if err == nil && st.Leader != 0 {
 				break
+			}
+			if exit := m.exitedEarly(); exit != nil {
+				return exit
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
