@@ -7,7 +7,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestPortTakenFailsFast: a member whose port another process took exits,
 // and the wait for health says so at once, with etcd's reason, instead of
