@@ -84,7 +84,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	g := &grant{l: l, keys: [1]string{full}, token: token, holder: l.holderRecord(ctx, token)}
 	at := rnode.Attempt{Keys: g.keys[:], Token: token, TTL: ttl, Holder: g.holder, Late: (*giveBack)(l)}
-	at.Queue, at.QueueArgs, _ = plan.Queue(0)
+	at.Queue, at.QueueArgs = plan.Queue(0)
 	start := time.Now()
 	tctx, cancel := l.oneTry(ctx)
 	r, boxed, err := l.node.Acquire(tctx, at)
@@ -286,12 +286,8 @@ func (l *Locker) oneTry(ctx context.Context) (context.Context, context.CancelFun
 // ErrNotAcquired when this Locker's own release just woke the longest
 // waiter, which goes first.
 func (l *Locker) plan(name, full string) (*wake.Plan, error) {
-	var plan *wake.Plan
-	if l.notify != nil {
-		plan = l.notify.Plan(full) // a local Acquire waits: queue for a wake-up
-	}
-	if plan.YieldHere() {
-		plan.Yielded()
+	plan, yield := l.notify.Plan(full) // a local Acquire waits: queue for a wake-up
+	if yield {
 		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", name, dlock.ErrNotAcquired)
 	}
 	return plan, nil

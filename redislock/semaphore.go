@@ -62,9 +62,8 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		return nil, err
 	}
 	args := []any{token, driver.Milliseconds(ttl), l.cfg.FenceTTL.Milliseconds(), s.limit}
-	if _, qargs, queued := plan.Queue(0); queued {
-		args = append(args, qargs...)
-	}
+	_, queue := plan.Queue(0)
+	args = append(args, queue...)
 	n := s.limit
 	tctx, cancel := l.oneTry(ctx)
 	defer cancel()
