@@ -1,13 +1,5 @@
 package redislock
 
-import (
-	"context"
-	"time"
-
-	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/holder"
-)
-
 // WithHolderInfo makes the Locker publish who holds each of its locks, for
 // Inspect, `dlock inspect` and dlock.Leader: a JSON record {"host", "pid",
 // "service", "since", "token"} (the grant's token, so that a reader can
@@ -22,11 +14,4 @@ import (
 // extensions and the release (see bench/RESULTS.md, Hook).
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
-}
-
-// holderRecord returns the record an attempt made now with token writes
-// beside its key: the holder's (WithHolderInfo), an election's candidate's
-// (the identity in ctx: see ReadTerm), or "" for none (holder.Grant).
-func (l *Locker) holderRecord(ctx context.Context, token string) string {
-	return holder.Grant(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), token)
 }

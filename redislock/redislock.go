@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
+	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rnode"
@@ -76,46 +78,29 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := l.cfg.Check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
-	full := l.cfg.Prefix + key
-	token := driver.NewToken()
-	plan, err := l.plan(key, full)
+	a, err := l.begin(key, l.cfg.Prefix+key, ttl)
 	if err != nil {
 		return nil, err
 	}
-	g := &grant{l: l, keys: [1]string{full}, token: token, holder: l.holderRecord(ctx, token)}
-	at := rnode.Attempt{Keys: g.keys[:], Token: token, TTL: ttl, Holder: g.holder, Late: (*giveBack)(l)}
-	at.Queue, at.QueueArgs, _ = plan.Queue(0)
-	start := time.Now()
+	// The holder record: WithHolderInfo's, or an election candidate's (the
+	// identity in ctx: see ReadTerm); "" for none.
+	rec := holder.Grant(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), a.token)
+	g := &grant{l: l, keys: [1]string{a.full}, token: a.token, holder: rec}
+	at := rnode.Attempt{Keys: g.keys[:], Token: a.token, TTL: ttl, Holder: g.holder, Late: (*giveBack)(l)}
+	at.Queue, at.QueueArgs = a.plan.Queue(0)
+	a.start = time.Now()
 	tctx, cancel := l.oneTry(ctx)
 	r, boxed, err := l.node.Acquire(tctx, at)
 	cancel()
 	if err != nil {
-		plan.Lost(0) // it may have queued the Locker
-		if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
-			// The reply was lost (or unreadable), not the request: the
-			// key may be ours now. Remove it so it does not block others
-			// for a whole TTL. (An attempt that left its batch was never
-			// sent, or is cleaned up when its reply comes: Late.)
-			l.cleanup(ctx, full, token, ttl)
-		}
-		return nil, fmt.Errorf("dlock: acquire %q: %w", key, l.opErr(ctx, err, true))
+		return nil, a.failed(ctx, err, g.keys[:])
 	}
-	plan.Observe(0, r.Status != rnode.Granted, r.Place, r.Expiry)
-	switch r.Status {
-	case rnode.Busy:
-		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner)", key, dlock.ErrNotAcquired)
-	case rnode.LeftToQueue:
-		return nil, fmt.Errorf("dlock: acquire %q: %w (free, but this Locker's release just woke the longest waiter, which goes first)", key, dlock.ErrNotAcquired)
-	case rnode.NoExpiry:
-		return nil, fmt.Errorf("dlock: acquire %q: %w (held by another owner, and the key has no expiry: was it set by hand?)", key, dlock.ErrNotAcquired)
-	}
-	validUntil := driver.ValidUntil(start, ttl, l.cfg.DriftFactor)
-	if elapsed := time.Since(start); !validUntil.After(start.Add(elapsed)) {
-		l.cleanup(ctx, full, token, ttl)
-		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", key, dlock.ErrNotAcquired, elapsed, ttl)
+	validUntil, err := a.answered(ctx, r.Status, r.Place, r.Expiry, "held by another owner", a.full)
+	if err != nil {
+		return nil, err
 	}
 	g.fence, g.boxed = r.Fence, boxed
-	return driver.NewLock(key, token, uint64(r.Fence), validUntil, g), nil
+	return driver.NewLock(key, a.token, uint64(r.Fence), validUntil, g), nil
 }
 
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
@@ -222,20 +207,12 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 func (g *grant) Release(ctx context.Context) error {
 	tctx, cancel := g.l.oneTry(ctx)
 	defer cancel()
-	var n, woken int64
-	var err error
-	announced := g.keys[0]
-	if g.sem != "" {
-		announced = g.sem
-		n, woken, err = g.l.node.ReleasePermit(tctx, g.keys[0], g.sem, g.token)
-	} else {
-		n, woken, err = g.l.node.Release(tctx, rnode.Release{Keys: g.keys[:], Token: g.token, Boxed: g.boxed, Holder: g.holder, Wake: true})
-	}
+	n, woken, err := g.l.node.Release(tctx, rnode.Release{Keys: g.keys[:], Token: g.token, Boxed: g.boxed, Holder: g.holder, Wake: true, Sem: g.sem})
 	if err != nil {
 		return g.l.opErr(ctx, err, false)
 	}
 	if woken > 0 && g.l.notify != nil {
-		g.l.notify.Woke(announced)
+		g.l.notify.Woke(cmp.Or(g.sem, g.keys[0])) // a permit's release announces its semaphore
 	}
 	if n == 0 {
 		return fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
@@ -248,18 +225,18 @@ func (g *grant) Release(ctx context.Context) error {
 type giveBack Locker
 
 func (l *giveBack) GiveBack(ctx context.Context, _ *rnode.Node, keys []string, token string, ttl time.Duration) {
-	(*Locker)(l).cleanup(ctx, keys[0], token, ttl)
+	(*Locker)(l).cleanup(ctx, keys, token, ttl)
 }
 
-// cleanup deletes key if it holds token, in the background and within a
-// short bound: the caller has already given up on the attempt. It wakes
-// nobody: the lock was never held. (The holder record, written only where
-// the grant was, expires with the lock's TTL.)
-func (l *Locker) cleanup(ctx context.Context, key, token string, ttl time.Duration) {
+// cleanup deletes whichever of keys holds token, in the background and
+// within a short bound: the caller has already given up on the attempt. It
+// wakes nobody: the lock was never held. (The holder record, written only
+// where the grant was, expires with the lock's TTL.)
+func (l *Locker) cleanup(ctx context.Context, keys []string, token string, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
 	go func() {
 		defer cancel()
-		_, _, _ = l.node.Release(ctx, rnode.Release{Keys: []string{key}, Token: token})
+		_, _, _ = l.node.Release(ctx, rnode.Release{Keys: keys, Token: token})
 	}()
 }
 
@@ -281,18 +258,63 @@ func (l *Locker) oneTry(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, l.tryTimeout)
 }
 
-// plan is an attempt's place in the wake-up plan of full, the key with
-// the prefix (nil while no local Acquire waits: no queueing), or
-// ErrNotAcquired when this Locker's own release just woke the longest
-// waiter, which goes first.
-func (l *Locker) plan(name, full string) (*wake.Plan, error) {
-	var plan *wake.Plan
-	if l.notify != nil {
-		plan = l.notify.Plan(full) // a local Acquire waits: queue for a wake-up
+// attempt is one try at a lock or a permit.
+type attempt struct {
+	l     *Locker
+	name  string // as the caller gave it
+	full  string // the key, or a permit's semaphore (semKey), with the prefix
+	token string
+	ttl   time.Duration
+	plan  *wake.Plan // nil while no local Acquire waits: no queueing
+	start time.Time  // when the request left
+}
+
+// begin starts an attempt on name, or refuses it when this Locker's own
+// release just woke the longest waiter, which goes first (wake.Plan).
+func (l *Locker) begin(name, full string, ttl time.Duration) (attempt, error) {
+	plan, yield := l.notify.Plan(full)
+	if yield {
+		return attempt{}, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", name, dlock.ErrNotAcquired)
 	}
-	if plan.YieldHere() {
-		plan.Yielded()
-		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", name, dlock.ErrNotAcquired)
+	return attempt{l: l, name: name, full: full, token: driver.NewToken(), ttl: ttl, plan: plan}, nil
+}
+
+// failed returns the error of an attempt whose call failed with err. The
+// attempt may have queued the Locker; and unless it left its batch
+// unsent (or is given back when its reply comes: Late) or the server
+// answered with an error, the reply was lost, not the request: one of
+// keys may be ours now, so it is removed, not to block others for a TTL.
+func (a *attempt) failed(ctx context.Context, err error, keys []string) error {
+	a.plan.Lost(0)
+	if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
+		a.l.cleanup(ctx, keys, a.token, a.ttl)
 	}
-	return plan, nil
+	return fmt.Errorf("dlock: acquire %q: %w", a.name, a.l.opErr(ctx, err, true))
+}
+
+// answered records the server's answer to the attempt in its wake-up plan
+// (status, the Locker's place in the queue and the busy key's expiry:
+// rnode's) and returns the grant's validity, or the refusal's error (busy
+// says who holds the key). A grant of key with no validity left is given
+// back.
+func (a *attempt) answered(ctx context.Context, status, place, expiry int64, busy, key string) (time.Time, error) {
+	a.plan.Observe(0, status != rnode.Granted, place, expiry)
+	why := busy
+	switch status {
+	case rnode.Granted:
+		validUntil := driver.ValidUntil(a.start, a.ttl, a.l.cfg.DriftFactor)
+		elapsed := time.Since(a.start)
+		if validUntil.After(a.start.Add(elapsed)) {
+			return validUntil, nil
+		}
+		a.l.cleanup(ctx, []string{key}, a.token, a.ttl)
+		why = fmt.Sprintf("the acquisition took %v, no validity left of ttl %v", elapsed, a.ttl)
+	case rnode.LeftToQueue:
+		why = "free, but this Locker's release just woke the longest waiter, which goes first"
+	case rnode.NoExpiry:
+		why += ", and the key has no expiry: was it set by hand?"
+	case rnode.Widen:
+		why = "the limit changed while this attempt read the semaphore"
+	}
+	return time.Time{}, fmt.Errorf("dlock: acquire %q: %w (%s)", a.name, dlock.ErrNotAcquired, why)
 }

@@ -3,13 +3,12 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rnode"
 )
 
@@ -56,77 +55,41 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 	if err := l.cfg.CheckPermit(ctx, name, ttl, s.limit); err != nil {
 		return nil, err
 	}
-	sem, token := l.semKey(name), driver.NewToken()
-	plan, err := l.plan(name, sem)
+	a, err := l.begin(name, l.semKey(name), ttl)
 	if err != nil {
 		return nil, err
 	}
-	args := []any{token, driver.Milliseconds(ttl), l.cfg.FenceTTL.Milliseconds(), s.limit}
-	if _, qargs, queued := plan.Queue(0); queued {
-		args = append(args, qargs...)
-	}
+	_, queue := a.plan.Queue(0)
+	args := append([]any{a.token, driver.Milliseconds(ttl), l.cfg.FenceTTL.Milliseconds(), s.limit}, queue...)
 	n := s.limit
 	tctx, cancel := l.oneTry(ctx)
 	defer cancel()
-	start := time.Now()
+	a.start = time.Now()
+	var r rnode.SemaphoreResult
 	for range 2 { // a second time with every slot that may be held (Widen)
-		v, err := l.node.Run(tctx, rnode.SemaphoreScript, rnode.SemaphoreKeys(sem, n), args).Result()
+		ks := rnode.SemaphoreKeys(a.full, n)
+		v, err := l.node.Run(tctx, rnode.SemaphoreScript, ks, args).Result()
+		if err == nil {
+			r, err = rnode.SemaphoreReply(v)
+		}
 		if err != nil {
-			plan.Lost(0)
-			if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
-				l.semCleanup(ctx, sem, n, token, ttl) // the reply was lost: a slot may be ours
-			}
-			return nil, fmt.Errorf("dlock: acquire %q: %w", name, l.opErr(ctx, err, true))
+			return nil, a.failed(ctx, err, ks[2:2+n]) // a slot may be ours
 		}
-		r, err := rnode.SemaphoreReply(v)
-		if err != nil {
-			plan.Lost(0)
-			l.semCleanup(ctx, sem, n, token, ttl)
-			return nil, fmt.Errorf("dlock: acquire %q: %w: %w", name, dlock.ErrUnavailable, &dlock.NodeError{Node: l.node.Name, Err: err})
+		if r.Status != rnode.Widen || r.X <= int64(n) || r.X > driver.MaxLimit {
+			break
 		}
-		if r.Status == rnode.Widen && r.X > int64(n) && r.X <= driver.MaxLimit {
-			n = int(r.X)
-			continue
-		}
-		plan.Observe(0, r.Status != rnode.Granted, r.Place, r.Expiry)
-		if r.Status == rnode.Conflict {
-			return nil, driver.LimitConflict(name, int(r.X), s.limit)
-		}
-		return l.permit(ctx, name, sem, token, ttl, start, r)
+		n = int(r.X)
 	}
-	return nil, fmt.Errorf("dlock: acquire %q: %w (the limit changed while this attempt read the semaphore)", name, dlock.ErrNotAcquired)
-}
-
-// permit turns the semaphore script's answer into a permit or an error.
-func (l *Locker) permit(ctx context.Context, name, sem, token string, ttl time.Duration, start time.Time, r rnode.SemaphoreResult) (*dlock.Lock, error) {
-	switch r.Status {
-	case rnode.Busy:
-		return nil, fmt.Errorf("dlock: acquire %q: %w (all permits are held)", name, dlock.ErrNotAcquired)
-	case rnode.LeftToQueue:
-		return nil, fmt.Errorf("dlock: acquire %q: %w (a permit is free, but this Locker's release just woke the longest waiter, which goes first)", name, dlock.ErrNotAcquired)
-	case rnode.Granted:
-	default:
-		return nil, fmt.Errorf("dlock: acquire %q: %w (the limit changed while this attempt read the semaphore)", name, dlock.ErrNotAcquired)
+	slot := a.full + strconv.FormatInt(r.Slot, 10)
+	validUntil, err := a.answered(ctx, r.Status, r.Place, r.Expiry, "all permits are held", slot)
+	if r.Status == rnode.Conflict {
+		return nil, driver.LimitConflict(name, int(r.X), s.limit)
 	}
-	slot := int(r.Slot)
-	key := sem + fmt.Sprint(slot)
-	validUntil := driver.ValidUntil(start, ttl, l.cfg.DriftFactor)
-	if elapsed := time.Since(start); !validUntil.After(start.Add(elapsed)) {
-		l.cleanup(ctx, key, token, ttl)
-		return nil, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, no validity left of ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
+	if err != nil {
+		return nil, err
 	}
-	g := &grant{l: l, keys: [1]string{key}, token: token, fence: r.X, sem: sem}
-	return driver.NewPermit(name, slot, token, uint64(r.X), validUntil, g), nil
-}
-
-// semCleanup deletes whichever of sem's first n slots holds token, in the
-// background (see cleanup).
-func (l *Locker) semCleanup(ctx context.Context, sem string, n int, token string, ttl time.Duration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
-	go func() {
-		defer cancel()
-		_ = l.node.Run(ctx, rnode.ReleaseScript, rnode.SemaphoreKeys(sem, n)[2:2+n], []any{token, n}).Err()
-	}()
+	g := &grant{l: l, keys: [1]string{slot}, token: a.token, fence: r.X, sem: a.full}
+	return driver.NewPermit(name, int(r.Slot), a.token, uint64(r.X), validUntil, g), nil
 }
 
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): one script

@@ -785,6 +785,20 @@ func (d *connProxies) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 	return &proxiedConn{Conn: c, p: p, d: d}, nil
 }
 
+// proxiedLocker returns a Locker (closed at the test's end) whose client
+// puts each connection through a proxy of d's.
+func proxiedLocker(t *testing.T) (*connProxies, *redislock.Locker) {
+	d := &connProxies{target: shared.Addr}
+	t.Cleanup(d.close)
+	opts := shared.Options()
+	opts.Dialer = d.dial
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	l := newLocker(t, c)
+	closeLocker(t, l)
+	return d, l
+}
+
 // blackholeSubs silences the subscription connections dialled so far.
 func (d *connProxies) blackholeSubs(t *testing.T) {
 	d.mu.Lock()
@@ -838,15 +852,8 @@ func (c *proxiedConn) Close() error {
 func TestHalfOpenSubscription(t *testing.T) {
 	raw := shared.Client(t)
 	holder := newLocker(t, shared.Client(t))
-	d := &connProxies{target: shared.Addr}
-	t.Cleanup(d.close)
-	opts := shared.Options()
-	opts.Dialer = d.dial
-	wc := redis.NewClient(opts)
-	t.Cleanup(func() { wc.Close() })
-	waiter := newLocker(t, wc)
 	closeLocker(t, holder)
-	closeLocker(t, waiter)
+	d, waiter := proxiedLocker(t)
 	key := locktest.Key(t)
 	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
 	if err != nil {
@@ -872,5 +879,45 @@ func TestHalfOpenSubscription(t *testing.T) {
 	// is far below the 10s poll.
 	if took > 4*time.Second {
 		t.Fatalf("the waiter got the lock %v after the release (poll %v): its silent subscription went unnoticed", took, poll)
+	}
+}
+
+// Close comes while the Locker's subscription is silent and its ping
+// awaits a pong that will not come (the moment it is about to redial):
+// Close returns at once, and no goroutine of the subscription is left.
+func TestCloseDuringSilentSubscription(t *testing.T) {
+	raw := shared.Client(t)
+	holder := newLocker(t, shared.Client(t))
+	closeLocker(t, holder)
+	d, waiter := proxiedLocker(t) // closed again at the end: a second Close
+	key := locktest.Key(t)
+	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release(testCtx(t))
+	ignore := goleak.IgnoreCurrent()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := waitFor(ctx, waiter, key, dlock.WithRetryDelay(10*time.Second), dlock.WithRetryJitter(0))
+	waitQueued(t, raw, key, 1)
+	d.blackholeSubs(t)
+	// A ping goes out after a second of silence; its pong never comes.
+	// (Under load this lands at another point of the loop, which Close
+	// must handle as well.)
+	time.Sleep(1300 * time.Millisecond)
+	start := time.Now()
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Close sends nothing to the silent connection: it closes it. (It
+	// waits for the ZREM of its queue entry, on a working connection.)
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("Close took %v with a silent subscription", took)
+	}
+	cancel()
+	<-done
+	d.close() // the proxies' own goroutines
+	if err := goleak.Find(ignore); err != nil {
+		t.Fatalf("after Close: %v", err)
 	}
 }

@@ -136,11 +136,11 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 		full[i] = l.cfg.Prefix + k
 	}
 	var plan *wake.Plan
+	var yield bool
 	if len(full) == 1 {
-		plan = l.notify.Plan(full[0]) // a local Acquire waits: queue for a wake-up
+		plan, yield = l.notify.Plan(full[0]) // a local Acquire waits: queue for a wake-up
 	}
-	if plan.YieldHere() {
-		plan.Yielded()
+	if yield {
 		return nil, nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", display, dlock.ErrNotAcquired)
 	}
 	return full, plan, nil
@@ -164,7 +164,7 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 			r = l.attemptPermit(ctx, i, n, t, timeout)
 		} else {
 			a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec}
-			a.Queue, a.QueueArgs, _ = t.plan.Queue(i)
+			a.Queue, a.QueueArgs = t.plan.Queue(i)
 			r = l.attempt(ctx, n, a, timeout)
 		}
 		if r.err == nil {

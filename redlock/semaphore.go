@@ -105,9 +105,8 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 		l.noteRun(n, info, policy)
 	}
 	args := []any{t.token, driver.Milliseconds(t.ttl), l.cfg.FenceTTL.Milliseconds(), t.limit, "", "", "", "", "", t.slot}
-	if _, qargs, ok := t.plan.Queue(i); ok {
-		copy(args[4:9], qargs)
-	}
+	_, queue := t.plan.Queue(i)
+	copy(args[4:9], queue)
 	span := t.limit
 	for range 2 { // a second time with every slot that may be held (Widen)
 		v, err := n.Run(ctx, rnode.SemaphoreScript, rnode.SemaphoreKeys(t.sem, span), args).Result()

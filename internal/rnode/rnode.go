@@ -273,13 +273,6 @@ func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence i
 	return v == 1, err
 }
 
-// ReleasePermit is Release for a semaphore's permit on key: it wakes the
-// longest waiter of the semaphore sem, whichever slot it waits for, and
-// announces sem.
-func (n *Node) ReleasePermit(ctx context.Context, key, sem, token string) (deleted, woken int64, err error) {
-	return releaseReply(run(ctx, n.batch, n.Client, ReleaseScript, nil, []string{key, keys.Queue(sem)}, []any{token, 1, 0, 0, sem}).Result())
-}
-
 // SetLimit records limit as the limit of the semaphore sem (what its slot
 // keys begin with) where one of its slots is held; recorded is false when
 // none is (there is nothing to change).

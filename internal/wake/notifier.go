@@ -16,24 +16,29 @@ import (
 // key busy there) and the registry of its waiting Acquires. It is safe for
 // concurrent use.
 type Notifier struct {
-	clients []redis.UniversalClient // per server; nil where pub/sub is not usable (a Ring)
+	clients []redis.UniversalClient // per server
 	id      string
 	channel string
+	ctx     context.Context // ended by Close
+	cancel  context.CancelFunc
 
 	mu     sync.Mutex
-	subs   []*Sub // per server; nil while not subscribed there
+	subs   []*sub // per server; nil while not subscribed there
 	byKey  map[string]*interest
 	yields map[string]time.Time // keys whose queue head the Locker's release woke, until when it goes first
 	idle   time.Time            // since when byKey is empty
-	closed bool
-	wg     sync.WaitGroup // queue clean-ups
+	wg     sync.WaitGroup       // the subscriptions' goroutines and queue clean-ups
 }
 
-// interest is the Locker's wait for one lock key.
+// interest is the Locker's wait for one lock key; it is in byKey while it
+// has waiters (until Close).
 type interest struct {
 	waiters []*waiter // in arrival order
 	place   []int64   // per server: the Locker's place in the key's queue, 0 = not queued, placeUnknown
-	retry   Retry     // at the expiry of the lock it waits behind
+	// retry is the earliest waiter's own retry, for when no announcement
+	// will come (retryAt); due is its time, zero when none is pending.
+	retry *time.Timer
+	due   time.Time
 }
 
 // placeUnknown is the place on a server where an attempt that queued got
@@ -52,15 +57,9 @@ type waiter struct {
 // New returns the Notifier of a Locker over clients, one per server.
 func New(clients []redis.UniversalClient) *Notifier {
 	id := bridge.NewToken()
-	return &Notifier{
-		clients: clients,
-		id:      id,
-		channel: ChannelPrefix + id,
-		subs:    make([]*Sub, len(clients)),
-		byKey:   map[string]*interest{},
-		yields:  map[string]time.Time{},
-		idle:    time.Now(),
-	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Notifier{clients: clients, id: id, channel: ChannelPrefix + id, ctx: ctx, cancel: cancel,
+		subs: make([]*sub, len(clients)), byKey: map[string]*interest{}, yields: map[string]time.Time{}, idle: time.Now()}
 }
 
 // Register registers a waiting Acquire's interest in the lock key full (with
@@ -71,7 +70,7 @@ func (n *Notifier) Register(full string) (released <-chan struct{}, stop func())
 	w := &waiter{ch: make(chan struct{}, 1), full: full}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed {
+	if n.ctx.Err() != nil {
 		return nil, func() {}
 	}
 	in := n.byKey[full]
@@ -112,18 +111,20 @@ func (n *Notifier) leave(w *waiter) {
 		return
 	}
 	delete(n.byKey, w.full)
-	in.retry.Cancel()
 	if len(n.byKey) == 0 {
 		n.idle = time.Now()
 	}
-	if !n.closed {
-		n.unqueue(w.full, in)
-	}
+	n.forget(w.full, in)
 }
 
-// unqueue removes the Locker from full's queue on every server where it is
-// or may be queued, in the background, within a second.
-func (n *Notifier) unqueue(full string, in *interest) {
+// forget cancels in's retry and removes the Locker from full's queue on
+// every server where it is or may be queued, in the background, within a
+// second.
+func (n *Notifier) forget(full string, in *interest) {
+	if in.retry != nil {
+		in.retry.Stop()
+	}
+	in.due = time.Time{}
 	queue := keys.Queue(full)
 	for i, p := range in.place {
 		if p == 0 {
@@ -145,20 +146,21 @@ func (n *Notifier) unqueue(full string, in *interest) {
 // It is safe to call more than once.
 func (n *Notifier) Close() {
 	n.mu.Lock()
-	if !n.closed {
-		n.closed = true
-		for full, in := range n.byKey {
-			in.retry.Cancel()
-			n.unqueue(full, in)
+	n.cancel()
+	for full, in := range n.byKey {
+		n.forget(full, in)
+	}
+	clear(n.byKey)
+	var conns []*redis.PubSub // closed outside mu: a close can wait for a write in progress
+	for _, s := range n.subs {
+		if s != nil {
+			conns = append(conns, s.ps)
 		}
 	}
-	subs := append([]*Sub(nil), n.subs...)
 	clear(n.subs)
 	n.mu.Unlock()
-	for _, s := range subs {
-		if s != nil {
-			s.Close()
-		}
+	for _, ps := range conns {
+		_ = ps.Close()
 	}
 	n.wg.Wait()
 }
@@ -194,56 +196,72 @@ func (n *Notifier) Woke(full string) {
 	n.yields[full] = now.Add(yieldFor)
 }
 
-// Plan is what one waiting attempt on a key sends beyond the acquire script's
-// own arguments: where to queue the Locker, and where it already is.
+// Plan is what one waiting attempt on a key sends beyond the acquire
+// script's own arguments: where to queue the Locker, and where it already
+// is.
 type Plan struct {
 	n     *Notifier
 	in    *interest
 	full  string
 	queue string
-	place []int64   // per server, a snapshot; -1: not subscribed there, do not queue
-	keep  string    // "1": more local waiters, stay queued after a grant
-	yield string    // "1": let the queue's head go first (Woke)
-	until time.Time // when the yield ends
+	args  [][]any   // per server, the script's queue arguments; nil: not subscribed there, do not queue
+	until time.Time // when a yield ends (Woke; zero: none)
 }
 
-// Plan returns the queueing plan of an attempt on full, or nil when no local
-// Acquire waits for it (a TryAcquire, or after Close).
-func (n *Notifier) Plan(full string) *Plan {
+// Plan returns the queueing plan of an attempt on full, or nil when no
+// local Acquire waits for it (a TryAcquire, after Close, or n nil). yield
+// reports that the attempt must be refused without asking the servers:
+// the Locker lets the head its release woke go first, and it is not
+// subscribed on every server, so the script cannot yield there. The
+// Locker then subscribes where it is not yet (so that its next attempts
+// queue), and, as nobody will wake it, its waiter retries when the yield
+// ends.
+func (n *Notifier) Plan(full string) (p *Plan, yield bool) {
+	if n == nil {
+		return nil, false
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	in := n.byKey[full]
-	if in == nil || len(in.waiters) == 0 || n.closed {
-		return nil
+	if in == nil {
+		return nil, false
 	}
-	p := &Plan{n: n, in: in, full: full, queue: keys.Queue(full), place: make([]int64, len(in.place)), keep: "0", yield: "0"}
+	p = &Plan{n: n, in: in, full: full, queue: keys.Queue(full), args: make([][]any, len(n.clients))}
+	keep, yielding := "0", "0" // keep "1": more local waiters, stay queued after a grant
 	if len(in.waiters) > 1 {
-		p.keep = "1"
+		keep = "1"
 	}
-	if until, ok := n.yields[full]; ok {
-		if time.Now().Before(until) {
-			p.yield, p.until = "1", until
-		} else {
-			delete(n.yields, full)
+	if until, ok := n.yields[full]; ok && time.Now().Before(until) {
+		p.until, yielding = until, "1"
+	} else {
+		delete(n.yields, full)
+	}
+	everywhere := true
+	for i, s := range n.subs {
+		if s == nil || !s.ok {
+			everywhere = false
+			continue
 		}
+		p.args[i] = []any{n.id, max(in.place[i], 0), keep, QueueTTL, yielding}
 	}
-	for i := range p.place {
-		p.place[i] = -1
-		if s := n.subs[i]; s != nil && s.Subscribed() {
-			p.place[i] = max(in.place[i], 0)
-		}
+	if p.until.IsZero() || everywhere {
+		return p, false
 	}
-	return p
+	for i := range n.subs {
+		n.subscribe(i)
+	}
+	n.retryAt(in, p.until.Add(time.Millisecond))
+	return nil, true
 }
 
 // Queue returns, for server i, the queue key and the acquire script's
 // waiting arguments (Locker id, earlier place, keep, queue ttl, yield), or
-// ok false when the attempt must not queue there (not subscribed yet).
-func (p *Plan) Queue(i int) (key string, args []any, ok bool) {
-	if p == nil || p.place[i] < 0 {
-		return "", nil, false
+// "" and nil when the attempt must not queue there (not subscribed yet).
+func (p *Plan) Queue(i int) (key string, args []any) {
+	if p == nil || p.args[i] == nil {
+		return "", nil
 	}
-	return p.queue, []any{p.n.id, p.place[i], p.keep, QueueTTL, p.yield}, true
+	return p.queue, p.args[i]
 }
 
 // Observe records server i's answer to the attempt: whether the key was
@@ -251,7 +269,8 @@ func (p *Plan) Queue(i int) (key string, args []any, ok bool) {
 // when it did not queue there), and the busy key's expiry in ms when the
 // Locker heads the queue (else negative). A busy key on a server where the
 // Locker is not subscribed opens the subscription; a busy key whose expiry
-// is known arms the retry at that moment, in case its holder crashed.
+// is known arms the retry just past that moment (beyond Redis's 1ms expiry
+// precision), in case its holder crashed.
 func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	if p == nil {
 		return
@@ -259,145 +278,55 @@ func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	n := p.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.byKey[p.full] != p.in || n.closed {
+	if n.byKey[p.full] != p.in {
 		return
 	}
-	if p.place[i] >= 0 {
+	if p.args[i] != nil {
 		p.in.place[i] = place
 	}
-	if busy && n.subs[i] == nil && n.clients[i] != nil {
-		n.subs[i] = Start(n.clients[i], n.channel, handler{n, i})
+	if !busy {
+		return
 	}
-	if busy && expiry >= 0 {
+	n.subscribe(i)
+	if expiry >= 0 {
 		// A Locker that yields and heads the queue (the woken head was
 		// the only waiter) retries when the yield ends, in case that head
 		// is gone; behind others, it is woken in turn.
-		in := p.in
-		due := time.Now().Add(AfterExpiry(expiry))
-		if end := p.until.Add(time.Millisecond); p.yield == "1" && end.After(due) {
+		due := time.Now().Add(time.Duration(expiry+2) * time.Millisecond)
+		if end := p.until.Add(time.Millisecond); end.After(due) {
 			due = end
 		}
-		in.retry.At(due, func() { n.expired(in) })
+		n.retryAt(p.in, due)
 	}
-}
-
-// YieldHere reports that the attempt must be refused without asking the
-// servers: the Locker lets the head its release woke go first, and it is
-// not subscribed on every server, so the script cannot yield there.
-func (p *Plan) YieldHere() bool {
-	if p == nil || p.yield != "1" {
-		return false
-	}
-	for _, x := range p.place {
-		if x < 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// Yielded records an attempt refused by YieldHere: it subscribes where the
-// Locker is not yet subscribed (so that its next attempts queue), and, as
-// nobody will wake it, its waiter retries when the yield ends.
-func (p *Plan) Yielded() {
-	n := p.n
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.byKey[p.full] != p.in || n.closed {
-		return
-	}
-	for i, c := range n.clients {
-		if n.subs[i] == nil && c != nil {
-			n.subs[i] = Start(c, n.channel, handler{n, i})
-		}
-	}
-	in := p.in
-	in.retry.At(p.until.Add(time.Millisecond), func() { n.expired(in) })
 }
 
 // Lost records that server i gave no usable answer to the attempt (a lost
 // reply, an error): where the attempt asked to queue the Locker, it may
 // have, so its place there is unknown until another attempt answers.
-func (p *Plan) Lost(i int) {
-	if p == nil || p.place[i] < 0 {
+func (p *Plan) Lost(i int) { p.Observe(i, false, placeUnknown, -1) }
+
+// retryAt makes in's earliest waiter retry at due, unless a retry is due
+// sooner already. n.mu is held.
+func (n *Notifier) retryAt(in *interest, due time.Time) {
+	if !in.due.IsZero() && !due.Before(in.due) {
 		return
 	}
-	n := p.n
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.byKey[p.full] == p.in && !n.closed {
-		p.in.place[i] = placeUnknown
+	in.due = due
+	if in.retry == nil {
+		in.retry = time.AfterFunc(time.Until(due), func() { n.expired(in) })
+	} else {
+		in.retry.Reset(time.Until(due))
 	}
 }
 
-// expired fires a pending expiry retry.
+// expired fires in's pending retry (none if it was cancelled meanwhile).
 func (n *Notifier) expired(in *interest) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if in.retry.Take() && len(in.waiters) > 0 {
+	if !in.due.IsZero() && len(in.waiters) > 0 {
 		signal(in.waiters[0])
 	}
-}
-
-// handler receives server i's subscription events.
-type handler struct {
-	n *Notifier
-	i int
-}
-
-// Subscribed: a confirmation (the first, or after a reconnect) wakes every
-// waiter once, to queue on this server or because announcements may have
-// been lost while the connection was down.
-func (h handler) Subscribed(s *Sub, ok bool) {
-	n := h.n
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !ok || n.subs[h.i] != s {
-		return
-	}
-	for _, in := range n.byKey {
-		for _, w := range in.waiters {
-			signal(w)
-		}
-	}
-}
-
-// Message: the Locker headed the queue of the key a release just freed. A
-// yield on the key is over: that was the release of the head it let go
-// first, or of someone after it.
-func (h handler) Message(_ *Sub, full string) {
-	n := h.n
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	delete(n.yields, full)
-	if in := n.byKey[full]; in != nil && len(in.waiters) > 0 {
-		signal(in.waiters[0])
-	}
-}
-
-// Idle ends the subscription after IdleClose without waiters.
-func (h handler) Idle(s *Sub) bool {
-	n := h.n
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.subs[h.i] != s {
-		return true
-	}
-	if len(n.byKey) > 0 || time.Since(n.idle) < IdleClose {
-		return false
-	}
-	n.subs[h.i] = nil
-	return true
-}
-
-// Gone forgets a subscription whose client was closed.
-func (h handler) Gone(s *Sub) {
-	n := h.n
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.subs[h.i] == s {
-		n.subs[h.i] = nil
-	}
+	in.due = time.Time{}
 }
 
 // signal wakes w unless a wake-up is already pending.

@@ -14,7 +14,7 @@
 //
 // Nobody announces an expiry (a holder that crashed), so an attempt refused
 // on a server where the Locker heads the queue also reads the key's expiry,
-// and the Locker's earliest waiter retries then by itself (Retry). Waits
+// and the Locker's earliest waiter retries then by itself (retryAt). Waits
 // also poll at the retry delay plus jitter, which covers peers that do not
 // publish, lost messages, dead servers, and a queue head that is gone: the
 // release that pops a dead head wakes nobody, and the others find the free
@@ -22,14 +22,12 @@
 package wake
 
 import (
-	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
@@ -60,178 +58,145 @@ const (
 	maxReconnect = time.Second // cap of the reconnect backoff
 )
 
-// Handler receives a Sub's events. Its methods are called from the Sub's
-// goroutine, one at a time, and must not call s.Close.
-type Handler interface {
-	// Subscribed reports that the subscription was confirmed (ok) or
-	// broke (!ok). A confirmation after a break means announcements may
-	// have been lost.
-	Subscribed(s *Sub, ok bool)
-	// Message delivers a payload published on the channel.
-	Message(s *Sub, payload string)
-	// Idle is asked after pingAfter of silence; true ends the Sub (the
-	// handler has forgotten it).
-	Idle(s *Sub) bool
-	// Gone reports that the Sub ended by itself: the client was closed.
-	Gone(s *Sub)
+// sub is the Locker's subscription to its channel on server i, run by one
+// goroutine (listen) until Close, until the client is closed, or until
+// IdleClose without waiters. go-redis redials a broken connection and
+// resubscribes; a silent one (no pong) listen replaces.
+type sub struct {
+	i  int
+	ps *redis.PubSub // guarded by the Notifier's mu
+	ok bool          // guarded by the Notifier's mu: confirmed and unbroken
 }
 
-// Sub is a subscription to one channel on one client, run by one goroutine
-// until Close, until the client is closed, or until its Handler reports it
-// idle. go-redis redials a broken connection and resubscribes; a silent one
-// (no pong) the Sub replaces itself.
-type Sub struct {
-	c          redis.UniversalClient
-	mu         sync.Mutex
-	ps         *redis.PubSub // replaced when its connection is found dead
-	channel    string
-	h          Handler
-	subscribed atomic.Bool
-	done       chan struct{}
-	once       sync.Once
-	wg         sync.WaitGroup
+// subscribe opens the subscription on server i unless there is one. It
+// does not wait on the network: the goroutine subscribes. n.mu is held.
+func (n *Notifier) subscribe(i int) {
+	if n.subs[i] != nil {
+		return
+	}
+	s := &sub{i: i, ps: n.clients[i].Subscribe(n.ctx)}
+	n.subs[i] = s
+	n.wg.Add(1)
+	go n.listen(s, s.ps)
 }
 
-// Start opens the subscription. It does not wait on the network: the
-// goroutine subscribes.
-func Start(c redis.UniversalClient, channel string, h Handler) *Sub {
-	s := &Sub{c: c, ps: c.Subscribe(context.Background()), channel: channel, h: h, done: make(chan struct{})}
-	s.wg.Add(1)
-	go s.run()
-	return s
+// listen receives s's messages on ps. On a receive's error it pings a
+// connection that was idle, replaces one whose pong did not come, and
+// pauses before receiving again otherwise.
+func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
+	defer n.wg.Done()
+	ctx := n.ctx
+	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
+	_ = ps.Subscribe(ctx, n.channel)
+	pinged, backoff := false, time.Duration(0) // pinged: a ping awaits its pong
+	for {
+		wait := pingAfter
+		if pinged {
+			wait = pongWithin
+		}
+		msg, err := ps.ReceiveTimeout(ctx, wait)
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" && m.Channel == n.channel {
+				n.confirmed(s, true)
+			}
+		case *redis.Message:
+			if m.Channel == n.channel {
+				n.released(m.Payload)
+			}
+		}
+		timeout := nodeerr.IsTimeout(err)
+		switch {
+		case err == nil:
+			pinged, backoff = false, 0 // anything received shows the connection lives
+		case n.ended(s, errors.Is(err, redis.ErrClosed), timeout && !pinged):
+			_ = ps.Close()
+			return
+		case timeout && pinged:
+			// No pong: the connection is dead although nothing said so.
+			n.confirmed(s, false)
+			if ps, pinged = n.redial(s), false; ps == nil {
+				return
+			}
+			_ = ps.Subscribe(ctx, n.channel)
+		case timeout:
+			// A closed connection fails here and is redialled; a silent
+			// one is found by the missing pong.
+			pinged = ps.Ping(ctx) == nil
+		default:
+			pinged = false
+			n.confirmed(s, false)
+			backoff = min(max(2*backoff, 10*time.Millisecond), maxReconnect)
+			if !backend.Sleep(ctx, backoff) {
+				return
+			}
+			var re redis.Error
+			if errors.As(err, &re) && err != redis.Nil {
+				// The server refused the SUBSCRIBE (an ACL, say) on a
+				// healthy connection, so no reconnect will repeat it.
+				_ = ps.Subscribe(ctx, n.channel)
+			}
+		}
+	}
 }
 
-// Subscribed reports whether the subscription is confirmed and unbroken.
-func (s *Sub) Subscribed() bool { return s.subscribed.Load() }
-
-// Close ends the subscription and waits for its goroutine. It is safe to
-// call more than once.
-func (s *Sub) Close() {
-	s.once.Do(func() {
-		s.subscribed.Store(false)
-		s.mu.Lock()
-		close(s.done)
-		_ = s.ps.Close()
-		s.mu.Unlock()
-	})
-	s.wg.Wait()
+// ended reports whether s is over, and forgets it: after Close, when its
+// client was closed (gone), or, asked after pingAfter of silence (idle),
+// after IdleClose without waiters.
+func (n *Notifier) ended(s *sub, gone, idle bool) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.subs[s.i] != s {
+		return true
+	}
+	if gone || idle && len(n.byKey) == 0 && time.Since(n.idle) >= IdleClose {
+		n.subs[s.i] = nil
+		return true
+	}
+	return false
 }
 
-// redial replaces the PubSub, whose connection is dead, with a new one
-// subscribed to the channel, and returns it; nil after Close.
-func (s *Sub) redial() *redis.PubSub {
-	ps := s.c.Subscribe(context.Background())
-	s.mu.Lock()
-	select {
-	case <-s.done:
-		s.mu.Unlock()
+// redial replaces s's connection, found dead, with a new one, and returns
+// it; nil once s is over.
+func (n *Notifier) redial(s *sub) *redis.PubSub {
+	ps := n.clients[s.i].Subscribe(n.ctx)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_ = s.ps.Close()
+	if n.subs[s.i] != s {
 		_ = ps.Close()
 		return nil
-	default:
 	}
-	old := s.ps
 	s.ps = ps
-	s.mu.Unlock()
-	_ = old.Close()
-	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
-	_ = ps.Subscribe(context.Background(), s.channel)
 	return ps
 }
 
-func (s *Sub) run() {
-	defer s.wg.Done()
-	ctx := context.Background()
-	s.mu.Lock()
-	ps := s.ps
-	s.mu.Unlock()
-	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
-	_ = ps.Subscribe(ctx, s.channel)
-	st := &state{ps: ps}
-	for {
-		wait := pingAfter
-		if st.pinged {
-			wait = pongWithin
-		}
-		msg, err := st.ps.ReceiveTimeout(ctx, wait)
-		if err != nil {
-			if !s.failed(ctx, st, err) {
-				return
-			}
-			continue
-		}
-		st.backoff, st.pinged = 0, false // anything received shows the connection lives
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" && m.Channel == s.channel {
-				s.subscribed.Store(true)
-				s.h.Subscribed(s, true)
-			}
-		case *redis.Message:
-			if m.Channel == s.channel {
-				s.h.Message(s, m.Payload)
-			}
+// confirmed records that s was confirmed (ok) or broke. A confirmation
+// (the first, or after a reconnect) wakes every waiter once, to queue on
+// this server or because announcements may have been lost while the
+// connection was down.
+func (n *Notifier) confirmed(s *sub, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s.ok = ok
+	if !ok || n.subs[s.i] != s {
+		return
+	}
+	for _, in := range n.byKey {
+		for _, w := range in.waiters {
+			signal(w)
 		}
 	}
 }
 
-// state is what run's loop knows of its connection.
-type state struct {
-	ps      *redis.PubSub
-	pinged  bool // a ping awaits its pong
-	backoff time.Duration
-}
-
-// failed handles an error of a receive: a ping when the connection was
-// idle, a new connection when the pong did not come, a pause before
-// receiving again otherwise. It reports false when run must end (Close,
-// the client closed, nobody waits).
-func (s *Sub) failed(ctx context.Context, st *state, err error) bool {
-	select {
-	case <-s.done:
-		return false
-	default:
+// released handles an announcement: the Locker headed the queue of the
+// key full, which a release just freed. A yield on the key is over: that
+// was the release of the head it let go first, or of someone after it.
+func (n *Notifier) released(full string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.yields, full)
+	if in := n.byKey[full]; in != nil {
+		signal(in.waiters[0])
 	}
-	switch {
-	case errors.Is(err, redis.ErrClosed):
-		s.subscribed.Store(false)
-		s.h.Gone(s)
-		return false
-	case nodeerr.IsTimeout(err) && st.pinged:
-		// No pong: the connection is dead although nothing said so.
-		st.pinged = false
-		if s.subscribed.Swap(false) {
-			s.h.Subscribed(s, false)
-		}
-		st.ps = s.redial()
-		return st.ps != nil
-	case nodeerr.IsTimeout(err):
-		if s.h.Idle(s) {
-			s.subscribed.Store(false)
-			_ = st.ps.Close()
-			return false
-		}
-		// A closed connection fails here and is redialled; a silent one
-		// is found by the missing pong.
-		st.pinged = st.ps.Ping(ctx) == nil
-		return true
-	}
-	st.pinged = false
-	if s.subscribed.Swap(false) {
-		s.h.Subscribed(s, false)
-	}
-	st.backoff = min(max(2*st.backoff, 10*time.Millisecond), maxReconnect)
-	t := time.NewTimer(st.backoff)
-	select {
-	case <-t.C:
-	case <-s.done:
-		t.Stop()
-		return false
-	}
-	var re redis.Error
-	if errors.As(err, &re) && err != redis.Nil {
-		// The server refused the SUBSCRIBE (an ACL, say) on a healthy
-		// connection, so no reconnect will repeat it.
-		_ = st.ps.Subscribe(ctx, s.channel)
-	}
-	return true
 }
