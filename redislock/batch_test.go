@@ -213,3 +213,52 @@ func TestBatchKeepsServerReason(t *testing.T) {
 		}
 	}
 }
+
+// A permit attempt whose deadline passes while its script is in flight
+// returns at its deadline; the server grants it a slot, and the Locker
+// gives the slot back when the reply comes, as it does a lock's key,
+// instead of leaving the permit held for its TTL. (The batch's sender is
+// an attempt with a later deadline, as in the test above.)
+func TestPermitLeftInFlightGivesTheSlotBack(t *testing.T) {
+	l, _ := slowLocker(t, time.Second)
+	warm, err := dlock.Semaphore(l, 2).TryAcquire(testCtx(t), locktest.Key(t), 10*time.Second) // loads its script
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	first := inFlight(t, l, locktest.Key(t)+"first")
+	name, long := locktest.Key(t), locktest.Key(t)+"long"
+	slot := "{" + name + "}#0"
+	t.Cleanup(func() { shared.Client(t).Del(context.Background(), slot, long) })
+	longDone := make(chan error, 1)
+	go func() {
+		_, err := l.TryAcquire(testCtx(t), long, 30*time.Second)
+		longDone <- err
+	}()
+	shortDone := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		_, err := dlock.Semaphore(l, 2).TryAcquire(ctx, name, 30*time.Second)
+		shortDone <- err
+	}()
+	locktest.Eventually(t, 5*time.Second, func() error {
+		if n := l.BatchWaiting(); n != 2 {
+			return fmt.Errorf("%d attempts wait for the next batch, want 2", n)
+		}
+		return nil
+	})
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	waitKey(t, slot, true) // granted on the server, the reply on its way
+	if err := <-shortDone; !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("permit attempt past its deadline: %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if err := <-longDone; err != nil {
+		t.Fatalf("the batch's sender: %v", err)
+	}
+	waitKey(t, slot, false) // given back, long before its 30s TTL
+}

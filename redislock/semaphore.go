@@ -6,8 +6,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/rnode"
 )
@@ -73,7 +76,15 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 			r, err = rnode.SemaphoreReply(v)
 		}
 		if err != nil {
-			return nil, a.failed(ctx, err, ks[2:2+n]) // a slot may be ours
+			slots := ks[2 : 2+n]
+			if left, ok := err.(*batch.LeftError); ok { // given back when the reply comes
+				left.OnReply(func(cmd redis.Cmder) {
+					if rnode.PermitTaken(cmd) {
+						l.cleanup(ctx, slots, a.token, ttl)
+					}
+				})
+			}
+			return nil, a.failed(ctx, err, slots) // a slot may be ours
 		}
 		if r.Status != rnode.Widen || r.X <= int64(n) || r.X > driver.MaxLimit {
 			break

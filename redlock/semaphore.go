@@ -13,7 +13,6 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rnode"
 )
 
@@ -112,7 +111,7 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 		v, err := n.Run(ctx, rnode.SemaphoreScript, rnode.SemaphoreKeys(t.sem, span), args).Result()
 		if left, ok := err.(*batch.LeftError); ok {
 			left.OnReply(func(cmd redis.Cmder) {
-				if permitTaken(cmd) {
+				if rnode.PermitTaken(cmd) {
 					(*giveBack)(l).GiveBack(ctx, n.Node, t.full, t.token, t.ttl)
 				}
 			})
@@ -141,20 +140,6 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 		return reply
 	}
 	return &nodeReply{err: errors.New("the limit changed while this attempt read the semaphore")}
-}
-
-// permitTaken reports whether cmd, a semaphore script's call that holds
-// its reply, may have granted the slot: it did, or its outcome is unknown.
-func permitTaken(cmd redis.Cmder) bool {
-	c, ok := cmd.(*redis.Cmd)
-	if !ok {
-		return false
-	}
-	if err := c.Err(); err != nil {
-		return !rclient.IsReply(err)
-	}
-	r, err := rnode.SemaphoreReply(c.Val())
-	return err != nil || r.Status == rnode.Granted
 }
 
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): it records

@@ -242,3 +242,17 @@ func mayHaveTaken(cmd redis.Cmder) bool {
 	r, err := acquireReply(c.Val())
 	return err != nil || r.Status == Granted
 }
+
+// PermitTaken reports whether cmd, a semaphore script's call that holds its
+// reply, may have granted a slot: it did, or its outcome is unknown.
+func PermitTaken(cmd redis.Cmder) bool {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return false
+	}
+	if err := c.Err(); err != nil {
+		return !rclient.IsReply(err)
+	}
+	r, err := SemaphoreReply(c.Val())
+	return err != nil || r.Status == Granted
+}
