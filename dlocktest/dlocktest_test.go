@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testkit/eventtest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/locktest"
 )
 
@@ -22,12 +23,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // suite, the lapse and outage ones included.
 func TestConformance(t *testing.T) {
 	l := dlocktest.New()
-	locktest.Run(t, func(*testing.T) dlock.Locker { return l },
-		locktest.WithLapse(func(_ *testing.T, key string) { l.Lose(key) }),
-		locktest.WithOutage(func(*testing.T) (end func()) {
-			l.Fail(nil)
-			return l.Heal
-		}))
+	newLocker := func(*testing.T) dlock.Locker { return l }
+	locktest.Run(t, newLocker, locktest.WithLapse(func(_ *testing.T, key string) { l.Lose(key) }))
+	locktest.RunOutage(t, newLocker, func(*testing.T) (end func()) {
+		l.Fail(nil)
+		return l.Heal
+	})
 }
 
 // Elections on the Locker name the leader and its term, and a
@@ -148,7 +149,7 @@ func TestHoldBusyUntilRelease(t *testing.T) {
 	}
 	got := waiter(t, l, r, "job")
 	err = dlock.Do(ctx(t), l, "job", time.Minute, func(context.Context) error { return nil }, dlock.WithRetryCount(0))
-	locktest.WantError(t, err, dlock.ErrNotAcquired)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 	start := time.Now()
 	if err := other.Release(ctx(t)); err != nil {
 		t.Fatal(err)
@@ -208,11 +209,11 @@ func TestLose(t *testing.T) {
 	if !l.Lose("ledger") {
 		t.Fatal("Lose: not held")
 	}
-	locktest.WantError(t, result(t, done), dlock.ErrLockLost)
+	lockcheck.WantError(t, result(t, done), dlock.ErrLockLost)
 	if lock.Held() {
 		t.Fatal("the lost handle reports held")
 	}
-	locktest.WantError(t, lock.Extend(ctx(t), time.Minute), dlock.ErrLockLost)
+	lockcheck.WantError(t, lock.Extend(ctx(t), time.Minute), dlock.ErrLockLost)
 	if next := try(t, l, "ledger", time.Minute); next.Fence() <= lock.Fence() {
 		t.Fatalf("the next holder's fence %d is not above the lost one's %d", next.Fence(), lock.Fence())
 	}
@@ -241,7 +242,7 @@ func TestFailNext(t *testing.T) {
 	l.FailNext(2, fmt.Errorf("%w: %w", dlock.ErrUnavailable, reason))
 	for range 2 {
 		_, err := l.TryAcquire(ctx(t), "k", time.Minute)
-		locktest.WantError(t, err, dlock.ErrUnavailable, reason)
+		lockcheck.WantError(t, err, dlock.ErrUnavailable, reason)
 		var ne *dlock.NodeError
 		if !errors.As(err, &ne) || ne.Node != "dlocktest" {
 			t.Fatalf("%v: no NodeError naming %q", err, "dlocktest")
@@ -255,7 +256,7 @@ func TestFailNext(t *testing.T) {
 		t.Fatalf("Acquire through 3 failed attempts: %v", err)
 	}
 	l.FailNext(1, nil)
-	locktest.WantError(t, lock.Extend(ctx(t), time.Minute), dlock.ErrUnavailable)
+	lockcheck.WantError(t, lock.Extend(ctx(t), time.Minute), dlock.ErrUnavailable)
 	if !lock.Held() {
 		t.Fatal("a failed extension ended the handle")
 	}
@@ -283,15 +284,15 @@ func TestFailUntilHealed(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	l.Advance(19500 * time.Millisecond) // past the validity, not the TTL
-	locktest.WantError(t, result(t, done), dlock.ErrLockLost)
+	lockcheck.WantError(t, result(t, done), dlock.ErrLockLost)
 	if lock.Held() {
 		t.Fatal("handle held after its validity ran out in an outage")
 	}
 	_, err := l.TryAcquire(ctx(t), "k", time.Minute)
-	locktest.WantError(t, err, dlock.ErrUnavailable)
+	lockcheck.WantError(t, err, dlock.ErrUnavailable)
 	l.Heal()
 	_, err = l.TryAcquire(ctx(t), "k", time.Minute)
-	locktest.WantError(t, err, dlock.ErrNotAcquired)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 	l.Advance(time.Second)
 	try(t, l, "k", time.Minute)
 }
@@ -306,12 +307,12 @@ func TestAdvanceRunsTTLOut(t *testing.T) {
 		t.Fatalf("not held 29s into a 30s lock (remaining %v)", lock.Remaining())
 	}
 	_, err := l.TryAcquire(ctx(t), "k", time.Minute)
-	locktest.WantError(t, err, dlock.ErrNotAcquired)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 	l.Advance(time.Second)
 	if lock.Held() {
 		t.Fatal("held after its TTL ran out on the Locker's clock")
 	}
-	locktest.WantError(t, lock.Extend(ctx(t), time.Minute), dlock.ErrLockLost)
+	lockcheck.WantError(t, lock.Extend(ctx(t), time.Minute), dlock.ErrLockLost)
 	try(t, l, "k", time.Minute)
 	l.Advance(-time.Hour) // the clock does not go back
 	if ahead := time.Until(l.Now()); ahead < 29*time.Second {
@@ -326,7 +327,7 @@ func TestAdvanceEndsDo(t *testing.T) {
 	l := dlocktest.New(dlocktest.WithObserver(r.Observe))
 	_, done := inDo(t, l, "k", time.Minute, nil)
 	l.Advance(time.Minute)
-	locktest.WantError(t, result(t, done), dlock.ErrLockLost)
+	lockcheck.WantError(t, result(t, done), dlock.ErrLockLost)
 	if e := waitFor(t, r, dlock.EventLost); e.Detected != "validity ran out" {
 		t.Fatalf("loss detected as %q, want \"validity ran out\"", e.Detected)
 	}

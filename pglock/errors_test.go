@@ -15,8 +15,8 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/pgqueue"
 )
@@ -327,7 +327,7 @@ func TestMisconfigured(t *testing.T) {
 	as := func(user, password string) func(*pgxpool.Config) {
 		return func(c *pgxpool.Config) { c.ConnConfig.User, c.ConnConfig.Password = user, password }
 	}
-	locktest.WantRefused(t, lockerWith(srv, as("app", "wrong")), uniqueKey(t), "password authentication failed")
+	lockcheck.WantRefused(t, lockerWith(srv, as("app", "wrong")), uniqueKey(t), "password authentication failed")
 	mustAcquire(t, lockerWith(srv, as("app", "secret")), uniqueKey(t), time.Minute) // the setup is right
 
 	role := fmt.Sprintf("nofence_%d", time.Now().UnixNano())
@@ -335,7 +335,7 @@ func TestMisconfigured(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { shared.Exec(context.Background(), "DROP ROLE "+role) })
-	locktest.WantRefused(t, lockerWith(shared, as(role, "")), uniqueKey(t), "permission denied for sequence")
+	lockcheck.WantRefused(t, lockerWith(shared, as(role, "")), uniqueKey(t), "permission denied for sequence")
 
 	const empty = "misconfigured_no_fence"
 	if err := shared.Exec(ctx, "CREATE SCHEMA "+empty); err != nil {
@@ -343,9 +343,9 @@ func TestMisconfigured(t *testing.T) {
 	}
 	t.Cleanup(func() { shared.Exec(context.Background(), "DROP SCHEMA "+empty+" CASCADE") })
 	unmigrated := lockerWith(shared, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = empty })
-	locktest.WantRefused(t, unmigrated, uniqueKey(t), "pglock.Migrate")
+	lockcheck.WantRefused(t, unmigrated, uniqueKey(t), "pglock.Migrate")
 	readOnly := lockerWith(shared, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on" })
-	locktest.WantRefused(t, readOnly, uniqueKey(t), "read-only")
+	lockcheck.WantRefused(t, readOnly, uniqueKey(t), "read-only")
 
 	// Migrate by a role that may not create the sequence.
 	if err := shared.Exec(ctx, "GRANT USAGE ON SCHEMA "+empty+" TO "+role); err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -499,7 +499,7 @@ func errString(err error) string {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	locktest.Eventually(t, 5*time.Second, func() error {
+	lockcheck.Eventually(t, 5*time.Second, func() error {
 		if !cond() {
 			return fmt.Errorf("waiting for %s", what)
 		}
