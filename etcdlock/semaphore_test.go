@@ -9,8 +9,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
@@ -35,7 +35,7 @@ func semKeysAndFences(t *testing.T, c *etcdtest.Cluster) {
 		t.Fatal(err)
 	}
 	defer lock.Release(ctx)
-	resp, err := cli.Get(ctx, driver.SlotKey(name, 0)+"/", clientv3.WithPrefix())
+	resp, err := cli.Get(ctx, bridge.SlotKey(name, 0)+"/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
@@ -37,7 +38,7 @@ func mustPermit(t *testing.T, l dlock.Locker, limit int, name string, ttl time.D
 	if slot := lock.Slot(); slot < 0 || slot >= limit {
 		t.Fatalf("permit on slot %d of a semaphore of %d", slot, limit)
 	}
-	if want := driver.SlotKey(name, lock.Slot()); lock.Key() != want {
+	if want := bridge.SlotKey(name, lock.Slot()); lock.Key() != want {
 		t.Fatalf("permit's key %q, want %q", lock.Key(), want)
 	}
 	return lock
@@ -322,7 +323,7 @@ func (s *suite) semBadInput(t *testing.T) {
 	}{
 		{"zero limit", 0, lockcheck.Key(t), time.Second},
 		{"negative limit", -1, lockcheck.Key(t), time.Second},
-		{"limit above MaxLimit", driver.MaxLimit + 1, lockcheck.Key(t), time.Second},
+		{"limit above MaxLimit", bridge.MaxLimit + 1, lockcheck.Key(t), time.Second},
 		{"empty name", 2, "", time.Second},
 		{"zero ttl", 2, lockcheck.Key(t), 0},
 	} {

@@ -199,7 +199,7 @@
 //
 // Locker.Semaphore (which dlock.Semaphore returns for a pglock Locker)
 // grants one of N permits of a name as the session lock on one of its
-// slots: the slot's key ("{vendor-api}#2", see driver.SlotKey), mapped as
+// slots: the slot's key ("{vendor-api}#2", see dlock.Semaphore), mapped as
 // TryAcquire maps names (with the prefix, by HashKey or WithKeyFunc), so a
 // permit is exactly the lock on that name, with a fence from the same
 // sequence, a pinned connection (see Connections) and the same loss when

@@ -79,7 +79,7 @@ func recordGrant(t *testing.T, l *pglock.Locker, key string, ttl time.Duration) 
 		t.Fatalf("TryAcquire(%q): %v", key, err)
 	}
 	rg := &recordedGrant{Grant: g}
-	lock := driver.NewLock(key, driver.NewToken(), fence, validUntil, rg)
+	lock := driver.NewLock(key, bridge.NewToken(), fence, validUntil, rg)
 	t.Cleanup(func() { lock.Release(context.Background()) })
 	return lock, rg
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
@@ -76,7 +77,7 @@ func (l *Locker) lst() *listener {
 // off (WithReleaseNotify(false)), for keys the key function rejects, and
 // after Close the channel never fires and waits poll.
 func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func()) {
-	if !l.notify || driver.CheckKey(key) != nil {
+	if !l.notify || bridge.KeyProblem(key) != "" {
 		return nil, func() {}
 	}
 	k, err := l.mapKey(key)

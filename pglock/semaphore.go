@@ -11,7 +11,9 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // SemaphoreTable is the table where semaphores record their limits: a row
@@ -46,7 +48,7 @@ var _ driver.Semaphores = (*Locker)(nil)
 
 // Semaphore implements driver.Semaphores (see dlock.Semaphore): its
 // TryAcquire grants one of limit permits of name as the session lock on a
-// free slot, the slot's key (driver.SlotKey) mapped as TryAcquire maps
+// free slot, the slot's key (see dlock.Semaphore) mapped as TryAcquire maps
 // names, and pins
 // its connection as every lock does. See Semaphores in the package
 // documentation.
@@ -59,13 +61,12 @@ type semaphore struct {
 }
 
 func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	a := s.l.cfg.Events.Attempt(ctx, name)
-	return a.End(s.try(ctx, name, ttl))
+	return s.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) { return s.try(ctx, name, ttl) })
 }
 
 func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
 	l := s.l
-	if err := driver.CheckLimit(s.limit); err != nil {
+	if err := nodeerr.Invalid(bridge.LimitProblem(s.limit)); err != nil {
 		return nil, err
 	}
 	if err := l.checkArgs(ctx, name, ttl); err != nil {
@@ -82,12 +83,12 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		}
 		return nil, err
 	}
-	p, err := l.publish(ctx, driver.SlotKey(name, slot))
+	p, err := l.publish(ctx, bridge.SlotKey(name, slot))
 	if err != nil {
 		discard(conn) // in the grant's transaction
 		return nil, err
 	}
-	g, fence, validUntil, err := l.grantOn(ctx, conn, driver.SlotKey(name, slot), k, ttl, p)
+	g, fence, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl, p)
 	if err == nil {
 		_, err = conn.Exec(ctx, "COMMIT")
 		if err != nil {
@@ -98,7 +99,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 	if err != nil {
 		return nil, err
 	}
-	return driver.NewPermit(name, slot, driver.NewToken(), fence, validUntil, g), nil
+	return driver.NewPermit(name, slot, bridge.NewToken(), fence, validUntil, g), nil
 }
 
 // semTake begins the grant's transaction on conn, locks name's row of
@@ -154,7 +155,7 @@ func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, l
 	case len(held) == 0:
 		permits, slots = limit, limit
 	case permits != limit:
-		return 0, Key{}, nil, driver.LimitConflict(name, permits, limit)
+		return 0, Key{}, nil, backend.LimitConflict(name, permits, limit)
 	case len(held) >= permits:
 		return 0, Key{}, nil, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, permits)
 	}
@@ -188,7 +189,7 @@ func (l *Locker) semRow(name string) []byte { return []byte(l.cfg.Prefix + bridg
 func (l *Locker) slotKeys(name string, n int) ([]Key, error) {
 	keys := make([]Key, n)
 	for i := range keys {
-		k, err := l.mapKey(driver.SlotKey(name, i))
+		k, err := l.mapKey(bridge.SlotKey(name, i))
 		if err != nil {
 			return nil, err
 		}
@@ -228,7 +229,7 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 // wakes the wait.
 func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struct{}, func()) {
 	l := s.l
-	if !l.notify || driver.CheckLimit(s.limit) != nil || l.cfg.CheckKey(name) != nil {
+	if !l.notify || bridge.LimitProblem(s.limit) != "" || l.cfg.CheckKey(name) != nil {
 		return nil, func() {}
 	}
 	keys, err := l.slotKeys(name, s.limit)

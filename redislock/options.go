@@ -23,8 +23,9 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithDriftFactor sets the share of the TTL set aside for clock drift when
-// computing validity (see driver.Drift). It must be in [0, 1). The default is
-// driver.DefaultDriftFactor (0.01).
+// computing validity: the margin is ttl × f plus 2 ms (1 ms for Redis's
+// expiry precision and 1 ms as a floor), as in antirez's reference
+// implementation. It must be in [0, 1). The default is 0.01.
 func WithDriftFactor(f float64) Option {
 	return func(l *Locker) error { return l.cfg.SetDriftFactor(f) }
 }

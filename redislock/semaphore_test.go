@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
@@ -122,7 +122,7 @@ func TestSemaphoreShrinkCountsHighSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Release(ctx)
-	if lock.Key() != driver.SlotKey(name, 0) {
+	if lock.Key() != bridge.SlotKey(name, 0) {
 		t.Fatalf("permit %q, want slot 0", lock.Key())
 	}
 }

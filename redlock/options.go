@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Option configures a Locker.
@@ -18,8 +17,10 @@ type Option func(*Locker) error
 const DefaultNodeTimeout = 50 * time.Millisecond
 
 // WithDriftFactor sets the share of the TTL set aside for clock drift when
-// computing validity (see driver.Drift): node-redlock's driftFactor. It must be
-// in [0, 1). The default is driver.DefaultDriftFactor (0.01).
+// computing validity, node-redlock's driftFactor: the margin is ttl × f
+// plus 2 ms (1 ms for Redis's expiry precision and 1 ms as a floor), as in
+// antirez's reference implementation. It must be in [0, 1). The default
+// is 0.01.
 func WithDriftFactor(f float64) Option {
 	return func(l *Locker) error { return l.cfg.SetDriftFactor(f) }
 }
@@ -34,7 +35,7 @@ func WithDriftFactor(f float64) Option {
 func WithNodeTimeout(d time.Duration) Option {
 	return func(l *Locker) error {
 		if d <= 0 {
-			return driver.Invalidf("node timeout %v: must be positive", d)
+			return nodeerr.Invalidf("node timeout %v: must be positive", d)
 		}
 		l.nodeTimeout = d
 		return nil

@@ -11,7 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testproxy"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
@@ -69,7 +69,7 @@ func TestSlowNodeBeyondTimeout(t *testing.T) {
 	lock := mustAcquire(t, l, key, ttl)
 	// The majority answered at once: the round did not wait out the slow
 	// node's 200ms timeout, and the validity shows it.
-	if left, limit := lock.Remaining(), ttl-200*time.Millisecond-driver.Drift(ttl, driver.DefaultDriftFactor); left <= limit {
+	if left, limit := lock.Remaining(), ttl-200*time.Millisecond-bridge.Drift(ttl, bridge.DefaultDriftFactor); left <= limit {
 		t.Fatalf("validity left %v, not more than ttl - node timeout - drift = %v: the acquisition waited for the slow node", left, limit)
 	}
 	if err := lock.Release(testCtx(t)); err != nil {
@@ -110,7 +110,7 @@ func TestAcquisitionExceedingTTLRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("one slow round of a 400ms TTL: %v", err)
 	}
-	if left, limit := lock.Remaining(), ttl-250*time.Millisecond-driver.Drift(ttl, driver.DefaultDriftFactor); left <= 0 || left > limit {
+	if left, limit := lock.Remaining(), ttl-250*time.Millisecond-bridge.Drift(ttl, bridge.DefaultDriftFactor); left <= 0 || left > limit {
 		t.Fatalf("validity left %v, want positive and at most ttl - 250ms - drift = %v", left, limit)
 	}
 	lock.Release(testCtx(t))
