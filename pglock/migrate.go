@@ -18,7 +18,7 @@ import (
 const FenceSequence = "dlock_fence"
 
 // MigrateSQL creates the fence sequence and the table where semaphores
-// record their limits (SemaphoreTable). Migrate runs it (and checks the
+// record their limits (dlock_semaphore). Migrate runs it (and checks the
 // sequence's settings); run it yourself where schema changes go through a
 // migration tool. CACHE 1 matters: with a per-session cache two sessions
 // would hand out numbers from different ranges, and a later holder could
