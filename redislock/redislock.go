@@ -43,7 +43,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if rclient.IsNil(client) {
 		return nil, nodeerr.Invalidf("nil redis client")
 	}
-	l := &Locker{client: client, cfg: backend.New(DefaultFenceTTL, true), tryTimeout: rclient.TryTimeout(client)}
+	l := &Locker{client: client, cfg: backend.New(backend.FenceTTL, true), tryTimeout: rclient.TryTimeout(client)}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}

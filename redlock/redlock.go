@@ -69,8 +69,8 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	l := &Locker{
 		workers:     newWorkers(),
 		quorum:      len(clients)/2 + 1,
-		cfg:         backend.New(DefaultFenceTTL, true),
-		nodeTimeout: DefaultNodeTimeout,
+		cfg:         backend.New(backend.FenceTTL, true),
+		nodeTimeout: defaultNodeTimeout,
 	}
 	for i, c := range clients {
 		switch c := c.(type) {
@@ -121,9 +121,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 
 // Nodes is how many nodes granted the lock (see driver.Grant).
 func (g *grant) Nodes() int { return g.nodes }
-
-// Quorum returns the number of nodes that must agree: N/2+1.
-func (l *Locker) Quorum() int { return l.quorum }
 
 // TryAcquire makes one attempt to take the lock on key on a majority of the
 // nodes for ttl, and issues its fence. It returns an error matching

@@ -35,9 +35,9 @@ type Querier interface {
 // fencing writes to them.
 var ErrNoRow = errors.New("pgfence: no row with that id")
 
-// DefaultGuardTable is the table a Guard keeps its fences in unless
+// defaultGuardTable is the table a Guard keeps its fences in unless
 // WithGuardTable names another.
-const DefaultGuardTable = "dlock_guard"
+const defaultGuardTable = "dlock_guard"
 
 // Guard keeps, for each named resource, the highest fence seen and a digest
 // of the token that presented it, one row per resource in a guard table.
@@ -54,7 +54,7 @@ type Guard struct {
 type GuardOption func(*Guard) error
 
 // WithGuardTable sets the guard table ("name" or "schema.name"). The default
-// is DefaultGuardTable, found through the search_path.
+// is "dlock_guard", found through the search_path.
 func WithGuardTable(table string) GuardOption {
 	return func(g *Guard) error {
 		q, err := quote(table)
@@ -69,7 +69,7 @@ func WithGuardTable(table string) GuardOption {
 // NewGuard returns a Guard. It sends nothing to the server; create the table
 // with Migrate.
 func NewGuard(opts ...GuardOption) (*Guard, error) {
-	g := &Guard{table: DefaultGuardTable, name: DefaultGuardTable}
+	g := &Guard{table: defaultGuardTable, name: defaultGuardTable}
 	for _, o := range opts {
 		if o == nil {
 			return nil, nodeerr.Invalidf("pgfence: nil option")

@@ -38,6 +38,10 @@ type Config struct {
 	reserved string
 }
 
+// FenceTTL is the default of the Redis backends' WithFenceTTL: how long a
+// key's fence counter outlives the last write to it.
+const FenceTTL = time.Hour
+
 // New returns a Config with the defaults: no prefix, the default drift
 // factor, fenceTTL, no holder record, slog.Default(). With reserved, lock
 // keys (prefix and key) may not lie in dlock's own namespace.
