@@ -93,7 +93,7 @@ func TestErrorSentinels(t *testing.T) {
 	pool := shared.Pool(t, 2)
 	l := newLocker(t, 3)
 	held := uniqueKey(t)
-	mustAcquire(t, l, held, 10*time.Second)
+	lockcheck.MustAcquire(t, l, held, 10*time.Second)
 
 	// A schema without the fence sequence, a read-only session, a server
 	// that is not there.
@@ -138,7 +138,7 @@ func TestErrorSentinels(t *testing.T) {
 	}
 	t.Cleanup(gone.Close)
 	full := lockerOn(shared.Pool(t, 1))
-	mustAcquire(t, full, uniqueKey(t), 10*time.Second)
+	lockcheck.MustAcquire(t, full, uniqueKey(t), 10*time.Second)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	expired, cancelExpired := context.WithDeadline(ctx, time.Now().Add(-time.Second))
@@ -328,7 +328,7 @@ func TestMisconfigured(t *testing.T) {
 		return func(c *pgxpool.Config) { c.ConnConfig.User, c.ConnConfig.Password = user, password }
 	}
 	lockcheck.WantRefused(t, lockerWith(srv, as("app", "wrong")), uniqueKey(t), "password authentication failed")
-	mustAcquire(t, lockerWith(srv, as("app", "secret")), uniqueKey(t), time.Minute) // the setup is right
+	lockcheck.MustAcquire(t, lockerWith(srv, as("app", "secret")), uniqueKey(t), time.Minute) // the setup is right
 
 	role := fmt.Sprintf("nofence_%d", time.Now().UnixNano())
 	if err := shared.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {

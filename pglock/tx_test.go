@@ -128,7 +128,7 @@ func TestTxLock(t *testing.T) {
 
 		// Rolled back: the lock is free, and the fence drawn in tx2 is not
 		// handed out again (the sequence is not transactional).
-		lock := mustAcquire(t, locker, name, time.Second)
+		lock := lockcheck.MustAcquire(t, locker, name, time.Second)
 		if lock.Fence() <= f2 {
 			t.Fatalf("session fence after a rolled-back tx lock: %d, want above %d (never handed out twice)", lock.Fence(), f2)
 		}
@@ -465,7 +465,7 @@ func TestOutOfLocks(t *testing.T) {
 	ctx := testCtx(t)
 	l := newLocker(t, 2)
 	// Connect first: a new session cannot even start with the table full.
-	mustAcquire(t, l, uniqueKey(t), time.Second).Release(ctx)
+	lockcheck.MustAcquire(t, l, uniqueKey(t), time.Second).Release(ctx)
 	filler, err := pgx.Connect(ctx, shared.DSN())
 	if err != nil {
 		t.Fatal(err)
