@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // outage makes the first n attempts of m fail as unreachable.
@@ -45,7 +45,7 @@ func TestAcquireWaitsThroughOutage(t *testing.T) {
 	outage(m, 1)
 	m.attempts.Store(0)
 	_, err = dlock.Acquire(context.Background(), m, "k", time.Minute, dlock.WithRetryCount(0))
-	locktest.WantError(t, err, dlock.ErrUnavailable)
+	lockcheck.WantError(t, err, dlock.ErrUnavailable)
 	if n := m.attempts.Load(); n != 1 {
 		t.Fatalf("a single try made %d attempts", n)
 	}
@@ -60,7 +60,7 @@ func TestAcquireBacksOffWhileUnreachable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	_, err := dlock.Acquire(ctx, m, "k", time.Minute, dlock.WithRetryDelay(time.Millisecond), dlock.WithRetryJitter(0))
-	locktest.WantError(t, err, dlock.ErrUnavailable, context.DeadlineExceeded)
+	lockcheck.WantError(t, err, dlock.ErrUnavailable, context.DeadlineExceeded)
 	var ne *dlock.NodeError
 	if !errors.As(err, &ne) || ne.Node != "n1" {
 		t.Fatalf("the last attempt's NodeError is not reachable in %v", err)
@@ -74,7 +74,7 @@ func TestAcquireBacksOffWhileUnreachable(t *testing.T) {
 func TestAcquireDoesNotRetryInvalid(t *testing.T) {
 	m := newMem()
 	_, err := dlock.Acquire(context.Background(), m, "", time.Minute, dlock.WithRetryDelay(time.Millisecond))
-	locktest.WantError(t, err, dlock.ErrInvalid)
+	lockcheck.WantError(t, err, dlock.ErrInvalid)
 	if n := m.attempts.Load(); n != 1 {
 		t.Fatalf("%d attempts with an invalid key, want 1", n)
 	}
@@ -113,10 +113,10 @@ func TestAcquireDoesNotRetryMisconfigured(t *testing.T) {
 		&dlock.NodeError{Node: "n1", Err: errors.New("WRONGPASS invalid username-password pair")})
 	m.acquire = func(context.Context) error { return refused }
 	_, err := dlock.Acquire(context.Background(), m, "k", time.Minute, dlock.WithRetryDelay(time.Millisecond))
-	locktest.WantError(t, err, dlock.ErrMisconfigured)
+	lockcheck.WantError(t, err, dlock.ErrMisconfigured)
 	ran := false
 	err = dlock.Do(context.Background(), m, "k", time.Minute, func(context.Context) error { ran = true; return nil })
-	locktest.WantError(t, err, dlock.ErrMisconfigured)
+	lockcheck.WantError(t, err, dlock.ErrMisconfigured)
 	if n := m.attempts.Load(); n != 2 || ran {
 		t.Fatalf("Acquire and Do made %d attempts (fn ran: %v), want 1 each", n, ran)
 	}
@@ -124,7 +124,7 @@ func TestAcquireDoesNotRetryMisconfigured(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.acquire = func(context.Context) error { cancel(); return refused }
 	_, err = dlock.Acquire(ctx, m, "k", time.Minute)
-	locktest.WantError(t, err, dlock.ErrMisconfigured)
+	lockcheck.WantError(t, err, dlock.ErrMisconfigured)
 	if !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Fatalf("%q lost the server's reason", err)
 	}

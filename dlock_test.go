@@ -18,6 +18,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 )
 
@@ -106,16 +107,12 @@ func (m *memLocker) clock() time.Time {
 }
 
 func (m *memLocker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	a := m.events.Attempt(ctx, key)
-	return a.End(m.try(ctx, key, ttl))
+	return m.events.Attempt(ctx, key, func() (*dlock.Lock, error) { return m.try(ctx, key, ttl) })
 }
 
 func (m *memLocker) try(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	m.attempts.Add(1)
-	if err := driver.CheckKey(key); err != nil {
-		return nil, err
-	}
-	if err := driver.CheckTTL(ttl); err != nil {
+	if err := driver.Check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
 	if m.acquire != nil {
@@ -129,7 +126,7 @@ func (m *memLocker) try(ctx context.Context, key string, ttl time.Duration) (*dl
 	if k, held := m.keys[key]; held && k.expires.After(start) {
 		return nil, fmt.Errorf("%w (held by another owner)", dlock.ErrNotAcquired)
 	}
-	token := driver.NewToken()
+	token := bridge.NewToken()
 	m.keys[key] = memKey{token: token, expires: start.Add(ttl)}
 	m.fence++
 	return driver.NewLock(key, token, m.fence, start.Add(ttl), &memGrant{m: m, key: key, token: token}), nil
@@ -371,12 +368,12 @@ func TestCheckTTLAndMilliseconds(t *testing.T) {
 		{time.Microsecond, false, 0},
 		{bridge.MaxTTL + 1, false, 0},
 	} {
-		err := driver.CheckTTL(tc.ttl)
+		err := nodeerr.Invalid(bridge.TTLProblem(tc.ttl))
 		if (err == nil) != tc.ok {
 			t.Errorf("CheckTTL(%v) = %v, want ok=%v", tc.ttl, err, tc.ok)
 		}
-		if tc.ok && driver.Milliseconds(tc.ttl) != tc.millis {
-			t.Errorf("Milliseconds(%v) = %d, want %d", tc.ttl, driver.Milliseconds(tc.ttl), tc.millis)
+		if tc.ok && bridge.Milliseconds(tc.ttl) != tc.millis {
+			t.Errorf("Milliseconds(%v) = %d, want %d", tc.ttl, bridge.Milliseconds(tc.ttl), tc.millis)
 		}
 	}
 }
@@ -394,7 +391,7 @@ func TestSetDriftFactor(t *testing.T) {
 func TestTokensAreUnique(t *testing.T) {
 	seen := map[string]bool{}
 	for range 10000 {
-		tok := driver.NewToken()
+		tok := bridge.NewToken()
 		if len(tok) < 22 || seen[tok] {
 			t.Fatalf("token %q repeated or shorter than 128 bits", tok)
 		}

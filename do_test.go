@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // fakeClock runs with the real clock, plus the jumps a test makes.
@@ -180,7 +180,7 @@ func TestDoKeepsFunctionError(t *testing.T) {
 		<-ctx.Done()
 		return boom
 	})
-	locktest.WantError(t, err, dlock.ErrLockLost, boom)
+	lockcheck.WantError(t, err, dlock.ErrLockLost, boom)
 	if got := err.Error(); len(got) < 6 || got[:6] != "boom; " {
 		t.Fatalf("Do: %q, want the function's error first", got)
 	}
@@ -344,7 +344,7 @@ func TestDoOwnReleaseHangsEndsAtValidity(t *testing.T) {
 			defer wg.Done()
 			l.Release(context.Background())
 		}()
-		locktest.Eventually(t, time.Second, func() error {
+		lockcheck.Eventually(t, time.Second, func() error {
 			if l.Held() {
 				return errors.New("release not started")
 			}
@@ -370,7 +370,7 @@ func TestDoLossAfterCallerCancelled(t *testing.T) {
 	err := dlock.Do(ctx, m, "k", 300*time.Millisecond, func(ctx context.Context) error {
 		cancel()
 		m.free("k") // the next extension is refused
-		locktest.Eventually(t, 2*time.Second, func() error {
+		lockcheck.Eventually(t, 2*time.Second, func() error {
 			if dlock.LockFromContext(ctx).Held() {
 				return errors.New("still held")
 			}

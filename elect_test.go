@@ -12,7 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // scripted is a Locker whose ReadTerm answers from a script, then repeats
@@ -84,7 +84,7 @@ func TestObserveEndsOnInvalid(t *testing.T) {
 	for _, err := range dlock.Observe(context.Background(), s, "job", dlock.WithRetryDelay(time.Millisecond)) {
 		n++
 		if n == 2 {
-			locktest.WantError(t, err, dlock.ErrInvalid)
+			lockcheck.WantError(t, err, dlock.ErrInvalid)
 		}
 	}
 	if n != 2 {
@@ -149,9 +149,9 @@ func TestIsLeaderWithinValidity(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Resign(context.Background())
-	locktest.Eventually(t, 5*time.Second, func() error { return c.IsLeader(context.Background()) })
+	lockcheck.Eventually(t, 5*time.Second, func() error { return c.IsLeader(context.Background()) })
 	clock.advance(10 * time.Second)
-	locktest.WantError(t, c.IsLeader(context.Background()), dlock.ErrNotAcquired)
+	lockcheck.WantError(t, c.IsLeader(context.Background()), dlock.ErrNotAcquired)
 	if _, ok := c.Term(); ok {
 		t.Fatal("Term reports a leadership whose validity ran out")
 	}
@@ -167,9 +167,9 @@ func TestIsLeaderWhileExtensionHangs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locktest.Eventually(t, 5*time.Second, func() error { return c.IsLeader(context.Background()) })
+	lockcheck.Eventually(t, 5*time.Second, func() error { return c.IsLeader(context.Background()) })
 	led := time.Now()
-	locktest.Eventually(t, 5*time.Second, func() error {
+	lockcheck.Eventually(t, 5*time.Second, func() error {
 		if c.IsLeader(context.Background()) == nil {
 			return errors.New("still the leader")
 		}
@@ -180,7 +180,7 @@ func TestIsLeaderWhileExtensionHangs(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	locktest.WantError(t, c.Resign(ctx), dlock.ErrLockLost)
+	lockcheck.WantError(t, c.Resign(ctx), dlock.ErrLockLost)
 }
 
 // Lead's function may call back into the election: Leader, a Candidate's
@@ -196,7 +196,7 @@ func TestLeadCallbacks(t *testing.T) {
 		if term, err := dlock.Leader(ctx, m, "k"); err != nil || !term.Led {
 			return fmt.Errorf("Leader from within the term: %v, %v", term, err)
 		}
-		locktest.Eventually(t, 5*time.Second, func() error { return other.IsLeader(ctx) })
+		lockcheck.Eventually(t, 5*time.Second, func() error { return other.IsLeader(ctx) })
 		return other.Resign(ctx)
 	})
 	if err != nil {

@@ -67,12 +67,12 @@ func (e *NodeError) Error() string { return fmt.Sprintf("node %s: %v", e.Node, e
 // Unwrap returns the node's error.
 func (e *NodeError) Unwrap() error { return e.Err }
 
-// invalidf returns an error that matches ErrInvalid (driver.Invalidf).
+// invalidf returns an error that matches ErrInvalid.
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// checkTTL is driver.CheckTTL.
+// checkTTL refuses a TTL that no backend accepts (bridge.TTLProblem).
 func checkTTL(ttl time.Duration) error {
 	if p := bridge.TTLProblem(ttl); p != "" {
 		return invalidf("%s", p)

@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // Every error path of the root package matches exactly one sentinel (and,
 // for a wait that ended with its context, the context's error), with one
-// "dlock: " prefix at most and no line break (locktest.Classify). The
+// "dlock: " prefix at most and no line break (lockcheck.Classify). The
 // backends run the same checks on their own paths in locktest.Run.
 func TestErrorsMatchOneSentinel(t *testing.T) {
 	nop := func(context.Context) error { return nil }
@@ -165,7 +165,7 @@ func TestErrorsMatchOneSentinel(t *testing.T) {
 		}, dlock.ErrUnavailable, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			locktest.WantError(t, tc.err(), tc.want, tc.also...)
+			lockcheck.WantError(t, tc.err(), tc.want, tc.also...)
 		})
 	}
 }

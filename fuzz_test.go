@@ -12,9 +12,10 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
-// FuzzValidation: the input checks (driver's CheckKey and CheckTTL, the
+// FuzzValidation: the input checks (the key and TTL rules, driver.Check, the
 // backends' token and drift factor checks, the With* options as Acquire and Do apply
 // them) never panic and decide as documented; what they refuse matches
 // ErrInvalid alone, in one line. Milliseconds rounds every valid TTL up to
@@ -22,9 +23,9 @@ import (
 func FuzzValidation(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key, token string, ttl int64, drift float64,
 		count int, delay, jitter, threshold, maxHold int64, set uint8) {
-		d := time.Duration(ttl)
+		d, start0 := time.Duration(ttl), time.Now()
 
-		err := driver.CheckKey(key)
+		err := nodeerr.Invalid(bridge.KeyProblem(key))
 		wantInvalidOrNil(t, "CheckKey", err)
 		if key == "" && err == nil {
 			t.Fatal("CheckKey accepted the empty key")
@@ -39,17 +40,26 @@ func FuzzValidation(f *testing.F) {
 			t.Fatalf("CheckToken(%q, %q) accepted an empty key or token", key, token)
 		}
 
-		err = driver.CheckTTL(d)
+		err = nodeerr.Invalid(bridge.TTLProblem(d))
 		wantInvalidOrNil(t, "CheckTTL", err)
 		validTTL := d >= time.Millisecond && d <= bridge.MaxTTL
 		if (err == nil) != validTTL {
 			t.Fatalf("CheckTTL(%v) = %v", d, err)
 		}
 		if validTTL {
-			ms := time.Duration(driver.Milliseconds(d)) * time.Millisecond
+			ms := time.Duration(bridge.Milliseconds(d)) * time.Millisecond
 			if ms < d || ms-time.Millisecond >= d {
 				t.Fatalf("Milliseconds(%v) = %v: not rounded up to whole milliseconds", d, ms)
 			}
+		}
+
+		err = driver.Check(context.Background(), key, d)
+		wantInvalidOrNil(t, "driver.Check", err)
+		if (key == "" || !validTTL) && err == nil {
+			t.Fatalf("driver.Check(%q, %v) accepted what the rules refuse", key, d)
+		}
+		if err == nil && !driver.ValidUntil(start0, d).After(start0) {
+			t.Fatalf("driver.Check accepted %v, which ValidUntil leaves no validity to", d)
 		}
 
 		err = cfg.SetDriftFactor(drift)
@@ -58,12 +68,12 @@ func FuzzValidation(f *testing.F) {
 			t.Fatalf("SetDriftFactor(%v) = %v", drift, err)
 		}
 		if err == nil && validTTL {
-			dr := driver.Drift(d, drift)
+			dr := bridge.Drift(d, drift)
 			if dr < 2*time.Millisecond || dr > time.Duration(float64(d)*drift)+2*time.Millisecond {
 				t.Fatalf("Drift(%v, %v) = %v", d, drift, dr)
 			}
 			start := time.Now()
-			if until := driver.ValidUntil(start, d, drift); until.After(start.Add(d)) {
+			if until := bridge.ValidUntil(start, d, drift); until.After(start.Add(d)) {
 				t.Fatalf("ValidUntil(%v, %v) is past the TTL", d, drift)
 			}
 		}
@@ -146,13 +156,13 @@ func plainName(key string) bool {
 type grantAll struct{}
 
 func (grantAll) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := driver.CheckKey(key); err != nil {
+	if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
 		return nil, err
 	}
-	if err := driver.CheckTTL(ttl); err != nil {
+	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil {
 		return nil, err
 	}
-	return driver.NewLock(key, driver.NewToken(), 1, time.Now().Add(ttl), nopGrant{}), nil
+	return driver.NewLock(key, bridge.NewToken(), 1, time.Now().Add(ttl), nopGrant{}), nil
 }
 
 type nopGrant struct{}

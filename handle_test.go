@@ -11,7 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 func mustTry(t *testing.T, m *memLocker, key string, ttl time.Duration) *dlock.Lock {
@@ -31,7 +31,7 @@ func wantRefused(t *testing.T, m *memLocker, lock *dlock.Lock, want error) {
 		t.Fatalf("handle reports held (remaining %v)", lock.Remaining())
 	}
 	before := m.extends.Load()
-	locktest.WantError(t, lock.Extend(context.Background(), time.Minute), want)
+	lockcheck.WantError(t, lock.Extend(context.Background(), time.Minute), want)
 	if n := m.extends.Load() - before; n != 0 {
 		t.Fatalf("Extend of a handle that is not held reached the server %d times", n)
 	}
@@ -44,10 +44,10 @@ func TestLostHandleStaysLostAfterFailedRelease(t *testing.T) {
 	lock := mustTry(t, m, "k", time.Minute)
 	m.free("k")
 	mustTry(t, m, "k", time.Minute) // another owner
-	locktest.WantError(t, lock.Extend(context.Background(), time.Minute), dlock.ErrNotHeld)
+	lockcheck.WantError(t, lock.Extend(context.Background(), time.Minute), dlock.ErrNotHeld)
 
 	m.release = func(context.Context) error { return unavailable("n1") }
-	locktest.WantError(t, lock.Release(context.Background()), dlock.ErrUnavailable)
+	lockcheck.WantError(t, lock.Release(context.Background()), dlock.ErrUnavailable)
 	wantRefused(t, m, lock, dlock.ErrNotHeld)
 }
 
@@ -62,7 +62,7 @@ func TestUnknownReleaseIsRetriedNotRevived(t *testing.T) {
 		fail.Do(func() { err = fmt.Errorf("%w: %w", dlock.ErrUnavailable, context.DeadlineExceeded) })
 		return err
 	}
-	locktest.WantError(t, lock.Release(context.Background()), dlock.ErrUnavailable, context.DeadlineExceeded)
+	lockcheck.WantError(t, lock.Release(context.Background()), dlock.ErrUnavailable, context.DeadlineExceeded)
 	wantRefused(t, m, lock, dlock.ErrNotHeld)
 	if err := lock.Release(context.Background()); err != nil {
 		t.Fatalf("retried Release: %v", err)
@@ -70,7 +70,7 @@ func TestUnknownReleaseIsRetriedNotRevived(t *testing.T) {
 	if !m.expires("k").IsZero() {
 		t.Fatal("retried Release left the key on the server")
 	}
-	locktest.WantError(t, lock.Release(context.Background()), dlock.ErrNotHeld)
+	lockcheck.WantError(t, lock.Release(context.Background()), dlock.ErrNotHeld)
 }
 
 // Release of a lost handle still asks the server: the key may still be
@@ -107,7 +107,7 @@ func TestBackendLossEndsHandle(t *testing.T) {
 		m := newMem()
 		m.extend = func(context.Context, time.Duration) error { return sessionGone }
 		lock := mustTry(t, m, "k", time.Minute)
-		locktest.WantError(t, lock.Extend(context.Background(), time.Minute), dlock.ErrLockLost, sessionGone)
+		lockcheck.WantError(t, lock.Extend(context.Background(), time.Minute), dlock.ErrLockLost, sessionGone)
 		wantRefused(t, m, lock, dlock.ErrLockLost)
 	})
 	t.Run("Release", func(t *testing.T) {
@@ -115,9 +115,9 @@ func TestBackendLossEndsHandle(t *testing.T) {
 		var calls int
 		m.release = func(context.Context) error { calls++; return sessionGone }
 		lock := mustTry(t, m, "k", time.Minute)
-		locktest.WantError(t, lock.Release(context.Background()), dlock.ErrLockLost, sessionGone)
+		lockcheck.WantError(t, lock.Release(context.Background()), dlock.ErrLockLost, sessionGone)
 		wantRefused(t, m, lock, dlock.ErrLockLost)
-		locktest.WantError(t, lock.Release(context.Background()), dlock.ErrNotHeld)
+		lockcheck.WantError(t, lock.Release(context.Background()), dlock.ErrNotHeld)
 		if calls != 1 {
 			t.Fatalf("Release after the backend reported the session gone was sent again (%d calls)", calls)
 		}
@@ -134,14 +134,14 @@ func TestDeclaredLost(t *testing.T) {
 	lock := mustTry(t, m, "k", time.Minute)
 	driver.Lost(lock, cause)
 	wantRefused(t, m, lock, dlock.ErrLockLost)
-	locktest.WantError(t, lock.Extend(context.Background(), time.Minute), dlock.ErrLockLost, cause)
+	lockcheck.WantError(t, lock.Extend(context.Background(), time.Minute), dlock.ErrLockLost, cause)
 
 	released := mustTry(t, m, "r", time.Minute)
 	if err := released.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	driver.Lost(released, cause)
-	locktest.WantError(t, released.Extend(context.Background(), time.Minute), dlock.ErrNotHeld)
+	lockcheck.WantError(t, released.Extend(context.Background(), time.Minute), dlock.ErrNotHeld)
 
 	err := dlock.Do(context.Background(), m, "d", time.Minute, func(ctx context.Context) error {
 		driver.Lost(dlock.LockFromContext(ctx), cause)
@@ -150,7 +150,7 @@ func TestDeclaredLost(t *testing.T) {
 		}
 		return nil
 	})
-	locktest.WantError(t, err, dlock.ErrLockLost, cause)
+	lockcheck.WantError(t, err, dlock.ErrLockLost, cause)
 }
 
 // Two Extends on one handle: a slow one with a long TTL whose reply comes
@@ -201,7 +201,7 @@ func TestUnknownExtendLowersValidity(t *testing.T) {
 	m := newMem()
 	m.extended = func(context.Context, time.Duration) error { return unavailable("n1") } // applied, reply lost
 	lock := mustTry(t, m, "k", 10*time.Second)
-	locktest.WantError(t, lock.Extend(context.Background(), 300*time.Millisecond), dlock.ErrUnavailable)
+	lockcheck.WantError(t, lock.Extend(context.Background(), 300*time.Millisecond), dlock.ErrUnavailable)
 	if until, expires := lock.ValidUntil(), m.expires("k"); until.After(expires) {
 		t.Fatalf("after an unknown extension to 300ms the handle is valid %v past the server's expiry", until.Sub(expires))
 	}
@@ -295,7 +295,7 @@ func TestTurnWaitEndsWithContext(t *testing.T) {
 		go func() { waiting <- lock.Extend(context.Background(), time.Minute) }()
 	}
 	cancel()
-	locktest.WantError(t, <-gaveUp, dlock.ErrUnavailable)
+	lockcheck.WantError(t, <-gaveUp, dlock.ErrUnavailable)
 	if sentAfterGivingUp.Load() {
 		t.Fatal("the call whose context ended while waiting for the turn was sent")
 	}

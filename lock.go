@@ -127,8 +127,7 @@ func init() {
 
 // Key returns the locked key, as the caller named it (without any prefix a
 // backend adds). A semaphore's permit is a lock on one of its slots, and
-// its key is the slot's, such as "{vendor-api}#2" (see Semaphore and
-// driver.SlotKey).
+// its key is the slot's, such as "{vendor-api}#2" (see Semaphore).
 func (l *Lock) Key() string { return l.key }
 
 // Slot returns the slot that a semaphore's permit holds, from 0 to the

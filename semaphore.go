@@ -22,7 +22,9 @@ type semaphores interface {
 // limit permits of name: a lock on one of its slots, {name}#0 to
 // {name}#(limit-1), whichever is free (the braces are a Redis Cluster hash
 // tag, which puts every slot of a name in one Cluster slot; a name with a
-// tag keeps its own: see driver.SlotKey). Wait for a permit and hold it
+// tag keeps its own: "{tenant:7}:exports#2", and names that differ only by
+// such braces, "a" and "{a}", name one semaphore). Wait for a permit and
+// hold it
 // with Acquire and Do, like any lock:
 //
 //	err := dlock.Do(ctx, dlock.Semaphore(locker, 5), "vendor-api", ttl, fn)
@@ -30,7 +32,7 @@ type semaphores interface {
 // The permit's Slot says which slot it holds, and its Key is the slot's
 // ("{vendor-api}#3", say). Its TryAcquire returns an error matching
 // ErrNotAcquired when every permit is held, and ErrInvalid for a limit
-// below 1 or above driver.MaxLimit, for an empty name, and when the
+// below 1 or above 1000, for an empty name, and when the
 // servers recorded another limit for name. l's events report the attempts
 // on name and the permit's life on its slot's key.
 //

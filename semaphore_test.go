@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // keyNotifier is a memLocker that announces the releases of each key to
@@ -70,7 +70,7 @@ func TestGenericSemaphoreWakesOnAnySlot(t *testing.T) {
 			dlock.WithRetryDelay(time.Minute), dlock.WithRetryJitter(0))
 		done <- result{lock, err}
 	}()
-	locktest.Eventually(t, 5*time.Second, func() error {
+	lockcheck.Eventually(t, 5*time.Second, func() error {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if len(n.waits["{api}#2"]) == 0 {
@@ -114,9 +114,9 @@ func TestGenericSemaphoreKeepsNoLimit(t *testing.T) {
 	if lock.Slot() != -1 || lock.Key() != "k" {
 		t.Fatalf("a lock: slot %d, key %q; want -1 and \"k\"", lock.Slot(), lock.Key())
 	}
-	locktest.WantError(t, dlock.SetLimit(context.Background(), m, "k", 2), dlock.ErrInvalid)
+	lockcheck.WantError(t, dlock.SetLimit(context.Background(), m, "k", 2), dlock.ErrInvalid)
 	_, err = dlock.Semaphore(nil, 2).TryAcquire(context.Background(), "k", time.Minute)
-	locktest.WantError(t, err, dlock.ErrInvalid)
+	lockcheck.WantError(t, err, dlock.ErrInvalid)
 }
 
 // The grant's event names the permit's slot, like the events that follow

@@ -6,10 +6,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rnode"
-	dlockredis "github.com/dlock-go/dlock/redislock"
 )
 
 func load(tb testing.TB, c *redis.Client, ss ...*redis.Script) {
@@ -45,7 +45,7 @@ var batched = []single{
 	{"raw-lua-batched", func(tb testing.TB, c *redis.Client) func(string) cycleFunc {
 		load(tb, c, rnode.AcquireScript, rnode.ReleaseScript)
 		b := batch.New(c)
-		counterTTL := dlockredis.DefaultFenceTTL.Milliseconds()
+		counterTTL := backend.FenceTTL.Milliseconds()
 		return func(key string) cycleFunc {
 			ks, rel := []string{key, keys.Fence(key)}, []string{key, keys.Queue(key)}
 			return func(ctx context.Context) error {

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rnode"
 	dlockredis "github.com/dlock-go/dlock/redislock"
@@ -54,7 +55,7 @@ var singles = []single{
 		// library's Go code around it.
 		return func(key string) cycleFunc {
 			ks := []string{key, keys.Fence(key)}
-			counterTTL := dlockredis.DefaultFenceTTL.Milliseconds()
+			counterTTL := backend.FenceTTL.Milliseconds()
 			rel := []string{key, keys.Queue(key)}
 			return func(ctx context.Context) error {
 				tok := token()

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // nodeRedlock makes sure Node.js and node-redlock (redlock@5.0.0-beta.2 with
@@ -49,7 +49,7 @@ func nodeRedlock(t *testing.T) string {
 func TestInteropNodeRedlock(t *testing.T) {
 	node := nodeRedlock(t)
 	dir := t.TempDir()
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	var addrs []string
 	for _, r := range shared {
 		addrs = append(addrs, r.Addr)

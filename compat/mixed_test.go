@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
-
-	"github.com/dlock-go/dlock/locktest"
 )
 
 // A mixed fleet makes progress: for 4s, two dlock processes, two redsync
@@ -44,7 +43,7 @@ func TestMixedFleet(t *testing.T) {
 				addrs = append(addrs, r.Addr)
 			}
 			dir := t.TempDir()
-			key := locktest.Key(t)
+			key := lockcheck.Key(t)
 			retries := "10" // node-redlock's default
 			if n > 1 {
 				retries = "30"

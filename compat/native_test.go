@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -38,7 +39,7 @@ func TestWakeOnReleaseNative(t *testing.T) {
 	m := miniredis.RunT(t)
 	var sent commands
 	holder, waiter := newRedislock(t, miniClient(t, m, &sent)), newRedislock(t, miniClient(t, m, &sent))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	for round := range 2 {
 		if round == 1 {
 			miniClient(t, m, nil).ScriptFlush(testCtx(t))
@@ -57,7 +58,7 @@ func TestWakeOnReleaseNative(t *testing.T) {
 			got <- err
 		}()
 		// The waiter queues in its first attempt; give it that round trip.
-		locktest.Eventually(t, 5*time.Second, func() error {
+		lockcheck.Eventually(t, 5*time.Second, func() error {
 			if n, _ := m.ZMembers(keys.Queue(key)); len(n) == 0 {
 				return errors.New("the waiter is not queued yet")
 			}

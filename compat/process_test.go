@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -245,7 +245,7 @@ func TestProcessesExclude(t *testing.T) {
 	for _, r := range shared {
 		addrs = append(addrs, r.Addr)
 	}
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	const procs, rounds = 4, 25
 	var cmds []*exec.Cmd
 	for i := range procs {

@@ -18,7 +18,7 @@ import (
 // matching dlock.ErrNotAcquired when key is held already, and
 // dlock.ErrInvalid for an empty key or a ttl no backend accepts.
 func (l *Locker) Hold(key string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := check(key, ttl); err != nil {
+	if err := driver.Check(context.Background(), key, ttl); err != nil {
 		return nil, err
 	}
 	l.mu.Lock()
@@ -36,7 +36,7 @@ func (l *Locker) Hold(key string, ttl time.Duration) (*dlock.Lock, error) {
 // lock. It returns an error matching ctx's error when ctx ends first.
 func (l *Locker) WaitHeld(ctx context.Context, key string) (*dlock.Lock, error) {
 	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
+		return nil, invalid("nil context")
 	}
 	for {
 		l.mu.Lock()

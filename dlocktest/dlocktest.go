@@ -2,6 +2,7 @@ package dlocktest
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -99,15 +100,11 @@ func New(opts ...Option) *Locker {
 // matching dlock.ErrInvalid for a nil ctx, an empty key or a ttl no
 // backend accepts.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	a := l.events.Attempt(ctx, key)
-	return a.End(l.tryAcquire(ctx, key, ttl))
+	return l.events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryAcquire(ctx, key, ttl) })
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	if ctx == nil {
-		return nil, driver.Invalidf("nil context")
-	}
-	if err := check(key, ttl); err != nil {
+	if err := driver.Check(ctx, key, ttl); err != nil {
 		return nil, err
 	}
 	var lock *dlock.Lock
@@ -127,11 +124,11 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // a lock of Hold) and when it was granted, on the Locker's clock. It fails
 // as TryAcquire does when the test injected a fault.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
-	if ctx == nil {
-		return dlock.Term{}, driver.Invalidf("nil context")
-	}
-	if err := driver.CheckKey(key); err != nil {
-		return dlock.Term{}, err
+	switch {
+	case ctx == nil:
+		return dlock.Term{}, invalid("nil context")
+	case key == "":
+		return dlock.Term{}, invalid("empty lock key")
 	}
 	var t dlock.Term
 	err := l.request(ctx, func() error {
@@ -146,26 +143,8 @@ func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	return t, nil
 }
 
-// check refuses what a backend refuses before sending anything: an empty
-// key, and a TTL that no backend accepts or that leaves no validity after
-// the drift margin. The package uses only dlock's and driver's public API,
-// as a backend written elsewhere would.
-func check(key string, ttl time.Duration) error {
-	if err := driver.CheckKey(key); err != nil {
-		return err
-	}
-	return checkTTL(ttl)
-}
-
-func checkTTL(ttl time.Duration) error {
-	if err := driver.CheckTTL(ttl); err != nil {
-		return err
-	}
-	if d := driver.Drift(ttl, driver.DefaultDriftFactor); ttl <= d {
-		return driver.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
-	}
-	return nil
-}
+// invalid is the error of a bad argument, what: it matches dlock.ErrInvalid.
+func invalid(what string) error { return fmt.Errorf("%w: %s", dlock.ErrInvalid, what) }
 
 // grantLocked gives key to a new owner for ttl if no one holds it,
 // published as identity; l.mu is held.
@@ -174,9 +153,9 @@ func (l *Locker) grantLocked(key string, ttl time.Duration, identity string) (*d
 	if l.liveLocked(key, now) != nil {
 		return nil, fmt.Errorf("%w (held by another owner)", dlock.ErrNotAcquired)
 	}
-	token := driver.NewToken()
+	token := rand.Text()
 	l.fences[key]++
-	until := driver.ValidUntil(now, ttl, driver.DefaultDriftFactor)
+	until := driver.ValidUntil(now, ttl)
 	lock := driver.NewLock(key, token, l.fences[key], until, &grant{l: l, key: key, token: token})
 	l.keys[key] = &entry{token: token, expires: now.Add(ttl), lock: lock, identity: identity, since: now}
 	if l.granted != nil {
@@ -260,7 +239,7 @@ var errGone = fmt.Errorf("%w (the key expired or another owner holds it)", dlock
 func (g *grant) Now() time.Time { return g.l.Now() }
 
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	if err := checkTTL(ttl); err != nil {
+	if err := driver.Check(ctx, g.key, ttl); err != nil {
 		return time.Time{}, err
 	}
 	var until time.Time
@@ -271,7 +250,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 			return errGone
 		}
 		e.expires = now.Add(ttl)
-		until = driver.ValidUntil(now, ttl, driver.DefaultDriftFactor)
+		until = driver.ValidUntil(now, ttl)
 		return nil
 	})
 	return until, err

@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testkit/eventtest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/locktest"
 )
 
@@ -22,12 +23,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // suite, the lapse and outage ones included.
 func TestConformance(t *testing.T) {
 	l := dlocktest.New()
-	locktest.Run(t, func(*testing.T) dlock.Locker { return l },
-		locktest.WithLapse(func(_ *testing.T, key string) { l.Lose(key) }),
-		locktest.WithOutage(func(*testing.T) (end func()) {
-			l.Fail(nil)
-			return l.Heal
-		}))
+	newLocker := func(*testing.T) dlock.Locker { return l }
+	locktest.Run(t, newLocker, locktest.WithLapse(func(_ *testing.T, key string) { l.Lose(key) }))
+	locktest.RunOutage(t, newLocker, func(*testing.T) (end func()) {
+		l.Fail(nil)
+		return l.Heal
+	})
 }
 
 // Elections on the Locker name the leader and its term, and a
@@ -36,22 +37,6 @@ func TestElection(t *testing.T) {
 	l := dlocktest.New()
 	locktest.RunElection(t, func(*testing.T) dlock.Locker { return l },
 		locktest.WithLapse(func(_ *testing.T, key string) { l.Lose(key) }))
-}
-
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
-
-func try(t *testing.T, l dlock.Locker, key string, ttl time.Duration) *dlock.Lock {
-	t.Helper()
-	lock, err := l.TryAcquire(ctx(t), key, ttl)
-	if err != nil {
-		t.Fatalf("TryAcquire(%q): %v", key, err)
-	}
-	t.Cleanup(func() { lock.Release(context.Background()) })
-	return lock
 }
 
 // waitFor waits until r has seen an event of kind k, and returns the
@@ -83,7 +68,7 @@ func inDo(t *testing.T, l *dlocktest.Locker, key string, ttl time.Duration, stop
 			}
 		})
 	}()
-	lock, err := l.WaitHeld(ctx(t), key)
+	lock, err := l.WaitHeld(lockcheck.Ctx(t), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,18 +99,18 @@ func TestEvents(t *testing.T) {
 // included.
 func TestFencesPerKey(t *testing.T) {
 	l := dlocktest.New()
-	a := try(t, l, "a", time.Minute)
+	a := lockcheck.MustAcquire(t, l, "a", time.Minute)
 	if _, err := l.Hold("b", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Release(ctx(t)); err != nil {
+	if err := a.Release(lockcheck.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	a2, b2 := try(t, l, "a", time.Minute), (*dlock.Lock)(nil)
+	a2, b2 := lockcheck.MustAcquire(t, l, "a", time.Minute), (*dlock.Lock)(nil)
 	if !l.Lose("b") {
 		t.Fatal("Lose: b not held")
 	}
-	b2 = try(t, l, "b", time.Minute)
+	b2 = lockcheck.MustAcquire(t, l, "b", time.Minute)
 	if a.Fence() != 1 || a2.Fence() != 2 || b2.Fence() != 2 {
 		t.Fatalf("fences a %d, %d; b (after Hold) %d; want 1, 2; 2", a.Fence(), a2.Fence(), b2.Fence())
 	}
@@ -147,10 +132,10 @@ func TestHoldBusyUntilRelease(t *testing.T) {
 		t.Fatalf("the Locker's observer saw %v of Hold's, another owner's", k)
 	}
 	got := waiter(t, l, r, "job")
-	err = dlock.Do(ctx(t), l, "job", time.Minute, func(context.Context) error { return nil }, dlock.WithRetryCount(0))
-	locktest.WantError(t, err, dlock.ErrNotAcquired)
+	err = dlock.Do(lockcheck.Ctx(t), l, "job", time.Minute, func(context.Context) error { return nil }, dlock.WithRetryCount(0))
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 	start := time.Now()
-	if err := other.Release(ctx(t)); err != nil {
+	if err := other.Release(lockcheck.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	if err := result(t, got); err != nil {
@@ -168,9 +153,9 @@ func waiter(t *testing.T, l *dlocktest.Locker, r *eventtest.Recorder, key string
 	t.Helper()
 	got := make(chan error, 1)
 	go func() {
-		lock, err := dlock.Acquire(ctx(t), l, key, time.Minute, dlock.WithRetryDelay(time.Minute))
+		lock, err := dlock.Acquire(lockcheck.Ctx(t), l, key, time.Minute, dlock.WithRetryDelay(time.Minute))
 		if err == nil {
-			err = lock.Release(ctx(t))
+			err = lock.Release(lockcheck.Ctx(t))
 		}
 		got <- err
 	}()
@@ -208,12 +193,12 @@ func TestLose(t *testing.T) {
 	if !l.Lose("ledger") {
 		t.Fatal("Lose: not held")
 	}
-	locktest.WantError(t, result(t, done), dlock.ErrLockLost)
+	lockcheck.WantError(t, result(t, done), dlock.ErrLockLost)
 	if lock.Held() {
 		t.Fatal("the lost handle reports held")
 	}
-	locktest.WantError(t, lock.Extend(ctx(t), time.Minute), dlock.ErrLockLost)
-	if next := try(t, l, "ledger", time.Minute); next.Fence() <= lock.Fence() {
+	lockcheck.WantError(t, lock.Extend(lockcheck.Ctx(t), time.Minute), dlock.ErrLockLost)
+	if next := lockcheck.MustAcquire(t, l, "ledger", time.Minute); next.Fence() <= lock.Fence() {
 		t.Fatalf("the next holder's fence %d is not above the lost one's %d", next.Fence(), lock.Fence())
 	}
 	if e := waitFor(t, r, dlock.EventLost); e.Detected != "session gone" || e.Backend != "dlocktest" {
@@ -240,31 +225,31 @@ func TestFailNext(t *testing.T) {
 	reason := errors.New("WRONGPASS")
 	l.FailNext(2, fmt.Errorf("%w: %w", dlock.ErrUnavailable, reason))
 	for range 2 {
-		_, err := l.TryAcquire(ctx(t), "k", time.Minute)
-		locktest.WantError(t, err, dlock.ErrUnavailable, reason)
+		_, err := l.TryAcquire(lockcheck.Ctx(t), "k", time.Minute)
+		lockcheck.WantError(t, err, dlock.ErrUnavailable, reason)
 		var ne *dlock.NodeError
 		if !errors.As(err, &ne) || ne.Node != "dlocktest" {
 			t.Fatalf("%v: no NodeError naming %q", err, "dlocktest")
 		}
 	}
-	try(t, l, "k", time.Minute)
+	lockcheck.MustAcquire(t, l, "k", time.Minute)
 
 	l.FailNext(3, nil)
-	lock, err := dlock.Acquire(ctx(t), l, "k2", time.Minute, dlock.WithRetryDelay(time.Millisecond))
+	lock, err := dlock.Acquire(lockcheck.Ctx(t), l, "k2", time.Minute, dlock.WithRetryDelay(time.Millisecond))
 	if err != nil {
 		t.Fatalf("Acquire through 3 failed attempts: %v", err)
 	}
 	l.FailNext(1, nil)
-	locktest.WantError(t, lock.Extend(ctx(t), time.Minute), dlock.ErrUnavailable)
+	lockcheck.WantError(t, lock.Extend(lockcheck.Ctx(t), time.Minute), dlock.ErrUnavailable)
 	if !lock.Held() {
 		t.Fatal("a failed extension ended the handle")
 	}
-	if err := lock.Extend(ctx(t), time.Minute); err != nil {
+	if err := lock.Extend(lockcheck.Ctx(t), time.Minute); err != nil {
 		t.Fatalf("Extend after the failure: %v", err)
 	}
 	l.FailNext(5, nil)
 	l.FailNext(0, nil) // cancels
-	if err := lock.Release(ctx(t)); err != nil {
+	if err := lock.Release(lockcheck.Ctx(t)); err != nil {
 		t.Fatalf("Release after FailNext(0): %v", err)
 	}
 }
@@ -283,36 +268,36 @@ func TestFailUntilHealed(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	l.Advance(19500 * time.Millisecond) // past the validity, not the TTL
-	locktest.WantError(t, result(t, done), dlock.ErrLockLost)
+	lockcheck.WantError(t, result(t, done), dlock.ErrLockLost)
 	if lock.Held() {
 		t.Fatal("handle held after its validity ran out in an outage")
 	}
-	_, err := l.TryAcquire(ctx(t), "k", time.Minute)
-	locktest.WantError(t, err, dlock.ErrUnavailable)
+	_, err := l.TryAcquire(lockcheck.Ctx(t), "k", time.Minute)
+	lockcheck.WantError(t, err, dlock.ErrUnavailable)
 	l.Heal()
-	_, err = l.TryAcquire(ctx(t), "k", time.Minute)
-	locktest.WantError(t, err, dlock.ErrNotAcquired)
+	_, err = l.TryAcquire(lockcheck.Ctx(t), "k", time.Minute)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 	l.Advance(time.Second)
-	try(t, l, "k", time.Minute)
+	lockcheck.MustAcquire(t, l, "k", time.Minute)
 }
 
 // Advance runs a TTL out without sleeping: the handle is held up to its
 // validity and lost after it, and the key is free for another owner.
 func TestAdvanceRunsTTLOut(t *testing.T) {
 	l := dlocktest.New()
-	lock := try(t, l, "k", 30*time.Second)
+	lock := lockcheck.MustAcquire(t, l, "k", 30*time.Second)
 	l.Advance(29 * time.Second)
 	if !lock.Held() {
 		t.Fatalf("not held 29s into a 30s lock (remaining %v)", lock.Remaining())
 	}
-	_, err := l.TryAcquire(ctx(t), "k", time.Minute)
-	locktest.WantError(t, err, dlock.ErrNotAcquired)
+	_, err := l.TryAcquire(lockcheck.Ctx(t), "k", time.Minute)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 	l.Advance(time.Second)
 	if lock.Held() {
 		t.Fatal("held after its TTL ran out on the Locker's clock")
 	}
-	locktest.WantError(t, lock.Extend(ctx(t), time.Minute), dlock.ErrLockLost)
-	try(t, l, "k", time.Minute)
+	lockcheck.WantError(t, lock.Extend(lockcheck.Ctx(t), time.Minute), dlock.ErrLockLost)
+	lockcheck.MustAcquire(t, l, "k", time.Minute)
 	l.Advance(-time.Hour) // the clock does not go back
 	if ahead := time.Until(l.Now()); ahead < 29*time.Second {
 		t.Fatal("Advance with a negative duration moved the clock back")
@@ -326,7 +311,7 @@ func TestAdvanceEndsDo(t *testing.T) {
 	l := dlocktest.New(dlocktest.WithObserver(r.Observe))
 	_, done := inDo(t, l, "k", time.Minute, nil)
 	l.Advance(time.Minute)
-	locktest.WantError(t, result(t, done), dlock.ErrLockLost)
+	lockcheck.WantError(t, result(t, done), dlock.ErrLockLost)
 	if e := waitFor(t, r, dlock.EventLost); e.Detected != "validity ran out" {
 		t.Fatalf("loss detected as %q, want \"validity ran out\"", e.Detected)
 	}

@@ -1,14 +1,17 @@
 // Package driver is for authors of dlock backends, not for users of locks:
 // it holds what a backend needs to implement dlock.Locker (the Grant behind
-// every Lock, the constructor of a Lock, release announcements) and the
-// rules every backend applies the same way (argument checks, validity,
-// tokens). Package locktest is the conformance suite that proves a backend
-// against the contract.
+// every Lock, the constructor of a Lock, release announcements, events)
+// and the two rules every backend must apply the same way: which
+// arguments to refuse (Check) and how long a lock is valid (ValidUntil).
+// Package locktest is the conformance suite that proves a backend against
+// the contract.
 //
-// A backend's TryAcquire takes the lock on its servers, measures the
-// validity from the moment before it sent the request (ValidUntil), and
-// returns NewLock(key, token, fence, validUntil, grant), through its
-// Events so that observers see the attempt and the lock. The Lock handle
+// A backend's TryAcquire checks its arguments (Check), takes the lock on
+// its servers under a token no other grant has (128 random bits, such as
+// crypto/rand.Text's), measures the validity from the moment before it
+// sent the request (ValidUntil), and returns NewLock(key, token, fence,
+// validUntil, grant), through its Events so that observers see the
+// attempt and the lock. The Lock handle
 // does the bookkeeping every backend shares: its state, double releases,
 // one call at a time, validity that runs out; dlock.Acquire and dlock.Do
 // build waiting and auto-extension on top, and are the only way to wait
@@ -20,11 +23,11 @@ package driver
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Grant is a backend's side of one acquired lock: the two operations that
@@ -62,18 +65,11 @@ func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *dl
 }
 
 // NewPermit is NewLock for a semaphore's permit on slot of name (see
-// Semaphores): the Lock's Key is SlotKey(name, slot), its Slot is slot.
+// Semaphores): the Lock's Key is the slot's key, {name}#slot (name#slot
+// for a name that has a Redis Cluster hash tag already), its Slot is slot.
 func NewPermit(name string, slot int, token string, fence uint64, validUntil time.Time, g Grant) *dlock.Lock {
 	return bridge.NewLock(bridge.SlotKey(name, slot), slot, token, fence, validUntil, g).(*dlock.Lock)
 }
-
-// SlotKey returns the key of slot of name's semaphore, its permits' Key:
-// {name}#slot, such as "{vendor-api}#2", or name#slot for a name that has
-// a Redis Cluster hash tag already ("{tenant:7}:exports#2"). The tag puts
-// every slot of a name in one Cluster slot, so that one Redis script can
-// look at them all. Names that differ only by such braces ("a" and "{a}")
-// name one semaphore.
-func SlotKey(name string, slot int) string { return bridge.SlotKey(name, slot) }
 
 // Lost declares lock lost with cause, which must match dlock.ErrLockLost:
 // from then on Held reports false, Extend returns cause, and Do ends its
@@ -145,61 +141,35 @@ type TermReader interface {
 // servers) refuses the attempt with dlock.ErrInvalid.
 func Identity(ctx context.Context) string { return bridge.Identity(ctx) }
 
-// DefaultDriftFactor is the share of the TTL that validity computations
-// set aside for clocks that tick at slightly different rates, as in the
-// Redis documentation's reference clients.
-const DefaultDriftFactor = bridge.DefaultDriftFactor
-
-// Invalidf returns an error that matches dlock.ErrInvalid and carries a
-// message naming the offending value.
-func Invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", dlock.ErrInvalid, fmt.Sprintf(format, args...))
-}
-
-// CheckKey rejects an empty key with an error that matches
-// dlock.ErrInvalid.
-func CheckKey(key string) error {
-	if p := bridge.KeyProblem(key); p != "" {
-		return Invalidf("%s", p)
-	}
-	return nil
-}
-
-// CheckTTL rejects a TTL that no backend can honour: not positive, under
-// one millisecond (Redis's PX would round it to zero) or above 30 days
-// (a crashed holder would block everyone for that long).
+// Check returns an error matching dlock.ErrInvalid for the arguments of a
+// TryAcquire that every backend refuses before it sends anything (the
+// conformance suite, package locktest, checks that it does): a nil ctx, an
+// empty key, a ttl that is not positive, under one millisecond (Redis's PX
+// would round it to zero), above 30 days (a crashed holder would block
+// everyone for that long), or so short that ValidUntil leaves no validity.
 // TTLs that are not whole milliseconds are accepted; backends round them
 // up.
-func CheckTTL(ttl time.Duration) error {
-	if p := bridge.TTLProblem(ttl); p != "" {
-		return Invalidf("%s", p)
+func Check(ctx context.Context, key string, ttl time.Duration) error {
+	if ctx == nil {
+		return nodeerr.Invalidf("nil context")
 	}
-	return nil
+	if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
+		return err
+	}
+	return nodeerr.Invalid(bridge.ValidityProblem(ttl, bridge.DefaultDriftFactor))
 }
-
-// Milliseconds returns ttl in whole milliseconds, rounded up, as Redis's
-// PX and PEXPIRE take it.
-func Milliseconds(ttl time.Duration) int64 { return bridge.Milliseconds(ttl) }
-
-// Drift returns the safety margin subtracted from a TTL when computing a
-// lock's validity: ttl × factor plus 2 ms (1 ms for Redis's expiry
-// precision and 1 ms as a floor), as in antirez's reference
-// implementation.
-func Drift(ttl time.Duration, factor float64) time.Duration { return bridge.Drift(ttl, factor) }
 
 // ValidUntil returns the validity deadline of a lock acquired or extended
-// with ttl by a request sent at start: start + ttl - drift. Measuring from
-// the moment before the request was sent is what makes it safe: the
+// with ttl by a request sent at start: start + ttl - drift, where drift,
+// the margin for clocks that tick at slightly different rates, is 1% of
+// ttl plus 2 ms (1 ms for a server's expiry precision and 1 ms as a
+// floor), as in the Redis documentation's reference clients. Measuring
+// from the moment before the request was sent is what makes it safe: the
 // server started its TTL later than that. A deadline that is not after
 // the moment the reply arrived means the lock must not be used.
-func ValidUntil(start time.Time, ttl time.Duration, driftFactor float64) time.Time {
-	return bridge.ValidUntil(start, ttl, driftFactor)
+func ValidUntil(start time.Time, ttl time.Duration) time.Time {
+	return bridge.ValidUntil(start, ttl, bridge.DefaultDriftFactor)
 }
-
-// NewToken returns a fresh random lock token: 128 bits from crypto/rand,
-// encoded as 26 base32 characters. Backends use it as the value of a lock
-// key so that only the holder can extend or release it.
-func NewToken() string { return bridge.NewToken() }
 
 // Semaphores is a Locker with semaphores of its own (every backend of this
 // repository has them): dlock.Semaphore returns its Semaphore(limit), and
@@ -214,10 +184,11 @@ type Semaphores interface {
 	// slot get increasing fences, by the backend's fence rules. The first
 	// grant records limit on the servers, and a grant is made only while
 	// fewer permits than the recorded limit are held; an attempt with
-	// another limit fails with LimitConflict. The record lasts as long as
-	// a permit of name may be held, and no longer. TryAcquire rejects a
-	// bad limit (CheckLimit) with dlock.ErrInvalid, and returns
-	// dlock.ErrNotAcquired when every permit is held.
+	// another limit fails with an error matching dlock.ErrInvalid (no
+	// wait can change it). The record lasts as long as a permit of name
+	// may be held, and no longer. TryAcquire rejects a limit below 1 or
+	// above 1000 with dlock.ErrInvalid, and returns dlock.ErrNotAcquired
+	// when every permit is held.
 	Semaphore(limit int) dlock.Locker
 
 	// SetLimit records limit as the limit of name's semaphore on the
@@ -226,24 +197,4 @@ type Semaphores interface {
 	// granted while limit or more are held. With no permit of name held
 	// there is no record to change, and it does nothing.
 	SetLimit(ctx context.Context, name string, limit int) error
-}
-
-// MaxLimit is the largest limit a semaphore may have.
-const MaxLimit = bridge.MaxLimit
-
-// CheckLimit rejects a semaphore limit below 1 or above MaxLimit with an
-// error that matches dlock.ErrInvalid.
-func CheckLimit(limit int) error {
-	if p := bridge.LimitProblem(limit); p != "" {
-		return Invalidf("%s", p)
-	}
-	return nil
-}
-
-// LimitConflict returns the error of an attempt on name's semaphore with
-// limit ours while the servers have recorded another: it matches
-// dlock.ErrInvalid, since no wait can change it.
-func LimitConflict(name string, server, ours int) error {
-	return fmt.Errorf("dlock: acquire %q: %w: limit conflict: the server has %d, this Locker %d (change it with dlock.SetLimit)",
-		name, dlock.ErrInvalid, server, ours)
 }

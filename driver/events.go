@@ -15,8 +15,7 @@ import (
 // through it:
 //
 //	func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-//		a := l.events.Attempt(ctx, key)
-//		return a.End(l.tryAcquire(ctx, key, ttl))
+//		return l.events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryAcquire(ctx, key, ttl) })
 //	}
 //
 // so that every attempt, bare or within dlock.Acquire and dlock.Do, and
@@ -60,56 +59,40 @@ func NewEvents(backend string, logger *slog.Logger, observers ...func(ctx contex
 	return ev
 }
 
-// Attempt reports that an attempt to take key begins, with TryAcquire's
-// ctx (dlock.EventAttempt), and returns it, for End.
-func (ev Events) Attempt(ctx context.Context, key string) Attempt {
-	a := Attempt{ev: ev, ctx: ctx, key: key}
+// Attempt makes one attempt of a TryAcquire on key, try, and reports it:
+// that it begins, with TryAcquire's ctx (dlock.EventAttempt), then, for a
+// bare TryAcquire, its grant or refusal (within dlock.Acquire and
+// dlock.Do, the wait reports it when it ends, with its wait and its count
+// of attempts). The lock try returns sends its events to the Locker's
+// logger and observers from then on. It returns what try returns.
+func (ev Events) Attempt(ctx context.Context, key string, try func() (*dlock.Lock, error)) (*dlock.Lock, error) {
 	if ev.observe == nil {
-		return a
+		return try()
 	}
-	if ctx == nil { // the attempt refuses it; the events need one
-		a.ctx = context.Background()
+	actx := ctx
+	if actx == nil { // the attempt refuses it; the events need one
+		actx = context.Background()
 	}
 	n, waiting := bridge.Attempt(ctx, ev.backend, ev.observe)
-	a.waiting = waiting
+	var start time.Time
 	if !waiting {
-		a.start = time.Now()
+		start = time.Now()
 	}
-	ev.observe(a.ctx, dlock.Event{Kind: dlock.EventAttempt, Key: key, Backend: ev.backend, Attempts: n})
-	return a
-}
-
-// Attempt is one attempt of a TryAcquire, begun by Events.Attempt.
-type Attempt struct {
-	ev      Events
-	ctx     context.Context
-	key     string
-	start   time.Time
-	waiting bool // within dlock.Acquire, which reports the outcome itself
-}
-
-// End reports the attempt's outcome and returns lock and err as they are:
-// lock's events go to the Locker's logger and observers from now on, and a
-// bare TryAcquire reports its grant or refusal (within dlock.Acquire and
-// dlock.Do, the wait reports it when it ends, with its wait and its count
-// of attempts).
-func (a Attempt) End(lock *dlock.Lock, err error) (*dlock.Lock, error) {
-	if a.ev.observe == nil {
-		return lock, err
-	}
-	e := dlock.Event{Key: a.key, Backend: a.ev.backend, Attempts: 1}
+	ev.observe(actx, dlock.Event{Kind: dlock.EventAttempt, Key: key, Backend: ev.backend, Attempts: n})
+	lock, err := try()
+	e := dlock.Event{Key: key, Backend: ev.backend, Attempts: 1}
 	if lock != nil {
-		e.Nodes = bridge.Observe(lock, a.ev.backend, a.ev.observe)
+		e.Nodes = bridge.Observe(lock, ev.backend, ev.observe)
 	}
-	if a.waiting {
+	if waiting {
 		return lock, err
 	}
-	e.Wait = time.Since(a.start)
+	e.Wait = time.Since(start)
 	if err != nil {
 		e.Kind, e.Err = dlock.EventRefused, err
 	} else {
 		e.Kind, e.Key, e.Fence = dlock.EventGranted, lock.Key(), lock.Fence()
 	}
-	a.ev.observe(a.ctx, e)
+	ev.observe(actx, e)
 	return lock, err
 }

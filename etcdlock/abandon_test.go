@@ -8,8 +8,8 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
-	"github.com/dlock-go/dlock/locktest"
 )
 
 // TestAbandonedKeyRetried: a waiter that gives up while its Locker cannot
@@ -63,7 +63,7 @@ func TestAbandonedKeyRetried(t *testing.T) {
 		}
 		waited <- err
 	}()
-	locktest.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "abandoned", 2) })
+	lockcheck.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "abandoned", 2) })
 
 	// The waiter gives up while the network drops everything; its delete
 	// is lost with the connections.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // TestCloseLosesHandles: Close revokes the leases of the Locker's locks,
@@ -49,13 +49,13 @@ func TestCloseLosesHandles(t *testing.T) {
 		if lock.Held() {
 			t.Errorf("%s: Held after Close", lock.Key())
 		}
-		locktest.WantError(t, lock.Extend(ctx, 10*time.Second), dlock.ErrLockLost)
+		lockcheck.WantError(t, lock.Extend(ctx, 10*time.Second), dlock.ErrLockLost)
 	}
 	if fnCtx.Err() == nil || !errors.Is(context.Cause(fnCtx), dlock.ErrLockLost) {
 		t.Errorf("Do's function context after Close: %v (cause %v), want ended with ErrLockLost", fnCtx.Err(), context.Cause(fnCtx))
 	}
 	close(closed)
-	locktest.WantError(t, <-doErr, dlock.ErrLockLost)
+	lockcheck.WantError(t, <-doErr, dlock.ErrLockLost)
 	other := newLocker(t, c.Client(t))
 	for _, key := range []string{"close-a", "close-b", "close-c"} {
 		lock, err := other.TryAcquire(ctx, key, time.Second)

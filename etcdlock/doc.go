@@ -124,7 +124,7 @@
 // Locker.Semaphore (which dlock.Semaphore returns for an etcd Locker)
 // grants one of N permits of a name as a lock on one of its slots: a key
 // in the queue prefix+"{name}#"+slot+"/", named by the session's lease, as
-// the lock on the slot's key (driver.SlotKey: "{vendor-api}#2") would be.
+// the lock on the slot's key ("{vendor-api}#2", see dlock.Semaphore) would be.
 // Its fence is the key's create revision. An attempt reads every slot key
 // of the name in one range request, and puts its key on the lowest free
 // slot in a transaction made only if no slot key changed since that read

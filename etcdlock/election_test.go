@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/locktest"
 )
 
@@ -45,7 +46,7 @@ func TestElectionTwoIdentitiesOneLocker(t *testing.T) {
 			return nil
 		}, dlock.WithIdentity("x"), dlock.WithRetryDelay(20*time.Millisecond))
 	}()
-	locktest.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, c.Client(t), name, 2) })
+	lockcheck.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, c.Client(t), name, 2) })
 	yDone := make(chan error, 1)
 	go func() {
 		yDone <- dlock.Lead(ctx, l, name, 5*time.Second, func(ctx context.Context) error {
@@ -57,10 +58,10 @@ func TestElectionTwoIdentitiesOneLocker(t *testing.T) {
 			return nil
 		}, dlock.WithIdentity("y"), dlock.WithRetryDelay(20*time.Millisecond))
 	}()
-	locktest.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, c.Client(t), name, 3) })
+	lockcheck.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, c.Client(t), name, 3) })
 	giveUp()
-	locktest.WantError(t, <-xDone, dlock.ErrNotAcquired, context.Canceled)
-	locktest.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, c.Client(t), name, 2) })
+	lockcheck.WantError(t, <-xDone, dlock.ErrNotAcquired, context.Canceled)
+	lockcheck.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, c.Client(t), name, 2) })
 	resp, err := c.Client(t).Get(ctx, name+"/", queueOrder()...)
 	if err != nil || len(resp.Kvs) != 2 || string(resp.Kvs[1].Value) != "x" {
 		t.Fatalf("y waits on %v (%v), not on the key x queued", resp, err)
@@ -109,7 +110,7 @@ func TestElectionDeadSession(t *testing.T) {
 	}()
 	// b's key is queued behind a's: revoke its lease.
 	var waitKey *clientv3.GetResponse
-	locktest.Eventually(t, 10*time.Second, func() error {
+	lockcheck.Eventually(t, 10*time.Second, func() error {
 		waitKey, err = admin.Get(ctx, name+"/", append(queueOrder(), clientv3.WithLimit(2))...)
 		if err == nil && len(waitKey.Kvs) < 2 {
 			err = errors.New("b has not queued")
@@ -120,7 +121,7 @@ func TestElectionDeadSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b queues again; then a resigns, and b leads.
-	locktest.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, admin, name, 2) })
+	lockcheck.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, admin, name, 2) })
 	if err := lockA.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestEtcdctlElectInterop(t *testing.T) {
 			t.Errorf("Lead: %v", err)
 		}
 	}()
-	locktest.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, admin, name, 2) })
+	lockcheck.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, admin, name, 2) })
 	select {
 	case <-dlockLed:
 		t.Fatal("dlock led while etcdctl did")
@@ -245,7 +246,7 @@ func TestEtcdctlElectInterop(t *testing.T) {
 	// dlock leads: etcdctl waits, and leads when dlock resigns.
 	won2 := make(chan [2]string, 1)
 	etcdctlElect(t, c, won2, name, "etcdctl-again")
-	locktest.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, admin, name, 2) })
+	lockcheck.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, admin, name, 2) })
 	select {
 	case got := <-won2:
 		t.Fatalf("etcdctl was elected (%q) while dlock leads", got)

@@ -40,7 +40,7 @@ var (
 // New returns a Locker over client. It sends nothing to the cluster.
 func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 	if client == nil {
-		return nil, driver.Invalidf("nil etcd client")
+		return nil, nodeerr.Invalidf("nil etcd client")
 	}
 	l := &Locker{client: client, node: strings.Join(client.Endpoints(), ","),
 		cfg: backend.New(0, true), sessions: map[int64][]*session{}, waits: map[string]*wait{}}
@@ -69,8 +69,7 @@ func (l *Locker) queue(key string) string { return l.cfg.Prefix + key + "/" }
 // for key with this Locker, its attempts wait in the queue instead (see
 // NotifyRelease).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	a := l.cfg.Events.Attempt(ctx, key)
-	return a.End(l.tryAcquire(ctx, key, ttl))
+	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryAcquire(ctx, key, ttl) })
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {

@@ -13,8 +13,8 @@ import (
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
-	"github.com/dlock-go/dlock/locktest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -96,7 +96,7 @@ func TestLeaderKilledDuringWait(t *testing.T) {
 		}
 		got <- err
 	}()
-	locktest.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "wait", 2) })
+	lockcheck.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "wait", 2) })
 	c.Leader(t).Kill()
 	select {
 	case err := <-got:
@@ -164,7 +164,7 @@ func TestCutOffPastTTL(t *testing.T) {
 		stale = write(myFence, myToken)
 		return nil
 	})
-	locktest.WantError(t, err, dlock.ErrLockLost)
+	lockcheck.WantError(t, err, dlock.ErrLockLost)
 	if !errors.Is(stale, fence.ErrStale) {
 		t.Fatalf("stale write after the cut: %v, want fence.ErrStale", stale)
 	}
@@ -186,7 +186,7 @@ func TestLeaseRevokedByAnotherClient(t *testing.T) {
 		}
 		return nil
 	})
-	locktest.WantError(t, err, dlock.ErrLockLost)
+	lockcheck.WantError(t, err, dlock.ErrLockLost)
 	t.Logf("loss noticed after %v", time.Since(start))
 }
 
@@ -233,7 +233,7 @@ func TestCompactionWhileWaiting(t *testing.T) {
 		}
 		got <- err
 	}()
-	locktest.Eventually(t, 5*time.Second, func() error {
+	lockcheck.Eventually(t, 5*time.Second, func() error {
 		if compacted.Load() == 0 {
 			return errors.New("no compaction yet")
 		}

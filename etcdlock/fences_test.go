@@ -10,7 +10,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // TestFencesAcrossLeaderKills: fences keep increasing while the leader is
@@ -23,7 +23,7 @@ func TestFencesAcrossLeaderKills(t *testing.T) {
 		m.Kill()
 		m.Restart(t)
 	}
-	fences := locktest.FenceHistory(t, l, "fences", 8, map[int]func(){3: kill, 6: kill})
+	fences := lockcheck.FenceHistory(t, l, "fences", 8, map[int]func(){3: kill, 6: kill})
 	g := fence.NewMemory()
 	for i, f := range fences {
 		if err := g.Write("res", f, fmt.Sprint("holder", i), func() error { return nil }); err != nil {
@@ -63,7 +63,7 @@ func TestFIFO(t *testing.T) {
 			mu.Unlock()
 			lock.Release(context.Background())
 		}()
-		locktest.Eventually(t, 5*time.Second, func() error {
+		lockcheck.Eventually(t, 5*time.Second, func() error {
 			return queueLen(ctx, admin, "queued", i+2)
 		})
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // TestForgottenLockFreed: a lock that is neither extended nor released is
@@ -66,7 +66,7 @@ func TestForgottenLockFreed(t *testing.T) {
 		t.Fatalf("fence %d after the forgotten lock's %d", r.lock.Fence(), a.Fence())
 	}
 	t.Logf("a (ttl %v) freed for another Locker %v after it was taken", ttl, r.at.Sub(acquired))
-	locktest.WantError(t, a.Extend(ctx, ttl), dlock.ErrLockLost)
+	lockcheck.WantError(t, a.Extend(ctx, ttl), dlock.ErrLockLost)
 	if err := r.lock.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // ReleaseToken releases the lock on key if it still holds token (as
@@ -53,7 +54,7 @@ func (l *Locker) tokenGrant(ctx context.Context, key, tok string, secs int64) (*
 	}
 	lease, rev, ok := parseToken(tok)
 	if !ok {
-		return nil, driver.Invalidf("token %q: not an etcd lease id in hex, a dash and a revision", tok)
+		return nil, nodeerr.Invalidf("token %q: not an etcd lease id in hex, a dash and a revision", tok)
 	}
 	// A lock of this Locker's is extended and released through its slot,
 	// as its handle would: sweep must see the extension.
@@ -143,7 +144,7 @@ func (g *grant) extend(ctx context.Context, on *session, ttl time.Duration) (tim
 			}
 			return until, to, err
 		}
-		return driver.ValidUntil(start, min(ttl, leaseTTL), l.cfg.DriftFactor), on, nil
+		return bridge.ValidUntil(start, min(ttl, leaseTTL), l.cfg.DriftFactor), on, nil
 	}
 }
 
@@ -211,7 +212,7 @@ func (g *grant) move(ctx context.Context, from *session, ttl, fromTTL time.Durat
 	if time.Since(start) >= toTTL-fromTTL {
 		_, _ = l.renew(ctx, to, false)
 	}
-	return driver.ValidUntil(start, min(ttl, toTTL), l.cfg.DriftFactor), to, nil
+	return bridge.ValidUntil(start, min(ttl, toTTL), l.cfg.DriftFactor), to, nil
 }
 
 // Release deletes the key if it is still this lock's (its create revision

@@ -11,7 +11,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // Inspect reports the holder (its token, its fence, a TTL)
@@ -47,7 +47,7 @@ func TestInspect(t *testing.T) {
 		lock.Release(context.Background())
 	}()
 	var got dlock.LockInfo
-	locktest.Eventually(t, 10*time.Second, func() error { // the waiters queue in their own time
+	lockcheck.Eventually(t, 10*time.Second, func() error { // the waiters queue in their own time
 		infos, err := l.Inspect(ctx, "insp/*", 0)
 		if err != nil || len(infos) != 1 || infos[0].Waiting != 2 {
 			return fmt.Errorf("Inspect(insp/*) = %+v, %v; want one lock with 2 waiting", infos, err)

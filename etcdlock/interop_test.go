@@ -14,7 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -43,7 +43,7 @@ func TestMutexInterop(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = l.TryAcquire(ctx, name, 5*time.Second)
-	locktest.WantError(t, err, dlock.ErrNotAcquired)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 	got := make(chan *dlock.Lock, 1)
 	go func() {
 		lock, err := dlock.Acquire(ctx, l, name, 5*time.Second)
@@ -148,7 +148,7 @@ func TestEtcdctlInterop(t *testing.T) {
 		t.Fatal("etcdctl lock did not get the free lock")
 	}
 	_, err := l.TryAcquire(ctx, name, 5*time.Second)
-	locktest.WantError(t, err, dlock.ErrNotAcquired)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 	got := make(chan *dlock.Lock, 1)
 	go func() {
 		lock, err := dlock.Acquire(ctx, l, name, 5*time.Second)

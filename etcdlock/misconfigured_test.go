@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // A cluster that refuses for a reason retrying cannot change (auth is on,
@@ -22,11 +22,11 @@ import (
 func TestMisconfigured(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	enableAuth(t, c, "app", "apppw")
-	locktest.WantRefused(t, newLocker(t, c.Client(t)), locktest.Key(t), "user name is empty")
-	locktest.WantRefused(t, newLocker(t, authClient(t, c, "app", "apppw")), locktest.Key(t), "permission denied")
+	lockcheck.WantRefused(t, newLocker(t, c.Client(t)), lockcheck.Key(t), "user name is empty")
+	lockcheck.WantRefused(t, newLocker(t, authClient(t, c, "app", "apppw")), lockcheck.Key(t), "permission denied")
 	// A refused attempt deletes its queue key in the background, within
 	// its TTL: wait for that, so that the leak check does not find it.
-	locktest.Eventually(t, 15*time.Second, func() error {
+	lockcheck.Eventually(t, 15*time.Second, func() error {
 		buf := make([]byte, 1<<20)
 		if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "etcdlock.(*Locker).abandon") {
 			return errors.New("a refused attempt's clean-up still runs")

@@ -19,8 +19,8 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithDriftFactor sets the share of the TTL set aside for clock drift when
-// computing validity (see driver.Drift). It must be in [0, 1). The default is
-// driver.DefaultDriftFactor (0.01).
+// computing validity: the margin is ttl × f plus 2 ms. It must be in
+// [0, 1). The default is 0.01.
 func WithDriftFactor(f float64) Option {
 	return func(l *Locker) error { return l.cfg.SetDriftFactor(f) }
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // waiterEnv, set to a cluster's endpoints, makes the test binary the
@@ -78,7 +78,7 @@ func TestWaitResumedPastLease(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	locktest.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, admin, "paused", 2) })
+	lockcheck.Eventually(t, 10*time.Second, func() error { return queueLen(ctx, admin, "paused", 2) })
 	resp, err := admin.Get(ctx, "paused/", queueOrder()...)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
 )
 
@@ -20,7 +21,7 @@ var _ driver.Semaphores = (*Locker)(nil)
 
 // Semaphore implements driver.Semaphores (see dlock.Semaphore): its
 // TryAcquire grants one of limit permits of name, as the Locker's lock on
-// a free slot (driver.SlotKey: {name}#0 to {name}#(limit-1)), under the
+// a free slot ({name}#0 to {name}#(limit-1), see dlock.Semaphore), under the
 // session's lease, with the slot key's create revision as its fence. See
 // Semaphores in the package documentation.
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
@@ -36,8 +37,7 @@ type semaphore struct {
 const semTries = 5
 
 func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	a := s.l.cfg.Events.Attempt(ctx, name)
-	return a.End(s.try(ctx, name, ttl))
+	return s.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) { return s.try(ctx, name, ttl) })
 }
 
 func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
@@ -54,7 +54,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		if err != nil {
 			return nil, err
 		}
-		key := driver.SlotKey(name, slot)
+		key := bridge.SlotKey(name, slot)
 		c, err := l.put(ctx, key, ttl, func(ctx context.Context, c *contender) error {
 			return l.semPut(ctx, c, name, st.rev, s.limit)
 		})
@@ -120,7 +120,7 @@ func (l *Locker) slotOf(name, key string) (int, bool) {
 		return 0, false
 	}
 	slot, err := strconv.Atoi(digits)
-	if err != nil || slot < 0 || slot >= driver.MaxLimit || strconv.Itoa(slot) != digits {
+	if err != nil || slot < 0 || slot >= bridge.MaxLimit || strconv.Itoa(slot) != digits {
 		return 0, false
 	}
 	_, ok = parseLease(lease)
@@ -132,7 +132,7 @@ func (l *Locker) slotOf(name, key string) (int, bool) {
 // above limit, kept by holders after the limit shrank).
 func (st semState) pick(name string, limit int) (int, error) {
 	if st.limit != 0 && st.limit != limit {
-		return 0, driver.LimitConflict(name, st.limit, limit)
+		return 0, backend.LimitConflict(name, st.limit, limit)
 	}
 	if len(st.held) >= limit {
 		return 0, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, limit)

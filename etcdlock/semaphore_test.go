@@ -9,9 +9,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 func TestSemaphore(t *testing.T) {
@@ -29,13 +29,13 @@ func semKeysAndFences(t *testing.T, c *etcdtest.Cluster) {
 	cli := c.Client(t)
 	l := newLocker(t, c.Client(t))
 	ctx := testCtx(t)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	lock, err := dlock.Semaphore(l, 3).TryAcquire(ctx, name, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lock.Release(ctx)
-	resp, err := cli.Get(ctx, driver.SlotKey(name, 0)+"/", clientv3.WithPrefix())
+	resp, err := cli.Get(ctx, bridge.SlotKey(name, 0)+"/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func semKilledHolder(t *testing.T, c *etcdtest.Cluster) {
 	dead := c.Client(t)
 	l := newLocker(t, c.Client(t))
 	ctx := testCtx(t)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	if _, err := dlock.Semaphore(newLocker(t, dead), 1).TryAcquire(ctx, name, time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func semLimitRace(t *testing.T, c *etcdtest.Cluster) {
 		lockers[1] = append(lockers[1], dlock.Semaphore(newLocker(t, c.Client(t)), 3))
 	}
 	for round := range 5 {
-		name := fmt.Sprintf("%s:%d", locktest.Key(t), round)
+		name := fmt.Sprintf("%s:%d", lockcheck.Key(t), round)
 		var mu sync.Mutex
 		var held []*dlock.Lock
 		granted := [2]int{}
@@ -119,7 +119,7 @@ func semLimitRace(t *testing.T, c *etcdtest.Cluster) {
 					<-start
 					lock, err := l.TryAcquire(ctx, name, 10*time.Second)
 					if err != nil {
-						if s, _ := locktest.Classify(err); s != dlock.ErrNotAcquired && s != dlock.ErrInvalid {
+						if s, _ := lockcheck.Classify(err); s != dlock.ErrNotAcquired && s != dlock.ErrInvalid {
 							t.Errorf("TryAcquire: %v", err)
 						}
 						return

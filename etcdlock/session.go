@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // session is one lease that a Locker shares between its locks of one lease
@@ -285,7 +286,7 @@ func (l *Locker) validUntil(s *session, start time.Time, ttl time.Duration) time
 	l.mu.Lock()
 	left := s.aliveUntil.Sub(start)
 	l.mu.Unlock()
-	return driver.ValidUntil(start, min(ttl, left), l.cfg.DriftFactor)
+	return bridge.ValidUntil(start, min(ttl, left), l.cfg.DriftFactor)
 }
 
 // Close revokes the leases of the Locker's sessions, within 5s: every lock

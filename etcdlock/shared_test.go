@@ -13,7 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // leaseOf is the lease part of a token, in hex.
@@ -138,12 +138,12 @@ func TestSharedLeaseLost(t *testing.T) {
 		<-ctx.Done()
 		return nil
 	})
-	locktest.WantError(t, err, dlock.ErrLockLost)
+	lockcheck.WantError(t, err, dlock.ErrLockLost)
 	if other.Held() {
 		t.Fatal("the other lock on the lost lease is still held")
 	}
-	locktest.WantError(t, other.Extend(ctx, 3*time.Second), dlock.ErrLockLost)
-	locktest.WantError(t, other.Release(ctx), dlock.ErrNotHeld)
+	lockcheck.WantError(t, other.Extend(ctx, 3*time.Second), dlock.ErrLockLost)
+	lockcheck.WantError(t, other.Release(ctx), dlock.ErrNotHeld)
 	again, err := l.TryAcquire(ctx, "lost-y", 3*time.Second)
 	if err != nil {
 		t.Fatalf("TryAcquire after the lease was lost: %v", err)
@@ -176,7 +176,7 @@ func TestSameNameOneLocker(t *testing.T) {
 		}
 		got <- w
 	}()
-	locktest.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "same", 2) })
+	lockcheck.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "same", 2) })
 	select {
 	case <-got:
 		t.Fatal("the second acquisition got the lock while the first held it")
@@ -223,7 +223,7 @@ func TestWaitsOfOneLocker(t *testing.T) {
 			})
 		}()
 	}
-	locktest.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "three", 4) })
+	lockcheck.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "three", 4) })
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

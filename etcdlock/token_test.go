@@ -9,7 +9,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/etcdlock/internal/etcdtest"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // TestTokens: ReleaseToken and ExtendToken work from the key and token
@@ -27,13 +27,13 @@ func TestTokens(t *testing.T) {
 	if err := other.ExtendToken(ctx, "tok", lock.Token(), 3*time.Second); err != nil {
 		t.Fatalf("ExtendToken: %v", err)
 	}
-	locktest.WantError(t, other.ReleaseToken(ctx, "tok", "zz"), dlock.ErrInvalid)
+	lockcheck.WantError(t, other.ReleaseToken(ctx, "tok", "zz"), dlock.ErrInvalid)
 	if err := other.ReleaseToken(ctx, "tok", lock.Token()); err != nil {
 		t.Fatalf("ReleaseToken: %v", err)
 	}
-	locktest.WantError(t, other.ReleaseToken(ctx, "tok", lock.Token()), dlock.ErrNotHeld)
-	locktest.WantError(t, other.ExtendToken(ctx, "tok", lock.Token(), 3*time.Second), dlock.ErrNotHeld)
-	locktest.WantError(t, lock.Extend(ctx, 3*time.Second), dlock.ErrNotHeld)
+	lockcheck.WantError(t, other.ReleaseToken(ctx, "tok", lock.Token()), dlock.ErrNotHeld)
+	lockcheck.WantError(t, other.ExtendToken(ctx, "tok", lock.Token(), 3*time.Second), dlock.ErrNotHeld)
+	lockcheck.WantError(t, lock.Extend(ctx, 3*time.Second), dlock.ErrNotHeld)
 }
 
 // TestWaitOutlivesLease: a waiter queued for several of its lease TTLs
@@ -55,7 +55,7 @@ func TestWaitOutlivesLease(t *testing.T) {
 		}
 		got <- w
 	}()
-	locktest.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "long", 2) })
+	lockcheck.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "long", 2) })
 	resp, err := admin.Get(ctx, "long/", queueOrder()...)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestUnreachable(t *testing.T) {
 	if !errors.As(err, &ne) {
 		t.Fatalf("TryAcquire with the cluster down: %v, want a *dlock.NodeError", err)
 	}
-	if _, breach := locktest.Classify(err); breach != nil {
+	if _, breach := lockcheck.Classify(err); breach != nil {
 		t.Fatal(breach)
 	}
 	t.Logf("TryAcquire with the cluster down: %v", err)
@@ -113,7 +113,7 @@ func TestWaiterKeyDeleted(t *testing.T) {
 		}
 		got <- w
 	}()
-	locktest.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "deleted", 2) })
+	lockcheck.Eventually(t, 5*time.Second, func() error { return queueLen(ctx, admin, "deleted", 2) })
 	resp, err := admin.Get(ctx, "deleted/", queueOrder()...)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // RunElection runs the conformance suite of leader election (dlock.Lead,
@@ -24,7 +25,7 @@ import (
 // exactly; one without is held to what the root's probe can tell (that
 // someone leads). WithLapse is needed for the tests of a lost leadership,
 // which are skipped without it.
-func RunElection(t *testing.T, newLocker Factory, opts ...Option) {
+func RunElection(t *testing.T, newLocker func(t *testing.T) dlock.Locker, opts ...Option) {
 	s := newSuite(newLocker, opts)
 	t.Run("OneLeaderAtATime", s.oneLeaderAtATime)
 	t.Run("NobodyLeads", s.nobodyLeads)
@@ -50,7 +51,7 @@ func readsTerms(l dlock.Locker) bool {
 // when want.Led is false.
 func wantLeader(t *testing.T, l dlock.Locker, want dlock.Term) {
 	t.Helper()
-	got, err := dlock.Leader(ctx(t), l, want.Name)
+	got, err := dlock.Leader(lockcheck.Ctx(t), l, want.Name)
 	if err != nil {
 		t.Fatalf("Leader(%q): %v", want.Name, err)
 	}
@@ -68,7 +69,7 @@ func wantLeader(t *testing.T, l dlock.Locker, want dlock.Term) {
 // Three candidates, each on its own Locker, lead three times each: their
 // functions never run at once, and each term is above the one before.
 func (s *suite) oneLeaderAtATime(t *testing.T) {
-	name := Key(t)
+	name := lockcheck.Key(t)
 	var inside atomic.Int32
 	var mu sync.Mutex
 	var terms []uint64
@@ -78,7 +79,7 @@ func (s *suite) oneLeaderAtATime(t *testing.T) {
 		id := fmt.Sprintf("candidate-%d", i)
 		wg.Go(func() {
 			for range 3 {
-				err := dlock.Lead(ctx(t), l, name, 10*time.Second, func(ctx context.Context) error {
+				err := dlock.Lead(lockcheck.Ctx(t), l, name, 10*time.Second, func(ctx context.Context) error {
 					if n := inside.Add(1); n != 1 {
 						t.Errorf("%d leaders at once", n)
 					}
@@ -117,7 +118,7 @@ func (s *suite) oneLeaderAtATime(t *testing.T) {
 }
 
 func (s *suite) nobodyLeads(t *testing.T) {
-	wantLeader(t, s.newLocker(t), dlock.Term{Name: Key(t)})
+	wantLeader(t, s.newLocker(t), dlock.Term{Name: lockcheck.Key(t)})
 }
 
 // Leader names the leader while it leads, from another Locker, and nobody
@@ -125,10 +126,10 @@ func (s *suite) nobodyLeads(t *testing.T) {
 // identities.
 func (s *suite) leaderNamesLeader(t *testing.T) {
 	l, other := s.newLocker(t), s.newLocker(t)
-	name := Key(t)
+	name := lockcheck.Key(t)
 	for _, id := range []string{"alpha", "beta"} {
 		var term dlock.Term
-		err := dlock.Lead(ctx(t), l, name, 10*time.Second, func(ctx context.Context) error {
+		err := dlock.Lead(lockcheck.Ctx(t), l, name, 10*time.Second, func(ctx context.Context) error {
 			term, _ = dlock.TermFromContext(ctx)
 			wantLeader(t, other, term)
 			return nil
@@ -165,14 +166,14 @@ func (c *countingLocker) NotifyRelease(ctx context.Context, key string) (<-chan 
 func (s *suite) resignWakesNext(t *testing.T) {
 	a := s.newLocker(t)
 	b := s.newLocker(t)
-	if n, ok := b.(driver.ReleaseNotifier); !ok || func() bool { ch, stop := n.NotifyRelease(ctx(t), Key(t)); stop(); return ch == nil }() {
+	if n, ok := b.(driver.ReleaseNotifier); !ok || func() bool { ch, stop := n.NotifyRelease(lockcheck.Ctx(t), lockcheck.Key(t)); stop(); return ch == nil }() {
 		t.Skip("the backend does not announce releases: the next candidate takes over at its next poll")
 	}
-	name := Key(t)
+	name := lockcheck.Key(t)
 	resign := make(chan struct{})
 	led := make(chan dlock.Term, 1)
 	go func() {
-		err := dlock.Lead(ctx(t), a, name, 10*time.Second, func(ctx context.Context) error {
+		err := dlock.Lead(lockcheck.Ctx(t), a, name, 10*time.Second, func(ctx context.Context) error {
 			term, _ := dlock.TermFromContext(ctx)
 			led <- term
 			<-resign
@@ -191,7 +192,7 @@ func (s *suite) resignWakesNext(t *testing.T) {
 		resigned.Store(time.Now().UnixNano())
 		close(resign)
 	}()
-	err := dlock.Lead(ctx(t), cb, name, 10*time.Second, func(ctx context.Context) error {
+	err := dlock.Lead(lockcheck.Ctx(t), cb, name, 10*time.Second, func(ctx context.Context) error {
 		took := time.Since(time.Unix(0, resigned.Load()))
 		term, _ := dlock.TermFromContext(ctx)
 		if term.Fence <= first.Fence {
@@ -215,9 +216,9 @@ func (s *suite) lossCampaignsAgain(t *testing.T) {
 		t.Skip("no WithLapse: a leadership cannot be lost on cue")
 	}
 	l := s.newLocker(t)
-	name := Key(t)
+	name := lockcheck.Key(t)
 	var terms []uint64
-	err := dlock.Lead(ctx(t), l, name, 2*time.Second, func(ctx context.Context) error {
+	err := dlock.Lead(lockcheck.Ctx(t), l, name, 2*time.Second, func(ctx context.Context) error {
 		term, _ := dlock.TermFromContext(ctx)
 		terms = append(terms, term.Fence)
 		if len(terms) > 1 {
@@ -237,12 +238,12 @@ func (s *suite) lossCampaignsAgain(t *testing.T) {
 		t.Fatalf("terms %v: want two, the second above the first", terms)
 	}
 
-	err = dlock.Lead(ctx(t), l, name, 2*time.Second, func(ctx context.Context) error {
+	err = dlock.Lead(lockcheck.Ctx(t), l, name, 2*time.Second, func(ctx context.Context) error {
 		s.lapse(t, name)
 		<-ctx.Done()
 		return nil
 	}, dlock.WithExtendThreshold(1900*time.Millisecond), dlock.WithRecampaign(false))
-	WantError(t, err, dlock.ErrLockLost)
+	lockcheck.WantError(t, err, dlock.ErrLockLost)
 }
 
 // observer collects what Observe yields, for the test to wait on.
@@ -253,7 +254,7 @@ type observer struct {
 }
 
 func observe(t *testing.T, l dlock.Locker, name string) *observer {
-	c, stop := context.WithCancel(ctx(t))
+	c, stop := context.WithCancel(lockcheck.Ctx(t))
 	o := &observer{terms: make(chan dlock.Term, 100), stop: stop, done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
@@ -285,14 +286,14 @@ func (o *observer) next(t *testing.T) dlock.Term {
 // next leader with a higher term, and nobody after that one's lock
 // expired.
 func (s *suite) observeSequence(t *testing.T) {
-	name := Key(t)
+	name := lockcheck.Key(t)
 	o := observe(t, s.newLocker(t), name)
 	if first := o.next(t); first.Led {
 		t.Fatalf("first observed %v, want nobody", first)
 	}
 	l := s.newLocker(t)
 	var term dlock.Term
-	err := dlock.Lead(ctx(t), l, name, 10*time.Second, func(ctx context.Context) error {
+	err := dlock.Lead(lockcheck.Ctx(t), l, name, 10*time.Second, func(ctx context.Context) error {
 		term, _ = dlock.TermFromContext(ctx)
 		wantObserved(t, o.next(t), term, readsTerms(l))
 		return nil
@@ -305,7 +306,7 @@ func (s *suite) observeSequence(t *testing.T) {
 	}
 
 	// A lock taken by Acquire with an identity, and left to expire.
-	lock, err := dlock.Acquire(ctx(t), l, name, TTL, dlock.WithIdentity("second"))
+	lock, err := dlock.Acquire(lockcheck.Ctx(t), l, name, lockcheck.TTL, dlock.WithIdentity("second"))
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
@@ -335,23 +336,23 @@ func wantObserved(t *testing.T, got, want dlock.Term, exact bool) {
 // Two Candidates: one leads, the other campaigns; Resign hands over, and
 // IsLeader follows.
 func (s *suite) candidate(t *testing.T) {
-	name := Key(t)
-	c1, err := dlock.Campaign(ctx(t), s.newLocker(t), name, 10*time.Second, dlock.WithIdentity("c1"))
+	name := lockcheck.Key(t)
+	c1, err := dlock.Campaign(lockcheck.Ctx(t), s.newLocker(t), name, 10*time.Second, dlock.WithIdentity("c1"))
 	if err != nil {
 		t.Fatalf("Campaign: %v", err)
 	}
 	defer c1.Resign(context.Background())
-	Eventually(t, 10*time.Second, func() error { return c1.IsLeader(ctx(t)) })
+	lockcheck.Eventually(t, 10*time.Second, func() error { return c1.IsLeader(lockcheck.Ctx(t)) })
 	t1, ok := c1.Term()
 	if !ok || t1.Leader != "c1" || t1.Fence == 0 {
 		t.Fatalf("c1 leads with term %+v, %v", t1, ok)
 	}
-	c2, err := dlock.Campaign(ctx(t), s.newLocker(t), name, 10*time.Second, dlock.WithIdentity("c2"), dlock.WithRetryDelay(20*time.Millisecond))
+	c2, err := dlock.Campaign(lockcheck.Ctx(t), s.newLocker(t), name, 10*time.Second, dlock.WithIdentity("c2"), dlock.WithRetryDelay(20*time.Millisecond))
 	if err != nil {
 		t.Fatalf("Campaign: %v", err)
 	}
 	defer c2.Resign(context.Background())
-	WantError(t, c2.IsLeader(ctx(t)), dlock.ErrNotAcquired)
+	lockcheck.WantError(t, c2.IsLeader(lockcheck.Ctx(t)), dlock.ErrNotAcquired)
 	wantLeader(t, s.newLocker(t), t1)
 
 	// IsLeader, Term and Resign at once, from many goroutines.
@@ -359,27 +360,27 @@ func (s *suite) candidate(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 50 {
-				_ = c1.IsLeader(ctx(t))
+				_ = c1.IsLeader(lockcheck.Ctx(t))
 				c1.Term()
 			}
 		})
 	}
-	if err := c1.Resign(ctx(t)); err != nil {
+	if err := c1.Resign(lockcheck.Ctx(t)); err != nil {
 		t.Fatalf("Resign: %v", err)
 	}
 	wg.Wait()
-	WantError(t, c1.IsLeader(ctx(t)), dlock.ErrNotAcquired)
-	Eventually(t, 10*time.Second, func() error { return c2.IsLeader(ctx(t)) })
+	lockcheck.WantError(t, c1.IsLeader(lockcheck.Ctx(t)), dlock.ErrNotAcquired)
+	lockcheck.Eventually(t, 10*time.Second, func() error { return c2.IsLeader(lockcheck.Ctx(t)) })
 	t2, _ := c2.Term()
 	if t2.Fence <= t1.Fence || t2.Leader != "c2" {
 		t.Fatalf("after c1's term %d, c2 leads in %+v", t1.Fence, t2)
 	}
-	if err := c2.Resign(ctx(t)); err != nil {
+	if err := c2.Resign(lockcheck.Ctx(t)); err != nil {
 		t.Fatalf("Resign: %v", err)
 	}
-	WantError(t, c2.IsLeader(ctx(t)), dlock.ErrNotAcquired)
+	lockcheck.WantError(t, c2.IsLeader(lockcheck.Ctx(t)), dlock.ErrNotAcquired)
 	wantLeader(t, s.newLocker(t), dlock.Term{Name: name})
-	if err := c2.Resign(ctx(t)); err != nil {
+	if err := c2.Resign(lockcheck.Ctx(t)); err != nil {
 		t.Fatalf("a second Resign: %v", err)
 	}
 }
@@ -390,18 +391,18 @@ func (s *suite) candidateLoses(t *testing.T) {
 	if s.lapse == nil {
 		t.Skip("no WithLapse: a leadership cannot be lost on cue")
 	}
-	name := Key(t)
+	name := lockcheck.Key(t)
 	ttl := time.Second
-	c, err := dlock.Campaign(ctx(t), s.newLocker(t), name, ttl, dlock.WithRecampaign(false), dlock.WithExtendThreshold(900*time.Millisecond))
+	c, err := dlock.Campaign(lockcheck.Ctx(t), s.newLocker(t), name, ttl, dlock.WithRecampaign(false), dlock.WithExtendThreshold(900*time.Millisecond))
 	if err != nil {
 		t.Fatalf("Campaign: %v", err)
 	}
 	defer c.Resign(context.Background())
-	Eventually(t, 10*time.Second, func() error { return c.IsLeader(ctx(t)) })
+	lockcheck.Eventually(t, 10*time.Second, func() error { return c.IsLeader(lockcheck.Ctx(t)) })
 	lapsed := time.Now()
 	s.lapse(t, name)
-	Eventually(t, ttl+5*time.Second, func() error {
-		if c.IsLeader(ctx(t)) == nil {
+	lockcheck.Eventually(t, ttl+5*time.Second, func() error {
+		if c.IsLeader(lockcheck.Ctx(t)) == nil {
 			return errors.New("IsLeader still nil")
 		}
 		return nil
@@ -409,23 +410,23 @@ func (s *suite) candidateLoses(t *testing.T) {
 	if d := time.Since(lapsed); d > ttl+time.Second {
 		t.Errorf("IsLeader said nil for %v after the lock lapsed, with a ttl of %v", d, ttl)
 	}
-	WantError(t, c.IsLeader(ctx(t)), dlock.ErrNotAcquired)
-	WantError(t, c.Resign(ctx(t)), dlock.ErrLockLost)
+	lockcheck.WantError(t, c.IsLeader(lockcheck.Ctx(t)), dlock.ErrNotAcquired)
+	lockcheck.WantError(t, c.Resign(lockcheck.Ctx(t)), dlock.ErrLockLost)
 }
 
 // A campaign whose context ends returns as Acquire does, without running
 // fn.
 func (s *suite) cancelledCampaign(t *testing.T) {
-	name := Key(t)
-	holder := mustAcquire(t, s.newLocker(t), name, 10*time.Second)
-	c, cancel := context.WithTimeout(ctx(t), 200*time.Millisecond)
+	name := lockcheck.Key(t)
+	holder := lockcheck.MustAcquire(t, s.newLocker(t), name, 10*time.Second)
+	c, cancel := context.WithTimeout(lockcheck.Ctx(t), 200*time.Millisecond)
 	defer cancel()
 	err := dlock.Lead(c, s.newLocker(t), name, 10*time.Second, func(context.Context) error {
 		t.Error("fn ran while another held the lock")
 		return nil
 	}, dlock.WithRetryDelay(20*time.Millisecond))
-	WantError(t, err, dlock.ErrNotAcquired, context.DeadlineExceeded)
-	if err := holder.Release(ctx(t)); err != nil {
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired, context.DeadlineExceeded)
+	if err := holder.Release(lockcheck.Ctx(t)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }
@@ -437,26 +438,26 @@ func (s *suite) electionBadInput(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"nil fn", dlock.Lead(ctx(t), l, Key(t), time.Second, nil)},
-		{"nil Locker", dlock.Lead(ctx(t), nil, Key(t), time.Second, fn)},
-		{"empty name", dlock.Lead(ctx(t), l, "", time.Second, fn)},
-		{"zero ttl", dlock.Lead(ctx(t), l, Key(t), 0, fn)},
-		{"empty identity", dlock.Lead(ctx(t), l, Key(t), time.Second, fn, dlock.WithIdentity(""))},
-		{"control character in identity", dlock.Lead(ctx(t), l, Key(t), time.Second, fn, dlock.WithIdentity("a\nb"))},
+		{"nil fn", dlock.Lead(lockcheck.Ctx(t), l, lockcheck.Key(t), time.Second, nil)},
+		{"nil Locker", dlock.Lead(lockcheck.Ctx(t), nil, lockcheck.Key(t), time.Second, fn)},
+		{"empty name", dlock.Lead(lockcheck.Ctx(t), l, "", time.Second, fn)},
+		{"zero ttl", dlock.Lead(lockcheck.Ctx(t), l, lockcheck.Key(t), 0, fn)},
+		{"empty identity", dlock.Lead(lockcheck.Ctx(t), l, lockcheck.Key(t), time.Second, fn, dlock.WithIdentity(""))},
+		{"control character in identity", dlock.Lead(lockcheck.Ctx(t), l, lockcheck.Key(t), time.Second, fn, dlock.WithIdentity("a\nb"))},
 	} {
-		t.Run(tc.name, func(t *testing.T) { WantError(t, tc.err, dlock.ErrInvalid) })
+		t.Run(tc.name, func(t *testing.T) { lockcheck.WantError(t, tc.err, dlock.ErrInvalid) })
 	}
-	_, err := dlock.Leader(ctx(t), l, "")
-	WantError(t, err, dlock.ErrInvalid)
-	_, err = dlock.Campaign(ctx(t), l, "", time.Second)
-	WantError(t, err, dlock.ErrInvalid)
+	_, err := dlock.Leader(lockcheck.Ctx(t), l, "")
+	lockcheck.WantError(t, err, dlock.ErrInvalid)
+	_, err = dlock.Campaign(lockcheck.Ctx(t), l, "", time.Second)
+	lockcheck.WantError(t, err, dlock.ErrInvalid)
 	n := 0
-	for term, err := range dlock.Observe(ctx(t), l, "") {
+	for term, err := range dlock.Observe(lockcheck.Ctx(t), l, "") {
 		n++
 		if term.Led {
 			t.Errorf("Observe of an empty name reported %v", term)
 		}
-		WantError(t, err, dlock.ErrInvalid)
+		lockcheck.WantError(t, err, dlock.ErrInvalid)
 	}
 	if n != 1 {
 		t.Fatalf("Observe of an empty name yielded %d times, want once", n)

@@ -23,11 +23,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
-
-// Factory returns a fresh Locker with its own client (connection pool), as a
-// separate process would have. The factory registers its cleanup with t.
-type Factory func(t *testing.T) dlock.Locker
 
 // Option adapts the suite to a backend.
 type Option func(*suite)
@@ -40,33 +37,16 @@ func WithLapse(lapse func(t *testing.T, key string)) Option {
 	return func(s *suite) { s.lapse = lapse }
 }
 
-// WithOutage gives the suite a way to make the backend unreachable for
-// every Locker, with connections refused (kill the server, or a majority
-// of them); the function it returns ends the outage and is called once.
-// Without it the outage test is skipped.
-func WithOutage(outage func(t *testing.T) (end func())) Option {
-	return func(s *suite) { s.outage = outage }
-}
-
 type suite struct {
-	newLocker Factory
+	newLocker func(t *testing.T) dlock.Locker
 	lapse     func(t *testing.T, key string)
 	outage    func(t *testing.T) (end func())
 }
 
-// TTL is the lease the suite uses where expiry is the point: short, with
-// generous margins around it for a busy machine.
-const TTL = 300 * time.Millisecond
-
-var keySeq atomic.Int64
-
-// Key returns a key unique to the test.
-func Key(t *testing.T) string {
-	return fmt.Sprintf("locktest:%s:%d", t.Name(), keySeq.Add(1))
-}
-
-// Run runs the conformance suite as subtests of t.
-func Run(t *testing.T, newLocker Factory, opts ...Option) {
+// Run runs the conformance suite as subtests of t. newLocker returns a
+// fresh Locker with its own client (connection pool), as a separate process
+// would have, and registers its cleanup with t.
+func Run(t *testing.T, newLocker func(t *testing.T) dlock.Locker, opts ...Option) {
 	s := newSuite(newLocker, opts)
 	t.Run("MutualExclusion", s.mutualExclusion)
 	t.Run("SameLockerIsAnotherOwner", s.sameLockerIsAnotherOwner)
@@ -86,33 +66,16 @@ func Run(t *testing.T, newLocker Factory, opts ...Option) {
 	t.Run("UnknownReleaseDoesNotRevive", s.unknownReleaseDoesNotRevive)
 	t.Run("DoFollowsExtend", s.doFollowsExtend)
 	t.Run("DoContextTruthfulAtExpiry", s.doContextTruthfulAtExpiry)
-	t.Run("AcquireWaitsThroughOutage", s.acquireWaitsThroughOutage)
 	t.Run("OneWayToWait", s.oneWayToWait)
 	t.Run("Semaphore", s.semaphores)
 }
 
-func newSuite(newLocker Factory, opts []Option) *suite {
+func newSuite(newLocker func(t *testing.T) dlock.Locker, opts []Option) *suite {
 	s := &suite{newLocker: newLocker}
 	for _, o := range opts {
 		o(s)
 	}
 	return s
-}
-
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
-
-func mustAcquire(t *testing.T, l dlock.Locker, key string, ttl time.Duration) *dlock.Lock {
-	t.Helper()
-	lock, err := l.TryAcquire(ctx(t), key, ttl)
-	if err != nil {
-		t.Fatalf("TryAcquire(%q): %v", key, err)
-	}
-	t.Cleanup(func() { lock.Release(context.Background()) })
-	return lock
 }
 
 // lapseLock makes the lock on key lapse and waits until the holder's
@@ -127,14 +90,14 @@ func (s *suite) lapseLock(t *testing.T, key string, lock *dlock.Lock) {
 
 func (s *suite) mutualExclusion(t *testing.T) {
 	a, b := s.newLocker(t), s.newLocker(t)
-	key := Key(t)
-	la := mustAcquire(t, a, key, 10*time.Second)
-	_, err := b.TryAcquire(ctx(t), key, 10*time.Second)
-	WantError(t, err, dlock.ErrNotAcquired)
-	if err := la.Release(ctx(t)); err != nil {
+	key := lockcheck.Key(t)
+	la := lockcheck.MustAcquire(t, a, key, 10*time.Second)
+	_, err := b.TryAcquire(lockcheck.Ctx(t), key, 10*time.Second)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
+	if err := la.Release(lockcheck.Ctx(t)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	lb := mustAcquire(t, b, key, 10*time.Second)
+	lb := lockcheck.MustAcquire(t, b, key, 10*time.Second)
 	if lb.Token() == la.Token() {
 		t.Fatalf("two grants share token %q", lb.Token())
 	}
@@ -142,71 +105,71 @@ func (s *suite) mutualExclusion(t *testing.T) {
 
 func (s *suite) sameLockerIsAnotherOwner(t *testing.T) {
 	l := s.newLocker(t)
-	key := Key(t)
-	mustAcquire(t, l, key, 10*time.Second)
-	_, err := l.TryAcquire(ctx(t), key, 10*time.Second)
-	WantError(t, err, dlock.ErrNotAcquired)
+	key := lockcheck.Key(t)
+	lockcheck.MustAcquire(t, l, key, 10*time.Second)
+	_, err := l.TryAcquire(lockcheck.Ctx(t), key, 10*time.Second)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 }
 
 // The classic expiry bug: A is slower than its lock, B acquires, A releases.
 // A must be told it no longer holds the lock, B must keep it, C is refused.
 func (s *suite) staleReleaseRefused(t *testing.T) {
 	a, b, c := s.newLocker(t), s.newLocker(t), s.newLocker(t)
-	key := Key(t)
-	la := mustAcquire(t, a, key, TTL)
+	key := lockcheck.Key(t)
+	la := lockcheck.MustAcquire(t, a, key, lockcheck.TTL)
 	s.lapseLock(t, key, la)
-	lb := mustAcquire(t, b, key, 10*time.Second)
+	lb := lockcheck.MustAcquire(t, b, key, 10*time.Second)
 
-	WantError(t, la.Release(ctx(t)), dlock.ErrNotHeld)
-	_, err := c.TryAcquire(ctx(t), key, 10*time.Second)
-	WantError(t, err, dlock.ErrNotAcquired)
-	if err := lb.Extend(ctx(t), 10*time.Second); err != nil {
+	lockcheck.WantError(t, la.Release(lockcheck.Ctx(t)), dlock.ErrNotHeld)
+	_, err := c.TryAcquire(lockcheck.Ctx(t), key, 10*time.Second)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
+	if err := lb.Extend(lockcheck.Ctx(t), 10*time.Second); err != nil {
 		t.Fatalf("B lost its lock to A's stale release: Extend: %v", err)
 	}
 }
 
 func (s *suite) extendAfterLapseRefused(t *testing.T) {
 	a, b := s.newLocker(t), s.newLocker(t)
-	key := Key(t)
-	la := mustAcquire(t, a, key, TTL)
+	key := lockcheck.Key(t)
+	la := lockcheck.MustAcquire(t, a, key, lockcheck.TTL)
 	s.lapseLock(t, key, la)
-	lb := mustAcquire(t, b, key, 10*time.Second)
+	lb := lockcheck.MustAcquire(t, b, key, 10*time.Second)
 
-	wantOneOf(t, la.Extend(ctx(t), 10*time.Second), dlock.ErrNotHeld, dlock.ErrLockLost)
+	lockcheck.WantOneOf(t, la.Extend(lockcheck.Ctx(t), 10*time.Second), dlock.ErrNotHeld, dlock.ErrLockLost)
 	if la.Held() {
 		t.Fatal("handle reports held after a refused extension")
 	}
-	if err := lb.Extend(ctx(t), 10*time.Second); err != nil {
+	if err := lb.Extend(lockcheck.Ctx(t), 10*time.Second); err != nil {
 		t.Fatalf("the new holder's lock was disturbed: %v", err)
 	}
 }
 
 func (s *suite) extendOutlivesFirstTTL(t *testing.T) {
 	a, b := s.newLocker(t), s.newLocker(t)
-	key := Key(t)
-	la := mustAcquire(t, a, key, TTL)
-	if err := la.Extend(ctx(t), 5*time.Second); err != nil {
+	key := lockcheck.Key(t)
+	la := lockcheck.MustAcquire(t, a, key, lockcheck.TTL)
+	if err := la.Extend(lockcheck.Ctx(t), 5*time.Second); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
-	time.Sleep(TTL + 200*time.Millisecond)
+	time.Sleep(lockcheck.TTL + 200*time.Millisecond)
 	if !la.Held() {
-		t.Fatal("extended lock not held past its first TTL")
+		t.Fatal("extended lock not held past its first lockcheck.TTL")
 	}
-	_, err := b.TryAcquire(ctx(t), key, time.Second)
-	WantError(t, err, dlock.ErrNotAcquired)
+	_, err := b.TryAcquire(lockcheck.Ctx(t), key, time.Second)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 }
 
 func (s *suite) fencesStrictlyIncrease(t *testing.T) {
 	lockers := []dlock.Locker{s.newLocker(t), s.newLocker(t)}
-	key := Key(t)
+	key := lockcheck.Key(t)
 	var last uint64
 	for i := range 20 {
-		lock := mustAcquire(t, lockers[i%2], key, 10*time.Second)
+		lock := lockcheck.MustAcquire(t, lockers[i%2], key, 10*time.Second)
 		if lock.Fence() <= last {
 			t.Fatalf("grant %d: fence %d not above the previous %d", i, lock.Fence(), last)
 		}
 		last = lock.Fence()
-		if err := lock.Release(ctx(t)); err != nil {
+		if err := lock.Release(lockcheck.Ctx(t)); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 	}
@@ -214,14 +177,14 @@ func (s *suite) fencesStrictlyIncrease(t *testing.T) {
 
 func (s *suite) cancelledWait(t *testing.T) {
 	a, b := s.newLocker(t), s.newLocker(t)
-	key := Key(t)
-	mustAcquire(t, a, key, 10*time.Second)
+	key := lockcheck.Key(t)
+	lockcheck.MustAcquire(t, a, key, 10*time.Second)
 
 	c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	_, err := dlock.Acquire(c, b, key, 10*time.Second, dlock.WithRetryDelay(20*time.Millisecond))
-	WantError(t, err, dlock.ErrNotAcquired, context.DeadlineExceeded)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired, context.DeadlineExceeded)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("a wait with a 200ms deadline took %v", d)
 	}
@@ -229,10 +192,10 @@ func (s *suite) cancelledWait(t *testing.T) {
 	c2, cancel2 := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel2)
 	_, err = dlock.Acquire(c2, b, key, 10*time.Second)
-	WantError(t, err, dlock.ErrNotAcquired, context.Canceled)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired, context.Canceled)
 
-	_, err = dlock.Acquire(ctx(t), b, key, 10*time.Second, dlock.WithRetryCount(2), dlock.WithRetryDelay(10*time.Millisecond))
-	WantError(t, err, dlock.ErrNotAcquired)
+	_, err = dlock.Acquire(lockcheck.Ctx(t), b, key, 10*time.Second, dlock.WithRetryCount(2), dlock.WithRetryDelay(10*time.Millisecond))
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a spent retry budget reported as a context error: %v", err)
 	}
@@ -243,11 +206,11 @@ func (s *suite) hundredGoroutinesOneWinner(t *testing.T) {
 	for i := range lockers {
 		lockers[i] = s.newLocker(t)
 	}
-	key := Key(t)
+	key := lockcheck.Key(t)
 	// Warm the lockers up first (connections, scripts, a backend's first-use
 	// checks), so the race below is between contenders, not dial storms.
 	for _, l := range lockers {
-		mustAcquire(t, l, Key(t), 10*time.Second).Release(ctx(t))
+		lockcheck.MustAcquire(t, l, lockcheck.Key(t), 10*time.Second).Release(lockcheck.Ctx(t))
 	}
 	var wins, busy atomic.Int64
 	var mu sync.Mutex
@@ -257,7 +220,7 @@ func (s *suite) hundredGoroutinesOneWinner(t *testing.T) {
 	for i := range 100 {
 		wg.Go(func() {
 			<-start
-			lock, err := lockers[i%len(lockers)].TryAcquire(ctx(t), key, 10*time.Second)
+			lock, err := lockers[i%len(lockers)].TryAcquire(lockcheck.Ctx(t), key, 10*time.Second)
 			switch {
 			case err == nil:
 				wins.Add(1)
@@ -274,7 +237,7 @@ func (s *suite) hundredGoroutinesOneWinner(t *testing.T) {
 	close(start)
 	wg.Wait()
 	for _, l := range won {
-		l.Release(ctx(t))
+		l.Release(lockcheck.Ctx(t))
 	}
 	if wins.Load() != 1 || busy.Load() != 99 {
 		t.Fatalf("100 contenders: %d winners, %d refused; want 1 and 99", wins.Load(), busy.Load())
@@ -283,23 +246,23 @@ func (s *suite) hundredGoroutinesOneWinner(t *testing.T) {
 
 func (s *suite) handleMisuse(t *testing.T) {
 	l := s.newLocker(t)
-	key := Key(t)
-	lock := mustAcquire(t, l, key, 10*time.Second)
-	if err := lock.Release(ctx(t)); err != nil {
+	key := lockcheck.Key(t)
+	lock := lockcheck.MustAcquire(t, l, key, 10*time.Second)
+	if err := lock.Release(lockcheck.Ctx(t)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	WantError(t, lock.Release(ctx(t)), dlock.ErrNotHeld)
-	WantError(t, lock.Extend(ctx(t), time.Second), dlock.ErrNotHeld)
+	lockcheck.WantError(t, lock.Release(lockcheck.Ctx(t)), dlock.ErrNotHeld)
+	lockcheck.WantError(t, lock.Extend(lockcheck.Ctx(t), time.Second), dlock.ErrNotHeld)
 	if lock.Held() {
 		t.Fatal("released handle reports held")
 	}
 	// A released handle must not resurrect the key: another owner gets it.
-	other := mustAcquire(t, s.newLocker(t), key, 10*time.Second)
-	WantError(t, lock.Release(ctx(t)), dlock.ErrNotHeld)
-	if err := other.Extend(ctx(t), 10*time.Second); err != nil {
+	other := lockcheck.MustAcquire(t, s.newLocker(t), key, 10*time.Second)
+	lockcheck.WantError(t, lock.Release(lockcheck.Ctx(t)), dlock.ErrNotHeld)
+	if err := other.Extend(lockcheck.Ctx(t), 10*time.Second); err != nil {
 		t.Fatalf("the next owner was disturbed: %v", err)
 	}
-	WantError(t, other.Extend(ctx(t), 0), dlock.ErrInvalid)
+	lockcheck.WantError(t, other.Extend(lockcheck.Ctx(t), 0), dlock.ErrInvalid)
 }
 
 func (s *suite) badInput(t *testing.T) {
@@ -310,38 +273,38 @@ func (s *suite) badInput(t *testing.T) {
 		ttl  time.Duration
 	}{
 		{"empty key", "", time.Second},
-		{"zero ttl", Key(t), 0},
-		{"negative ttl", Key(t), -time.Second},
-		{"sub-millisecond ttl", Key(t), time.Microsecond},
-		{"huge ttl", Key(t), 1 << 62},
+		{"zero ttl", lockcheck.Key(t), 0},
+		{"negative ttl", lockcheck.Key(t), -time.Second},
+		{"sub-millisecond ttl", lockcheck.Key(t), time.Microsecond},
+		{"huge ttl", lockcheck.Key(t), 1 << 62},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := l.TryAcquire(ctx(t), tc.key, tc.ttl)
-			WantError(t, err, dlock.ErrInvalid)
+			_, err := l.TryAcquire(lockcheck.Ctx(t), tc.key, tc.ttl)
+			lockcheck.WantError(t, err, dlock.ErrInvalid)
 		})
 	}
 	t.Run("nil context", func(t *testing.T) {
 		//lint:ignore SA1012 a nil context is the bad input under test
-		_, err := l.TryAcquire(nil, Key(t), time.Second) //nolint:staticcheck
-		WantError(t, err, dlock.ErrInvalid)
+		_, err := l.TryAcquire(nil, lockcheck.Key(t), time.Second) //nolint:staticcheck
+		lockcheck.WantError(t, err, dlock.ErrInvalid)
 	})
 	t.Run("Do with nil fn", func(t *testing.T) {
-		WantError(t, dlock.Do(ctx(t), l, Key(t), time.Second, nil), dlock.ErrInvalid)
+		lockcheck.WantError(t, dlock.Do(lockcheck.Ctx(t), l, lockcheck.Key(t), time.Second, nil), dlock.ErrInvalid)
 	})
 	t.Run("Do with threshold above ttl", func(t *testing.T) {
-		err := dlock.Do(ctx(t), l, Key(t), time.Second, func(context.Context) error { return nil }, dlock.WithExtendThreshold(2*time.Second))
-		WantError(t, err, dlock.ErrInvalid)
+		err := dlock.Do(lockcheck.Ctx(t), l, lockcheck.Key(t), time.Second, func(context.Context) error { return nil }, dlock.WithExtendThreshold(2*time.Second))
+		lockcheck.WantError(t, err, dlock.ErrInvalid)
 	})
 }
 
 func (s *suite) doExcludes(t *testing.T) {
-	key := Key(t)
+	key := lockcheck.Key(t)
 	var inside, maxInside, runs atomic.Int64
 	var wg sync.WaitGroup
 	for range 5 {
 		l := s.newLocker(t)
 		wg.Go(func() {
-			err := dlock.Do(ctx(t), l, key, 5*time.Second, func(c context.Context) error {
+			err := dlock.Do(lockcheck.Ctx(t), l, key, 5*time.Second, func(c context.Context) error {
 				if lock := dlock.LockFromContext(c); lock == nil || lock.Key() != key || !lock.Held() || lock.Fence() == 0 {
 					t.Errorf("LockFromContext in Do: %+v, want the held lock on %q with a fence", lock, key)
 				}
@@ -371,39 +334,39 @@ func (s *suite) doSignalsLoss(t *testing.T) {
 		t.Skip("the backend gave no WithLapse hook")
 	}
 	l := s.newLocker(t)
-	key := Key(t)
+	key := lockcheck.Key(t)
 	var lostAfter time.Duration
 	var cause error
-	err := dlock.Do(ctx(t), l, key, TTL, func(c context.Context) error {
+	err := dlock.Do(lockcheck.Ctx(t), l, key, lockcheck.TTL, func(c context.Context) error {
 		s.lapse(t, key)
 		start := time.Now()
 		select {
 		case <-c.Done():
 			lostAfter, cause = time.Since(start), context.Cause(c)
-		case <-time.After(5 * TTL):
+		case <-time.After(5 * lockcheck.TTL):
 			t.Error("fn's context not cancelled within 5 TTLs of the lock lapsing")
 		}
 		return c.Err()
 	})
-	WantError(t, cause, dlock.ErrLockLost)
-	WantError(t, err, dlock.ErrLockLost, context.Canceled)
-	if lostAfter > TTL+200*time.Millisecond {
-		t.Fatalf("loss signalled after %v, want within about one extension interval (ttl %v)", lostAfter, TTL)
+	lockcheck.WantError(t, cause, dlock.ErrLockLost)
+	lockcheck.WantError(t, err, dlock.ErrLockLost, context.Canceled)
+	if lostAfter > lockcheck.TTL+200*time.Millisecond {
+		t.Fatalf("loss signalled after %v, want within about one extension interval (ttl %v)", lostAfter, lockcheck.TTL)
 	}
 }
 
 func (s *suite) doReleasesOnPanic(t *testing.T) {
 	l := s.newLocker(t)
-	key := Key(t)
+	key := lockcheck.Key(t)
 	func() {
 		defer func() {
 			if r := recover(); r != "boom" {
 				t.Fatalf("recovered %v, want the function's panic", r)
 			}
 		}()
-		dlock.Do(ctx(t), l, key, 10*time.Second, func(context.Context) error { panic("boom") })
+		dlock.Do(lockcheck.Ctx(t), l, key, 10*time.Second, func(context.Context) error { panic("boom") })
 	}()
-	mustAcquire(t, s.newLocker(t), key, time.Second)
+	lockcheck.MustAcquire(t, s.newLocker(t), key, time.Second)
 }
 
 // dlock.Acquire and dlock.Do are the one way to wait, on every backend. A
@@ -443,18 +406,18 @@ func ownWait(l dlock.Locker) error {
 
 func (s *suite) acquireAfterRelease(t *testing.T) {
 	a, b := s.newLocker(t), s.newLocker(t)
-	key := Key(t)
-	la := mustAcquire(t, a, key, 10*time.Second)
+	key := lockcheck.Key(t)
+	la := lockcheck.MustAcquire(t, a, key, 10*time.Second)
 	done := make(chan error, 1)
 	go func() {
-		lock, err := dlock.Acquire(ctx(t), b, key, 10*time.Second, dlock.WithRetryDelay(20*time.Millisecond))
+		lock, err := dlock.Acquire(lockcheck.Ctx(t), b, key, 10*time.Second, dlock.WithRetryDelay(20*time.Millisecond))
 		if err == nil {
-			err = lock.Release(ctx(t))
+			err = lock.Release(lockcheck.Ctx(t))
 		}
 		done <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
-	if err := la.Release(ctx(t)); err != nil {
+	if err := la.Release(lockcheck.Ctx(t)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	select {
@@ -475,25 +438,25 @@ func (s *suite) lostHandleStaysLost(t *testing.T) {
 		t.Skip("the backend gave no WithLapse hook")
 	}
 	a, b := s.newLocker(t), s.newLocker(t)
-	key := Key(t)
-	la := mustAcquire(t, a, key, 10*time.Second)
+	key := lockcheck.Key(t)
+	la := lockcheck.MustAcquire(t, a, key, 10*time.Second)
 	s.lapse(t, key)
-	lb := mustAcquire(t, b, key, 10*time.Second)
-	wantOneOf(t, la.Extend(ctx(t), 10*time.Second), dlock.ErrNotHeld, dlock.ErrLockLost)
+	lb := lockcheck.MustAcquire(t, b, key, 10*time.Second)
+	lockcheck.WantOneOf(t, la.Extend(lockcheck.Ctx(t), 10*time.Second), dlock.ErrNotHeld, dlock.ErrLockLost)
 
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := la.Release(cancelled); err != nil {
-		wantOneOf(t, err, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable)
+		lockcheck.WantOneOf(t, err, dlock.ErrNotHeld, dlock.ErrLockLost, dlock.ErrUnavailable)
 	}
 	if la.Held() || la.Remaining() != 0 {
 		t.Fatalf("lost handle held again after a Release with a cancelled context (remaining %v)", la.Remaining())
 	}
-	wantOneOf(t, la.Extend(ctx(t), 10*time.Second), dlock.ErrNotHeld, dlock.ErrLockLost)
-	if err := la.Release(ctx(t)); err != nil {
-		wantOneOf(t, err, dlock.ErrNotHeld, dlock.ErrLockLost)
+	lockcheck.WantOneOf(t, la.Extend(lockcheck.Ctx(t), 10*time.Second), dlock.ErrNotHeld, dlock.ErrLockLost)
+	if err := la.Release(lockcheck.Ctx(t)); err != nil {
+		lockcheck.WantOneOf(t, err, dlock.ErrNotHeld, dlock.ErrLockLost)
 	}
-	if err := lb.Extend(ctx(t), 10*time.Second); err != nil {
+	if err := lb.Extend(lockcheck.Ctx(t), 10*time.Second); err != nil {
 		t.Fatalf("the new owner's lock was disturbed: %v", err)
 	}
 }
@@ -502,45 +465,45 @@ func (s *suite) lostHandleStaysLost(t *testing.T) {
 // refused), and a retried Release frees the key.
 func (s *suite) unknownReleaseDoesNotRevive(t *testing.T) {
 	l := s.newLocker(t)
-	key := Key(t)
-	lock := mustAcquire(t, l, key, 10*time.Second)
+	key := lockcheck.Key(t)
+	lock := lockcheck.MustAcquire(t, l, key, 10*time.Second)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := lock.Release(cancelled); err != nil {
-		WantError(t, err, dlock.ErrUnavailable, context.Canceled)
+		lockcheck.WantError(t, err, dlock.ErrUnavailable, context.Canceled)
 		if lock.Held() {
 			t.Fatal("handle held again after a Release whose outcome is unknown")
 		}
-		WantError(t, lock.Extend(ctx(t), 10*time.Second), dlock.ErrNotHeld)
+		lockcheck.WantError(t, lock.Extend(lockcheck.Ctx(t), 10*time.Second), dlock.ErrNotHeld)
 		// The first Release may have reached the server after all.
-		if err := lock.Release(ctx(t)); err != nil {
-			WantError(t, err, dlock.ErrNotHeld)
+		if err := lock.Release(lockcheck.Ctx(t)); err != nil {
+			lockcheck.WantError(t, err, dlock.ErrNotHeld)
 		}
 	}
-	WantError(t, lock.Release(ctx(t)), dlock.ErrNotHeld)
-	mustAcquire(t, s.newLocker(t), key, time.Second)
+	lockcheck.WantError(t, lock.Release(lockcheck.Ctx(t)), dlock.ErrNotHeld)
+	lockcheck.MustAcquire(t, s.newLocker(t), key, time.Second)
 }
 
 // When the function shortens its lease, Do follows: while the function's
 // context is alive nobody else can take the lock, past the short TTL too.
 func (s *suite) doFollowsExtend(t *testing.T) {
 	l, other := s.newLocker(t), s.newLocker(t)
-	key := Key(t)
-	err := dlock.Do(ctx(t), l, key, 10*time.Second, func(c context.Context) error {
-		if err := dlock.LockFromContext(c).Extend(c, TTL); err != nil {
+	key := lockcheck.Key(t)
+	err := dlock.Do(lockcheck.Ctx(t), l, key, 10*time.Second, func(c context.Context) error {
+		if err := dlock.LockFromContext(c).Extend(c, lockcheck.TTL); err != nil {
 			return err
 		}
-		for end := time.Now().Add(3 * TTL); time.Now().Before(end); time.Sleep(TTL / 10) {
-			lock, err := other.TryAcquire(ctx(t), key, 10*time.Second)
+		for end := time.Now().Add(3 * lockcheck.TTL); time.Now().Before(end); time.Sleep(lockcheck.TTL / 10) {
+			lock, err := other.TryAcquire(lockcheck.Ctx(t), key, 10*time.Second)
 			if err == nil {
 				alive := c.Err() == nil
-				lock.Release(ctx(t))
+				lock.Release(lockcheck.Ctx(t))
 				if alive {
 					return fmt.Errorf("another owner acquired %q while the function's context was alive", key)
 				}
 				return nil
 			}
-			WantError(t, err, dlock.ErrNotAcquired)
+			lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 		}
 		return context.Cause(c)
 	})
@@ -555,7 +518,7 @@ func (s *suite) doFollowsExtend(t *testing.T) {
 func (s *suite) doContextTruthfulAtExpiry(t *testing.T) {
 	l := s.newLocker(t)
 	var late time.Duration
-	err := dlock.Do(ctx(t), l, Key(t), TTL, func(c context.Context) error {
+	err := dlock.Do(lockcheck.Ctx(t), l, lockcheck.Key(t), lockcheck.TTL, func(c context.Context) error {
 		until := dlock.LockFromContext(c).ValidUntil()
 		for {
 			now := time.Now()
@@ -567,11 +530,11 @@ func (s *suite) doContextTruthfulAtExpiry(t *testing.T) {
 				return nil
 			}
 		}
-	}, dlock.WithMaxHold(TTL)) // no extension: the validity runs out
+	}, dlock.WithMaxHold(lockcheck.TTL)) // no extension: the validity runs out
 	if late > 0 {
 		t.Fatalf("context alive %v after the validity ran out", late)
 	}
-	WantError(t, err, dlock.ErrLockLost)
+	lockcheck.WantError(t, err, dlock.ErrLockLost)
 }
 
 // A waiting Acquire rides out an outage shorter than its context; one that
@@ -580,12 +543,9 @@ func (s *suite) doContextTruthfulAtExpiry(t *testing.T) {
 // the only attempt was cut short by the context (a client that retries its
 // dials can spend the whole context in one attempt).
 func (s *suite) acquireWaitsThroughOutage(t *testing.T) {
-	if s.outage == nil {
-		t.Skip("the backend gave no WithOutage hook")
-	}
 	l := s.newLocker(t)
-	key := Key(t)
-	mustAcquire(t, l, Key(t), 10*time.Second).Release(ctx(t)) // connected and warmed up
+	key := lockcheck.Key(t)
+	lockcheck.MustAcquire(t, l, lockcheck.Key(t), 10*time.Second).Release(lockcheck.Ctx(t)) // connected and warmed up
 
 	stop, once := s.outage(t), sync.Once{}
 	end := func() { once.Do(stop) }
@@ -593,23 +553,26 @@ func (s *suite) acquireWaitsThroughOutage(t *testing.T) {
 	c, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	_, err := dlock.Acquire(c, l, key, 10*time.Second)
-	wantOneOf(t, err, dlock.ErrUnavailable, dlock.ErrNotAcquired)
+	lockcheck.WantOneOf(t, err, dlock.ErrUnavailable, dlock.ErrNotAcquired)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a wait that ended with its context during an outage: %v, want it to match context.DeadlineExceeded", err)
 	}
 
 	time.AfterFunc(300*time.Millisecond, end)
-	lock, err := dlock.Acquire(ctx(t), l, key, 10*time.Second)
+	lock, err := dlock.Acquire(lockcheck.Ctx(t), l, key, 10*time.Second)
 	if err != nil {
 		t.Fatalf("Acquire through a 300ms outage: %v", err)
 	}
-	lock.Release(ctx(t))
+	lock.Release(lockcheck.Ctx(t))
 }
 
-// RunOutage runs only the suite's outage test (see WithOutage), for a
-// backend whose outage needs servers of its own rather than the ones the
-// rest of the suite shares.
-func RunOutage(t *testing.T, newLocker Factory, outage func(t *testing.T) (end func())) {
+// RunOutage runs the suite's test of a wait through an outage: outage makes
+// the backend unreachable for every Locker, with connections refused (kill
+// the server, or a majority of them), and the function it returns ends the
+// outage and is called once. It has its own entry point because an outage
+// needs servers of its own rather than the ones the rest of the suite
+// shares. newLocker is as for Run.
+func RunOutage(t *testing.T, newLocker func(t *testing.T) dlock.Locker, outage func(t *testing.T) (end func())) {
 	s := &suite{newLocker: newLocker, outage: outage}
 	t.Run("AcquireWaitsThroughOutage", s.acquireWaitsThroughOutage)
 	t.Run("OneWayToWait", s.oneWayToWait)

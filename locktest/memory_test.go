@@ -19,12 +19,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // alone. dlocktest's own tests run the suite on the whole Locker.
 func TestConformanceOfATryOnlyBackend(t *testing.T) {
 	l := dlocktest.New()
-	locktest.Run(t, func(*testing.T) dlock.Locker { return struct{ dlock.Locker }{l} },
-		locktest.WithLapse(func(_ *testing.T, key string) { l.Lose(key) }),
-		locktest.WithOutage(func(*testing.T) (end func()) {
-			l.Fail(nil)
-			return l.Heal
-		}))
+	newLocker := func(*testing.T) dlock.Locker { return struct{ dlock.Locker }{l} }
+	locktest.Run(t, newLocker, locktest.WithLapse(func(_ *testing.T, key string) { l.Lose(key) }))
+	locktest.RunOutage(t, newLocker, func(*testing.T) (end func()) {
+		l.Fail(nil)
+		return l.Heal
+	})
 }
 
 // The election suite on the same backend: without a TermReader, Leader

@@ -13,6 +13,8 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // semaphores runs the semaphore checks (dlock.Semaphore) as subtests: any
@@ -32,11 +34,11 @@ func (s *suite) semaphores(t *testing.T) {
 // mustPermit takes a permit of name from a semaphore of limit over l.
 func mustPermit(t *testing.T, l dlock.Locker, limit int, name string, ttl time.Duration) *dlock.Lock {
 	t.Helper()
-	lock := mustAcquire(t, dlock.Semaphore(l, limit), name, ttl)
+	lock := lockcheck.MustAcquire(t, dlock.Semaphore(l, limit), name, ttl)
 	if slot := lock.Slot(); slot < 0 || slot >= limit {
 		t.Fatalf("permit on slot %d of a semaphore of %d", slot, limit)
 	}
-	if want := driver.SlotKey(name, lock.Slot()); lock.Key() != want {
+	if want := bridge.SlotKey(name, lock.Slot()); lock.Key() != want {
 		t.Fatalf("permit's key %q, want %q", lock.Key(), want)
 	}
 	return lock
@@ -61,12 +63,12 @@ func (s *suite) fillSemaphore(t *testing.T, limit int, name string, ttl time.Dur
 // finds every permit held.
 func wantFull(t *testing.T, l dlock.Locker, limit int, name string) {
 	t.Helper()
-	lock, err := dlock.Semaphore(l, limit).TryAcquire(ctx(t), name, 10*time.Second)
+	lock, err := dlock.Semaphore(l, limit).TryAcquire(lockcheck.Ctx(t), name, 10*time.Second)
 	if err == nil {
-		lock.Release(ctx(t))
+		lock.Release(lockcheck.Ctx(t))
 		t.Fatalf("permit granted on slot %d of %q beyond the limit of %d", lock.Slot(), name, limit)
 	}
-	WantError(t, err, dlock.ErrNotAcquired)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 }
 
 // A semaphore of N grants N permits on N distinct slots, and refuses the
@@ -74,18 +76,18 @@ func wantFull(t *testing.T, l dlock.Locker, limit int, name string) {
 // leaves nothing behind.
 func (s *suite) semAtMostN(t *testing.T) {
 	const n = 3
-	name := Key(t)
+	name := lockcheck.Key(t)
 	held := s.fillSemaphore(t, n, name, 10*time.Second)
 	wantFull(t, s.newLocker(t), n, name)
 	wantFull(t, s.newLocker(t), n, name)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	if lock, err := dlock.Semaphore(s.newLocker(t), n).TryAcquire(cancelled, name, 10*time.Second); err == nil {
-		lock.Release(ctx(t))
+		lock.Release(lockcheck.Ctx(t))
 		t.Fatalf("an attempt on a full semaphore was granted slot %d", lock.Slot())
 	}
 	for _, lock := range held {
-		if err := lock.Release(ctx(t)); err != nil {
+		if err := lock.Release(lockcheck.Ctx(t)); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 	}
@@ -97,11 +99,11 @@ func (s *suite) semAtMostN(t *testing.T) {
 // higher fence; successive holders of a slot get increasing fences.
 func (s *suite) semReleaseReturnsPermit(t *testing.T) {
 	const n = 2
-	name := Key(t)
+	name := lockcheck.Key(t)
 	held := s.fillSemaphore(t, n, name, 10*time.Second)
 	last := held[1]
 	for i := range 6 {
-		if err := last.Release(ctx(t)); err != nil {
+		if err := last.Release(lockcheck.Ctx(t)); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 		next := mustPermit(t, s.newLocker(t), n, name, 10*time.Second)
@@ -113,7 +115,7 @@ func (s *suite) semReleaseReturnsPermit(t *testing.T) {
 		}
 		last = next
 	}
-	if err := held[0].Extend(ctx(t), 10*time.Second); err != nil {
+	if err := held[0].Extend(lockcheck.Ctx(t), 10*time.Second); err != nil {
 		t.Fatalf("the other slot's holder was disturbed: %v", err)
 	}
 }
@@ -124,8 +126,8 @@ func (s *suite) semReleaseReturnsPermit(t *testing.T) {
 // the holders of other slots write on.
 func (s *suite) semLapseReturnsPermit(t *testing.T) {
 	const n = 2
-	name := Key(t)
-	stale := mustPermit(t, s.newLocker(t), n, name, TTL)
+	name := lockcheck.Key(t)
+	stale := mustPermit(t, s.newLocker(t), n, name, lockcheck.TTL)
 	other := mustPermit(t, s.newLocker(t), n, name, 10*time.Second)
 	s.lapseLock(t, stale.Key(), stale)
 	next := mustPermit(t, s.newLocker(t), n, name, 10*time.Second)
@@ -149,9 +151,9 @@ func (s *suite) semLapseReturnsPermit(t *testing.T) {
 		t.Fatalf("the other slot's holder after the stale write: %v", err)
 	}
 
-	wantOneOf(t, stale.Extend(ctx(t), 10*time.Second), dlock.ErrNotHeld, dlock.ErrLockLost)
-	WantError(t, stale.Release(ctx(t)), dlock.ErrNotHeld)
-	if err := next.Extend(ctx(t), 10*time.Second); err != nil {
+	lockcheck.WantOneOf(t, stale.Extend(lockcheck.Ctx(t), 10*time.Second), dlock.ErrNotHeld, dlock.ErrLockLost)
+	lockcheck.WantError(t, stale.Release(lockcheck.Ctx(t)), dlock.ErrNotHeld)
+	if err := next.Extend(lockcheck.Ctx(t), 10*time.Second); err != nil {
 		t.Fatalf("the new holder was disturbed by the stale one: %v", err)
 	}
 	wantFull(t, s.newLocker(t), n, name)
@@ -161,7 +163,7 @@ func (s *suite) semLapseReturnsPermit(t *testing.T) {
 // several times: never more than N inside at once, and all get in.
 func (s *suite) semConcurrentAtMostN(t *testing.T) {
 	const n, contenders, rounds = 3, 12, 3
-	name := Key(t)
+	name := lockcheck.Key(t)
 	lockers := make([]dlock.Locker, 4)
 	for i := range lockers {
 		lockers[i] = dlock.Semaphore(s.newLocker(t), n)
@@ -171,7 +173,7 @@ func (s *suite) semConcurrentAtMostN(t *testing.T) {
 	for i := range contenders {
 		wg.Go(func() {
 			for range rounds {
-				err := dlock.Do(ctx(t), lockers[i%len(lockers)], name, 10*time.Second, func(context.Context) error {
+				err := dlock.Do(lockcheck.Ctx(t), lockers[i%len(lockers)], name, 10*time.Second, func(context.Context) error {
 					now := inside.Add(1)
 					defer inside.Add(-1)
 					for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
@@ -202,23 +204,23 @@ func (s *suite) semConcurrentAtMostN(t *testing.T) {
 func (s *suite) semReleaseWakesWaiter(t *testing.T) {
 	base := s.newLocker(t)
 	const n = 2
-	name := Key(t)
+	name := lockcheck.Key(t)
 	if rn, ok := dlock.Semaphore(base, n).(driver.ReleaseNotifier); !ok || !announces(rn, name) {
 		t.Skip("the Locker announces no releases: its waiters poll")
 	}
 	held := s.fillSemaphore(t, n, name, 10*time.Second)
 	done := make(chan error, 1)
 	go func() {
-		lock, err := dlock.Acquire(ctx(t), dlock.Semaphore(base, n), name, 10*time.Second,
+		lock, err := dlock.Acquire(lockcheck.Ctx(t), dlock.Semaphore(base, n), name, 10*time.Second,
 			dlock.WithRetryDelay(time.Minute), dlock.WithRetryJitter(0))
 		if err == nil {
-			err = lock.Release(ctx(t))
+			err = lock.Release(lockcheck.Ctx(t))
 		}
 		done <- err
 	}()
 	time.Sleep(200 * time.Millisecond) // let it fail once and wait (or not: then it simply wins)
 	released := time.Now()
-	if err := held[1].Release(ctx(t)); err != nil {
+	if err := held[1].Release(lockcheck.Ctx(t)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	select {
@@ -246,28 +248,28 @@ func announces(n driver.ReleaseNotifier, key string) bool {
 // SetLimit says so.
 func (s *suite) semLimitAgreed(t *testing.T) {
 	a, b := s.newLocker(t), s.newLocker(t)
-	name := Key(t)
+	name := lockcheck.Key(t)
 	if _, ok := a.(driver.Semaphores); !ok {
-		WantError(t, dlock.SetLimit(ctx(t), a, name, 3), dlock.ErrInvalid)
+		lockcheck.WantError(t, dlock.SetLimit(lockcheck.Ctx(t), a, name, 3), dlock.ErrInvalid)
 		t.Skip("the Locker has no semaphores of its own: no limit is recorded")
 	}
 	mustPermit(t, a, 2, name, 10*time.Second)
 	conflict := func(l dlock.Locker, limit, server int) {
 		t.Helper()
-		_, err := dlock.Semaphore(l, limit).TryAcquire(ctx(t), name, 10*time.Second)
-		WantError(t, err, dlock.ErrInvalid)
+		_, err := dlock.Semaphore(l, limit).TryAcquire(lockcheck.Ctx(t), name, 10*time.Second)
+		lockcheck.WantError(t, err, dlock.ErrInvalid)
 		if want := fmt.Sprintf("limit conflict: the server has %d, this Locker %d", server, limit); !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %q does not say %q", err, want)
 		}
 		start := time.Now()
-		_, err = dlock.Acquire(ctx(t), dlock.Semaphore(l, limit), name, 10*time.Second)
-		WantError(t, err, dlock.ErrInvalid)
+		_, err = dlock.Acquire(lockcheck.Ctx(t), dlock.Semaphore(l, limit), name, 10*time.Second)
+		lockcheck.WantError(t, err, dlock.ErrInvalid)
 		if d := time.Since(start); d > 5*time.Second {
 			t.Fatalf("a wait with a conflicting limit took %v to give up", d)
 		}
 	}
 	conflict(b, 3, 2)
-	if err := dlock.SetLimit(ctx(t), b, name, 3); err != nil {
+	if err := dlock.SetLimit(lockcheck.Ctx(t), b, name, 3); err != nil {
 		t.Fatalf("SetLimit: %v", err)
 	}
 	mustPermit(t, b, 3, name, 10*time.Second)
@@ -284,25 +286,25 @@ func (s *suite) semShrinkLetsHoldersFinish(t *testing.T) {
 	if _, ok := l.(driver.Semaphores); !ok {
 		t.Skip("the Locker has no semaphores of its own: no limit is recorded")
 	}
-	name := Key(t)
+	name := lockcheck.Key(t)
 	held := s.fillSemaphore(t, 3, name, 10*time.Second)
-	if err := dlock.SetLimit(ctx(t), l, name, 1); err != nil {
+	if err := dlock.SetLimit(lockcheck.Ctx(t), l, name, 1); err != nil {
 		t.Fatalf("SetLimit: %v", err)
 	}
 	for _, lock := range held {
-		if err := lock.Extend(ctx(t), 10*time.Second); err != nil {
+		if err := lock.Extend(lockcheck.Ctx(t), 10*time.Second); err != nil {
 			t.Fatalf("a holder on slot %d lost its permit to the smaller limit: %v", lock.Slot(), err)
 		}
 	}
 	for _, lock := range held {
 		wantFull(t, l, 1, name)
-		if err := lock.Release(ctx(t)); err != nil {
+		if err := lock.Release(lockcheck.Ctx(t)); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 	}
 	first := mustPermit(t, l, 1, name, 10*time.Second)
 	wantFull(t, s.newLocker(t), 1, name)
-	if err := dlock.SetLimit(ctx(t), l, name, 2); err != nil {
+	if err := dlock.SetLimit(lockcheck.Ctx(t), l, name, 2); err != nil {
 		t.Fatalf("SetLimit: %v", err)
 	}
 	if second := mustPermit(t, s.newLocker(t), 2, name, 10*time.Second); second.Slot() == first.Slot() {
@@ -319,25 +321,25 @@ func (s *suite) semBadInput(t *testing.T) {
 		key   string
 		ttl   time.Duration
 	}{
-		{"zero limit", 0, Key(t), time.Second},
-		{"negative limit", -1, Key(t), time.Second},
-		{"limit above MaxLimit", driver.MaxLimit + 1, Key(t), time.Second},
+		{"zero limit", 0, lockcheck.Key(t), time.Second},
+		{"negative limit", -1, lockcheck.Key(t), time.Second},
+		{"limit above MaxLimit", bridge.MaxLimit + 1, lockcheck.Key(t), time.Second},
 		{"empty name", 2, "", time.Second},
-		{"zero ttl", 2, Key(t), 0},
+		{"zero ttl", 2, lockcheck.Key(t), 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := dlock.Semaphore(l, tc.limit).TryAcquire(ctx(t), tc.key, tc.ttl)
-			WantError(t, err, dlock.ErrInvalid)
+			_, err := dlock.Semaphore(l, tc.limit).TryAcquire(lockcheck.Ctx(t), tc.key, tc.ttl)
+			lockcheck.WantError(t, err, dlock.ErrInvalid)
 		})
 	}
 	t.Run("nil context", func(t *testing.T) {
 		//lint:ignore SA1012 a nil context is the bad input under test
-		_, err := dlock.Semaphore(l, 2).TryAcquire(nil, Key(t), time.Second) //nolint:staticcheck
-		WantError(t, err, dlock.ErrInvalid)
+		_, err := dlock.Semaphore(l, 2).TryAcquire(nil, lockcheck.Key(t), time.Second) //nolint:staticcheck
+		lockcheck.WantError(t, err, dlock.ErrInvalid)
 	})
 	t.Run("SetLimit", func(t *testing.T) {
-		WantError(t, dlock.SetLimit(ctx(t), l, Key(t), 0), dlock.ErrInvalid)
-		WantError(t, dlock.SetLimit(ctx(t), l, "", 2), dlock.ErrInvalid)
-		WantError(t, dlock.SetLimit(ctx(t), nil, Key(t), 2), dlock.ErrInvalid)
+		lockcheck.WantError(t, dlock.SetLimit(lockcheck.Ctx(t), l, lockcheck.Key(t), 0), dlock.ErrInvalid)
+		lockcheck.WantError(t, dlock.SetLimit(lockcheck.Ctx(t), l, "", 2), dlock.ErrInvalid)
+		lockcheck.WantError(t, dlock.SetLimit(lockcheck.Ctx(t), nil, lockcheck.Key(t), 2), dlock.ErrInvalid)
 	})
 }

@@ -3,7 +3,7 @@ package pglock_test
 import (
 	"testing"
 
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // TestCloseKeepsLocks: Close stops the Locker's release listener, not its
@@ -11,5 +11,5 @@ import (
 // still works.
 func TestCloseKeepsLocks(t *testing.T) {
 	l := newLocker(t, 4)
-	locktest.CloseKeepsLocks(t, l, newLocker(t, 4), l.Close)
+	lockcheck.CloseKeepsLocks(t, l, newLocker(t, 4), l.Close)
 }

@@ -83,8 +83,8 @@
 //
 // Int64Key and KeyPair name numbered locks directly (ForKey makes a Locker
 // of one), and WithKeyFunc maps names to them; the pair form is a key
-// space of its own. pglock itself uses one bigint key, WaitKey, for its
-// waiters; do not lock it.
+// space of its own. pglock itself uses one bigint key,
+// -3089797466993508641 (Int64Key), for its waiters; do not lock it.
 //
 // # Fences
 //
@@ -164,9 +164,9 @@
 // A Locker with waiters (dlock.Acquire, dlock.Do) keeps one connection
 // that LISTENs on the channel dlock_release (opened outside the pool, with the pool's ConnConfig and its
 // BeforeConnect and AfterConnect hooks, so that it never takes a connection
-// a lock attempt needs) and holds the reserved advisory key WaitKey in
+// a lock attempt needs) and holds the reserved advisory key (see Keys) in
 // share mode; a release sends NOTIFY dlock_release only when it cannot take
-// WaitKey exclusively, that is when some Locker on the database has a
+// that key exclusively, that is when some Locker on the database has a
 // waiter (WithReleaseNotify; Close stops the listener). So an uncontended
 // release sends nothing, and a waiter retries as soon as the holder lets
 // go. A lock freed by a dying session sends nothing and is found by the
@@ -199,7 +199,7 @@
 //
 // Locker.Semaphore (which dlock.Semaphore returns for a pglock Locker)
 // grants one of N permits of a name as the session lock on one of its
-// slots: the slot's key ("{vendor-api}#2", see driver.SlotKey), mapped as
+// slots: the slot's key ("{vendor-api}#2", see dlock.Semaphore), mapped as
 // TryAcquire maps names (with the prefix, by HashKey or WithKeyFunc), so a
 // permit is exactly the lock on that name, with a fence from the same
 // sequence, a pinned connection (see Connections) and the same loss when

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 var _ driver.TermReader = (*Locker)(nil)
@@ -41,7 +42,7 @@ func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	}
 	k, err := l.keyFunc(l.cfg.Prefix + key)
 	if err != nil || !k.valid() {
-		return dlock.Term{}, driver.Invalidf("key function refused %q: %v", key, err)
+		return dlock.Term{}, nodeerr.Invalidf("key function refused %q: %v", key, err)
 	}
 	return l.readTerm(ctx, key, k)
 }
@@ -49,10 +50,10 @@ func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 // ReadTerm implements driver.TermReader for the lock on the Locker's Key.
 func (kl keyLocker) ReadTerm(ctx context.Context, name string) (dlock.Term, error) {
 	if ctx == nil {
-		return dlock.Term{}, driver.Invalidf("nil context")
+		return dlock.Term{}, nodeerr.Invalidf("nil context")
 	}
 	if !kl.k.valid() {
-		return dlock.Term{}, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+		return dlock.Term{}, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
 	}
 	return kl.l.readTerm(ctx, name, kl.k)
 }

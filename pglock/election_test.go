@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/pglock"
 )
@@ -112,7 +113,7 @@ func TestElectionIdentityTooLong(t *testing.T) {
 		return nil
 	}
 	for _, id := range []string{strings.Repeat("x", 43), "réplica"} {
-		locktest.WantError(t, dlock.Lead(testCtx(t), l, uniqueKey(t), time.Second, fn, dlock.WithIdentity(id)), dlock.ErrInvalid)
+		lockcheck.WantError(t, dlock.Lead(testCtx(t), l, uniqueKey(t), time.Second, fn, dlock.WithIdentity(id)), dlock.ErrInvalid)
 	}
 	if err := dlock.Lead(testCtx(t), l, uniqueKey(t), time.Second, func(context.Context) error { return nil },
 		dlock.WithIdentity(strings.Repeat("x", 42))); err != nil {

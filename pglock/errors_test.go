@@ -15,8 +15,8 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/pgqueue"
 )
@@ -79,7 +79,7 @@ func recordGrant(t *testing.T, l *pglock.Locker, key string, ttl time.Duration) 
 		t.Fatalf("TryAcquire(%q): %v", key, err)
 	}
 	rg := &recordedGrant{Grant: g}
-	lock := driver.NewLock(key, driver.NewToken(), fence, validUntil, rg)
+	lock := driver.NewLock(key, bridge.NewToken(), fence, validUntil, rg)
 	t.Cleanup(func() { lock.Release(context.Background()) })
 	return lock, rg
 }
@@ -93,7 +93,7 @@ func TestErrorSentinels(t *testing.T) {
 	pool := shared.Pool(t, 2)
 	l := newLocker(t, 3)
 	held := uniqueKey(t)
-	mustAcquire(t, l, held, 10*time.Second)
+	lockcheck.MustAcquire(t, l, held, 10*time.Second)
 
 	// A schema without the fence sequence, a read-only session, a server
 	// that is not there.
@@ -138,7 +138,7 @@ func TestErrorSentinels(t *testing.T) {
 	}
 	t.Cleanup(gone.Close)
 	full := lockerOn(shared.Pool(t, 1))
-	mustAcquire(t, full, uniqueKey(t), 10*time.Second)
+	lockcheck.MustAcquire(t, full, uniqueKey(t), 10*time.Second)
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	expired, cancelExpired := context.WithDeadline(ctx, time.Now().Add(-time.Second))
@@ -327,15 +327,15 @@ func TestMisconfigured(t *testing.T) {
 	as := func(user, password string) func(*pgxpool.Config) {
 		return func(c *pgxpool.Config) { c.ConnConfig.User, c.ConnConfig.Password = user, password }
 	}
-	locktest.WantRefused(t, lockerWith(srv, as("app", "wrong")), uniqueKey(t), "password authentication failed")
-	mustAcquire(t, lockerWith(srv, as("app", "secret")), uniqueKey(t), time.Minute) // the setup is right
+	lockcheck.WantRefused(t, lockerWith(srv, as("app", "wrong")), uniqueKey(t), "password authentication failed")
+	lockcheck.MustAcquire(t, lockerWith(srv, as("app", "secret")), uniqueKey(t), time.Minute) // the setup is right
 
 	role := fmt.Sprintf("nofence_%d", time.Now().UnixNano())
 	if err := shared.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { shared.Exec(context.Background(), "DROP ROLE "+role) })
-	locktest.WantRefused(t, lockerWith(shared, as(role, "")), uniqueKey(t), "permission denied for sequence")
+	lockcheck.WantRefused(t, lockerWith(shared, as(role, "")), uniqueKey(t), "permission denied for sequence")
 
 	const empty = "misconfigured_no_fence"
 	if err := shared.Exec(ctx, "CREATE SCHEMA "+empty); err != nil {
@@ -343,9 +343,9 @@ func TestMisconfigured(t *testing.T) {
 	}
 	t.Cleanup(func() { shared.Exec(context.Background(), "DROP SCHEMA "+empty+" CASCADE") })
 	unmigrated := lockerWith(shared, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = empty })
-	locktest.WantRefused(t, unmigrated, uniqueKey(t), "pglock.Migrate")
+	lockcheck.WantRefused(t, unmigrated, uniqueKey(t), "pglock.Migrate")
 	readOnly := lockerWith(shared, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on" })
-	locktest.WantRefused(t, readOnly, uniqueKey(t), "read-only")
+	lockcheck.WantRefused(t, readOnly, uniqueKey(t), "read-only")
 
 	// Migrate by a role that may not create the sequence.
 	if err := shared.Exec(ctx, "GRANT USAGE ON SCHEMA "+empty+" TO "+role); err != nil {

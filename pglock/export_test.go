@@ -19,3 +19,6 @@ func (l *Locker) TryAcquireGrant(ctx context.Context, key string, ttl time.Durat
 	}
 	return gr, fence, validUntil, nil
 }
+
+// WaitKey is the advisory key a Locker's release listener holds.
+const WaitKey = waitKey

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testproxy"
 	"github.com/dlock-go/dlock/pglock"
 )
@@ -162,7 +163,7 @@ func TestNaiveMistakesAreCaught(t *testing.T) {
 func TestCancelledExtendKeepsLock(t *testing.T) {
 	l, proxy := proxiedLocker(t)
 	key := uniqueKey(t)
-	lock := mustAcquire(t, l, key, 10*time.Second)
+	lock := lockcheck.MustAcquire(t, l, key, 10*time.Second)
 	proxy.Latency(t, 200*time.Millisecond, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel) // while the check is in flight

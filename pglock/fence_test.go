@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/pgqueue"
@@ -26,7 +27,7 @@ func TestFencesIncreaseAcrossSessions(t *testing.T) {
 	for i := range 12 {
 		l := lockers[i%len(lockers)]
 		if i%3 == 0 {
-			mustAcquire(t, lockers[(i+1)%len(lockers)], other, time.Second).Release(testCtx(t))
+			lockcheck.MustAcquire(t, lockers[(i+1)%len(lockers)], other, time.Second).Release(testCtx(t))
 		}
 		lock, err := l.TryAcquire(testCtx(t), key, time.Second)
 		if err != nil {
@@ -177,7 +178,7 @@ func TestMigrateConcurrently(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lock := mustAcquire(t, l, uniqueKey(t), time.Second)
+		lock := lockcheck.MustAcquire(t, l, uniqueKey(t), time.Second)
 		if err := lock.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // WithHolderInfo makes the Locker publish the name of each lock it holds,
@@ -27,10 +27,10 @@ import (
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error {
 		if !publishable(service) {
-			return driver.Invalidf("holder service %q: PostgreSQL's application_name keeps at most %d bytes of printable ASCII", service, maxAppName)
+			return nodeerr.Invalidf("holder service %q: PostgreSQL's application_name keeps at most %d bytes of printable ASCII", service, maxAppName)
 		}
 		if strings.HasPrefix(service, "#") {
-			return driver.Invalidf("holder service %q: a leading '#' marks an election's term in application_name", service)
+			return nodeerr.Invalidf("holder service %q: a leading '#' marks an election's term in application_name", service)
 		}
 		l.holder, l.service = true, service
 		return nil
@@ -114,7 +114,7 @@ func (l *Locker) publication(name, id string) (st *statements, app, alt string, 
 		return l.plain, app, app, nil
 	}
 	if !publishable(id) || len(id) > maxIdentity {
-		return nil, "", "", driver.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", id, maxIdentity)
+		return nil, "", "", nodeerr.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", id, maxIdentity)
 	}
 	rec := "#%s " + strings.ReplaceAll(id, "%", "%%")
 	if full := l.cfg.Prefix + name; publishable(full) {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestInspectAdvisory(t *testing.T) {
 	ctx := testCtx(t)
 	l := newLocker(t, 4)
-	mine := mustAcquire(t, l, "insp:mine", 10*time.Second)
+	mine := lockcheck.MustAcquire(t, l, "insp:mine", 10*time.Second)
 
 	// Another session takes HashKey("insp:other") and 424242 by hand, and a
 	// third one blocks behind 424242.
@@ -128,7 +129,7 @@ func testInspectHolderInfo(t *testing.T, lease bool) {
 	viewer := newLocker(t, 2)
 
 	name := "insp:held:" + strconv.FormatBool(lease)
-	lock := mustAcquire(t, holder, name, 10*time.Second)
+	lock := lockcheck.MustAcquire(t, holder, name, 10*time.Second)
 	for _, pattern := range []string{"*", "insp:held:*", name} {
 		got, err := viewer.Inspect(ctx, pattern, 0)
 		if err != nil || len(got) != 1 || got[0].Key != name || got[0].Service != "billing" || got[0].PID == 0 {
@@ -169,7 +170,7 @@ func testInspectHolderInfo(t *testing.T, lease bool) {
 	}
 
 	long := "insp:" + strings.Repeat("x", 60) // beyond application_name's 63 bytes
-	lock = mustAcquire(t, holder, long, 10*time.Second)
+	lock = lockcheck.MustAcquire(t, holder, long, 10*time.Second)
 	n, _ := pglock.HashKey(long).Int64()
 	got, err := viewer.Inspect(ctx, "*", 0)
 	if err != nil || len(got) != 1 || got[0].Key != "advisory:"+strconv.FormatInt(n, 10) {
@@ -188,7 +189,7 @@ func testInspectHolderInfo(t *testing.T, lease bool) {
 func TestInspectHolderInfoPrefix(t *testing.T) {
 	ctx := testCtx(t)
 	holder := newLocker(t, 2, pglock.WithPrefix("t1:"), pglock.WithHolderInfo(""))
-	mustAcquire(t, holder, "job", 10*time.Second)
+	lockcheck.MustAcquire(t, holder, "job", 10*time.Second)
 	n, _ := pglock.HashKey("t1:job").Int64()
 	for _, tc := range []struct {
 		opts []pglock.Option

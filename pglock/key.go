@@ -20,15 +20,16 @@ type Key struct {
 	hashed bool
 }
 
-// WaitKey is the one bigint advisory key pglock reserves: a Locker's
-// release listener holds it in share mode while any of its acquisitions
-// waits, and a release sends its NOTIFY only when it cannot take WaitKey
-// exclusively (see WithReleaseNotify). It is bytes 8 to 15 of the SHA-256 of
-// "pglock waiters", so no HashKey name maps to it except by the same 2^-64
-// chance as any other collision. Do not lock it yourself: a session holding
-// it exclusively makes waiters poll, and one holding it in share mode makes
-// every release send a NOTIFY.
-const WaitKey int64 = -3089797466993508641
+// waitKey is the one bigint advisory key pglock reserves (the package
+// documentation gives its value): a Locker's release listener holds it in
+// share mode while any of its acquisitions waits, and a release sends its
+// NOTIFY only when it cannot take waitKey exclusively (see
+// WithReleaseNotify). It is bytes 8 to 15 of the SHA-256 of "pglock
+// waiters", so no HashKey name maps to it except by the same 2^-64 chance
+// as any other collision. A session holding it exclusively makes waiters
+// poll, and one holding it in share mode makes every release send a
+// NOTIFY.
+const waitKey int64 = -3089797466993508641
 
 // HashKey maps a lock name to a bigint advisory key: the first 8 bytes of
 // the SHA-256 of the name's UTF-8 bytes, read as a big-endian two's

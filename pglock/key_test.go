@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -98,7 +99,7 @@ func TestKeysWithControlBytes(t *testing.T) {
 		if err != nil || sql != n {
 			t.Fatalf("HashKey(%q) = %d; SQL over its bytes: %d, %v", name, n, sql, err)
 		}
-		held[i] = mustAcquire(t, a, name, 10*time.Second)
+		held[i] = lockcheck.MustAcquire(t, a, name, 10*time.Second)
 	}
 	// Every name is held at once (no two share a lock), and only once.
 	for _, name := range names {
@@ -154,13 +155,13 @@ func TestKeysWithControlBytes(t *testing.T) {
 func TestPrefix(t *testing.T) {
 	name := uniqueKey(t)
 	billing := newLocker(t, 2, pglock.WithPrefix("billing:"))
-	lock := mustAcquire(t, billing, name, 10*time.Second)
+	lock := lockcheck.MustAcquire(t, billing, name, 10*time.Second)
 	if lock.Key() != name {
 		t.Fatalf("Key() = %q, want %q", lock.Key(), name)
 	}
 	holderPID(t, pglock.HashKey("billing:"+name)) // fails unless pg_locks shows it
 	other := newLocker(t, 2, pglock.WithPrefix("mail:"))
-	mustAcquire(t, other, name, 10*time.Second).Release(testCtx(t))
+	lockcheck.MustAcquire(t, other, name, 10*time.Second).Release(testCtx(t))
 	_, err := newLocker(t, 2, pglock.WithPrefix("billing:")).TryAcquire(testCtx(t), name, time.Second)
 	wantIs(t, err, dlock.ErrNotAcquired)
 	_, err = newLocker(t, 2).TryAcquire(testCtx(t), "billing:"+name, time.Second)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
@@ -18,7 +18,7 @@ import (
 const FenceSequence = "dlock_fence"
 
 // MigrateSQL creates the fence sequence and the table where semaphores
-// record their limits (SemaphoreTable). Migrate runs it (and checks the
+// record their limits (dlock_semaphore). Migrate runs it (and checks the
 // sequence's settings); run it yourself where schema changes go through a
 // migration tool. CACHE 1 matters: with a per-session cache two sessions
 // would hand out numbers from different ranges, and a later holder could
@@ -51,10 +51,10 @@ type Execer interface {
 // creates); lock traffic may run while it does.
 func Migrate(ctx context.Context, db Execer) error {
 	if ctx == nil {
-		return driver.Invalidf("nil context")
+		return nodeerr.Invalidf("nil context")
 	}
 	if pgmigrate.IsNil(db) {
-		return driver.Invalidf("nil database handle")
+		return nodeerr.Invalidf("nil database handle")
 	}
 	if _, err := db.Exec(ctx, pgmigrate.Serialized(MigrateSQL)); err != nil {
 		return migrateErr(err)

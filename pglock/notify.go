@@ -9,33 +9,34 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Wake-on-release
 //
 // A Locker with waiting acquisitions keeps one connection of its own,
-// outside the pool, that LISTENs on notifyChannel and holds WaitKey in
+// outside the pool, that LISTENs on notifyChannel and holds waitKey in
 // share mode (opened when a waiting attempt first finds its key busy,
 // closed when the last waiter leaves). Release runs pg_advisory_unlock
-// and then, in the same statement, pg_try_advisory_xact_lock(WaitKey): if
-// that fails, some Locker's listener holds WaitKey, so someone may wait,
+// and then, in the same statement, pg_try_advisory_xact_lock(waitKey): if
+// that fails, some Locker's listener holds waitKey, so someone may wait,
 // and the statement sends pg_notify with the key's notifyID as payload,
 // delivered when its transaction commits, after the unlock. If it
 // succeeds, nobody waits anywhere: no NOTIFY (which would cost an xid and
-// a WAL flush at commit), and the exclusive WaitKey lock ends with the
+// a WAL flush at commit), and the exclusive waitKey lock ends with the
 // statement. The check costs a lock-table entry made and dropped
 // (bench/RESULTS.md). The listener wakes its earliest waiter for the
 // released key, which retries at once instead of at its next poll.
 //
 // No release is missed. The listener wakes every waiter once after its
-// LISTEN and its WaitKey lock are both in place. A release whose unlock
+// LISTEN and its waitKey lock are both in place. A release whose unlock
 // comes before that wake-up is found by the waiter's retry. A release whose
-// unlock comes after it looks for WaitKey after the unlock (CASE evaluates
+// unlock comes after it looks for waitKey after the unlock (CASE evaluates
 // in order), so after the wake-up, finds it held, and NOTIFYs after the
 // LISTEN. A waiter that registers while the listener runs is covered too:
-// it registers before its attempt, and the listener holds WaitKey for as
-// long as anyone is registered. A release that finds WaitKey held only by
+// it registers before its attempt, and the listener holds waitKey for as
+// long as anyone is registered. A release that finds waitKey held only by
 // another releaser's short exclusive lock sends a NOTIFY nobody needed;
 // that costs, but is harmless.
 //
@@ -76,7 +77,7 @@ func (l *Locker) lst() *listener {
 // off (WithReleaseNotify(false)), for keys the key function rejects, and
 // after Close the channel never fires and waits poll.
 func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func()) {
-	if !l.notify || driver.CheckKey(key) != nil {
+	if !l.notify || bridge.KeyProblem(key) != "" {
 		return nil, func() {}
 	}
 	k, err := l.mapKey(key)
@@ -204,7 +205,7 @@ func (n *listener) run(ctx context.Context) {
 	}
 }
 
-// listen opens its own connection, LISTENs and takes WaitKey in share mode,
+// listen opens its own connection, LISTENs and takes waitKey in share mode,
 // wakes every waiter once (a release may have come before both were in
 // place), and dispatches notifications until ctx ends (nil) or the
 // connection fails. listened says whether it got that far.
@@ -218,7 +219,7 @@ func (n *listener) listen(ctx context.Context) (listened bool, err error) {
 		conn.Close(cctx)
 		cancel()
 	}()
-	// The share lock waits only for a release that holds WaitKey for the
+	// The share lock waits only for a release that holds waitKey for the
 	// length of its statement. It ends with the session.
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel+"; SELECT pg_advisory_lock_shared("+waitKeySQL+")"); err != nil {
 		return false, err

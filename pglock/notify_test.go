@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -117,7 +118,7 @@ func TestReleaseNotifiesOnlyWhenWaited(t *testing.T) {
 	payload := fmt.Sprintf("i%d", n)
 
 	for range 3 {
-		lock := mustAcquire(t, a, key, 10*time.Second)
+		lock := lockcheck.MustAcquire(t, a, key, 10*time.Second)
 		if err := lock.Release(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +136,7 @@ func TestReleaseNotifiesOnlyWhenWaited(t *testing.T) {
 	// silent again.
 	b.Close()
 	waitFor(t, "the listener to end", func() bool { return waitKeyHolders(t) == 0 })
-	mustAcquire(t, a, key, 10*time.Second).Release(testCtx(t))
+	lockcheck.MustAcquire(t, a, key, 10*time.Second).Release(testCtx(t))
 	if got := nextPayloads(t, raw); len(got) != 0 {
 		t.Fatalf("a release after the waiters left sent NOTIFYs %q", got)
 	}
@@ -151,7 +152,7 @@ func TestNoMissedWakeup(t *testing.T) {
 	const rounds = 24 // three per release offset
 	for i := range rounds {
 		key := uniqueKey(t)
-		lock := mustAcquire(t, a, key, 10*time.Second)
+		lock := lockcheck.MustAcquire(t, a, key, 10*time.Second)
 		got := make(chan error, 1)
 		start := make(chan struct{})
 		go func() {
@@ -200,7 +201,7 @@ func TestPairReleaseWakesWaiter(t *testing.T) {
 // poll interval.
 func releaseWakes(t *testing.T, a, b *pglock.Locker, key string) {
 	t.Helper()
-	lock := mustAcquire(t, a, key, 10*time.Second)
+	lock := lockcheck.MustAcquire(t, a, key, 10*time.Second)
 	got := waitParked(t, &counting{Locker: b}, key)
 	released := time.Now()
 	if err := lock.Release(testCtx(t)); err != nil {
@@ -222,8 +223,8 @@ func releaseWakes(t *testing.T, a, b *pglock.Locker, key string) {
 func TestNestedWaitSmallPool(t *testing.T) {
 	a, b := newLocker(t, 2), newLocker(t, 2)
 	keyA, keyB := uniqueKey(t), uniqueKey(t)
-	mustAcquire(t, a, keyA, 10*time.Second)
-	lb := mustAcquire(t, b, keyB, 10*time.Second)
+	lockcheck.MustAcquire(t, a, keyA, 10*time.Second)
+	lb := lockcheck.MustAcquire(t, b, keyB, 10*time.Second)
 
 	const deadline = 4 * time.Second
 	got := make(chan error, 1)
@@ -350,7 +351,7 @@ func TestListenerLossWarns(t *testing.T) {
 	warnings := make(records, 8)
 	a, b := newLocker(t, 2), newLocker(t, 2, pglock.WithLogger(slog.New(warnings)))
 	key := uniqueKey(t)
-	la := mustAcquire(t, a, key, 10*time.Second)
+	la := lockcheck.MustAcquire(t, a, key, 10*time.Second)
 	got := waitParked(t, &counting{Locker: b}, key)
 	var pid uint32
 	locks, err := shared.AdvisoryLocks(testCtx(t))

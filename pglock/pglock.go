@@ -70,7 +70,7 @@ type Option func(*Locker) error
 func WithKeyFunc(f func(name string) (Key, error)) Option {
 	return func(l *Locker) error {
 		if f == nil {
-			return driver.Invalidf("nil key function")
+			return nodeerr.Invalidf("nil key function")
 		}
 		l.keyFunc = f
 		return nil
@@ -134,10 +134,10 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 func WithSessionLease(margin time.Duration) Option {
 	return func(l *Locker) error {
 		if margin < 0 {
-			return driver.Invalidf("session lease margin %v: must not be negative", margin)
+			return nodeerr.Invalidf("session lease margin %v: must not be negative", margin)
 		}
 		if margin > maxSessionLease-time.Millisecond {
-			return driver.Invalidf("session lease margin %v: leaves no room for a ttl below idle_session_timeout's maximum of %dms (about 24.8 days)",
+			return nodeerr.Invalidf("session lease margin %v: leaves no room for a ttl below idle_session_timeout's maximum of %dms (about 24.8 days)",
 				margin, maxSessionLease.Milliseconds())
 		}
 		l.lease = margin
@@ -155,8 +155,8 @@ func (l *Locker) checkLease(ttl time.Duration) error {
 	if l.lease < 0 {
 		return nil
 	}
-	if ms := driver.Milliseconds(ttl + l.lease); ms > maxSessionLease.Milliseconds() {
-		return driver.Invalidf("ttl %v + session lease margin %v = %dms: above idle_session_timeout's maximum of %dms (about 24.8 days)",
+	if ms := bridge.Milliseconds(ttl + l.lease); ms > maxSessionLease.Milliseconds() {
+		return nodeerr.Invalidf("ttl %v + session lease margin %v = %dms: above idle_session_timeout's maximum of %dms (about 24.8 days)",
 			ttl, l.lease, ms, maxSessionLease.Milliseconds())
 	}
 	return nil
@@ -165,7 +165,7 @@ func (l *Locker) checkLease(ttl time.Duration) error {
 // leaseMS returns the idle_session_timeout for ttl, in whole milliseconds,
 // rounded up.
 func (l *Locker) leaseMS(ttl time.Duration) string {
-	return strconv.FormatInt(driver.Milliseconds(ttl+l.lease), 10)
+	return strconv.FormatInt(bridge.Milliseconds(ttl+l.lease), 10)
 }
 
 // New returns a Locker over pool. It sends nothing to the server. The fence
@@ -173,7 +173,7 @@ func (l *Locker) leaseMS(ttl time.Duration) string {
 // pool as Connections in the package documentation says.
 func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	if pool == nil {
-		return nil, driver.Invalidf("nil pgxpool.Pool")
+		return nil, nodeerr.Invalidf("nil pgxpool.Pool")
 	}
 	cfg := pool.Config()
 	l := &Locker{
@@ -216,8 +216,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // reason), and dlock.ErrInvalid for bad arguments. A wait for a free pool
 // connection ends with ctx, matching dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	a := l.cfg.Events.Attempt(ctx, key)
-	return a.End(l.tryName(ctx, key, ttl))
+	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryName(ctx, key, ttl) })
 }
 
 func (l *Locker) tryName(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
@@ -239,7 +238,7 @@ func (l *Locker) mapKey(name string) (Key, error) {
 		return Key{}, fmt.Errorf("dlock: acquire %q: %w: key function: %w", name, dlock.ErrInvalid, nodeerr.OneLine(err))
 	}
 	if !k.valid() {
-		return Key{}, driver.Invalidf("key function returned the zero Key for %q", name)
+		return Key{}, nodeerr.Invalidf("key function returned the zero Key for %q", name)
 	}
 	return k, nil
 }
@@ -263,14 +262,15 @@ type keyLocker struct {
 }
 
 func (kl keyLocker) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	a := kl.l.cfg.Events.Attempt(ctx, name)
-	if !kl.k.valid() {
-		return a.End(nil, driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)"))
-	}
-	if err := kl.l.checkArgs(ctx, name, ttl); err != nil {
-		return a.End(nil, err)
-	}
-	return a.End(kl.l.tryAcquire(ctx, name, kl.k, ttl))
+	return kl.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
+		if !kl.k.valid() {
+			return nil, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+		}
+		if err := kl.l.checkArgs(ctx, name, ttl); err != nil {
+			return nil, err
+		}
+		return kl.l.tryAcquire(ctx, name, kl.k, ttl)
+	})
 }
 
 // NotifyRelease implements driver.ReleaseNotifier (see Locker.NotifyRelease).
@@ -282,12 +282,12 @@ func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{
 // session lock's validity sets none aside.
 func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) error {
 	if ctx == nil {
-		return driver.Invalidf("nil context")
+		return nodeerr.Invalidf("nil context")
 	}
 	if err := l.cfg.CheckKey(key); err != nil {
 		return err
 	}
-	if err := driver.CheckTTL(ttl); err != nil {
+	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil {
 		return err
 	}
 	return l.checkLease(ttl)
@@ -298,7 +298,7 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 	if err != nil {
 		return nil, err
 	}
-	return driver.NewLock(name, driver.NewToken(), fence, validUntil, g), nil
+	return driver.NewLock(name, bridge.NewToken(), fence, validUntil, g), nil
 }
 
 // grantLock makes one attempt to take the session lock on k and returns
@@ -467,7 +467,7 @@ func (g *grant) keyArgs() []any {
 // deadline does interrupt it, and then the lock is lost; without a
 // deadline the check gives up after releaseBound.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	if err := driver.CheckTTL(ttl); err != nil {
+	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil {
 		return time.Time{}, err
 	}
 	if err := g.l.checkLease(ttl); err != nil {

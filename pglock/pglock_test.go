@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testproxy"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
@@ -93,16 +94,6 @@ func newLocker(t *testing.T, maxConns int32, opts ...pglock.Option) *pglock.Lock
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
-}
-
-func mustAcquire(t *testing.T, l *pglock.Locker, key string, ttl time.Duration) *dlock.Lock {
-	t.Helper()
-	lock, err := l.TryAcquire(testCtx(t), key, ttl)
-	if err != nil {
-		t.Fatalf("TryAcquire(%q): %v", key, err)
-	}
-	t.Cleanup(func() { lock.Release(context.Background()) })
-	return lock
 }
 
 func wantIs(t *testing.T, err error, targets ...error) {
@@ -216,7 +207,7 @@ func TestHandleAfterTerminate(t *testing.T) {
 	}
 
 	// Release without an Extend first: the dead session is found there.
-	lock2 := mustAcquire(t, l, key, 10*time.Second)
+	lock2 := lockcheck.MustAcquire(t, l, key, 10*time.Second)
 	terminate(t, pglock.HashKey(key))
 	err := lock2.Release(testCtx(t))
 	wantIs(t, err, dlock.ErrNotHeld)
@@ -224,7 +215,7 @@ func TestHandleAfterTerminate(t *testing.T) {
 		t.Fatalf("release error does not say why: %v", err)
 	}
 	// The pool replaced the dead connections.
-	lock3 := mustAcquire(t, l, key, time.Second)
+	lock3 := lockcheck.MustAcquire(t, l, key, time.Second)
 	if err := lock3.Release(testCtx(t)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
@@ -237,7 +228,7 @@ func TestHandleAfterTerminate(t *testing.T) {
 func TestOneConnectionPerHolder(t *testing.T) {
 	l := newLocker(t, 1)
 	key := uniqueKey(t)
-	lock := mustAcquire(t, l, key, 10*time.Second)
+	lock := lockcheck.MustAcquire(t, l, key, 10*time.Second)
 
 	start := time.Now()
 	_, err := l.TryAcquire(testCtx(t), key, 10*time.Second)
@@ -260,12 +251,12 @@ func TestOneConnectionPerHolder(t *testing.T) {
 	if err := lock.Release(testCtx(t)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	again := mustAcquire(t, l, key, 10*time.Second)
+	again := lockcheck.MustAcquire(t, l, key, 10*time.Second)
 
 	wide := newLocker(t, 3)
-	mustAcquire(t, wide, uniqueKey(t), 10*time.Second)
+	lockcheck.MustAcquire(t, wide, uniqueKey(t), 10*time.Second)
 	other := uniqueKey(t)
-	mustAcquire(t, wide, other, 10*time.Second)
+	lockcheck.MustAcquire(t, wide, other, 10*time.Second)
 	_, err = wide.TryAcquire(testCtx(t), other, 10*time.Second)
 	wantIs(t, err, dlock.ErrNotAcquired)
 	_ = again
@@ -278,7 +269,7 @@ func TestReleaseWakesWaiter(t *testing.T) {
 		t.Run(fmt.Sprintf("notify=%v", notify), func(t *testing.T) {
 			a, b := newLocker(t, 2), newLocker(t, 2, pglock.WithReleaseNotify(notify))
 			key := uniqueKey(t)
-			la := mustAcquire(t, a, key, 10*time.Second)
+			la := lockcheck.MustAcquire(t, a, key, 10*time.Second)
 			got := make(chan time.Time, 1)
 			go func() {
 				lock, err := dlock.Acquire(testCtx(t), b, key, 10*time.Second,
@@ -368,7 +359,7 @@ func TestKeyFuncPairInterop(t *testing.T) {
 		}
 		return pglock.KeyPair(a, b), nil
 	}))
-	lock := mustAcquire(t, l, "tenant:7:42", 10*time.Second)
+	lock := lockcheck.MustAcquire(t, l, "tenant:7:42", 10*time.Second)
 	if lock.Key() != "tenant:7:42" {
 		t.Fatalf("Key() = %q, want the caller's name", lock.Key())
 	}
@@ -424,7 +415,7 @@ func TestSessionLease(t *testing.T) {
 	if freedAt.Before(lock.ValidUntil()) {
 		t.Fatalf("server freed the lock %v before the holder's validity ended", lock.ValidUntil().Sub(freedAt))
 	}
-	lb := mustAcquire(t, b, key, time.Second)
+	lb := lockcheck.MustAcquire(t, b, key, time.Second)
 	if lb.Fence() <= lock.Fence() {
 		t.Fatalf("fence after the lease ran out: %d, not above %d", lb.Fence(), lock.Fence())
 	}
@@ -532,7 +523,7 @@ func TestConformanceOutage(t *testing.T) {
 // instead of waiting for a release that, for nested locks, never comes.
 func TestPoolExhaustedEveryPath(t *testing.T) {
 	l := newLocker(t, 1)
-	held := mustAcquire(t, l, uniqueKey(t), 10*time.Second)
+	held := lockcheck.MustAcquire(t, l, uniqueKey(t), 10*time.Second)
 	defer held.Release(context.Background())
 	k := pglock.KeyPair(-4, int32(keySeq.Add(1)))
 	fn := func(context.Context) error { return errors.New("fn ran without the lock") }

@@ -11,17 +11,19 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
-// SemaphoreTable is the table where semaphores record their limits: a row
+// semaphoreTable is the table where semaphores record their limits: a row
 // per semaphore name (with WithPrefix's prefix), created by Migrate.
-const SemaphoreTable = "dlock_semaphore"
+const semaphoreTable = "dlock_semaphore"
 
-// semaphoreTableSQL creates SemaphoreTable: the limit (permits), and how
+// semaphoreTableSQL creates semaphoreTable: the limit (permits), and how
 // many slots may be held (slots: above the limit after SetLimit shrank
 // it, while their holders finish).
-const semaphoreTableSQL = `CREATE TABLE IF NOT EXISTS ` + SemaphoreTable + ` (
+const semaphoreTableSQL = `CREATE TABLE IF NOT EXISTS ` + semaphoreTable + ` (
 	name bytea PRIMARY KEY,
 	permits int NOT NULL,
 	slots int NOT NULL
@@ -32,21 +34,21 @@ const semaphoreTableSQL = `CREATE TABLE IF NOT EXISTS ` + SemaphoreTable + ` (
 // from the others: the server ends its session then.
 const (
 	semBeginSQL  = `BEGIN; SET LOCAL idle_in_transaction_session_timeout = 5000`
-	semRecordSQL = `INSERT INTO ` + SemaphoreTable + ` AS s (name, permits, slots) VALUES ($1, $2, $2)
+	semRecordSQL = `INSERT INTO ` + semaphoreTable + ` AS s (name, permits, slots) VALUES ($1, $2, $2)
 	ON CONFLICT (name) DO UPDATE SET permits = s.permits RETURNING permits, slots`
 	semHeldSQL = `SELECT coalesce(array_agg(k.i - 1), '{}') FROM unnest($1::int8[], $2::int8[], $3::int2[]) WITH ORDINALITY AS k(c, o, s, i)
 	WHERE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		AND classid::int8 = k.c AND objid::int8 = k.o AND objsubid = k.s)`
-	semUpdateSQL = `UPDATE ` + SemaphoreTable + ` SET permits = $2, slots = $3 WHERE name = $1`
-	semLimitSQL  = `UPDATE ` + SemaphoreTable + ` SET permits = $2, slots = greatest(slots, $2) WHERE name = $1`
+	semUpdateSQL = `UPDATE ` + semaphoreTable + ` SET permits = $2, slots = $3 WHERE name = $1`
+	semLimitSQL  = `UPDATE ` + semaphoreTable + ` SET permits = $2, slots = greatest(slots, $2) WHERE name = $1`
 )
 
 var _ driver.Semaphores = (*Locker)(nil)
 
 // Semaphore implements driver.Semaphores (see dlock.Semaphore): its
 // TryAcquire grants one of limit permits of name as the session lock on a
-// free slot, the slot's key (driver.SlotKey) mapped as TryAcquire maps
+// free slot, the slot's key (see dlock.Semaphore) mapped as TryAcquire maps
 // names, and pins
 // its connection as every lock does. See Semaphores in the package
 // documentation.
@@ -59,13 +61,12 @@ type semaphore struct {
 }
 
 func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	a := s.l.cfg.Events.Attempt(ctx, name)
-	return a.End(s.try(ctx, name, ttl))
+	return s.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) { return s.try(ctx, name, ttl) })
 }
 
 func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
 	l := s.l
-	if err := driver.CheckLimit(s.limit); err != nil {
+	if err := nodeerr.Invalid(bridge.LimitProblem(s.limit)); err != nil {
 		return nil, err
 	}
 	if err := l.checkArgs(ctx, name, ttl); err != nil {
@@ -82,12 +83,12 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		}
 		return nil, err
 	}
-	p, err := l.publish(ctx, driver.SlotKey(name, slot))
+	p, err := l.publish(ctx, bridge.SlotKey(name, slot))
 	if err != nil {
 		discard(conn) // in the grant's transaction
 		return nil, err
 	}
-	g, fence, validUntil, err := l.grantOn(ctx, conn, driver.SlotKey(name, slot), k, ttl, p)
+	g, fence, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl, p)
 	if err == nil {
 		_, err = conn.Exec(ctx, "COMMIT")
 		if err != nil {
@@ -98,11 +99,11 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 	if err != nil {
 		return nil, err
 	}
-	return driver.NewPermit(name, slot, driver.NewToken(), fence, validUntil, g), nil
+	return driver.NewPermit(name, slot, bridge.NewToken(), fence, validUntil, g), nil
 }
 
 // semTake begins the grant's transaction on conn, locks name's row of
-// SemaphoreTable, and returns the free slot to take and its key, the row
+// semaphoreTable, and returns the free slot to take and its key, the row
 // already updated. On an error (a conflicting limit, every permit held) it
 // ends the transaction and gives conn back, or discards it when the
 // server's answer is unknown.
@@ -154,7 +155,7 @@ func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, l
 	case len(held) == 0:
 		permits, slots = limit, limit
 	case permits != limit:
-		return 0, Key{}, nil, driver.LimitConflict(name, permits, limit)
+		return 0, Key{}, nil, backend.LimitConflict(name, permits, limit)
 	case len(held) >= permits:
 		return 0, Key{}, nil, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, permits)
 	}
@@ -179,7 +180,7 @@ func (l *Locker) semBusy(name string) {
 	}
 }
 
-// semRow is the name of name's row in SemaphoreTable: the prefix, and
+// semRow is the name of name's row in semaphoreTable: the prefix, and
 // what the names of its slots begin with ("{name}#"), so that the names
 // that share slots ("a" and "{a}") share a row.
 func (l *Locker) semRow(name string) []byte { return []byte(l.cfg.Prefix + bridge.SlotPrefix(name)) }
@@ -188,7 +189,7 @@ func (l *Locker) semRow(name string) []byte { return []byte(l.cfg.Prefix + bridg
 func (l *Locker) slotKeys(name string, n int) ([]Key, error) {
 	keys := make([]Key, n)
 	for i := range keys {
-		k, err := l.mapKey(driver.SlotKey(name, i))
+		k, err := l.mapKey(bridge.SlotKey(name, i))
 		if err != nil {
 			return nil, err
 		}
@@ -207,7 +208,7 @@ func lockIDs(keys []Key) (classids, objids []int64, objsubids []int16) {
 }
 
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): one UPDATE
-// of name's row of SemaphoreTable, which waits for a grant in progress.
+// of name's row of semaphoreTable, which waits for a grant in progress.
 // The slots that may be held stay counted, so holders above a smaller
 // limit keep their permits and no new one is granted until fewer than
 // limit are held. A name with no row has never been used: nothing to
@@ -228,7 +229,7 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 // wakes the wait.
 func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struct{}, func()) {
 	l := s.l
-	if !l.notify || driver.CheckLimit(s.limit) != nil || l.cfg.CheckKey(name) != nil {
+	if !l.notify || bridge.LimitProblem(s.limit) != "" || l.cfg.CheckKey(name) != nil {
 		return nil, func() {}
 	}
 	keys, err := l.slotKeys(name, s.limit)
@@ -239,7 +240,7 @@ func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struc
 }
 
 // semLimits sets the Limit of the permits among infos (keys of the form
-// {name}#slot, named as the Locker names them) from SemaphoreTable. A
+// {name}#slot, named as the Locker names them) from semaphoreTable. A
 // database without the table has no semaphores.
 func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
 	rows := map[string][]int{} // row name → indexes in infos
@@ -258,7 +259,7 @@ func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
 	if len(names) == 0 {
 		return nil
 	}
-	r, err := l.pool.Query(ctx, `SELECT name, permits FROM `+SemaphoreTable+` WHERE name = ANY($1)`, names)
+	r, err := l.pool.Query(ctx, `SELECT name, permits FROM `+semaphoreTable+` WHERE name = ANY($1)`, names)
 	if err != nil {
 		if sqlState(err) == codeUndefinedTable {
 			return nil

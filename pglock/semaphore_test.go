@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -22,10 +22,10 @@ func TestSemaphoreTerminatedSession(t *testing.T) {
 	}
 	defer lock.Release(context.Background())
 	_, err = dlock.Semaphore(next, 1).TryAcquire(ctx, name, 10*time.Second)
-	locktest.WantError(t, err, dlock.ErrNotAcquired)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 
 	terminate(t, pglock.HashKey(lock.Key()))
-	locktest.WantError(t, lock.Extend(ctx, 10*time.Second), dlock.ErrLockLost)
+	lockcheck.WantError(t, lock.Extend(ctx, 10*time.Second), dlock.ErrLockLost)
 	again, err := dlock.Semaphore(next, 1).TryAcquire(ctx, name, 10*time.Second)
 	if err != nil {
 		t.Fatalf("the terminated holder's permit did not come back: %v", err)
@@ -53,7 +53,7 @@ func TestSemaphorePinsConnections(t *testing.T) {
 	}
 	start := time.Now()
 	_, err := dlock.Acquire(ctx, sem, name, 10*time.Second)
-	locktest.WantError(t, err, dlock.ErrUnavailable, pglock.ErrPoolExhausted)
+	lockcheck.WantError(t, err, dlock.ErrUnavailable, pglock.ErrPoolExhausted)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("an exhausted pool took %v to be reported", d)
 	}

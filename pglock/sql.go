@@ -54,8 +54,8 @@ func fenceExpr(granted string) string {
 // nextvalSQL draws the next fence.
 const nextvalSQL = `nextval('` + FenceSequence + `')`
 
-// waitKeySQL is WaitKey as an SQL literal.
-var waitKeySQL = strconv.FormatInt(WaitKey, 10)
+// waitKeySQL is waitKey as an SQL literal.
+var waitKeySQL = strconv.FormatInt(waitKey, 10)
 
 // statements are a Locker's acquire and release statements, for bigint
 // keys ([0]) and pairs ([1]), and the session settings they change.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
@@ -118,11 +118,11 @@ func lockTx(ctx context.Context, k Key, node string, row interface{ Scan(...any)
 func checkTx(ctx context.Context, tx any, k Key) error {
 	switch {
 	case ctx == nil:
-		return driver.Invalidf("nil context")
+		return nodeerr.Invalidf("nil context")
 	case pgmigrate.IsNil(tx):
-		return driver.Invalidf("nil transaction")
+		return nodeerr.Invalidf("nil transaction")
 	case !k.valid():
-		return driver.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+		return nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
 	}
 	return nil
 }

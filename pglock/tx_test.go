@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/pglock"
 )
 
@@ -128,7 +128,7 @@ func TestTxLock(t *testing.T) {
 
 		// Rolled back: the lock is free, and the fence drawn in tx2 is not
 		// handed out again (the sequence is not transactional).
-		lock := mustAcquire(t, locker, name, time.Second)
+		lock := lockcheck.MustAcquire(t, locker, name, time.Second)
 		if lock.Fence() <= f2 {
 			t.Fatalf("session fence after a rolled-back tx lock: %d, want above %d (never handed out twice)", lock.Fence(), f2)
 		}
@@ -465,7 +465,7 @@ func TestOutOfLocks(t *testing.T) {
 	ctx := testCtx(t)
 	l := newLocker(t, 2)
 	// Connect first: a new session cannot even start with the table full.
-	mustAcquire(t, l, uniqueKey(t), time.Second).Release(ctx)
+	lockcheck.MustAcquire(t, l, uniqueKey(t), time.Second).Release(ctx)
 	filler, err := pgx.Connect(ctx, shared.DSN())
 	if err != nil {
 		t.Fatal(err)
@@ -499,7 +499,7 @@ func errString(err error) string {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	locktest.Eventually(t, 5*time.Second, func() error {
+	lockcheck.Eventually(t, 5*time.Second, func() error {
 		if !cond() {
 			return fmt.Errorf("waiting for %s", what)
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
@@ -54,11 +53,11 @@ type Job struct {
 func NewQueue(table string) (*Queue, error) {
 	parts := strings.Split(table, ".")
 	if table == "" || len(parts) > 2 || strings.ContainsRune(table, 0) {
-		return nil, driver.Invalidf("queue table %q: want name or schema.name", table)
+		return nil, nodeerr.Invalidf("queue table %q: want name or schema.name", table)
 	}
 	for _, p := range parts {
 		if p == "" {
-			return nil, driver.Invalidf("queue table %q: empty name part", table)
+			return nil, nodeerr.Invalidf("queue table %q: empty name part", table)
 		}
 	}
 	return &Queue{table: pgx.Identifier(parts).Sanitize(), name: table}, nil
@@ -68,7 +67,7 @@ func NewQueue(table string) (*Queue, error) {
 // from several processes at once.
 func (q *Queue) Migrate(ctx context.Context, db Execer) error {
 	if ctx == nil || pgmigrate.IsNil(db) {
-		return driver.Invalidf("nil context or database handle")
+		return nodeerr.Invalidf("nil context or database handle")
 	}
 	_, err := db.Exec(ctx, pgmigrate.Serialized(`CREATE TABLE IF NOT EXISTS `+q.table+` (
 		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -96,7 +95,7 @@ type Querier interface {
 // it commits.
 func (q *Queue) Enqueue(ctx context.Context, db Querier, payloads ...[]byte) ([]int64, error) {
 	if ctx == nil || pgmigrate.IsNil(db) {
-		return nil, driver.Invalidf("nil context or database handle")
+		return nil, nodeerr.Invalidf("nil context or database handle")
 	}
 	if len(payloads) == 0 {
 		return nil, nil
@@ -123,9 +122,9 @@ func (q *Queue) Enqueue(ctx context.Context, db Querier, payloads ...[]byte) ([]
 func (q *Queue) Claim(ctx context.Context, tx pgx.Tx, n int) ([]Job, error) {
 	switch {
 	case ctx == nil || pgmigrate.IsNil(tx):
-		return nil, driver.Invalidf("nil context or transaction")
+		return nil, nodeerr.Invalidf("nil context or transaction")
 	case n <= 0:
-		return nil, driver.Invalidf("claim batch size %d: must be positive", n)
+		return nil, nodeerr.Invalidf("claim batch size %d: must be positive", n)
 	}
 	// MATERIALIZED: the locking subquery runs once, whatever the plan.
 	rows, err := tx.Query(ctx, `WITH c AS MATERIALIZED (
@@ -156,10 +155,10 @@ type TxBeginner interface {
 // error when no job was free (fn is not called then).
 func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx context.Context, tx pgx.Tx, jobs []Job) error) (done int, err error) {
 	if ctx == nil || pgmigrate.IsNil(db) || fn == nil {
-		return 0, driver.Invalidf("nil context, database handle or function")
+		return 0, nodeerr.Invalidf("nil context, database handle or function")
 	}
 	if n <= 0 {
-		return 0, driver.Invalidf("claim batch size %d: must be positive", n)
+		return 0, nodeerr.Invalidf("claim batch size %d: must be positive", n)
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testproxy"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -36,7 +36,7 @@ func slowLocker(t *testing.T, latency time.Duration) (*redislock.Locker, *redis.
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { c.Close() })
 	l := newLocker(t, c)
-	lock, err := l.TryAcquire(testCtx(t), locktest.Key(t), time.Second)
+	lock, err := l.TryAcquire(testCtx(t), lockcheck.Key(t), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func inFlight(t *testing.T, l *redislock.Locker, key string) <-chan error {
 func waitKey(t *testing.T, key string, exists bool) {
 	t.Helper()
 	raw := shared.Client(t)
-	locktest.Eventually(t, 10*time.Second, func() error {
+	lockcheck.Eventually(t, 10*time.Second, func() error {
 		n, err := raw.Exists(testCtx(t), key).Result()
 		if err == nil && (n == 1) != exists {
 			err = fmt.Errorf("key %s: exists %v, want %v", key, n == 1, exists)
@@ -85,7 +85,7 @@ func waitKey(t *testing.T, key string, exists bool) {
 // where one each would open the client's whole pool.
 func TestConcurrentAttemptsShareAConnection(t *testing.T) {
 	l, c := slowLocker(t, 200*time.Millisecond)
-	base := locktest.Key(t)
+	base := lockcheck.Key(t)
 	var wg sync.WaitGroup
 	locks := make([]*dlock.Lock, 32)
 	for i := range locks {
@@ -117,8 +117,8 @@ func TestConcurrentAttemptsShareAConnection(t *testing.T) {
 // never sent: its key and its fence counter are untouched.
 func TestWaitingAttemptLeavesAtItsDeadline(t *testing.T) {
 	l, _ := slowLocker(t, time.Second)
-	first := inFlight(t, l, locktest.Key(t)+"first")
-	key := locktest.Key(t)
+	first := inFlight(t, l, lockcheck.Key(t)+"first")
+	key := lockcheck.Key(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -145,8 +145,8 @@ func TestWaitingAttemptLeavesAtItsDeadline(t *testing.T) {
 // sender is the caller with the later deadline, which gets its lock.
 func TestAttemptLeftInFlightGivesTheKeyBack(t *testing.T) {
 	l, _ := slowLocker(t, time.Second)
-	first := inFlight(t, l, locktest.Key(t)+"first")
-	short, long := locktest.Key(t)+"short", locktest.Key(t)+"long"
+	first := inFlight(t, l, lockcheck.Key(t)+"first")
+	short, long := lockcheck.Key(t)+"short", lockcheck.Key(t)+"long"
 	longDone := make(chan error, 1)
 	go func() {
 		_, err := l.TryAcquire(testCtx(t), long, 30*time.Second)
@@ -163,7 +163,7 @@ func TestAttemptLeftInFlightGivesTheKeyBack(t *testing.T) {
 		shortTook = time.Since(start)
 		shortDone <- err
 	}()
-	locktest.Eventually(t, 5*time.Second, func() error {
+	lockcheck.Eventually(t, 5*time.Second, func() error {
 		if n := l.BatchWaiting(); n != 2 {
 			return fmt.Errorf("%d attempts wait for the next batch, want 2", n)
 		}
@@ -202,7 +202,7 @@ func TestBatchKeepsServerReason(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range errs {
 		wg.Go(func() {
-			_, errs[i] = l.TryAcquire(testCtx(t), fmt.Sprintf("%s:%d", locktest.Key(t), i), time.Second)
+			_, errs[i] = l.TryAcquire(testCtx(t), fmt.Sprintf("%s:%d", lockcheck.Key(t), i), time.Second)
 		})
 	}
 	wg.Wait()
@@ -221,15 +221,15 @@ func TestBatchKeepsServerReason(t *testing.T) {
 // an attempt with a later deadline, as in the test above.)
 func TestPermitLeftInFlightGivesTheSlotBack(t *testing.T) {
 	l, _ := slowLocker(t, time.Second)
-	warm, err := dlock.Semaphore(l, 2).TryAcquire(testCtx(t), locktest.Key(t), 10*time.Second) // loads its script
+	warm, err := dlock.Semaphore(l, 2).TryAcquire(testCtx(t), lockcheck.Key(t), 10*time.Second) // loads its script
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := warm.Release(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	first := inFlight(t, l, locktest.Key(t)+"first")
-	name, long := locktest.Key(t), locktest.Key(t)+"long"
+	first := inFlight(t, l, lockcheck.Key(t)+"first")
+	name, long := lockcheck.Key(t), lockcheck.Key(t)+"long"
 	slot := "{" + name + "}#0"
 	t.Cleanup(func() { shared.Client(t).Del(context.Background(), slot, long) })
 	longDone := make(chan error, 1)
@@ -244,7 +244,7 @@ func TestPermitLeftInFlightGivesTheSlotBack(t *testing.T) {
 		_, err := dlock.Semaphore(l, 2).TryAcquire(ctx, name, 30*time.Second)
 		shortDone <- err
 	}()
-	locktest.Eventually(t, 5*time.Second, func() error {
+	lockcheck.Eventually(t, 5*time.Second, func() error {
 		if n := l.BatchWaiting(); n != 2 {
 			return fmt.Errorf("%d attempts wait for the next batch, want 2", n)
 		}

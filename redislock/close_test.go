@@ -3,7 +3,7 @@ package redislock_test
 import (
 	"testing"
 
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // TestCloseKeepsLocks: Close ends the Locker's subscription to release
@@ -11,5 +11,5 @@ import (
 // Locker still works.
 func TestCloseKeepsLocks(t *testing.T) {
 	l := newLocker(t, shared.Client(t))
-	locktest.CloseKeepsLocks(t, l, newLocker(t, shared.Client(t)), l.Close)
+	lockcheck.CloseKeepsLocks(t, l, newLocker(t, shared.Client(t)), l.Close)
 }

@@ -128,7 +128,7 @@
 //
 // Locker.Semaphore (which dlock.Semaphore returns for a redislock Locker)
 // grants one of N permits of a name as a lock on one of its slot keys,
-// prefix+"{name}#0" to prefix+"{name}#(N-1)" (driver.SlotKey), holding the
+// prefix+"{name}#0" to prefix+"{name}#(N-1)" (see dlock.Semaphore), holding the
 // token with the TTL like a lock key. One script, one round trip, looks at
 // every slot key, checks the limit record "dlock:limit:t:"+prefix+"{name}#"
 // (a hash: limit, and the slots that may be held), and sets the lowest free

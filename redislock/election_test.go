@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -29,7 +30,7 @@ func TestLeaderIgnoresAnEarlierHoldersRecord(t *testing.T) {
 	ctx := testCtx(t)
 	raw := shared.Client(t)
 	l := newLocker(t, raw)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	err := dlock.Lead(ctx, l, name, 10*time.Second, func(ctx context.Context) error {
 		if err := raw.Del(ctx, name).Err(); err != nil {
 			t.Fatal(err)
@@ -48,7 +49,7 @@ func TestLeaderIgnoresAnEarlierHoldersRecord(t *testing.T) {
 		}
 		return nil
 	}, dlock.WithIdentity("old-leader"), dlock.WithRecampaign(false))
-	locktest.WantError(t, err, dlock.ErrNotHeld) // its key was taken away
+	lockcheck.WantError(t, err, dlock.ErrNotHeld) // its key was taken away
 }
 
 // A lock taken with WithHolderInfo (dlock run's) is reported as led by its
@@ -56,7 +57,7 @@ func TestLeaderIgnoresAnEarlierHoldersRecord(t *testing.T) {
 func TestLeaderNamesAHolderInfoLock(t *testing.T) {
 	ctx := testCtx(t)
 	l := newLocker(t, shared.Client(t), redislock.WithHolderInfo("svc"))
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	lock, err := l.TryAcquire(ctx, name, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -14,14 +14,14 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
 
 // Every public error path of redislock returns an error that matches
 // exactly one of dlock's sentinels, on one line, with one "dlock: " prefix
-// (locktest.Classify), and the context's error where the caller's context
+// (lockcheck.Classify), and the context's error where the caller's context
 // ended.
 func TestErrorSentinels(t *testing.T) {
 	srv := testsrv.StartRedis(t)
@@ -38,22 +38,22 @@ func TestErrorSentinels(t *testing.T) {
 	t.Cleanup(func() { ac.Close() })
 	limited := newLocker(t, ac)
 
-	held := locktest.Key(t)
+	held := lockcheck.Key(t)
 	holder, err := l.TryAcquire(testCtx(t), held, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer holder.Release(context.Background())
-	noExpiry := locktest.Key(t)
+	noExpiry := lockcheck.Key(t)
 	raw.Set(testCtx(t), noExpiry, "by hand", 0)
-	wrongType := locktest.Key(t)
+	wrongType := lockcheck.Key(t)
 	raw.LPush(testCtx(t), keys.Fence(wrongType), "x")
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	down.Kill()
 
 	lost := func() *dlock.Lock { // a lock whose key was taken away
-		k := locktest.Key(t)
+		k := lockcheck.Key(t)
 		lock, err := l.TryAcquire(testCtx(t), k, time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -62,7 +62,7 @@ func TestErrorSentinels(t *testing.T) {
 		return lock
 	}
 	released := func() *dlock.Lock {
-		lock, err := l.TryAcquire(testCtx(t), locktest.Key(t), time.Minute)
+		lock, err := l.TryAcquire(testCtx(t), lockcheck.Key(t), time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,14 +106,14 @@ func TestErrorSentinels(t *testing.T) {
 		{"Release twice", released().Release(testCtx(t)), dlock.ErrNotHeld, nil},
 		{"Extend after Release", released().Extend(testCtx(t), time.Minute), dlock.ErrNotHeld, nil},
 		{"Extend with ttl 0", holder.Extend(testCtx(t), 0), dlock.ErrInvalid, nil},
-		{"Do, lock taken away", dlock.Do(testCtx(t), l, locktest.Key(t), 400*time.Millisecond, func(ctx context.Context) error {
+		{"Do, lock taken away", dlock.Do(testCtx(t), l, lockcheck.Key(t), 400*time.Millisecond, func(ctx context.Context) error {
 			raw.Set(ctx, dlock.LockFromContext(ctx).Key(), "someone else", time.Minute)
 			<-ctx.Done()
 			return nil
 		}), dlock.ErrLockLost, nil},
 		{"Do, nil function", dlock.Do(testCtx(t), l, "k", time.Second, nil), dlock.ErrInvalid, nil},
 	} {
-		t.Run(tc.name, func(t *testing.T) { locktest.WantError(t, tc.err, tc.want, tc.also...) })
+		t.Run(tc.name, func(t *testing.T) { lockcheck.WantError(t, tc.err, tc.want, tc.also...) })
 	}
 	var re redis.Error
 	if err := try(limited, testCtx(t), "locks:y", time.Second); !errors.As(err, &re) {
@@ -149,17 +149,17 @@ func TestMisconfigured(t *testing.T) {
 	}
 	var log bytes.Buffer
 	wrongPassword := newLocker(t, client(withPassword, "", "wrong"), redislock.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
-	locktest.WantRefused(t, wrongPassword, locktest.Key(t), "WRONGPASS")
-	locktest.WantRefused(t, wrongPassword, locktest.Key(t), "WRONGPASS")
+	lockcheck.WantRefused(t, wrongPassword, lockcheck.Key(t), "WRONGPASS")
+	lockcheck.WantRefused(t, wrongPassword, lockcheck.Key(t), "WRONGPASS")
 	if n := strings.Count(log.String(), "level=WARN"); n != 1 || !strings.Contains(log.String(), "WRONGPASS") {
 		t.Errorf("two refusals logged %d warnings, want one with the server's reason:\n%s", n, log.String())
 	}
-	locktest.WantRefused(t, newLocker(t, client(withPassword, "", "")), locktest.Key(t), "NOAUTH")
+	lockcheck.WantRefused(t, newLocker(t, client(withPassword, "", "")), lockcheck.Key(t), "NOAUTH")
 	for name, err := range map[string]error{
 		"ExtendToken":  wrongPassword.ExtendToken(testCtx(t), "k", "t", time.Second),
 		"ReleaseToken": wrongPassword.ReleaseToken(testCtx(t), "k", "t"),
 	} {
-		locktest.WantError(t, err, dlock.ErrMisconfigured)
+		lockcheck.WantError(t, err, dlock.ErrMisconfigured)
 		if !strings.Contains(err.Error(), "WRONGPASS") {
 			t.Errorf("%s: %q, want the server's reason", name, err)
 		}
@@ -171,21 +171,21 @@ func TestMisconfigured(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Allowed the lock keys but not dlock's own.
-	locktest.WantRefused(t, newLocker(t, client(srv, "app", "pw")), "locks:"+locktest.Key(t), "NOPERM")
+	lockcheck.WantRefused(t, newLocker(t, client(srv, "app", "pw")), "locks:"+lockcheck.Key(t), "NOPERM")
 	// A fence counter that is a list.
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	if err := raw.LPush(testCtx(t), keys.Fence(key), "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	wrongType := newLocker(t, raw)
-	locktest.WantRefused(t, wrongType, key, "WRONGTYPE")
+	lockcheck.WantRefused(t, wrongType, key, "WRONGTYPE")
 
 	replica := testsrv.StartRedis(t, testsrv.RedisArgs("--replicaof", "127.0.0.1", strconv.Itoa(srv.Port)))
-	locktest.WantRefused(t, newLocker(t, replica.Client(t)), locktest.Key(t), "READONLY")
+	lockcheck.WantRefused(t, newLocker(t, replica.Client(t)), lockcheck.Key(t), "READONLY")
 
 	full := testsrv.StartRedis(t)
 	if err := full.Client(t).ConfigSet(testCtx(t), "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	locktest.WantRefused(t, newLocker(t, full.Client(t)), locktest.Key(t), "OOM")
+	lockcheck.WantRefused(t, newLocker(t, full.Client(t)), lockcheck.Key(t), "OOM")
 }

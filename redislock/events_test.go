@@ -9,7 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testkit/eventtest"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -22,7 +22,7 @@ func TestEventsAndLogOfALossThroughTheProxy(t *testing.T) {
 	c, proxy := proxiedClient(t, shared, -1)
 	rec := eventtest.New()
 	l := newLocker(t, c, redislock.WithObserver(rec.Observe), redislock.WithLogger(rec.Logger()))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	ctx := testCtx(t)
 
 	var fence uint64
@@ -69,7 +69,7 @@ func TestEventsAndLogOfALossThroughTheProxy(t *testing.T) {
 func TestLogOfAGrantAndRelease(t *testing.T) {
 	rec := eventtest.New()
 	l := newLocker(t, shared.Client(t), redislock.WithLogger(rec.Logger()))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock, err := l.TryAcquire(testCtx(t), key, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestEventsOfAFailedExtensionThenRecovery(t *testing.T) {
 	c, proxy := proxiedClient(t, shared, -1)
 	rec := eventtest.New()
 	l := newLocker(t, c, redislock.WithObserver(rec.Observe), redislock.WithLogger(rec.Logger()))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	ctx := testCtx(t)
 
 	lock, err := l.TryAcquire(ctx, key, 5*time.Second)
@@ -138,5 +138,5 @@ func TestEventsOfAFailedExtensionThenRecovery(t *testing.T) {
 func TestEventsOfBareTryAcquire(t *testing.T) {
 	rec := eventtest.New()
 	l := newLocker(t, shared.Client(t), redislock.WithObserver(rec.Observe))
-	eventtest.CheckTryAcquire(t, l, rec, locktest.Key(t), "redis")
+	eventtest.CheckTryAcquire(t, l, rec, lockcheck.Key(t), "redis")
 }

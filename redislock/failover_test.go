@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testproxy"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 )
 
 // The single-node lock's documented hole, and what the fence does about it.
@@ -29,7 +29,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 	host, port, _ := net.SplitHostPort(link.Addr)
 	replica := testsrv.StartRedis(t, testsrv.RedisArgs("--replicaof", host, port))
 	mc, rc := master.Client(t), replica.Client(t)
-	locktest.Eventually(t, 10*time.Second, func() error {
+	lockcheck.Eventually(t, 10*time.Second, func() error {
 		if info := rc.Info(testCtx(t), "replication").Val(); !strings.Contains(info, "master_link_status:up") {
 			return fmt.Errorf("replica not in sync: %s", info)
 		}
@@ -37,7 +37,7 @@ func TestFailoverToStaleReplica(t *testing.T) {
 	})
 
 	lm := newLocker(t, mc)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	warm, err := lm.TryAcquire(testCtx(t), key, time.Minute)
 	if err != nil {
 		t.Fatal(err)

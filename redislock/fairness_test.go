@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -70,7 +70,7 @@ func loop(t *testing.T, n int, key string, hold, d time.Duration, opts ...dlock.
 func TestFairnessHoldZero(t *testing.T) {
 	const n = 16
 	stall := stallMeter(t)
-	order, waits, passed := loop(t, n, locktest.Key(t), 0, 2*time.Second)
+	order, waits, passed := loop(t, n, lockcheck.Key(t), 0, 2*time.Second)
 	stalled := stall()
 	counts := make([]int, n)
 	for _, i := range order {
@@ -102,7 +102,7 @@ func TestFairnessHoldZero(t *testing.T) {
 // every round of n acquisitions.
 func TestFairnessLongestWaiterFirst(t *testing.T) {
 	const n = 16
-	order, _, _ := loop(t, n, locktest.Key(t), time.Millisecond, 2*time.Second, slowPoll...)
+	order, _, _ := loop(t, n, lockcheck.Key(t), time.Millisecond, 2*time.Second, slowPoll...)
 	if len(order) < 4*n {
 		t.Fatalf("only %d acquisitions in 2s", len(order))
 	}
@@ -157,7 +157,7 @@ func TestWokenSoleWaiterGoesFirst(t *testing.T) {
 	waiter := newLocker(t, wc)
 	closeLocker(t, releaser)
 	closeLocker(t, waiter)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	const rounds = 10
 	first := 0
 	for round := range rounds {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
@@ -28,7 +29,7 @@ func TestServerDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err = l.TryAcquire(ctx, locktest.Key(t), time.Second)
+	_, err = l.TryAcquire(ctx, lockcheck.Key(t), time.Second)
 	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("got %v, want ErrUnavailable (and not ErrNotAcquired)", err)
 	}
@@ -41,7 +42,7 @@ func TestServerDown(t *testing.T) {
 	}
 	// A waiting acquire retries an unreachable backend until its context
 	// ends, and then reports it.
-	if _, err := dlock.Acquire(ctx, l, locktest.Key(t), time.Second); !errors.Is(err, dlock.ErrUnavailable) {
+	if _, err := dlock.Acquire(ctx, l, lockcheck.Key(t), time.Second); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("Acquire on a dead server: got %v, want ErrUnavailable", err)
 	}
 }
@@ -65,9 +66,9 @@ func TestOneTryBounded(t *testing.T) {
 		"probe":       newLocker(t, c),
 	} {
 		for op, call := range map[string]func() error{
-			"TryAcquire":   func() error { _, err := l.TryAcquire(context.Background(), locktest.Key(t), time.Second); return err },
-			"ExtendToken":  func() error { return l.ExtendToken(context.Background(), locktest.Key(t), "t", time.Second) },
-			"ReleaseToken": func() error { return l.ReleaseToken(context.Background(), locktest.Key(t), "t") },
+			"TryAcquire":   func() error { _, err := l.TryAcquire(context.Background(), lockcheck.Key(t), time.Second); return err },
+			"ExtendToken":  func() error { return l.ExtendToken(context.Background(), lockcheck.Key(t), "t", time.Second) },
+			"ReleaseToken": func() error { return l.ReleaseToken(context.Background(), lockcheck.Key(t), "t") },
 		} {
 			start := time.Now()
 			err := call()
@@ -75,7 +76,7 @@ func TestOneTryBounded(t *testing.T) {
 			if d := time.Since(start); d > dial+read+700*time.Millisecond {
 				t.Errorf("%s, %s on a silent server took %v, want at most %v", name, op, d.Round(time.Millisecond), dial+read)
 			}
-			locktest.WantError(t, err, dlock.ErrUnavailable)
+			lockcheck.WantError(t, err, dlock.ErrUnavailable)
 		}
 	}
 }
@@ -85,7 +86,7 @@ func TestOneTryBounded(t *testing.T) {
 func TestServerNeverAnswers(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	l := newLocker(t, srv.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock, err := l.TryAcquire(testCtx(t), key, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +100,10 @@ func TestServerNeverAnswers(t *testing.T) {
 		name string
 		op   func(context.Context) error
 	}{
-		{"acquire", func(ctx context.Context) error { _, err := l.TryAcquire(ctx, locktest.Key(t), time.Second); return err }},
+		{"acquire", func(ctx context.Context) error {
+			_, err := l.TryAcquire(ctx, lockcheck.Key(t), time.Second)
+			return err
+		}},
 		{"extend", func(ctx context.Context) error { return lock.Extend(ctx, 5*time.Second) }},
 		{"release", func(ctx context.Context) error { return lock.Release(ctx) }},
 	} {
@@ -135,7 +139,7 @@ func TestDoServerFrozen(t *testing.T) {
 	ttl := 500 * time.Millisecond
 	var lostAfter time.Duration
 	var cause error
-	err := dlock.Do(testCtx(t), l, locktest.Key(t), ttl, func(ctx context.Context) error {
+	err := dlock.Do(testCtx(t), l, lockcheck.Key(t), ttl, func(ctx context.Context) error {
 		srv.Pause()
 		start := time.Now()
 		select {
@@ -179,7 +183,7 @@ func TestLostReplyLeavesNoGhost(t *testing.T) {
 	viaProxy, proxy := proxiedClient(t, srv, -1)
 	l := newLocker(t, viaProxy)
 	direct := srv.Client(t)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	ttl := 10 * time.Second
 
 	proxy.HoldReplies(t)

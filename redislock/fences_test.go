@@ -13,8 +13,8 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -42,7 +42,7 @@ func TestFencesSurviveRestarts(t *testing.T) {
 		},
 		800: restart, // loads the snapshot: the counter of holder 500
 	}
-	f := locktest.FenceHistory(t, l, locktest.Key(t), 1000, faults)
+	f := lockcheck.FenceHistory(t, l, lockcheck.Key(t), 1000, faults)
 	t.Logf("fences %d .. %d", f[0], f[len(f)-1])
 }
 
@@ -54,7 +54,7 @@ func TestFenceInversionWhenClockStepsBack(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	raw := srv.Client(t)
 	a := newLocker(t, srv.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	guard := fence.NewMemory()
 
 	// While the counter lives, a clock that steps back changes nothing: the
@@ -133,7 +133,7 @@ func TestNoResidue(t *testing.T) {
 	l := newLocker(t, srv.Client(t), redislock.WithFenceTTL(ttl))
 	const n = 2000
 	for i := range n {
-		lock, err := l.TryAcquire(testCtx(t), locktest.Key(t), time.Minute)
+		lock, err := l.TryAcquire(testCtx(t), lockcheck.Key(t), time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +149,7 @@ func TestNoResidue(t *testing.T) {
 	if got := raw.DBSize(testCtx(t)).Val(); got == 0 || got > n {
 		t.Fatalf("%d keys right after %d locks were released, want their %d fence counters", got, n, n)
 	}
-	locktest.Eventually(t, ttl+5*time.Second, func() error {
+	lockcheck.Eventually(t, ttl+5*time.Second, func() error {
 		if n := raw.DBSize(testCtx(t)).Val(); n != 0 {
 			return fmt.Errorf("%d keys left after the fence TTL of %v, such as %q", n, ttl, raw.RandomKey(testCtx(t)).Val())
 		}
@@ -163,7 +163,7 @@ func TestNoResidue(t *testing.T) {
 func TestReservedNamespace(t *testing.T) {
 	raw := shared.Client(t)
 	l := newLocker(t, shared.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock, err := l.TryAcquire(testCtx(t), key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestFailedAttemptTakesNothing(t *testing.T) {
 	}
 	check(l, "ACL without ~dlock:*", "locks:invoice", "NOPERM")
 
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	raw.LPush(testCtx(t), keys.Fence(key), "x")
 	check(newLocker(t, srv.Client(t)), "fence counter of the wrong type", key, "WRONGTYPE")
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -98,11 +98,11 @@ func BenchmarkHolderInfo(b *testing.B) {
 func TestHolderInfoKeepsServerReason(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	l := newLocker(t, userClient(t, srv, "app"), redislock.WithHolderInfo("billing"))
-	extended, err := l.TryAcquire(testCtx(t), locktest.Key(t), time.Minute)
+	extended, err := l.TryAcquire(testCtx(t), lockcheck.Key(t), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	released, err := l.TryAcquire(testCtx(t), locktest.Key(t), time.Minute)
+	released, err := l.TryAcquire(testCtx(t), lockcheck.Key(t), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestHolderInfoKeepsServerReason(t *testing.T) {
 	if err := raw.Do(testCtx(t), "CLIENT", "KILL", "USER", "app").Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, acquireErr := l.TryAcquire(testCtx(t), locktest.Key(t), time.Minute)
+	_, acquireErr := l.TryAcquire(testCtx(t), lockcheck.Key(t), time.Minute)
 	for name, err := range map[string]error{
 		"TryAcquire": acquireErr,
 		"Extend":     extended.Extend(testCtx(t), time.Minute),

@@ -9,8 +9,8 @@ import (
 
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -23,7 +23,7 @@ func TestExtendRefreshesFenceCounterWithSetIfEq(t *testing.T) {
 	raw := shared.Client(t)
 	l := newLocker(t, shared.Client(t), redislock.WithFenceTTL(time.Minute))
 	l.SetFeatures(rclient.Native{SetIfEq: true})
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock, err := l.TryAcquire(testCtx(t), key, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestEvictionPolicyWarning(t *testing.T) {
 	var log strings.Builder
 	l := newLocker(t, srv.Client(t), redislock.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	for range 2 {
-		lock, err := l.TryAcquire(testCtx(t), locktest.Key(t), time.Second)
+		lock, err := l.TryAcquire(testCtx(t), lockcheck.Key(t), time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

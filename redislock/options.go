@@ -23,8 +23,9 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithDriftFactor sets the share of the TTL set aside for clock drift when
-// computing validity (see driver.Drift). It must be in [0, 1). The default is
-// driver.DefaultDriftFactor (0.01).
+// computing validity: the margin is ttl × f plus 2 ms (1 ms for Redis's
+// expiry precision and 1 ms as a floor), as in antirez's reference
+// implementation. It must be in [0, 1). The default is 0.01.
 func WithDriftFactor(f float64) Option {
 	return func(l *Locker) error { return l.cfg.SetDriftFactor(f) }
 }
@@ -43,17 +44,13 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 	return func(l *Locker) error { return l.cfg.AddObserver(observe) }
 }
 
-// DefaultFenceTTL is how long a key's fence counter outlives the last grant
-// or extension that wrote it.
-const DefaultFenceTTL = time.Hour
-
 // WithFenceTTL sets how long a key's fence counter ("dlock:fence:{key}")
 // outlives the key's last grant or extension. Once it has expired, the next
 // grant's fence comes from the server's clock (microseconds), which is above
 // every fence the counter handed out as long as the clock has not stepped
 // back since by more than d; so d only bounds how long the server keeps one
 // small key per lock name (see the package documentation). The default is
-// DefaultFenceTTL (1h).
+// 1h.
 func WithFenceTTL(d time.Duration) Option {
 	return func(l *Locker) error { return l.cfg.SetFenceTTL(d, time.Millisecond) }
 }

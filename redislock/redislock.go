@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
@@ -40,9 +41,9 @@ var (
 // for the Redis 8.4 commands is detected on first use.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if rclient.IsNil(client) {
-		return nil, driver.Invalidf("nil redis client")
+		return nil, nodeerr.Invalidf("nil redis client")
 	}
-	l := &Locker{client: client, cfg: backend.New(DefaultFenceTTL, true), tryTimeout: rclient.TryTimeout(client)}
+	l := &Locker{client: client, cfg: backend.New(backend.FenceTTL, true), tryTimeout: rclient.TryTimeout(client)}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
@@ -70,8 +71,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // nothing when it fails, and a key set by an attempt whose reply was lost is
 // deleted again (best effort, in the background).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	a := l.cfg.Events.Attempt(ctx, key)
-	return a.End(l.tryAcquire(ctx, key, ttl))
+	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryAcquire(ctx, key, ttl) })
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
@@ -111,7 +111,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // usable pub/sub (a Ring) and after Close the channel never fires and waits
 // poll.
 func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan struct{}, stop func()) {
-	if l.notify == nil || driver.CheckKey(key) != nil {
+	if l.notify == nil || bridge.KeyProblem(key) != "" {
 		return nil, func() {}
 	}
 	return l.notify.Register(l.cfg.Prefix + key)
@@ -199,7 +199,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if !held {
 		return time.Time{}, fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
 	}
-	return driver.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
+	return bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 }
 
 // Release deletes the key if it still holds the token, and wakes the
@@ -276,7 +276,7 @@ func (l *Locker) begin(name, full string, ttl time.Duration) (attempt, error) {
 	if yield {
 		return attempt{}, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", name, dlock.ErrNotAcquired)
 	}
-	return attempt{l: l, name: name, full: full, token: driver.NewToken(), ttl: ttl, plan: plan}, nil
+	return attempt{l: l, name: name, full: full, token: bridge.NewToken(), ttl: ttl, plan: plan}, nil
 }
 
 // failed returns the error of an attempt whose call failed with err. The
@@ -302,7 +302,7 @@ func (a *attempt) answered(ctx context.Context, status, place, expiry int64, bus
 	why := busy
 	switch status {
 	case rnode.Granted:
-		validUntil := driver.ValidUntil(a.start, a.ttl, a.l.cfg.DriftFactor)
+		validUntil := bridge.ValidUntil(a.start, a.ttl, a.l.cfg.DriftFactor)
 		elapsed := time.Since(a.start)
 		if validUntil.After(a.start.Add(elapsed)) {
 			return validUntil, nil

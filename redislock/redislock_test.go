@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testproxy"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
@@ -94,7 +95,7 @@ func proxiedClient(t *testing.T, srv *testsrv.Redis, maxRetries int) (*redis.Cli
 	return c, proxy
 }
 
-func sharedFactory(opts ...redislock.Option) locktest.Factory {
+func sharedFactory(opts ...redislock.Option) func(*testing.T) dlock.Locker {
 	return func(t *testing.T) dlock.Locker { return newLocker(t, shared.Client(t), opts...) }
 }
 
@@ -122,7 +123,7 @@ func TestFeaturesOnRedis7(t *testing.T) {
 func TestSeedBasics(t *testing.T) {
 	raw := shared.Client(t)
 	a, b := newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	la, err := a.TryAcquire(testCtx(t), key, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +158,7 @@ func TestSeedBasics(t *testing.T) {
 func TestSeedExpiryBug(t *testing.T) {
 	raw := shared.Client(t)
 	scenario := func(t *testing.T, l *redislock.Locker, release func(a *dlock.Lock) error) (cGotIn, bStillHolds bool, releaseErr error) {
-		key := locktest.Key(t)
+		key := lockcheck.Key(t)
 		a, err := l.TryAcquire(testCtx(t), key, 200*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
@@ -200,7 +201,7 @@ func TestSeedExpiryBug(t *testing.T) {
 // Fencing: B, who acquired after A's lock expired, carries a higher fence.
 func TestSeedFenceGrows(t *testing.T) {
 	l := newLocker(t, shared.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	a, err := l.TryAcquire(testCtx(t), key, 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +223,7 @@ func TestSeedFenceGrows(t *testing.T) {
 func TestWireCompatibility(t *testing.T) {
 	raw := shared.Client(t)
 	l := newLocker(t, shared.Client(t), redislock.WithPrefix("locks:"))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock, err := l.TryAcquire(testCtx(t), key, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +253,7 @@ func TestWireCompatibility(t *testing.T) {
 func TestScriptCacheFlushed(t *testing.T) {
 	raw := shared.Client(t)
 	l := newLocker(t, shared.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	flush := func() {
 		if err := raw.ScriptFlush(testCtx(t)).Err(); err != nil {
 			t.Fatal(err)
@@ -284,7 +285,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 func TestDoNoticesStolenLock(t *testing.T) {
 	raw := shared.Client(t)
 	l := newLocker(t, shared.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	ttl := 400 * time.Millisecond
 	var waited time.Duration
 	err := dlock.Do(testCtx(t), l, key, ttl, func(ctx context.Context) error {
@@ -313,7 +314,7 @@ func TestDoNoticesStolenLock(t *testing.T) {
 // client stays refused all the while.
 func TestDoExtendsLongWork(t *testing.T) {
 	l, other := newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	ttl := 200 * time.Millisecond
 	err := dlock.Do(testCtx(t), l, key, ttl, func(ctx context.Context) error {
 		for range 5 {
@@ -333,7 +334,7 @@ func TestDoExtendsLongWork(t *testing.T) {
 // its lock when the last validity runs out.
 func TestDoMaxHold(t *testing.T) {
 	l := newLocker(t, shared.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	// Long enough that an extension delayed by a loaded machine (-race,
 	// the other packages' servers) still lands: held beyond the first ttl
 	// shows that the lock was extended, and the cap ends it.
@@ -356,7 +357,7 @@ func TestDoMaxHold(t *testing.T) {
 func TestDoReturnsFnError(t *testing.T) {
 	l := newLocker(t, shared.Client(t))
 	boom := errors.New("boom")
-	err := dlock.Do(testCtx(t), l, locktest.Key(t), time.Second, func(context.Context) error { return boom })
+	err := dlock.Do(testCtx(t), l, lockcheck.Key(t), time.Second, func(context.Context) error { return boom })
 	if !errors.Is(err, boom) || errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("got %v, want just fn's error", err)
 	}
@@ -393,12 +394,12 @@ func TestBadConfiguration(t *testing.T) {
 func TestForeignKeys(t *testing.T) {
 	raw := shared.Client(t)
 	l := newLocker(t, shared.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	raw.LPush(testCtx(t), key, "x")
 	if _, err := l.TryAcquire(testCtx(t), key, time.Second); err == nil || !errors.Is(err, dlock.ErrMisconfigured) {
 		t.Fatalf("WRONGTYPE key: got %v, want ErrMisconfigured naming the server's error", err)
 	}
-	key2 := locktest.Key(t)
+	key2 := lockcheck.Key(t)
 	raw.Set(testCtx(t), key2, "by-hand", 0)
 	_, err := l.TryAcquire(testCtx(t), key2, time.Second)
 	if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "no expiry") {
@@ -406,12 +407,12 @@ func TestForeignKeys(t *testing.T) {
 	}
 	// A fence counter of the wrong type: the SET lands but no fence can be
 	// drawn, so the attempt fails and gives the key back at once.
-	key3 := locktest.Key(t)
+	key3 := lockcheck.Key(t)
 	raw.LPush(testCtx(t), keys.Fence(key3), "x")
 	if _, err := l.TryAcquire(testCtx(t), key3, time.Minute); !errors.Is(err, dlock.ErrMisconfigured) {
 		t.Fatalf("WRONGTYPE fence counter: got %v, want ErrMisconfigured", err)
 	}
-	locktest.Eventually(t, 5*time.Second, func() error {
+	lockcheck.Eventually(t, 5*time.Second, func() error {
 		if raw.Exists(testCtx(t), key3).Val() == 1 {
 			return errors.New("the lock key of an attempt without a fence was left for its TTL")
 		}
@@ -438,13 +439,13 @@ func TestConformanceOutage(t *testing.T) {
 func TestDoLossAfterCallerCancelled(t *testing.T) {
 	raw := shared.Client(t)
 	l := newLocker(t, shared.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	err := dlock.Do(ctx, l, key, 400*time.Millisecond, func(ctx context.Context) error {
 		cancel()
 		raw.Set(testCtx(t), key, "someone-else", time.Minute)
-		locktest.Eventually(t, 5*time.Second, func() error {
+		lockcheck.Eventually(t, 5*time.Second, func() error {
 			if dlock.LockFromContext(ctx).Held() {
 				return errors.New("still held")
 			}
@@ -462,7 +463,7 @@ func TestDoLossAfterCallerCancelled(t *testing.T) {
 // have ended by then, as a loss.
 func TestDoOwnReleaseUnknownEndsAtValidity(t *testing.T) {
 	l, other := newLocker(t, shared.Client(t)), newLocker(t, shared.Client(t))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	ttl := 400 * time.Millisecond
 	err := dlock.Do(testCtx(t), l, key, ttl, func(ctx context.Context) error {
 		done, cancelDone := context.WithCancel(context.Background())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/rnode"
@@ -34,8 +35,7 @@ type semaphore struct {
 var _ driver.ReleaseNotifier = semaphore{}
 
 func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	a := s.l.cfg.Events.Attempt(ctx, name)
-	return a.End(s.try(ctx, name, ttl))
+	return s.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) { return s.try(ctx, name, ttl) })
 }
 
 // NotifyRelease implements driver.ReleaseNotifier: a release of any
@@ -43,7 +43,7 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 // queue, as a lock's release does (see Locker.NotifyRelease).
 func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{}, func()) {
 	l := s.l
-	if l.notify == nil || driver.CheckKey(name) != nil {
+	if l.notify == nil || bridge.KeyProblem(name) != "" {
 		return nil, func() {}
 	}
 	return l.notify.Register(l.semKey(name))
@@ -63,7 +63,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		return nil, err
 	}
 	_, queue := a.plan.Queue(0)
-	args := append([]any{a.token, driver.Milliseconds(ttl), l.cfg.FenceTTL.Milliseconds(), s.limit}, queue...)
+	args := append([]any{a.token, bridge.Milliseconds(ttl), l.cfg.FenceTTL.Milliseconds(), s.limit}, queue...)
 	n := s.limit
 	tctx, cancel := l.oneTry(ctx)
 	defer cancel()
@@ -86,7 +86,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 			}
 			return nil, a.failed(ctx, err, slots) // a slot may be ours
 		}
-		if r.Status != rnode.Widen || r.X <= int64(n) || r.X > driver.MaxLimit {
+		if r.Status != rnode.Widen || r.X <= int64(n) || r.X > bridge.MaxLimit {
 			break
 		}
 		n = int(r.X)
@@ -94,7 +94,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 	slot := a.full + strconv.FormatInt(r.Slot, 10)
 	validUntil, err := a.answered(ctx, r.Status, r.Place, r.Expiry, "all permits are held", slot)
 	if r.Status == rnode.Conflict {
-		return nil, driver.LimitConflict(name, int(r.X), s.limit)
+		return nil, backend.LimitConflict(name, int(r.X), s.limit)
 	}
 	if err != nil {
 		return nil, err

@@ -11,10 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -28,7 +28,7 @@ func TestSemaphoreOneRoundTrip(t *testing.T) {
 	c := srv.Client(t)
 	l := newLocker(t, c)
 	ctx := testCtx(t)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	sem := dlock.Semaphore(l, 5)
 	for range 2 { // loads the script, and leaves two permits held
 		if _, err := sem.TryAcquire(ctx, name, 10*time.Second); err != nil {
@@ -62,7 +62,7 @@ func TestSemaphoreOneRoundTrip(t *testing.T) {
 // then, with a fence above the vanished holder's, though nobody released.
 func TestSemaphoreVanishedHolder(t *testing.T) {
 	ctx := testCtx(t)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	const ttl = 500 * time.Millisecond
 	gone, err := dlock.Semaphore(newLocker(t, shared.Client(t)), 1).TryAcquire(ctx, name, ttl)
 	if err != nil {
@@ -86,7 +86,7 @@ func TestSemaphoreVanishedHolder(t *testing.T) {
 // slots above it; the old limit then conflicts.
 func TestSemaphoreShrinkCountsHighSlots(t *testing.T) {
 	ctx := testCtx(t)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	l := newLocker(t, shared.Client(t))
 	var held []*dlock.Lock
 	for range 4 {
@@ -100,7 +100,7 @@ func TestSemaphoreShrinkCountsHighSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := dlock.Semaphore(l, 4).TryAcquire(ctx, name, time.Second)
-	locktest.WantError(t, err, dlock.ErrInvalid)
+	lockcheck.WantError(t, err, dlock.ErrInvalid)
 	if !strings.Contains(err.Error(), "the server has 2, this Locker 4") {
 		t.Fatalf("error %q does not say the limits", err)
 	}
@@ -111,7 +111,7 @@ func TestSemaphoreShrinkCountsHighSlots(t *testing.T) {
 		}
 	}
 	_, err = dlock.Semaphore(l, 2).TryAcquire(ctx, name, time.Second)
-	locktest.WantError(t, err, dlock.ErrNotAcquired)
+	lockcheck.WantError(t, err, dlock.ErrNotAcquired)
 	for _, lock := range held[2:] {
 		if err := lock.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -122,7 +122,7 @@ func TestSemaphoreShrinkCountsHighSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Release(ctx)
-	if lock.Key() != driver.SlotKey(name, 0) {
+	if lock.Key() != bridge.SlotKey(name, 0) {
 		t.Fatalf("permit %q, want slot 0", lock.Key())
 	}
 }
@@ -165,7 +165,7 @@ func (h *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // semaphore recorded.
 func TestSemaphoreInspect(t *testing.T) {
 	ctx := testCtx(t)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	l := newLocker(t, shared.Client(t), redislock.WithPrefix("p:"))
 	lock, err := dlock.Semaphore(l, 3).TryAcquire(ctx, name, 10*time.Second)
 	if err != nil {

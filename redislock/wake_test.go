@@ -19,9 +19,9 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -31,7 +31,7 @@ import (
 func waitQueued(t *testing.T, raw redis.UniversalClient, key string, n int64) {
 	t.Helper()
 	q := keys.Queue(key)
-	locktest.Eventually(t, 10*time.Second, func() error {
+	lockcheck.Eventually(t, 10*time.Second, func() error {
 		got, err := raw.ZCard(context.Background(), q).Result()
 		if err != nil {
 			t.Fatalf("ZCARD %s: %v", q, err)
@@ -118,7 +118,7 @@ func TestWakeOnRelease(t *testing.T) {
 	waiter := newLocker(t, shared.Client(t))
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	var lat []time.Duration
 	for range 5 {
 		lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
@@ -150,7 +150,7 @@ func TestPollingFallback(t *testing.T) {
 	poll := []dlock.Option{dlock.WithRetryDelay(100 * time.Millisecond), dlock.WithRetryJitter(20 * time.Millisecond)}
 
 	t.Run("PlainDEL", func(t *testing.T) {
-		key := locktest.Key(t)
+		key := lockcheck.Key(t)
 		if _, err := holder.TryAcquire(testCtx(t), key, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestPollingFallback(t *testing.T) {
 		}
 	})
 	t.Run("Expiry", func(t *testing.T) {
-		key := locktest.Key(t)
+		key := lockcheck.Key(t)
 		ttl := 300 * time.Millisecond
 		if _, err := holder.TryAcquire(testCtx(t), key, ttl); err != nil {
 			t.Fatal(err)
@@ -195,7 +195,7 @@ func TestHeadRetriesAtExpiry(t *testing.T) {
 	raw := shared.Client(t)
 	waiter := newLocker(t, shared.Client(t))
 	closeLocker(t, waiter)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	const ttl = 500 * time.Millisecond
 	if err := raw.Set(testCtx(t), key, "crashed-holder", ttl).Err(); err != nil {
 		t.Fatal(err)
@@ -225,7 +225,7 @@ func TestDroppedSubscription(t *testing.T) {
 	waiter := newLocker(t, userClient(t, srv, "waiter"))
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 
 	lock, err := holder.TryAcquire(ctx, key, 10*time.Second)
 	if err != nil {
@@ -286,7 +286,7 @@ func TestDroppedSubscription(t *testing.T) {
 // interval the run is fast only because releases wake the next waiter.
 func TestSixteenWaiters(t *testing.T) {
 	const waiters, rounds = 16, 5
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	var holders, maxHolders, finished atomic.Int32
 	var last atomic.Int64 // the latest holder, 1-based
 	var mu sync.Mutex
@@ -356,7 +356,7 @@ func TestArrivalOrder(t *testing.T) {
 	raw := shared.Client(t)
 	holder := newLocker(t, shared.Client(t))
 	closeLocker(t, holder)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -411,7 +411,7 @@ func TestOneSubscriptionPerLocker(t *testing.T) {
 	var wg sync.WaitGroup
 	var locks []*dlock.Lock
 	for range nkeys {
-		key := locktest.Key(t)
+		key := lockcheck.Key(t)
 		lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -442,7 +442,7 @@ func TestOneSubscriptionPerLocker(t *testing.T) {
 	// is announced to nobody.
 	for _, lock := range locks {
 		q := keys.Queue(lock.Key())
-		locktest.Eventually(t, 5*time.Second, func() error {
+		lockcheck.Eventually(t, 5*time.Second, func() error {
 			if raw.ZCard(testCtx(t), q).Val() != 0 {
 				return fmt.Errorf("queue %s not cleaned up after its waiters gave up", q)
 			}
@@ -503,7 +503,7 @@ func TestWakeOnReleaseCluster(t *testing.T) {
 	holder, waiter := newLocker(t, newClient()), newLocker(t, newClient())
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
-	for _, key := range []string{locktest.Key(t), "{tagged}" + locktest.Key(t), locktest.Key(t) + "-x"} {
+	for _, key := range []string{lockcheck.Key(t), "{tagged}" + lockcheck.Key(t), lockcheck.Key(t) + "-x"} {
 		if d := queuedHandOff(t, raw, holder, waiter, key); d > time.Second {
 			t.Fatalf("cluster hand-off of %q took %v with a 5s poll interval", key, d)
 		}
@@ -518,7 +518,7 @@ func TestDerivedKeys(t *testing.T) {
 	l := newLocker(t, shared.Client(t), redislock.WithPrefix("p:"))
 	w := newLocker(t, shared.Client(t), redislock.WithPrefix("p:"))
 	closeLocker(t, w)
-	for _, key := range []string{locktest.Key(t), "{tag}" + locktest.Key(t), "x{}" + locktest.Key(t), "{}{t}" + locktest.Key(t)} {
+	for _, key := range []string{lockcheck.Key(t), "{tag}" + lockcheck.Key(t), "x{}" + lockcheck.Key(t), "{}{t}" + lockcheck.Key(t)} {
 		full := "p:" + key
 		lock, err := l.TryAcquire(testCtx(t), key, 5*time.Second)
 		if err != nil {
@@ -553,7 +553,7 @@ func TestKeyFreeBetweenHolders(t *testing.T) {
 	waiter := newLocker(t, wc)
 	closeLocker(t, holder)
 	closeLocker(t, waiter)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock, done := queueBehind(testCtx(t), t, raw, holder, waiter, key)
 	proxy.Latency(t, 200*time.Millisecond, 0)
 	if err := lock.Release(testCtx(t)); err != nil {
@@ -587,7 +587,7 @@ func TestBlackholedWaiterHoldsNothing(t *testing.T) {
 	next := newLocker(t, shared.Client(t))
 	closeLocker(t, holder)
 	closeLocker(t, next)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock, err := holder.TryAcquire(testCtx(t), key, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -631,7 +631,7 @@ func TestCloseRacingWaitsLeavesNothing(t *testing.T) {
 	const delay, jitter = 100 * time.Millisecond, 50 * time.Millisecond
 	for round := range 8 {
 		closed := newLocker(t, shared.Client(t))
-		key := locktest.Key(t)
+		key := lockcheck.Key(t)
 		lock, err := holder.TryAcquire(testCtx(t), key, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -718,7 +718,7 @@ func TestLostQueuedReplyLeavesNoEntry(t *testing.T) {
 	closeLocker(t, holder)
 	closeLocker(t, gone)
 	closeLocker(t, next)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -736,7 +736,7 @@ func TestLostQueuedReplyLeavesNoEntry(t *testing.T) {
 		t.Fatal("a cancelled wait behind a held lock acquired it")
 	}
 	q := keys.Queue(key)
-	locktest.Eventually(t, 3*time.Second, func() error {
+	lockcheck.Eventually(t, 3*time.Second, func() error {
 		if ids := raw.ZRange(testCtx(t), q, 0, -1).Val(); len(ids) != 0 {
 			return fmt.Errorf("queue %s still holds %v after the only waiter left", q, ids)
 		}
@@ -854,7 +854,7 @@ func TestHalfOpenSubscription(t *testing.T) {
 	holder := newLocker(t, shared.Client(t))
 	closeLocker(t, holder)
 	d, waiter := proxiedLocker(t)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -890,7 +890,7 @@ func TestCloseDuringSilentSubscription(t *testing.T) {
 	holder := newLocker(t, shared.Client(t))
 	closeLocker(t, holder)
 	d, waiter := proxiedLocker(t) // closed again at the end: a second Close
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock, err := holder.TryAcquire(testCtx(t), key, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,10 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rnode"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -51,7 +53,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 	if err != nil {
 		return nil, err
 	}
-	token := driver.NewToken()
+	token := bridge.NewToken()
 	since, identity := time.Now(), driver.Identity(ctx)
 	t := &try{full: full, display: display, token: token, ttl: ttl, plan: plan,
 		rec: holder.Grant(l.cfg.HolderHead, since, identity, token)}
@@ -92,7 +94,7 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 			if replies != nil {
 				nodes = l.count(replies, (*nodeReply).granted)
 			}
-			validUntil := driver.ValidUntil(start, t.ttl, l.cfg.DriftFactor)
+			validUntil := bridge.ValidUntil(start, t.ttl, l.cfg.DriftFactor)
 			if elapsed := time.Since(start); validUntil.After(start.Add(elapsed)) {
 				return &grant{l: l, keys: t.full, token: t.token, holder: t.rec, fence: fence, acquiring: c.progress,
 					nodes: nodes, sem: t.sem}, validUntil, nil
@@ -126,7 +128,7 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 // longest waiter, which goes first.
 func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl time.Duration) ([]string, *wake.Plan, error) {
 	if ctx == nil {
-		return nil, nil, driver.Invalidf("nil context")
+		return nil, nil, nodeerr.Invalidf("nil context")
 	}
 	if err := l.cfg.CheckTTL(ttl); err != nil {
 		return nil, nil, err
@@ -340,7 +342,7 @@ func (l *Locker) dedupe(replies []*nodeReply) error {
 			continue
 		}
 		if l.strict {
-			return driver.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].Name, l.nodes[i].Name, r.run)
+			return nodeerr.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].Name, l.nodes[i].Name, r.run)
 		}
 		if l.nodes[i].dupOf.Swap(int32(j+1)) == 0 {
 			l.cfg.Logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].Name, "same_as", l.nodes[j].Name, "run_id", r.run)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testproxy"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -46,7 +46,7 @@ func slowNodes(t *testing.T) (*redlock.Locker, []*redis.Client, []*testproxy.Pro
 // waitFor waits until cond holds; what says what it waits for.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	locktest.Eventually(t, 10*time.Second, func() error {
+	lockcheck.Eventually(t, 10*time.Second, func() error {
 		if !cond() {
 			return errors.New("still waiting for " + what)
 		}
@@ -61,7 +61,7 @@ func TestConcurrentAttemptsShareNodeConnections(t *testing.T) {
 	for _, p := range ps {
 		p.Latency(t, 100*time.Millisecond, 0)
 	}
-	base := locktest.Key(t)
+	base := lockcheck.Key(t)
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Go(func() { mustAcquire(t, l, fmt.Sprint(base, i), 30*time.Second) })
@@ -89,7 +89,7 @@ func TestCallGivingUpOnANodeGivesItsKeyBack(t *testing.T) {
 		}
 		return n == 1
 	}
-	keyA, keyB, keyC := locktest.Key(t)+"a", locktest.Key(t)+"b", locktest.Key(t)+"c"
+	keyA, keyB, keyC := lockcheck.Key(t)+"a", lockcheck.Key(t)+"b", lockcheck.Key(t)+"c"
 
 	mustAcquire(t, l, keyA, 30*time.Second) // the majority answered; node 4's reply is on its way
 	waitFor(t, "A's call on node 4 to run", func() bool { return exists(keyA) })

@@ -3,7 +3,7 @@ package redlock_test
 import (
 	"testing"
 
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 // TestCloseKeepsLocks: Close ends the Locker's subscriptions and waits for
@@ -11,5 +11,5 @@ import (
 // Locker still works.
 func TestCloseKeepsLocks(t *testing.T) {
 	l := newLocker(t, shared)
-	locktest.CloseKeepsLocks(t, l, newLocker(t, shared), l.Close)
+	lockcheck.CloseKeepsLocks(t, l, newLocker(t, shared), l.Close)
 }

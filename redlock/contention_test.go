@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -41,7 +41,7 @@ func TestEightContendersNoStall(t *testing.T) {
 // each key.
 func TestMultiAllOrNothing(t *testing.T) {
 	l := newLocker(t, shared)
-	a, b, c := locktest.Key(t), locktest.Key(t), locktest.Key(t)
+	a, b, c := lockcheck.Key(t), lockcheck.Key(t), lockcheck.Key(t)
 	var high uint64
 	for range 3 {
 		lock := mustAcquire(t, l, b, 10*time.Second)
@@ -106,7 +106,7 @@ func TestMultiAllOrNothing(t *testing.T) {
 // The CLI's token operations: extend and release by key and token.
 func TestTokenOperations(t *testing.T) {
 	l := newLocker(t, shared)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock := mustAcquire(t, l, key, time.Second)
 	if err := l.ExtendToken(testCtx(t), key, lock.Token(), 10*time.Second); err != nil {
 		t.Fatalf("ExtendToken: %v", err)
@@ -140,7 +140,7 @@ func TestTokenOperations(t *testing.T) {
 // could not tell (dlock.ErrUnavailable) is not an error.
 func contend(t *testing.T, n int, run time.Duration, allowUnavailable bool, opts ...dlock.Option) (holds int, longest time.Duration) {
 	t.Helper()
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	type hold struct{ enter, exit time.Time }
 	var mu sync.Mutex
 	var hs []hold

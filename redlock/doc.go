@@ -177,7 +177,7 @@
 //
 // dlock.Semaphore over a Redlock Locker (Locker.Semaphore) grants a permit
 // as a Redlock lock on one slot key of the name ("{name}#0" to
-// "{name}#(N-1)", driver.SlotKey), the slots tried in order, one round of
+// "{name}#(N-1)", see dlock.Semaphore), the slots tried in order, one round of
 // requests to every node per slot tried. A permit thus needs a majority of
 // nodes on the same slot, so at most N are held whatever the partitions:
 // two permits on one slot would need two majorities, which share a node. A

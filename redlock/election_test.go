@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
@@ -51,7 +52,7 @@ func TestLeaderIsWhatAMajoritySays(t *testing.T) {
 		{"split", []string{"a", "a", "b", "b", ""}, dlock.Term{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			name := locktest.Key(t)
+			name := lockcheck.Key(t)
 			set(name, tc.tokens...)
 			got, err := dlock.Leader(ctx, l, name)
 			var qe *redlock.QuorumError
@@ -76,7 +77,7 @@ func TestLeaderIsWhatAMajoritySays(t *testing.T) {
 func TestLeaderReadsTheGrantsFence(t *testing.T) {
 	ctx := testCtx(t)
 	l, other := newLocker(t, shared), newLocker(t, shared)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	err := dlock.Lead(ctx, l, name, 10*time.Second, func(ctx context.Context) error {
 		term, _ := dlock.TermFromContext(ctx)
 		got, err := dlock.Leader(ctx, other, name)

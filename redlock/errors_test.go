@@ -9,20 +9,20 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
 
 // Every public error path of redlock returns an error that matches exactly
 // one of dlock's sentinels, on one line, with one "dlock: " prefix
-// (locktest.Classify), and the context's error where the caller's context
+// (lockcheck.Classify), and the context's error where the caller's context
 // ended.
 func TestErrorSentinels(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 3)
 	l := newLocker(t, rs)
 	raw := clients(t, rs)
-	held := locktest.Key(t)
+	held := lockcheck.Key(t)
 	holder := mustAcquire(t, l, held, time.Minute)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -38,7 +38,7 @@ func TestErrorSentinels(t *testing.T) {
 		return lock
 	}
 	released := func() *dlock.Lock {
-		lock := mustAcquire(t, l, locktest.Key(t), time.Minute)
+		lock := mustAcquire(t, l, lockcheck.Key(t), time.Minute)
 		lock.Release(testCtx(t))
 		return lock
 	}
@@ -74,17 +74,17 @@ func TestErrorSentinels(t *testing.T) {
 		{"ReleaseToken, wrong token", l.ReleaseToken(testCtx(t), held, "not-the-token"), dlock.ErrNotHeld, nil},
 		{"ExtendToken, wrong token", l.ExtendToken(testCtx(t), held, "not-the-token", time.Minute), dlock.ErrNotHeld, nil},
 		{"ReleaseToken, majority down", gone.ReleaseToken(testCtx(t), "k", "t"), dlock.ErrUnavailable, nil},
-		{"Extend of a lock taken away", steal(mustAcquire(t, l, locktest.Key(t), time.Minute)).Extend(testCtx(t), time.Minute), dlock.ErrNotHeld, nil},
-		{"Release of a lock taken away", steal(mustAcquire(t, l, locktest.Key(t), time.Minute)).Release(testCtx(t)), dlock.ErrNotHeld, nil},
+		{"Extend of a lock taken away", steal(mustAcquire(t, l, lockcheck.Key(t), time.Minute)).Extend(testCtx(t), time.Minute), dlock.ErrNotHeld, nil},
+		{"Release of a lock taken away", steal(mustAcquire(t, l, lockcheck.Key(t), time.Minute)).Release(testCtx(t)), dlock.ErrNotHeld, nil},
 		{"Release twice", released().Release(testCtx(t)), dlock.ErrNotHeld, nil},
 		{"Extend with ttl 0", holder.Extend(testCtx(t), 0), dlock.ErrInvalid, nil},
-		{"Do, lock taken away", dlock.Do(testCtx(t), l, locktest.Key(t), time.Second, func(ctx context.Context) error {
+		{"Do, lock taken away", dlock.Do(testCtx(t), l, lockcheck.Key(t), time.Second, func(ctx context.Context) error {
 			steal(dlock.LockFromContext(ctx))
 			<-ctx.Done()
 			return nil
 		}), dlock.ErrLockLost, nil},
 	} {
-		t.Run(tc.name, func(t *testing.T) { locktest.WantError(t, tc.err, tc.want, tc.also...) })
+		t.Run(tc.name, func(t *testing.T) { lockcheck.WantError(t, tc.err, tc.want, tc.also...) })
 	}
 }
 
@@ -110,28 +110,28 @@ func TestMisconfigured(t *testing.T) {
 		return l
 	}
 	two := newL(client(t, rs[0].Addr, wrong), client(t, rs[1].Addr, wrong), client(t, rs[2].Addr))
-	locktest.WantRefused(t, two, locktest.Key(t), "WRONGPASS")
+	lockcheck.WantRefused(t, two, lockcheck.Key(t), "WRONGPASS")
 	_, inspectErr := two.Inspect(testCtx(t), "*", 0)
 	for name, err := range map[string]error{
 		"ExtendToken":  two.ExtendToken(testCtx(t), "k", "t", time.Second),
 		"ReleaseToken": two.ReleaseToken(testCtx(t), "k", "t"),
 		"Inspect":      inspectErr,
 	} {
-		locktest.WantError(t, err, dlock.ErrMisconfigured)
+		lockcheck.WantError(t, err, dlock.ErrMisconfigured)
 		if !strings.Contains(err.Error(), "WRONGPASS") {
 			t.Errorf("%s with two of three nodes refusing: %v, want the servers' reason", name, err)
 		}
 	}
 
 	one := newL(client(t, rs[0].Addr, wrong), client(t, rs[1].Addr, right), client(t, rs[2].Addr))
-	mustAcquire(t, one, locktest.Key(t), time.Minute)
+	mustAcquire(t, one, lockcheck.Key(t), time.Minute)
 
 	// One refuses and one is down: the down one may come back.
 	down := testsrv.StartRedis(t)
 	down.Kill()
 	mixed := newL(client(t, rs[0].Addr, wrong), client(t, down.Addr), client(t, rs[2].Addr))
-	_, err := mixed.TryAcquire(testCtx(t), locktest.Key(t), time.Second)
-	locktest.WantError(t, err, dlock.ErrUnavailable)
+	_, err := mixed.TryAcquire(testCtx(t), lockcheck.Key(t), time.Second)
+	lockcheck.WantError(t, err, dlock.ErrUnavailable)
 }
 
 // Nodes that may evict keys before their TTL are named in a warning, once
@@ -143,7 +143,7 @@ func TestEvictionPolicyWarning(t *testing.T) {
 	l := newLocker(t, rs, redlock.WithLogger(log.logger()))
 	defer l.Close()
 	for range 2 {
-		lock := mustAcquire(t, l, locktest.Key(t), 5*time.Second)
+		lock := mustAcquire(t, l, lockcheck.Key(t), 5*time.Second)
 		if err := lock.Release(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}

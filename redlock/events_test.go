@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testkit/eventtest"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestEventsAndLogOfALoss(t *testing.T) {
 	rec := eventtest.New()
 	l := newLocker(t, shared, redlock.WithObserver(rec.Observe), redlock.WithLogger(rec.Logger()))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	ctx := testCtx(t)
 
 	var fence uint64
@@ -60,5 +60,5 @@ func TestEventsAndLogOfALoss(t *testing.T) {
 func TestEventsOfBareTryAcquire(t *testing.T) {
 	rec := eventtest.New()
 	l := newLocker(t, shared, redlock.WithObserver(rec.Observe))
-	eventtest.CheckTryAcquire(t, l, rec, locktest.Key(t), "redlock")
+	eventtest.CheckTryAcquire(t, l, rec, lockcheck.Key(t), "redlock")
 }

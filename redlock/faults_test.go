@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -73,7 +73,7 @@ func TestMinorityAndMajorityDown(t *testing.T) {
 	const timeout = 250 * time.Millisecond
 	l := newLocker(t, rs, redlock.WithNodeTimeout(timeout))
 	warm(t, l)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 
 	rs[3].Kill()
 	rs[4].Pause() // frozen: requests hang until the node timeout
@@ -139,7 +139,7 @@ func TestDoLosesMajority(t *testing.T) {
 	warm(t, l)
 	const ttl = 600 * time.Millisecond
 	var lostAt, deadline time.Time
-	err := dlock.Do(testCtx(t), l, locktest.Key(t), ttl, func(ctx context.Context) error {
+	err := dlock.Do(testCtx(t), l, lockcheck.Key(t), ttl, func(ctx context.Context) error {
 		deadline = dlock.LockFromContext(ctx).ValidUntil()
 		for _, r := range rs[:3] {
 			r.Pause()
@@ -179,7 +179,7 @@ func TestNodeRestartDuringHold(t *testing.T) {
 			b := newLocker(t, rs)
 			warm(t, b)
 			a := view(t, rs, []int{0, 1, 2})
-			key := locktest.Key(t)
+			key := lockcheck.Key(t)
 			la := mustAcquire(t, a, key, ttl)
 
 			rs[2].Kill()
@@ -217,7 +217,7 @@ func TestNodeRestartDuringHold(t *testing.T) {
 // any node (the attempt is undone, or the lock it returned is released).
 func TestCancelledAcquireLeavesNothing(t *testing.T) {
 	l := newLocker(t, shared)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	got := 0
 	for i := range 200 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%40)*100*time.Microsecond)
@@ -251,7 +251,7 @@ func TestReplicaCountsAsFailed(t *testing.T) {
 	port := strconv.Itoa(rs[0].Port)
 	r1 := testsrv.StartRedis(t, testsrv.RedisArgs("--replicaof", "127.0.0.1", port))
 	r2 := testsrv.StartRedis(t, testsrv.RedisArgs("--replicaof", "127.0.0.1", port))
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	_, err := newLocker(t, []*testsrv.Redis{rs[0], r1, r2}).TryAcquire(testCtx(t), key, 10*time.Second)
 	var qe *redlock.QuorumError
 	if !errors.As(err, &qe) || qe.Nodes[1].Err == nil || !strings.Contains(qe.Nodes[1].Err.Error(), "READONLY") {

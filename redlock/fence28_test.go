@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -20,7 +20,7 @@ func TestReleaseTokenWithoutTheFenceNode(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 3)
 	a := newLocker(t, rs)
 	a.SetClockOffset(0, 2_000_000)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	la := mustAcquire(t, a, key, 10*time.Second)
 	now := time.Now().UnixMicro()
 	if int64(la.Fence()) < now+1_000_000 {
@@ -63,7 +63,7 @@ func TestReleaseTokenCancelledKeepsFences(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 3)
 	a := newLocker(t, rs)
 	a.SetClockOffset(0, 2_000_000)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	la := mustAcquire(t, a, key, 10*time.Second)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	cancel()

@@ -15,8 +15,8 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -26,8 +26,8 @@ func TestFreshDeploymentWithNodeDown(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 3)
 	rs[2].Kill()
 	l := newLocker(t, rs)
-	f := locktest.FenceHistory(t, l, locktest.Key(t), 20, nil)
-	err := dlock.Do(testCtx(t), l, locktest.Key(t), time.Second, func(ctx context.Context) error { return nil })
+	f := lockcheck.FenceHistory(t, l, lockcheck.Key(t), 20, nil)
+	err := dlock.Do(testCtx(t), l, lockcheck.Key(t), time.Second, func(ctx context.Context) error { return nil })
 	if err != nil {
 		t.Fatalf("Do with one node of three down: %v", err)
 	}
@@ -96,14 +96,14 @@ func TestFencesThroughRestarts(t *testing.T) {
 			target.Store(replica.Addr)
 		},
 	}
-	f := locktest.FenceHistory(t, l, locktest.Key(t), 1000, faults)
+	f := lockcheck.FenceHistory(t, l, lockcheck.Key(t), 1000, faults)
 	t.Logf("fences %d .. %d", f[0], f[len(f)-1])
 }
 
 func waitSynced(t *testing.T, r *testsrv.Redis) {
 	t.Helper()
 	c := client(t, r.Addr)
-	locktest.Eventually(t, 10*time.Second, func() error {
+	lockcheck.Eventually(t, 10*time.Second, func() error {
 		if info := c.Info(context.Background(), "replication").Val(); !strings.Contains(info, "master_link_status:up") {
 			return fmt.Errorf("replica not in sync: %s", info)
 		}
@@ -117,7 +117,7 @@ func waitSynced(t *testing.T, r *testsrv.Redis) {
 func TestFenceInversionWhenClocksStepBack(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 3)
 	a := newLocker(t, rs)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	guard := fence.NewMemory()
 	la := mustAcquire(t, a, key, time.Minute)
 	if err := guard.Write("ledger", la.Fence(), la.Token(), func() error { return nil }); err != nil {
@@ -150,7 +150,7 @@ func TestFenceInversionWhenClocksStepBack(t *testing.T) {
 func TestReleaseAfterRestarts(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 5)
 	l := newLocker(t, rs)
-	err := dlock.Do(testCtx(t), l, locktest.Key(t), 5*time.Second, func(ctx context.Context) error {
+	err := dlock.Do(testCtx(t), l, lockcheck.Key(t), 5*time.Second, func(ctx context.Context) error {
 		for _, r := range rs[:2] {
 			if err := r.Restart(); err != nil {
 				return err
@@ -161,7 +161,7 @@ func TestReleaseAfterRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Do with two of five nodes restarted during the section: %v", err)
 	}
-	lock := mustAcquire(t, l, locktest.Key(t), 5*time.Second)
+	lock := mustAcquire(t, l, lockcheck.Key(t), 5*time.Second)
 	for _, r := range rs[:3] {
 		if err := r.Restart(); err != nil {
 			t.Fatal(err)
@@ -180,7 +180,7 @@ func TestNoResidue(t *testing.T) {
 	const ttl = 500 * time.Millisecond
 	l := newLocker(t, rs, redlock.WithFenceTTL(ttl))
 	for range 500 {
-		lock := mustAcquire(t, l, locktest.Key(t), time.Minute)
+		lock := mustAcquire(t, l, lockcheck.Key(t), time.Minute)
 		if err := lock.Release(testCtx(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestNoResidue(t *testing.T) {
 	for i, r := range rs {
 		cs[i] = client(t, r.Addr)
 	}
-	locktest.Eventually(t, ttl+5*time.Second, func() error {
+	lockcheck.Eventually(t, ttl+5*time.Second, func() error {
 		for i, c := range cs {
 			if n := c.DBSize(testCtx(t)).Val(); n != 0 {
 				return fmt.Errorf("node %s keeps %d keys after the fence TTL of %v", rs[i].Addr, n, ttl)

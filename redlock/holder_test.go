@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -131,7 +131,7 @@ func TestHolderInfoExpires(t *testing.T) {
 	// The lock's own validity is over before its keys expire; then the
 	// records are gone within a millisecond of the keys (PX's resolution),
 	// with margin for the machine.
-	locktest.Eventually(t, ttl+5*time.Second, func() error {
+	lockcheck.Eventually(t, ttl+5*time.Second, func() error {
 		for i, c := range cs {
 			if n := c.Exists(ctx, "rholder:e").Val(); n != 0 {
 				return fmt.Errorf("node %d still holds the lock key", i)
@@ -140,7 +140,7 @@ func TestHolderInfoExpires(t *testing.T) {
 		return nil
 	})
 	gone := time.Now()
-	locktest.Eventually(t, 100*time.Millisecond, func() error {
+	lockcheck.Eventually(t, 100*time.Millisecond, func() error {
 		for i, c := range cs {
 			if n := c.Exists(ctx, keys.Holder("rholder:e")).Val(); n != 0 {
 				return fmt.Errorf("node %d: the holder record outlived the lock key by %v", i, time.Since(gone))

@@ -16,8 +16,8 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -29,7 +29,7 @@ const slowPoll = 2 * time.Second
 // of the servers: the waiter is parked and queued for a wake-up.
 func waitQueued(t *testing.T, rs []*testsrv.Redis, key string, want int) {
 	t.Helper()
-	locktest.Eventually(t, 10*time.Second, func() error {
+	lockcheck.Eventually(t, 10*time.Second, func() error {
 		got := 0
 		for _, r := range rs {
 			c := probe(r)
@@ -70,7 +70,7 @@ func holding(rs []*testsrv.Redis, key string) int {
 // the time from the release call to the waiter's Acquire returning.
 func handoffs(t *testing.T, rs []*testsrv.Redis, holder, waiter *redlock.Locker, rounds, queued int) []time.Duration {
 	t.Helper()
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	var out []time.Duration
 	for range rounds {
 		// The waiter's release of the round before returned once a
@@ -132,7 +132,7 @@ func TestWakeWithTwoNodesDown(t *testing.T) {
 	defer waiter.Close()
 	// A new cluster gets its node markers while every node answers (see
 	// TestNewClusterWithNodeDown).
-	if err := mustAcquire(t, holder, locktest.Key(t)+":init", time.Second).Release(context.Background()); err != nil {
+	if err := mustAcquire(t, holder, lockcheck.Key(t)+":init", time.Second).Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	rs[0].Kill()
@@ -152,7 +152,7 @@ func TestWakeWithTwoNodesDown(t *testing.T) {
 func TestWakeAtExpiry(t *testing.T) {
 	waiter := newLocker(t, shared)
 	defer waiter.Close()
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	const ttl = 500 * time.Millisecond
 	// The crashed holder's lock, on every node: never released.
 	for _, c := range clients(t, shared) {
@@ -181,7 +181,7 @@ func TestWakeAtExpiry(t *testing.T) {
 func TestWakeFallsBackToPolling(t *testing.T) {
 	holder, waiter := newLocker(t, shared), newLocker(t, shared)
 	defer waiter.Close()
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	mustAcquire(t, holder, key, 10*time.Second)
 	const poll = 300 * time.Millisecond
 	done := make(chan error, 1)
@@ -269,7 +269,7 @@ func TestWokenSoleWaiterGoesFirst(t *testing.T) {
 	releaser, waiter := newLocker(t, shared), newLocker(t, shared)
 	defer releaser.Close()
 	defer waiter.Close()
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	const rounds = 8
 	first := 0
 	for round := range rounds {
@@ -366,7 +366,7 @@ func TestLostQueuedReplyLeavesNoEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gone.Close()
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	lock := mustAcquire(t, holder, key, 10*time.Second)
 	held := holding(shared, key)
 	ctx, cancel := context.WithCancel(testCtx(t))
@@ -391,7 +391,7 @@ func TestLostQueuedReplyLeavesNoEntry(t *testing.T) {
 	if err := <-goneErr; err != nil {
 		t.Fatal(err)
 	}
-	locktest.Eventually(t, 3*time.Second, func() error {
+	lockcheck.Eventually(t, 3*time.Second, func() error {
 		for _, r := range shared {
 			c := probe(r)
 			ids, _ := c.ZRange(context.Background(), keys.Queue(key), 0, -1).Result()

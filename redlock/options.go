@@ -6,20 +6,21 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Option configures a Locker.
 type Option func(*Locker) error
 
-// DefaultNodeTimeout is how long one node may take to answer one request
-// before it counts as failed.
-const DefaultNodeTimeout = 50 * time.Millisecond
+// defaultNodeTimeout is how long one node may take to answer one request
+// before it counts as failed (WithNodeTimeout).
+const defaultNodeTimeout = 50 * time.Millisecond
 
 // WithDriftFactor sets the share of the TTL set aside for clock drift when
-// computing validity (see driver.Drift): node-redlock's driftFactor. It must be
-// in [0, 1). The default is driver.DefaultDriftFactor (0.01).
+// computing validity, node-redlock's driftFactor: the margin is ttl × f
+// plus 2 ms (1 ms for Redis's expiry precision and 1 ms as a floor), as in
+// antirez's reference implementation. It must be in [0, 1). The default
+// is 0.01.
 func WithDriftFactor(f float64) Option {
 	return func(l *Locker) error { return l.cfg.SetDriftFactor(f) }
 }
@@ -30,11 +31,11 @@ func WithDriftFactor(f float64) Option {
 // acquisition may take up to d, and all of it is subtracted from the
 // validity. For a TTL too short for it, the timeout shrinks to the TTL minus
 // the drift margin, since a later reply could leave no validity. The default
-// is DefaultNodeTimeout (50ms).
+// is 50ms.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(l *Locker) error {
 		if d <= 0 {
-			return driver.Invalidf("node timeout %v: must be positive", d)
+			return nodeerr.Invalidf("node timeout %v: must be positive", d)
 		}
 		l.nodeTimeout = d
 		return nil
@@ -95,10 +96,6 @@ func WithStrict(strict bool) Option {
 	}
 }
 
-// DefaultFenceTTL is how long a key's fence counter on a node outlives the
-// last grant, extension or release that wrote it.
-const DefaultFenceTTL = time.Hour
-
 // WithFenceTTL sets how long a key's fence counter on each node
 // ("dlock:fence:{key}") outlives the last grant, extension or release that
 // wrote it. A counter that expired comes back from the node's clock, like one
@@ -108,7 +105,7 @@ const DefaultFenceTTL = time.Hour
 // next grant draws from clocks that may be behind the node that drew it.
 // Releases and extensions by token that do not hear from every node also
 // raise the counters by d (ReleaseToken). d must be at least 500ms; the
-// default is DefaultFenceTTL (1h), far beyond what NTP-kept clocks disagree
+// default is 1h, far beyond what NTP-kept clocks disagree
 // by.
 func WithFenceTTL(d time.Duration) Option {
 	return func(l *Locker) error { return l.cfg.SetFenceTTL(d, minFenceTTL) }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rnode"
@@ -63,26 +64,26 @@ var _ dlock.Locker = (*Locker)(nil)
 // with WithStrict(true) these are errors too.
 func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if len(clients) == 0 {
-		return nil, driver.Invalidf("no redis clients: Redlock needs N independent masters (5 is usual)")
+		return nil, nodeerr.Invalidf("no redis clients: Redlock needs N independent masters (5 is usual)")
 	}
 	l := &Locker{
 		workers:     newWorkers(),
 		quorum:      len(clients)/2 + 1,
-		cfg:         backend.New(DefaultFenceTTL, true),
-		nodeTimeout: DefaultNodeTimeout,
+		cfg:         backend.New(backend.FenceTTL, true),
+		nodeTimeout: defaultNodeTimeout,
 	}
 	for i, c := range clients {
 		switch c := c.(type) {
 		case nil:
-			return nil, driver.Invalidf("redis client #%d is nil", i+1)
+			return nil, nodeerr.Invalidf("redis client #%d is nil", i+1)
 		case *redis.Client:
 			if c == nil {
-				return nil, driver.Invalidf("redis client #%d is nil", i+1)
+				return nil, nodeerr.Invalidf("redis client #%d is nil", i+1)
 			}
 		case *redis.ClusterClient:
-			return nil, driver.Invalidf("redis client #%d is a Cluster client: Redlock needs independent single masters, one client each", i+1)
+			return nil, nodeerr.Invalidf("redis client #%d is a Cluster client: Redlock needs independent single masters, one client each", i+1)
 		case *redis.Ring:
-			return nil, driver.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
+			return nil, nodeerr.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
 		}
 	}
 	if err := backend.Apply(l, opts); err != nil {
@@ -110,7 +111,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	}
 	for _, p := range problems {
 		if l.strict {
-			return nil, driver.Invalidf("%s", p)
+			return nil, nodeerr.Invalidf("%s", p)
 		}
 		l.cfg.Logger.Warn("dlock/redlock: "+p, "nodes", n)
 	}
@@ -121,9 +122,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 // Nodes is how many nodes granted the lock (see driver.Grant).
 func (g *grant) Nodes() int { return g.nodes }
 
-// Quorum returns the number of nodes that must agree: N/2+1.
-func (l *Locker) Quorum() int { return l.quorum }
-
 // TryAcquire makes one attempt to take the lock on key on a majority of the
 // nodes for ttl, and issues its fence. It returns an error matching
 // dlock.ErrNotAcquired when the lock is held elsewhere, the vote split, or
@@ -133,11 +131,12 @@ func (l *Locker) Quorum() int { return l.quorum }
 // left; dlock.ErrInvalid for bad arguments. Failed attempts are released on every node before TryAcquire
 // returns. A *QuorumError in the chain says what each node answered.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	a := l.cfg.Events.Attempt(ctx, key)
-	if err := l.cfg.CheckKey(key); err != nil {
-		return a.End(nil, err)
-	}
-	return a.End(l.tryAcquire(ctx, []string{key}, key, ttl))
+	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) {
+		if err := l.cfg.CheckKey(key); err != nil {
+			return nil, err
+		}
+		return l.tryAcquire(ctx, []string{key}, key, ttl)
+	})
 }
 
 // Keys returns a Locker that takes the locks on all of keys at once, or
@@ -164,14 +163,15 @@ type multi struct {
 }
 
 func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	a := m.l.cfg.Events.Attempt(ctx, name)
-	if err := driver.CheckKey(name); err != nil {
-		return a.End(nil, err)
-	}
-	if err := m.l.checkKeys(m.keys); err != nil {
-		return a.End(nil, err)
-	}
-	return a.End(m.l.tryAcquire(ctx, m.keys, name, ttl))
+	return m.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
+		if err := nodeerr.Invalid(bridge.KeyProblem(name)); err != nil {
+			return nil, err
+		}
+		if err := m.l.checkKeys(m.keys); err != nil {
+			return nil, err
+		}
+		return m.l.tryAcquire(ctx, m.keys, name, ttl)
+	})
 }
 
 // ReleaseToken releases the lock on key if it still holds token, on every
@@ -226,7 +226,7 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 
 func (l *Locker) checkKeys(ks []string) error {
 	if len(ks) == 0 {
-		return driver.Invalidf("no keys")
+		return nodeerr.Invalidf("no keys")
 	}
 	seen := make(map[string]bool, len(ks))
 	for _, k := range ks {
@@ -234,7 +234,7 @@ func (l *Locker) checkKeys(ks []string) error {
 			return err
 		}
 		if seen[k] {
-			return driver.Invalidf("key %q given twice", k)
+			return nodeerr.Invalidf("key %q given twice", k)
 		}
 		seen[k] = true
 	}
@@ -245,7 +245,7 @@ func (l *Locker) checkKeys(ks []string) error {
 // timeout, but never beyond the TTL's validity, since a later reply could not
 // leave any.
 func (l *Locker) timeout(ttl time.Duration) time.Duration {
-	return min(l.nodeTimeout, ttl-driver.Drift(ttl, l.cfg.DriftFactor))
+	return min(l.nodeTimeout, ttl-bridge.Drift(ttl, l.cfg.DriftFactor))
 }
 
 // grant is one held Redlock lock: its keys (with prefix), token and fence.
@@ -318,7 +318,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	})
 	ok, refused, nodes := g.l.tally(c.all(), c.got, errNotHeldHere)
 	if ok >= g.l.quorum {
-		return driver.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
+		return bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 	}
 	qe := &QuorumError{Op: "extend", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable}
 	if refused > len(g.l.nodes)-g.l.quorum {
@@ -536,7 +536,7 @@ var _ driver.ReleaseNotifier = (*Locker)(nil)
 // finds the key busy there. stop must be called exactly once. After Close
 // the channel never fires and waits poll.
 func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan struct{}, stop func()) {
-	if driver.CheckKey(key) != nil {
+	if bridge.KeyProblem(key) != "" {
 		return nil, func() {}
 	}
 	return l.notify.Register(l.cfg.Prefix + key)

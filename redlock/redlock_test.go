@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
@@ -96,7 +97,7 @@ func TestNewWarnings(t *testing.T) {
 				t.Fatalf("log %q does not warn %q", logs.String(), tc.want)
 			}
 			// Still usable: the lock works on what there is.
-			lock := mustAcquire(t, l, locktest.Key(t), time.Second)
+			lock := mustAcquire(t, l, lockcheck.Key(t), time.Second)
 			if err := lock.Release(testCtx(t)); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
@@ -119,7 +120,7 @@ func TestDuplicateServerByRunID(t *testing.T) {
 		return c
 	}
 	cs := []redis.UniversalClient{shared[0].Client(t), alias(shared[0]), shared[1].Client(t)}
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 
 	strict, err := redlock.New(cs, redlock.WithStrict(true), redlock.WithNodeTimeout(testTimeout))
 	if err != nil {

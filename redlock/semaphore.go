@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/rnode"
@@ -34,15 +35,14 @@ type semaphore struct {
 var _ driver.ReleaseNotifier = semaphore{}
 
 func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	a := s.l.cfg.Events.Attempt(ctx, name)
-	return a.End(s.try(ctx, name, ttl))
+	return s.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) { return s.try(ctx, name, ttl) })
 }
 
 // NotifyRelease implements driver.ReleaseNotifier: a release of any
 // permit of name wakes the Locker's waiter that heads the semaphore's
 // queue on the nodes, as a lock's release does (see Locker.NotifyRelease).
 func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{}, func()) {
-	if driver.CheckKey(name) != nil {
+	if bridge.KeyProblem(name) != "" {
 		return nil, func() {}
 	}
 	return s.l.notify.Register(s.l.cfg.Prefix + bridge.SlotPrefix(name))
@@ -58,7 +58,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		return nil, err
 	}
 	for slot := range s.limit {
-		t := &try{display: name, token: driver.NewToken(), ttl: ttl, plan: plan, sem: full[0], slot: slot, limit: s.limit}
+		t := &try{display: name, token: bridge.NewToken(), ttl: ttl, plan: plan, sem: full[0], slot: slot, limit: s.limit}
 		t.full = []string{t.sem + strconv.Itoa(slot)}
 		g, validUntil, err := l.acquireMajority(ctx, t)
 		if err == nil {
@@ -89,7 +89,7 @@ func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) err
 		return nil
 	}
 	l.releaseEverywhere(ctx, t)
-	return driver.LimitConflict(t.display, int(server), t.limit)
+	return backend.LimitConflict(t.display, int(server), t.limit)
 }
 
 // attemptPermit runs the semaphore script for t's slot on node n: it
@@ -103,7 +103,7 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 		_, _ = pipe.Exec(ctx)
 		l.noteRun(n, info, policy)
 	}
-	args := []any{t.token, driver.Milliseconds(t.ttl), l.cfg.FenceTTL.Milliseconds(), t.limit, "", "", "", "", "", t.slot}
+	args := []any{t.token, bridge.Milliseconds(t.ttl), l.cfg.FenceTTL.Milliseconds(), t.limit, "", "", "", "", "", t.slot}
 	_, queue := t.plan.Queue(i)
 	copy(args[4:9], queue)
 	span := t.limit
@@ -123,7 +123,7 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 		if err != nil {
 			return &nodeReply{err: err} // a slot may be taken: the failed attempt releases it
 		}
-		if r.Status == rnode.Widen && r.X > int64(span) && r.X <= driver.MaxLimit {
+		if r.Status == rnode.Widen && r.X > int64(span) && r.X <= bridge.MaxLimit {
 			span = int(r.X)
 			continue
 		}

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -30,7 +30,7 @@ import (
 func TestSemaphoreMajorityOnOneSlot(t *testing.T) {
 	nodes := testsrv.StartRedisN(t, 3)
 	ctx := testCtx(t)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	const limit = 2
 	all := []int{0, 1, 2}
 	reach := map[string][]int{"A": {0, 1}, "B": {1, 2}, "C": all}

@@ -14,8 +14,8 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -53,7 +53,7 @@ func wantConflict(t *testing.T, err error, server, ours int) {
 // server's limit, also when it waits, and its attempt leaves no slot key.
 func TestSemaphoreLimitRecorded(t *testing.T) {
 	ctx := testCtx(t)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	ttl := 10 * time.Second
 	a, b := newLocker(t, shared), newLocker(t, shared)
 	permit := mustAcquire(t, dlock.Semaphore(a, 2), name, ttl)
@@ -112,7 +112,7 @@ func TestSemaphoreConflictNeedsEnoughNodes(t *testing.T) {
 		}
 	}
 
-	minority := locktest.Key(t)
+	minority := lockcheck.Key(t)
 	plant(minority, 0)
 	permit, err := dlock.Semaphore(l, 2).TryAcquire(ctx, minority, 10*time.Second)
 	if err != nil {
@@ -120,7 +120,7 @@ func TestSemaphoreConflictNeedsEnoughNodes(t *testing.T) {
 	}
 	defer permit.Release(context.WithoutCancel(ctx))
 
-	majority := locktest.Key(t)
+	majority := lockcheck.Key(t)
 	plant(majority, 0, 1)
 	_, err = dlock.Semaphore(l, 2).TryAcquire(ctx, majority, 10*time.Second)
 	wantConflict(t, err, 7, 2)
@@ -140,7 +140,7 @@ func TestSemaphoreConflictNeedsEnoughNodes(t *testing.T) {
 func TestSemaphoreShrinkAcrossNodes(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 3)
 	ctx := testCtx(t)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	const ttl = 10 * time.Second
 	dead := deadAddr(t)
 	reaching := func(nodes ...int) *redlock.Locker {
@@ -199,7 +199,7 @@ func TestSemaphoreLimitNodeDown(t *testing.T) {
 		t.Run(fault, func(t *testing.T) {
 			rs := testsrv.StartRedisN(t, 3)
 			ctx := testCtx(t)
-			name := locktest.Key(t)
+			name := lockcheck.Key(t)
 			if fault == "stopped" {
 				rs[2].Stop()
 			} else {
@@ -230,7 +230,7 @@ func TestSemaphoreLimitNodeDown(t *testing.T) {
 func TestSemaphoreConcurrentLimits(t *testing.T) {
 	ctx := testCtx(t)
 	for round := range 3 {
-		name := locktest.Key(t)
+		name := lockcheck.Key(t)
 		var mu sync.Mutex
 		held := map[int][]*dlock.Lock{} // by limit
 		start := make(chan struct{})
@@ -281,12 +281,12 @@ func TestSemaphoreConcurrentLimits(t *testing.T) {
 // limit record included.
 func TestSemaphoreCancelLeavesNothing(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 3)
-	name := locktest.Key(t)
+	name := lockcheck.Key(t)
 	const ttl = 3 * time.Second
 	l := newLocker(t, rs, redlock.WithNodeTimeout(time.Second))
 	// Warm: the Locker knows the nodes, so the attempt's script itself is
 	// what waits in the paused nodes' sockets.
-	if err := mustAcquire(t, dlock.Semaphore(l, 2), locktest.Key(t), ttl).Release(testCtx(t)); err != nil {
+	if err := mustAcquire(t, dlock.Semaphore(l, 2), lockcheck.Key(t), ttl).Release(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	rs[1].Pause()

@@ -11,10 +11,10 @@ import (
 
 	"github.com/dlock-go/dlock"
 
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testproxy"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 	"github.com/dlock-go/dlock/redlock"
 )
 
@@ -46,7 +46,7 @@ func proxied(t *testing.T, rs []*testsrv.Redis, slow []int, opts ...redlock.Opti
 // replies were given up on), or fails.
 func waitNoKeys(t *testing.T, rs []*testsrv.Redis, key string, within time.Duration) {
 	t.Helper()
-	locktest.Eventually(t, within, func() error {
+	lockcheck.Eventually(t, within, func() error {
 		if ks := keysOn(t, rs, key); len(ks) != 0 {
 			return fmt.Errorf("keys left on the nodes: %v", ks)
 		}
@@ -64,12 +64,12 @@ func TestSlowNodeBeyondTimeout(t *testing.T) {
 	l, ps := proxied(t, rs, []int{4}, redlock.WithNodeTimeout(200*time.Millisecond))
 	warm(t, l)
 	ps[4].Latency(t, 600*time.Millisecond, 0)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	const ttl = time.Second
 	lock := mustAcquire(t, l, key, ttl)
 	// The majority answered at once: the round did not wait out the slow
 	// node's 200ms timeout, and the validity shows it.
-	if left, limit := lock.Remaining(), ttl-200*time.Millisecond-driver.Drift(ttl, driver.DefaultDriftFactor); left <= limit {
+	if left, limit := lock.Remaining(), ttl-200*time.Millisecond-bridge.Drift(ttl, bridge.DefaultDriftFactor); left <= limit {
 		t.Fatalf("validity left %v, not more than ttl - node timeout - drift = %v: the acquisition waited for the slow node", left, limit)
 	}
 	if err := lock.Release(testCtx(t)); err != nil {
@@ -89,7 +89,7 @@ func TestAcquisitionExceedingTTLRefused(t *testing.T) {
 	rs := testsrv.StartRedisN(t, 5)
 	l, ps := proxied(t, rs, []int{0, 1, 2}, redlock.WithNodeTimeout(390*time.Millisecond))
 	warm(t, l)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	for range 2 { // a fence history for the key, on every node
 		lock := mustAcquire(t, l, key, 5*time.Second)
 		lock.Release(testCtx(t))
@@ -110,7 +110,7 @@ func TestAcquisitionExceedingTTLRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("one slow round of a 400ms TTL: %v", err)
 	}
-	if left, limit := lock.Remaining(), ttl-250*time.Millisecond-driver.Drift(ttl, driver.DefaultDriftFactor); left <= 0 || left > limit {
+	if left, limit := lock.Remaining(), ttl-250*time.Millisecond-bridge.Drift(ttl, bridge.DefaultDriftFactor); left <= 0 || left > limit {
 		t.Fatalf("validity left %v, want positive and at most ttl - 250ms - drift = %v", left, limit)
 	}
 	lock.Release(testCtx(t))
@@ -152,7 +152,7 @@ func TestSlowMinorityDoesNotDelay(t *testing.T) {
 	for _, i := range []int{3, 4} {
 		ps[i].Latency(t, 300*time.Millisecond, 0)
 	}
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	start := time.Now()
 	lock := mustAcquire(t, l, key, 10*time.Second)
 	acquired := time.Since(start)
@@ -188,7 +188,7 @@ func TestPausedNodeLeavesNoKeysOnOthers(t *testing.T) {
 	const timeout = 250 * time.Millisecond
 	l := newLocker(t, rs, redlock.WithNodeTimeout(timeout))
 	warm(t, l)
-	key := locktest.Key(t)
+	key := lockcheck.Key(t)
 	var paused atomic.Bool
 	var grants, grantsPaused atomic.Int64
 	first, stop, stopped := make(chan struct{}), make(chan struct{}), make(chan struct{})

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testproxy"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
-	"github.com/dlock-go/dlock/locktest"
 )
 
 // TestRunOneLinePerEvent: each thing that happens to the lock or the
@@ -93,14 +93,14 @@ func TestRunExtensionRetried(t *testing.T) {
 	proxy.Blackhole(t)
 	// Once the key has 8.5s left (6.5s after the grant), the first
 	// extension has failed; heal, and wait for a retry to succeed.
-	locktest.Eventually(t, 20*time.Second, func() error {
+	lockcheck.Eventually(t, 20*time.Second, func() error {
 		if ttl := c.PTTL(ctx, "flaky").Val(); ttl > 8500*time.Millisecond {
 			return fmt.Errorf("the key has %v left", ttl)
 		}
 		return nil
 	})
 	proxy.Heal()
-	locktest.Eventually(t, 20*time.Second, func() error {
+	lockcheck.Eventually(t, 20*time.Second, func() error {
 		if ttl := c.PTTL(ctx, "flaky").Val(); ttl < 12*time.Second {
 			return fmt.Errorf("not extended: the key has %v left", ttl)
 		}

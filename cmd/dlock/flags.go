@@ -12,8 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlock-go/dlock"
-
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // lockFlags are the flock(1)-style flags of the commands that take a lock:
@@ -78,8 +77,8 @@ func (l *lockFlags) check(cmd *cobra.Command) error {
 		return usagef("--conflict-exit-code %d: must be within 0..255", l.conflict)
 	}
 	if cmd.Flags().Changed("limit") {
-		if err := driver.CheckLimit(l.limit); err != nil {
-			return usagef("--limit %d: must be between 1 and %d", l.limit, driver.MaxLimit)
+		if bridge.LimitProblem(l.limit) != "" {
+			return usagef("--limit %d: must be between 1 and %d", l.limit, bridge.MaxLimit)
 		}
 	}
 	return nil

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
-
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 func (a *app) acquireCmd() *cobra.Command {
@@ -64,7 +64,7 @@ it cannot outlive dlock (use dlock run).
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := driver.CheckKey(key); err != nil {
+			if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
 				return &usageError{err: err}
 			}
 			if err := lf.check(cmd); err != nil {
@@ -131,7 +131,7 @@ func (a *app) printAcquired(lock *dlock.Lock, ttl time.Duration, asJSON bool) er
 			Fence uint64 `json:"fence"`
 			Slot  *int   `json:"slot,omitempty"`
 			TTLms int64  `json:"ttl_ms"`
-		}{lock.Key(), lock.Token(), lock.Fence(), slot, driver.Milliseconds(ttl)})
+		}{lock.Key(), lock.Token(), lock.Fence(), slot, bridge.Milliseconds(ttl)})
 	}
 	_, err := fmt.Fprintf(a.stdout, "export DLOCK_KEY=%s\nexport DLOCK_TOKEN=%s\nexport DLOCK_FENCE=%d\n", shellQuote(lock.Key()), shellQuote(lock.Token()), lock.Fence())
 	if err == nil && slot != nil {

@@ -15,7 +15,7 @@
 // then returns a *fence.StaleError (errors.Is(err, fence.ErrStale)).
 //
 // [Guard] keeps one row per named resource in a guard table of its own
-// (DefaultGuardTable, see Guard.MigrateSQL). [Guard.Register] raises the
+// ("dlock_guard" by default, see Guard.MigrateSQL). [Guard.Register] raises the
 // resource's fence inside the caller's transaction and keeps its row locked
 // until the transaction ends, so everything the transaction then writes is
 // fenced, whatever tables it touches.

@@ -17,8 +17,8 @@ import (
 
 	"github.com/dlock-go/dlock"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
@@ -35,9 +35,9 @@ type Querier interface {
 // fencing writes to them.
 var ErrNoRow = errors.New("pgfence: no row with that id")
 
-// DefaultGuardTable is the table a Guard keeps its fences in unless
+// defaultGuardTable is the table a Guard keeps its fences in unless
 // WithGuardTable names another.
-const DefaultGuardTable = "dlock_guard"
+const defaultGuardTable = "dlock_guard"
 
 // Guard keeps, for each named resource, the highest fence seen and a digest
 // of the token that presented it, one row per resource in a guard table.
@@ -54,7 +54,7 @@ type Guard struct {
 type GuardOption func(*Guard) error
 
 // WithGuardTable sets the guard table ("name" or "schema.name"). The default
-// is DefaultGuardTable, found through the search_path.
+// is "dlock_guard", found through the search_path.
 func WithGuardTable(table string) GuardOption {
 	return func(g *Guard) error {
 		q, err := quote(table)
@@ -69,10 +69,10 @@ func WithGuardTable(table string) GuardOption {
 // NewGuard returns a Guard. It sends nothing to the server; create the table
 // with Migrate.
 func NewGuard(opts ...GuardOption) (*Guard, error) {
-	g := &Guard{table: DefaultGuardTable, name: DefaultGuardTable}
+	g := &Guard{table: defaultGuardTable, name: defaultGuardTable}
 	for _, o := range opts {
 		if o == nil {
-			return nil, driver.Invalidf("pgfence: nil option")
+			return nil, nodeerr.Invalidf("pgfence: nil option")
 		}
 		if err := o(g); err != nil {
 			return nil, err
@@ -214,7 +214,7 @@ func NewTable(table, idColumn string, opts ...TableOption) (*Table, error) {
 	t := &Table{table: tq, id: idq, fence: `"fence"`, holder: `"fence_holder"`, name: table}
 	for _, o := range opts {
 		if o == nil {
-			return nil, driver.Invalidf("pgfence: nil option")
+			return nil, nodeerr.Invalidf("pgfence: nil option")
 		}
 		if err := o(t); err != nil {
 			return nil, err
@@ -250,7 +250,7 @@ func (t *Table) Update(ctx context.Context, q Querier, id any, f uint64, token s
 			return err
 		}
 		if cq == t.fence || cq == t.holder || cq == t.id {
-			return driver.Invalidf("pgfence: update %s: column %q is managed by the guard", resource, col)
+			return nodeerr.Invalidf("pgfence: update %s: column %q is managed by the guard", resource, col)
 		}
 		args = append(args, set[col])
 		assign = append(assign, cq+" = $"+strconv.Itoa(len(args)))
@@ -296,10 +296,10 @@ func (t *Table) Register(ctx context.Context, q Querier, id any, f uint64, token
 
 func check(ctx context.Context, q Querier) error {
 	if ctx == nil {
-		return driver.Invalidf("pgfence: nil context")
+		return nodeerr.Invalidf("pgfence: nil context")
 	}
 	if isNil(q) {
-		return driver.Invalidf("pgfence: nil database handle")
+		return nodeerr.Invalidf("pgfence: nil database handle")
 	}
 	return nil
 }
@@ -340,14 +340,14 @@ func holder(token string) string {
 func quote(table string) (string, error) {
 	parts := strings.Split(table, ".")
 	if table == "" || len(parts) > 2 || strings.ContainsRune(table, 0) || slices.Contains(parts, "") {
-		return "", driver.Invalidf("pgfence: table %q: want name or schema.name", table)
+		return "", nodeerr.Invalidf("pgfence: table %q: want name or schema.name", table)
 	}
 	return pgx.Identifier(parts).Sanitize(), nil
 }
 
 func quoteColumn(col string) (string, error) {
 	if col == "" || strings.ContainsRune(col, 0) {
-		return "", driver.Invalidf("pgfence: column name %q", col)
+		return "", nodeerr.Invalidf("pgfence: column name %q", col)
 	}
 	return pgx.Identifier{col}.Sanitize(), nil
 }

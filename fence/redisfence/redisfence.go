@@ -12,7 +12,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
@@ -41,7 +40,7 @@ type Guard struct {
 // for a nil client.
 func New(client redis.Scripter) (*Guard, error) {
 	if rclient.IsNil(client) {
-		return nil, driver.Invalidf("redisfence: nil redis client")
+		return nil, nodeerr.Invalidf("redisfence: nil redis client")
 	}
 	return &Guard{client: client, node: rclient.Name(client)}, nil
 }
@@ -117,10 +116,10 @@ func (g *Guard) Highest(ctx context.Context, key string) (uint64, error) {
 
 func (g *Guard) check(ctx context.Context, op, key string) error {
 	if g == nil || g.client == nil {
-		return driver.Invalidf("redisfence: %s %q: nil Guard (use New)", op, key)
+		return nodeerr.Invalidf("redisfence: %s %q: nil Guard (use New)", op, key)
 	}
 	if ctx == nil {
-		return driver.Invalidf("redisfence: %s %q: nil context", op, key)
+		return nodeerr.Invalidf("redisfence: %s %q: nil context", op, key)
 	}
 	return nil
 }

@@ -17,10 +17,10 @@ import (
 
 	"github.com/dlock-go/dlock"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/internal/fencetest"
 	"github.com/dlock-go/dlock/fence/redisfence"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -137,7 +137,7 @@ func TestReadValue(t *testing.T) {
 func TestTokenNotStored(t *testing.T) {
 	c := testsrv.StartRedis(t).Client(t)
 	g, k := newGuard(t, c), key(t)
-	tok := driver.NewToken()
+	tok := bridge.NewToken()
 	if err := g.Write(testCtx(t), k, 3, tok, "v"); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Config is a Locker's share of the common options, and its events.
@@ -36,6 +38,10 @@ type Config struct {
 	reserved string
 }
 
+// FenceTTL is the default of the Redis backends' WithFenceTTL: how long a
+// key's fence counter outlives the last write to it.
+const FenceTTL = time.Hour
+
 // New returns a Config with the defaults: no prefix, the default drift
 // factor, fenceTTL, no holder record, slog.Default(). With reserved, lock
 // keys (prefix and key) may not lie in dlock's own namespace.
@@ -51,7 +57,7 @@ func New(fenceTTL time.Duration, reserved bool) Config {
 func Apply[L any, O ~func(L) error](l L, opts []O) error {
 	for _, o := range opts {
 		if o == nil {
-			return driver.Invalidf("nil option")
+			return nodeerr.Invalidf("nil option")
 		}
 		if err := o(l); err != nil {
 			return err
@@ -68,7 +74,7 @@ func (c *Config) Done(backend string) { c.Events = driver.NewEvents(backend, c.L
 // reserved namespace.
 func (c *Config) SetPrefix(prefix string) error {
 	if c.reserved != "" && strings.HasPrefix(prefix, c.reserved) {
-		return driver.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, c.reserved)
+		return nodeerr.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, c.reserved)
 	}
 	c.Prefix = prefix
 	return nil
@@ -77,7 +83,7 @@ func (c *Config) SetPrefix(prefix string) error {
 // SetDriftFactor sets the drift factor (WithDriftFactor), which must be in
 // [0, 1).
 func (c *Config) SetDriftFactor(f float64) error {
-	if err := invalid(bridge.DriftFactorProblem(f)); err != nil {
+	if err := nodeerr.Invalid(bridge.DriftFactorProblem(f)); err != nil {
 		return err
 	}
 	c.DriftFactor = f
@@ -87,7 +93,7 @@ func (c *Config) SetDriftFactor(f float64) error {
 // SetLogger sets the logger (WithLogger), refusing nil.
 func (c *Config) SetLogger(logger *slog.Logger) error {
 	if logger == nil {
-		return driver.Invalidf("nil logger")
+		return nodeerr.Invalidf("nil logger")
 	}
 	c.Logger = logger
 	return nil
@@ -96,7 +102,7 @@ func (c *Config) SetLogger(logger *slog.Logger) error {
 // AddObserver adds an observer (WithObserver), refusing nil.
 func (c *Config) AddObserver(observe func(ctx context.Context, e dlock.Event)) error {
 	if observe == nil {
-		return driver.Invalidf("nil observer")
+		return nodeerr.Invalidf("nil observer")
 	}
 	c.observers = append(c.observers, observe)
 	return nil
@@ -113,7 +119,7 @@ func (c *Config) SetHolderInfo(service string) error {
 // between least and bridge.MaxTTL.
 func (c *Config) SetFenceTTL(d, least time.Duration) error {
 	if d < least || d > bridge.MaxTTL {
-		return driver.Invalidf("fence ttl %v: must be between %v and %v", d, least, bridge.MaxTTL)
+		return nodeerr.Invalidf("fence ttl %v: must be between %v and %v", d, least, bridge.MaxTTL)
 	}
 	c.FenceTTL = d
 	return nil
@@ -124,25 +130,19 @@ func (c *Config) SetFenceTTL(d, least time.Duration) error {
 // fence counter or a waiter queue: releasing "dlock:fence:{foo}" would
 // reset foo's fences.
 func (c *Config) CheckKey(key string) error {
-	if err := invalid(bridge.KeyProblem(key)); err != nil {
+	if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
 		return err
 	}
 	if c.reserved != "" && strings.HasPrefix(c.Prefix+key, c.reserved) {
-		return driver.Invalidf("lock key %q: the %q namespace is reserved for dlock's own keys", c.Prefix+key, c.reserved)
+		return nodeerr.Invalidf("lock key %q: the %q namespace is reserved for dlock's own keys", c.Prefix+key, c.reserved)
 	}
 	return nil
 }
 
-// CheckTTL refuses a TTL that no backend honours (bridge.TTLProblem) or that
-// leaves no validity after the drift margin.
+// CheckTTL refuses a TTL that no backend honours or that leaves no
+// validity after the drift margin (bridge.ValidityProblem).
 func (c *Config) CheckTTL(ttl time.Duration) error {
-	if err := invalid(bridge.TTLProblem(ttl)); err != nil {
-		return err
-	}
-	if d := bridge.Drift(ttl, c.DriftFactor); ttl <= d {
-		return driver.Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
-	}
-	return nil
+	return nodeerr.Invalid(bridge.ValidityProblem(ttl, c.DriftFactor))
 }
 
 // Check refuses the arguments of an attempt: a nil ctx, a bad key or a bad
@@ -157,7 +157,7 @@ func (c *Config) Check(ctx context.Context, key string, ttl time.Duration) error
 // CheckPermit refuses the arguments of a semaphore's attempt
 // (driver.Semaphores): a bad limit, then what Check refuses.
 func (c *Config) CheckPermit(ctx context.Context, name string, ttl time.Duration, limit int) error {
-	if err := driver.CheckLimit(limit); err != nil {
+	if err := nodeerr.Invalid(bridge.LimitProblem(limit)); err != nil {
 		return err
 	}
 	return c.Check(ctx, name, ttl)
@@ -167,9 +167,9 @@ func (c *Config) CheckPermit(ctx context.Context, name string, ttl time.Duration
 // ctx, a bad semaphore name or a bad limit.
 func (c *Config) CheckLimit(ctx context.Context, name string, limit int) error {
 	if ctx == nil {
-		return driver.Invalidf("nil context")
+		return nodeerr.Invalidf("nil context")
 	}
-	if err := driver.CheckLimit(limit); err != nil {
+	if err := nodeerr.Invalid(bridge.LimitProblem(limit)); err != nil {
 		return err
 	}
 	return c.CheckKey(name)
@@ -179,7 +179,7 @@ func (c *Config) CheckLimit(ctx context.Context, name string, limit int) error {
 // context and a valid key.
 func (c *Config) CheckRead(ctx context.Context, key string) error {
 	if ctx == nil {
-		return driver.Invalidf("nil context")
+		return nodeerr.Invalidf("nil context")
 	}
 	return c.CheckKey(key)
 }
@@ -189,12 +189,20 @@ func (c *Config) CheckRead(ctx context.Context, key string) error {
 // bad key or an empty token.
 func (c *Config) CheckToken(ctx context.Context, key, token string) error {
 	if ctx == nil {
-		return driver.Invalidf("nil context")
+		return nodeerr.Invalidf("nil context")
 	}
 	if err := c.CheckKey(key); err != nil {
 		return err
 	}
-	return invalid(bridge.TokenProblem(token))
+	return nodeerr.Invalid(bridge.TokenProblem(token))
+}
+
+// LimitConflict returns the error of an attempt on name's semaphore with
+// limit ours while the servers have recorded another: it matches
+// dlock.ErrInvalid, since no wait can change it.
+func LimitConflict(name string, server, ours int) error {
+	return fmt.Errorf("dlock: acquire %q: %w: limit conflict: the server has %d, this Locker %d (change it with dlock.SetLimit)",
+		name, dlock.ErrInvalid, server, ours)
 }
 
 // DefaultInspectLimit is how many locks Inspect returns when asked for no
@@ -210,9 +218,9 @@ const DefaultInspectLimit = 1000
 func CheckInspect(ctx context.Context, pattern string, limit int) (string, *regexp.Regexp, int, error) {
 	switch {
 	case ctx == nil:
-		return "", nil, 0, driver.Invalidf("nil context")
+		return "", nil, 0, nodeerr.Invalidf("nil context")
 	case limit < 0:
-		return "", nil, 0, driver.Invalidf("inspect limit %d: must not be negative", limit)
+		return "", nil, 0, nodeerr.Invalidf("inspect limit %d: must not be negative", limit)
 	case limit == 0:
 		limit = DefaultInspectLimit
 	}
@@ -221,7 +229,7 @@ func CheckInspect(ctx context.Context, pattern string, limit int) (string, *rege
 	}
 	match, err := globRegexp(pattern)
 	if err != nil {
-		return "", nil, 0, driver.Invalidf("inspect pattern %q: %v", pattern, err)
+		return "", nil, 0, nodeerr.Invalidf("inspect pattern %q: %v", pattern, err)
 	}
 	return pattern, match, limit, nil
 }
@@ -258,15 +266,6 @@ func globRegexp(glob string) (*regexp.Regexp, error) {
 	}
 	b.WriteString(`$`)
 	return regexp.Compile(b.String())
-}
-
-// invalid is problem (the rules' text, package bridge) as an error that
-// matches dlock.ErrInvalid, or nil when there is none.
-func invalid(problem string) error {
-	if problem == "" {
-		return nil
-	}
-	return driver.Invalidf("%s", problem)
 }
 
 // Reread calls read until its answer is complete (pending false), at most

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/internal/batch"
-	"github.com/dlock-go/dlock/locktest"
+	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -69,7 +69,7 @@ func call(b *batch.Batcher, ctx context.Context, c redis.Cmder) <-chan error {
 // waiting waits until n calls wait for b's next batch.
 func waiting(t *testing.T, b *batch.Batcher, n int) {
 	t.Helper()
-	locktest.Eventually(t, 5*time.Second, func() error {
+	lockcheck.Eventually(t, 5*time.Second, func() error {
 		if w := b.Waiting(); w != n {
 			return fmt.Errorf("%d calls wait, want %d", w, n)
 		}
@@ -325,7 +325,7 @@ func TestScheduleUnderLoad(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	locktest.Eventually(t, 5*time.Second, func() error {
+	lockcheck.Eventually(t, 5*time.Second, func() error {
 		if r, l := replied.Load(), leftSent.Load(); r != l {
 			return fmt.Errorf("%d of the %d calls that left in flight got their reply", r, l)
 		}

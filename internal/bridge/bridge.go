@@ -1,9 +1,10 @@
 // Package bridge holds what package dlock shares with package driver
 // without showing it to users of locks: the rules every backend applies
 // (the TTL's limits and rounding, validity, what a key and a token must
-// be, how a token is drawn: their one home, which driver's Check functions
-// and the internal packages call) and the constructor of a Lock, which package dlock sets from
-// an init function (driver imports dlock, so dlock cannot import driver).
+// be, how a token is drawn, a semaphore's slots and limit: their one home,
+// which driver.Check and the internal packages call) and the constructor
+// of a Lock, which package dlock sets from an init function (driver
+// imports dlock, so dlock cannot import driver).
 package bridge
 
 import (
@@ -17,11 +18,13 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
-// MaxTTL is the longest TTL any backend accepts (driver.CheckTTL).
+// MaxTTL is the longest TTL any backend accepts: a crashed holder would
+// block everyone for that long.
 const MaxTTL = 30 * 24 * time.Hour
 
-// DefaultDriftFactor is the share of the TTL set aside for clock drift
-// (see driver.DefaultDriftFactor).
+// DefaultDriftFactor is the share of the TTL that validity computations
+// set aside for clocks that tick at slightly different rates, as in the
+// Redis documentation's reference clients.
 const DefaultDriftFactor = 0.01
 
 // NewLock wraps a backend's grant in a *dlock.Lock (returned as any); g
@@ -29,11 +32,15 @@ const DefaultDriftFactor = 0.01
 // grant, -1 for a lock. Package dlock sets it.
 var NewLock func(key string, slot int, token string, fence uint64, validUntil time.Time, g any) any
 
-// MaxLimit is the largest limit a semaphore may have (see
-// driver.MaxLimit).
+// MaxLimit is the largest limit a semaphore may have.
 const MaxLimit = 1000
 
-// SlotKey is the key of a semaphore's slot (see driver.SlotKey).
+// SlotKey returns the key of slot of name's semaphore, its permits' Key:
+// {name}#slot, such as "{vendor-api}#2", or name#slot for a name that has
+// a Redis Cluster hash tag already ("{tenant:7}:exports#2"). The tag puts
+// every slot of a name in one Cluster slot, so that one Redis script can
+// look at them all. Names that differ only by such braces ("a" and "{a}")
+// name one semaphore.
 func SlotKey(name string, slot int) string {
 	if keys.HasHashTag(name) {
 		return name + "#" + strconv.Itoa(slot)
@@ -77,7 +84,7 @@ var Recheck func(lock any)
 // events go to observe (a func(context.Context, dlock.Event)), begins with
 // ctx, and returns the attempt's number, and whether it is one of
 // dlock.Acquire's, which then reports the grant or the refusal itself
-// (driver.Events.Attempt). Package dlock sets it.
+// (driver's Events.Attempt). Package dlock sets it.
 var Attempt func(ctx context.Context, backend string, observe any) (n int, waiting bool)
 
 // Observe makes a *dlock.Lock (given as any) send its events to observe,
@@ -113,6 +120,19 @@ func TTLProblem(ttl time.Duration) string {
 	return ""
 }
 
+// ValidityProblem says what is wrong with ttl for a backend whose
+// validity sets factor of it aside for clock drift (see Drift): what
+// TTLProblem says, or that it leaves no validity; or "".
+func ValidityProblem(ttl time.Duration, factor float64) string {
+	if p := TTLProblem(ttl); p != "" {
+		return p
+	}
+	if d := Drift(ttl, factor); ttl <= d {
+		return fmt.Sprintf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
+	}
+	return ""
+}
+
 // KeyProblem says what is wrong with a lock key, or "".
 func KeyProblem(key string) string {
 	if key == "" {
@@ -137,16 +157,21 @@ func DriftFactorProblem(f float64) string {
 	return ""
 }
 
-// Milliseconds is ttl in whole milliseconds, rounded up (see
-// driver.Milliseconds).
+// Milliseconds returns ttl in whole milliseconds, rounded up, as Redis's
+// PX and PEXPIRE take it.
 func Milliseconds(ttl time.Duration) int64 {
 	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
 }
 
-// NewToken is a fresh random lock token (see driver.NewToken).
+// NewToken returns a fresh random lock token: 128 bits from crypto/rand,
+// encoded as 26 base32 characters. Backends use it as the value of a lock
+// key so that only the holder can extend or release it.
 func NewToken() string { return rand.Text() }
 
-// Drift is the validity margin of a TTL (see driver.Drift).
+// Drift returns the safety margin subtracted from a TTL when computing a
+// lock's validity: ttl × factor plus 2 ms (1 ms for Redis's expiry
+// precision and 1 ms as a floor), as in antirez's reference
+// implementation.
 func Drift(ttl time.Duration, factor float64) time.Duration {
 	return time.Duration(float64(ttl)*factor) + 2*time.Millisecond
 }

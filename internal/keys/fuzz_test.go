@@ -13,7 +13,7 @@ import (
 func FuzzSameSlot(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key string) {
 		if key == "" {
-			t.Skip("not a lock key (driver.CheckKey refuses it)")
+			t.Skip("not a lock key (bridge.KeyProblem refuses it)")
 		}
 		if strings.Contains(key, "}") && !HasHashTag(key) {
 			t.Skip("a '}' without a valid hash tag cannot be tagged (documented)")

@@ -2,7 +2,8 @@
 // servers: each backend says what kind of failure a call met (Kind, from
 // its client's errors), and this package says how it reads (Describe) and
 // which of dlock's sentinels it matches (Error), the same way for every
-// backend.
+// backend. It also makes the error of a bad argument (Invalid, Invalidf)
+// for every package of this repository.
 package nodeerr
 
 import (
@@ -132,4 +133,20 @@ func (e lineErr) Error() string {
 		b.WriteString(line)
 	}
 	return b.String()
+}
+
+// Invalidf returns an error that matches dlock.ErrInvalid and carries a
+// message naming the offending value.
+func Invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", dlock.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// Invalid returns problem (a rule's text from package bridge: KeyProblem,
+// TTLProblem, LimitProblem...) as an error that matches dlock.ErrInvalid,
+// or nil when there is no problem ("").
+func Invalid(problem string) error {
+	if problem == "" {
+		return nil
+	}
+	return Invalidf("%s", problem)
 }

@@ -23,8 +23,8 @@ func Serialized(create string) string {
 }
 
 // Key is the bigint advisory key held while schema objects are created:
-// bytes 8 to 15 of the SHA-256 of "pglock migrate", as pglock.WaitKey is
-// made.
+// bytes 8 to 15 of the SHA-256 of "pglock migrate", made as pglock's key
+// for its waiters is.
 const Key int64 = -2338369163326999730
 
 var keySQL = strconv.FormatInt(Key, 10)

@@ -15,7 +15,7 @@ var (
 	RedlockQuorum func(locker any, q int)
 	// RedlockDriftFactor and RedislockDriftFactor set the Locker's drift
 	// factor unchecked, negative too: -2ms/ttl cancels the 2ms constant of
-	// driver.Drift, so validity becomes send time + ttl with no margin.
+	// the drift margin (bridge.Drift), so validity becomes send time + ttl with no margin.
 	RedlockDriftFactor   func(locker any, f float64)
 	RedislockDriftFactor func(locker any, f float64)
 )

@@ -44,7 +44,7 @@ func runRedlock(ctx context.Context, e *env, s *section) error {
 	if err != nil {
 		return err
 	}
-	quorum := l.Quorum()
+	quorum := n/2 + 1 // a majority
 	s.say("Redlock takes the lock on all %d servers at once and counts it held only when a majority", n)
 	s.say("(%d) granted it within the TTL (%v here; each node gets %v to answer). The nodes:", quorum, redlockTTL, redlockNodeTimeout)
 	for i, nd := range e.nodes {

@@ -16,7 +16,8 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/testkit/servers"
 	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
@@ -80,7 +81,7 @@ const redlockNodes = 5
 // setup connects to the user's servers or starts temporary ones. On error
 // it has already undone whatever it started.
 func setup(ctx context.Context, opts Options) (*env, error) {
-	e := &env{prefix: "dlock-demo:" + driver.NewToken()[:8] + ":"}
+	e := &env{prefix: "dlock-demo:" + bridge.NewToken()[:8] + ":"}
 	if err := e.start(ctx, opts); err != nil {
 		e.close()
 		return nil, err
@@ -93,7 +94,7 @@ func (e *env) start(ctx context.Context, opts Options) error {
 		o, err := redis.ParseURL(u)
 		if err != nil {
 			// The parse error may quote the URL, password included.
-			return driver.Invalidf("redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
+			return nodeerr.Invalidf("redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
 		}
 		n, err := connectUser(ctx, o)
 		if err != nil {
@@ -208,7 +209,7 @@ func startEmbedded() (*node, error) {
 	}
 	// miniredis has no INFO server section; Redlock's scripts read the
 	// run_id from it to tell servers apart, so answer with one.
-	info := "# Server\r\nrun_id:" + driver.NewToken() + "\r\n"
+	info := "# Server\r\nrun_id:" + bridge.NewToken() + "\r\n"
 	m.Server().SetPreHook(func(p *server.Peer, cmd string, args ...string) bool {
 		if cmd == "INFO" && len(args) == 1 && strings.EqualFold(args[0], "server") {
 			p.WriteBulk(info)

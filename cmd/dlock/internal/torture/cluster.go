@@ -21,8 +21,9 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/cmd/dlock/internal/etcdsrv"
 
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
+	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/testkit/servers"
 	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
 	"github.com/dlock-go/dlock/pglock"
@@ -109,7 +110,7 @@ func startCluster(ctx context.Context, cfg *Config) (_ *cluster, err error) {
 		for i, u := range cfg.RedisURLs {
 			o, err := redis.ParseURL(u)
 			if err != nil {
-				return nil, driver.Invalidf("torture: redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
+				return nil, nodeerr.Invalidf("torture: redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
 			}
 			netw := o.Network
 			if netw == "" {
@@ -184,7 +185,7 @@ func (c *cluster) startPostgres(ctx context.Context) error {
 	}
 	pcfg, err := pgx.ParseConfig(ls.url)
 	if err != nil {
-		return driver.Invalidf("torture: the PostgreSQL DSN does not parse")
+		return nodeerr.Invalidf("torture: the PostgreSQL DSN does not parse")
 	}
 	ls.addr = net.JoinHostPort(pcfg.Host, strconv.Itoa(int(pcfg.Port)))
 	c.locks = append(c.locks, ls)
@@ -594,11 +595,11 @@ func (c *cluster) lockNames() []string {
 			names = append(names, c.prefix+k)
 		case c.cfg.Backend == Postgres:
 			for i := range c.cfg.Limit {
-				names = append(names, driver.SlotKey(c.prefix+k, i))
+				names = append(names, bridge.SlotKey(c.prefix+k, i))
 			}
 		default:
 			for i := range c.cfg.Limit {
-				names = append(names, c.prefix+driver.SlotKey(k, i))
+				names = append(names, c.prefix+bridge.SlotKey(k, i))
 			}
 		}
 	}
@@ -614,7 +615,7 @@ func (c *cluster) registers() []string {
 	var regs []string
 	for _, k := range c.keys {
 		for i := range c.cfg.Limit {
-			regs = append(regs, driver.SlotKey(k, i))
+			regs = append(regs, bridge.SlotKey(k, i))
 		}
 	}
 	return regs

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // semCount is the negative control ControlSemCount: a semaphore on
@@ -88,7 +89,7 @@ func (s *semCount) each(f func(c *redis.Client) bool) int {
 }
 
 func (s *semCount) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	keys, token, ms := s.keys(name), driver.NewToken(), driver.Milliseconds(ttl)
+	keys, token, ms := s.keys(name), bridge.NewToken(), bridge.Milliseconds(ttl)
 	start := time.Now()
 	var fence int64
 	got := s.oneByOne(func(c *redis.Client) bool {
@@ -101,7 +102,7 @@ func (s *semCount) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 		fence = max(fence, f)
 		return true
 	})
-	until := driver.ValidUntil(start, ttl, driver.DefaultDriftFactor)
+	until := bridge.ValidUntil(start, ttl, bridge.DefaultDriftFactor)
 	g := &semCountGrant{s: s, keys: keys, token: token}
 	if got < len(s.nodes)/2+1 || !until.After(time.Now()) {
 		g.Release(context.WithoutCancel(ctx))
@@ -119,13 +120,13 @@ type semCountGrant struct {
 func (g *semCountGrant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	start := time.Now()
 	got := g.s.each(func(c *redis.Client) bool {
-		ok, err := semCountExtend.Run(ctx, c, g.keys[:1], g.token, driver.Milliseconds(ttl)).Int64()
+		ok, err := semCountExtend.Run(ctx, c, g.keys[:1], g.token, bridge.Milliseconds(ttl)).Int64()
 		return err == nil && ok == 1
 	})
 	if got < len(g.s.nodes)/2+1 {
 		return time.Time{}, fmt.Errorf("%w (%d of %d nodes still count it)", dlock.ErrNotHeld, got, len(g.s.nodes))
 	}
-	return driver.ValidUntil(start, ttl, driver.DefaultDriftFactor), nil
+	return bridge.ValidUntil(start, ttl, bridge.DefaultDriftFactor), nil
 }
 
 func (g *semCountGrant) Release(ctx context.Context) error {

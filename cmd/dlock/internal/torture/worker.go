@@ -22,8 +22,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/testkit/negative"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
@@ -309,7 +309,7 @@ func (w *worker) ping(ctx context.Context) error {
 	return nil
 }
 
-// noDrift is the drift factor that makes driver.Drift(ttl, f) zero: it
+// noDrift is the drift factor that makes the drift margin (ttl × f + 2ms) zero: it
 // cancels the 2ms constant.
 func noDrift(ttl time.Duration) float64 { return -float64(2*time.Millisecond) / float64(ttl) }
 
@@ -405,7 +405,7 @@ func (w *worker) section(ctx context.Context, key string, hold time.Duration) {
 	// per slot.
 	reg := key
 	if w.cfg.Limit > 0 {
-		reg = driver.SlotKey(key, lock.Slot())
+		reg = bridge.SlotKey(key, lock.Slot())
 	}
 
 	seq, prev, err := w.enter(bg, key, me)

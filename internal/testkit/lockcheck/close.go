@@ -1,4 +1,4 @@
-package locktest
+package lockcheck
 
 import (
 	"context"
@@ -17,31 +17,31 @@ import (
 func CloseKeepsLocks(t *testing.T, l, other dlock.Locker, closeFn func() error) {
 	t.Helper()
 	key := Key(t)
-	lock := mustAcquire(t, l, key, 10*time.Second)
+	lock := MustAcquire(t, l, key, 10*time.Second)
 	if err := closeFn(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	if !lock.Held() {
 		t.Fatal("a lock taken before Close is not held after it, though Close keeps locks")
 	}
-	if err := lock.Extend(ctx(t), 10*time.Second); err != nil {
+	if err := lock.Extend(Ctx(t), 10*time.Second); err != nil {
 		t.Fatalf("Extend after Close: %v", err)
 	}
-	_, err := other.TryAcquire(ctx(t), key, time.Second)
+	_, err := other.TryAcquire(Ctx(t), key, time.Second)
 	WantError(t, err, dlock.ErrNotAcquired)
-	if err := lock.Release(ctx(t)); err != nil {
+	if err := lock.Release(Ctx(t)); err != nil {
 		t.Fatalf("Release after Close: %v", err)
 	}
 
 	// Still usable: a wait through Acquire gets the lock once another
 	// owner releases it.
-	held := mustAcquire(t, other, key, 10*time.Second)
+	held := MustAcquire(t, other, key, 10*time.Second)
 	time.AfterFunc(100*time.Millisecond, func() { held.Release(context.Background()) })
-	again, err := dlock.Acquire(ctx(t), l, key, time.Second, dlock.WithRetryDelay(20*time.Millisecond))
+	again, err := dlock.Acquire(Ctx(t), l, key, time.Second, dlock.WithRetryDelay(20*time.Millisecond))
 	if err != nil {
 		t.Fatalf("Acquire after Close: %v", err)
 	}
-	if err := again.Release(ctx(t)); err != nil {
+	if err := again.Release(Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 }

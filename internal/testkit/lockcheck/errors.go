@@ -1,4 +1,4 @@
-package locktest
+package lockcheck
 
 import (
 	"context"
@@ -63,10 +63,10 @@ func WantError(t testing.TB, err, want error, also ...error) {
 	}
 }
 
-// wantOneOf is WantError for outcomes where either of two sentinels is
+// WantOneOf is WantError for outcomes where either of two sentinels is
 // right (a refused extension is ErrNotHeld or ErrLockLost, depending on
 // whether the handle noticed first).
-func wantOneOf(t testing.TB, err error, want ...error) {
+func WantOneOf(t testing.TB, err error, want ...error) {
 	t.Helper()
 	got, breach := Classify(err)
 	if breach != nil {
