@@ -90,3 +90,38 @@ func TestCloseDuringGrantLosesIt(t *testing.T) {
 		t.Fatalf("the grant Close revoked is Held (valid until %v) while another Locker holds %q", lock.ValidUntil(), name)
 	}
 }
+
+// The wait of dlock.Acquire on a semaphore ends at the caller's deadline
+// even when the cluster answers nothing: the read that starts the watch
+// of its slots is the caller's.
+func TestSemaphoreWaitKeepsDeadlineWhenCutOff(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	p := proxied(t, c)
+	l := newLocker(t, c.Client(t, "http://"+p.Addr))
+	warm, err := dlock.Semaphore(l, 2).TryAcquire(testCtx(t), locktest.Key(t)+"warm", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole(true)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := dlock.Acquire(ctx, dlock.Semaphore(l, 2), locktest.Key(t), 10*time.Second)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire cut off: %v, want DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		p.Reset()
+		p.Blackhole(false)
+		t.Fatalf("Acquire with a 500ms deadline still waits 10s later (it returned %v once the connections were reset)", <-done)
+	}
+	p.Blackhole(false)
+}
