@@ -242,15 +242,8 @@ func TestLeaderOfBusySessionReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	k := pglock.HashKey(name)
-	sql, args := "SELECT pg_advisory_lock($1::int8)", []any{}
-	if n, ok := k.Int64(); ok {
-		args = append(args, n)
-	} else {
-		a, b, _ := k.Pair()
-		sql, args = "SELECT pg_advisory_lock($1::int4, $2::int4)", append(args, a, b)
-	}
-	if _, err := conn.Exec(testCtx(t), sql, args...); err != nil {
+	params, args := keyParams(pglock.HashKey(name))
+	if _, err := conn.Exec(testCtx(t), "SELECT pg_advisory_lock("+params+")", args...); err != nil {
 		t.Fatal(err)
 	}
 	var pid int32
