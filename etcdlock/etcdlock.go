@@ -240,6 +240,11 @@ func (l *Locker) granted(ctx context.Context, ttl time.Duration, c *contender) (
 		lock = driver.NewPermit(c.sem, c.permit, tok, uint64(c.rev), validUntil, g)
 	}
 	l.mu.Lock()
+	if c.s.dead { // revoked by Close, or found gone, after the put
+		l.mu.Unlock()
+		l.abandon(ctx, c)
+		return nil, fmt.Errorf("dlock: acquire %q: %w (the lease was revoked or expired as the grant came)", c.name, dlock.ErrNotAcquired)
+	}
 	c.slot.rev, c.slot.validUntil, c.slot.lock = c.rev, validUntil, lock
 	l.mu.Unlock()
 	return lock, nil

@@ -232,12 +232,13 @@ func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struc
 	if l.cfg.CheckKey(name) != nil || ctx == nil {
 		return nil, func() {}
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
-	resp, err := l.client.Get(wctx, l.semRange(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	// The read is the caller's (it must not outlast its deadline); the
+	// watch lasts until stop.
+	resp, err := l.client.Get(clientv3.WithRequireLeader(ctx), l.semRange(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		cancel()
 		return nil, func() {}
 	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
 	watch := l.client.Watch(wctx, l.semRange(name), clientv3.WithPrefix(), clientv3.WithFilterPut(),
 		clientv3.WithRev(resp.Header.Revision+1))
 	released := make(chan struct{}, 1)

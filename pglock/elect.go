@@ -3,10 +3,10 @@ package pglock
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
@@ -32,10 +32,10 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 // only for this Locker's own locks (the server does not record when a
 // lock was granted). Another session's lock without such a record is
 // reported with Fence 0 and no Leader; one caught in the statement that
-// takes it, before it wrote its record, is read again a millisecond later
-// (where the role may see the session's state: PostgreSQL shows it for
-// sessions of the same role, and to pg_read_all_stats). It returns an
-// error matching dlock.ErrUnavailable when the query fails.
+// takes it, before it wrote its record, is read again a millisecond later,
+// a few times (where the role may see the session's state: PostgreSQL
+// shows it for sessions of the same role, and to pg_read_all_stats). It
+// returns an error matching dlock.ErrUnavailable when the query fails.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err
@@ -58,36 +58,34 @@ func (kl keyLocker) ReadTerm(ctx context.Context, name string) (dlock.Term, erro
 	return kl.l.readTerm(ctx, name, kl.k)
 }
 
+// termRereads is how many times readTerm reads again, a millisecond
+// apart, a holder caught running a statement without a term record: one
+// caught in the statement that takes its lock writes its record within
+// it; one that runs a long statement (another program's lock, a
+// transaction's) has none to write.
+const termRereads = 5
+
 func (l *Locker) readTerm(ctx context.Context, name string, k Key) (dlock.Term, error) {
 	classid, objid, objsubid := k.lockID()
-	for {
+	return backend.Reread(ctx, termRereads, func() (dlock.Term, bool, error) {
 		var pid int32
 		var app string
 		var active bool
 		found, err := l.queryTerm(ctx, classid, objid, objsubid, &pid, &app, &active)
 		if err != nil {
-			return dlock.Term{}, fmt.Errorf("dlock: leader %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(err))
+			return dlock.Term{}, false, fmt.Errorf("dlock: leader %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(err))
 		}
 		if !found {
-			return dlock.Term{}, nil
+			return dlock.Term{}, false, nil
 		}
 		if own, ok := l.ownLocks()[lockID{classid, objid, int32(objsubid), pid}]; ok {
-			return dlock.Term{Led: true, Leader: own.identity, Fence: own.fence, Since: own.since}, nil
+			return dlock.Term{Led: true, Leader: own.identity, Fence: own.fence, Since: own.since}, false, nil
 		}
 		t := dlock.Term{Led: true}
 		var rec bool
 		t.Fence, t.Leader, rec = parseTerm(app)
-		if rec || !active {
-			return t, nil
-		}
-		// Caught in its acquiring statement, between the grant and the
-		// record: read again.
-		select {
-		case <-ctx.Done():
-			return t, nil
-		case <-time.After(time.Millisecond):
-		}
-	}
+		return t, !rec && active, nil
+	})
 }
 
 // queryTerm runs termSQL: whether the lock is held, by which backend, its

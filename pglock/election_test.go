@@ -229,3 +229,52 @@ func TestElectionRecycledAndTerminated(t *testing.T) {
 	wg.Wait()
 	t.Logf("terms: %v", leading)
 }
+
+// Leader reads the holder again for a moment only when it catches it in
+// the statement that takes the lock: a session that holds the lock
+// without a term record and runs a long statement (another program's
+// lock, a transaction's) is reported at once, with no term, not after its
+// statement ends.
+func TestLeaderOfBusySessionReturns(t *testing.T) {
+	name := uniqueKey(t)
+	pool := shared.Pool(t, 1)
+	conn, err := pool.Acquire(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	params, args := keyParams(pglock.HashKey(name))
+	if _, err := conn.Exec(testCtx(t), "SELECT pg_advisory_lock("+params+")", args...); err != nil {
+		t.Fatal(err)
+	}
+	var pid int32
+	if err := conn.QueryRow(testCtx(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	slept := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(testCtx(t), "SELECT pg_sleep(5)")
+		slept <- err
+	}()
+	defer func() {
+		if err := <-slept; err != nil {
+			t.Error(err)
+		}
+		if _, err := conn.Exec(testCtx(t), "SELECT pg_advisory_unlock_all()"); err != nil {
+			t.Error(err)
+		}
+	}()
+	lockcheck.Eventually(t, 5*time.Second, func() error {
+		var state string
+		err := shared.Pool(t, 1).QueryRow(testCtx(t), "SELECT coalesce(state, '') FROM pg_stat_activity WHERE pid = $1", pid).Scan(&state)
+		if err == nil && state != "active" {
+			err = errors.New("the holder's session is " + state)
+		}
+		return err
+	})
+	start := time.Now()
+	term, err := dlock.Leader(testCtx(t), newLocker(t, 2), name)
+	if took := time.Since(start); err != nil || !term.Led || term.Fence != 0 || took > 2*time.Second {
+		t.Fatalf("Leader while the holder runs a long statement: %+v, %v after %v; want someone leads, at once", term, err, took)
+	}
+}

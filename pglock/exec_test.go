@@ -117,18 +117,23 @@ func rawTryLock(t *testing.T, pool interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, k pglock.Key) bool {
 	t.Helper()
-	sql, args := "SELECT CASE WHEN pg_try_advisory_lock($1::int8) THEN pg_advisory_unlock($1::int8) ELSE false END", []any{}
-	if n, ok := k.Int64(); ok {
-		args = append(args, n)
-	} else {
-		a, b, _ := k.Pair()
-		sql, args = "SELECT CASE WHEN pg_try_advisory_lock($1::int4, $2::int4) THEN pg_advisory_unlock($1::int4, $2::int4) ELSE false END", append(args, a, b)
-	}
+	params, args := keyParams(k)
+	sql := "SELECT CASE WHEN pg_try_advisory_lock(" + params + ") THEN pg_advisory_unlock(" + params + ") ELSE false END"
 	var got bool
 	if err := pool.QueryRow(testCtx(t), sql, args...).Scan(&got); err != nil {
 		t.Fatalf("%v: %v", k, err)
 	}
 	return got
+}
+
+// keyParams returns how an advisory-lock function takes k: its parameters
+// and their arguments.
+func keyParams(k pglock.Key) (string, []any) {
+	if n, ok := k.Int64(); ok {
+		return "$1::int8", []any{n}
+	}
+	a, b, _ := k.Pair()
+	return "$1::int4, $2::int4", []any{a, b}
 }
 
 // countingTracer counts the acquiring and releasing statements it sees.
