@@ -141,26 +141,39 @@ func TestWaitingAttemptLeavesAtItsDeadline(t *testing.T) {
 
 // An attempt whose deadline passes while its batch is in flight returns at
 // its deadline; the server grants it, and the Locker gives the key back
-// when the reply comes instead of leaving it held for its TTL. The batch's
-// sender is the caller with the later deadline, which gets its lock.
+// when the reply comes instead of leaving it held for its TTL.
 func TestAttemptLeftInFlightGivesTheKeyBack(t *testing.T) {
 	l, _ := slowLocker(t, time.Second)
+	short := lockcheck.Key(t) + "short"
+	leftInFlight(t, l, func(ctx context.Context) error {
+		_, err := l.TryAcquire(ctx, short, 30*time.Second)
+		return err
+	})
+	waitKey(t, short, false) // given back, long before its 30s TTL
+}
+
+// leftInFlight runs try, with a 1.5s deadline, in the batch after the one
+// in flight (slowLocker's replies come a second late), which a lock
+// attempt with a later deadline sends, and checks that try returned at its
+// deadline, not acquired, and that the batch's sender got its lock.
+func leftInFlight(t *testing.T, l *redislock.Locker, try func(ctx context.Context) error) {
+	t.Helper()
 	first := inFlight(t, l, lockcheck.Key(t)+"first")
-	short, long := lockcheck.Key(t)+"short", lockcheck.Key(t)+"long"
+	long := lockcheck.Key(t) + "long"
+	t.Cleanup(func() { shared.Client(t).Del(context.Background(), long) })
 	longDone := make(chan error, 1)
 	go func() {
 		_, err := l.TryAcquire(testCtx(t), long, 30*time.Second)
 		longDone <- err
 	}()
-	t.Cleanup(func() { shared.Client(t).Del(context.Background(), long) })
 	shortDone := make(chan error, 1)
-	var shortTook time.Duration
+	var took time.Duration
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		_, err := l.TryAcquire(ctx, short, 30*time.Second)
-		shortTook = time.Since(start)
+		err := try(ctx)
+		took = time.Since(start)
 		shortDone <- err
 	}()
 	lockcheck.Eventually(t, 5*time.Second, func() error {
@@ -176,13 +189,12 @@ func TestAttemptLeftInFlightGivesTheKeyBack(t *testing.T) {
 	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("short deadline: got %v, want ErrNotAcquired and DeadlineExceeded", err)
 	}
-	if shortTook > 2*time.Second {
-		t.Fatalf("short deadline: returned after %v with a 1.5s deadline", shortTook)
+	if took > 2*time.Second {
+		t.Fatalf("short deadline: returned after %v with a 1.5s deadline", took)
 	}
 	if err := <-longDone; err != nil {
 		t.Fatalf("the batch's sender: %v", err)
 	}
-	waitKey(t, short, false) // given back, long before its 30s TTL
 }
 
 // Calls sent together as one pipeline each keep the server's own reason
@@ -217,8 +229,7 @@ func TestBatchKeepsServerReason(t *testing.T) {
 // A permit attempt whose deadline passes while its script is in flight
 // returns at its deadline; the server grants it a slot, and the Locker
 // gives the slot back when the reply comes, as it does a lock's key,
-// instead of leaving the permit held for its TTL. (The batch's sender is
-// an attempt with a later deadline, as in the test above.)
+// instead of leaving the permit held for its TTL.
 func TestPermitLeftInFlightGivesTheSlotBack(t *testing.T) {
 	l, _ := slowLocker(t, time.Second)
 	warm, err := dlock.Semaphore(l, 2).TryAcquire(testCtx(t), lockcheck.Key(t), 10*time.Second) // loads its script
@@ -228,37 +239,13 @@ func TestPermitLeftInFlightGivesTheSlotBack(t *testing.T) {
 	if err := warm.Release(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	first := inFlight(t, l, lockcheck.Key(t)+"first")
-	name, long := lockcheck.Key(t), lockcheck.Key(t)+"long"
+	name := lockcheck.Key(t)
 	slot := "{" + name + "}#0"
-	t.Cleanup(func() { shared.Client(t).Del(context.Background(), slot, long) })
-	longDone := make(chan error, 1)
-	go func() {
-		_, err := l.TryAcquire(testCtx(t), long, 30*time.Second)
-		longDone <- err
-	}()
-	shortDone := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-		defer cancel()
+	t.Cleanup(func() { shared.Client(t).Del(context.Background(), slot, keys.Fence(slot)) })
+	leftInFlight(t, l, func(ctx context.Context) error {
 		_, err := dlock.Semaphore(l, 2).TryAcquire(ctx, name, 30*time.Second)
-		shortDone <- err
-	}()
-	lockcheck.Eventually(t, 5*time.Second, func() error {
-		if n := l.BatchWaiting(); n != 2 {
-			return fmt.Errorf("%d attempts wait for the next batch, want 2", n)
-		}
-		return nil
+		return err
 	})
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	waitKey(t, slot, true) // granted on the server, the reply on its way
-	if err := <-shortDone; !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("permit attempt past its deadline: %v, want ErrNotAcquired and DeadlineExceeded", err)
-	}
-	if err := <-longDone; err != nil {
-		t.Fatalf("the batch's sender: %v", err)
-	}
-	waitKey(t, slot, false) // given back, long before its 30s TTL
+	waitKey(t, keys.Fence(slot), true) // the server granted the slot
+	waitKey(t, slot, false)            // and it was given back, long before its 30s TTL
 }
