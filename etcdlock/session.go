@@ -294,11 +294,11 @@ func (l *Locker) validUntil(s *session, start time.Time, ttl time.Duration) time
 // Close returns, each handle reports so (Held is false, Extend fails with
 // dlock.ErrLockLost) and Do has ended its function's context, even when a
 // revocation fails; an acquisition whose key Close revoked as it was
-// granted fails with dlock.ErrNotAcquired. Waits in progress lose their places in the queues and
-// queue again on new leases: the Locker stays usable, later acquisitions
-// grant new leases. Close does not close the client. Without
-// Close, a lease that no lock uses any more lapses at the end of its TTL.
-// It returns the first error of a revocation, matching
+// granted fails with dlock.ErrNotAcquired. Waits in progress lose their
+// places in the queues and queue again on new leases: the Locker stays
+// usable, later acquisitions grant new leases. Close does not close the
+// client. Without Close, a lease that no lock uses any more lapses at the
+// end of its TTL. It returns the first error of a revocation, matching
 // dlock.ErrUnavailable.
 func (l *Locker) Close() error {
 	l.mu.Lock()
