@@ -217,13 +217,19 @@ func (c *Cluster) Client(t testing.TB, endpoints ...string) *clientv3.Client {
 	if len(endpoints) == 0 {
 		endpoints = c.Endpoints()
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
-		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second, Logger: zap.NewNop()})
+	cli, err := newClient(endpoints)
 	if err != nil {
 		t.Fatalf("etcd client: %v", err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// newClient returns a quiet client of endpoints, for Client and
+// waitHealthy.
+func newClient(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second, Logger: zap.NewNop()})
 }
 
 // WaitHealthy waits until every running member answers and the cluster has
@@ -236,8 +242,7 @@ func (c *Cluster) WaitHealthy(t testing.TB) {
 }
 
 func (c *Cluster) waitHealthy(timeout time.Duration) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second,
-		Logger: zap.NewNop()})
+	cli, err := newClient(c.Endpoints())
 	if err != nil {
 		return err
 	}
