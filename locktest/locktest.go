@@ -153,7 +153,7 @@ func (s *suite) extendOutlivesFirstTTL(t *testing.T) {
 	}
 	time.Sleep(lockcheck.TTL + 200*time.Millisecond)
 	if !la.Held() {
-		t.Fatal("extended lock not held past its first lockcheck.TTL")
+		t.Fatal("extended lock not held past its first TTL")
 	}
 	_, err := b.TryAcquire(lockcheck.Ctx(t), key, time.Second)
 	lockcheck.WantError(t, err, dlock.ErrNotAcquired)

@@ -2,6 +2,10 @@ package etcdsrv
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +87,40 @@ func leaderOf(t *testing.T, c *Cluster) *Member {
 	}
 	t.Fatal("no leader")
 	return nil
+}
+
+// TestPortTakenFailsFast: a member whose client port another process took
+// exits, and WaitHealthy says so at once, with etcd's reason, instead of
+// polling to its deadline (which is what start's retry on other ports
+// relies on).
+func TestPortTakenFailsFast(t *testing.T) {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		t.Skip("no etcd on PATH")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pp, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Member{Name: "m0", ClientURL: "http://" + ln.Addr().String(),
+		peerURL: fmt.Sprintf("http://127.0.0.1:%d", pp), dir: t.TempDir(), bin: bin, state: "new"}
+	m.initial = m.Name + "=" + m.peerURL
+	c := &Cluster{Members: []*Member{m}}
+	if err := m.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	start := time.Now()
+	err = c.WaitHealthy(context.Background(), 20*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("WaitHealthy: %v; want the member's exit for the taken port", err)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Errorf("the exit was reported after %v", waited)
+	}
 }
