@@ -235,16 +235,17 @@ func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token
 // the holder records (rec, when not "") the new TTL, in one round trip.
 // held is false when some key no longer holds token.
 func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string, fence int64, ttl time.Duration) (held bool, err error) {
-	ms := bridge.Milliseconds(ttl)
 	if fence == 0 && rec == "" && len(lockKeys) == 1 && n.features(ctx).SetIfEq {
 		// SET IFEQ renews the key alone: only for a lock whose fence is
 		// not known, where the script leaves the counter alone too.
+		ms := bridge.Milliseconds(ttl)
 		err := n.Client.SetIFEQ(ctx, lockKeys[0], token, token, time.Duration(ms)*time.Millisecond).Err()
 		if err == redis.Nil {
 			return false, nil
 		}
 		return err == nil, err
 	}
+	ms := n.ttlArg(ttl)
 	ks, args := lockKeys, []any{token, ms, 0}
 	if fence > 0 {
 		ks = append(append(make([]string, 0, 2*len(lockKeys)), lockKeys...), keys.Fences(lockKeys)...)
@@ -265,9 +266,10 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string,
 // record lasts as long as a permit may be held.
 func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence int64, ttl time.Duration) (held bool, err error) {
 	limitKey := keys.Limit(sem)
-	ks, args := []string{key, limitKey}, []any{token, bridge.Milliseconds(ttl), 0}
+	ms := n.ttlArg(ttl)
+	ks, args := []string{key, limitKey}, []any{token, ms, 0}
 	if fence > 0 {
-		ks, args = []string{key, keys.Fence(key), limitKey}, []any{token, bridge.Milliseconds(ttl), fence, n.fenceTTL}
+		ks, args = []string{key, keys.Fence(key), limitKey}, []any{token, ms, fence, n.fenceTTL}
 	}
 	v, err := run(ctx, n.batch, n.Client, extendScript, nil, ks, args).Int64()
 	return v == 1, err
