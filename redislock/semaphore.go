@@ -6,12 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
-	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/rnode"
 )
@@ -71,20 +68,12 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 	var r rnode.SemaphoreResult
 	for range 2 { // a second time with every slot that may be held (Widen)
 		ks := rnode.SemaphoreKeys(a.full, n)
-		v, err := l.node.Run(tctx, rnode.SemaphoreScript, ks, args).Result()
+		v, err := l.node.Permit(tctx, ks, args, a.token, ttl, (*giveBack)(l))
 		if err == nil {
 			r, err = rnode.SemaphoreReply(v)
 		}
 		if err != nil {
-			slots := ks[2 : 2+n]
-			if left, ok := err.(*batch.LeftError); ok { // given back when the reply comes
-				left.OnReply(func(cmd redis.Cmder) {
-					if rnode.PermitTaken(cmd) {
-						l.cleanup(ctx, slots, a.token, ttl)
-					}
-				})
-			}
-			return nil, a.failed(ctx, err, slots) // a slot may be ours
+			return nil, a.failed(ctx, err, ks[2:2+n]) // a slot may be ours
 		}
 		if r.Status != rnode.Widen || r.X <= int64(n) || r.X > bridge.MaxLimit {
 			break

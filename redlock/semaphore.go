@@ -7,12 +7,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
-	"github.com/dlock-go/dlock/internal/batch"
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/rnode"
 )
@@ -108,14 +105,7 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 	copy(args[4:9], queue)
 	span := t.limit
 	for range 2 { // a second time with every slot that may be held (Widen)
-		v, err := n.Run(ctx, rnode.SemaphoreScript, rnode.SemaphoreKeys(t.sem, span), args).Result()
-		if left, ok := err.(*batch.LeftError); ok {
-			left.OnReply(func(cmd redis.Cmder) {
-				if rnode.PermitTaken(cmd) {
-					(*giveBack)(l).GiveBack(ctx, n.Node, t.full, t.token, t.ttl)
-				}
-			})
-		}
+		v, err := n.Permit(ctx, rnode.SemaphoreKeys(t.sem, span), args, t.token, t.ttl, (*giveBack)(l))
 		if err != nil {
 			return &nodeReply{err: l.nodeErr(err, timeout)}
 		}

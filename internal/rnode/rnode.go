@@ -146,6 +146,24 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 	return r, Boxed{boxed.Key, args[0]}, err
 }
 
+// Permit runs the semaphore script over keys (SemaphoreKeys) with args
+// and returns its reply. A call whose context ended while it was in flight
+// has late give back, once its reply comes, the slot the script may have
+// taken for token, as Acquire does a lock's key (any of keys' slots: a
+// release of a slot that token does not hold changes nothing).
+func (n *Node) Permit(ctx context.Context, keys []string, args []any, token string, ttl time.Duration, late GiveBacker) (any, error) {
+	v, err := n.Run(ctx, SemaphoreScript, keys, args).Result()
+	if left, ok := err.(*batch.LeftError); ok {
+		slots := keys[2 : 2+(len(keys)-2)/2]
+		left.OnReply(func(cmd redis.Cmder) {
+			if permitTaken(cmd) {
+				late.GiveBack(ctx, n, slots, token, ttl)
+			}
+		})
+	}
+	return v, err
+}
+
 // Boxed is a lock's key and token as Acquire boxed them for its script:
 // a release that passes them on boxes neither again (two allocations
 // less).

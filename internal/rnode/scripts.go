@@ -243,9 +243,9 @@ func mayHaveTaken(cmd redis.Cmder) bool {
 	return err != nil || r.Status == Granted
 }
 
-// PermitTaken reports whether cmd, a semaphore script's call that holds its
+// permitTaken reports whether cmd, a semaphore script's call that holds its
 // reply, may have granted a slot: it did, or its outcome is unknown.
-func PermitTaken(cmd redis.Cmder) bool {
+func permitTaken(cmd redis.Cmder) bool {
 	c, ok := cmd.(*redis.Cmd)
 	if !ok {
 		return false
