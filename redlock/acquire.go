@@ -156,7 +156,7 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 // it after the script, in the same round trip, where the script granted.
 func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 	timeout := l.timeout(t.ttl)
-	s := sending{timeout: timeout, after: l.releasingOn(t.full), giveUp: true, progress: newProgress(len(l.nodes))}
+	s := sending{timeout: timeout, after: l.releasingOn(t.full), giveUp: true, progress: newProgress()}
 	return send(ctx, l, s, func(ctx context.Context, i int, n *node) *nodeReply {
 		if context.Cause(ctx) == errBehind {
 			return &nodeReply{err: errBehind}

@@ -394,7 +394,7 @@ func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress
 	}
 	// Registered before the deletions are sent, so that the last of them
 	// always finds its entry to remove.
-	id, p := pendingID(lockKeys), newProgress(len(l.nodes))
+	id, p := pendingID(lockKeys), newProgress()
 	l.releasing.Store(id, p)
 	finally := func() { l.releasing.CompareAndDelete(id, p) }
 	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, _ int, n *node) error {
