@@ -27,8 +27,7 @@ import (
 type nodeReply struct {
 	err error
 	rnode.AcquireResult
-	limit int64  // the node's recorded limit, when a permit's Status is rnode.Conflict
-	run   string // the server's run_id, once known
+	limit int64 // the node's recorded limit, when a permit's Status is rnode.Conflict
 }
 
 func (r *nodeReply) granted() bool { return r.err == nil && r.Status == rnode.Granted }
@@ -179,37 +178,33 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 }
 
 // attempt runs the attempt a on one node; the first call to a node also
-// asks for its run_id, to find two nodes that are the same server, and its
-// eviction policy (rclient.WarnEviction), in the same round trip.
+// probes it (probe), in the same round trip.
 func (l *Locker) attempt(ctx context.Context, n *node, a rnode.Attempt, timeout time.Duration) *nodeReply {
-	var info *redis.StringCmd
-	var policy *redis.MapStringStringCmd
+	var read func()
 	if n.run.Load() == nil {
-		a.Before = func(p redis.Pipeliner) {
-			info, policy = p.Info(ctx, "server"), p.ConfigGet(ctx, "maxmemory-policy")
-		}
+		a.Before = func(p redis.Pipeliner) { read = l.probe(ctx, n, p) }
 	}
 	a.Late = (*giveBack)(l)
 	res, _, err := n.Acquire(ctx, a)
-	if info != nil {
-		l.noteRun(n, info, policy)
+	if read != nil {
+		read()
 	}
 	if err != nil {
 		return &nodeReply{err: l.nodeErr(err, timeout)}
 	}
-	r := &nodeReply{AcquireResult: res}
-	if p := n.run.Load(); p != nil {
-		r.run = *p
-	}
-	return r
+	return &nodeReply{AcquireResult: res}
 }
 
-// noteRun records node n's run_id from the reply of INFO server, and warns
-// about its eviction policy the first time.
-func (l *Locker) noteRun(n *node, info *redis.StringCmd, policy *redis.MapStringStringCmd) {
-	if s, err := info.Result(); err == nil {
-		if run := runID(s); run != "" && n.run.CompareAndSwap(nil, &run) {
-			rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
+// probe asks node n, in p, for its run_id, to find two nodes that are the
+// same server, and its eviction policy; read, once p ran, records the
+// run_id and warns about the policy (rclient.WarnEviction) the first time.
+func (l *Locker) probe(ctx context.Context, n *node, p redis.Pipeliner) (read func()) {
+	info, policy := p.Info(ctx, "server"), p.ConfigGet(ctx, "maxmemory-policy")
+	return func() {
+		if s, err := info.Result(); err == nil {
+			if run := runID(s); run != "" && n.run.CompareAndSwap(nil, &run) {
+				rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
+			}
 		}
 	}
 }
@@ -328,27 +323,24 @@ func (l *Locker) splitVote(replies []*nodeReply) bool {
 func (l *Locker) dedupe(replies []*nodeReply) error {
 	seen := map[string]int{}
 	for i, r := range replies {
-		if r.run == "" {
-			if p := l.nodes[i].run.Load(); p != nil {
-				r.run = *p
-			}
-		}
-		if r.run == "" {
+		p := l.nodes[i].run.Load()
+		if p == nil {
 			continue
 		}
-		j, dup := seen[r.run]
+		run := *p
+		j, dup := seen[run]
 		if !dup {
-			seen[r.run] = i
+			seen[run] = i
 			continue
 		}
 		if l.strict {
-			return nodeerr.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].Name, l.nodes[i].Name, r.run)
+			return nodeerr.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].Name, l.nodes[i].Name, run)
 		}
 		if l.nodes[i].dupOf.Swap(int32(j+1)) == 0 {
-			l.cfg.Logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].Name, "same_as", l.nodes[j].Name, "run_id", r.run)
+			l.cfg.Logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].Name, "same_as", l.nodes[j].Name, "run_id", run)
 		}
 		if r.err == nil {
-			r.err = fmt.Errorf("same server as node %s (run_id %s): its vote does not count twice", l.nodes[j].Name, r.run)
+			r.err = fmt.Errorf("same server as node %s (run_id %s): its vote does not count twice", l.nodes[j].Name, run)
 		}
 	}
 	if len(seen) == len(l.nodes) {
