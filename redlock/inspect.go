@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -43,7 +44,8 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 			found[r.Key] = true
 		}
 	}
-	listed := sortedKeys(found, limit)
+	listed := slices.Sorted(maps.Keys(found))
+	listed = listed[:min(limit, len(listed))]
 	var errs []error
 	var rows []dlock.LockInfo
 	for i, s := range perNode {
@@ -94,7 +96,7 @@ func (l *Locker) complete(ctx context.Context, n *node, s scanned, listed []stri
 	var rows []dlock.LockInfo
 	have := map[string]bool{}
 	for _, r := range s.rows {
-		if inList(listed, r.Key) {
+		if _, ok := slices.BinarySearch(listed, r.Key); ok {
 			have[r.Key] = true
 			rows = append(rows, r)
 		}
@@ -118,26 +120,4 @@ func (l *Locker) complete(ctx context.Context, n *node, s scanned, listed []stri
 type scanned struct {
 	rows []dlock.LockInfo
 	err  error
-}
-
-func sortedKeys(set map[string]bool, limit int) []string {
-	infos := make([]dlock.LockInfo, 0, len(set))
-	for k := range set {
-		infos = append(infos, dlock.LockInfo{Key: k})
-	}
-	infos = rinspect.Sort(infos)
-	if len(infos) > limit {
-		infos = infos[:limit]
-	}
-	ks := make([]string, len(infos))
-	for i, r := range infos {
-		ks[i] = r.Key
-	}
-	return ks
-}
-
-// inList reports whether k is in the sorted list ks.
-func inList(ks []string, k string) bool {
-	_, ok := slices.BinarySearch(ks, k)
-	return ok
 }
