@@ -25,20 +25,19 @@
 // needed: a majority that answers and grants is enough, from a new
 // deployment on and after any restarts.
 //
-// TryAcquire returns once a majority has granted, without waiting for the
-// slowest nodes (until every node has answered once with a run_id of its
-// own, it waits for every reply, so that one server reached through two
-// clients never votes twice). Release likewise returns once a majority has
-// deleted the key; the other deletions finish within the node timeout, even
-// if ctx is cancelled. A request to a node is sent only after the same
-// lock's previous request there has returned (a release after a late
-// acquisition, the same Locker's next attempt after a late release), and
-// then has a whole node timeout of its own; an attempt whose turn has not
-// come within one node timeout leaves that node out, unsent. So a late
-// reply leaves no key behind, and one slow node delays no request to the
-// others. The exception is a node that holds a request past its timeout (a
-// paused or overloaded server): it may run a request that was given up on
-// after the release meant to undo it, and that key expires with its TTL.
+// TryAcquire returns once a majority has granted (it waits for every node
+// until each has answered once with a run_id of its own, so that one server
+// reached through two clients never votes twice), and Release once a
+// majority has deleted the key; the other nodes finish within the node
+// timeout, even if ctx is cancelled. A request to a node is sent only after
+// the same lock's previous request there returned (a release after a late
+// acquisition, the next attempt after a late release), and then has a whole
+// node timeout of its own; an attempt whose turn has not come within one
+// node timeout leaves that node out, unsent. So a late reply leaves no key
+// behind, and one slow node delays no request to the others, except a node
+// that holds a request past its timeout (a paused server): it may run a
+// request given up on after the release meant to undo it, and that key
+// expires with its TTL.
 //
 // Concurrent attempts, releases and extensions to one node share its round
 // trips, as a group commit (see package redislock, "Concurrent calls"); a
@@ -82,13 +81,10 @@
 // # Keys on each node
 //
 // Each node stores what a redislock server does (see "Keys" in package
-// redislock): the lock key, the resource name (plus WithPrefix) holding
-// the token, as in node-redlock, so node-redlock clients and dlock on the
-// same nodes and names exclude each other; its fence counter, which
-// expires WithFenceTTL after the last grant, extension or release that
-// wrote it; its waiter queue; and with WithHolderInfo its holder record,
-// deleted with the lock key. After locks are released and those times
-// have passed, a node holds nothing of dlock's.
+// redislock), so node-redlock clients and dlock on the same nodes and names
+// exclude each other. The fence counter expires WithFenceTTL after the last
+// grant, extension or release that wrote it; after that, a node holds
+// nothing of dlock's for a released lock.
 //
 // # Leader election
 //
@@ -157,13 +153,12 @@
 //
 // # Errors and configuration
 //
-// Failed attempts carry a *QuorumError (errors.As) with every node's answer
-// and the sentinel it matches. A node that answers without the key (it
-// restarted, the key expired) is not unavailable: a release that every node
-// answered reports the lock released when a majority deleted it, and not
-// held otherwise. A node that did not answer in time reports that, without
-// matching context.DeadlineExceeded (which stays reserved for the caller's
-// own context).
+// Failed operations carry a *QuorumError with every node's answer. A node
+// that answers without the key (it restarted, the key expired) is not
+// unavailable: a release that every node answered reports the lock released
+// when a majority deleted it, and not held otherwise. A node that did not
+// answer in time does not match context.DeadlineExceeded, which stays the
+// caller's own context's.
 //
 // New warns about a fleet that tolerates no failure or can split evenly (see
 // New); a server reached through two clients under different names is found
