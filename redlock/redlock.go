@@ -136,13 +136,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 }
 
 // Keys returns a Locker that takes the locks on all of keys at once, or
-// none: on each node one script sets every key or refuses them all, and
-// the lock counts as held when a majority of nodes granted all of them.
-// Its TryAcquire's key argument names the group: it is the handle's Key
-// and the events' key, and sets no key of its own. The handle's fence is
-// above the earlier fences of every one of keys, and Extend and Release act
-// on all of them together. Wait for it with dlock.Acquire and dlock.Do,
-// like any Locker (its waits poll):
+// none: on each node one script sets every key or refuses them all, and the
+// lock is held when a majority of nodes granted all of them. Its
+// TryAcquire's key names the group (the handle's Key and the events' key)
+// and sets no key of its own. The handle's fence is above the earlier
+// fences of every one of keys; Extend and Release act on all of them. Wait
+// for it with dlock.Acquire and dlock.Do, like any Locker (its waits poll):
 //
 //	err := dlock.Do(ctx, locker.Keys("account:1", "account:2"), "transfer", ttl, fn)
 //
@@ -268,18 +267,6 @@ type grant struct {
 	sem string
 }
 
-// settle waits until every node has answered the acquisition (at most one
-// node timeout after it was sent) or ctx ends.
-func (g *grant) settle(ctx context.Context) {
-	if g.acquiring == nil {
-		return
-	}
-	select {
-	case <-g.acquiring.done:
-	case <-ctx.Done():
-	}
-}
-
 // Extend resets the TTL on every node that still holds the token, in
 // parallel; it succeeds with a majority and returns the new validity,
 // measured from before the requests were sent.
@@ -287,7 +274,12 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
-	g.settle(ctx)
+	if g.acquiring != nil {
+		select { // every node has answered the acquisition (within a node timeout)
+		case <-g.acquiring.done:
+		case <-ctx.Done():
+		}
+	}
 	start := time.Now()
 	timeout := g.l.timeout(ttl)
 	c := send(ctx, g.l, sending{timeout: timeout}, func(ctx context.Context, _ int, n *node) error {
@@ -314,7 +306,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		return bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 	}
 	qe := &QuorumError{Op: "extend", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable}
-	if refused > len(g.l.nodes)-g.l.quorum {
+	if g.l.tooMany(refused) {
 		qe.sentinel, qe.Reason = dlock.ErrNotHeld, "a majority no longer holds the lock"
 	}
 	g.l.misconfigured(qe)
