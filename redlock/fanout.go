@@ -82,9 +82,8 @@ func (p *progress) turn(i int) <-chan struct{} {
 	return p.turns[i]
 }
 
-// errBehind is a node's result in an acquisition that gave up on it without
-// sending: the Locker's earlier request to it (a release) was still running
-// a whole timeout later.
+// errBehind is a node's result in an acquisition that gave up on it unsent:
+// the Locker's earlier request there was still running a timeout later.
 var errBehind = errors.New("still busy with this Locker's earlier request on the key after the node timeout (not sent)")
 
 // sending says how send sends.
@@ -151,8 +150,8 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 }
 
 // waitTurn waits for turn and returns the context of the call that waited:
-// a whole timeout from now, or with giveUp, once it waited a whole timeout,
-// a context that has ended with cause errBehind.
+// a whole timeout from now, or, with giveUp after a whole timeout, one
+// ended with cause errBehind.
 func (s sending) waitTurn(ctx context.Context, turn <-chan struct{}) (context.Context, context.CancelFunc) {
 	if !s.giveUp {
 		<-turn // the earlier call ends within two timeouts of its send
@@ -199,19 +198,17 @@ func (c *inflight[T]) all() []T {
 	return c.out
 }
 
-// fanOut runs f on every node in parallel, bounded by timeout, and returns
-// the results in node order once all calls returned.
+// fanOut is send's results, in node order, once all calls returned.
 func fanOut[T any](ctx context.Context, l *Locker, timeout time.Duration, f func(ctx context.Context, i int, n *node) T) []T {
 	return send(ctx, l, sending{timeout: timeout}, f).all()
 }
 
-// workers runs the calls of fan-outs on goroutines kept between them. A
+// workers runs the calls of fan-outs on goroutines kept between them: a
 // fresh goroutine grows its stack through go-redis's call path on every
-// call (those stack copies were a tenth of a Redlock cycle's CPU in the
-// client); a kept one grew it once. An idle worker exits after workerIdle
-// (long against the gap between a lock's calls, short against a program's
-// life: a Locker nobody closes leaves nothing running for long), or at
-// once after Close.
+// call, a kept one once (a tenth of a Redlock cycle's client CPU). An idle
+// worker exits after workerIdle (long against the gap between a lock's
+// calls, short enough that a Locker nobody closes leaves nothing running
+// for long), or at once after Close.
 type workers struct {
 	calls chan func()
 	stop  chan struct{}
