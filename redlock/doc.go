@@ -61,8 +61,7 @@
 // before the requests were sent. Release deletes the keys that still hold
 // the token on every node. Do cancels its function's context with
 // dlock.ErrLockLost when an extension cannot reach a majority before the
-// validity runs out. Keys returns a Locker over several keys at once, held
-// when a majority granted all of them (see Locker.Keys).
+// validity runs out.
 //
 // # Waiting
 //
@@ -137,18 +136,13 @@
 //
 // # Semaphores
 //
-// dlock.Semaphore over a Redlock Locker (Locker.Semaphore) grants a permit
-// as a Redlock lock on one slot key of the name, the slots tried in order,
-// one round of requests to every node per slot tried. A permit needs a
-// majority of nodes on the same slot, so at most N are held whatever the
-// partitions; fences count per slot. The limit is recorded on each node: a
-// node whose record has another limit refuses the slot, and the attempt
-// fails at once with dlock.ErrInvalid (limit conflict) when so many nodes
-// refused it for their limit that no majority is left; fewer count as busy,
-// so a stale record on a minority blocks nobody. Lockers that disagree on
-// the limit never hold permits at the same time, unless SetLimit changed it
-// in between. After a shrink, no permit is granted while a holder above the
-// new limit remains. The design and its guarantees are in
+// A permit of dlock.Semaphore (Locker.Semaphore) is a Redlock lock on one
+// slot key of the name, the slots tried in order, one round to every node
+// per slot tried. It needs a majority of nodes on the same slot, so at most
+// N are held whatever the partitions. A node whose recorded limit differs
+// refuses the slot; the attempt fails at once with dlock.ErrInvalid when no
+// majority is left without those nodes (a stale record on a minority blocks
+// nobody). The limit rules, SetLimit and shrinking are in
 // docs/semaphores.md.
 //
 // # Errors and configuration
@@ -160,9 +154,8 @@
 // answer in time does not match context.DeadlineExceeded, which stays the
 // caller's own context's.
 //
-// New warns about a fleet that tolerates no failure or can split evenly (see
-// New); a server reached through two clients under different names is found
-// by its run_id and votes once. Nodes must be independent masters: a replica
+// A server reached through two clients under different names is found by
+// its run_id and votes once. Nodes must be independent masters: a replica
 // answers READONLY and counts as refusing.
 //
 // Client settings: set ContextTimeoutEnabled on each go-redis client so that
