@@ -65,12 +65,6 @@ func For(c redis.UniversalClient) *Batcher {
 	return nil
 }
 
-// NewFunc returns a Batcher that sends each batch with send, which must
-// leave each command's reply or error in it (for tests).
-func NewFunc(send func(ctx context.Context, cmds []redis.Cmder)) *Batcher {
-	return &Batcher{one: func(ctx context.Context, cmd redis.Cmder) { send(ctx, []redis.Cmder{cmd}) }, many: send}
-}
-
 // state is where a waiting request is; b.mu guards it.
 type state int8
 
