@@ -66,16 +66,13 @@
 // # Waiting
 //
 // A waiting dlock.Acquire or dlock.Do on one key uses redislock's
-// wake-on-release on every node: the Locker queues in the key's queue on
-// each node where it is subscribed (one pub/sub connection per node, opened
-// by its first busy waiting attempt there), each node's release wakes that
-// node's longest waiter, and the first wake-up from any node makes the
-// Locker's earliest waiter retry. A wake-up is only a hint: the retry must
-// still win a majority. Releases that announce nothing (node-redlock or
-// other peers, dead nodes, lost messages) are found by polling at the retry
-// delay plus jitter, and a queued Locker that is gone costs the others at
-// most that. Close ends the subscriptions and leaves the queues; waits on a
-// Keys Locker only poll.
+// wake-on-release on every node: each node's release wakes that node's
+// longest waiter, and the first wake-up from any node makes the Locker's
+// earliest waiter retry, which must still win a majority. Releases that
+// announce nothing (node-redlock or other peers, dead nodes, lost messages)
+// are found by polling at the retry delay plus jitter, and a queued Locker
+// that is gone costs the others at most that. Waits on a Keys Locker only
+// poll.
 //
 // # Keys on each node
 //
