@@ -74,7 +74,7 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 		start := time.Now()
 		c := l.sendRound(ctx, t)
 		fence, ok := l.awaitMajority(c)
-		nodes := l.quorum // the majority awaited; the others may still answer
+		nodes, answered := l.quorum, 0 // the majority awaited; the others may still answer
 		var replies []*nodeReply
 		if !ok {
 			replies = c.all()
@@ -84,6 +84,9 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 			}
 			nodes = 0
 			for _, r := range replies {
+				if r.err == nil {
+					answered++
+				}
 				if r.granted() {
 					fence, nodes = max(fence, r.Fence), nodes+1
 				}
@@ -103,12 +106,6 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 			return nil, time.Time{}, err
 		}
 		if attempt >= maxSplitRetries || !l.splitVote(replies) || ctx.Err() != nil {
-			answered := 0
-			for _, r := range replies {
-				if r.err == nil {
-					answered++
-				}
-			}
 			if answered < l.quorum {
 				return nil, time.Time{}, l.fail(ctx, t, replies, dlock.ErrUnavailable, fmt.Sprintf("only %d nodes answered", answered))
 			}
