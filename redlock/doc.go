@@ -119,17 +119,15 @@
 // # Fencing
 //
 // A grant's fence is strictly greater than the fence of every grant of the
-// same key that returned before it was requested, provided the nodes' clocks
-// agree within D and never step back by more than D, where D is the
+// same key that returned before it was requested, provided the nodes'
+// clocks agree within D and never step back by more than D, D being the
 // shortest of the TTL minus the node timeout, the fence TTL (WithFenceTTL)
 // and the time a node that lost its counter takes to come back (at least a
-// TTL, by the delayed-restart rule). Lock exclusion is not among the
-// assumptions. Each granting node draws max(its counter + 1, its clock in
-// microseconds); the lock's fence is the largest draw of the majority, and
-// its release and extensions raise every node's counter to it (by token:
-// see ReleaseToken). A node whose clock steps back further can hand out a
-// lower fence, whose writes the guards at the resource then reject. The
-// rule and its argument are in docs/fences.md.
+// TTL, by the delayed-restart rule); lock exclusion is not assumed. A node
+// whose clock steps back further can hand out a lower fence, whose writes
+// the guards at the resource then reject. The rule (each granting node
+// draws from its counter and clock; the lock's fence is the majority's
+// largest draw) and its argument are in docs/fences.md.
 //
 // # Semaphores
 //

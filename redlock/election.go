@@ -71,7 +71,7 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 		t   rinspect.Term
 		err error
 	}
-	c := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) read {
+	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) read {
 		if err := l.dupErr(n); err != nil {
 			return read{err: err}
 		}
@@ -81,7 +81,6 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 		}
 		return read{t, err}
 	})
-	res := c.all()
 	votes := map[string]int{}
 	errs := make([]error, len(res))
 	best := 0
@@ -107,7 +106,7 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 		}
 		return t, pending && t.Fence == 0, nil
 	}
-	_, _, nodes := l.tally(errs, c.got, nil)
+	_, _, nodes := l.tally(errs, nil, nil)
 	qe := &QuorumError{Op: "leader", Got: best, Need: l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable,
 		Reason: "no majority of the nodes agrees on a holder, or on none"}
 	return dlock.Term{}, false, l.withCtx(ctx, fmt.Errorf("dlock: leader %q: %w", key, qe))

@@ -24,13 +24,11 @@ var _ dlock.Inspector = (*Locker)(nil)
 // the key with that token: a key on a minority is the residue of a failed
 // or expiring acquisition, not a lock.
 //
-// Every node is scanned with SCAN (see redislock's Inspect), then every key
-// found on some node is read on the nodes whose scan missed it, so that
-// Majority is exact for the keys listed. At most limit keys are listed (0:
-// a default bound of 1000), each on every node that holds it. A node that
-// does not answer is left out: the others are listed, and the error
-// (matching dlock.ErrUnavailable) names it; Majority still counts it as
-// not holding.
+// Every node is scanned (see redislock's Inspect), then each key found on
+// some node is read on the nodes whose scan missed it, so that Majority is
+// exact for the keys listed: at most limit (0: 1000), each on every node
+// that holds it. A node that does not answer is left out, and named by the
+// error (matching dlock.ErrUnavailable); Majority counts it as not holding.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
 	pattern, _, limit, err := backend.CheckInspect(ctx, pattern, limit)
 	if err != nil {
@@ -70,7 +68,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	return rows, nil
 }
 
-// scan scans every node (but duplicates of an earlier one) in parallel.
+// scan scans every node but duplicates of an earlier one, in parallel.
 func (l *Locker) scan(ctx context.Context, pattern string, limit int) []scanned {
 	perNode := make([]scanned, len(l.nodes))
 	var wg sync.WaitGroup

@@ -282,7 +282,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	}
 	start := time.Now()
 	timeout := g.l.timeout(ttl)
-	c := send(ctx, g.l, sending{timeout: timeout}, func(ctx context.Context, _ int, n *node) error {
+	res := fanOut(ctx, g.l, timeout, func(ctx context.Context, _ int, n *node) error {
 		if err := g.l.dupErr(n); err != nil {
 			return err
 		}
@@ -301,7 +301,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		}
 		return nil
 	})
-	ok, refused, nodes := g.l.tally(c.all(), c.got, errNotHeldHere)
+	ok, refused, nodes := g.l.tally(res, nil, errNotHeldHere)
 	if ok >= g.l.quorum {
 		return bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 	}
@@ -420,12 +420,13 @@ func (l *Locker) releaseEverywhere(ctx context.Context, t *try) {
 }
 
 // tally counts the nodes whose result is nil (each server once) and those
-// that answered with refused, and builds the per-node report.
+// that answered with refused, and builds the per-node report; got, if not
+// nil, tells which nodes answered.
 func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nodes []NodeResult) {
 	nodes = make([]NodeResult, len(res))
 	for i, err := range res {
 		nd := l.nodes[i]
-		if !got[i] {
+		if got != nil && !got[i] {
 			err = errNoAnswerYet
 		}
 		nodes[i] = NodeResult{Node: nd.Name, OK: err == nil, Err: err}
