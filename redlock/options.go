@@ -28,7 +28,7 @@ func WithDriftFactor(f float64) Option {
 // documentation suggests 5-50ms for a 10s TTL): each round of an
 // acquisition may take up to d, all of it subtracted from the validity. For
 // a TTL too short for it, the timeout shrinks to the TTL minus the drift
-// margin. The default is 50ms.
+// margin, since a later reply could leave no validity. The default is 50ms.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(l *Locker) error {
 		if d <= 0 {
@@ -62,15 +62,15 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 }
 
 // WithHolderInfo makes the Locker publish who holds each of its locks, for
-// Inspect, `dlock inspect` and dlock.Leader: redislock's holder record
-// (see its WithHolderInfo) on each node that granted, in the same round
-// trip as the grant, given the lock's TTL by each extension, deleted with
-// the release (where it is still this lock's record) or a failed attempt's
-// undo. ReleaseToken and ExtendToken leave it to expire with its TTL. The record is informational:
-// the lock keys and their token decide who holds the lock. service names
-// the program (it may be empty). The default is off. Its cost: one more
-// script in the same round trip as each grant, extension and release (see
-// bench/RESULTS.md, Hook).
+// Inspect, `dlock inspect` and dlock.Leader: redislock's holder record (see
+// its WithHolderInfo) on each node that granted, in the same round trip as
+// the grant, given the lock's TTL by each extension, deleted with the
+// release (where it is still this lock's record) or a failed attempt's
+// undo. ReleaseToken and ExtendToken leave it to expire with its TTL. The
+// record is informational: the lock keys and their token decide who holds
+// the lock. service names the program (it may be empty). The default is
+// off. Its cost: one more script in the same round trip as each grant,
+// extension and release (see bench/RESULTS.md, Hook).
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
 }
