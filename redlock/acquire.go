@@ -27,8 +27,7 @@ import (
 type nodeReply struct {
 	err error
 	rnode.AcquireResult
-	limit int64  // the node's recorded limit, when a permit's Status is rnode.Conflict
-	run   string // the server's run_id, once known
+	limit int64 // the node's recorded limit, when a permit's Status is rnode.Conflict
 }
 
 func (r *nodeReply) granted() bool { return r.err == nil && r.Status == rnode.Granted }
@@ -75,6 +74,7 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 		start := time.Now()
 		c := l.sendRound(ctx, t)
 		fence, ok := l.awaitMajority(c)
+		nodes, answered := l.quorum, 0 // the majority awaited; the others may still answer
 		var replies []*nodeReply
 		if !ok {
 			replies = c.all()
@@ -82,18 +82,18 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 				l.releaseEverywhere(ctx, t)
 				return nil, time.Time{}, err
 			}
+			nodes = 0
 			for _, r := range replies {
+				if r.err == nil {
+					answered++
+				}
 				if r.granted() {
-					fence = max(fence, r.Fence)
+					fence, nodes = max(fence, r.Fence), nodes+1
 				}
 			}
-			ok = l.count(replies, (*nodeReply).granted) >= l.quorum
+			ok = nodes >= l.quorum
 		}
 		if ok {
-			nodes := l.quorum // the majority awaited; the others may still answer
-			if replies != nil {
-				nodes = l.count(replies, (*nodeReply).granted)
-			}
 			validUntil := bridge.ValidUntil(start, t.ttl, l.cfg.DriftFactor)
 			if elapsed := time.Since(start); validUntil.After(start.Add(elapsed)) {
 				return &grant{l: l, keys: t.full, token: t.token, holder: t.rec, fence: fence, acquiring: c.progress,
@@ -106,7 +106,7 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 			return nil, time.Time{}, err
 		}
 		if attempt >= maxSplitRetries || !l.splitVote(replies) || ctx.Err() != nil {
-			if answered := l.count(replies, func(r *nodeReply) bool { return r.err == nil }); answered < l.quorum {
+			if answered < l.quorum {
 				return nil, time.Time{}, l.fail(ctx, t, replies, dlock.ErrUnavailable, fmt.Sprintf("only %d nodes answered", answered))
 			}
 			return nil, time.Time{}, l.fail(ctx, t, replies, dlock.ErrNotAcquired, "")
@@ -151,12 +151,11 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 // sendRound sends the acquire script (a permit: the semaphore script) to
 // every node, each node's after this Locker's release of the same keys
 // returned there (releasingOn), and returns at once. A waiting attempt on
-// one key also queues the Locker for a wake-up (plan), on the nodes where
-// it listens. With a holder record (rec, WithHolderInfo), each node writes
-// it after the script, in the same round trip, where the script granted.
+// one key also queues the Locker for a wake-up on the nodes where it
+// listens (plan); the holder record (rec) goes in the same round trip.
 func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 	timeout := l.timeout(t.ttl)
-	s := sending{timeout: timeout, after: l.releasingOn(t.full), giveUp: true, progress: newProgress(len(l.nodes))}
+	s := sending{timeout: timeout, after: l.releasingOn(t.full), giveUp: true, progress: newProgress()}
 	return send(ctx, l, s, func(ctx context.Context, i int, n *node) *nodeReply {
 		if context.Cause(ctx) == errBehind {
 			return &nodeReply{err: errBehind}
@@ -179,46 +178,41 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 }
 
 // attempt runs the attempt a on one node; the first call to a node also
-// asks for its run_id, to find two nodes that are the same server, and its
-// eviction policy (rclient.WarnEviction), in the same round trip.
+// probes it (probe), in the same round trip.
 func (l *Locker) attempt(ctx context.Context, n *node, a rnode.Attempt, timeout time.Duration) *nodeReply {
-	var info *redis.StringCmd
-	var policy *redis.MapStringStringCmd
+	var read func()
 	if n.run.Load() == nil {
-		a.Before = func(p redis.Pipeliner) {
-			info, policy = p.Info(ctx, "server"), p.ConfigGet(ctx, "maxmemory-policy")
-		}
+		a.Before = func(p redis.Pipeliner) { read = l.probe(ctx, n, p) }
 	}
 	a.Late = (*giveBack)(l)
 	res, _, err := n.Acquire(ctx, a)
-	if info != nil {
-		l.noteRun(n, info, policy)
+	if read != nil {
+		read()
 	}
 	if err != nil {
 		return &nodeReply{err: l.nodeErr(err, timeout)}
 	}
-	r := &nodeReply{AcquireResult: res}
-	if p := n.run.Load(); p != nil {
-		r.run = *p
-	}
-	return r
+	return &nodeReply{AcquireResult: res}
 }
 
-// noteRun records node n's run_id from the reply of INFO server, and warns
-// about its eviction policy the first time.
-func (l *Locker) noteRun(n *node, info *redis.StringCmd, policy *redis.MapStringStringCmd) {
-	if s, err := info.Result(); err == nil {
-		if run := runID(s); run != "" && n.run.CompareAndSwap(nil, &run) {
-			rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
+// probe asks node n, in p, for its run_id, to find two nodes that are the
+// same server, and its eviction policy; read, once p ran, records the
+// run_id and warns about the policy (rclient.WarnEviction) the first time.
+func (l *Locker) probe(ctx context.Context, n *node, p redis.Pipeliner) (read func()) {
+	info, policy := p.Info(ctx, "server"), p.ConfigGet(ctx, "maxmemory-policy")
+	return func() {
+		if s, err := info.Result(); err == nil {
+			if run := runID(s); run != "" && n.run.CompareAndSwap(nil, &run) {
+				rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
+			}
 		}
 	}
 }
 
-// giveBack is the Locker as an rnode.GiveBacker: node n may grant an
-// attempt after its call there gave up on it, so its grant was not
-// counted. It deletes the keys there that hold token, within the node
-// timeout and whatever ctx, and wakes nobody: the lock was not granted, or
-// it is held on the other nodes.
+// giveBack is the Locker as an rnode.GiveBacker: it deletes the keys on n
+// that an attempt that gave up there may have taken (its grant was not
+// counted), within the node timeout whatever ctx, and wakes nobody: the
+// lock was not granted, or it is held on the other nodes.
 type giveBack Locker
 
 func (g *giveBack) GiveBack(ctx context.Context, n *rnode.Node, keys []string, token string, _ time.Duration) {
@@ -242,14 +236,10 @@ func runID(info string) string {
 
 // awaitMajority takes replies as they arrive until a majority of the nodes
 // has granted the lock, and returns the largest fence among them without
-// waiting for the others, whose replies arrive while the lock is held (the
-// grant orders its later requests after them). The fence is above every
-// earlier lock's: that lock's majority shares a node with this one, whose
-// counter it raised (when it was released or extended) or whose clock has
-// since passed its fence (see the package documentation). It waits for every
-// reply (and returns false) until the Locker has heard every node answer
-// with a run_id of its own, so that one server behind two clients never
-// counts twice.
+// waiting for the others (the grant orders its later requests after them).
+// Until every node has answered with a run_id of its own it returns false
+// at once, and the caller waits for every reply, so that one server behind
+// two clients never counts twice.
 func (l *Locker) awaitMajority(c *inflight[*nodeReply]) (int64, bool) {
 	if !l.distinct.Load() {
 		return 0, false
@@ -285,16 +275,6 @@ func (l *Locker) fail(ctx context.Context, t *try, replies []*nodeReply, sentine
 	return fmt.Errorf("dlock: acquire %q: %w", t.display, qe)
 }
 
-func (l *Locker) count(replies []*nodeReply, pred func(*nodeReply) bool) int {
-	n := 0
-	for _, r := range replies {
-		if pred(r) {
-			n++
-		}
-	}
-	return n
-}
-
 // splitVote reports whether no other owner can hold a majority: the nodes
 // that refused name different holders, and even with every silent node on
 // its side no single holder reaches N/2+1. Then the lock is free and the
@@ -328,27 +308,24 @@ func (l *Locker) splitVote(replies []*nodeReply) bool {
 func (l *Locker) dedupe(replies []*nodeReply) error {
 	seen := map[string]int{}
 	for i, r := range replies {
-		if r.run == "" {
-			if p := l.nodes[i].run.Load(); p != nil {
-				r.run = *p
-			}
-		}
-		if r.run == "" {
+		p := l.nodes[i].run.Load()
+		if p == nil {
 			continue
 		}
-		j, dup := seen[r.run]
+		run := *p
+		j, dup := seen[run]
 		if !dup {
-			seen[r.run] = i
+			seen[run] = i
 			continue
 		}
 		if l.strict {
-			return nodeerr.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].Name, l.nodes[i].Name, r.run)
+			return nodeerr.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].Name, l.nodes[i].Name, run)
 		}
 		if l.nodes[i].dupOf.Swap(int32(j+1)) == 0 {
-			l.cfg.Logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].Name, "same_as", l.nodes[j].Name, "run_id", r.run)
+			l.cfg.Logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].Name, "same_as", l.nodes[j].Name, "run_id", run)
 		}
 		if r.err == nil {
-			r.err = fmt.Errorf("same server as node %s (run_id %s): its vote does not count twice", l.nodes[j].Name, r.run)
+			r.err = fmt.Errorf("same server as node %s (run_id %s): its vote does not count twice", l.nodes[j].Name, run)
 		}
 	}
 	if len(seen) == len(l.nodes) {
@@ -378,18 +355,12 @@ func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason strin
 	return qe
 }
 
-// readFence returns a fence for releases and extensions by token, which do
-// not know the lock's: one that is at least the lock's, so that raising
-// every node's counters to it keeps the next grant's draw above the lock's.
-// It reads each node's counters and clock (TIME) and takes the largest. When
-// every node answered, that is at least the lock's fence: each granting node
-// keeps a counter at least its draw (a counter that expired or was lost
-// comes back below the clock, which moved on since). When some node did not
-// answer, its draw may have been the lock's fence, up to D above the others'
-// clocks (see the package documentation); the fence TTL bounds D, so the
-// result is raised by it. When no node answered (the caller's context
-// ended, say), it returns an error matching dlock.ErrUnavailable: there is
-// nothing to bound the fence by.
+// readFence returns, for a release or extension by token, a fence at least
+// the lock's: the largest of every node's counters and clock (TIME), plus
+// the fence TTL when some node did not answer (its draw may have been the
+// fence, up to D above the others' clocks). With no answer at all there is
+// nothing to bound the fence by: an error matching dlock.ErrUnavailable.
+// The argument is case 1 of docs/fences.md.
 func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 	counters := keys.Fences(full)
 	type read struct {

@@ -15,11 +15,9 @@ import (
 var _ driver.TermReader = (*Locker)(nil)
 
 // publishTerm writes the term record of an election's grant, now that its
-// fence is known, on every node where the grant holds (each only while its
-// key holds the token), and waits for a majority of the writes (at most
-// one node timeout): a reader then finds the fence with the identity that
-// the grant's own round trip published. From then on the grant's
-// extensions keep this record and its release deletes it.
+// fence is known, on every node where its key holds the token, and waits
+// for a majority of the writes (at most one node timeout). The grant's
+// extensions then keep this record and its release deletes it.
 func (l *Locker) publishTerm(ctx context.Context, g *grant, since time.Time, identity string, ttl time.Duration) {
 	rec := holder.Term(l.cfg.HolderHead, since, identity, g.token, uint64(g.fence))
 	c := send(context.WithoutCancel(ctx), l, sending{timeout: l.timeout(ttl), after: g.acquiring}, func(ctx context.Context, _ int, n *node) error {
@@ -42,23 +40,21 @@ func (l *Locker) publishTerm(ctx context.Context, g *grant, since time.Time, ide
 const termRereads = 5
 
 // ReadTerm implements driver.TermReader: who holds the lock on key, as a
-// majority of the nodes report it. Each node is read in one transaction
-// (MULTI/EXEC: the key, its fence counter and its holder record); the
-// holder is the token that a majority (Quorum) of the nodes hold, and
-// nobody leads when a majority hold no key. Any other outcome, such as
-// the nodes split between holders or too few answering, is an error
-// matching dlock.ErrUnavailable (a *QuorumError), not a leader.
+// majority of the nodes report it, each node read in one MULTI/EXEC (the
+// key, its fence counter and its holder record). The holder is the token
+// that a majority of the nodes hold, and nobody leads when a majority hold
+// no key; anything else (the nodes split, too few answering) is an error
+// matching dlock.ErrUnavailable with a *QuorumError.
 //
-// A grant made with an identity (driver.Identity: an election's
-// candidate) publishes it in its holder record, "dlock:holder:{key}" on
-// each node, with its token: in the grant's own round trip, and again
-// with the lock's fence once the majority has granted (one more round
-// trip per election grant, before TryAcquire returns). Leader, Fence and
-// Since come from those records. A grant with WithHolderInfo publishes
-// its host:pid the same way (its Leader), without the fence; a holder
-// without a record (a bare TryAcquire, another client) is reported with no
-// Leader. Either has Fence 0: no node knows the lock's fence, which is the
-// largest of its majority's draws.
+// An election's grant (driver.Identity) publishes its identity and token in
+// its holder record, "dlock:holder:{key}" on each node, in the grant's own
+// round trip, and again with the lock's fence once a majority granted (one
+// more round trip per election grant, before TryAcquire returns): Leader,
+// Fence and Since come from those records. A grant with WithHolderInfo
+// publishes its host:pid (its Leader) without the fence, and a holder
+// without a record (a bare TryAcquire, another client) has no Leader;
+// either has Fence 0, since no node knows the lock's fence (the largest of
+// its majority's draws).
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err
@@ -75,7 +71,7 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 		t   rinspect.Term
 		err error
 	}
-	c := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) read {
+	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) read {
 		if err := l.dupErr(n); err != nil {
 			return read{err: err}
 		}
@@ -85,7 +81,6 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 		}
 		return read{t, err}
 	})
-	res := c.all()
 	votes := map[string]int{}
 	errs := make([]error, len(res))
 	best := 0
@@ -111,7 +106,7 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 		}
 		return t, pending && t.Fence == 0, nil
 	}
-	_, _, nodes := l.tally(errs, c.got, nil)
+	_, _, nodes := l.tally(errs, nil, nil)
 	qe := &QuorumError{Op: "leader", Got: best, Need: l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable,
 		Reason: "no majority of the nodes agrees on a holder, or on none"}
 	return dlock.Term{}, false, l.withCtx(ctx, fmt.Errorf("dlock: leader %q: %w", key, qe))

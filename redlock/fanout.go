@@ -10,17 +10,13 @@ import (
 
 // inflight is one request sent to every node in parallel, whose replies can
 // be taken as they arrive: an acquisition or a release stops listening once
-// a majority has answered as it hoped, and the other replies arrive later.
+// a majority has answered as it hoped.
 type inflight[T any] struct {
-	ch   chan indexed[T]
-	out  []T    // per node, valid where got is set
-	got  []bool // which nodes have answered (or failed)
-	left int    // replies not yet taken
-	// progress records which nodes' calls have returned (when
-	// sending.progress is set), so that a later request to the same node can wait
-	// for it: a release must not overtake a late acquisition on some node,
-	// which would leave the key there until its TTL.
-	progress *progress
+	ch       chan indexed[T]
+	out      []T       // per node, valid where got is set
+	got      []bool    // which nodes have answered (or failed)
+	left     int       // replies not yet taken
+	progress *progress // sending.progress
 	stop     context.CancelFunc
 }
 
@@ -29,73 +25,65 @@ type indexed[T any] struct {
 	v T
 }
 
-// progress tells which nodes' calls of one fan-out have returned.
+// progress tells which nodes' calls of one fan-out have returned, so that
+// a later call to node i can wait for node i's alone (turn), not for the
+// slowest node.
 type progress struct {
-	returned atomic.Uint64 // bit i: node i's call returned (nodes 0-63)
 	done     chan struct{} // closed when every call returned
-	nodes    int
 	mu       sync.Mutex
-	turns    []chan struct{} // per node, made for a later call that waits (turn)
+	returned uint64                // bit i: node i's call returned (nodes 0-63)
+	turns    map[int]chan struct{} // made for a later call that waits
 }
 
-func newProgress(nodes int) *progress { return &progress{done: make(chan struct{}), nodes: nodes} }
-
-// returnedOn reports whether node i's call is known to have returned
-// (beyond 64 nodes only once all have).
-func (p *progress) returnedOn(i int) bool {
-	return i < 64 && p.returned.Load()&(1<<i) != 0 || p.returnedAll()
-}
-
-// returnedAll reports whether every call has returned.
-func (p *progress) returnedAll() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func newProgress() *progress { return &progress{done: make(chan struct{})} }
 
 // markReturned records that node i's call returned, and wakes a later call
-// waiting for it (turn).
+// waiting for it.
 func (p *progress) markReturned(i int) {
-	if i >= 64 {
-		return // only done tells
+	if p == nil {
+		return
 	}
 	p.mu.Lock()
-	p.returned.Or(1 << i)
-	if i < len(p.turns) && p.turns[i] != nil {
-		close(p.turns[i])
-		p.turns[i] = nil
+	defer p.mu.Unlock()
+	if i < 64 {
+		p.returned |= 1 << i
 	}
-	p.mu.Unlock()
+	if c, ok := p.turns[i]; ok {
+		close(c)
+		delete(p.turns, i)
+	}
 }
 
-// turn returns a channel closed once node i's call has returned: a later
-// call to node i waits for it alone, not for the slowest node.
+// turn returns a channel closed once node i's call has returned, or nil
+// when it has (or p is nil). Beyond 64 nodes it waits for every call.
 func (p *progress) turn(i int) <-chan struct{} {
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
 	if i >= 64 {
 		return p.done
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.returned.Load()&(1<<i) != 0 {
-		return closedChan
-	}
-	if p.turns == nil {
-		p.turns = make([]chan struct{}, min(p.nodes, 64))
+	if p.returned&(1<<i) != 0 {
+		return nil
 	}
 	if p.turns[i] == nil {
+		if p.turns == nil {
+			p.turns = map[int]chan struct{}{}
+		}
 		p.turns[i] = make(chan struct{})
 	}
 	return p.turns[i]
 }
 
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// errBehind is a node's result in an acquisition that gave up on it without
-// sending: the Locker's earlier request to it (a release) was still running
-// a whole timeout later.
+// errBehind is a node's result in an acquisition that gave up on it unsent:
+// the Locker's earlier request there was still running a timeout later.
 var errBehind = errors.New("still busy with this Locker's earlier request on the key after the node timeout (not sent)")
 
 // sending says how send sends.
@@ -104,10 +92,9 @@ type sending struct {
 	// after, if set, is an earlier fan-out whose call to node i must have
 	// returned before node i's call here starts.
 	after *progress
-	// giveUp: a call that has waited a whole timeout for its turn (after)
-	// is not sent; f gets a context ended with cause errBehind. For
-	// acquisitions: the node is as good as down for this attempt, and a
-	// request not sent cannot leave a key behind.
+	// giveUp: a call that waited a whole timeout for its turn is not sent
+	// (f gets a context ended with cause errBehind): for an acquisition the
+	// node is as good as down, and a request not sent leaves no key behind.
 	giveUp   bool
 	progress *progress // if set, records this fan-out's progress
 	finally  func()    // if set, runs once every call returned
@@ -116,17 +103,14 @@ type sending struct {
 // send runs f on every node in parallel and returns at once. The calls
 // share one context with the timeout, cancelled by the last of them to
 // return, so that taking only some replies cancels nothing. A call that
-// must first wait for its turn (after) gets a whole timeout of its own once
-// its turn has come. Counted from the send, a chain of waits (each call
-// waiting for a late one) could leave it too little time to be answered,
-// or not even to be sent: a release would then leave its key behind until
-// the TTL, and an acquisition whose reply is lost may land after the
-// release meant to undo it. An acquisition's call (giveUp) ends within two
-// timeouts of its send, one waiting and one running; a release's call
-// waits for its own acquisition's call on the node, sent before it, so it
-// ends within three. f rewrites network and timeout errors so that they do
-// not match the caller's context errors: a node that did not answer in
-// time is the node's failure, not the caller's deadline.
+// waits for its turn (after) gets a whole timeout of its own once its turn
+// has come: counted from the send, a chain of waits could leave it no time
+// to be sent, and a release would leave its key behind until the TTL. So an
+// acquisition's call (giveUp) ends within two timeouts of its send, and a
+// release's, which waits for its acquisition's call, within three. f
+// rewrites network and timeout errors so that they do not match the
+// caller's context errors: a node that did not answer in time is the
+// node's failure, not the caller's deadline.
 func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.Context, i int, n *node) T) *inflight[T] {
 	c := &inflight[T]{
 		ch:       make(chan indexed[T], len(l.nodes)),
@@ -137,25 +121,19 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 	}
 	shared, stop := context.WithTimeout(ctx, s.timeout)
 	c.stop = stop
-	after := s.after
-	if after != nil && after.returnedAll() {
-		after = nil
-	}
 	var running atomic.Int32
 	running.Store(int32(len(l.nodes)))
 	for i, n := range l.nodes {
 		l.workers.run(func() {
 			var v T
-			if after != nil && !after.returnedOn(i) {
-				nctx, cancel := s.waitTurn(ctx, after.turn(i))
+			if turn := s.after.turn(i); turn != nil {
+				nctx, cancel := s.waitTurn(ctx, turn)
 				v = f(nctx, i, n)
 				cancel()
 			} else {
 				v = f(shared, i, n)
 			}
-			if p := c.progress; p != nil {
-				p.markReturned(i)
-			}
+			c.progress.markReturned(i)
 			c.ch <- indexed[T]{i, v}
 			if running.Add(-1) == 0 {
 				c.stop()
@@ -172,8 +150,8 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 }
 
 // waitTurn waits for turn and returns the context of the call that waited:
-// a whole timeout from now, or with giveUp, once it waited a whole timeout,
-// a context that has ended with cause errBehind.
+// a whole timeout from now, or, with giveUp after a whole timeout, one
+// ended with cause errBehind.
 func (s sending) waitTurn(ctx context.Context, turn <-chan struct{}) (context.Context, context.CancelFunc) {
 	if !s.giveUp {
 		<-turn // the earlier call ends within two timeouts of its send
@@ -220,19 +198,17 @@ func (c *inflight[T]) all() []T {
 	return c.out
 }
 
-// fanOut runs f on every node in parallel, bounded by timeout, and returns
-// the results in node order once all calls returned.
+// fanOut is send's results, in node order, once all calls returned.
 func fanOut[T any](ctx context.Context, l *Locker, timeout time.Duration, f func(ctx context.Context, i int, n *node) T) []T {
 	return send(ctx, l, sending{timeout: timeout}, f).all()
 }
 
-// workers runs the calls of fan-outs on goroutines kept between them. A
+// workers runs the calls of fan-outs on goroutines kept between them: a
 // fresh goroutine grows its stack through go-redis's call path on every
-// call (those stack copies were a tenth of a Redlock cycle's CPU in the
-// client); a kept one grew it once. An idle worker exits after workerIdle
-// (long against the gap between a lock's calls, short against a program's
-// life: a Locker nobody closes leaves nothing running for long), or at
-// once after Close.
+// call, a kept one once (a tenth of a Redlock cycle's client CPU). An idle
+// worker exits after workerIdle (long against the gap between a lock's
+// calls, short enough that a Locker nobody closes leaves nothing running
+// for long), or at once after Close.
 type workers struct {
 	calls chan func()
 	stop  chan struct{}

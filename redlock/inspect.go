@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -23,13 +24,11 @@ var _ dlock.Inspector = (*Locker)(nil)
 // the key with that token: a key on a minority is the residue of a failed
 // or expiring acquisition, not a lock.
 //
-// Every node is scanned with SCAN (see redislock's Inspect), then every key
-// found on some node is read on the nodes whose scan missed it, so that
-// Majority is exact for the keys listed. At most limit keys are listed (0:
-// a default bound of 1000), each on every node that holds it. A node that
-// does not answer is left out: the others are listed, and the error
-// (matching dlock.ErrUnavailable) names it; Majority still counts it as
-// not holding.
+// Every node is scanned (see redislock's Inspect), then each key found on
+// some node is read on the nodes whose scan missed it, so that Majority is
+// exact for the keys listed: at most limit (0: 1000), each on every node
+// that holds it. A node that does not answer is left out, and named by the
+// error (matching dlock.ErrUnavailable); Majority counts it as not holding.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
 	pattern, _, limit, err := backend.CheckInspect(ctx, pattern, limit)
 	if err != nil {
@@ -43,7 +42,8 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 			found[r.Key] = true
 		}
 	}
-	listed := sortedKeys(found, limit)
+	listed := slices.Sorted(maps.Keys(found))
+	listed = listed[:min(limit, len(listed))]
 	var errs []error
 	var rows []dlock.LockInfo
 	for i, s := range perNode {
@@ -68,7 +68,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	return rows, nil
 }
 
-// scan scans every node (but duplicates of an earlier one) in parallel.
+// scan scans every node but duplicates of an earlier one, in parallel.
 func (l *Locker) scan(ctx context.Context, pattern string, limit int) []scanned {
 	perNode := make([]scanned, len(l.nodes))
 	var wg sync.WaitGroup
@@ -94,7 +94,7 @@ func (l *Locker) complete(ctx context.Context, n *node, s scanned, listed []stri
 	var rows []dlock.LockInfo
 	have := map[string]bool{}
 	for _, r := range s.rows {
-		if inList(listed, r.Key) {
+		if _, ok := slices.BinarySearch(listed, r.Key); ok {
 			have[r.Key] = true
 			rows = append(rows, r)
 		}
@@ -118,26 +118,4 @@ func (l *Locker) complete(ctx context.Context, n *node, s scanned, listed []stri
 type scanned struct {
 	rows []dlock.LockInfo
 	err  error
-}
-
-func sortedKeys(set map[string]bool, limit int) []string {
-	infos := make([]dlock.LockInfo, 0, len(set))
-	for k := range set {
-		infos = append(infos, dlock.LockInfo{Key: k})
-	}
-	infos = rinspect.Sort(infos)
-	if len(infos) > limit {
-		infos = infos[:limit]
-	}
-	ks := make([]string, len(infos))
-	for i, r := range infos {
-		ks[i] = r.Key
-	}
-	return ks
-}
-
-// inList reports whether k is in the sorted list ks.
-func inList(ks []string, k string) bool {
-	_, ok := slices.BinarySearch(ks, k)
-	return ok
 }

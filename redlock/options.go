@@ -12,8 +12,6 @@ import (
 // Option configures a Locker.
 type Option func(*Locker) error
 
-// defaultNodeTimeout is how long one node may take to answer one request
-// before it counts as failed (WithNodeTimeout).
 const defaultNodeTimeout = 50 * time.Millisecond
 
 // WithDriftFactor sets the share of the TTL set aside for clock drift when
@@ -26,12 +24,11 @@ func WithDriftFactor(f float64) Option {
 }
 
 // WithNodeTimeout bounds each request to one node, so that a dead or frozen
-// node costs at most d. It should be small against the TTL (the Redis
-// documentation suggests 5-50ms for a 10s TTL): every round of an
-// acquisition may take up to d, and all of it is subtracted from the
-// validity. For a TTL too short for it, the timeout shrinks to the TTL minus
-// the drift margin, since a later reply could leave no validity. The default
-// is 50ms.
+// node costs at most d. Keep it small against the TTL (the Redis
+// documentation suggests 5-50ms for a 10s TTL): each round of an
+// acquisition may take up to d, all of it subtracted from the validity. For
+// a TTL too short for it, the timeout shrinks to the TTL minus the drift
+// margin, since a later reply could leave no validity. The default is 50ms.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(l *Locker) error {
 		if d <= 0 {
@@ -64,31 +61,25 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 	return func(l *Locker) error { return l.cfg.AddObserver(observe) }
 }
 
-// WithHolderInfo makes the Locker publish who holds each of its locks,
-// for Inspect, `dlock inspect` and dlock.Leader: the record that
-// redislock's WithHolderInfo writes, a JSON object {"host", "pid",
-// "service", "since", "token"} in the key "dlock:holder:{key}" on each
-// node, written in the same round trip as the node's grant (only where the
-// node granted this Locker's attempt), given the lock's TTL with each
-// extension on the nodes that extended, and deleted with the release (on
-// each node where it is still this lock's record). An attempt that fails
-// deletes it with its undo; ReleaseToken and ExtendToken, which do not know
-// the record, leave it to expire with the TTL it was given. The record is
-// informational only: the lock keys and their token decide who holds the
-// lock. service names the program (it may be empty). The default is off:
-// nothing is written beside the lock.
-//
-// Its cost: one more script in each node's grant, extension and release,
-// in the same round trip as the lock's own (see bench/RESULTS.md, Hook).
+// WithHolderInfo makes the Locker publish who holds each of its locks, for
+// Inspect, `dlock inspect` and dlock.Leader: redislock's holder record (see
+// its WithHolderInfo) on each node that granted, in the same round trip as
+// the grant, given the lock's TTL by each extension, deleted with the
+// release (where it is still this lock's record) or a failed attempt's
+// undo. ReleaseToken and ExtendToken leave it to expire with its TTL. The
+// record is informational: the lock keys and their token decide who holds
+// the lock. service names the program (it may be empty). The default is
+// off. Its cost: one more script in the same round trip as each grant,
+// extension and release (see bench/RESULTS.md, Hook).
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
 }
 
 // WithStrict turns the configuration warnings (even N, N < 3, duplicate
 // nodes) into errors matching dlock.ErrInvalid: from New for what it can
-// see (N, equal addresses), from TryAcquire for servers found to be the same
-// by their run_id (read once per node, with its first attempt). The default is false: warn and go on (a duplicate server
-// then votes once).
+// see (N, equal addresses), from TryAcquire for servers found to be the
+// same by their run_id (read with each node's first attempt). The default
+// is false: warn and go on (a duplicate server then votes once).
 func WithStrict(strict bool) Option {
 	return func(l *Locker) error {
 		l.strict = strict
@@ -98,19 +89,12 @@ func WithStrict(strict bool) Option {
 
 // WithFenceTTL sets how long a key's fence counter on each node
 // ("dlock:fence:{key}") outlives the last grant, extension or release that
-// wrote it. A counter that expired comes back from the node's clock, like one
-// that a restart lost, so d is part of the fence rule's clock assumption: the
-// nodes' clocks must agree within d (see the package documentation's D). A
-// release raises the counters to the lock's fence; once they expired, the
-// next grant draws from clocks that may be behind the node that drew it.
-// Releases and extensions by token that do not hear from every node also
-// raise the counters by d (ReleaseToken). d must be at least 500ms; the
-// default is 1h, far beyond what NTP-kept clocks disagree
-// by.
+// wrote it. An expired counter comes back from the node's clock, so d is
+// part of the fence rule's clock assumption (D in the package
+// documentation); releases and extensions by token that do not hear from
+// every node raise the counters by d (ReleaseToken). d must be at least
+// 500ms, below which NTP over a network keeps no margin; the default is
+// 1h.
 func WithFenceTTL(d time.Duration) Option {
-	return func(l *Locker) error { return l.cfg.SetFenceTTL(d, minFenceTTL) }
+	return func(l *Locker) error { return l.cfg.SetFenceTTL(d, 500*time.Millisecond) }
 }
-
-// minFenceTTL is the shortest fence TTL: a bound on clock disagreement
-// below it is not one that NTP over a network keeps with any margin.
-const minFenceTTL = 500 * time.Millisecond

@@ -33,13 +33,8 @@ type Locker struct {
 	strict      bool
 	notify      *wake.Notifier // wake-on-release
 	workers     workers        // the goroutines of the fan-outs (fanout.go)
-	// distinct is set once every node has answered with a run_id of its
-	// own: from then on an acquisition may return on a majority's grants
-	// without hearing the rest (awaitMajority).
-	distinct atomic.Bool
-	// releasing maps the keys of each release still under way on some
-	// node to its *progress (see releasingOn).
-	releasing sync.Map
+	distinct    atomic.Bool    // every node answered with a run_id of its own (awaitMajority)
+	releasing   sync.Map       // the keys of each release under way to its *progress (releasingOn)
 }
 
 type node struct {
@@ -128,8 +123,9 @@ func (g *grant) Nodes() int { return g.nodes }
 // the attempt took so long that no validity was left; dlock.ErrUnavailable
 // when fewer than a majority of nodes answered; dlock.ErrMisconfigured when
 // so many refused for good (a wrong password, say) that no majority is
-// left; dlock.ErrInvalid for bad arguments. Failed attempts are released on every node before TryAcquire
-// returns. A *QuorumError in the chain says what each node answered.
+// left; dlock.ErrInvalid for bad arguments. Failed attempts are released on
+// every node before TryAcquire returns. A *QuorumError in the chain says
+// what each node answered.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) {
 		if err := l.cfg.CheckKey(key); err != nil {
@@ -140,13 +136,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 }
 
 // Keys returns a Locker that takes the locks on all of keys at once, or
-// none: on each node one script sets every key or refuses them all, and
-// the lock counts as held when a majority of nodes granted all of them.
-// Its TryAcquire's key argument names the group: it is the handle's Key
-// and the events' key, and sets no key of its own. The handle's fence is
-// above the earlier fences of every one of keys, and Extend and Release act
-// on all of them together. Wait for it with dlock.Acquire and dlock.Do,
-// like any Locker (its waits poll):
+// none: on each node one script sets every key or refuses them all, and the
+// lock is held when a majority of nodes granted all of them. Its
+// TryAcquire's key names the group (the handle's Key and the events' key)
+// and sets no key of its own. The handle's fence is above the earlier
+// fences of every one of keys; Extend and Release act on all of them. Wait
+// for it with dlock.Acquire and dlock.Do, like any Locker (its waits poll):
 //
 //	err := dlock.Do(ctx, locker.Keys("account:1", "account:2"), "transfer", ttl, fn)
 //
@@ -183,21 +178,16 @@ func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (
 //
 // Without the handle it does not know the lock's fence, which it must write
 // to every node's counter: it reads the nodes' counters and clocks first and
-// takes the largest, plus the fence TTL when some node did not answer (that
-// node's draw may have been the fence; see Fencing in the package
-// documentation). Fences then jump by the fence TTL, and keep growing.
-// When no node answers that read (ctx already ended, say), it deletes
-// nothing and returns an error matching dlock.ErrUnavailable.
+// takes the largest, plus the fence TTL when some node did not answer (see
+// docs/fences.md), so fences then jump by the fence TTL. When no node
+// answers that read, it deletes nothing and returns an error matching
+// dlock.ErrUnavailable.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
-	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
+	g, err := l.byToken(ctx, "release", key, token)
+	if err != nil {
 		return err
 	}
-	full := []string{l.cfg.Prefix + key}
-	fence, err := l.readFence(ctx, full)
-	if err != nil {
-		return fmt.Errorf("dlock: release %q: %w", key, err)
-	}
-	g := &grant{l: l, keys: full, token: token, fence: fence, waitAll: true}
+	g.waitAll = true
 	if err := g.Release(ctx); err != nil {
 		return fmt.Errorf("dlock: release %q: %w", key, err)
 	}
@@ -209,19 +199,28 @@ func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 // use it). It returns an error matching dlock.ErrNotHeld when a majority no
 // longer holds key with token.
 func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
+	g, err := l.byToken(ctx, "extend", key, token)
+	if err != nil {
 		return err
 	}
-	full := []string{l.cfg.Prefix + key}
-	fence, err := l.readFence(ctx, full)
-	if err != nil {
-		return fmt.Errorf("dlock: extend %q: %w", key, err)
-	}
-	g := &grant{l: l, keys: full, token: token, fence: fence}
 	if _, err := g.Extend(ctx, ttl); err != nil {
 		return fmt.Errorf("dlock: extend %q: %w", key, err)
 	}
 	return nil
+}
+
+// byToken returns the grant of a lock known by its key and token, with a
+// fence read from the nodes (readFence) for op.
+func (l *Locker) byToken(ctx context.Context, op, key, token string) (*grant, error) {
+	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
+		return nil, err
+	}
+	full := []string{l.cfg.Prefix + key}
+	fence, err := l.readFence(ctx, full)
+	if err != nil {
+		return nil, fmt.Errorf("dlock: %s %q: %w", op, key, err)
+	}
+	return &grant{l: l, keys: full, token: token, fence: fence}, nil
 }
 
 func (l *Locker) checkKeys(ks []string) error {
@@ -248,43 +247,24 @@ func (l *Locker) timeout(ttl time.Duration) time.Duration {
 	return min(l.nodeTimeout, ttl-bridge.Drift(ttl, l.cfg.DriftFactor))
 }
 
-// grant is one held Redlock lock: its keys (with prefix), token and fence.
+// grant is one held Redlock lock.
 type grant struct {
-	l     *Locker
-	keys  []string
-	token string
-	// holder is the holder record written with the grant (WithHolderInfo;
-	// "": none).
-	holder string
+	l      *Locker
+	keys   []string // with the prefix
+	token  string
+	holder string // the holder record written with the grant ("": none)
 	// fence is the lock's fence, which its extensions and its release
-	// write to every node's counters that are below it (0: not known).
+	// write to every node's counters below it.
 	fence int64
-	// acquiring tells which nodes have answered the acquisition, which
-	// returned as soon as a majority granted; nil when nothing was in
-	// flight. A later request to node i waits for node i's answer, so that
-	// the acquisition cannot overtake it there (which would leave a key
-	// behind until its TTL).
+	// acquiring tells which nodes have answered the acquisition (nil: all
+	// had): a later request to node i waits for node i's answer, which it
+	// would otherwise overtake, leaving a key behind until its TTL.
 	acquiring *progress
-	// nodes is how many nodes granted the lock when it counted as held.
-	nodes int
-	// waitAll makes Release wait for every node's answer, for callers that
-	// may exit right after it (ReleaseToken: shell scripts, the CLI).
-	waitAll bool
+	nodes     int  // how many nodes granted the lock when it counted as held
+	waitAll   bool // Release waits for every node (ReleaseToken: the caller may exit)
 	// sem is a permit's semaphore ("" for a lock): its extension keeps the
 	// limit record alive, its release wakes the semaphore's waiters.
 	sem string
-}
-
-// settle waits until every node has answered the acquisition (at most one
-// node timeout after it was sent) or ctx ends.
-func (g *grant) settle(ctx context.Context) {
-	if g.acquiring == nil {
-		return
-	}
-	select {
-	case <-g.acquiring.done:
-	case <-ctx.Done():
-	}
 }
 
 // Extend resets the TTL on every node that still holds the token, in
@@ -294,10 +274,15 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
-	g.settle(ctx)
+	if g.acquiring != nil {
+		select { // every node has answered the acquisition (within a node timeout)
+		case <-g.acquiring.done:
+		case <-ctx.Done():
+		}
+	}
 	start := time.Now()
 	timeout := g.l.timeout(ttl)
-	c := send(ctx, g.l, sending{timeout: timeout}, func(ctx context.Context, _ int, n *node) error {
+	res := fanOut(ctx, g.l, timeout, func(ctx context.Context, _ int, n *node) error {
 		if err := g.l.dupErr(n); err != nil {
 			return err
 		}
@@ -316,12 +301,12 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		}
 		return nil
 	})
-	ok, refused, nodes := g.l.tally(c.all(), c.got, errNotHeldHere)
+	ok, refused, nodes := g.l.tally(res, nil, errNotHeldHere)
 	if ok >= g.l.quorum {
 		return bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 	}
 	qe := &QuorumError{Op: "extend", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable}
-	if refused > len(g.l.nodes)-g.l.quorum {
+	if g.l.tooMany(refused) {
 		qe.sentinel, qe.Reason = dlock.ErrNotHeld, "a majority no longer holds the lock"
 	}
 	g.l.misconfigured(qe)
@@ -375,26 +360,21 @@ var (
 	errNoAnswerYet = errors.New("no answer yet when the caller's context ended")
 )
 
-// release sends the deletion rel (the keys that hold its token) to every
-// node, in parallel, each node's after that node answered the acquisition
-// (after, when not nil), and returns at once; each node's outcome is nil
-// when it deleted. Given the lock's fence, every node's counters below it
-// are raised to it first. The deletions run to the end even when ctx is cancelled (each
-// within the node timeout), so that giving up on a release leaves no key
-// behind; until they have, the Locker's next acquisition of the same keys
-// waits for them (releasingOn). With Wake, each node also wakes the
-// longest waiter of each key it deleted (a permit's: of its semaphore).
-// With a holder record, each node deletes it too where it is still that
-// one, in the same round trip.
+// release sends the deletion rel to every node, each node's after that
+// node answered the acquisition (after), and returns at once; each node's
+// outcome is nil when it deleted. The deletions run to the end even when
+// ctx is cancelled (each within the node timeout), so that giving up on a
+// release leaves no key behind; until they have, the Locker's next
+// acquisition of the same keys waits for them (releasingOn). rnode.Release
+// says what each node does (fence, wake-up, holder record).
 func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress) *inflight[error] {
 	lockKeys := rel.Keys
 	announced := lockKeys[0]
 	if rel.Sem != "" {
 		announced = rel.Sem
 	}
-	// Registered before the deletions are sent, so that the last of them
-	// always finds its entry to remove.
-	id, p := pendingID(lockKeys), newProgress(len(l.nodes))
+	// Registered before the deletions are sent, for the last to remove.
+	id, p := strings.Join(lockKeys, "\x00"), newProgress()
 	l.releasing.Store(id, p)
 	finally := func() { l.releasing.CompareAndDelete(id, p) }
 	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, _ int, n *node) error {
@@ -422,18 +402,11 @@ func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress
 // own old key on the late nodes and lose them from its majority (and their
 // fence counters would fall behind).
 func (l *Locker) releasingOn(keys []string) *progress {
-	v, ok := l.releasing.Load(pendingID(keys))
+	v, ok := l.releasing.Load(strings.Join(keys, "\x00"))
 	if !ok {
 		return nil
 	}
 	return v.(*progress)
-}
-
-func pendingID(keys []string) string {
-	if len(keys) == 1 {
-		return keys[0]
-	}
-	return strings.Join(keys, "\x00")
 }
 
 // releaseEverywhere undoes a failed acquisition on every node, including
@@ -447,12 +420,13 @@ func (l *Locker) releaseEverywhere(ctx context.Context, t *try) {
 }
 
 // tally counts the nodes whose result is nil (each server once) and those
-// that answered with refused, and builds the per-node report.
+// that answered with refused, and builds the per-node report; got, if not
+// nil, tells which nodes answered.
 func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nodes []NodeResult) {
 	nodes = make([]NodeResult, len(res))
 	for i, err := range res {
 		nd := l.nodes[i]
-		if !got[i] {
+		if got != nil && !got[i] {
 			err = errNoAnswerYet
 		}
 		nodes[i] = NodeResult{Node: nd.Name, OK: err == nil, Err: err}
@@ -487,7 +461,7 @@ func (l *Locker) misconfigured(qe *QuorumError) {
 }
 
 // failed returns the sentinel of an operation whose nodes failed with
-// errs: dlock.ErrMisconfigured when too many refused for good,
+// errs: dlock.ErrMisconfigured when too many refused for good (isRefusal),
 // dlock.ErrUnavailable otherwise.
 func (l *Locker) failed(errs []error) error {
 	refused := 0
@@ -543,16 +517,15 @@ func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan s
 }
 
 // Close ends the Locker's subscriptions to release announcements (one
-// pub/sub connection and goroutine per node, opened by waiting Acquires, and
-// otherwise closed when the clients are closed or after 30s without
-// waiters) and takes the Locker out of the waiter queues it is in. Waits in
-// progress and later ones fall back to polling; locks keep working. Close
-// also waits for releases still under way on some nodes (Release returns
-// once a majority deleted; see the package documentation), at most about
-// two node timeouts: a program that exits right after releasing should call
-// Close first, or the slower nodes keep the key until its TTL. Close does
-// not close the clients. It is safe to call more than once and concurrently
-// with other methods, and returns nil.
+// pub/sub connection and goroutine per node, opened by waiting Acquires,
+// otherwise closed with the clients or after 30s without waiters) and takes
+// the Locker out of the waiter queues it is in; waits fall back to polling,
+// locks keep working. It also waits for releases still under way on some
+// nodes (Release returns once a majority deleted), at most about two node
+// timeouts: a program that exits right after releasing should call Close
+// first, or the slower nodes keep the key until its TTL. It does not close
+// the clients, is safe to call more than once and concurrently with other
+// methods, and returns nil.
 func (l *Locker) Close() error {
 	l.releasing.Range(func(_, v any) bool {
 		<-v.(*progress).done

@@ -92,13 +92,14 @@ func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) err
 // attemptPermit runs the semaphore script for t's slot on node n: it
 // grants the slot only where it is free, no slot at or above the limit is
 // held, and the limit recorded there (if any permit is held there) is
-// t's. A first call to a node asks for its run_id first (see attempt).
+// t's. A first call to a node probes it first, in a round trip of its own
+// (rnode.Permit takes no Before).
 func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, timeout time.Duration) *nodeReply {
 	if n.run.Load() == nil {
-		pipe := n.Client.Pipeline()
-		info, policy := pipe.Info(ctx, "server"), pipe.ConfigGet(ctx, "maxmemory-policy")
-		_, _ = pipe.Exec(ctx)
-		l.noteRun(n, info, policy)
+		p := n.Client.Pipeline()
+		read := l.probe(ctx, n, p)
+		_, _ = p.Exec(ctx)
+		read()
 	}
 	args := []any{t.token, bridge.Milliseconds(t.ttl), l.cfg.FenceTTL.Milliseconds(), t.limit, "", "", "", "", "", t.slot}
 	_, queue := t.plan.Queue(i)
@@ -117,17 +118,9 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 			span = int(r.X)
 			continue
 		}
-		reply := &nodeReply{AcquireResult: rnode.AcquireResult{Status: r.Status, Holder: r.Holder, Expiry: r.Expiry, Place: r.Place}}
-		switch r.Status {
-		case rnode.Granted:
-			reply.Fence = r.X
-		case rnode.Conflict:
-			reply.limit = r.X
-		}
-		if p := n.run.Load(); p != nil {
-			reply.run = *p
-		}
-		return reply
+		// X is the fence when Granted, the node's limit when Conflict.
+		res := rnode.AcquireResult{Status: r.Status, Fence: r.X, Holder: r.Holder, Expiry: r.Expiry, Place: r.Place}
+		return &nodeReply{AcquireResult: res, limit: r.X}
 	}
 	return &nodeReply{err: errors.New("the limit changed while this attempt read the semaphore")}
 }

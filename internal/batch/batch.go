@@ -1,23 +1,17 @@
 // Package batch sends the commands of concurrent callers over one go-redis
 // client as a group commit: while one batch is in flight, commands that
 // arrive wait, and are sent together, as one pipeline, when it returns. A
-// caller alone sends its command at once with its own context, as without
-// the package.
+// caller alone sends its command at once with its own context. It buys
+// throughput under many keys (bench/RESULTS.md, "Group commit in the
+// library").
 //
-// It exists for throughput under many keys (many goroutines, each taking
-// and releasing its own key over one client); one goroutine's cycle is
-// unchanged, since a call alone is sent as before. See bench/RESULTS.md,
-// "Group commit in the library", for the figures.
-//
-// Every caller keeps its own deadline. A waiting caller whose context ends
-// leaves the queue and its command is never sent. The batch is sent with a
-// context that keeps the deadline of its sender, which is chosen as the
-// waiting caller with the latest deadline, and carries only callers whose
-// deadline is not later than the sender's: a batch never cuts a caller's
-// time short nor holds a caller past its deadline. A caller whose context
-// ends while its command is in flight returns at once, and may ask for its
-// reply, when it comes, so that an attempt's effect can be undone
-// (LeftError.OnReply). The package starts no goroutine.
+// Every caller keeps its own deadline (the rules, as users see them: package
+// redislock, "Concurrent calls"). A waiting caller whose context ends
+// leaves the queue unsent. A batch is sent by the waiting caller with the
+// latest deadline, under it, and carries only callers whose deadline is not
+// later. A caller whose context ends while its command is in flight returns
+// at once, and may ask for the reply when it comes, to undo the command's
+// effect (LeftError.OnReply). The package starts no goroutine.
 package batch
 
 import (
@@ -35,9 +29,9 @@ import (
 // Batcher is a group commit over one client. Its zero value is not usable;
 // create one with New.
 type Batcher struct {
-	// one sends a command alone, many a batch; each leaves the replies
-	// in the commands. Two functions: a one-element slice for the first
-	// would cost the uncontended call an allocation.
+	// one sends a command alone, many a batch, each leaving the replies in
+	// the commands (two: a one-element slice would cost the lone call an
+	// allocation).
 	one  func(ctx context.Context, cmd redis.Cmder)
 	many func(ctx context.Context, cmds []redis.Cmder)
 
@@ -71,13 +65,6 @@ func For(c redis.UniversalClient) *Batcher {
 	return nil
 }
 
-// NewFunc returns a Batcher that sends each batch with send, which must
-// leave each command's reply or error in it. It is for tests of the
-// Batcher's schedule.
-func NewFunc(send func(ctx context.Context, cmds []redis.Cmder)) *Batcher {
-	return &Batcher{one: func(ctx context.Context, cmd redis.Cmder) { send(ctx, []redis.Cmder{cmd}) }, many: send}
-}
-
 // state is where a waiting request is; b.mu guards it.
 type state int8
 
@@ -108,10 +95,9 @@ type LeftError struct {
 	r *request
 }
 
-// OnReply has fn called with the command, once it holds its reply (or the
-// error of its batch), if Sent: at once if it has already, else on the
-// goroutine that sent the batch, which fn must not block. It is for undoing
-// what a command may have done for a caller that has given up on it.
+// OnReply has fn called with the command once it holds its reply (or its
+// batch's error), if Sent: at once if it does already, else on the
+// goroutine that sent the batch, which fn must not block.
 func (e *LeftError) OnReply(fn func(cmd redis.Cmder)) {
 	if !e.Sent {
 		return
