@@ -205,7 +205,7 @@ func fanOut[T any](ctx context.Context, l *Locker, timeout time.Duration, f func
 
 // workers runs the calls of fan-outs on goroutines kept between them: a
 // fresh goroutine grows its stack through go-redis's call path on every
-// call, a kept one once (a tenth of a Redlock cycle's client CPU). An idle
+// call, a kept one once (what that saves: bench/RESULTS.md). An idle
 // worker exits after workerIdle (long against the gap between a lock's
 // calls, short enough that a Locker nobody closes leaves nothing running
 // for long), or at once after Close.
