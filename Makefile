@@ -10,15 +10,16 @@ GO ?= go
 MODULES = . cmd/dlock compat etcdlock dlockotel bench
 # The packages whose tests run in the main pass: every module's, but the
 # torture runner's (scripts/torture.sh) and the benchmarks' (make bench).
-TEST_MODULES = . cmd/dlock compat etcdlock dlockotel
+# One go test over all of them (go.work makes the other modules' directories
+# patterns of this one), so that a long package of one module runs beside
+# the packages of the next instead of alone at its module's end; the
+# longest (the command's, etcdlock's) are listed first, to start first.
+TEST_PACKAGES = ./cmd/dlock/... ./etcdlock/... ./... ./compat/... ./dlockotel/...
 
 .PHONY: test deps vet lint fuzz demo bench
 
 test: deps vet lint
-	@for m in $(TEST_MODULES); do \
-		echo "test $$m"; \
-		(cd $$m && $(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/internal/torture$$')) || exit 1; \
-	done
+	$(GO) test -race -count=1 -timeout 20m $$($(GO) list $(TEST_PACKAGES) | grep -v '/internal/torture$$')
 	$(MAKE) fuzz
 	GO=$(GO) scripts/torture.sh
 
