@@ -48,8 +48,7 @@ type Locker struct {
 
 	held atomic.Int32 // connections pinned by this Locker's locks
 
-	lmu       sync.Mutex
-	listeners *listener
+	listener *listener // wake-on-release (notify.go)
 
 	names sync.Map // the locks this Locker holds, for Inspect (inspect.go)
 }
@@ -186,6 +185,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		cfg:      backend.New(0, false),
 		exec:     newRowExec(cfg.ConnConfig),
 	}
+	l.listener = &listener{l: l, byKey: map[string][]chan struct{}{}}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
@@ -411,10 +411,7 @@ func (l *Locker) exhausted(name string) error {
 // discard closes a connection whose session may hold a lock, so the server
 // releases everything the session had, and takes it out of the pool.
 func discard(conn *pgxpool.Conn) {
-	c := conn.Hijack()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	c.Close(ctx) // sends Terminate; the socket is closed even if that fails
-	cancel()
+	closeConn(conn.Hijack())
 }
 
 // grant is one held session lock: the pinned connection and what the
