@@ -2,7 +2,10 @@ package pglock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -70,13 +73,13 @@ func (l *Locker) readTerm(ctx context.Context, name string, k Key) (dlock.Term, 
 	return backend.Reread(ctx, termRereads, func() (dlock.Term, bool, error) {
 		var pid int32
 		var app string
-		var active bool
-		found, err := l.queryTerm(ctx, classid, objid, objsubid, &pid, &app, &active)
+		var active bool // running a statement, as far as the role may see
+		err := l.pool.QueryRow(ctx, termSQL, classid, objid, objsubid).Scan(&pid, &app, &active)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return dlock.Term{}, false, nil
+		}
 		if err != nil {
 			return dlock.Term{}, false, fmt.Errorf("dlock: leader %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(err))
-		}
-		if !found {
-			return dlock.Term{}, false, nil
 		}
 		if own, ok := l.ownLocks()[lockID{classid, objid, int32(objsubid), pid}]; ok {
 			return dlock.Term{Led: true, Leader: own.identity, Fence: own.fence, Since: own.since}, false, nil
@@ -86,23 +89,4 @@ func (l *Locker) readTerm(ctx context.Context, name string, k Key) (dlock.Term, 
 		t.Fence, t.Leader, rec = parseTerm(app)
 		return t, !rec && active, nil
 	})
-}
-
-// queryTerm runs termSQL: whether the lock is held, by which backend, its
-// application_name, and whether it is running a statement (as far as the
-// role may see: other roles' sessions show no state).
-func (l *Locker) queryTerm(ctx context.Context, classid, objid int64, objsubid int16, pid *int32, app *string, active *bool) (bool, error) {
-	rows, err := l.pool.Query(ctx, termSQL, classid, objid, objsubid)
-	if err != nil {
-		return false, err
-	}
-	defer rows.Close()
-	found := rows.Next()
-	if found {
-		err = rows.Scan(pid, app, active)
-	}
-	if err == nil {
-		err = rows.Err()
-	}
-	return found, err
 }

@@ -1,12 +1,12 @@
 package pglock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -16,14 +16,6 @@ import (
 )
 
 var _ dlock.Inspector = (*Locker)(nil)
-
-// heldLock is what the Locker remembers of a lock it holds (in names,
-// keyed by its *grant), for Inspect.
-type heldLock struct {
-	since    time.Time
-	fence    uint64
-	identity string // driver.Identity of the grant, if any
-}
 
 // inspectSQL lists the exclusive advisory locks granted in the current
 // database, with their holder's session and the number of sessions blocked
@@ -70,32 +62,19 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	if err != nil {
 		return nil, err
 	}
-	n := naming{mine: l.ownLocks()}
+	n := naming{l: l, mine: l.ownLocks()}
 	if !strings.ContainsAny(pattern, `*?[\`) {
 		if k, err := l.mapKey(pattern); err == nil {
 			n.pattern, n.named = pattern, &k
 		}
 	}
-
-	rows, err := l.pool.Query(ctx, inspectSQL)
+	rows, _ := l.pool.Query(ctx, inspectSQL) // its error comes back from CollectRows
+	out, err := pgx.CollectRows(rows, n.lockInfo)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
 	}
-	defer rows.Close()
-	var out []dlock.LockInfo
-	for rows.Next() {
-		info, err := l.lockInfo(rows, n)
-		if err != nil {
-			return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
-		}
-		if match.MatchString(info.Key) {
-			out = append(out, info)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
-	}
-	sortInfos(out)
+	out = slices.DeleteFunc(out, func(info dlock.LockInfo) bool { return !match.MatchString(info.Key) })
+	slices.SortFunc(out, func(a, b dlock.LockInfo) int { return cmp.Or(strings.Compare(a.Key, b.Key), a.PID-b.PID) })
 	if len(out) > limit {
 		out = out[:limit]
 	}
@@ -116,19 +95,13 @@ func (id lockID) is(k Key) bool {
 	return c == id.classid && o == id.objid && int32(s) == id.objsubid
 }
 
-// ownLock is a lock this Locker holds, for Inspect.
-type ownLock struct {
-	name string
-	heldLock
-}
-
 // ownLocks returns the locks this Locker holds.
-func (l *Locker) ownLocks() map[lockID]ownLock {
-	mine := map[lockID]ownLock{}
-	l.names.Range(func(k, v any) bool {
+func (l *Locker) ownLocks() map[lockID]*grant {
+	mine := map[lockID]*grant{}
+	l.grants.Range(func(k, _ any) bool {
 		g := k.(*grant)
 		c, o, s := g.key.lockID()
-		mine[lockID{c, o, int32(s), g.pid}] = ownLock{g.name, v.(heldLock)}
+		mine[lockID{c, o, int32(s), g.pid}] = g
 		return true
 	})
 	return mine
@@ -137,7 +110,8 @@ func (l *Locker) ownLocks() map[lockID]ownLock {
 // naming is what Inspect knows of lock names beside what holders publish:
 // its own locks, and the key of the pattern when it is a plain name.
 type naming struct {
-	mine    map[lockID]ownLock
+	l       *Locker
+	mine    map[lockID]*grant
 	named   *Key
 	pattern string
 }
@@ -146,21 +120,21 @@ type naming struct {
 // own by its handle's name, then by the name its holder published
 // (WithHolderInfo), then by the pattern when that is the lock's plain
 // name, and otherwise by its advisory key.
-func (l *Locker) lockInfo(rows pgx.Rows, n naming) (dlock.LockInfo, error) {
+func (n naming) lockInfo(row pgx.CollectableRow) (dlock.LockInfo, error) {
 	var (
 		id      lockID
 		app     string
 		started pgtype.Timestamptz
 		waiting int64
 	)
-	if err := rows.Scan(&id.classid, &id.objid, &id.objsubid, &id.pid, &app, &started, &waiting); err != nil {
+	if err := row.Scan(&id.classid, &id.objid, &id.objsubid, &id.pid, &app, &started, &waiting); err != nil {
 		return dlock.LockInfo{}, err
 	}
-	info := dlock.LockInfo{Node: l.node, PID: int(id.pid), Service: app, Waiting: int(waiting), Majority: true}
+	info := dlock.LockInfo{Node: n.l.node, PID: int(id.pid), Service: app, Waiting: int(waiting), Majority: true}
 	if started.Valid {
 		info.Since = started.Time
 	}
-	name, service, published := l.publishedName(app, id)
+	name, service, published := n.l.publishedName(app, id)
 	if published {
 		info.Service = service
 	}
@@ -187,13 +161,4 @@ func advisoryName(classid, objid int64, objsubid int32) string {
 		return "advisory:" + strconv.Itoa(int(int32(uint32(classid)))) + "," + strconv.Itoa(int(int32(uint32(objid))))
 	}
 	return "advisory:" + strconv.FormatInt(int64(uint64(classid)<<32|uint64(objid)), 10)
-}
-
-func sortInfos(rows []dlock.LockInfo) {
-	slices.SortFunc(rows, func(a, b dlock.LockInfo) int {
-		if c := strings.Compare(a.Key, b.Key); c != 0 {
-			return c
-		}
-		return a.PID - b.PID
-	})
 }

@@ -50,7 +50,7 @@ type Locker struct {
 
 	listener *listener // wake-on-release (notify.go)
 
-	names sync.Map // the locks this Locker holds, for Inspect (inspect.go)
+	grants sync.Map // the locks this Locker holds (*grant keys), for Inspect
 }
 
 var _ dlock.Locker = (*Locker)(nil)
@@ -368,7 +368,8 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 	}
 	l.held.Add(1)
 	g.conn, g.pid = conn, r.pid
-	l.names.Store(g, heldLock{since: time.Now(), fence: uint64(r.fence.Int64), identity: id})
+	g.since, g.fence, g.identity = time.Now(), uint64(r.fence.Int64), id
+	l.grants.Store(g, nil)
 	return g, uint64(r.fence.Int64), validUntil, nil
 }
 
@@ -422,6 +423,11 @@ type grant struct {
 	name string
 	st   *statements // the statements it was taken with, and is released with
 	pid  int32       // pg_backend_pid() at acquisition
+	// For Inspect and ReadTerm: when it was granted, its fence, and the
+	// grant's driver.Identity, if any.
+	since    time.Time
+	fence    uint64
+	identity string
 	// prev are the values the session settings that the grant changed
 	// (sessionSettings: a lease's idle_session_timeout, holder info's
 	// application_name) had before, restored at release.
@@ -543,7 +549,7 @@ func (g *grant) Release(ctx context.Context) error {
 	g.conn.Release()
 	g.conn, g.ended = nil, errors.New("released")
 	g.l.held.Add(-1)
-	g.l.names.Delete(g)
+	g.l.grants.Delete(g)
 	return nil
 }
 
@@ -574,7 +580,7 @@ func (g *grant) end(sessionGone bool, why error) {
 	discard(g.conn)
 	g.conn, g.ended, g.sessionGone = nil, why, sessionGone
 	g.l.held.Add(-1)
-	g.l.names.Delete(g)
+	g.l.grants.Delete(g)
 }
 
 // endedErr is the error of an operation on a grant whose connection is

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
@@ -259,26 +260,22 @@ func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
 	if len(names) == 0 {
 		return nil
 	}
-	r, err := l.pool.Query(ctx, `SELECT name, permits FROM `+semaphoreTable+` WHERE name = ANY($1)`, names)
+	type limit struct {
+		Name    []byte
+		Permits int
+	}
+	r, _ := l.pool.Query(ctx, `SELECT name, permits FROM `+semaphoreTable+` WHERE name = ANY($1)`, names)
+	limits, err := pgx.CollectRows(r, pgx.RowToStructByPos[limit])
+	if sqlState(err) == codeUndefinedTable {
+		return nil
+	}
 	if err != nil {
-		if sqlState(err) == codeUndefinedTable {
-			return nil
-		}
 		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
 	}
-	defer r.Close()
-	for r.Next() {
-		var name []byte
-		var permits int
-		if err := r.Scan(&name, &permits); err != nil {
-			return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+	for _, lim := range limits {
+		for _, i := range rows[string(lim.Name)] {
+			infos[i].Limit = lim.Permits
 		}
-		for _, i := range rows[string(name)] {
-			infos[i].Limit = permits
-		}
-	}
-	if err := r.Err(); err != nil && sqlState(err) != codeUndefinedTable {
-		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
 	}
 	return nil
 }
