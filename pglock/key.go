@@ -81,13 +81,13 @@ func (k Key) form() int {
 	return 0
 }
 
-// args returns the key's statement arguments ($1, or $1 and $2), with room
-// for two more.
-func (k Key) args() []any {
+// args appends the key's statement arguments ($1, or $1 and $2) to dst,
+// as pointers into k: passing them allocates nothing.
+func (k *Key) args(dst []any) []any {
 	if k.pair {
-		return append(make([]any, 0, 4), k.a, k.b)
+		return append(dst, &k.a, &k.b)
 	}
-	return append(make([]any, 0, 3), k.n)
+	return append(dst, &k.n)
 }
 
 // lockID returns how pg_locks shows the key: classid, objid and objsubid.

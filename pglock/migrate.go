@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -78,21 +79,19 @@ func checkSequence(ctx context.Context, db Execer) error {
 	if err != nil {
 		return migrateErr(err)
 	}
-	defer rows.Close()
-	var inc, minv, cache int64
-	var cycle bool
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return migrateErr(err)
-		}
+	type settings struct {
+		Inc, Min, Cache int64
+		Cycle           bool
+	}
+	seq, err := pgx.CollectOneRow(rows, pgx.RowToStructByPos[settings])
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("pglock: migrate: %w: %s is not a sequence", dlock.ErrInvalid, FenceSequence)
-	}
-	if err := rows.Scan(&inc, &minv, &cache, &cycle); err != nil {
+	case err != nil:
 		return migrateErr(err)
-	}
-	if inc != 1 || minv < 1 || cache != 1 || cycle {
+	case seq.Inc != 1 || seq.Min < 1 || seq.Cache != 1 || seq.Cycle:
 		return fmt.Errorf("pglock: migrate: %w: sequence %s has INCREMENT %d, MINVALUE %d, CACHE %d, CYCLE %v; fences need INCREMENT 1, MINVALUE >= 1, CACHE 1 and NO CYCLE (ALTER SEQUENCE %s INCREMENT 1 CACHE 1 NO CYCLE)",
-			dlock.ErrInvalid, FenceSequence, inc, minv, cache, cycle, FenceSequence)
+			dlock.ErrInvalid, FenceSequence, seq.Inc, seq.Min, seq.Cache, seq.Cycle, FenceSequence)
 	}
 	return nil
 }

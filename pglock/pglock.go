@@ -336,7 +336,7 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 	// The grant is made first: it holds the statement's arguments and
 	// results, for this statement and the release (fewer allocations).
 	g := &grant{l: l, key: k, name: name, st: st}
-	args := g.keyArgs()
+	args := g.key.args(g.args[:0])
 	r := &g.row
 	dest := append(g.dest[:0], &r.fence, &r.pid)
 	if l.lease >= 0 {
@@ -449,15 +449,6 @@ type grant struct {
 	bufs    rowBufs
 }
 
-// keyArgs returns the key's statement arguments ($1, or $1 and $2), in
-// g.args.
-func (g *grant) keyArgs() []any {
-	if g.key.pair {
-		return append(g.args[:0], &g.key.a, &g.key.b)
-	}
-	return append(g.args[:0], &g.key.n)
-}
-
 // Extend checks that the lock's session is alive, is the one that took the
 // lock, and still holds it; the new validity runs ttl from when the check
 // was sent. It returns an error matching dlock.ErrLockLost when the session
@@ -530,7 +521,7 @@ func (g *grant) Release(ctx context.Context) error {
 	// With notifications on, the statement sends a NOTIFY (a hint; waiters
 	// still have to win the lock) when someone waits. It is delivered when
 	// the statement's implicit transaction commits, after the unlock.
-	args := g.keyArgs()
+	args := g.key.args(g.args[:0])
 	dest := append(g.dest[:0], &g.outcome)
 	var restored [2]bool
 	for i := range g.st.settings {

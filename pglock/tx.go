@@ -32,10 +32,7 @@ import (
 // After an error other than ErrNotAcquired the transaction is aborted:
 // roll it back.
 func TryLockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
-	if err := checkTx(ctx, tx, k); err != nil {
-		return 0, err
-	}
-	return lockTx(ctx, k, txNode(tx), tx.QueryRow(ctx, txTrySQL[k.form()], k.args()...))
+	return lockTx(ctx, tx, k, &txTrySQL)
 }
 
 // LockTx is TryLockTx that waits, in the server's lock queue, while another
@@ -48,10 +45,7 @@ func TryLockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) 
 // wait, ErrOutOfLocks when the server's lock table is full, and one matching
 // dlock.ErrNotAcquired and ctx.Err() when ctx ended first.
 func LockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
-	if err := checkTx(ctx, tx, k); err != nil {
-		return 0, err
-	}
-	return lockTx(ctx, k, txNode(tx), tx.QueryRow(ctx, txWaitSQL[k.form()], k.args()...))
+	return lockTx(ctx, tx, k, &txWaitSQL)
 }
 
 // TryLockSQLTx is TryLockTx for a database/sql transaction on PostgreSQL
@@ -67,10 +61,7 @@ func LockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
 // locks (Locker) need a pgxpool.Pool, whose connection a lock pins; there
 // is no database/sql form of them.
 func TryLockSQLTx(ctx context.Context, tx *sql.Tx, k Key) (fence uint64, err error) {
-	if err := checkTx(ctx, tx, k); err != nil {
-		return 0, err
-	}
-	return lockTx(ctx, k, sqlNode, tx.QueryRowContext(ctx, txTrySQL[k.form()], k.args()...))
+	return lockTx(ctx, tx, k, &txTrySQL)
 }
 
 // LockSQLTx is LockTx for a database/sql transaction (see TryLockSQLTx).
@@ -78,10 +69,7 @@ func TryLockSQLTx(ctx context.Context, tx *sql.Tx, k Key) (fence uint64, err err
 // pgx does, so no waiter is left on the server; tx is then unusable: roll
 // it back.
 func LockSQLTx(ctx context.Context, tx *sql.Tx, k Key) (fence uint64, err error) {
-	if err := checkTx(ctx, tx, k); err != nil {
-		return 0, err
-	}
-	return lockTx(ctx, k, sqlNode, tx.QueryRowContext(ctx, txWaitSQL[k.form()], k.args()...))
+	return lockTx(ctx, tx, k, &txWaitSQL)
 }
 
 // sqlNode names the server in errors of a *sql.Tx, which does not say
@@ -102,29 +90,34 @@ func init() {
 	}
 }
 
-// lockTx reads the fence from the row of a transaction-lock statement
-// (txTrySQL or txWaitSQL), from pgx or database/sql.
-func lockTx(ctx context.Context, k Key, node string, row interface{ Scan(...any) error }) (uint64, error) {
+// lockTx runs a transaction-lock statement (txTrySQL or txWaitSQL) in tx,
+// a pgx.Tx or a *sql.Tx, and reads the fence from its row.
+func lockTx(ctx context.Context, tx any, k Key, stmts *[2]string) (uint64, error) {
+	switch {
+	case ctx == nil:
+		return 0, nodeerr.Invalidf("nil context")
+	case pgmigrate.IsNil(tx):
+		return 0, nodeerr.Invalidf("nil transaction")
+	case !k.valid():
+		return 0, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+	}
 	var f pgtype.Int8 // a sql.Scanner too
-	if err := row.Scan(&f); err != nil {
+	var err error
+	node := sqlNode
+	switch tx := tx.(type) {
+	case pgx.Tx:
+		node = txNode(tx)
+		err = tx.QueryRow(ctx, stmts[k.form()], k.args(nil)...).Scan(&f)
+	case *sql.Tx:
+		err = tx.QueryRowContext(ctx, stmts[k.form()], k.args(nil)...).Scan(&f)
+	}
+	if err != nil {
 		return 0, acquireErr(ctx, k.String(), node, err)
 	}
 	if !f.Valid {
 		return 0, fmt.Errorf("dlock: acquire %q: %w (held by another session)", k.String(), dlock.ErrNotAcquired)
 	}
 	return uint64(f.Int64), nil
-}
-
-func checkTx(ctx context.Context, tx any, k Key) error {
-	switch {
-	case ctx == nil:
-		return nodeerr.Invalidf("nil context")
-	case pgmigrate.IsNil(tx):
-		return nodeerr.Invalidf("nil transaction")
-	case !k.valid():
-		return nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
-	}
-	return nil
 }
 
 func txNode(tx pgx.Tx) string {
