@@ -1,9 +1,11 @@
 package pglock
 
 import (
+	"context"
 	"strconv"
 	"strings"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
@@ -99,28 +101,38 @@ const maxFenceDigits = 19
 // application_name leaves beside "#<fence> ".
 const maxIdentity = maxAppName - maxFenceDigits - 2
 
-// publication returns the statements for a grant of name (prefix not
-// included) that publishes identity id (driver.Identity; "" for none), and
-// the two format strings its application_name is set from, with %s for the
-// fence: the first when it fits, else the second (see buildStatements).
-// With an identity they are "name (#<fence> <id>)" and "#<fence> <id>";
-// without, holder info's appName, twice.
-func (l *Locker) publication(name, id string) (st *statements, app, alt string, err error) {
-	if id == "" {
-		if !l.holder {
-			return l.plain, "", "", nil
+// pub is what a grant publishes: the statements it is taken with, the two
+// format strings its application_name is set from, with %s for the fence
+// (the first when it fits, else the second: see buildStatements), and the
+// identity.
+type pub struct {
+	st       *statements
+	app, alt string
+	id       string
+}
+
+// publication returns what a grant of name (prefix not included) made
+// with ctx publishes. With an identity (driver.Identity) the format
+// strings are "name (#<fence> <id>)" and "#<fence> <id>"; without, holder
+// info's appName, twice.
+func (l *Locker) publication(ctx context.Context, name string) (pub, error) {
+	p := pub{st: l.plain, id: driver.Identity(ctx)}
+	if p.id == "" {
+		if l.holder {
+			p.app = strings.ReplaceAll(l.appName(l.cfg.Prefix+name), "%", "%%")
+			p.alt = p.app
 		}
-		app = strings.ReplaceAll(l.appName(l.cfg.Prefix+name), "%", "%%")
-		return l.plain, app, app, nil
+		return p, nil
 	}
-	if !publishable(id) || len(id) > maxIdentity {
-		return nil, "", "", nodeerr.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", id, maxIdentity)
+	if !publishable(p.id) || len(p.id) > maxIdentity {
+		return pub{}, nodeerr.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", p.id, maxIdentity)
 	}
-	rec := "#%s " + strings.ReplaceAll(id, "%", "%%")
+	p.st, p.alt = l.named, "#%s "+strings.ReplaceAll(p.id, "%", "%%")
+	p.app = p.alt
 	if full := l.cfg.Prefix + name; publishable(full) {
-		return l.named, strings.ReplaceAll(full, "%", "%%") + " (" + rec + ")", rec, nil
+		p.app = strings.ReplaceAll(full, "%", "%%") + " (" + p.alt + ")"
 	}
-	return l.named, rec, rec, nil
+	return p, nil
 }
 
 // parseTerm reads the term and identity that a leader's application_name

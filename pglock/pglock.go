@@ -304,7 +304,7 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 // grantLock makes one attempt to take the session lock on k and returns
 // the grant, its fence and its validity.
 func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Duration) (*grant, uint64, time.Time, error) {
-	p, err := l.publish(ctx, name)
+	p, err := l.publication(ctx, name)
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}
@@ -315,42 +315,27 @@ func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Dur
 	return l.grantOn(ctx, conn, name, k, ttl, p)
 }
 
-// pub is what a grant publishes: publication's results, and the identity.
-type pub struct {
-	st       *statements
-	app, alt string
-	id       string
-}
-
-// publish returns what a grant of name publishes (see publication).
-func (l *Locker) publish(ctx context.Context, name string) (pub, error) {
-	id := driver.Identity(ctx)
-	st, app, alt, err := l.publication(name, id)
-	return pub{st, app, alt, id}, err
-}
-
 // grantOn is grantLock on conn, which it pins for the lock when granted,
 // gives back to the pool when k is busy, and discards on an error.
 func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration, p pub) (*grant, uint64, time.Time, error) {
-	st, app, alt, id := p.st, p.app, p.alt, p.id
 	// The grant is made first: it holds the statement's arguments and
 	// results, for this statement and the release (fewer allocations).
-	g := &grant{l: l, key: k, name: name, st: st}
+	g := &grant{l: l, key: k, name: name, st: p.st}
 	args := g.key.args(g.args[:0])
 	r := &g.row
 	dest := append(g.dest[:0], &r.fence, &r.pid)
 	if l.lease >= 0 {
 		args = append(args, l.leaseMS(ttl))
 	}
-	if st != l.plain || l.holder {
-		args = append(args, app, alt)
+	if p.st != l.plain || l.holder {
+		args = append(args, p.app, p.alt)
 	}
-	for i := range st.settings {
+	for i := range p.st.settings {
 		dest = append(dest, &r.set[i], &g.prev[i])
 	}
 
 	start := time.Now()
-	if err := l.exec.queryRow(ctx, conn.Conn(), st.acquire[k.form()], &g.bufs, args, dest); err != nil {
+	if err := l.exec.queryRow(ctx, conn.Conn(), p.st.acquire[k.form()], &g.bufs, args, dest); err != nil {
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
@@ -368,7 +353,7 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 	}
 	l.held.Add(1)
 	g.conn, g.pid = conn, r.pid
-	g.since, g.fence, g.identity = time.Now(), uint64(r.fence.Int64), id
+	g.since, g.fence, g.identity = time.Now(), uint64(r.fence.Int64), p.id
 	l.grants.Store(g, nil)
 	return g, uint64(r.fence.Int64), validUntil, nil
 }

@@ -84,7 +84,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		}
 		return nil, err
 	}
-	p, err := l.publish(ctx, bridge.SlotKey(name, slot))
+	p, err := l.publication(ctx, bridge.SlotKey(name, slot))
 	if err != nil {
 		discard(conn) // in the grant's transaction
 		return nil, err
