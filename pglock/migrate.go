@@ -23,12 +23,18 @@ const FenceSequence = "dlock_fence"
 // sequence's settings); run it yourself where schema changes go through a
 // migration tool. CACHE 1 matters: with a per-session cache two sessions
 // would hand out numbers from different ranges, and a later holder could
-// get a smaller fence. Run from several sessions at once it can fail with
-// a unique violation (SQLSTATE 23505); Migrate serializes itself and does
-// not.
+// get a smaller fence. A semaphore's row holds its limit (permits) and how
+// many slots may be held (slots: above the limit after SetLimit shrank it,
+// while their holders finish). Run from several sessions at once it can
+// fail with a unique violation (SQLSTATE 23505); Migrate serializes itself
+// and does not.
 const MigrateSQL = `CREATE SEQUENCE IF NOT EXISTS ` + FenceSequence + `
 	AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE;
-` + semaphoreTableSQL
+CREATE TABLE IF NOT EXISTS dlock_semaphore (
+	name bytea PRIMARY KEY,
+	permits int NOT NULL,
+	slots int NOT NULL
+)`
 
 // checkSequenceSQL reads the settings that fences depend on.
 const checkSequenceSQL = `SELECT seqincrement, seqmin, seqcache, seqcycle

@@ -17,18 +17,9 @@ import (
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
-// semaphoreTable is the table where semaphores record their limits: a row
-// per semaphore name (with WithPrefix's prefix), created by Migrate.
+// semaphoreTable is where semaphores record their limits: a row per
+// semaphore name (with WithPrefix's prefix), created by MigrateSQL.
 const semaphoreTable = "dlock_semaphore"
-
-// semaphoreTableSQL creates semaphoreTable: the limit (permits), and how
-// many slots may be held (slots: above the limit after SetLimit shrank
-// it, while their holders finish).
-const semaphoreTableSQL = `CREATE TABLE IF NOT EXISTS ` + semaphoreTable + ` (
-	name bytea PRIMARY KEY,
-	permits int NOT NULL,
-	slots int NOT NULL
-)`
 
 // The statements of a grant, in its transaction. semBeginSQL bounds how
 // long a client that stops mid-grant (paused, cut off) keeps the row's lock
