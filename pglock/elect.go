@@ -17,28 +17,24 @@ var _ driver.TermReader = (*Locker)(nil)
 
 // termSQL finds the session that holds an advisory lock, and its
 // application_name, which PostgreSQL shows to every role.
-const termSQL = `SELECT l.pid, coalesce(a.application_name, ''), coalesce(a.state = 'active', false)
-FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
-	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+const termSQL = `SELECT l.pid, coalesce(a.application_name, ''), coalesce(a.state = 'active', false)` + heldSQL + `
 	AND l.classid::int8 = $1 AND l.objid::int8 = $2 AND l.objsubid = $3`
 
 // ReadTerm implements driver.TermReader: who holds the lock on key (mapped
 // as TryAcquire maps it), from pg_locks and pg_stat_activity, in one query
-// on a pooled connection. A grant made with an identity (driver.Identity:
-// an election's candidate; see dlock.WithIdentity for its bounds here)
-// publishes it with its fence in its session's
-// application_name, set in the statement that takes the lock: "name
-// (#<fence> <identity>)", or "#<fence> <identity>" where the name leaves no
-// room (see WithHolderInfo for what PostgreSQL keeps). So the term and the
-// leader are read from the server for any holder, of any process; Since
-// only for this Locker's own locks (the server does not record when a
-// lock was granted). Another session's lock without such a record is
-// reported with Fence 0 and no Leader; one caught in the statement that
-// takes it, before it wrote its record, is read again a millisecond later,
-// a few times (where the role may see the session's state: PostgreSQL
-// shows it for sessions of the same role, and to pg_read_all_stats). It
-// returns an error matching dlock.ErrUnavailable when the query fails.
+// on a pooled connection. A grant made with an identity (driver.Identity;
+// see dlock.WithIdentity for its bounds here) publishes it with its fence
+// in its session's application_name, in the statement that takes the
+// lock: "name (#<fence> <identity>)", or "#<fence> <identity>" where the
+// name leaves no room. So the term and the leader of any holder, of any
+// process, are read from the server; Since only for this Locker's own
+// locks (the server does not record when a lock was granted). Another
+// session's lock without such a record is reported with Fence 0 and no
+// Leader; one caught in the statement that takes it, before it wrote its
+// record, is read again a millisecond later, a few times (where the role
+// may see the session's state: PostgreSQL shows it for sessions of the
+// same role, and to pg_read_all_stats). It returns an error matching
+// dlock.ErrUnavailable when the query fails.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err

@@ -136,24 +136,22 @@ func (l *Locker) publication(ctx context.Context, name string) (pub, error) {
 }
 
 // parseTerm reads the term and identity that a leader's application_name
-// carries (see publication): the whole of it, or what follows the last
-// " (" that starts one.
+// carries (see publication): the whole of it, or what a " (#" starts and
+// the final ")" ends, from the first such " (#" that parses.
 func parseTerm(app string) (fence uint64, id string, ok bool) {
 	if fence, id, ok := termRecord(app); ok {
 		return fence, id, true
 	}
-	if !strings.HasSuffix(app, ")") {
-		return 0, "", false
-	}
-	for i := strings.Index(app, " (#"); i >= 0; {
-		if fence, id, ok := termRecord(app[i+2 : len(app)-1]); ok {
-			return fence, id, true
-		}
-		j := strings.Index(app[i+1:], " (#")
+	body, closed := strings.CutSuffix(app, ")")
+	for i := 0; closed; i++ {
+		j := strings.Index(body[i:], " (#")
 		if j < 0 {
 			break
 		}
-		i += 1 + j
+		i += j
+		if fence, id, ok := termRecord(body[i+2:]); ok {
+			return fence, id, true
+		}
 	}
 	return 0, "", false
 }

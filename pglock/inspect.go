@@ -17,27 +17,31 @@ import (
 
 var _ dlock.Inspector = (*Locker)(nil)
 
-// inspectSQL lists the exclusive advisory locks granted in the current
-// database, with their holder's session and the number of sessions blocked
-// behind them. pg_locks is a view of the server's shared lock table, whose
+// heldSQL is the FROM and WHERE of the queries of the exclusive advisory
+// locks granted in the current database (l), with their holders' sessions
+// (a).
+const heldSQL = `
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
+	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
+// inspectSQL lists the locks of heldSQL and the number of sessions blocked
+// behind each. pg_locks is a view of the server's shared lock table, whose
 // size max_locks_per_transaction × max_connections bounds it, so it is read
 // whole and filtered here.
 const inspectSQL = `SELECT l.classid::int8, l.objid::int8, l.objsubid::int4, l.pid,
 	coalesce(a.application_name, ''), a.backend_start,
 	(SELECT count(*) FROM pg_locks w WHERE w.locktype = 'advisory' AND NOT w.granted
 		AND w.database = l.database AND w.classid = l.classid AND w.objid = l.objid
-		AND w.objsubid = l.objsubid)
-FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
-	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+		AND w.objsubid = l.objsubid)` + heldSQL
 
 // Inspect lists the exclusive advisory locks held in the Locker's database
 // (by any session: this Locker's, another program's, psql's) whose names
-// match pattern (see dlock.Inspector). Each LockInfo has the holder's backend pid
-// (PID) and application_name (Service), and Waiting, the sessions blocked
-// in pg_advisory_lock behind it (pglock's own waiters poll with
-// pg_try_advisory_lock and are not counted). TTL is 0: a session lock
-// lasts as long as its session.
+// match pattern (see dlock.Inspector). Each LockInfo has the holder's
+// backend pid (PID) and application_name (Service), and Waiting, the
+// sessions blocked in pg_advisory_lock behind it (pglock's own waiters
+// poll with pg_try_advisory_lock and are not counted). TTL is 0: a session
+// lock lasts as long as its session.
 //
 // Key is the lock's name where the Locker can know it: for the locks it
 // holds itself (as its handles name them; then Fence and Since are the
@@ -48,12 +52,10 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 // lock that name maps to (WithPrefix, WithKeyFunc). An advisory key is a
 // hash: a glob cannot be matched against the names behind it. Other locks
 // are listed as "advisory:<n>" (bigint keys) or "advisory:<a>,<b>" (int4
-// pairs), which a pattern may match too. The
-// server does not record when a lock was granted: for locks of other
-// sessions, Since is the session's backend_start, the one time that is
-// never later than the grant (query_start and state_change move with every
-// later statement of the session, and xact_start ends with the
-// transaction, so each may be after the grant).
+// pairs), which a pattern may match too. The server does not record when a
+// lock was granted: for other sessions' locks, Since is the session's
+// backend_start, the one time never later than the grant (query_start,
+// state_change and xact_start can each be after it).
 //
 // At most limit locks are returned (0: 1000), sorted by key.
 // It returns an error matching dlock.ErrUnavailable when the query fails.

@@ -40,10 +40,7 @@ var _ driver.Semaphores = (*Locker)(nil)
 
 // Semaphore implements driver.Semaphores (see dlock.Semaphore): its
 // TryAcquire grants one of limit permits of name as the session lock on a
-// free slot, the slot's key (see dlock.Semaphore) mapped as TryAcquire maps
-// names, and pins
-// its connection as every lock does. See Semaphores in the package
-// documentation.
+// free slot (see Semaphores in the package documentation).
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
 
 // semaphore is the Locker of Semaphore.
@@ -69,10 +66,13 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		return nil, err
 	}
 	slot, k, err := l.semTake(ctx, conn, name, s.limit)
-	if err != nil {
-		if errors.Is(err, dlock.ErrNotAcquired) {
-			l.semBusy(name)
+	if errors.Is(err, dlock.ErrNotAcquired) {
+		// The waits are registered on every slot, the first one included.
+		if first, kerr := l.mapKey(bridge.SlotKey(name, 0)); kerr == nil {
+			l.busy(first)
 		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	p, err := l.publication(ctx, bridge.SlotKey(name, slot))
@@ -81,15 +81,12 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		return nil, err
 	}
 	g, fence, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl, p)
-	if err == nil {
-		_, err = conn.Exec(ctx, "COMMIT")
-		if err != nil {
-			g.end(true, err)
-			err = acquireErr(ctx, name, l.node, err)
-		}
-	}
 	if err != nil {
 		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		g.end(true, err)
+		return nil, acquireErr(ctx, name, l.node, err)
 	}
 	return driver.NewPermit(name, slot, bridge.NewToken(), fence, validUntil, g), nil
 }
@@ -162,14 +159,6 @@ func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, l
 		update = []any{full, permits, high}
 	}
 	return slot, keys[slot], update, nil
-}
-
-// semBusy is busy for a semaphore whose permits are all held: its waits
-// are registered on every slot, the first one included.
-func (l *Locker) semBusy(name string) {
-	if keys, err := l.slotKeys(name, 1); err == nil {
-		l.busy(keys[0])
-	}
 }
 
 // semRow is the name of name's row in semaphoreTable: the prefix, and
