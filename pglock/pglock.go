@@ -148,11 +148,11 @@ func WithSessionLease(margin time.Duration) Option {
 // INT_MAX milliseconds. A larger value makes every set_config fail.
 const maxSessionLease = math.MaxInt32 * time.Millisecond
 
-// checkLease rejects a ttl that, with the lease margin, is above what
-// idle_session_timeout accepts.
-func (l *Locker) checkLease(ttl time.Duration) error {
-	if l.lease < 0 {
-		return nil
+// checkTTL rejects a ttl that no lock honours, or that, with the lease
+// margin, is above what idle_session_timeout accepts.
+func (l *Locker) checkTTL(ttl time.Duration) error {
+	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil || l.lease < 0 {
+		return err
 	}
 	if ms := bridge.Milliseconds(ttl + l.lease); ms > maxSessionLease.Milliseconds() {
 		return nodeerr.Invalidf("ttl %v + session lease margin %v = %dms: above idle_session_timeout's maximum of %dms (about 24.8 days)",
@@ -287,10 +287,7 @@ func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) e
 	if err := l.cfg.CheckKey(key); err != nil {
 		return err
 	}
-	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil {
-		return err
-	}
-	return l.checkLease(ttl)
+	return l.checkTTL(ttl)
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Duration) (*dlock.Lock, error) {
@@ -367,11 +364,15 @@ type acquireRow struct {
 	set   [2]bool // per session setting: whether it was set
 }
 
-// pin takes a connection from the pool for an attempt, refusing at once
-// when the Locker's own held locks pin every connection of the pool.
+// pin takes a connection from the pool for an attempt. It refuses at once
+// with ErrPoolExhausted when the Locker's own held locks pin every
+// connection: waiting cannot be trusted to change that (the locks may be
+// the caller's own, nested), so dlock.Acquire and dlock.Do return it at
+// once, as TryAcquire does.
 func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
-	if err := l.exhausted(name); err != nil {
-		return nil, err
+	if n := l.held.Load(); n >= l.maxConns {
+		return nil, &bridge.Final{Err: fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
+			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)}
 	}
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -380,18 +381,6 @@ func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 		return nil, acquireErr(ctx, name, l.node, detail)
 	}
 	return conn, nil
-}
-
-// exhausted returns ErrPoolExhausted when the Locker's held locks pin every
-// connection of the pool. Waiting cannot be trusted to change that (the
-// locks may be the caller's own, nested), so dlock.Acquire and dlock.Do
-// return it at once, as TryAcquire does.
-func (l *Locker) exhausted(name string) error {
-	if n := l.held.Load(); n >= l.maxConns {
-		return &bridge.Final{Err: fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
-			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)}
-	}
-	return nil
 }
 
 // discard closes a connection whose session may hold a lock, so the server
@@ -446,10 +435,7 @@ type grant struct {
 // deadline does interrupt it, and then the lock is lost; without a
 // deadline the check gives up after releaseBound.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil {
-		return time.Time{}, err
-	}
-	if err := g.l.checkLease(ttl); err != nil {
+	if err := g.l.checkTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
 	g.mu.Lock()

@@ -97,10 +97,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 // ends the transaction and gives conn back, or discards it when the
 // server's answer is unknown.
 func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (int, Key, error) {
-	slot, k, update, err := l.semPick(ctx, conn, name, limit)
-	if err == nil && update != nil {
-		_, err = conn.Exec(ctx, semUpdateSQL, update...)
-	}
+	slot, k, err := l.semPick(ctx, conn, name, limit)
 	switch {
 	case err == nil:
 		return slot, k, nil
@@ -121,32 +118,32 @@ func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, l
 // matching dlock.ErrInvalid when the record has another limit,
 // dlock.ErrNotAcquired when limit or more permits are held (on every slot
 // that may be held). A record with no permit held is void: the limit
-// becomes this one's. update is the row's new values, nil when unchanged.
-func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (slot int, k Key, update []any, err error) {
+// becomes this one's. It updates the row when that changes it.
+func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (slot int, k Key, err error) {
 	full := l.semRow(name)
 	if _, err := conn.Exec(ctx, semBeginSQL); err != nil {
-		return 0, Key{}, nil, err
+		return 0, Key{}, err
 	}
 	var permits, slots int
 	if err := conn.QueryRow(ctx, semRecordSQL, full, limit).Scan(&permits, &slots); err != nil {
-		return 0, Key{}, nil, err
+		return 0, Key{}, err
 	}
 	keys, err := l.slotKeys(name, max(slots, limit))
 	if err != nil {
-		return 0, Key{}, nil, err
+		return 0, Key{}, err
 	}
 	var held []int
 	c, o, s := lockIDs(keys)
 	if err := conn.QueryRow(ctx, semHeldSQL, c, o, s).Scan(&held); err != nil {
-		return 0, Key{}, nil, err
+		return 0, Key{}, err
 	}
 	switch {
 	case len(held) == 0:
 		permits, slots = limit, limit
 	case permits != limit:
-		return 0, Key{}, nil, backend.LimitConflict(name, permits, limit)
+		return 0, Key{}, backend.LimitConflict(name, permits, limit)
 	case len(held) >= permits:
-		return 0, Key{}, nil, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, permits)
+		return 0, Key{}, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, permits)
 	}
 	for slices.Contains(held, slot) {
 		slot++
@@ -156,9 +153,11 @@ func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, l
 		high = max(high, h+1)
 	}
 	if high != slots || len(held) == 0 {
-		update = []any{full, permits, high}
+		if _, err := conn.Exec(ctx, semUpdateSQL, full, permits, high); err != nil {
+			return 0, Key{}, err
+		}
 	}
-	return slot, keys[slot], update, nil
+	return slot, keys[slot], nil
 }
 
 // semRow is the name of name's row in semaphoreTable: the prefix, and
