@@ -17,7 +17,8 @@ var _ driver.TermReader = (*Locker)(nil)
 
 // termSQL finds the session that holds an advisory lock, and its
 // application_name, which PostgreSQL shows to every role.
-const termSQL = `SELECT l.pid, coalesce(a.application_name, ''), coalesce(a.state = 'active', false)` + heldSQL + `
+const termSQL = `SELECT l.pid, coalesce(a.application_name, ''), coalesce(a.state = 'active', false)` +
+	heldSQL + `
 	AND l.classid::int8 = $1 AND l.objid::int8 = $2 AND l.objsubid = $3`
 
 // ReadTerm implements driver.TermReader: who holds the lock on key (mapped

@@ -10,24 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// rowExec runs the acquiring and releasing statements, the hot path of an
-// uncontended lock. It encodes and decodes their few types (int8, int4,
-// text; bool) by hand in the binary format on a statement prepared once per
-// connection, past pgx's per-call type mapping (its saving:
-// bench/RESULTS.md). The server sees the same statements and values.
-//
-// It does so only with pgx's default query mode (prepared statements), no
-// tracer, and a prepared description with exactly the expected types;
-// otherwise the statement goes through QueryRow, so a pool set up for a
-// proxy without prepared statements, or traced, works as before.
-type rowExec struct {
-	direct bool
-}
-
-func newRowExec(cfg *pgx.ConnConfig) rowExec {
-	return rowExec{direct: cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cfg.Tracer == nil}
-}
-
 // rowBufs are one statement's encoded arguments, kept in the grant so that
 // encoding them allocates nothing.
 type rowBufs struct {
@@ -35,12 +17,21 @@ type rowBufs struct {
 	ints   [16]byte
 }
 
-// queryRow runs sql on conn with args (int64, int32 or string values, or
-// pointers to the integers) and reads its one row into dest (*pgtype.Int8,
-// *int32, *bool or *string), as conn.QueryRow(ctx, sql, args...).Scan(dest...)
-// would.
-func (x rowExec) queryRow(ctx context.Context, conn *pgx.Conn, sql string, b *rowBufs, args, dest []any) error {
-	if !x.direct {
+// queryRow runs the acquiring and releasing statements, the hot path of an
+// uncontended lock, as conn.QueryRow(ctx, sql, args...).Scan(dest...)
+// would. With direct (pgx's default query mode, prepared statements, and
+// no tracer: see New) it encodes and decodes their few types by hand in
+// the binary format, on a statement prepared once per connection, past
+// pgx's per-call type mapping (its saving: bench/RESULTS.md); the server
+// sees the same statements and values. It does so only when the prepared
+// description has exactly the expected types; otherwise the statement goes
+// through QueryRow, as it does without direct, so a pool set up for a
+// proxy without prepared statements, or traced, works as before.
+//
+// args are int64, int32 or string values, or pointers to the integers;
+// dest are *pgtype.Int8, *int32, *bool or *string.
+func queryRow(ctx context.Context, direct bool, conn *pgx.Conn, sql string, b *rowBufs, args, dest []any) error {
+	if !direct {
 		return conn.QueryRow(ctx, sql, args...).Scan(dest...)
 	}
 	sd, err := conn.Prepare(ctx, sql, sql) // once per connection; then a map lookup

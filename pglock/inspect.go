@@ -76,7 +76,9 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
 	}
 	out = slices.DeleteFunc(out, func(info dlock.LockInfo) bool { return !match.MatchString(info.Key) })
-	slices.SortFunc(out, func(a, b dlock.LockInfo) int { return cmp.Or(strings.Compare(a.Key, b.Key), a.PID-b.PID) })
+	slices.SortFunc(out, func(a, b dlock.LockInfo) int {
+		return cmp.Or(strings.Compare(a.Key, b.Key), a.PID-b.PID)
+	})
 	if len(out) > limit {
 		out = out[:limit]
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,7 +45,7 @@ type Locker struct {
 	// what holder says, named those of one that publishes an identity
 	// (the same with holder info).
 	plain, named *statements
-	exec         rowExec
+	direct       bool // statements by queryRow's hand-coded path (exec.go)
 
 	held atomic.Int32 // connections pinned by this Locker's locks
 
@@ -175,15 +176,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		return nil, nodeerr.Invalidf("nil pgxpool.Pool")
 	}
 	cfg := pool.Config()
+	cc := cfg.ConnConfig
 	l := &Locker{
 		pool:     pool,
-		node:     net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))),
+		node:     net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
 		maxConns: cfg.MaxConns,
 		keyFunc:  func(name string) (Key, error) { return HashKey(name), nil },
 		notify:   true,
 		lease:    -1,
 		cfg:      backend.New(0, false),
-		exec:     newRowExec(cfg.ConnConfig),
+		direct:   cc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cc.Tracer == nil,
 	}
 	l.listener = &listener{l: l, byKey: map[string][]chan struct{}{}}
 	if err := backend.Apply(l, opts); err != nil {
@@ -216,18 +218,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // reason), and dlock.ErrInvalid for bad arguments. A wait for a free pool
 // connection ends with ctx, matching dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryName(ctx, key, ttl) })
-}
-
-func (l *Locker) tryName(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := l.checkArgs(ctx, key, ttl); err != nil {
-		return nil, err
-	}
-	k, err := l.mapKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return l.tryAcquire(ctx, key, k, ttl)
+	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) {
+		if err := l.checkArgs(ctx, key, ttl); err != nil {
+			return nil, err
+		}
+		k, err := l.mapKey(key)
+		if err != nil {
+			return nil, err
+		}
+		return l.tryAcquire(ctx, key, k, ttl)
+	})
 }
 
 // mapKey returns the advisory key of name: WithPrefix's prefix and name,
@@ -332,7 +332,7 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 	}
 
 	start := time.Now()
-	if err := l.exec.queryRow(ctx, conn.Conn(), p.st.acquire[k.form()], &g.bufs, args, dest); err != nil {
+	if err := queryRow(ctx, l.direct, conn.Conn(), p.st.acquire[k.form()], &g.bufs, args, dest); err != nil {
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
@@ -499,7 +499,7 @@ func (g *grant) Release(ctx context.Context) error {
 		args = append(args, g.prev[i])
 		dest = append(dest, &restored[i])
 	}
-	if err := g.l.exec.queryRow(ctx, g.conn.Conn(), g.st.release[g.key.form()], &g.bufs, args, dest); err != nil {
+	if err := queryRow(ctx, g.l.direct, g.conn.Conn(), g.st.release[g.key.form()], &g.bufs, args, dest); err != nil {
 		return g.connErr(ctx, err, false)
 	}
 	if unlocked := g.outcome != 0; !unlocked {
