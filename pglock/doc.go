@@ -168,10 +168,9 @@
 // pool count only their own locks: give each pool one Locker. A pool's
 // Close waits for pinned connections: release locks first.
 //
-// The acquiring and releasing statements are prepared once per connection
-// and encoded by hand with pgx's default query mode and no tracer; with
-// any other QueryExecMode, or a Tracer, they go through QueryRow, so a
-// pool set up for a proxy, or traced, sees them as any query.
+// With a Tracer, or a QueryExecMode other than pgx's default, the acquiring
+// and releasing statements go through QueryRow like any query (otherwise
+// they are prepared once per connection and encoded by hand).
 //
 // # Semaphores
 //
@@ -191,12 +190,9 @@
 // # Inspection
 //
 // Locker.Inspect lists the advisory locks held in the database, by any
-// session. The server knows a lock only by its key, a hash of the name:
-// WithHolderInfo makes a Locker publish each held lock's name in its
-// session's application_name (set and restored in the statements that take
-// and release the lock), so that every Locker with the same prefix and key
-// function, and `dlock inspect`, lists it by name. A permit's Limit is
-// read from dlock_semaphore where the permit is named.
+// session, and a permit's Limit. The server knows a lock only by its key,
+// a hash of the name: WithHolderInfo makes a Locker publish each held
+// lock's name, so that other Lockers and `dlock inspect` list it by name.
 //
 // # Leader election
 //

@@ -10,22 +10,18 @@ import (
 )
 
 // WithHolderInfo makes the Locker publish the name of each lock it holds,
-// for Inspect and `dlock inspect` (of any process): while the lock is
-// held, its session's application_name is the lock's name (WithPrefix's
-// prefix included), followed by " (service)" when service is not empty;
-// release sets the session's previous application_name back. A Locker's
-// Inspect lists a lock by the published name when its own prefix and key
-// function map that name to the lock's key, so a lock is never listed
-// under a name that is not its own. pg_stat_activity shows the name too.
+// for Inspect (of any process: see there which names it trusts) and
+// pg_stat_activity: while the lock is held, its session's application_name
+// is the lock's name (WithPrefix's prefix included), followed by
+// " (service)" when service is not empty. It is set in the statement that
+// takes the lock and set back in the one that releases it: no extra round
+// trip.
 //
 // PostgreSQL keeps 63 bytes of application_name, printable ASCII only: a
 // name that does not fit is not published (application_name is then the
-// service alone), and such a lock is listed by its advisory key, or by its
-// name when the pattern is that name. service must be printable ASCII; it
-// is dropped where the name leaves no room for it. The name is set in the
-// statement that takes the lock and restored in the one that releases it:
-// no extra round trip. The default is off: the session's application_name
-// is left alone.
+// service alone). service must be printable ASCII; it is dropped where the
+// name leaves no room for it. The default is off: the session's
+// application_name is left alone.
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error {
 		if !publishable(service) {
@@ -47,15 +43,7 @@ const maxAppName = 63
 // PostgreSQL replaces bytes outside printable ASCII with '?' and
 // truncates to maxAppName bytes.
 func publishable(s string) bool {
-	if len(s) > maxAppName {
-		return false
-	}
-	for i := range len(s) {
-		if s[i] < ' ' || s[i] > '~' {
-			return false
-		}
-	}
-	return true
+	return len(s) <= maxAppName && !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r > '~' })
 }
 
 // appName is the application_name that publishes name (prefix included)

@@ -45,22 +45,19 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Migrate creates the fence sequence and the semaphore table if they do not
-// exist (MigrateSQL) and checks that an existing sequence counts up by one,
-// from at least 1, without a per-session cache and without wrapping
-// around, as fences need; otherwise it returns an error matching
+// Migrate runs MigrateSQL and checks that an existing sequence counts up
+// by one, from at least 1, without a per-session cache and without
+// wrapping around, as fences need; otherwise it returns an error matching
 // dlock.ErrInvalid. A role without the right to create them gets
 // dlock.ErrMisconfigured, an unreachable server dlock.ErrUnavailable.
-// pglock never creates the
-// sequence on its own: a Locker whose database lacks it fails with
-// ErrNotMigrated. Migrate is idempotent, and safe to run from several
-// processes at once (each holds a transaction-level advisory lock while it
-// creates); lock traffic may run while it does.
+// Migrate is idempotent, and safe to run from several processes at once
+// (each holds a transaction-level advisory lock while it creates); lock
+// traffic may run while it does.
 func Migrate(ctx context.Context, db Execer) error {
-	if ctx == nil {
+	switch {
+	case ctx == nil:
 		return nodeerr.Invalidf("nil context")
-	}
-	if pgmigrate.IsNil(db) {
+	case pgmigrate.IsNil(db):
 		return nodeerr.Invalidf("nil database handle")
 	}
 	if _, err := db.Exec(ctx, pgmigrate.Serialized(MigrateSQL)); err != nil {

@@ -6,9 +6,8 @@ import "strconv"
 // statement, built once per Locker (see statements) so that pgx prepares it
 // once per connection.
 
-// keyParams are the advisory-lock function arguments of a key: $1 for the
-// bigint form, $1 and $2 for the pair form. The next parameter is numbered
-// keyNext.
+// keyParams are the advisory-lock function arguments of a key, $1 for the
+// bigint form, $1 and $2 for the pair form, and the next parameter's number.
 func keyParams(pair bool) (params string, next int) {
 	if pair {
 		return "($1::int4, $2::int4)", 3

@@ -16,14 +16,10 @@ import (
 
 // TryLockTx takes the transaction-level advisory lock on k inside tx, if no
 // other session holds it, and draws a fence in the same statement. The lock
-// is released when tx commits or rolls back; there is no way to release it
-// earlier and no handle to extend.
-//
-// The fence comes from the same sequence as session locks' fences, and is
-// durable once tx has committed (see Transaction locks in the package
-// documentation, also for why tx should be READ COMMITTED). Fence the
-// writes tx makes itself; to fence a resource outside the database, use a
-// session lock (Locker).
+// ends with tx, and there is no handle (see Transaction locks in the
+// package documentation, also for why tx should be READ COMMITTED). Fence
+// the writes tx makes itself; to fence a resource outside the database,
+// use a session lock (Locker).
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds k, dlock.ErrMisconfigured when the server refused (with
