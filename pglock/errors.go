@@ -75,11 +75,6 @@ func sqlState(err error) string {
 	return ""
 }
 
-// callErr classifies an error of a call to the server (nodeerr.Error).
-func (l *Locker) callErr(ctx context.Context, err error) error {
-	return nodeerr.Error(ctx, l.node, err, kind(err), false)
-}
-
 // serverErr wraps err, naming the server, in a dlock.NodeError.
 func (l *Locker) serverErr(err error) error { return nodeErr(l.node, err) }
 

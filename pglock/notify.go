@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
@@ -173,11 +174,7 @@ func (n *listener) run(ctx context.Context) {
 				"node", n.l.node, "err", nodeerr.OneLine(err).Error())
 		}
 		backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
+		backend.Sleep(ctx, backoff) // the loop ends if ctx does
 	}
 }
 

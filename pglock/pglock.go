@@ -203,11 +203,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // TryAcquire makes one attempt to take the session-level advisory lock on
 // key (WithPrefix's prefix and key, mapped by HashKey or WithKeyFunc) and
 // to draw its fence, in one statement on a connection it pins for the life
-// of the lock.
-//
-// The lock does not expire on the server: it lasts as long as the session,
-// and ttl is how long the handle trusts it without a successful health
-// check (see TTL in the package documentation).
+// of the lock. The lock lasts as long as the session; ttl is how long the
+// handle trusts it without a health check (see TTL in the package
+// documentation).
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds the lock, dlock.ErrMisconfigured when the server refused for a
@@ -319,8 +317,7 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 	// results, for this statement and the release (fewer allocations).
 	g := &grant{l: l, key: k, name: name, st: p.st}
 	args := g.key.args(g.args[:0])
-	r := &g.row
-	dest := append(g.dest[:0], &r.fence, &r.pid)
+	dest := append(g.dest[:0], &g.drawn, &g.pid)
 	if l.lease >= 0 {
 		args = append(args, l.leaseMS(ttl))
 	}
@@ -328,7 +325,7 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 		args = append(args, p.app, p.alt)
 	}
 	for i := range p.st.settings {
-		dest = append(dest, &r.set[i], &g.prev[i])
+		dest = append(dest, &g.set[i], &g.prev[i])
 	}
 
 	start := time.Now()
@@ -338,7 +335,7 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 		discard(conn)
 		return nil, 0, time.Time{}, acquireErr(ctx, name, l.node, err)
 	}
-	if !r.fence.Valid {
+	if !g.drawn.Valid {
 		conn.Release()
 		l.busy(k)
 		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
@@ -349,19 +346,10 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
 	}
 	l.held.Add(1)
-	g.conn, g.pid = conn, r.pid
-	g.since, g.fence, g.identity = time.Now(), uint64(r.fence.Int64), p.id
+	g.conn = conn
+	g.since, g.fence, g.identity = time.Now(), uint64(g.drawn.Int64), p.id
 	l.grants.Store(g, nil)
-	return g, uint64(r.fence.Int64), validUntil, nil
-}
-
-// acquireRow is what the acquiring statement returns (the previous values
-// of the session settings it changes go to grant.prev). The fence is NULL
-// when the lock was not granted.
-type acquireRow struct {
-	fence pgtype.Int8
-	pid   int32
-	set   [2]bool // per session setting: whether it was set
+	return g, g.fence, validUntil, nil
 }
 
 // pin takes a connection from the pool for an attempt. It refuses at once
@@ -414,11 +402,14 @@ type grant struct {
 	ended       error
 	sessionGone bool
 
-	// Arguments and results of the acquiring and the releasing statement.
-	// The key arguments point into key, so passing them allocates nothing.
+	// Arguments and results of the acquiring and the releasing statement
+	// (the key arguments point into key: passing them allocates nothing).
+	// drawn is the fence, NULL when the lock was not granted; set says per
+	// session setting whether the grant set it.
 	args    [5]any
 	dest    [6]any
-	row     acquireRow
+	drawn   pgtype.Int8
+	set     [2]bool
 	outcome int32
 	bufs    rowBufs
 }
@@ -524,7 +515,8 @@ func (g *grant) Release(ctx context.Context) error {
 // statement error on a live session leaves the lock held.
 func (g *grant) connErr(ctx context.Context, err error, extend bool) error {
 	if !g.conn.Conn().IsClosed() {
-		return fmt.Errorf("%w (the session still holds the lock)", g.l.callErr(ctx, err))
+		nerr := nodeerr.Error(ctx, g.l.node, err, kind(err), false)
+		return fmt.Errorf("%w (the session still holds the lock)", nerr)
 	}
 	nerr := g.l.serverErr(err)
 	if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -50,45 +50,43 @@ type semaphore struct {
 }
 
 func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	return s.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) { return s.try(ctx, name, ttl) })
-}
-
-func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
 	l := s.l
-	if err := nodeerr.Invalid(bridge.LimitProblem(s.limit)); err != nil {
-		return nil, err
-	}
-	if err := l.checkArgs(ctx, name, ttl); err != nil {
-		return nil, err
-	}
-	conn, err := l.pin(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	slot, k, err := l.semTake(ctx, conn, name, s.limit)
-	if errors.Is(err, dlock.ErrNotAcquired) {
-		// The waits are registered on every slot, the first one included.
-		if first, kerr := l.mapKey(bridge.SlotKey(name, 0)); kerr == nil {
-			l.busy(first)
+	return l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
+		if err := nodeerr.Invalid(bridge.LimitProblem(s.limit)); err != nil {
+			return nil, err
 		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	p, err := l.publication(ctx, bridge.SlotKey(name, slot))
-	if err != nil {
-		discard(conn) // in the grant's transaction
-		return nil, err
-	}
-	g, fence, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl, p)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		g.end(true, err)
-		return nil, acquireErr(ctx, name, l.node, err)
-	}
-	return driver.NewPermit(name, slot, bridge.NewToken(), fence, validUntil, g), nil
+		if err := l.checkArgs(ctx, name, ttl); err != nil {
+			return nil, err
+		}
+		conn, err := l.pin(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		slot, k, err := l.semTake(ctx, conn, name, s.limit)
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			// The waits are registered on every slot, the first one included.
+			if first, kerr := l.mapKey(bridge.SlotKey(name, 0)); kerr == nil {
+				l.busy(first)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		p, err := l.publication(ctx, bridge.SlotKey(name, slot))
+		if err != nil {
+			discard(conn) // in the grant's transaction
+			return nil, err
+		}
+		g, fence, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl, p)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			g.end(true, err)
+			return nil, acquireErr(ctx, name, l.node, err)
+		}
+		return driver.NewPermit(name, slot, bridge.NewToken(), fence, validUntil, g), nil
+	})
 }
 
 // semTake begins the grant's transaction on conn, locks name's row of
