@@ -58,11 +58,9 @@ func (kl keyLocker) ReadTerm(ctx context.Context, name string) (dlock.Term, erro
 	return kl.l.readTerm(ctx, name, kl.k)
 }
 
-// termRereads is how many times readTerm reads again, a millisecond
-// apart, a holder caught running a statement without a term record: one
-// caught in the statement that takes its lock writes its record within
-// it; one that runs a long statement (another program's lock, a
-// transaction's) has none to write.
+// termRereads is how many times readTerm reads again a holder caught
+// running a statement without a term record: it may be the statement that
+// takes the lock and writes the record, or a long one that writes none.
 const termRereads = 5
 
 func (l *Locker) readTerm(ctx context.Context, name string, k Key) (dlock.Term, error) {

@@ -17,19 +17,13 @@ type rowBufs struct {
 	ints   [16]byte
 }
 
-// queryRow runs the acquiring and releasing statements, the hot path of an
+// queryRow runs an acquiring or releasing statement, the hot path of an
 // uncontended lock, as conn.QueryRow(ctx, sql, args...).Scan(dest...)
-// would. With direct (pgx's default query mode, prepared statements, and
-// no tracer: see New) it encodes and decodes their few types by hand in
-// the binary format, on a statement prepared once per connection, past
+// would. With direct, and a prepared description of exactly the expected
+// types, it encodes and decodes them by hand in the binary format, past
 // pgx's per-call type mapping (its saving: bench/RESULTS.md); the server
-// sees the same statements and values. It does so only when the prepared
-// description has exactly the expected types; otherwise the statement goes
-// through QueryRow, as it does without direct, so a pool set up for a
-// proxy without prepared statements, or traced, works as before.
-//
-// args are int64, int32 or string values, or pointers to the integers;
-// dest are *pgtype.Int8, *int32, *bool or *string.
+// sees the same statements and values. args are *int64, *int32 or string;
+// dest *pgtype.Int8, *int32, *bool or *string.
 func queryRow(ctx context.Context, direct bool, conn *pgx.Conn, sql string, b *rowBufs, args, dest []any) error {
 	if !direct {
 		return conn.QueryRow(ctx, sql, args...).Scan(dest...)

@@ -14,14 +14,10 @@ import (
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
-// Wake-on-release (the mechanism: Waiting in the package documentation)
-//
-// Release runs pg_advisory_unlock and then, in the same statement,
-// pg_try_advisory_xact_lock(waitKey); only when that fails, because some
-// listener holds waitKey in share mode, does it send pg_notify with the
-// key's notifyID, delivered at commit, after the unlock. With nobody
-// waiting anywhere there is no NOTIFY (an xid and a WAL flush), only a
-// lock-table entry made and dropped (bench/RESULTS.md).
+// Wake-on-release (Waiting in the package documentation; the release
+// statement: buildStatements). With nobody waiting anywhere a release
+// sends no NOTIFY (an xid and a WAL flush), and costs only a lock-table
+// entry made and dropped (bench/RESULTS.md).
 //
 // No release is missed. The listener wakes every waiter once after its
 // LISTEN and its waitKey lock are both in place. A release whose unlock

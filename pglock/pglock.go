@@ -45,7 +45,7 @@ type Locker struct {
 	// what holder says, named those of one that publishes an identity
 	// (the same with holder info).
 	plain, named *statements
-	direct       bool // statements by queryRow's hand-coded path (exec.go)
+	direct       bool // queryRow's hand-coded path: pgx's default query mode, no tracer
 
 	held atomic.Int32 // connections pinned by this Locker's locks
 
@@ -279,10 +279,7 @@ func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{
 // checkArgs is backend.Config's Check without the drift margin: a
 // session lock's validity sets none aside.
 func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) error {
-	if ctx == nil {
-		return nodeerr.Invalidf("nil context")
-	}
-	if err := l.cfg.CheckKey(key); err != nil {
+	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return err
 	}
 	return l.checkTTL(ttl)

@@ -187,10 +187,8 @@ func lockIDs(keys []Key) (classids, objids []int64, objsubids []int16) {
 
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): one UPDATE
 // of name's row of semaphoreTable, which waits for a grant in progress.
-// The slots that may be held stay counted, so holders above a smaller
-// limit keep their permits and no new one is granted until fewer than
-// limit are held. A name with no row has never been used: nothing to
-// change.
+// The slots that may be held stay counted (docs/semaphores.md). A name
+// with no row has never been used: nothing to change.
 func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
 		return err
