@@ -58,17 +58,17 @@
 //
 // # TTL
 //
-// The server does not expire these locks, so the ttl passed to
-// TryAcquire, dlock.Acquire and dlock.Do does not reach the server. It is
-// how long the handle trusts the lock without a successful health check:
-// a Lock is valid until ttl after its acquisition (or last Extend) was
-// sent. Lock.Extend is the health check (the connection is alive, its
-// backend is the one that took the lock, pg_locks shows the lock granted
-// to it). Do calls it when WithExtendThreshold of the validity is left
-// (half the ttl by default), so a killed session is noticed within about
-// ttl/2, and within ttl at most: the ttl is the one knob for how quickly
-// a lost lock is noticed. With WithSessionLease it is also, plus the
-// margin, how long the server lets a silent holder keep the lock.
+// The server does not expire these locks: the ttl passed to TryAcquire,
+// dlock.Acquire and dlock.Do is how long the handle trusts the lock without
+// a successful health check. A Lock is valid until ttl after its
+// acquisition (or last Extend) was sent. Lock.Extend is the health check
+// (the connection is alive, its backend is the one that took the lock,
+// pg_locks shows the lock granted to it). Do calls it when
+// WithExtendThreshold of the validity is left (half the ttl by default), so
+// a killed session is noticed within about ttl/2, and within ttl at most:
+// the ttl is the one knob for how quickly a lost lock is noticed. With
+// WithSessionLease it is also, plus the margin, how long the server lets a
+// silent holder keep the lock.
 //
 // # Keys
 //
@@ -79,35 +79,35 @@
 // numbered locks directly (ForKey makes a Locker of one), and WithKeyFunc
 // maps names to them; the pair form is a key space of its own. pglock
 // itself uses one bigint key, -3089797466993508641 (Int64Key), for its
-// waiters; do not lock it.
+// waiters; do not lock it (held exclusively, it makes waiters poll; in
+// share mode, every release sends a NOTIFY).
 //
 // # Fences
 //
 // Every acquisition returns a fence: the next value of the sequence
-// dlock_fence, drawn in the same statement that takes the lock and only if
-// it was granted (CASE WHEN pg_try_advisory_lock(...) THEN nextval(...)).
-// One sequence serves every key, so a later holder of a key gets a larger
-// fence than every earlier holder of it (each draws while it holds the
-// lock); the numbers of one key have gaps (the other keys' grants, failed
-// statements). pglock never creates schema
-// objects on its own: run Migrate once (several processes may run it at
-// the same time), or the SQL of MigrateSQL. Without them acquisitions fail
-// with ErrNotMigrated (the table dlock_semaphore is for semaphores only).
-// setval, ALTER SEQUENCE ... RESTART and restoring an old backup move
-// fences back; guards then refuse the repeated fences (safe, but the
-// holders cannot write until the sequence passes the old values).
+// dlock_fence, drawn in the statement that takes the lock, only if it was
+// granted (CASE WHEN pg_try_advisory_lock(...) THEN nextval(...)). One
+// sequence serves every key, so a later holder of a key gets a larger fence
+// than every earlier holder of it (each draws while it holds the lock); the
+// numbers of one key have gaps (other keys' grants, failed statements).
+// pglock never creates schema objects on its own: run Migrate once (several
+// processes may run it at the same time), or MigrateSQL; without them
+// acquisitions fail with ErrNotMigrated (the table dlock_semaphore is for
+// semaphores only). setval, ALTER SEQUENCE ... RESTART and restoring an old
+// backup move fences back; guards then refuse the repeated fences (safe,
+// but the holders cannot write until the sequence passes the old values).
 //
 // A fence returned by TryAcquire is as durable as a committed transaction
-// (nextval alone does not ensure it: docs/fences.md, "PostgreSQL", says
-// why, and how the acquiring statement makes its commit flush: when the WAL
-// is behind, with a logical message with the prefix "dlock", which the
-// logical decoding of your database shows). It
-// survives a crash of the server with fsync on and synchronous_commit not
-// off; with synchronous_commit = off the last moments of fences can be
-// lost in a crash, as can any committed data, and with fsync = off
-// nothing survives an operating-system crash. A failover to an
-// asynchronous standby can lose the latest fences as it loses the latest
-// commits; with synchronous replication the standby has every fence.
+// (nextval alone does not ensure it; docs/fences.md, "PostgreSQL", says why
+// and how the acquiring statement makes its commit flush, writing, when the
+// WAL is behind, a logical message with the prefix "dlock" that your
+// database's logical decoding shows). It survives a crash of the server
+// with fsync on and synchronous_commit not off; with synchronous_commit =
+// off the last moments of fences can be lost in a crash, as can any
+// committed data, and with fsync = off nothing survives an operating-system
+// crash. A failover to an asynchronous standby can lose the latest fences
+// as it loses the latest commits; with synchronous replication the standby
+// has every fence.
 //
 // Clients in other languages can take the same locks with the same fences:
 //
@@ -120,14 +120,13 @@
 // # Transaction locks
 //
 // TryLockTx and LockTx take pg_try_advisory_xact_lock / pg_advisory_xact_lock
-// inside your pgx.Tx and draw a fence in the same statement, from the same
-// sequence; TryLockSQLTx and LockSQLTx do the same inside a database/sql
-// *sql.Tx (the one sqlx, GORM, ent and bun hand out). The lock ends with
-// the transaction, commit or rollback, and cannot end earlier. A rollback
-// does not give the number back (sequences are not transactional), so no
-// fence is handed out twice; it is on disk once the transaction has
-// committed (after a crash before that, it can come again, like everything
-// else the transaction did).
+// inside your pgx.Tx, TryLockSQLTx and LockSQLTx inside a database/sql
+// *sql.Tx (the one sqlx, GORM, ent and bun hand out), and draw a fence from
+// the same sequence in the same statement. The lock ends with the
+// transaction, commit or rollback, and cannot end earlier. A rollback does
+// not give the number back, so no fence is handed out twice; it is on disk
+// once the transaction has committed (a crash before that can bring it
+// back, like everything else the transaction did).
 //
 // Use transaction locks in READ COMMITTED transactions (PostgreSQL's
 // default), where every statement reads what was committed before it
@@ -142,16 +141,16 @@
 //
 // # Waiting
 //
-// A Locker with waiters (dlock.Acquire, dlock.Do) keeps one connection
-// that LISTENs on the channel dlock_release and holds the reserved
-// advisory key (see Keys) in share mode. It is opened outside the pool,
-// with the pool's ConnConfig and its BeforeConnect and AfterConnect hooks,
-// so that it never takes a connection a lock attempt needs. A release
-// sends NOTIFY dlock_release only when it cannot take that key
-// exclusively, that is when some Locker on the database has a waiter
-// (WithReleaseNotify; Close stops the listener). So an uncontended release
-// sends nothing, and a waiter retries as soon as the holder lets go. A lock
-// freed by a dying session sends nothing and is found by the next poll.
+// A Locker with waiters (dlock.Acquire, dlock.Do) keeps one connection that
+// LISTENs on the channel dlock_release and holds the reserved advisory key
+// (see Keys) in share mode, opened outside the pool (with the pool's
+// ConnConfig and its BeforeConnect and AfterConnect hooks) so that it never
+// takes a connection a lock attempt needs. A release sends NOTIFY
+// dlock_release only when it cannot take that key exclusively, that is when
+// some Locker on the database has a waiter (WithReleaseNotify; Close stops
+// the listener): an uncontended release sends nothing, and a waiter retries
+// as soon as the holder lets go. A lock freed by a dying session sends
+// nothing and is found by the next poll.
 //
 // # Connections
 //

@@ -23,9 +23,7 @@ type Key struct {
 // waitKey is the one bigint advisory key pglock reserves: release
 // listeners hold it in share mode while anyone waits (notify.go). It is
 // bytes 8 to 15 of the SHA-256 of "pglock waiters", so no HashKey name maps
-// to it except by the same 2^-64 chance as any other collision. A session
-// holding it exclusively makes waiters poll; one holding it in share mode
-// makes every release send a NOTIFY.
+// to it except by the same 2^-64 chance as any other collision.
 const waitKey int64 = -3089797466993508641
 
 // HashKey maps a lock name to a bigint advisory key: the first 8 bytes of

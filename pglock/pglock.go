@@ -451,8 +451,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		args = append(args, g.l.leaseMS(ttl))
 		dest = append(dest, &leased)
 	}
-	err := g.conn.QueryRow(ctx, sql, args...).Scan(dest...)
-	if err != nil {
+	if err := g.conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
 		return time.Time{}, g.connErr(ctx, err, true)
 	}
 	switch {

@@ -117,10 +117,8 @@ func lockTx(ctx context.Context, tx any, k Key, stmts *[2]string) (uint64, error
 }
 
 func txNode(tx pgx.Tx) string {
-	c := tx.Conn()
-	if c == nil || c.Config() == nil {
-		return "postgres"
+	if c := tx.Conn(); c != nil && c.Config() != nil {
+		return fmt.Sprintf("%s:%d", c.Config().Host, c.Config().Port)
 	}
-	cfg := c.Config()
-	return fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+	return sqlNode
 }
