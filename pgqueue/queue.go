@@ -148,10 +148,10 @@ type TxBeginner interface {
 // back to the queue. Work returns how many jobs were done: 0 with a nil
 // error when no job was free (fn is not called then).
 func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx context.Context, tx pgx.Tx, jobs []Job) error) (done int, err error) {
-	if ctx == nil || pgmigrate.IsNil(db) || fn == nil {
+	switch {
+	case ctx == nil || pgmigrate.IsNil(db) || fn == nil:
 		return 0, nodeerr.Invalidf("nil context, database handle or function")
-	}
-	if n <= 0 {
+	case n <= 0:
 		return 0, nodeerr.Invalidf("claim batch size %d: must be positive", n)
 	}
 	tx, err := db.Begin(ctx)
