@@ -49,10 +49,10 @@ func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 
 // ReadTerm implements driver.TermReader for the lock on the Locker's Key.
 func (kl keyLocker) ReadTerm(ctx context.Context, name string) (dlock.Term, error) {
-	if ctx == nil {
+	switch {
+	case ctx == nil:
 		return dlock.Term{}, nodeerr.Invalidf("nil context")
-	}
-	if !kl.k.valid() {
+	case !kl.k.valid():
 		return dlock.Term{}, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
 	}
 	return kl.l.readTerm(ctx, name, kl.k)
@@ -79,9 +79,7 @@ func (l *Locker) readTerm(ctx context.Context, name string, k Key) (dlock.Term, 
 		if own, ok := l.ownLocks()[lockID{classid, objid, int32(objsubid), pid}]; ok {
 			return dlock.Term{Led: true, Leader: own.identity, Fence: own.fence, Since: own.since}, false, nil
 		}
-		t := dlock.Term{Led: true}
-		var rec bool
-		t.Fence, t.Leader, rec = parseTerm(app)
-		return t, !rec && active, nil
+		fence, leader, rec := parseTerm(app)
+		return dlock.Term{Led: true, Leader: leader, Fence: fence}, !rec && active, nil
 	})
 }

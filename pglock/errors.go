@@ -83,10 +83,8 @@ func nodeErr(node string, err error) *dlock.NodeError {
 }
 
 // kind says what kind of failure err, the error of a pgx call, is: a
-// refusal that retrying cannot change (nodeerr.Refused: failed
-// authentication, a missing privilege, database or fence sequence, a
-// read-only session), another error the server sent (nodeerr.Answered), or
-// no answer.
+// refusal that retrying cannot change (Errors in the package doc lists
+// them), another error the server sent, or no answer.
 func kind(err error) nodeerr.Kind {
 	code := sqlState(err)
 	switch {

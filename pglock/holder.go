@@ -60,8 +60,8 @@ func (l *Locker) appName(name string) string {
 
 // publishedName returns the lock name and service that a holder's
 // application_name (appName) carries, when this Locker's prefix and key
-// function map that name to the lock id; ok is false otherwise. The name
-// may itself contain " (": every split is tried, the key decides.
+// function map that name to the lock id. The name may itself contain
+// " (": every split is tried, the key decides.
 func (l *Locker) publishedName(app string, id lockID) (name, service string, ok bool) {
 	for end := len(app); end >= 0; end = strings.LastIndex(app[:end], " (") {
 		svc := ""
@@ -82,16 +82,13 @@ func (l *Locker) publishedName(app string, id lockID) (name, service string, ok 
 	return "", "", false
 }
 
-// maxFenceDigits is the most digits a fence can have (a bigint's).
-const maxFenceDigits = 19
-
 // maxIdentity is the longest identity a grant can publish: what
-// application_name leaves beside "#<fence> ".
-const maxIdentity = maxAppName - maxFenceDigits - 2
+// application_name leaves beside "#<fence> ", a fence having at most 19
+// digits (a bigint's).
+const maxIdentity = maxAppName - 19 - 2
 
 // pub is what a grant publishes: the statements it is taken with, the two
-// format strings its application_name is set from, with %s for the fence
-// (the first when it fits, else the second: see buildStatements), and the
+// format strings of its application_name (see buildStatements), and the
 // identity.
 type pub struct {
 	st       *statements
@@ -146,12 +143,10 @@ func parseTerm(app string) (fence uint64, id string, ok bool) {
 
 // termRecord parses "#<fence> <id>".
 func termRecord(s string) (uint64, string, bool) {
-	digits, id, ok := strings.Cut(strings.TrimPrefix(s, "#"), " ")
-	if !ok || !strings.HasPrefix(s, "#") || id == "" {
-		return 0, "", false
-	}
+	rest, marked := strings.CutPrefix(s, "#")
+	digits, id, cut := strings.Cut(rest, " ")
 	fence, err := strconv.ParseUint(digits, 10, 64)
-	if err != nil || fence == 0 || strconv.FormatUint(fence, 10) != digits {
+	if !marked || !cut || id == "" || err != nil || fence == 0 || strconv.FormatUint(fence, 10) != digits {
 		return 0, "", false
 	}
 	return fence, id, true

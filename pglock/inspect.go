@@ -89,8 +89,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 // backend pid.
 type lockID struct {
 	classid, objid int64
-	objsubid       int32
-	pid            int32
+	objsubid, pid  int32
 }
 
 // is reports whether the lock is on key k.
@@ -120,10 +119,7 @@ type naming struct {
 	pattern string
 }
 
-// lockInfo reads one row of inspectSQL and names its lock: this Locker's
-// own by its handle's name, then by the name its holder published
-// (WithHolderInfo), then by the pattern when that is the lock's plain
-// name, and otherwise by its advisory key.
+// lockInfo reads one row of inspectSQL and names its lock (see Inspect).
 func (n naming) lockInfo(row pgx.CollectableRow) (dlock.LockInfo, error) {
 	var (
 		id      lockID

@@ -13,11 +13,10 @@ import (
 // HashKey("x") never collides with any KeyPair. A Key is a small value,
 // safe to copy and to use concurrently.
 type Key struct {
-	name   string // names the key in handles and messages
-	n      int64  // the bigint form
-	a, b   int32  // the pair form
-	pair   bool
-	hashed bool
+	name string // names the key in handles and messages
+	n    int64  // the bigint form
+	a, b int32  // the pair form
+	pair bool
 }
 
 // waitKey is the one bigint advisory key pglock reserves: release
@@ -43,7 +42,7 @@ const waitKey int64 = -3089797466993508641
 // never lets two holders of one name in.
 func HashKey(name string) Key {
 	sum := sha256.Sum256([]byte(name))
-	return Key{name: name, n: int64(binary.BigEndian.Uint64(sum[:8])), hashed: true}
+	return Key{name: name, n: int64(binary.BigEndian.Uint64(sum[:8]))}
 }
 
 // Int64Key is the bigint advisory key n, for schemes that already number

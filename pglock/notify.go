@@ -56,14 +56,11 @@ type listener struct {
 // off (WithReleaseNotify(false)), for keys the key function rejects, and
 // after Close the channel never fires and waits poll.
 func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func()) {
-	if !l.notify || bridge.KeyProblem(key) != "" {
-		return nil, func() {}
-	}
 	k, err := l.mapKey(key)
-	if err != nil {
+	if err != nil || bridge.KeyProblem(key) != "" {
 		return nil, func() {}
 	}
-	return l.notifyKeys(k)
+	return l.notifyKeys(k) // nothing when notifications are off
 }
 
 // notifyKeys is NotifyRelease for Keys: one registration on every key, so

@@ -56,8 +56,7 @@ type Locker struct {
 
 var _ dlock.Locker = (*Locker)(nil)
 
-// releaseBound limits clean-up statements (rollbacks, closes) that must run
-// after the caller's context ended.
+// releaseBound bounds an Extend whose ctx has no deadline.
 const releaseBound = 5 * time.Second
 
 // Option configures a Locker.
@@ -310,8 +309,6 @@ func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Dur
 // grantOn is grantLock on conn, which it pins for the lock when granted,
 // gives back to the pool when k is busy, and discards on an error.
 func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration, p pub) (*grant, uint64, time.Time, error) {
-	// The grant is made first: it holds the statement's arguments and
-	// results, for this statement and the release (fewer allocations).
 	g := &grant{l: l, key: k, name: name, st: p.st}
 	args := g.key.args(g.args[:0])
 	dest := append(g.dest[:0], &g.drawn, &g.pid)
@@ -382,8 +379,7 @@ type grant struct {
 	name string
 	st   *statements // the statements it was taken with, and is released with
 	pid  int32       // pg_backend_pid() at acquisition
-	// For Inspect and ReadTerm: when it was granted, its fence, and the
-	// grant's driver.Identity, if any.
+	// For Inspect and ReadTerm (identity: driver.Identity's, if any).
 	since    time.Time
 	fence    uint64
 	identity string

@@ -2,10 +2,6 @@ package pglock
 
 import "strconv"
 
-// The statements pglock sends. Each acquisition and each release is one
-// statement, built once per Locker (see statements) so that pgx prepares it
-// once per connection.
-
 // keyParams are the advisory-lock function arguments of a key, $1 for the
 // bigint form, $1 and $2 for the pair form, and the next parameter's number.
 func keyParams(pair bool) (params string, next int) {
@@ -52,7 +48,9 @@ const nextvalSQL = `nextval('` + FenceSequence + `')`
 var waitKeySQL = strconv.FormatInt(waitKey, 10)
 
 // statements are a Locker's acquire and release statements, for bigint
-// keys ([0]) and pairs ([1]), and the session settings they change.
+// keys ([0]) and pairs ([1]), and the session settings they change: one
+// statement per acquisition and per release, built once per Locker so
+// that pgx prepares each once per connection.
 type statements struct {
 	settings []string
 	acquire  [2]string
@@ -83,8 +81,6 @@ func (l *Locker) buildStatements(sets []string) *statements {
 				prev, arg := `p`+strconv.Itoa(j), `$`+strconv.Itoa(n)+`::text`
 				n++
 				if set == "application_name" {
-					// The first format string if its result fits, else the
-					// second (publication).
 					alt := `$` + strconv.Itoa(n) + `::text`
 					n++
 					arg = `format(CASE WHEN length(format(` + arg + `, l.fence)) <= ` + strconv.Itoa(maxAppName) +
