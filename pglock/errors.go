@@ -22,10 +22,9 @@ var (
 	ErrNotMigrated = errors.New("pglock: fence sequence " + FenceSequence + " does not exist (create it with pglock.Migrate)")
 
 	// ErrReadOnly means the server refused to draw a fence because it is
-	// a hot standby (in recovery) or the session is read-only. Advisory
-	// locks on a standby are invisible to the primary and to every other
-	// standby, so pglock refuses to lock there. Comes with
-	// dlock.ErrMisconfigured.
+	// a hot standby (in recovery), whose advisory locks exclude no one on
+	// the primary or other standbys, or the session is read-only. Comes
+	// with dlock.ErrMisconfigured.
 	ErrReadOnly = errors.New("pglock: server is read-only (a hot standby, or default_transaction_read_only): its advisory locks would exclude no one on the primary")
 
 	// ErrDeadlock means PostgreSQL aborted a waiting lock request to break
