@@ -58,17 +58,15 @@
 //
 // # TTL
 //
-// The server does not expire these locks, so the ttl passed to
-// TryAcquire, dlock.Acquire and dlock.Do does not reach the server. It is
-// how long the handle trusts the lock without a successful health check: a Lock is
-// valid until ttl after its acquisition (or last Extend) was sent, and
-// Lock.Extend is the health check: it verifies that the pinned connection
-// is alive, that its backend is still the one that took the lock, and that
-// pg_locks shows the lock granted to it, and then moves the validity to ttl
-// from then. Do calls it when WithExtendThreshold of the validity is left
-// (half the ttl by default), so a killed session is noticed within about
-// ttl/2, and within ttl at most. The ttl is therefore the knob for how
-// quickly a lost lock is noticed; there is no other health interval. With
+// The server does not expire these locks: the ttl passed to TryAcquire,
+// dlock.Acquire and dlock.Do is how long the handle trusts the lock without
+// a successful health check. A Lock is valid until ttl after its
+// acquisition (or last Extend) was sent. Lock.Extend is the health check
+// (the connection is alive, its backend is the one that took the lock,
+// pg_locks shows the lock granted to it). Do calls it when
+// WithExtendThreshold of the validity is left (half the ttl by default), so
+// a killed session is noticed within about ttl/2, and within ttl at most:
+// the ttl is the one knob for how quickly a lost lock is noticed. With
 // WithSessionLease it is also, plus the margin, how long the server lets a
 // silent holder keep the lock.
 //
@@ -77,53 +75,39 @@
 // PostgreSQL's advisory locks are named by one bigint or by two int4. A
 // lock name (after WithPrefix's prefix, if any) maps to a bigint with
 // HashKey, which SQL computes too, so a psql session or a program in
-// another language takes the same lock:
-//
-//	SELECT pg_advisory_lock(('x' || left(encode(sha256(convert_to('invoice:42', 'UTF8')), 'hex'), 16))::bit(64)::bigint);
-//
-// Int64Key and KeyPair name numbered locks directly (ForKey makes a Locker
-// of one), and WithKeyFunc maps names to them; the pair form is a key
-// space of its own. pglock itself uses one bigint key,
-// -3089797466993508641 (Int64Key), for its waiters; do not lock it.
+// another language takes the same lock. Int64Key and KeyPair name
+// numbered locks directly (ForKey makes a Locker of one), and WithKeyFunc
+// maps names to them; the pair form is a key space of its own. pglock
+// itself uses one bigint key, -3089797466993508641 (Int64Key), for its
+// waiters; do not lock it (held exclusively, it makes waiters poll; in
+// share mode, every release sends a NOTIFY).
 //
 // # Fences
 //
 // Every acquisition returns a fence: the next value of the sequence
-// dlock_fence, drawn in the same statement that takes the lock and only if
-// it was granted (CASE WHEN pg_try_advisory_lock(...) THEN nextval(...)).
-// One sequence serves every key, so fences increase across all keys, which
-// is more than fencing needs: a later holder of a key gets a larger fence
-// than every earlier holder of it, because each draws its number while it
-// holds the lock, after the previous holder drew its own. The numbers of
-// one key have gaps (the other keys' grants, failed statements). pglock
-// never creates schema objects on its own: run Migrate once (several
-// processes may run it at the same time), or this SQL (MigrateSQL):
+// dlock_fence, drawn in the statement that takes the lock, only if it was
+// granted (CASE WHEN pg_try_advisory_lock(...) THEN nextval(...)). One
+// sequence serves every key, so a later holder of a key gets a larger fence
+// than every earlier holder of it (each draws while it holds the lock); the
+// numbers of one key have gaps (other keys' grants, failed statements).
+// pglock never creates schema objects on its own: run Migrate once (several
+// processes may run it at the same time), or MigrateSQL; without them
+// acquisitions fail with ErrNotMigrated (the table dlock_semaphore is for
+// semaphores only). setval, ALTER SEQUENCE ... RESTART and restoring an old
+// backup move fences back; guards then refuse the repeated fences (safe,
+// but the holders cannot write until the sequence passes the old values).
 //
-//	CREATE SEQUENCE IF NOT EXISTS dlock_fence
-//		AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE;
-//	CREATE TABLE IF NOT EXISTS dlock_semaphore (
-//		name bytea PRIMARY KEY, permits int NOT NULL, slots int NOT NULL)
-//
-// Without them acquisitions fail with ErrNotMigrated (the table is for
-// semaphores only). Keep CACHE 1 (see MigrateSQL; Migrate checks it).
-// setval, ALTER SEQUENCE ... RESTART and restoring an old backup move
-// fences back; guards then refuse the repeated fences (safe, but the
-// holders cannot write until the sequence passes the old values).
-//
-// Durability. A fence must not come again after a crash, and nextval alone
-// does not ensure it (why, and what the statement does about it, is in
-// docs/fences.md, "PostgreSQL"): when the WAL is not yet flushed past the
-// fence's record, the acquiring statement writes a small logical message
-// with the prefix "dlock" (which the logical decoding of your database
-// shows) so that its commit flushes it. In the common case of no other
-// writes in flight, nothing is written and nothing waits. A fence returned
-// by TryAcquire is then as durable as a committed transaction: it survives
-// a crash of the server with fsync on and synchronous_commit not off; with
-// synchronous_commit = off the last moments of fences can be lost in a
-// crash, as can any committed data, and with fsync = off nothing survives
-// an operating-system crash. A failover to an asynchronous standby can
-// lose the latest fences as it loses the latest commits; with synchronous
-// replication the standby has every fence handed out.
+// A fence returned by TryAcquire is as durable as a committed transaction
+// (nextval alone does not ensure it; docs/fences.md, "PostgreSQL", says why
+// and how the acquiring statement makes its commit flush, writing, when the
+// WAL is behind, a logical message with the prefix "dlock" that your
+// database's logical decoding shows). It survives a crash of the server
+// with fsync on and synchronous_commit not off; with synchronous_commit =
+// off the last moments of fences can be lost in a crash, as can any
+// committed data, and with fsync = off nothing survives an operating-system
+// crash. A failover to an asynchronous standby can lose the latest fences
+// as it loses the latest commits; with synchronous replication the standby
+// has every fence.
 //
 // Clients in other languages can take the same locks with the same fences:
 //
@@ -136,52 +120,46 @@
 // # Transaction locks
 //
 // TryLockTx and LockTx take pg_try_advisory_xact_lock / pg_advisory_xact_lock
-// inside your pgx.Tx and draw a fence in the same statement, from the same
-// sequence. TryLockSQLTx and LockSQLTx do the same inside a database/sql
-// *sql.Tx (with pgx's stdlib driver; the transaction sqlx, GORM, ent and
-// bun hand out; session locks need a pgxpool.Pool). The lock ends with the
-// transaction, commit or rollback, and cannot end earlier. Sequences are
-// not transactional: a rollback does not give the number back, so no
-// fence is handed out twice; the fence is on disk once the transaction
-// has committed (pglock makes the commit flush when it has to; after a
-// crash before that, it can come again, like everything else the
-// transaction did).
+// inside your pgx.Tx, TryLockSQLTx and LockSQLTx inside a database/sql
+// *sql.Tx (the one sqlx, GORM, ent and bun hand out), and draw a fence from
+// the same sequence in the same statement. The lock ends with the
+// transaction, commit or rollback, and cannot end earlier. A rollback does
+// not give the number back, so no fence is handed out twice; it is on disk
+// once the transaction has committed (a crash before that can bring it
+// back, like everything else the transaction did).
 //
 // Use transaction locks in READ COMMITTED transactions (PostgreSQL's
 // default), where every statement reads what was committed before it
 // began, so the statements after LockTx see the previous holder's writes.
 // A REPEATABLE READ or SERIALIZABLE transaction reads from one snapshot,
-// taken by its first statement, and an advisory lock cannot come before
-// that statement: the snapshot predates the grant, and what the previous
-// holder committed while this one waited is invisible to it. An UPDATE of
-// a row the previous holder changed then fails with a serialization error
-// (40001); a decision made on rows only read is silently stale. To work in
-// such a snapshot under a lock, take a session lock (Locker) and begin the
-// transaction once it is granted.
+// taken by its first statement, which the lock cannot come before: what
+// the previous holder committed while this one waited is invisible to it.
+// An UPDATE of a row the previous holder changed then fails with a
+// serialization error (40001); a decision made on rows only read is
+// silently stale. To work in such a snapshot under a lock, take a session
+// lock (Locker) and begin the transaction once it is granted.
 //
 // # Waiting
 //
-// A Locker with waiters (dlock.Acquire, dlock.Do) keeps one connection
-// that LISTENs on the channel dlock_release (opened outside the pool, with the pool's ConnConfig and its
-// BeforeConnect and AfterConnect hooks, so that it never takes a connection
-// a lock attempt needs) and holds the reserved advisory key (see Keys) in
-// share mode; a release sends NOTIFY dlock_release only when it cannot take
-// that key exclusively, that is when some Locker on the database has a
-// waiter (WithReleaseNotify; Close stops the listener). So an uncontended
-// release sends nothing, and a waiter retries as soon as the holder lets
-// go. A lock freed by a dying session sends nothing and is found by the
-// next poll.
+// A Locker with waiters (dlock.Acquire, dlock.Do) keeps one connection that
+// LISTENs on the channel dlock_release and holds the reserved advisory key
+// (see Keys) in share mode, opened outside the pool (with the pool's
+// ConnConfig and its BeforeConnect and AfterConnect hooks) so that it never
+// takes a connection a lock attempt needs. A release sends NOTIFY
+// dlock_release only when it cannot take that key exclusively, that is when
+// some Locker on the database has a waiter (WithReleaseNotify; Close stops
+// the listener): an uncontended release sends nothing, and a waiter retries
+// as soon as the holder lets go. A lock freed by a dying session sends
+// nothing and is found by the next poll.
 //
 // # Connections
 //
 // Each held lock pins one connection of the pool, and each attempt takes
-// one for a round trip; a Locker's waiters share one more connection, made
-// outside the pool, so the server must allow it (max_connections). Size
-// the pool for the locks held at once plus one for attempts (a pool of its
-// own keeps held locks from starving the application). So nested locks
-// work on a pool of n+1 for n locks held: a Locker over two connections
-// that holds one lock and waits for another gets it when its holder lets
-// go. When this Locker's locks pin every connection, TryAcquire,
+// one for a round trip; a Locker's waiters share one more, made outside
+// the pool (count it in max_connections). Size the pool for the locks held
+// at once plus one for attempts (a pool of its own keeps held locks from
+// starving the application); so nested locks work on a pool of n+1 for n
+// locks held. When this Locker's locks pin every connection, TryAcquire,
 // dlock.Acquire and dlock.Do fail at once with ErrPoolExhausted ("2 held
 // locks pin all 2 connections") instead of waiting for a connection that
 // only a release can free, which for nested locks would never come; so
@@ -189,59 +167,39 @@
 // pool count only their own locks: give each pool one Locker. A pool's
 // Close waits for pinned connections: release locks first.
 //
-// With pgx's default query mode (prepared statements) and no tracer, the
-// acquiring and releasing statements are prepared once per connection and
-// their few values are encoded by hand, past pgx's type mapping; with any
-// other QueryExecMode, or a Tracer, they go through QueryRow, so a pool set
-// up for a proxy, or traced, sees them as before.
+// With a Tracer, or a QueryExecMode other than pgx's default, the acquiring
+// and releasing statements go through QueryRow like any query (otherwise
+// they are prepared once per connection and encoded by hand).
 //
 // # Semaphores
 //
 // Locker.Semaphore (which dlock.Semaphore returns for a pglock Locker)
 // grants one of N permits of a name as the session lock on one of its
-// slots: the slot's key ("{vendor-api}#2", see dlock.Semaphore), mapped as
-// TryAcquire maps names (with the prefix, by HashKey or WithKeyFunc), so a
-// permit is exactly the lock on that name, with a fence from the same
-// sequence, a pinned connection (see Connections) and the same loss when
-// its session ends.
-//
-// The limit is kept in the table dlock_semaphore, one row per semaphore,
-// named by the prefix and what its slots' names begin with ("{name}#"):
-// the limit, and how many slots may be held (more than the limit while
-// holders above a limit that SetLimit shrank finish). A grant
-// is one transaction on the connection it pins: it locks the name's row
-// (creating it on first use), finds the held slots in pg_locks, and takes
-// the lowest free one below the limit with the usual statement; about five
-// round trips. Grants of one name are serialized by the row lock: a client
-// that stops in the middle of one (paused, cut off) holds the others up
-// until the server ends its idle transaction, after 5 seconds. The row is
-// void while no permit of the name is held, and the next grant records its
-// own limit: the limit lasts as long as the permits. The row itself stays,
-// a few dozen bytes per semaphore name ever used, as the fence sequence
-// stays; delete the rows of names no longer used at will.
-//
-// A semaphore's wait is registered on every slot with the release
-// listener (see Waiting), so the release of any permit wakes it. Inspect
-// gives a permit's Limit when it can name the permit (see Inspection).
+// slots ("{vendor-api}#2", see dlock.Semaphore), mapped as TryAcquire maps
+// names: a permit is exactly the lock on that name, with a fence, a pinned
+// connection and the same loss when its session ends. The limit is kept in
+// the table dlock_semaphore, one row per semaphore; a grant is one
+// transaction of about five round trips that locks the row, so a client
+// stopped in the middle of one holds the name's other grants up until the
+// server ends its idle transaction (5 seconds). The row stays after the
+// permits, a few dozen bytes per name ever used; delete the rows of names
+// no longer used at will. How a permit is granted and woken:
+// docs/semaphores.md.
 //
 // # Inspection
 //
 // Locker.Inspect lists the advisory locks held in the database, by any
-// session. The server knows a lock only by its key, a hash of the name:
-// WithHolderInfo makes a Locker publish each held lock's name in its
-// session's application_name (set and restored in the statements that take
-// and release the lock), so that every Locker with the same prefix and key
-// function, and `dlock inspect`, lists it by name.
+// session, and a permit's Limit. The server knows a lock only by its key,
+// a hash of the name: WithHolderInfo makes a Locker publish each held
+// lock's name, so that other Lockers and `dlock inspect` list it by name.
 //
 // # Leader election
 //
 // dlock.Lead, Leader, Observe and Campaign work on a Locker with no schema
 // beyond the fence sequence: a leader's grant publishes its term and
 // identity in its session's application_name (see ReadTerm). A pinned
-// connection is never recycled by the pool (MaxConnLifetime applies to
-// idle connections), so a leader never loses its lock silently to its own
-// pool; a session ended under it is lost as any lock's is (see above),
-// and the next candidate may lead before the leader's next check.
+// connection is never recycled by the pool, and a session ended under a
+// leader is a lost lock as above (docs/election.md).
 //
 // # Errors
 //

@@ -2,7 +2,10 @@ package pglock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -14,28 +17,25 @@ var _ driver.TermReader = (*Locker)(nil)
 
 // termSQL finds the session that holds an advisory lock, and its
 // application_name, which PostgreSQL shows to every role.
-const termSQL = `SELECT l.pid, coalesce(a.application_name, ''), coalesce(a.state = 'active', false)
-FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
-	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+const termSQL = `SELECT l.pid, coalesce(a.application_name, ''), coalesce(a.state = 'active', false)` +
+	heldSQL + `
 	AND l.classid::int8 = $1 AND l.objid::int8 = $2 AND l.objsubid = $3`
 
 // ReadTerm implements driver.TermReader: who holds the lock on key (mapped
 // as TryAcquire maps it), from pg_locks and pg_stat_activity, in one query
-// on a pooled connection. A grant made with an identity (driver.Identity:
-// an election's candidate; see dlock.WithIdentity for its bounds here)
-// publishes it with its fence in its session's
-// application_name, set in the statement that takes the lock: "name
-// (#<fence> <identity>)", or "#<fence> <identity>" where the name leaves no
-// room (see WithHolderInfo for what PostgreSQL keeps). So the term and the
-// leader are read from the server for any holder, of any process; Since
-// only for this Locker's own locks (the server does not record when a
-// lock was granted). Another session's lock without such a record is
-// reported with Fence 0 and no Leader; one caught in the statement that
-// takes it, before it wrote its record, is read again a millisecond later,
-// a few times (where the role may see the session's state: PostgreSQL
-// shows it for sessions of the same role, and to pg_read_all_stats). It
-// returns an error matching dlock.ErrUnavailable when the query fails.
+// on a pooled connection. A grant made with an identity (driver.Identity;
+// see dlock.WithIdentity for its bounds here) publishes it with its fence
+// in its session's application_name, in the statement that takes the
+// lock: "name (#<fence> <identity>)", or "#<fence> <identity>" where the
+// name leaves no room. So the term and the leader of any holder, of any
+// process, are read from the server; Since only for this Locker's own
+// locks (the server does not record when a lock was granted). Another
+// session's lock without such a record is reported with Fence 0 and no
+// Leader; one caught in the statement that takes it, before it wrote its
+// record, is read again a millisecond later, a few times (where the role
+// may see the session's state: PostgreSQL shows it for sessions of the
+// same role, and to pg_read_all_stats). It returns an error matching
+// dlock.ErrUnavailable when the query fails.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err
@@ -49,20 +49,18 @@ func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 
 // ReadTerm implements driver.TermReader for the lock on the Locker's Key.
 func (kl keyLocker) ReadTerm(ctx context.Context, name string) (dlock.Term, error) {
-	if ctx == nil {
+	switch {
+	case ctx == nil:
 		return dlock.Term{}, nodeerr.Invalidf("nil context")
-	}
-	if !kl.k.valid() {
+	case !kl.k.valid():
 		return dlock.Term{}, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
 	}
 	return kl.l.readTerm(ctx, name, kl.k)
 }
 
-// termRereads is how many times readTerm reads again, a millisecond
-// apart, a holder caught running a statement without a term record: one
-// caught in the statement that takes its lock writes its record within
-// it; one that runs a long statement (another program's lock, a
-// transaction's) has none to write.
+// termRereads is how many times readTerm reads again a holder caught
+// running a statement without a term record: it may be the statement that
+// takes the lock and writes the record, or a long one that writes none.
 const termRereads = 5
 
 func (l *Locker) readTerm(ctx context.Context, name string, k Key) (dlock.Term, error) {
@@ -70,39 +68,18 @@ func (l *Locker) readTerm(ctx context.Context, name string, k Key) (dlock.Term, 
 	return backend.Reread(ctx, termRereads, func() (dlock.Term, bool, error) {
 		var pid int32
 		var app string
-		var active bool
-		found, err := l.queryTerm(ctx, classid, objid, objsubid, &pid, &app, &active)
+		var active bool // running a statement, as far as the role may see
+		err := l.pool.QueryRow(ctx, termSQL, classid, objid, objsubid).Scan(&pid, &app, &active)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return dlock.Term{}, false, nil
+		}
 		if err != nil {
 			return dlock.Term{}, false, fmt.Errorf("dlock: leader %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(err))
-		}
-		if !found {
-			return dlock.Term{}, false, nil
 		}
 		if own, ok := l.ownLocks()[lockID{classid, objid, int32(objsubid), pid}]; ok {
 			return dlock.Term{Led: true, Leader: own.identity, Fence: own.fence, Since: own.since}, false, nil
 		}
-		t := dlock.Term{Led: true}
-		var rec bool
-		t.Fence, t.Leader, rec = parseTerm(app)
-		return t, !rec && active, nil
+		fence, leader, rec := parseTerm(app)
+		return dlock.Term{Led: true, Leader: leader, Fence: fence}, !rec && active, nil
 	})
-}
-
-// queryTerm runs termSQL: whether the lock is held, by which backend, its
-// application_name, and whether it is running a statement (as far as the
-// role may see: other roles' sessions show no state).
-func (l *Locker) queryTerm(ctx context.Context, classid, objid int64, objsubid int16, pid *int32, app *string, active *bool) (bool, error) {
-	rows, err := l.pool.Query(ctx, termSQL, classid, objid, objsubid)
-	if err != nil {
-		return false, err
-	}
-	defer rows.Close()
-	found := rows.Next()
-	if found {
-		err = rows.Scan(pid, app, active)
-	}
-	if err == nil {
-		err = rows.Err()
-	}
-	return found, err
 }

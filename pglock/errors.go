@@ -22,10 +22,9 @@ var (
 	ErrNotMigrated = errors.New("pglock: fence sequence " + FenceSequence + " does not exist (create it with pglock.Migrate)")
 
 	// ErrReadOnly means the server refused to draw a fence because it is
-	// a hot standby (in recovery) or the session is read-only. Advisory
-	// locks on a standby are invisible to the primary and to every other
-	// standby, so pglock refuses to lock there. Comes with
-	// dlock.ErrMisconfigured.
+	// a hot standby (in recovery), whose advisory locks exclude no one on
+	// the primary or other standbys, or the session is read-only. Comes
+	// with dlock.ErrMisconfigured.
 	ErrReadOnly = errors.New("pglock: server is read-only (a hot standby, or default_transaction_read_only): its advisory locks would exclude no one on the primary")
 
 	// ErrDeadlock means PostgreSQL aborted a waiting lock request to break
@@ -75,11 +74,6 @@ func sqlState(err error) string {
 	return ""
 }
 
-// callErr classifies an error of a call to the server (nodeerr.Error).
-func (l *Locker) callErr(ctx context.Context, err error) error {
-	return nodeerr.Error(ctx, l.node, err, kind(err), false)
-}
-
 // serverErr wraps err, naming the server, in a dlock.NodeError.
 func (l *Locker) serverErr(err error) error { return nodeErr(l.node, err) }
 
@@ -88,10 +82,8 @@ func nodeErr(node string, err error) *dlock.NodeError {
 }
 
 // kind says what kind of failure err, the error of a pgx call, is: a
-// refusal that retrying cannot change (nodeerr.Refused: failed
-// authentication, a missing privilege, database or fence sequence, a
-// read-only session), another error the server sent (nodeerr.Answered), or
-// no answer.
+// refusal that retrying cannot change (Errors in the package doc lists
+// them), another error the server sent, or no answer.
 func kind(err error) nodeerr.Kind {
 	code := sqlState(err)
 	switch {

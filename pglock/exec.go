@@ -3,36 +3,12 @@ package pglock
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
-
-// rowExec runs the acquiring and releasing statements, the hot path of an
-// uncontended lock: one statement each. Through pgx.Conn.QueryRow, pgx maps
-// every argument and column through its type map on every call; here the
-// statements' few types (bigint and int4 keys, text; bigint, int4, bool and
-// text columns) are encoded and decoded by hand in the binary format, on a
-// statement prepared once per connection (its saving: bench/RESULTS.md).
-// The server sees the same statements and the same values either way.
-//
-// The direct path is taken only when the pool's connections use pgx's
-// default query mode (QueryExecModeCacheStatement: prepared statements)
-// and no tracer, and only for a statement whose prepared description has
-// exactly the expected parameter and column types. Otherwise, and for a
-// pool configured differently, the statement goes through QueryRow, so a
-// pool set up for a proxy that cannot take prepared statements, or traced
-// queries, work as before.
-type rowExec struct {
-	direct bool
-}
-
-func newRowExec(cfg *pgx.ConnConfig) rowExec {
-	return rowExec{direct: cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cfg.Tracer == nil}
-}
 
 // rowBufs are one statement's encoded arguments, kept in the grant so that
 // encoding them allocates nothing.
@@ -41,12 +17,15 @@ type rowBufs struct {
 	ints   [16]byte
 }
 
-// queryRow runs sql on conn with args (int64, int32 or string values, or
-// pointers to the integers) and reads its one row into dest (*pgtype.Int8,
-// *int32, *bool or *string), as conn.QueryRow(ctx, sql, args...).Scan(dest...)
-// would.
-func (x rowExec) queryRow(ctx context.Context, conn *pgx.Conn, sql string, b *rowBufs, args, dest []any) error {
-	if !x.direct {
+// queryRow runs an acquiring or releasing statement, the hot path of an
+// uncontended lock, as conn.QueryRow(ctx, sql, args...).Scan(dest...)
+// would. With direct, and a prepared description of exactly the expected
+// types, it encodes and decodes them by hand in the binary format, past
+// pgx's per-call type mapping (its saving: bench/RESULTS.md); the server
+// sees the same statements and values. args are *int64, *int32 or string;
+// dest *pgtype.Int8, *int32, *bool or *string.
+func queryRow(ctx context.Context, direct bool, conn *pgx.Conn, sql string, b *rowBufs, args, dest []any) error {
+	if !direct {
 		return conn.QueryRow(ctx, sql, args...).Scan(dest...)
 	}
 	sd, err := conn.Prepare(ctx, sql, sql) // once per connection; then a map lookup
@@ -57,33 +36,19 @@ func (x rowExec) queryRow(ctx context.Context, conn *pgx.Conn, sql string, b *ro
 	if !ok || !columnsFit(sd.Fields, dest) {
 		return conn.QueryRow(ctx, sql, args...).Scan(dest...)
 	}
+	// Rows past the first are read and dropped, as QueryRow's Scan does.
 	rr := conn.PgConn().ExecStatement(ctx, sd, params, binaryFormat, binaryFormat)
-	rows := 0
-	var derr error
-	for rr.NextRow() {
-		if rows == 0 {
-			derr = decodeRow(rr.Values(), dest)
-		}
-		rows++
+	derr := pgx.ErrNoRows
+	if rr.NextRow() {
+		derr = decodeRow(rr.Values(), dest)
 	}
 	if _, err := rr.Close(); err != nil {
 		return err
 	}
-	switch {
-	case derr != nil:
-		return derr
-	case rows == 0:
-		return pgx.ErrNoRows
-	case rows > 1:
-		return errTooManyRows
-	}
-	return nil
+	return derr
 }
 
-var (
-	binaryFormat   = []int16{1} // one code: every parameter and column binary
-	errTooManyRows = errors.New("pglock: statement returned more than one row")
-)
+var binaryFormat = []int16{1} // one code: every parameter and column binary
 
 // encode writes args in the binary format of the statement's parameter
 // types; ok is false when an argument does not match its type.
@@ -130,22 +95,27 @@ func columnsFit(fields []pgconn.FieldDescription, dest []any) bool {
 		return false
 	}
 	for i, d := range dest {
-		var want uint32
-		switch d.(type) {
-		case *pgtype.Int8:
-			want = pgtype.Int8OID
-		case *int32:
-			want = pgtype.Int4OID
-		case *bool:
-			want = pgtype.BoolOID
-		case *string:
-			want = pgtype.TextOID
-		}
-		if fields[i].DataTypeOID != want {
+		if oid, _ := column(d); fields[i].DataTypeOID != oid {
 			return false
 		}
 	}
 	return true
+}
+
+// column returns the column type that decodeRow reads into d, and its
+// size in the binary format (-1: any).
+func column(d any) (oid uint32, size int) {
+	switch d.(type) {
+	case *pgtype.Int8:
+		return pgtype.Int8OID, 8
+	case *int32:
+		return pgtype.Int4OID, 4
+	case *bool:
+		return pgtype.BoolOID, 1
+	case *string:
+		return pgtype.TextOID, -1
+	}
+	return 0, 0
 }
 
 // decodeRow reads a row of binary values into dest (types as checked by
@@ -155,28 +125,22 @@ func decodeRow(vals [][]byte, dest []any) error {
 		return fmt.Errorf("pglock: %d columns, want %d", len(vals), len(dest))
 	}
 	for i, v := range vals {
-		if v == nil {
-			if d, ok := dest[i].(*pgtype.Int8); ok {
-				*d = pgtype.Int8{}
-				continue
-			}
+		d, isInt8 := dest[i].(*pgtype.Int8)
+		switch _, size := column(dest[i]); {
+		case v == nil && isInt8:
+			*d = pgtype.Int8{}
+			continue
+		case v == nil:
 			return fmt.Errorf("pglock: column %d is NULL", i)
+		case size >= 0 && len(v) != size:
+			return fmt.Errorf("pglock: column %d: %d bytes in the binary format", i, len(v))
 		}
 		switch d := dest[i].(type) {
 		case *pgtype.Int8:
-			if len(v) != 8 {
-				return badLength(i, len(v))
-			}
 			*d = pgtype.Int8{Int64: int64(binary.BigEndian.Uint64(v)), Valid: true}
 		case *int32:
-			if len(v) != 4 {
-				return badLength(i, len(v))
-			}
 			*d = int32(binary.BigEndian.Uint32(v))
 		case *bool:
-			if len(v) != 1 {
-				return badLength(i, len(v))
-			}
 			*d = v[0] != 0
 		case *string:
 			*d = string(v)
@@ -185,8 +149,4 @@ func decodeRow(vals [][]byte, dest []any) error {
 		}
 	}
 	return nil
-}
-
-func badLength(col, n int) error {
-	return fmt.Errorf("pglock: column %d: %d bytes in the binary format", col, n)
 }

@@ -43,15 +43,15 @@ func FuzzNames(f *testing.F) {
 			t.Fatalf("notifyID of (%d, %d) = %q, want %q", a, b, got, want)
 		}
 
-		n := &listener{byKey: map[string][]*waiter{}}
-		wk, wp := &waiter{ch: make(chan struct{}, 1)}, &waiter{ch: make(chan struct{}, 1)}
-		n.byKey[k.notifyID()] = []*waiter{wk}
-		n.byKey[p.notifyID()] = []*waiter{wp}
+		n := &listener{byKey: map[string][]chan struct{}{}}
+		wk, wp := make(chan struct{}, 1), make(chan struct{}, 1)
+		n.byKey[k.notifyID()] = []chan struct{}{wk}
+		n.byKey[p.notifyID()] = []chan struct{}{wp}
 		n.released(payload)
-		if woke := len(wk.ch) == 1; woke != (payload == k.notifyID()) {
+		if woke := len(wk) == 1; woke != (payload == k.notifyID()) {
 			t.Fatalf("payload %q woke the waiter of %q: %v", payload, name, woke)
 		}
-		if woke := len(wp.ch) == 1; woke != (payload == p.notifyID()) {
+		if woke := len(wp) == 1; woke != (payload == p.notifyID()) {
 			t.Fatalf("payload %q woke the waiter of (%d, %d): %v", payload, a, b, woke)
 		}
 

@@ -1,29 +1,27 @@
 package pglock
 
 import (
+	"context"
 	"strconv"
 	"strings"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // WithHolderInfo makes the Locker publish the name of each lock it holds,
-// for Inspect and `dlock inspect` (of any process): while the lock is
-// held, its session's application_name is the lock's name (WithPrefix's
-// prefix included), followed by " (service)" when service is not empty;
-// release sets the session's previous application_name back. A Locker's
-// Inspect lists a lock by the published name when its own prefix and key
-// function map that name to the lock's key, so a lock is never listed
-// under a name that is not its own. pg_stat_activity shows the name too.
+// for Inspect (of any process: see there which names it trusts) and
+// pg_stat_activity: while the lock is held, its session's application_name
+// is the lock's name (WithPrefix's prefix included), followed by
+// " (service)" when service is not empty. It is set in the statement that
+// takes the lock and set back in the one that releases it: no extra round
+// trip.
 //
 // PostgreSQL keeps 63 bytes of application_name, printable ASCII only: a
 // name that does not fit is not published (application_name is then the
-// service alone), and such a lock is listed by its advisory key, or by its
-// name when the pattern is that name. service must be printable ASCII; it
-// is dropped where the name leaves no room for it. The name is set in the
-// statement that takes the lock and restored in the one that releases it:
-// no extra round trip. The default is off: the session's application_name
-// is left alone.
+// service alone). service must be printable ASCII; it is dropped where the
+// name leaves no room for it. The default is off: the session's
+// application_name is left alone.
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error {
 		if !publishable(service) {
@@ -45,15 +43,7 @@ const maxAppName = 63
 // PostgreSQL replaces bytes outside printable ASCII with '?' and
 // truncates to maxAppName bytes.
 func publishable(s string) bool {
-	if len(s) > maxAppName {
-		return false
-	}
-	for i := range len(s) {
-		if s[i] < ' ' || s[i] > '~' {
-			return false
-		}
-	}
-	return true
+	return len(s) <= maxAppName && !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r > '~' })
 }
 
 // appName is the application_name that publishes name (prefix included)
@@ -70,8 +60,8 @@ func (l *Locker) appName(name string) string {
 
 // publishedName returns the lock name and service that a holder's
 // application_name (appName) carries, when this Locker's prefix and key
-// function map that name to the lock id; ok is false otherwise. The name
-// may itself contain " (": every split is tried, the key decides.
+// function map that name to the lock id. The name may itself contain
+// " (": every split is tried, the key decides.
 func (l *Locker) publishedName(app string, id lockID) (name, service string, ok bool) {
 	for end := len(app); end >= 0; end = strings.LastIndex(app[:end], " (") {
 		svc := ""
@@ -92,68 +82,71 @@ func (l *Locker) publishedName(app string, id lockID) (name, service string, ok 
 	return "", "", false
 }
 
-// maxFenceDigits is the most digits a fence can have (a bigint's).
-const maxFenceDigits = 19
-
 // maxIdentity is the longest identity a grant can publish: what
-// application_name leaves beside "#<fence> ".
-const maxIdentity = maxAppName - maxFenceDigits - 2
+// application_name leaves beside "#<fence> ", a fence having at most 19
+// digits (a bigint's).
+const maxIdentity = maxAppName - 19 - 2
 
-// publication returns the statements for a grant of name (prefix not
-// included) that publishes identity id (driver.Identity; "" for none), and
-// the two format strings its application_name is set from, with %s for the
-// fence: the first when it fits, else the second (see buildStatements).
-// With an identity they are "name (#<fence> <id>)" and "#<fence> <id>";
-// without, holder info's appName, twice.
-func (l *Locker) publication(name, id string) (st *statements, app, alt string, err error) {
-	if id == "" {
-		if !l.holder {
-			return l.plain, "", "", nil
+// pub is what a grant publishes: the statements it is taken with, the two
+// format strings of its application_name (see buildStatements), and the
+// identity.
+type pub struct {
+	st       *statements
+	app, alt string
+	id       string
+}
+
+// publication returns what a grant of name (prefix not included) made
+// with ctx publishes. With an identity (driver.Identity) the format
+// strings are "name (#<fence> <id>)" and "#<fence> <id>"; without, holder
+// info's appName, twice.
+func (l *Locker) publication(ctx context.Context, name string) (pub, error) {
+	p := pub{st: l.plain, id: driver.Identity(ctx)}
+	if p.id == "" {
+		if l.holder {
+			p.app = strings.ReplaceAll(l.appName(l.cfg.Prefix+name), "%", "%%")
+			p.alt = p.app
 		}
-		app = strings.ReplaceAll(l.appName(l.cfg.Prefix+name), "%", "%%")
-		return l.plain, app, app, nil
+		return p, nil
 	}
-	if !publishable(id) || len(id) > maxIdentity {
-		return nil, "", "", nodeerr.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", id, maxIdentity)
+	if !publishable(p.id) || len(p.id) > maxIdentity {
+		return pub{}, nodeerr.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", p.id, maxIdentity)
 	}
-	rec := "#%s " + strings.ReplaceAll(id, "%", "%%")
+	p.st, p.alt = l.named, "#%s "+strings.ReplaceAll(p.id, "%", "%%")
+	p.app = p.alt
 	if full := l.cfg.Prefix + name; publishable(full) {
-		return l.named, strings.ReplaceAll(full, "%", "%%") + " (" + rec + ")", rec, nil
+		p.app = strings.ReplaceAll(full, "%", "%%") + " (" + p.alt + ")"
 	}
-	return l.named, rec, rec, nil
+	return p, nil
 }
 
 // parseTerm reads the term and identity that a leader's application_name
-// carries (see publication): the whole of it, or what follows the last
-// " (" that starts one.
+// carries (see publication): the whole of it, or what a " (#" starts and
+// the final ")" ends, from the first such " (#" that parses.
 func parseTerm(app string) (fence uint64, id string, ok bool) {
 	if fence, id, ok := termRecord(app); ok {
 		return fence, id, true
 	}
-	if !strings.HasSuffix(app, ")") {
-		return 0, "", false
-	}
-	for i := strings.Index(app, " (#"); i >= 0; {
-		if fence, id, ok := termRecord(app[i+2 : len(app)-1]); ok {
-			return fence, id, true
-		}
-		j := strings.Index(app[i+1:], " (#")
+	body, closed := strings.CutSuffix(app, ")")
+	for i := 0; closed; i++ {
+		j := strings.Index(body[i:], " (#")
 		if j < 0 {
 			break
 		}
-		i += 1 + j
+		i += j
+		if fence, id, ok := termRecord(body[i+2:]); ok {
+			return fence, id, true
+		}
 	}
 	return 0, "", false
 }
 
 // termRecord parses "#<fence> <id>".
 func termRecord(s string) (uint64, string, bool) {
-	digits, id, ok := strings.Cut(strings.TrimPrefix(s, "#"), " ")
-	if !ok || !strings.HasPrefix(s, "#") || id == "" {
-		return 0, "", false
-	}
+	rest, marked := strings.CutPrefix(s, "#")
+	digits, id, cut := strings.Cut(rest, " ")
 	fence, err := strconv.ParseUint(digits, 10, 64)
-	if err != nil || fence == 0 || strconv.FormatUint(fence, 10) != digits {
+	if !marked || !cut || id == "" || err != nil || fence == 0 || strconv.FormatUint(fence, 10) != digits {
 		return 0, "", false
 	}
 	return fence, id, true

@@ -1,12 +1,12 @@
 package pglock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -17,35 +17,31 @@ import (
 
 var _ dlock.Inspector = (*Locker)(nil)
 
-// heldLock is what the Locker remembers of a lock it holds (in names,
-// keyed by its *grant), for Inspect.
-type heldLock struct {
-	since    time.Time
-	fence    uint64
-	identity string // driver.Identity of the grant, if any
-}
+// heldSQL is the FROM and WHERE of the queries of the exclusive advisory
+// locks granted in the current database (l), with their holders' sessions
+// (a).
+const heldSQL = `
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
+	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 
-// inspectSQL lists the exclusive advisory locks granted in the current
-// database, with their holder's session and the number of sessions blocked
-// behind them. pg_locks is a view of the server's shared lock table, whose
+// inspectSQL lists the locks of heldSQL and the number of sessions blocked
+// behind each. pg_locks is a view of the server's shared lock table, whose
 // size max_locks_per_transaction × max_connections bounds it, so it is read
 // whole and filtered here.
 const inspectSQL = `SELECT l.classid::int8, l.objid::int8, l.objsubid::int4, l.pid,
 	coalesce(a.application_name, ''), a.backend_start,
 	(SELECT count(*) FROM pg_locks w WHERE w.locktype = 'advisory' AND NOT w.granted
 		AND w.database = l.database AND w.classid = l.classid AND w.objid = l.objid
-		AND w.objsubid = l.objsubid)
-FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
-	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+		AND w.objsubid = l.objsubid)` + heldSQL
 
 // Inspect lists the exclusive advisory locks held in the Locker's database
 // (by any session: this Locker's, another program's, psql's) whose names
-// match pattern (see dlock.Inspector). Each LockInfo has the holder's backend pid
-// (PID) and application_name (Service), and Waiting, the sessions blocked
-// in pg_advisory_lock behind it (pglock's own waiters poll with
-// pg_try_advisory_lock and are not counted). TTL is 0: a session lock
-// lasts as long as its session.
+// match pattern (see dlock.Inspector). Each LockInfo has the holder's
+// backend pid (PID) and application_name (Service), and Waiting, the
+// sessions blocked in pg_advisory_lock behind it (pglock's own waiters
+// poll with pg_try_advisory_lock and are not counted). TTL is 0: a session
+// lock lasts as long as its session.
 //
 // Key is the lock's name where the Locker can know it: for the locks it
 // holds itself (as its handles name them; then Fence and Since are the
@@ -56,12 +52,10 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 // lock that name maps to (WithPrefix, WithKeyFunc). An advisory key is a
 // hash: a glob cannot be matched against the names behind it. Other locks
 // are listed as "advisory:<n>" (bigint keys) or "advisory:<a>,<b>" (int4
-// pairs), which a pattern may match too. The
-// server does not record when a lock was granted: for locks of other
-// sessions, Since is the session's backend_start, the one time that is
-// never later than the grant (query_start and state_change move with every
-// later statement of the session, and xact_start ends with the
-// transaction, so each may be after the grant).
+// pairs), which a pattern may match too. The server does not record when a
+// lock was granted: for other sessions' locks, Since is the session's
+// backend_start, the one time never later than the grant (query_start,
+// state_change and xact_start can each be after it).
 //
 // At most limit locks are returned (0: 1000), sorted by key.
 // It returns an error matching dlock.ErrUnavailable when the query fails.
@@ -70,32 +64,21 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	if err != nil {
 		return nil, err
 	}
-	n := naming{mine: l.ownLocks()}
+	n := naming{l: l, mine: l.ownLocks()}
 	if !strings.ContainsAny(pattern, `*?[\`) {
 		if k, err := l.mapKey(pattern); err == nil {
 			n.pattern, n.named = pattern, &k
 		}
 	}
-
-	rows, err := l.pool.Query(ctx, inspectSQL)
+	rows, _ := l.pool.Query(ctx, inspectSQL) // its error comes back from CollectRows
+	out, err := pgx.CollectRows(rows, n.lockInfo)
 	if err != nil {
 		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
 	}
-	defer rows.Close()
-	var out []dlock.LockInfo
-	for rows.Next() {
-		info, err := l.lockInfo(rows, n)
-		if err != nil {
-			return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
-		}
-		if match.MatchString(info.Key) {
-			out = append(out, info)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
-	}
-	sortInfos(out)
+	out = slices.DeleteFunc(out, func(info dlock.LockInfo) bool { return !match.MatchString(info.Key) })
+	slices.SortFunc(out, func(a, b dlock.LockInfo) int {
+		return cmp.Or(strings.Compare(a.Key, b.Key), a.PID-b.PID)
+	})
 	if len(out) > limit {
 		out = out[:limit]
 	}
@@ -106,8 +89,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 // backend pid.
 type lockID struct {
 	classid, objid int64
-	objsubid       int32
-	pid            int32
+	objsubid, pid  int32
 }
 
 // is reports whether the lock is on key k.
@@ -116,19 +98,13 @@ func (id lockID) is(k Key) bool {
 	return c == id.classid && o == id.objid && int32(s) == id.objsubid
 }
 
-// ownLock is a lock this Locker holds, for Inspect.
-type ownLock struct {
-	name string
-	heldLock
-}
-
 // ownLocks returns the locks this Locker holds.
-func (l *Locker) ownLocks() map[lockID]ownLock {
-	mine := map[lockID]ownLock{}
-	l.names.Range(func(k, v any) bool {
+func (l *Locker) ownLocks() map[lockID]*grant {
+	mine := map[lockID]*grant{}
+	l.grants.Range(func(k, _ any) bool {
 		g := k.(*grant)
 		c, o, s := g.key.lockID()
-		mine[lockID{c, o, int32(s), g.pid}] = ownLock{g.name, v.(heldLock)}
+		mine[lockID{c, o, int32(s), g.pid}] = g
 		return true
 	})
 	return mine
@@ -137,30 +113,28 @@ func (l *Locker) ownLocks() map[lockID]ownLock {
 // naming is what Inspect knows of lock names beside what holders publish:
 // its own locks, and the key of the pattern when it is a plain name.
 type naming struct {
-	mine    map[lockID]ownLock
+	l       *Locker
+	mine    map[lockID]*grant
 	named   *Key
 	pattern string
 }
 
-// lockInfo reads one row of inspectSQL and names its lock: this Locker's
-// own by its handle's name, then by the name its holder published
-// (WithHolderInfo), then by the pattern when that is the lock's plain
-// name, and otherwise by its advisory key.
-func (l *Locker) lockInfo(rows pgx.Rows, n naming) (dlock.LockInfo, error) {
+// lockInfo reads one row of inspectSQL and names its lock (see Inspect).
+func (n naming) lockInfo(row pgx.CollectableRow) (dlock.LockInfo, error) {
 	var (
 		id      lockID
 		app     string
 		started pgtype.Timestamptz
 		waiting int64
 	)
-	if err := rows.Scan(&id.classid, &id.objid, &id.objsubid, &id.pid, &app, &started, &waiting); err != nil {
+	if err := row.Scan(&id.classid, &id.objid, &id.objsubid, &id.pid, &app, &started, &waiting); err != nil {
 		return dlock.LockInfo{}, err
 	}
-	info := dlock.LockInfo{Node: l.node, PID: int(id.pid), Service: app, Waiting: int(waiting), Majority: true}
+	info := dlock.LockInfo{Node: n.l.node, PID: int(id.pid), Service: app, Waiting: int(waiting), Majority: true}
 	if started.Valid {
 		info.Since = started.Time
 	}
-	name, service, published := l.publishedName(app, id)
+	name, service, published := n.l.publishedName(app, id)
 	if published {
 		info.Service = service
 	}
@@ -187,13 +161,4 @@ func advisoryName(classid, objid int64, objsubid int32) string {
 		return "advisory:" + strconv.Itoa(int(int32(uint32(classid)))) + "," + strconv.Itoa(int(int32(uint32(objid))))
 	}
 	return "advisory:" + strconv.FormatInt(int64(uint64(classid)<<32|uint64(objid)), 10)
-}
-
-func sortInfos(rows []dlock.LockInfo) {
-	slices.SortFunc(rows, func(a, b dlock.LockInfo) int {
-		if c := strings.Compare(a.Key, b.Key); c != 0 {
-			return c
-		}
-		return a.PID - b.PID
-	})
 }

@@ -13,22 +13,16 @@ import (
 // HashKey("x") never collides with any KeyPair. A Key is a small value,
 // safe to copy and to use concurrently.
 type Key struct {
-	name   string // names the key in handles and messages
-	n      int64  // the bigint form
-	a, b   int32  // the pair form
-	pair   bool
-	hashed bool
+	name string // names the key in handles and messages
+	n    int64  // the bigint form
+	a, b int32  // the pair form
+	pair bool
 }
 
-// waitKey is the one bigint advisory key pglock reserves (the package
-// documentation gives its value): a Locker's release listener holds it in
-// share mode while any of its acquisitions waits, and a release sends its
-// NOTIFY only when it cannot take waitKey exclusively (see
-// WithReleaseNotify). It is bytes 8 to 15 of the SHA-256 of "pglock
-// waiters", so no HashKey name maps to it except by the same 2^-64 chance
-// as any other collision. A session holding it exclusively makes waiters
-// poll, and one holding it in share mode makes every release send a
-// NOTIFY.
+// waitKey is the one bigint advisory key pglock reserves: release
+// listeners hold it in share mode while anyone waits (notify.go). It is
+// bytes 8 to 15 of the SHA-256 of "pglock waiters", so no HashKey name maps
+// to it except by the same 2^-64 chance as any other collision.
 const waitKey int64 = -3089797466993508641
 
 // HashKey maps a lock name to a bigint advisory key: the first 8 bytes of
@@ -48,7 +42,7 @@ const waitKey int64 = -3089797466993508641
 // never lets two holders of one name in.
 func HashKey(name string) Key {
 	sum := sha256.Sum256([]byte(name))
-	return Key{name: name, n: int64(binary.BigEndian.Uint64(sum[:8])), hashed: true}
+	return Key{name: name, n: int64(binary.BigEndian.Uint64(sum[:8]))}
 }
 
 // Int64Key is the bigint advisory key n, for schemes that already number
@@ -84,13 +78,13 @@ func (k Key) form() int {
 	return 0
 }
 
-// args returns the key's statement arguments ($1, or $1 and $2), with room
-// for two more.
-func (k Key) args() []any {
+// args appends the key's statement arguments ($1, or $1 and $2) to dst,
+// as pointers into k: passing them allocates nothing.
+func (k *Key) args(dst []any) []any {
 	if k.pair {
-		return append(make([]any, 0, 4), k.a, k.b)
+		return append(dst, &k.a, &k.b)
 	}
-	return append(make([]any, 0, 3), k.n)
+	return append(dst, &k.n)
 }
 
 // lockID returns how pg_locks shows the key: classid, objid and objsubid.

@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -22,12 +23,18 @@ const FenceSequence = "dlock_fence"
 // sequence's settings); run it yourself where schema changes go through a
 // migration tool. CACHE 1 matters: with a per-session cache two sessions
 // would hand out numbers from different ranges, and a later holder could
-// get a smaller fence. Run from several sessions at once it can fail with
-// a unique violation (SQLSTATE 23505); Migrate serializes itself and does
-// not.
+// get a smaller fence. A semaphore's row holds its limit (permits) and how
+// many slots may be held (slots: above the limit after SetLimit shrank it,
+// while their holders finish). Run from several sessions at once it can
+// fail with a unique violation (SQLSTATE 23505); Migrate serializes itself
+// and does not.
 const MigrateSQL = `CREATE SEQUENCE IF NOT EXISTS ` + FenceSequence + `
 	AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE;
-` + semaphoreTableSQL
+CREATE TABLE IF NOT EXISTS dlock_semaphore (
+	name bytea PRIMARY KEY,
+	permits int NOT NULL,
+	slots int NOT NULL
+)`
 
 // checkSequenceSQL reads the settings that fences depend on.
 const checkSequenceSQL = `SELECT seqincrement, seqmin, seqcache, seqcycle
@@ -38,22 +45,19 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Migrate creates the fence sequence and the semaphore table if they do not
-// exist (MigrateSQL) and checks that an existing sequence counts up by one,
-// from at least 1, without a per-session cache and without wrapping
-// around, as fences need; otherwise it returns an error matching
+// Migrate runs MigrateSQL and checks that an existing sequence counts up
+// by one, from at least 1, without a per-session cache and without
+// wrapping around, as fences need; otherwise it returns an error matching
 // dlock.ErrInvalid. A role without the right to create them gets
 // dlock.ErrMisconfigured, an unreachable server dlock.ErrUnavailable.
-// pglock never creates the
-// sequence on its own: a Locker whose database lacks it fails with
-// ErrNotMigrated. Migrate is idempotent, and safe to run from several
-// processes at once (each holds a transaction-level advisory lock while it
-// creates); lock traffic may run while it does.
+// Migrate is idempotent, and safe to run from several processes at once
+// (each holds a transaction-level advisory lock while it creates); lock
+// traffic may run while it does.
 func Migrate(ctx context.Context, db Execer) error {
-	if ctx == nil {
+	switch {
+	case ctx == nil:
 		return nodeerr.Invalidf("nil context")
-	}
-	if pgmigrate.IsNil(db) {
+	case pgmigrate.IsNil(db):
 		return nodeerr.Invalidf("nil database handle")
 	}
 	if _, err := db.Exec(ctx, pgmigrate.Serialized(MigrateSQL)); err != nil {
@@ -78,21 +82,19 @@ func checkSequence(ctx context.Context, db Execer) error {
 	if err != nil {
 		return migrateErr(err)
 	}
-	defer rows.Close()
-	var inc, minv, cache int64
-	var cycle bool
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return migrateErr(err)
-		}
+	type settings struct {
+		Inc, Min, Cache int64
+		Cycle           bool
+	}
+	seq, err := pgx.CollectOneRow(rows, pgx.RowToStructByPos[settings])
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("pglock: migrate: %w: %s is not a sequence", dlock.ErrInvalid, FenceSequence)
-	}
-	if err := rows.Scan(&inc, &minv, &cache, &cycle); err != nil {
+	case err != nil:
 		return migrateErr(err)
-	}
-	if inc != 1 || minv < 1 || cache != 1 || cycle {
+	case seq.Inc != 1 || seq.Min < 1 || seq.Cache != 1 || seq.Cycle:
 		return fmt.Errorf("pglock: migrate: %w: sequence %s has INCREMENT %d, MINVALUE %d, CACHE %d, CYCLE %v; fences need INCREMENT 1, MINVALUE >= 1, CACHE 1 and NO CYCLE (ALTER SEQUENCE %s INCREMENT 1 CACHE 1 NO CYCLE)",
-			dlock.ErrInvalid, FenceSequence, inc, minv, cache, cycle, FenceSequence)
+			dlock.ErrInvalid, FenceSequence, seq.Inc, seq.Min, seq.Cache, seq.Cycle, FenceSequence)
 	}
 	return nil
 }

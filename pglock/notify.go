@@ -9,25 +9,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
-// Wake-on-release
-//
-// A Locker with waiting acquisitions keeps one connection of its own,
-// outside the pool, that LISTENs on notifyChannel and holds waitKey in
-// share mode (opened when a waiting attempt first finds its key busy,
-// closed when the last waiter leaves). Release runs pg_advisory_unlock
-// and then, in the same statement, pg_try_advisory_xact_lock(waitKey): if
-// that fails, some Locker's listener holds waitKey, so someone may wait,
-// and the statement sends pg_notify with the key's notifyID as payload,
-// delivered when its transaction commits, after the unlock. If it
-// succeeds, nobody waits anywhere: no NOTIFY (which would cost an xid and
-// a WAL flush at commit), and the exclusive waitKey lock ends with the
-// statement. The check costs a lock-table entry made and dropped
-// (bench/RESULTS.md). The listener wakes its earliest waiter for the
-// released key, which retries at once instead of at its next poll.
+// Wake-on-release (Waiting in the package documentation; the release
+// statement: buildStatements). With nobody waiting anywhere a release
+// sends no NOTIFY (an xid and a WAL flush), and costs only a lock-table
+// entry made and dropped (bench/RESULTS.md).
 //
 // No release is missed. The listener wakes every waiter once after its
 // LISTEN and its waitKey lock are both in place. A release whose unlock
@@ -42,7 +32,7 @@ import (
 //
 // A notification is only a hint: the woken waiter must still win
 // pg_try_advisory_lock, so it cannot cause a double grant. Releases that
-// send none (a session that died, a peer without notifications, a lost
+// send none (a dying session, a Locker without notifications, a lost
 // listener connection) are found by polling at dlock.WithRetryDelay.
 
 const notifyChannel = "dlock_release"
@@ -54,21 +44,10 @@ type listener struct {
 	l *Locker
 
 	mu      sync.Mutex
-	byKey   map[string][]*waiter // notifyID → waiters in arrival order
-	cancel  context.CancelFunc   // stops the running loop; nil when none runs
+	byKey   map[string][]chan struct{} // notifyID → waiters in arrival order
+	cancel  context.CancelFunc         // stops the running loop; nil when none runs
 	running sync.WaitGroup
 	closed  bool
-}
-
-type waiter struct{ ch chan struct{} }
-
-func (l *Locker) lst() *listener {
-	l.lmu.Lock()
-	defer l.lmu.Unlock()
-	if l.listeners == nil {
-		l.listeners = &listener{l: l, byKey: make(map[string][]*waiter)}
-	}
-	return l.listeners
 }
 
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
@@ -77,14 +56,11 @@ func (l *Locker) lst() *listener {
 // off (WithReleaseNotify(false)), for keys the key function rejects, and
 // after Close the channel never fires and waits poll.
 func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func()) {
-	if !l.notify || bridge.KeyProblem(key) != "" {
-		return nil, func() {}
-	}
 	k, err := l.mapKey(key)
-	if err != nil {
+	if err != nil || bridge.KeyProblem(key) != "" {
 		return nil, func() {}
 	}
-	return l.notifyKeys(k)
+	return l.notifyKeys(k) // nothing when notifications are off
 }
 
 // notifyKeys is NotifyRelease for Keys: one registration on every key, so
@@ -93,8 +69,8 @@ func (l *Locker) notifyKeys(keys ...Key) (released <-chan struct{}, stop func())
 	if !l.notify || slices.ContainsFunc(keys, func(k Key) bool { return !k.valid() }) {
 		return nil, func() {}
 	}
-	n := l.lst()
-	w := &waiter{ch: make(chan struct{}, 1)}
+	n := l.listener
+	w := make(chan struct{}, 1)
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -106,14 +82,11 @@ func (l *Locker) notifyKeys(keys ...Key) (released <-chan struct{}, stop func())
 		n.byKey[ids[i]] = append(n.byKey[ids[i]], w)
 	}
 	n.mu.Unlock()
-	var once sync.Once
-	return w.ch, func() {
-		once.Do(func() {
-			for _, id := range ids {
-				n.leave(id, w)
-			}
-		})
-	}
+	return w, sync.OnceFunc(func() {
+		for _, id := range ids {
+			n.leave(id, w)
+		}
+	})
 }
 
 // Close stops the Locker's release listener (a goroutine and one
@@ -122,7 +95,7 @@ func (l *Locker) notifyKeys(keys ...Key) (released <-chan struct{}, stop func())
 // keep working. Close does not close the pool, is safe to call more than
 // once, and returns nil.
 func (l *Locker) Close() error {
-	n := l.lst()
+	n := l.listener
 	n.mu.Lock()
 	n.closed = true
 	if n.cancel != nil {
@@ -139,7 +112,7 @@ func (l *Locker) busy(k Key) {
 	if !l.notify {
 		return
 	}
-	n := l.lst()
+	n := l.listener
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed || n.cancel != nil || len(n.byKey[k.notifyID()]) == 0 {
@@ -153,22 +126,19 @@ func (l *Locker) busy(k Key) {
 
 // leave ends w's wait. A wake-up w did not use passes to the next waiter
 // for the key; the last waiter of all stops the listener.
-func (n *listener) leave(id string, w *waiter) {
+func (n *listener) leave(id string, w chan struct{}) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ws := n.byKey[id]
-	for i, x := range ws {
-		if x == w {
-			ws = append(ws[:i:i], ws[i+1:]...)
-			break
-		}
+	if i := slices.Index(ws, w); i >= 0 {
+		ws = slices.Delete(ws, i, i+1)
 	}
 	if len(ws) == 0 {
 		delete(n.byKey, id)
 	} else {
 		n.byKey[id] = ws
 		select {
-		case <-w.ch:
+		case <-w:
 			signal(ws[0])
 		default:
 		}
@@ -197,11 +167,7 @@ func (n *listener) run(ctx context.Context) {
 				"node", n.l.node, "err", nodeerr.OneLine(err).Error())
 		}
 		backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
+		backend.Sleep(ctx, backoff) // the loop ends if ctx does
 	}
 }
 
@@ -214,11 +180,7 @@ func (n *listener) listen(ctx context.Context) (listened bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		conn.Close(cctx)
-		cancel()
-	}()
+	defer closeConn(conn)
 	// The share lock waits only for a release that holds waitKey for the
 	// length of its statement. It ends with the session.
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel+"; SELECT pg_advisory_lock_shared("+waitKeySQL+")"); err != nil {
@@ -257,9 +219,9 @@ func (n *listener) released(id string) {
 }
 
 // signal wakes w unless a wake-up is already pending.
-func signal(w *waiter) {
+func signal(w chan struct{}) {
 	select {
-	case w.ch <- struct{}{}:
+	case w <- struct{}{}:
 	default:
 	}
 }
@@ -282,11 +244,17 @@ func (l *Locker) connectListener(ctx context.Context) (*pgx.Conn, error) {
 	}
 	if cfg.AfterConnect != nil {
 		if err := cfg.AfterConnect(ctx, conn); err != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			conn.Close(cctx)
-			cancel()
+			closeConn(conn)
 			return nil, err
 		}
 	}
 	return conn, nil
+}
+
+// closeConn closes conn, waiting at most a second for the server: the
+// socket is closed even if Terminate cannot be sent.
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	conn.Close(ctx)
+	cancel()
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,20 +45,18 @@ type Locker struct {
 	// what holder says, named those of one that publishes an identity
 	// (the same with holder info).
 	plain, named *statements
-	exec         rowExec
+	direct       bool // queryRow's hand-coded path: pgx's default query mode, no tracer
 
 	held atomic.Int32 // connections pinned by this Locker's locks
 
-	lmu       sync.Mutex
-	listeners *listener
+	listener *listener // wake-on-release (notify.go)
 
-	names sync.Map // the locks this Locker holds, for Inspect (inspect.go)
+	grants sync.Map // the locks this Locker holds (*grant keys), for Inspect
 }
 
 var _ dlock.Locker = (*Locker)(nil)
 
-// releaseBound limits clean-up statements (rollbacks, closes) that must run
-// after the caller's context ended.
+// releaseBound bounds an Extend whose ctx has no deadline.
 const releaseBound = 5 * time.Second
 
 // Option configures a Locker.
@@ -149,11 +148,11 @@ func WithSessionLease(margin time.Duration) Option {
 // INT_MAX milliseconds. A larger value makes every set_config fail.
 const maxSessionLease = math.MaxInt32 * time.Millisecond
 
-// checkLease rejects a ttl that, with the lease margin, is above what
-// idle_session_timeout accepts.
-func (l *Locker) checkLease(ttl time.Duration) error {
-	if l.lease < 0 {
-		return nil
+// checkTTL rejects a ttl that no lock honours, or that, with the lease
+// margin, is above what idle_session_timeout accepts.
+func (l *Locker) checkTTL(ttl time.Duration) error {
+	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil || l.lease < 0 {
+		return err
 	}
 	if ms := bridge.Milliseconds(ttl + l.lease); ms > maxSessionLease.Milliseconds() {
 		return nodeerr.Invalidf("ttl %v + session lease margin %v = %dms: above idle_session_timeout's maximum of %dms (about 24.8 days)",
@@ -176,16 +175,18 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		return nil, nodeerr.Invalidf("nil pgxpool.Pool")
 	}
 	cfg := pool.Config()
+	cc := cfg.ConnConfig
 	l := &Locker{
 		pool:     pool,
-		node:     net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))),
+		node:     net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
 		maxConns: cfg.MaxConns,
 		keyFunc:  func(name string) (Key, error) { return HashKey(name), nil },
 		notify:   true,
 		lease:    -1,
 		cfg:      backend.New(0, false),
-		exec:     newRowExec(cfg.ConnConfig),
+		direct:   cc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cc.Tracer == nil,
 	}
+	l.listener = &listener{l: l, byKey: map[string][]chan struct{}{}}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
@@ -201,11 +202,9 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // TryAcquire makes one attempt to take the session-level advisory lock on
 // key (WithPrefix's prefix and key, mapped by HashKey or WithKeyFunc) and
 // to draw its fence, in one statement on a connection it pins for the life
-// of the lock.
-//
-// The lock does not expire on the server: it lasts as long as the session,
-// and ttl is how long the handle trusts it without a successful health
-// check (see TTL in the package documentation).
+// of the lock. The lock lasts as long as the session; ttl is how long the
+// handle trusts it without a health check (see TTL in the package
+// documentation).
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds the lock, dlock.ErrMisconfigured when the server refused for a
@@ -216,18 +215,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 // reason), and dlock.ErrInvalid for bad arguments. A wait for a free pool
 // connection ends with ctx, matching dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryName(ctx, key, ttl) })
-}
-
-func (l *Locker) tryName(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := l.checkArgs(ctx, key, ttl); err != nil {
-		return nil, err
-	}
-	k, err := l.mapKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return l.tryAcquire(ctx, key, k, ttl)
+	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) {
+		if err := l.checkArgs(ctx, key, ttl); err != nil {
+			return nil, err
+		}
+		k, err := l.mapKey(key)
+		if err != nil {
+			return nil, err
+		}
+		return l.tryAcquire(ctx, key, k, ttl)
+	})
 }
 
 // mapKey returns the advisory key of name: WithPrefix's prefix and name,
@@ -281,16 +278,10 @@ func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{
 // checkArgs is backend.Config's Check without the drift margin: a
 // session lock's validity sets none aside.
 func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) error {
-	if ctx == nil {
-		return nodeerr.Invalidf("nil context")
-	}
-	if err := l.cfg.CheckKey(key); err != nil {
+	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return err
 	}
-	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil {
-		return err
-	}
-	return l.checkLease(ttl)
+	return l.checkTTL(ttl)
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Duration) (*dlock.Lock, error) {
@@ -304,7 +295,7 @@ func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Du
 // grantLock makes one attempt to take the session lock on k and returns
 // the grant, its fence and its validity.
 func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Duration) (*grant, uint64, time.Time, error) {
-	p, err := l.publish(ctx, name)
+	p, err := l.publication(ctx, name)
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}
@@ -315,48 +306,30 @@ func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Dur
 	return l.grantOn(ctx, conn, name, k, ttl, p)
 }
 
-// pub is what a grant publishes: publication's results, and the identity.
-type pub struct {
-	st       *statements
-	app, alt string
-	id       string
-}
-
-// publish returns what a grant of name publishes (see publication).
-func (l *Locker) publish(ctx context.Context, name string) (pub, error) {
-	id := driver.Identity(ctx)
-	st, app, alt, err := l.publication(name, id)
-	return pub{st, app, alt, id}, err
-}
-
 // grantOn is grantLock on conn, which it pins for the lock when granted,
 // gives back to the pool when k is busy, and discards on an error.
 func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration, p pub) (*grant, uint64, time.Time, error) {
-	st, app, alt, id := p.st, p.app, p.alt, p.id
-	// The grant is made first: it holds the statement's arguments and
-	// results, for this statement and the release (fewer allocations).
-	g := &grant{l: l, key: k, name: name, st: st}
-	args := g.keyArgs()
-	r := &g.row
-	dest := append(g.dest[:0], &r.fence, &r.pid)
+	g := &grant{l: l, key: k, name: name, st: p.st}
+	args := g.key.args(g.args[:0])
+	dest := append(g.dest[:0], &g.drawn, &g.pid)
 	if l.lease >= 0 {
 		args = append(args, l.leaseMS(ttl))
 	}
-	if st != l.plain || l.holder {
-		args = append(args, app, alt)
+	if p.st != l.plain || l.holder {
+		args = append(args, p.app, p.alt)
 	}
-	for i := range st.settings {
-		dest = append(dest, &r.set[i], &g.prev[i])
+	for i := range p.st.settings {
+		dest = append(dest, &g.set[i], &g.prev[i])
 	}
 
 	start := time.Now()
-	if err := l.exec.queryRow(ctx, conn.Conn(), st.acquire[k.form()], &g.bufs, args, dest); err != nil {
+	if err := queryRow(ctx, l.direct, conn.Conn(), p.st.acquire[k.form()], &g.bufs, args, dest); err != nil {
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
 		return nil, 0, time.Time{}, acquireErr(ctx, name, l.node, err)
 	}
-	if !r.fence.Valid {
+	if !g.drawn.Valid {
 		conn.Release()
 		l.busy(k)
 		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
@@ -367,25 +340,21 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
 	}
 	l.held.Add(1)
-	g.conn, g.pid = conn, r.pid
-	l.names.Store(g, heldLock{since: time.Now(), fence: uint64(r.fence.Int64), identity: id})
-	return g, uint64(r.fence.Int64), validUntil, nil
+	g.conn = conn
+	g.since, g.fence, g.identity = time.Now(), uint64(g.drawn.Int64), p.id
+	l.grants.Store(g, nil)
+	return g, g.fence, validUntil, nil
 }
 
-// acquireRow is what the acquiring statement returns (the previous values
-// of the session settings it changes go to grant.prev). The fence is NULL
-// when the lock was not granted.
-type acquireRow struct {
-	fence pgtype.Int8
-	pid   int32
-	set   [2]bool // per session setting: whether it was set
-}
-
-// pin takes a connection from the pool for an attempt, refusing at once
-// when the Locker's own held locks pin every connection of the pool.
+// pin takes a connection from the pool for an attempt. It refuses at once
+// with ErrPoolExhausted when the Locker's own held locks pin every
+// connection: waiting cannot be trusted to change that (the locks may be
+// the caller's own, nested), so dlock.Acquire and dlock.Do return it at
+// once, as TryAcquire does.
 func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
-	if err := l.exhausted(name); err != nil {
-		return nil, err
+	if n := l.held.Load(); n >= l.maxConns {
+		return nil, &bridge.Final{Err: fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
+			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)}
 	}
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -396,25 +365,10 @@ func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 	return conn, nil
 }
 
-// exhausted returns ErrPoolExhausted when the Locker's held locks pin every
-// connection of the pool. Waiting cannot be trusted to change that (the
-// locks may be the caller's own, nested), so dlock.Acquire and dlock.Do
-// return it at once, as TryAcquire does.
-func (l *Locker) exhausted(name string) error {
-	if n := l.held.Load(); n >= l.maxConns {
-		return &bridge.Final{Err: fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
-			name, dlock.ErrUnavailable, ErrPoolExhausted, n, l.maxConns)}
-	}
-	return nil
-}
-
 // discard closes a connection whose session may hold a lock, so the server
 // releases everything the session had, and takes it out of the pool.
 func discard(conn *pgxpool.Conn) {
-	c := conn.Hijack()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	c.Close(ctx) // sends Terminate; the socket is closed even if that fails
-	cancel()
+	closeConn(conn.Hijack())
 }
 
 // grant is one held session lock: the pinned connection and what the
@@ -425,6 +379,10 @@ type grant struct {
 	name string
 	st   *statements // the statements it was taken with, and is released with
 	pid  int32       // pg_backend_pid() at acquisition
+	// For Inspect and ReadTerm (identity: driver.Identity's, if any).
+	since    time.Time
+	fence    uint64
+	identity string
 	// prev are the values the session settings that the grant changed
 	// (sessionSettings: a lease's idle_session_timeout, holder info's
 	// application_name) had before, restored at release.
@@ -437,22 +395,16 @@ type grant struct {
 	ended       error
 	sessionGone bool
 
-	// Arguments and results of the acquiring and the releasing statement.
-	// The key arguments point into key, so passing them allocates nothing.
+	// Arguments and results of the acquiring and the releasing statement
+	// (the key arguments point into key: passing them allocates nothing).
+	// drawn is the fence, NULL when the lock was not granted; set says per
+	// session setting whether the grant set it.
 	args    [5]any
 	dest    [6]any
-	row     acquireRow
+	drawn   pgtype.Int8
+	set     [2]bool
 	outcome int32
 	bufs    rowBufs
-}
-
-// keyArgs returns the key's statement arguments ($1, or $1 and $2), in
-// g.args.
-func (g *grant) keyArgs() []any {
-	if g.key.pair {
-		return append(g.args[:0], &g.key.a, &g.key.b)
-	}
-	return append(g.args[:0], &g.key.n)
 }
 
 // Extend checks that the lock's session is alive, is the one that took the
@@ -467,10 +419,7 @@ func (g *grant) keyArgs() []any {
 // deadline does interrupt it, and then the lock is lost; without a
 // deadline the check gives up after releaseBound.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
-	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil {
-		return time.Time{}, err
-	}
-	if err := g.l.checkLease(ttl); err != nil {
+	if err := g.l.checkTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
 	g.mu.Lock()
@@ -498,8 +447,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		args = append(args, g.l.leaseMS(ttl))
 		dest = append(dest, &leased)
 	}
-	err := g.conn.QueryRow(ctx, sql, args...).Scan(dest...)
-	if err != nil {
+	if err := g.conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
 		return time.Time{}, g.connErr(ctx, err, true)
 	}
 	switch {
@@ -527,14 +475,14 @@ func (g *grant) Release(ctx context.Context) error {
 	// With notifications on, the statement sends a NOTIFY (a hint; waiters
 	// still have to win the lock) when someone waits. It is delivered when
 	// the statement's implicit transaction commits, after the unlock.
-	args := g.keyArgs()
+	args := g.key.args(g.args[:0])
 	dest := append(g.dest[:0], &g.outcome)
 	var restored [2]bool
 	for i := range g.st.settings {
 		args = append(args, g.prev[i])
 		dest = append(dest, &restored[i])
 	}
-	if err := g.l.exec.queryRow(ctx, g.conn.Conn(), g.st.release[g.key.form()], &g.bufs, args, dest); err != nil {
+	if err := queryRow(ctx, g.l.direct, g.conn.Conn(), g.st.release[g.key.form()], &g.bufs, args, dest); err != nil {
 		return g.connErr(ctx, err, false)
 	}
 	if unlocked := g.outcome != 0; !unlocked {
@@ -546,7 +494,7 @@ func (g *grant) Release(ctx context.Context) error {
 	g.conn.Release()
 	g.conn, g.ended = nil, errors.New("released")
 	g.l.held.Add(-1)
-	g.l.names.Delete(g)
+	g.l.grants.Delete(g)
 	return nil
 }
 
@@ -559,7 +507,8 @@ func (g *grant) Release(ctx context.Context) error {
 // statement error on a live session leaves the lock held.
 func (g *grant) connErr(ctx context.Context, err error, extend bool) error {
 	if !g.conn.Conn().IsClosed() {
-		return fmt.Errorf("%w (the session still holds the lock)", g.l.callErr(ctx, err))
+		nerr := nodeerr.Error(ctx, g.l.node, err, kind(err), false)
+		return fmt.Errorf("%w (the session still holds the lock)", nerr)
 	}
 	nerr := g.l.serverErr(err)
 	if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -577,7 +526,7 @@ func (g *grant) end(sessionGone bool, why error) {
 	discard(g.conn)
 	g.conn, g.ended, g.sessionGone = nil, why, sessionGone
 	g.l.held.Add(-1)
-	g.l.names.Delete(g)
+	g.l.grants.Delete(g)
 }
 
 // endedErr is the error of an operation on a grant whose connection is

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock"
@@ -16,18 +17,9 @@ import (
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
-// semaphoreTable is the table where semaphores record their limits: a row
-// per semaphore name (with WithPrefix's prefix), created by Migrate.
+// semaphoreTable is where semaphores record their limits: a row per
+// semaphore name (with WithPrefix's prefix), created by MigrateSQL.
 const semaphoreTable = "dlock_semaphore"
-
-// semaphoreTableSQL creates semaphoreTable: the limit (permits), and how
-// many slots may be held (slots: above the limit after SetLimit shrank
-// it, while their holders finish).
-const semaphoreTableSQL = `CREATE TABLE IF NOT EXISTS ` + semaphoreTable + ` (
-	name bytea PRIMARY KEY,
-	permits int NOT NULL,
-	slots int NOT NULL
-)`
 
 // The statements of a grant, in its transaction. semBeginSQL bounds how
 // long a client that stops mid-grant (paused, cut off) keeps the row's lock
@@ -48,10 +40,7 @@ var _ driver.Semaphores = (*Locker)(nil)
 
 // Semaphore implements driver.Semaphores (see dlock.Semaphore): its
 // TryAcquire grants one of limit permits of name as the session lock on a
-// free slot, the slot's key (see dlock.Semaphore) mapped as TryAcquire maps
-// names, and pins
-// its connection as every lock does. See Semaphores in the package
-// documentation.
+// free slot (see Semaphores in the package documentation).
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
 
 // semaphore is the Locker of Semaphore.
@@ -61,45 +50,43 @@ type semaphore struct {
 }
 
 func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	return s.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) { return s.try(ctx, name, ttl) })
-}
-
-func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
 	l := s.l
-	if err := nodeerr.Invalid(bridge.LimitProblem(s.limit)); err != nil {
-		return nil, err
-	}
-	if err := l.checkArgs(ctx, name, ttl); err != nil {
-		return nil, err
-	}
-	conn, err := l.pin(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	slot, k, err := l.semTake(ctx, conn, name, s.limit)
-	if err != nil {
-		if errors.Is(err, dlock.ErrNotAcquired) {
-			l.semBusy(name)
+	return l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
+		if err := nodeerr.Invalid(bridge.LimitProblem(s.limit)); err != nil {
+			return nil, err
 		}
-		return nil, err
-	}
-	p, err := l.publish(ctx, bridge.SlotKey(name, slot))
-	if err != nil {
-		discard(conn) // in the grant's transaction
-		return nil, err
-	}
-	g, fence, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl, p)
-	if err == nil {
-		_, err = conn.Exec(ctx, "COMMIT")
+		if err := l.checkArgs(ctx, name, ttl); err != nil {
+			return nil, err
+		}
+		conn, err := l.pin(ctx, name)
 		if err != nil {
-			g.end(true, err)
-			err = acquireErr(ctx, name, l.node, err)
+			return nil, err
 		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	return driver.NewPermit(name, slot, bridge.NewToken(), fence, validUntil, g), nil
+		slot, k, err := l.semTake(ctx, conn, name, s.limit)
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			// The waits are registered on every slot, the first one included.
+			if first, kerr := l.mapKey(bridge.SlotKey(name, 0)); kerr == nil {
+				l.busy(first)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		p, err := l.publication(ctx, bridge.SlotKey(name, slot))
+		if err != nil {
+			discard(conn) // in the grant's transaction
+			return nil, err
+		}
+		g, fence, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl, p)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			g.end(true, err)
+			return nil, acquireErr(ctx, name, l.node, err)
+		}
+		return driver.NewPermit(name, slot, bridge.NewToken(), fence, validUntil, g), nil
+	})
 }
 
 // semTake begins the grant's transaction on conn, locks name's row of
@@ -108,10 +95,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 // ends the transaction and gives conn back, or discards it when the
 // server's answer is unknown.
 func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (int, Key, error) {
-	slot, k, update, err := l.semPick(ctx, conn, name, limit)
-	if err == nil && update != nil {
-		_, err = conn.Exec(ctx, semUpdateSQL, update...)
-	}
+	slot, k, err := l.semPick(ctx, conn, name, limit)
 	switch {
 	case err == nil:
 		return slot, k, nil
@@ -132,32 +116,32 @@ func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, l
 // matching dlock.ErrInvalid when the record has another limit,
 // dlock.ErrNotAcquired when limit or more permits are held (on every slot
 // that may be held). A record with no permit held is void: the limit
-// becomes this one's. update is the row's new values, nil when unchanged.
-func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (slot int, k Key, update []any, err error) {
+// becomes this one's. It updates the row when that changes it.
+func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (slot int, k Key, err error) {
 	full := l.semRow(name)
 	if _, err := conn.Exec(ctx, semBeginSQL); err != nil {
-		return 0, Key{}, nil, err
+		return 0, Key{}, err
 	}
 	var permits, slots int
 	if err := conn.QueryRow(ctx, semRecordSQL, full, limit).Scan(&permits, &slots); err != nil {
-		return 0, Key{}, nil, err
+		return 0, Key{}, err
 	}
 	keys, err := l.slotKeys(name, max(slots, limit))
 	if err != nil {
-		return 0, Key{}, nil, err
+		return 0, Key{}, err
 	}
 	var held []int
 	c, o, s := lockIDs(keys)
 	if err := conn.QueryRow(ctx, semHeldSQL, c, o, s).Scan(&held); err != nil {
-		return 0, Key{}, nil, err
+		return 0, Key{}, err
 	}
 	switch {
 	case len(held) == 0:
 		permits, slots = limit, limit
 	case permits != limit:
-		return 0, Key{}, nil, backend.LimitConflict(name, permits, limit)
+		return 0, Key{}, backend.LimitConflict(name, permits, limit)
 	case len(held) >= permits:
-		return 0, Key{}, nil, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, permits)
+		return 0, Key{}, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, permits)
 	}
 	for slices.Contains(held, slot) {
 		slot++
@@ -167,17 +151,11 @@ func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, l
 		high = max(high, h+1)
 	}
 	if high != slots || len(held) == 0 {
-		update = []any{full, permits, high}
+		if _, err := conn.Exec(ctx, semUpdateSQL, full, permits, high); err != nil {
+			return 0, Key{}, err
+		}
 	}
-	return slot, keys[slot], update, nil
-}
-
-// semBusy is busy for a semaphore whose permits are all held: its waits
-// are registered on every slot, the first one included.
-func (l *Locker) semBusy(name string) {
-	if keys, err := l.slotKeys(name, 1); err == nil {
-		l.busy(keys[0])
-	}
+	return slot, keys[slot], nil
 }
 
 // semRow is the name of name's row in semaphoreTable: the prefix, and
@@ -209,10 +187,8 @@ func lockIDs(keys []Key) (classids, objids []int64, objsubids []int16) {
 
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): one UPDATE
 // of name's row of semaphoreTable, which waits for a grant in progress.
-// The slots that may be held stay counted, so holders above a smaller
-// limit keep their permits and no new one is granted until fewer than
-// limit are held. A name with no row has never been used: nothing to
-// change.
+// The slots that may be held stay counted (docs/semaphores.md). A name
+// with no row has never been used: nothing to change.
 func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
 		return err
@@ -259,26 +235,22 @@ func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
 	if len(names) == 0 {
 		return nil
 	}
-	r, err := l.pool.Query(ctx, `SELECT name, permits FROM `+semaphoreTable+` WHERE name = ANY($1)`, names)
+	type limit struct {
+		Name    []byte
+		Permits int
+	}
+	r, _ := l.pool.Query(ctx, `SELECT name, permits FROM `+semaphoreTable+` WHERE name = ANY($1)`, names)
+	limits, err := pgx.CollectRows(r, pgx.RowToStructByPos[limit])
+	if sqlState(err) == codeUndefinedTable {
+		return nil
+	}
 	if err != nil {
-		if sqlState(err) == codeUndefinedTable {
-			return nil
-		}
 		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
 	}
-	defer r.Close()
-	for r.Next() {
-		var name []byte
-		var permits int
-		if err := r.Scan(&name, &permits); err != nil {
-			return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+	for _, lim := range limits {
+		for _, i := range rows[string(lim.Name)] {
+			infos[i].Limit = lim.Permits
 		}
-		for _, i := range rows[string(name)] {
-			infos[i].Limit = permits
-		}
-	}
-	if err := r.Err(); err != nil && sqlState(err) != codeUndefinedTable {
-		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
 	}
 	return nil
 }

@@ -2,13 +2,8 @@ package pglock
 
 import "strconv"
 
-// The statements pglock sends. Each acquisition and each release is one
-// statement, built once per Locker (see statements) so that pgx prepares it
-// once per connection.
-
-// keyParams are the advisory-lock function arguments of a key: $1 for the
-// bigint form, $1 and $2 for the pair form. The next parameter is numbered
-// keyNext.
+// keyParams are the advisory-lock function arguments of a key, $1 for the
+// bigint form, $1 and $2 for the pair form, and the next parameter's number.
 func keyParams(pair bool) (params string, next int) {
 	if pair {
 		return "($1::int4, $2::int4)", 3
@@ -20,23 +15,18 @@ func keyParams(pair bool) (params string, next int) {
 // boolean, evaluated first; "" for a lock already held) is false, and
 // otherwise draws the next fence and yields it. It is one CASE, whose
 // branches PostgreSQL evaluates in order and only as far as needed: the
-// lock, then nextval, then the durability check, which must come after
-// nextval (see below), then currval, the value nextval just drew in this
-// session (nextval never returns NULL, so its branch only draws). No CTE:
-// a materialized CTE, the other way to order the steps, costs the executor
-// a subplan and a tuplestore per execution. Every function call in the
-// statement costs too, evaluated or not: PostgreSQL builds each call at
-// every execution (bench/RESULTS.md has both costs).
+// lock, nextval (never NULL, so its branch only draws), the durability
+// check, which must come after nextval, then currval, the value just
+// drawn. One CASE rather than a materialized CTE, whose subplan and
+// tuplestore cost; every function call costs too, evaluated or not
+// (bench/RESULTS.md has both costs).
 //
-// Durability (docs/fences.md, "PostgreSQL"): when WAL that may hold the
-// record covering the fence just drawn is not flushed yet (the insert
-// position is ahead of the flush position, both read after nextval, so
-// after the record was inserted), or synchronous standbys must confirm it,
-// write a transactional logical message with the prefix "dlock" (it takes
-// an xid), so that the commit flushes, and waits for the standbys, through
-// its commit record, which follows the covering one. With
-// synchronous_commit = off commits do not flush at all, so there is
-// nothing to gain.
+// Durability (docs/fences.md, "PostgreSQL"): when the WAL insert position,
+// read after nextval, is ahead of the flush position, or synchronous
+// standbys must confirm, a transactional logical message with the prefix
+// "dlock" (it takes an xid) makes the commit flush past the record
+// covering the fence, and wait for the standbys. With synchronous_commit =
+// off commits do not flush at all, so there is nothing to gain.
 func fenceExpr(granted string) string {
 	currval := `currval('` + FenceSequence + `')`
 	e := `CASE`
@@ -58,7 +48,9 @@ const nextvalSQL = `nextval('` + FenceSequence + `')`
 var waitKeySQL = strconv.FormatInt(waitKey, 10)
 
 // statements are a Locker's acquire and release statements, for bigint
-// keys ([0]) and pairs ([1]), and the session settings they change.
+// keys ([0]) and pairs ([1]), and the session settings they change: one
+// statement per acquisition and per release, built once per Locker so
+// that pgx prepares each once per connection.
 type statements struct {
 	settings []string
 	acquire  [2]string
@@ -89,8 +81,6 @@ func (l *Locker) buildStatements(sets []string) *statements {
 				prev, arg := `p`+strconv.Itoa(j), `$`+strconv.Itoa(n)+`::text`
 				n++
 				if set == "application_name" {
-					// The first format string if its result fits, else the
-					// second (publication).
 					alt := `$` + strconv.Itoa(n) + `::text`
 					n++
 					arg = `format(CASE WHEN length(format(` + arg + `, l.fence)) <= ` + strconv.Itoa(maxAppName) +

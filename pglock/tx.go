@@ -16,14 +16,10 @@ import (
 
 // TryLockTx takes the transaction-level advisory lock on k inside tx, if no
 // other session holds it, and draws a fence in the same statement. The lock
-// is released when tx commits or rolls back; there is no way to release it
-// earlier and no handle to extend.
-//
-// The fence comes from the same sequence as session locks' fences, and is
-// durable once tx has committed (see Transaction locks in the package
-// documentation, also for why tx should be READ COMMITTED). Fence the
-// writes tx makes itself; to fence a resource outside the database, use a
-// session lock (Locker).
+// ends with tx, and there is no handle (see Transaction locks in the
+// package documentation, also for why tx should be READ COMMITTED). Fence
+// the writes tx makes itself; to fence a resource outside the database,
+// use a session lock (Locker).
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds k, dlock.ErrMisconfigured when the server refused (with
@@ -32,10 +28,7 @@ import (
 // After an error other than ErrNotAcquired the transaction is aborted:
 // roll it back.
 func TryLockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
-	if err := checkTx(ctx, tx, k); err != nil {
-		return 0, err
-	}
-	return lockTx(ctx, k, txNode(tx), tx.QueryRow(ctx, txTrySQL[k.form()], k.args()...))
+	return lockTx(ctx, tx, k, &txTrySQL)
 }
 
 // LockTx is TryLockTx that waits, in the server's lock queue, while another
@@ -48,10 +41,7 @@ func TryLockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) 
 // wait, ErrOutOfLocks when the server's lock table is full, and one matching
 // dlock.ErrNotAcquired and ctx.Err() when ctx ended first.
 func LockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
-	if err := checkTx(ctx, tx, k); err != nil {
-		return 0, err
-	}
-	return lockTx(ctx, k, txNode(tx), tx.QueryRow(ctx, txWaitSQL[k.form()], k.args()...))
+	return lockTx(ctx, tx, k, &txWaitSQL)
 }
 
 // TryLockSQLTx is TryLockTx for a database/sql transaction on PostgreSQL
@@ -67,10 +57,7 @@ func LockTx(ctx context.Context, tx pgx.Tx, k Key) (fence uint64, err error) {
 // locks (Locker) need a pgxpool.Pool, whose connection a lock pins; there
 // is no database/sql form of them.
 func TryLockSQLTx(ctx context.Context, tx *sql.Tx, k Key) (fence uint64, err error) {
-	if err := checkTx(ctx, tx, k); err != nil {
-		return 0, err
-	}
-	return lockTx(ctx, k, sqlNode, tx.QueryRowContext(ctx, txTrySQL[k.form()], k.args()...))
+	return lockTx(ctx, tx, k, &txTrySQL)
 }
 
 // LockSQLTx is LockTx for a database/sql transaction (see TryLockSQLTx).
@@ -78,10 +65,7 @@ func TryLockSQLTx(ctx context.Context, tx *sql.Tx, k Key) (fence uint64, err err
 // pgx does, so no waiter is left on the server; tx is then unusable: roll
 // it back.
 func LockSQLTx(ctx context.Context, tx *sql.Tx, k Key) (fence uint64, err error) {
-	if err := checkTx(ctx, tx, k); err != nil {
-		return 0, err
-	}
-	return lockTx(ctx, k, sqlNode, tx.QueryRowContext(ctx, txWaitSQL[k.form()], k.args()...))
+	return lockTx(ctx, tx, k, &txWaitSQL)
 }
 
 // sqlNode names the server in errors of a *sql.Tx, which does not say
@@ -102,11 +86,28 @@ func init() {
 	}
 }
 
-// lockTx reads the fence from the row of a transaction-lock statement
-// (txTrySQL or txWaitSQL), from pgx or database/sql.
-func lockTx(ctx context.Context, k Key, node string, row interface{ Scan(...any) error }) (uint64, error) {
+// lockTx runs a transaction-lock statement (txTrySQL or txWaitSQL) in tx,
+// a pgx.Tx or a *sql.Tx, and reads the fence from its row.
+func lockTx(ctx context.Context, tx any, k Key, stmts *[2]string) (uint64, error) {
+	switch {
+	case ctx == nil:
+		return 0, nodeerr.Invalidf("nil context")
+	case pgmigrate.IsNil(tx):
+		return 0, nodeerr.Invalidf("nil transaction")
+	case !k.valid():
+		return 0, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+	}
 	var f pgtype.Int8 // a sql.Scanner too
-	if err := row.Scan(&f); err != nil {
+	var err error
+	node := sqlNode
+	switch tx := tx.(type) {
+	case pgx.Tx:
+		node = txNode(tx)
+		err = tx.QueryRow(ctx, stmts[k.form()], k.args(nil)...).Scan(&f)
+	case *sql.Tx:
+		err = tx.QueryRowContext(ctx, stmts[k.form()], k.args(nil)...).Scan(&f)
+	}
+	if err != nil {
 		return 0, acquireErr(ctx, k.String(), node, err)
 	}
 	if !f.Valid {
@@ -115,23 +116,9 @@ func lockTx(ctx context.Context, k Key, node string, row interface{ Scan(...any)
 	return uint64(f.Int64), nil
 }
 
-func checkTx(ctx context.Context, tx any, k Key) error {
-	switch {
-	case ctx == nil:
-		return nodeerr.Invalidf("nil context")
-	case pgmigrate.IsNil(tx):
-		return nodeerr.Invalidf("nil transaction")
-	case !k.valid():
-		return nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
-	}
-	return nil
-}
-
 func txNode(tx pgx.Tx) string {
-	c := tx.Conn()
-	if c == nil || c.Config() == nil {
-		return "postgres"
+	if c := tx.Conn(); c != nil && c.Config() != nil {
+		return fmt.Sprintf("%s:%d", c.Config().Host, c.Config().Port)
 	}
-	cfg := c.Config()
-	return fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+	return sqlNode
 }

@@ -18,6 +18,12 @@ import (
 	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
+// SQLSTATEs Queue's errors tell apart.
+const (
+	codeUndefinedTable = "42P01"
+	codeNotNull        = "23502"
+)
+
 // Queue is a job table from which many workers claim distinct jobs (see
 // the package documentation). The jobs' effects must be written in the
 // claiming transaction for "exactly once" to hold; a side effect outside
@@ -27,16 +33,6 @@ type Queue struct {
 	table string // quoted, possibly schema-qualified
 	name  string // as given, for messages
 }
-
-// rollbackBound limits the rollback that must run after the caller's
-// context ended.
-const rollbackBound = 5 * time.Second
-
-// SQLSTATEs Queue's errors tell apart.
-const (
-	codeUndefinedTable = "42P01"
-	codeNotNull        = "23502"
-)
 
 // Job is one claimed job.
 type Job struct {
@@ -52,13 +48,11 @@ type Job struct {
 // dlock.ErrInvalid that says so.
 func NewQueue(table string) (*Queue, error) {
 	parts := strings.Split(table, ".")
-	if table == "" || len(parts) > 2 || strings.ContainsRune(table, 0) {
+	switch {
+	case table == "" || len(parts) > 2 || strings.ContainsRune(table, 0):
 		return nil, nodeerr.Invalidf("queue table %q: want name or schema.name", table)
-	}
-	for _, p := range parts {
-		if p == "" {
-			return nil, nodeerr.Invalidf("queue table %q: empty name part", table)
-		}
+	case slices.Contains(parts, ""):
+		return nil, nodeerr.Invalidf("queue table %q: empty name part", table)
 	}
 	return &Queue{table: pgx.Identifier(parts).Sanitize(), name: table}, nil
 }
@@ -154,10 +148,10 @@ type TxBeginner interface {
 // back to the queue. Work returns how many jobs were done: 0 with a nil
 // error when no job was free (fn is not called then).
 func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx context.Context, tx pgx.Tx, jobs []Job) error) (done int, err error) {
-	if ctx == nil || pgmigrate.IsNil(db) || fn == nil {
+	switch {
+	case ctx == nil || pgmigrate.IsNil(db) || fn == nil:
 		return 0, nodeerr.Invalidf("nil context, database handle or function")
-	}
-	if n <= 0 {
+	case n <= 0:
 		return 0, nodeerr.Invalidf("claim batch size %d: must be positive", n)
 	}
 	tx, err := db.Begin(ctx)
@@ -167,7 +161,7 @@ func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx cont
 	defer func() {
 		// After a commit this does nothing (pgx.ErrTxClosed). Otherwise it
 		// must happen even when ctx is why fn gave up.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBound)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = tx.Rollback(rctx)
 		cancel()
 	}()
