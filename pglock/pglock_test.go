@@ -163,8 +163,9 @@ func TestDoNoticesTerminatedSession(t *testing.T) {
 		killed := time.Now()
 
 		// The server released the lock with the session: B gets it now,
-		// while A has not been told yet.
-		lb, err := b.TryAcquire(ctx, key, ttl)
+		// while A has not been told yet. B's attempt has a context of its
+		// own: under load it can outlast A's next check, which ends ctx.
+		lb, err := b.TryAcquire(testCtx(t), key, ttl)
 		if err != nil {
 			t.Errorf("B after the kill: %v", err)
 		} else {
