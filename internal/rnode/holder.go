@@ -48,20 +48,16 @@ type call struct {
 	Args   []any
 }
 
-// pipelined runs calls in order in one round trip (EVALSHA). From the
-// first call the server did not know (NOSCRIPT) on, each call runs again
-// with run, in order: the calls after it must be safe to repeat.
-func pipelined(ctx context.Context, c redis.UniversalClient, calls ...call) []*redis.Cmd {
-	return pipelinedAfter(ctx, c, nil, calls...)
-}
-
-// pipelinedAfter is pipelined with the commands that queue (when not nil)
-// puts in the pipeline first, such as an INFO; they do not run again.
-func pipelinedAfter(ctx context.Context, c redis.UniversalClient, queue func(redis.Pipeliner), calls ...call) []*redis.Cmd {
+// pipelined runs calls in order in one round trip (EVALSHA), after the
+// commands that before (when not nil) puts in the pipeline, such as an
+// INFO. From the first call the server did not know (NOSCRIPT) on, each
+// call runs again, in order: the calls after it must be safe to repeat
+// (the commands of before do not run again).
+func pipelined(ctx context.Context, c redis.UniversalClient, before func(redis.Pipeliner), calls ...call) []*redis.Cmd {
 	out := make([]*redis.Cmd, len(calls))
 	pipe := c.Pipeline()
-	if queue != nil {
-		queue(pipe)
+	if before != nil {
+		before(pipe)
 	}
 	for i, call := range calls {
 		out[i] = call.Script.EvalSha(ctx, pipe, call.Keys, call.Args...)
@@ -82,5 +78,5 @@ func pipelinedAfter(ctx context.Context, c redis.UniversalClient, queue func(red
 // its key holds token, in one round trip (an election's term record, once
 // its fence is known).
 func (n *Node) WriteHolders(ctx context.Context, lockKeys []string, token, rec string, ttl time.Duration) error {
-	return pipelined(ctx, n.Client, writeHolders(lockKeys, token, rec, ttl)...)[0].Err()
+	return pipelined(ctx, n.Client, nil, writeHolders(lockKeys, token, rec, ttl)...)[0].Err()
 }

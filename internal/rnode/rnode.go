@@ -125,18 +125,14 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 	if a.Holder == "" && a.Before == nil {
 		cmd = run(ctx, n.batch, n.Client, AcquireScript, boxed.Key, ks, args)
 		if left, ok := cmd.Err().(*batch.LeftError); ok && a.Late != nil {
-			left.OnReply(func(cmd redis.Cmder) {
-				if mayHaveTaken(cmd) {
-					a.Late.GiveBack(ctx, n, a.Keys, a.Token, a.TTL)
-				}
-			})
+			n.giveBackLate(ctx, left, acquireGranted, a.Late, a.Keys, a.Token, a.TTL)
 		}
 	} else {
 		calls := []call{{Script: AcquireScript, Keys: slices.Clone(ks), Args: slices.Clone(args)}}
 		if a.Holder != "" {
 			calls = append(calls, writeHolders(a.Keys, a.Token, a.Holder, a.TTL)...)
 		}
-		cmd = pipelinedAfter(ctx, n.Client, a.Before, calls...)[0]
+		cmd = pipelined(ctx, n.Client, a.Before, calls...)[0]
 	}
 	v, err := cmd.Result()
 	if err != nil {
@@ -152,14 +148,9 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 // taken for token, as Acquire does a lock's key (any of keys' slots: a
 // release of a slot that token does not hold changes nothing).
 func (n *Node) Permit(ctx context.Context, keys []string, args []any, token string, ttl time.Duration, late GiveBacker) (any, error) {
-	v, err := n.Run(ctx, SemaphoreScript, keys, args).Result()
+	v, err := run(ctx, n.batch, n.Client, SemaphoreScript, nil, keys, args).Result()
 	if left, ok := err.(*batch.LeftError); ok {
-		slots := keys[2 : 2+(len(keys)-2)/2]
-		left.OnReply(func(cmd redis.Cmder) {
-			if permitTaken(cmd) {
-				late.GiveBack(ctx, n, slots, token, ttl)
-			}
-		})
+		n.giveBackLate(ctx, left, permitGranted, late, keys[2:2+(len(keys)-2)/2], token, ttl)
 	}
 	return v, err
 }
@@ -190,7 +181,7 @@ type Release struct {
 func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, err error) {
 	one := len(rel.Keys) == 1 && rel.Fence == 0 && rel.Sem == ""
 	if one && rel.Holder == "" {
-		if nat := n.features(ctx); nat.Release != "" {
+		if nat := n.Features(ctx); nat.Release != "" {
 			return n.releaseNative(ctx, nat, rel.Keys[0], rel.Token, rel.Wake)
 		}
 	}
@@ -217,7 +208,7 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 		}
 	}
 	if rel.Holder != "" {
-		res := pipelined(ctx, n.Client, call{Script: ReleaseScript, Keys: slices.Clone(ks), Args: slices.Clone(args)},
+		res := pipelined(ctx, n.Client, nil, call{Script: ReleaseScript, Keys: slices.Clone(ks), Args: slices.Clone(args)},
 			dropHolders(rel.Keys, rel.Holder))
 		return releaseReply(res[0].Result())
 	}
@@ -253,7 +244,7 @@ func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token
 // the holder records (rec, when not "") the new TTL, in one round trip.
 // held is false when some key no longer holds token.
 func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string, fence int64, ttl time.Duration) (held bool, err error) {
-	if fence == 0 && rec == "" && len(lockKeys) == 1 && n.features(ctx).SetIfEq {
+	if fence == 0 && rec == "" && len(lockKeys) == 1 && n.Features(ctx).SetIfEq {
 		// SET IFEQ renews the key alone: only for a lock whose fence is
 		// not known, where the script leaves the counter alone too.
 		ms := bridge.Milliseconds(ttl)
@@ -271,7 +262,7 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string,
 	}
 	var v int64
 	if rec != "" {
-		v, err = pipelined(ctx, n.Client, append([]call{{Script: extendScript, Keys: ks, Args: args}},
+		v, err = pipelined(ctx, n.Client, nil, append([]call{{Script: extendScript, Keys: ks, Args: args}},
 			writeHolders(lockKeys, token, rec, ttl)...)...)[0].Int64()
 	} else {
 		v, err = run(ctx, n.batch, n.Client, extendScript, nil, ks, args).Int64()
@@ -300,7 +291,7 @@ func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bo
 	span := limit
 	for range 2 { // a second time with every slot that may be held
 		ks := SemaphoreKeys(sem, span)
-		v, err := n.Run(ctx, SemLimitScript, append(ks[:1:1], ks[2:2+span]...), []any{limit}).Int64Slice()
+		v, err := run(ctx, n.batch, n.Client, SemLimitScript, nil, append(ks[:1:1], ks[2:2+span]...), []any{limit}).Int64Slice()
 		if err != nil {
 			return false, err
 		}
@@ -312,18 +303,13 @@ func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bo
 	return false, errors.New("the limit changed while it was being set")
 }
 
-// Run runs a script of this package on the node, through its batch.
-func (n *Node) Run(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
-	return run(ctx, n.batch, n.Client, s, nil, keys, args)
-}
-
-// features reports the server's own release and extend commands, probing
+// Features reports the server's own release and extend commands, probing
 // the server once, with its eviction policy, in one round trip
 // (rclient.Probe); a node made without a logger reports none. A call that
 // finds a probe in progress waits for it within ctx, and uses the scripts
 // if ctx ends first; a probe that got no answer is made again by the next
 // call.
-func (n *Node) features(ctx context.Context) rclient.Native {
+func (n *Node) Features(ctx context.Context) rclient.Native {
 	if n.logger == nil {
 		return rclient.Native{}
 	}
@@ -348,9 +334,6 @@ func (n *Node) features(ctx context.Context) rclient.Native {
 	rclient.WarnEviction(n.logger, n.Name, policy)
 	return nat
 }
-
-// Features is features, for tests.
-func (n *Node) Features(ctx context.Context) rclient.Native { return n.features(ctx) }
 
 // SetFeatures makes the node use the native commands of nat as if its
 // probe had found them; tests only.

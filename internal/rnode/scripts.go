@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -73,16 +74,14 @@ func releaseReply(v any, err error) (deleted, woken int64, _ error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	switch v := v.(type) {
-	case int64:
-		return v, 0, nil
-	case []any:
-		if len(v) == 2 {
-			n, ok1 := v[0].(int64)
-			w, ok2 := v[1].(int64)
-			if ok1 && ok2 {
-				return n, w, nil
-			}
+	if n, ok := v.(int64); ok {
+		return n, 0, nil
+	}
+	if v, ok := v.([]any); ok && len(v) == 2 {
+		n, ok1 := v[0].(int64)
+		w, ok2 := v[1].(int64)
+		if ok1 && ok2 {
+			return n, w, nil
 		}
 	}
 	return 0, 0, fmt.Errorf("unexpected reply %v from the release script", v)
@@ -228,31 +227,29 @@ func Cmd(ctx context.Context, s *redis.Script, key any, keys []string, args []an
 	return cmd
 }
 
-// mayHaveTaken reports whether cmd, an acquire script's call that holds its
-// reply, may have taken the lock: it was granted, or its outcome is
-// unknown (no reply, or one that cannot be read).
-func mayHaveTaken(cmd redis.Cmder) bool {
-	c, ok := cmd.(*redis.Cmd)
-	if !ok {
-		return false
-	}
-	if err := c.Err(); err != nil {
-		return !rclient.IsReply(err) // an error reply changed nothing
-	}
-	r, err := acquireReply(c.Val())
+// giveBackLate has late give back keys, for token, when the reply of a
+// call that left its batch comes, unless the reply shows that nothing was
+// taken: an error reply, or one that granted reads as no grant.
+func (n *Node) giveBackLate(ctx context.Context, left *batch.LeftError, granted func(any) bool,
+	late GiveBacker, keys []string, token string, ttl time.Duration) {
+	left.OnReply(func(cmd redis.Cmder) {
+		c, ok := cmd.(*redis.Cmd)
+		if !ok || rclient.IsReply(c.Err()) || c.Err() == nil && !granted(c.Val()) {
+			return
+		}
+		late.GiveBack(ctx, n, keys, token, ttl)
+	})
+}
+
+// acquireGranted reports whether an acquire script's reply may be a grant:
+// it is one, or it cannot be read.
+func acquireGranted(v any) bool {
+	r, err := acquireReply(v)
 	return err != nil || r.Status == Granted
 }
 
-// permitTaken reports whether cmd, a semaphore script's call that holds its
-// reply, may have granted a slot: it did, or its outcome is unknown.
-func permitTaken(cmd redis.Cmder) bool {
-	c, ok := cmd.(*redis.Cmd)
-	if !ok {
-		return false
-	}
-	if err := c.Err(); err != nil {
-		return !rclient.IsReply(err)
-	}
-	r, err := SemaphoreReply(c.Val())
+// permitGranted is acquireGranted for the semaphore script.
+func permitGranted(v any) bool {
+	r, err := SemaphoreReply(v)
 	return err != nil || r.Status == Granted
 }
