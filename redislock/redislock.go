@@ -29,7 +29,7 @@ type Locker struct {
 	node       *rnode.Node    // the protocol on the deployment, run inline
 	cfg        backend.Config // the options every backend shares
 	notify     *wake.Notifier // nil for clients without usable pub/sub (a Ring)
-	tryTimeout time.Duration  // the bound of one try (rclient.TryTimeout; 0: none)
+	tryTimeout time.Duration  // the bound of one try (rclient.Timeouts; 0: none)
 }
 
 var (
@@ -43,7 +43,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if rclient.IsNil(client) {
 		return nil, nodeerr.Invalidf("nil redis client")
 	}
-	l := &Locker{client: client, cfg: backend.New(backend.FenceTTL, true), tryTimeout: rclient.TryTimeout(client)}
+	tryTimeout, bound := rclient.Timeouts(client)
+	l := &Locker{client: client, cfg: backend.New(backend.FenceTTL, true), tryTimeout: tryTimeout}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
@@ -51,7 +52,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if _, ring := client.(*redis.Ring); !ring {
 		l.notify = wake.New([]redis.UniversalClient{client})
 	}
-	if !rclient.ContextTimeouts(client) {
+	if !bound {
 		l.cfg.Logger.Warn("dlock: the redis client ignores context deadlines (ContextTimeoutEnabled is false): a call to a server that does not answer returns only after ReadTimeout",
 			"node", l.node.Name)
 	}

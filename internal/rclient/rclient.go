@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -16,20 +17,11 @@ import (
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
-// IsNil reports whether c is nil, including a typed nil go-redis client in
-// an interface (which would panic on first use).
+// IsNil reports whether c is nil, including a typed nil client in an
+// interface (which would panic on first use).
 func IsNil(c any) bool {
-	switch c := c.(type) {
-	case nil:
-		return true
-	case *redis.Client:
-		return c == nil
-	case *redis.ClusterClient:
-		return c == nil
-	case *redis.Ring:
-		return c == nil
-	}
-	return false
+	v := reflect.ValueOf(c)
+	return c == nil || v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // Name returns how errors name the server(s) behind c: the address of a
@@ -46,38 +38,30 @@ func Name(c any) string {
 	return "redis"
 }
 
-// ContextTimeouts reports whether c lets context deadlines bound its socket
-// reads; without it a frozen server holds a call for ReadTimeout. Unknown
-// kinds of client report true: there is nothing to warn about.
-func ContextTimeouts(c any) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return true
-}
-
-// TryTimeout returns how long one try on c may take: its dial timeout plus
-// its read timeout, the time to connect and then hear a reply, whatever the
-// try sends (a handshake, a probe, a script, a retry). It is 0, no bound,
-// when c's reads have no timeout, when c does not say (a Ring left with its
-// shards' default timeouts), or for an unknown kind of client.
-func TryTimeout(c any) time.Duration {
+// Timeouts returns how long one try on c may take, whatever it sends (a
+// handshake, a probe, a script, a retry): its dial timeout plus its read
+// timeout, or 0, no bound, when its reads have no timeout or it does not
+// say (a Ring left with its shards' defaults, an unknown kind of client).
+// bound reports whether c lets context deadlines bound its socket reads:
+// without it a frozen server holds a call for ReadTimeout (an unknown kind
+// of client reports true: there is nothing to warn about).
+func Timeouts(c any) (try time.Duration, bound bool) {
 	var dial, read time.Duration
+	bound = true
 	switch c := c.(type) {
 	case *redis.Client:
-		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
+		o := c.Options()
+		dial, read, bound = o.DialTimeout, o.ReadTimeout, o.ContextTimeoutEnabled
 	case *redis.ClusterClient:
-		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
+		o := c.Options()
+		dial, read, bound = o.DialTimeout, o.ReadTimeout, o.ContextTimeoutEnabled
 	case *redis.Ring:
 		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
 	}
 	if read <= 0 {
-		return 0
+		return 0, bound
 	}
-	return dial + read
+	return dial + read, bound
 }
 
 // IsReply reports whether err is an error reply from the server (NOPERM,

@@ -3,9 +3,10 @@
 package rinspect
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -96,7 +97,9 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 		}
 		return nil
 	})
-	if err != nil && err != redis.Nil && !isWrongType(err) {
+	// A WRONGTYPE reply is a key beside a lock that is not dlock's (a
+	// user's own key named like a fence counter): skipped, not an error.
+	if err != nil && err != redis.Nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
 		return nil, err
 	}
 	var rows []dlock.LockInfo
@@ -131,20 +134,14 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 
 // Sort orders rows by key, then node.
 func Sort(rows []dlock.LockInfo) []dlock.LockInfo {
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].Key != rows[j].Key {
-			return rows[i].Key < rows[j].Key
-		}
-		return rows[i].Node < rows[j].Node
+	slices.SortFunc(rows, func(a, b dlock.LockInfo) int {
+		return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(a.Node, b.Node))
 	})
 	return rows
 }
 
 // escape quotes the glob characters of a literal prefix.
 func escape(s string) string {
-	if !strings.ContainsAny(s, `*?[]\`) {
-		return s
-	}
 	var b strings.Builder
 	for _, r := range s {
 		if strings.ContainsRune(`*?[]\`, r) {
@@ -154,8 +151,3 @@ func escape(s string) string {
 	}
 	return b.String()
 }
-
-// isWrongType reports a WRONGTYPE reply: a key beside a lock that is not
-// dlock's (a user's own key named like a fence counter) is skipped, not an
-// error of the whole listing.
-func isWrongType(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }
