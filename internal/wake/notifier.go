@@ -2,6 +2,8 @@ package wake
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,12 +96,7 @@ func (n *Notifier) leave(w *waiter) {
 	}
 	w.left = true
 	in := w.in
-	for i, x := range in.waiters {
-		if x == w {
-			in.waiters = append(in.waiters[:i], in.waiters[i+1:]...)
-			break
-		}
-	}
+	in.waiters = slices.DeleteFunc(in.waiters, func(x *waiter) bool { return x == w })
 	select {
 	case <-w.ch:
 		if len(in.waiters) > 0 {
@@ -131,13 +128,11 @@ func (n *Notifier) forget(full string, in *interest) {
 			continue
 		}
 		c := n.clients[i]
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
+		n.wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_ = c.ZRem(ctx, queue, n.id).Err()
-		}()
+		})
 	}
 }
 
@@ -167,17 +162,12 @@ func (n *Notifier) Close() {
 
 // yieldFor is how long, after the Locker's release of a key woke the head
 // of its queue, the Locker's own waiting attempts on the key let that head
-// go first. Without it a Locker that takes the lock again right after
-// releasing it (a loop) wins the race against the waiter it just woke,
-// which needs the wake-up and a request to reach the server: in
-// TestFairnessLongestWaiterFirst (16 Lockers, holds of 1ms) the releaser
-// took the lock again in 334 of 1419 acquisitions and 661 turns came more
-// than a round late, and a sole waiter 20ms away lost every round
-// (TestWokenSoleWaiterGoesFirst). The window covers a waiter up to about
-// 50ms away. It only delays this Locker's own next attempts, which queue
-// behind (where the Locker is subscribed) and are woken when the head
-// releases; if the woken head is gone, the Locker retries when the window
-// ends, so it costs at most 50ms, and only then.
+// go first: else a Locker that takes the lock again right after releasing
+// it (a loop) beats the waiter it woke, which needs the wake-up and a
+// request to reach the server (TestFairnessLongestWaiterFirst,
+// TestWokenSoleWaiterGoesFirst). The window covers a waiter up to about
+// 50ms away. It only delays this Locker's next attempts, which queue
+// behind the head; if that head is gone, they retry when the window ends.
 const yieldFor = 50 * time.Millisecond
 
 // Woke records that the Locker's release of full woke the head of its
@@ -187,11 +177,7 @@ func (n *Notifier) Woke(full string) {
 	defer n.mu.Unlock()
 	now := time.Now()
 	if len(n.yields) >= 64 {
-		for k, until := range n.yields {
-			if !now.Before(until) {
-				delete(n.yields, k)
-			}
-		}
+		maps.DeleteFunc(n.yields, func(_ string, until time.Time) bool { return !now.Before(until) })
 	}
 	n.yields[full] = now.Add(yieldFor)
 }

@@ -1,24 +1,10 @@
 // Package wake implements wake-on-release for the Redis backends, one
-// mechanism for redislock (one server) and redlock (one per node).
-//
-// A waiting Locker puts its id in a FIFO beside the lock key, a sorted set
-// "dlock:waiters:{key}" scored by arrival, on each server where it holds a
-// subscription to its own channel "dlock:wake:<id>"; the acquire script does
-// it in the attempt's own round trip (scripts/acquire.lua). The release
-// script deletes the key, pops the queue's head and publishes the key on the
-// head's channel, in the release's round trip. The woken Locker's earliest
-// local waiter for the key retries at once. A wake-up is only a hint: the
-// retry still has to win the lock with a plain SET NX, and a release never
-// hands the key to anyone, so between holders the key is free for every
-// client on the wire (redsync, node-redlock, bsm/redislock).
-//
-// Nobody announces an expiry (a holder that crashed), so an attempt refused
-// on a server where the Locker heads the queue also reads the key's expiry,
-// and the Locker's earliest waiter retries then by itself (retryAt). Waits
-// also poll at the retry delay plus jitter, which covers peers that do not
-// publish, lost messages, dead servers, and a queue head that is gone: the
-// release that pops a dead head wakes nobody, and the others find the free
-// key at their next poll. No state on the server holds a lock for anyone.
+// mechanism for redislock (one server) and redlock (one per node); the
+// protocol and its guarantees are described under "Waiting" in package
+// redislock. The scripts queue and wake (rnode's queue.lua, release.lua);
+// this package keeps a Locker's subscriptions, its waiters, and the
+// retries nobody announces: at a busy key's expiry (retryAt), and after a
+// yield.
 package wake
 
 import (
@@ -43,16 +29,13 @@ const (
 	IdleClose = 30 * time.Second
 
 	// A subscription silent for pingAfter is pinged, and one whose pong
-	// does not come within pongWithin is taken for dead (a NAT or firewall
-	// that dropped the flow blackholes packets and sends no RST, and TCP
-	// would retry for minutes): it is closed and made again on a new
-	// connection. So a release announced into a dead connection is made up
-	// for within about 2s of the last traffic, well below the polls that
-	// would otherwise find it (a 5s retry delay waited all of it). The cost
-	// is one PING a second per idle subscription, which exists only while
-	// its Locker waits (and for IdleClose after): about a microsecond of
-	// server time each. A pong later than a second (a server stalled that
-	// long) costs a reconnect, which wakes the Locker's waiters once.
+	// does not come within pongWithin is taken for dead and made again on
+	// a new connection: a NAT or firewall that dropped the flow sends no
+	// RST, and TCP would retry for minutes. So a release announced into a
+	// dead connection is made up for within about 2s, below the polls that
+	// would otherwise find it. The cost: a PING a second per subscription,
+	// which lives only while its Locker waits (and IdleClose after); a
+	// server stalled for a second costs a reconnect.
 	pingAfter    = time.Second
 	pongWithin   = time.Second
 	maxReconnect = time.Second // cap of the reconnect backoff
@@ -74,17 +57,16 @@ func (n *Notifier) subscribe(i int) {
 	if n.subs[i] != nil {
 		return
 	}
-	s := &sub{i: i, ps: n.clients[i].Subscribe(n.ctx)}
+	ps := n.clients[i].Subscribe(n.ctx)
+	s := &sub{i: i, ps: ps}
 	n.subs[i] = s
-	n.wg.Add(1)
-	go n.listen(s, s.ps)
+	n.wg.Go(func() { n.listen(s, ps) })
 }
 
 // listen receives s's messages on ps. On a receive's error it pings a
 // connection that was idle, replaces one whose pong did not come, and
 // pauses before receiving again otherwise.
 func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
-	defer n.wg.Done()
 	ctx := n.ctx
 	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
 	_ = ps.Subscribe(ctx, n.channel)
