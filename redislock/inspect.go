@@ -21,17 +21,15 @@ var _ dlock.Inspector = (*Locker)(nil)
 // token, fence counter, the holder published by WithHolderInfo or `dlock
 // run`, and the number of Lockers queued for a wake-up (Waiting: a Locker
 // counts once however many of its goroutines wait). Any string key with a
-// TTL is listed, since a lock taken by another client (node-redlock,
-// redsync, SET NX PX) looks exactly like that; dlock's own keys (dlock:*)
-// are not.
+// TTL is listed, as a lock taken by another client (node-redlock, redsync,
+// SET NX PX) is one; dlock's own keys (dlock:*) are not.
 //
-// The keys are found with SCAN ... COUNT 1000 ... TYPE string (Redis 6 or
-// later), never KEYS, so a large database is not blocked; on a Cluster
-// every master is scanned. At most limit locks are returned (0: 1000),
-// sorted by key; the scan stops once it has them (the first the scan
-// finds, not the first by name). It returns an error matching
-// dlock.ErrUnavailable when a server could not be reached or answered
-// with an error.
+// The keys are found with SCAN ... TYPE string (Redis 6 or later), never
+// KEYS, so a large database is not blocked; on a Cluster every master is
+// scanned. At most limit locks are returned (0: 1000), sorted by key: the
+// first the scan finds, not the first by name. It returns an error
+// matching dlock.ErrUnavailable when a server could not be reached or
+// answered with an error.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
 	pattern, _, limit, err := backend.CheckInspect(ctx, pattern, limit)
 	if err != nil {

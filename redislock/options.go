@@ -13,11 +13,10 @@ type Option func(*Locker) error
 
 // WithPrefix prepends prefix to every lock key, e.g. "locks:". The key
 // stored in Redis is prefix+key; handles report key without the prefix.
-// dlock's own keys beside it (the fence counter "dlock:fence:{prefix+key}",
-// the waiter queue) stay in the "dlock:" namespace, named after the
-// prefixed key, so a prefix does not move them; a prefix inside that
-// namespace is rejected with dlock.ErrInvalid. The default is no prefix, so
-// the key is exactly the resource name, as in node-redlock and redsync.
+// dlock's own keys stay in the "dlock:" namespace, named after the
+// prefixed key (see Keys in the package documentation); a prefix inside
+// that namespace is rejected with dlock.ErrInvalid. The default is no
+// prefix: the key is exactly the resource name.
 func WithPrefix(prefix string) Option {
 	return func(l *Locker) error { return l.cfg.SetPrefix(prefix) }
 }
@@ -45,12 +44,10 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 }
 
 // WithFenceTTL sets how long a key's fence counter ("dlock:fence:{key}")
-// outlives the key's last grant or extension. Once it has expired, the next
-// grant's fence comes from the server's clock (microseconds), which is above
-// every fence the counter handed out as long as the clock has not stepped
-// back since by more than d; so d only bounds how long the server keeps one
-// small key per lock name (see the package documentation). The default is
-// 1h.
+// outlives the key's last grant or extension. An expired counter costs no
+// fence its order (see Fences in the package documentation), so d only
+// bounds how long the server keeps one small key per lock name. The
+// default is 1h.
 func WithFenceTTL(d time.Duration) Option {
 	return func(l *Locker) error { return l.cfg.SetFenceTTL(d, time.Millisecond) }
 }

@@ -60,17 +60,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// TryAcquire makes one attempt to take the lock on key for ttl: one script
-// that sets the key to a fresh token if it is free and draws the fence, in
-// one round trip. It returns an error matching dlock.ErrNotAcquired when
-// another owner holds key, dlock.ErrUnavailable when the server could not be
-// reached or answered with an error that may pass, dlock.ErrMisconfigured
-// when it refused for good (see the package documentation; the reply is in
-// the chain of both: errors.As with redis.Error), and dlock.ErrInvalid for
-// bad arguments. An attempt that
-// returns an error leaves no key of its own behind: the script changes
-// nothing when it fails, and a key set by an attempt whose reply was lost is
-// deleted again (best effort, in the background).
+// TryAcquire makes one attempt to take the lock on key for ttl, in one
+// round trip. It returns an error matching dlock.ErrNotAcquired when
+// another owner holds key, dlock.ErrUnavailable when the server could not
+// be reached or answered with an error that may pass,
+// dlock.ErrMisconfigured when it refused for good (see the package
+// documentation; the reply is in the chain of both: errors.As with
+// redis.Error), and dlock.ErrInvalid for bad arguments. An attempt that
+// returns an error leaves no key of its own behind: a key set by an
+// attempt whose reply was lost is deleted again (best effort, in the
+// background).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryAcquire(ctx, key, ttl) })
 }
@@ -104,25 +103,26 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	return driver.NewLock(key, a.token, uint64(r.Fence), validUntil, g), nil
 }
 
-// NotifyRelease implements driver.ReleaseNotifier: the channel receives a
-// value when the lock on key may have been released, so a waiting Acquire
-// retries at once instead of at its next poll. It sends nothing to the
+// NotifyRelease implements driver.ReleaseNotifier. It sends nothing to the
 // server; the Locker's subscription starts when a waiting attempt first
-// finds a key busy. stop must be called exactly once. On clients without
-// usable pub/sub (a Ring) and after Close the channel never fires and waits
-// poll.
+// finds a key busy. On a Ring (no usable pub/sub) and after Close the
+// channel never fires and waits poll.
 func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan struct{}, stop func()) {
-	if l.notify == nil || bridge.KeyProblem(key) != "" {
-		return nil, func() {}
-	}
-	return l.notify.Register(l.cfg.Prefix + key)
+	return l.register(key, l.cfg.Prefix+key)
 }
 
-// Close ends the Locker's subscription to release announcements (a
-// goroutine and a pub/sub connection, opened the first time a waiting
-// Acquire finds a key busy, and otherwise closed when the client is closed
-// or after 30s without waiters) and takes the Locker out of the waiter
-// queues it is in. Waits in progress and later ones fall back to polling;
+// register registers a wait for the release of the lock key, or the
+// semaphore, full (the caller's name, prefixed).
+func (l *Locker) register(name, full string) (<-chan struct{}, func()) {
+	if l.notify == nil || bridge.KeyProblem(name) != "" {
+		return nil, func() {}
+	}
+	return l.notify.Register(full)
+}
+
+// Close ends the Locker's subscription to release announcements (which is
+// otherwise closed with the client, or after 30s without waiters) and
+// takes the Locker out of the waiter queues it is in. Waits then poll;
 // locks, TryAcquire and Release keep working. Close does not close the
 // client. It is safe to call more than once and concurrently with other
 // methods, and returns nil.
@@ -248,10 +248,8 @@ func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
 	return nodeerr.Error(ctx, l.node.Name, err, rclient.Kind(err), acquiring)
 }
 
-// oneTry bounds one try (everything a call sends: the probe, the script,
-// the holder record, go-redis's retries) by the client's dial and read
-// timeouts together, so that a server that accepts connections and never
-// answers costs one try's bound, not one read timeout per request.
+// oneTry bounds one try by the client's dial and read timeouts together
+// (see the package documentation).
 func (l *Locker) oneTry(ctx context.Context) (context.Context, context.CancelFunc) {
 	if l.tryTimeout <= 0 {
 		return ctx, func() {}
@@ -281,10 +279,9 @@ func (l *Locker) begin(name, full string, ttl time.Duration) (attempt, error) {
 }
 
 // failed returns the error of an attempt whose call failed with err. The
-// attempt may have queued the Locker; and unless it left its batch
-// unsent (or is given back when its reply comes: Late) or the server
-// answered with an error, the reply was lost, not the request: one of
-// keys may be ours now, so it is removed, not to block others for a TTL.
+// attempt may have queued the Locker. Unless it left its batch (Late gives
+// it back) or the server answered with an error, the reply was lost, not
+// the request: one of keys may be ours, so it is removed.
 func (a *attempt) failed(ctx context.Context, err error, keys []string) error {
 	a.plan.Lost(0)
 	if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
