@@ -1,9 +1,8 @@
 // Package rnode is dlock's lock protocol on one Redis server: the Lua
-// scripts (scripts.go, *.lua) and the one acquire, release and extend that
-// redislock runs inline on its deployment and redlock runs on each of its
-// nodes. It chooses how each call travels (the node's batch, or one
-// pipeline with the holder record's scripts) and, where the node probes
-// for them, the server's own release and extend commands.
+// scripts and the one acquire, release and extend that redislock runs on
+// its deployment and redlock on each of its nodes. It chooses how each call
+// travels (the node's batch, or a pipeline with the holder record's
+// scripts) and, where the node probes for them, the server's own commands.
 package rnode
 
 import (
@@ -28,21 +27,17 @@ type Node struct {
 	Client redis.UniversalClient
 	Name   string // how errors name the server
 	batch  *batch.Batcher
-	// fenceTTL is the fence counter's TTL in ms, boxed once: one
-	// allocation less per call.
+	// fenceTTL (ms) and lastTTL (the latest call's TTL: a Locker mostly
+	// uses one) are boxed once for the scripts: an allocation less each.
 	fenceTTL any
-	// lastTTL is the TTL of the latest call, in ms boxed for the
-	// scripts: a Locker mostly takes and extends its locks for one TTL,
-	// whose box is then reused (one allocation less per call).
-	lastTTL atomic.Pointer[ttlArg]
+	lastTTL  atomic.Pointer[ttlArg]
 	// ClockOffset (µs) moves the server's clock as the fence rule reads
 	// it; tests only.
 	ClockOffset int64
 
-	logger   *slog.Logger   // nil: no probe, the scripts only
-	probing  chan struct{}  // held by the probe in progress (cap 1)
-	probedOK atomic.Bool    // probed: native is set
-	native   rclient.Native // the server's own release and extend commands
+	logger  *slog.Logger                   // nil: no probe, the scripts only
+	probing chan struct{}                  // held by the probe in progress (cap 1)
+	native  atomic.Pointer[rclient.Native] // what the probe found; nil: not probed yet
 }
 
 // New returns the node behind c. With a logger, the node probes the server
@@ -96,10 +91,9 @@ type GiveBacker interface {
 }
 
 // Acquire runs the acquire script (and the holder record's writes after
-// it, in the same round trip) and reads its reply. A reply that cannot be
-// read is an error that is not a server's error reply. boxed is the key
-// (of a one-key attempt) and the token as boxed for the script, for the
-// release to reuse.
+// it, in the same round trip) and reads its reply; one that cannot be read
+// is an error that is not a server's error reply. boxed is the key (of a
+// one-key attempt) and the token as boxed for the script, for the release.
 func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed Boxed, err error) {
 	// The keys and arguments stay on the stack (for one key: the lock,
 	// fence and queue keys; the token, TTL, fence TTL, clock offset and
@@ -143,10 +137,9 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 }
 
 // Permit runs the semaphore script over keys (SemaphoreKeys) with args
-// and returns its reply. A call whose context ended while it was in flight
-// has late give back, once its reply comes, the slot the script may have
-// taken for token, as Acquire does a lock's key (any of keys' slots: a
-// release of a slot that token does not hold changes nothing).
+// and returns its reply. A call whose context ended in flight has late
+// give back, once the reply comes, any slot the script may have taken for
+// token (a release of a slot token does not hold changes nothing).
 func (n *Node) Permit(ctx context.Context, keys []string, args []any, token string, ttl time.Duration, late GiveBacker) (any, error) {
 	v, err := run(ctx, n.batch, n.Client, SemaphoreScript, nil, keys, args).Result()
 	if left, ok := err.(*batch.LeftError); ok {
@@ -155,9 +148,8 @@ func (n *Node) Permit(ctx context.Context, keys []string, args []any, token stri
 	return v, err
 }
 
-// Boxed is a lock's key and token as Acquire boxed them for its script:
-// a release that passes them on boxes neither again (two allocations
-// less).
+// Boxed is a lock's key and token as Acquire boxed them for its script,
+// for the release: two allocations less.
 type Boxed struct{ Key, Token any }
 
 // Release is one release's arguments on a node.
@@ -270,9 +262,8 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string,
 	return v == 1, err
 }
 
-// ExtendPermit is Extend for a permit of the semaphore sem on key: the
-// script also raises the TTL of the semaphore's limit record, so that the
-// record lasts as long as a permit may be held.
+// ExtendPermit is Extend for a permit of the semaphore sem on key, which
+// also raises the TTL of the semaphore's limit record to the permit's.
 func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence int64, ttl time.Duration) (held bool, err error) {
 	limitKey := keys.Limit(sem)
 	ms := n.ttlArg(ttl)
@@ -304,17 +295,16 @@ func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bo
 }
 
 // Features reports the server's own release and extend commands, probing
-// the server once, with its eviction policy, in one round trip
-// (rclient.Probe); a node made without a logger reports none. A call that
-// finds a probe in progress waits for it within ctx, and uses the scripts
-// if ctx ends first; a probe that got no answer is made again by the next
-// call.
+// the server once, with its eviction policy (rclient.Probe); a node made
+// without a logger reports none. A call that finds a probe in progress
+// waits for it within ctx, else uses the scripts; a probe that got no
+// answer is made again by the next call.
 func (n *Node) Features(ctx context.Context) rclient.Native {
 	if n.logger == nil {
 		return rclient.Native{}
 	}
-	if n.probedOK.Load() {
-		return n.native // written before probedOK was set
+	if nat := n.native.Load(); nat != nil {
+		return *nat
 	}
 	select {
 	case n.probing <- struct{}{}:
@@ -322,22 +312,18 @@ func (n *Node) Features(ctx context.Context) rclient.Native {
 	case <-ctx.Done():
 		return rclient.Native{}
 	}
-	if n.probedOK.Load() {
-		return n.native
+	if nat := n.native.Load(); nat != nil {
+		return *nat
 	}
 	nat, policy, ok := rclient.Probe(ctx, n.Client, "dlock:probe:"+bridge.NewToken())
 	if !ok {
 		return rclient.Native{} // unreachable now: use the scripts, probe again next time
 	}
-	n.native = nat
-	n.probedOK.Store(true)
+	n.native.Store(&nat)
 	rclient.WarnEviction(n.logger, n.Name, policy)
 	return nat
 }
 
 // SetFeatures makes the node use the native commands of nat as if its
 // probe had found them; tests only.
-func (n *Node) SetFeatures(nat rclient.Native) {
-	n.native = nat
-	n.probedOK.Store(true)
-}
+func (n *Node) SetFeatures(nat rclient.Native) { n.native.Store(&nat) }

@@ -1,12 +1,8 @@
 package rnode
 
-// The Lua scripts of the protocol, .lua files embedded at build time: one
-// acquire, one release and one extend script, for one key or several.
-// Scripts run by SHA (EVALSHA) and fall back to EVAL when a server answers
-// NOSCRIPT, so a restarted or failed-over server, or SCRIPT FLUSH, costs
-// one extra round trip and no error. The waiter queue's functions
-// (queue.lua) are put in front of the two scripts that queue a waiter,
-// acquire.lua and semaphore.lua: Redis scripts cannot load one another.
+// The Lua scripts of the protocol, for one key or several, run by SHA with
+// EVAL on NOSCRIPT. The waiter queue's functions (queue.lua) are put in
+// front of the scripts that queue a waiter: scripts cannot load one another.
 
 import (
 	"context"
@@ -41,24 +37,17 @@ var (
 )
 
 var (
-	// AcquireScript takes the lock on its keys and draws the fence (acquire.lua
-	// says what it takes and returns).
-	AcquireScript = redis.NewScript(queueSrc + acquireSrc)
-	// ReleaseScript deletes the lock keys that hold the token and wakes the
-	// longest waiter of each (release.lua).
-	ReleaseScript = redis.NewScript(releaseSrc)
-	// extendScript resets the TTL of keys that hold the token (extend.lua).
-	extendScript = redis.NewScript(extendSrc)
-	// wakeScript wakes the longest waiter of a free key, after DELEX (wake.lua).
-	wakeScript = redis.NewScript(wakeSrc)
-	// SemaphoreScript grants a permit of a semaphore (semaphore.lua).
+	// Each .lua file says what its script takes and returns.
+	AcquireScript   = redis.NewScript(queueSrc + acquireSrc)
+	ReleaseScript   = redis.NewScript(releaseSrc)
+	extendScript    = redis.NewScript(extendSrc)
+	wakeScript      = redis.NewScript(wakeSrc) // after DELEX
 	SemaphoreScript = redis.NewScript(queueSrc + semaphoreSrc)
-	// SemLimitScript changes a semaphore's recorded limit (semlimit.lua).
-	SemLimitScript = redis.NewScript(semLimitSrc)
+	SemLimitScript  = redis.NewScript(semLimitSrc)
 )
 
-// hashArgs holds the SHA of each script of the package, boxed once for
-// Cmd: one allocation less per call.
+// hashArgs holds the SHA of each script, boxed once for Cmd: one
+// allocation less per call.
 var hashArgs = func() map[*redis.Script]any {
 	m := map[*redis.Script]any{}
 	for _, s := range []*redis.Script{AcquireScript, ReleaseScript, extendScript, wakeScript,
@@ -130,8 +119,8 @@ func SemaphoreReply(reply any) (SemaphoreResult, error) {
 }
 
 // SemaphoreKeys returns the semaphore script's keys for the semaphore sem
-// (what its slot keys begin with): the limit record, the waiter queue, n
-// slot keys and their fence counters.
+// (its slot keys' prefix): the limit record, the waiter queue, n slot keys
+// and their fence counters.
 func SemaphoreKeys(sem string, n int) []string {
 	ks := make([]string, 2+2*n)
 	ks[0], ks[1] = keys.Limit(sem), keys.Queue(sem)
@@ -181,10 +170,10 @@ func acquireReply(reply any) (AcquireResult, error) {
 	return r, nil
 }
 
-// run runs s over c, through b when b is not nil (batch.For), falling back
-// to EVAL on NOSCRIPT as redis.Script.Run does. A call whose context ended
-// before its reply has a *batch.LeftError as its command's error. key,
-// when not nil, is keys[0] boxed (Boxed).
+// run runs s over c, through b when b is not nil (batch.For), with EVAL on
+// NOSCRIPT. A call whose context ended before its reply has a
+// *batch.LeftError as its command's error. key, if not nil, is keys[0]
+// boxed (Boxed).
 func run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Script, key any, keys []string, args []any) *redis.Cmd {
 	if b == nil { // (the clones: keys and args stay on the caller's stack)
 		return s.Run(ctx, c, slices.Clone(keys), slices.Clone(args)...)
@@ -202,10 +191,9 @@ func run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Scrip
 	return cmd
 }
 
-// Cmd returns an EVALSHA of s as a command not yet sent, for a sender that
-// is not a go-redis Scripter (a batch). args must be scalars. A reply of
-// NOSCRIPT means the script did not run: send s.Eval then. key, when not
-// nil, is keys[0] boxed.
+// Cmd returns an EVALSHA of s, not yet sent, for a sender that is not a
+// go-redis Scripter (a batch); on NOSCRIPT, send s.Eval. args must be
+// scalars. key, if not nil, is keys[0] boxed.
 func Cmd(ctx context.Context, s *redis.Script, key any, keys []string, args []any) *redis.Cmd {
 	hash, ok := hashArgs[s]
 	if !ok {
