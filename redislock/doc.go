@@ -43,16 +43,14 @@
 // than a plain SET NX/DEL lock sent one command at a time (bench/RESULTS.md,
 // D). Cluster and Ring clients send each call on its own.
 //
-// Each call keeps its own context. A call waiting for the next round trip
-// returns when its context ends, and its script is never sent. The next
-// round trip is sent by the waiting call with the latest deadline, under
-// that deadline, and carries only calls whose deadlines are not later, so
-// no call is cut short by another's deadline or held past its own. An
-// attempt whose context ends while its round trip is in flight returns at
-// once, and if the server granted it, the Locker releases the key when the
-// reply comes. The cost is shared fate: a connection that stops answering
-// holds every call in its round trip and those waiting behind it until
-// their deadlines, or their try's bound (see below) when they have none.
+// Each call keeps its own context: a waiting call returns when it ends, its
+// script unsent, and a round trip is sent under the latest deadline of the
+// calls it carries, so none is cut short by another's deadline or held
+// past its own. An attempt whose context ends in flight returns at once;
+// if the server granted it, the Locker releases the key when the reply
+// comes. The cost is shared fate: a connection that stops answering holds
+// every call in its round trip and behind it until their deadlines, or
+// their try's bound (see below).
 //
 // # Keys
 //
@@ -130,20 +128,18 @@
 //
 // On one node a lock is exclusive as long as the key lives: only a SET NX
 // of a free key grants it; release and extension only touch a key that
-// still holds the holder's token; and the validity deadline (see package
-// dlock) ends before the server's expiry. It is not exclusive across a
-// failover: Redis replicates asynchronously, so a promoted replica may
-// lack the key (its fence does not go back: see Fences). Eviction under
-// memory pressure removes lock keys early too; the Locker warns (once, at
-// its probe) when maxmemory-policy is not noeviction.
+// still holds the holder's token; and the validity deadline ends before
+// the server's expiry. A failover to an asynchronous replica that lacks
+// the key, or an eviction under memory pressure, loses it, not the order
+// of fences (see Fences); the Locker warns, once, when maxmemory-policy is
+// not noeviction (docs/guarantees.md).
 //
 // Set ContextTimeoutEnabled on the go-redis client so that context
 // deadlines bound each call; without it a server that never answers holds
 // a call for the client's ReadTimeout (New logs a warning). With it, one
-// try (an attempt, an extension, a release, with all it sends: the holder
-// record, the probe, go-redis's own retries) takes at most the client's
-// DialTimeout + ReadTimeout, or the caller's deadline if that comes first:
-// a server that accepts connections and never answers costs that, not a
-// read timeout per request. A ReadTimeout of -1 (no timeout) leaves the
-// bound to the caller's context.
+// try (an attempt, an extension or a release, with all it sends: the
+// holder record, the probe, go-redis's retries) takes at most the client's
+// DialTimeout + ReadTimeout, or the caller's deadline if sooner, not a
+// read timeout per request. A ReadTimeout of -1 leaves the bound to the
+// caller's context.
 package redislock

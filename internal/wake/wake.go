@@ -1,10 +1,8 @@
-// Package wake implements wake-on-release for the Redis backends, one
-// mechanism for redislock (one server) and redlock (one per node); the
-// protocol and its guarantees are described under "Waiting" in package
-// redislock. The scripts queue and wake (rnode's queue.lua, release.lua);
-// this package keeps a Locker's subscriptions, its waiters, and the
-// retries nobody announces: at a busy key's expiry (retryAt), and after a
-// yield.
+// Package wake implements wake-on-release for redislock (one server) and
+// redlock (one per node), as "Waiting" in package redislock describes it:
+// the scripts queue and wake, this package keeps a Locker's subscriptions,
+// its waiters, and the retries nobody announces (a busy key's expiry, the
+// end of a yield).
 package wake
 
 import (
@@ -15,11 +13,12 @@ import (
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/nodeerr"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 const (
-	// ChannelPrefix + Locker id is a Locker's wake-up channel. The release
-	// scripts spell it out ('dlock:wake:').
+	// ChannelPrefix + Locker id is a Locker's wake-up channel (the release
+	// scripts spell it out).
 	ChannelPrefix = "dlock:wake:"
 	// QueueTTL (ms) is the queue's expiry, refreshed by every waiting
 	// attempt, so a queue of crashed Lockers goes away.
@@ -28,23 +27,19 @@ const (
 	// waiters.
 	IdleClose = 30 * time.Second
 
-	// A subscription silent for pingAfter is pinged, and one whose pong
-	// does not come within pongWithin is taken for dead and made again on
-	// a new connection: a NAT or firewall that dropped the flow sends no
-	// RST, and TCP would retry for minutes. So a release announced into a
-	// dead connection is made up for within about 2s, below the polls that
-	// would otherwise find it. The cost: a PING a second per subscription,
-	// which lives only while its Locker waits (and IdleClose after); a
-	// server stalled for a second costs a reconnect.
-	pingAfter    = time.Second
-	pongWithin   = time.Second
+	// A subscription silent this long is pinged, and one whose pong does
+	// not come within as long is made again on a new connection: a NAT that
+	// dropped the flow sends no RST, and TCP would retry for minutes. The
+	// cost: a PING a second per subscription, which lives only while its
+	// Locker waits (and IdleClose after).
+	silence      = time.Second
 	maxReconnect = time.Second // cap of the reconnect backoff
 )
 
-// sub is the Locker's subscription to its channel on server i, run by one
-// goroutine (listen) until Close, until the client is closed, or until
-// IdleClose without waiters. go-redis redials a broken connection and
-// resubscribes; a silent one (no pong) listen replaces.
+// sub is the Locker's subscription to its channel on server i, run by
+// listen until Close, until the client is closed, or until IdleClose
+// without waiters. go-redis redials a broken connection; listen replaces a
+// silent one.
 type sub struct {
 	i  int
 	ps *redis.PubSub // guarded by the Notifier's mu
@@ -72,11 +67,7 @@ func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
 	_ = ps.Subscribe(ctx, n.channel)
 	pinged, backoff := false, time.Duration(0) // pinged: a ping awaits its pong
 	for {
-		wait := pingAfter
-		if pinged {
-			wait = pongWithin
-		}
-		msg, err := ps.ReceiveTimeout(ctx, wait)
+		msg, err := ps.ReceiveTimeout(ctx, silence)
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Channel == n.channel {
@@ -112,8 +103,7 @@ func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
 			if !backend.Sleep(ctx, backoff) {
 				return
 			}
-			var re redis.Error
-			if errors.As(err, &re) && err != redis.Nil {
+			if rclient.IsReply(err) {
 				// The server refused the SUBSCRIBE (an ACL, say) on a
 				// healthy connection, so no reconnect will repeat it.
 				_ = ps.Subscribe(ctx, n.channel)
@@ -123,8 +113,8 @@ func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
 }
 
 // ended reports whether s is over, and forgets it: after Close, when its
-// client was closed (gone), or, asked after pingAfter of silence (idle),
-// after IdleClose without waiters.
+// client was closed (gone), or, asked after a silence (idle), after
+// IdleClose without waiters.
 func (n *Notifier) ended(s *sub, gone, idle bool) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
