@@ -37,8 +37,7 @@ var (
 	_ driver.ReleaseNotifier = (*Locker)(nil)
 )
 
-// New returns a Locker over client. It sends nothing to the server; support
-// for the Redis 8.4 commands is detected on first use.
+// New returns a Locker over client. It sends nothing to the server.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if rclient.IsNil(client) {
 		return nil, nodeerr.Invalidf("nil redis client")
@@ -82,8 +81,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		return nil, err
 	}
-	// The holder record: WithHolderInfo's, or an election candidate's (the
-	// identity in ctx: see ReadTerm); "" for none.
+	// WithHolderInfo's record, or an election candidate's; "" for none.
 	rec := holder.Grant(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), a.token)
 	g := &grant{l: l, keys: [1]string{a.full}, token: a.token, holder: rec}
 	at := rnode.Attempt{Keys: g.keys[:], Token: a.token, TTL: ttl, Holder: g.holder, Late: (*giveBack)(l)}
@@ -167,19 +165,14 @@ type grant struct {
 	l      *Locker
 	keys   [1]string // the key with the prefix (an array: no allocation for a slice of it)
 	token  string
-	fence  int64  // 0 for a lock known only by its token
-	holder string // the holder record written at the grant (WithHolderInfo)
-	// sem is a permit's semaphore (semKey), "" for a lock: its extension
-	// keeps the limit record, its release wakes the semaphore's queue.
-	sem string
-	// boxed is the key and the token as the attempt boxed them, for the
-	// release script (go-redis copies neither): two allocations less per
-	// cycle (bench/RESULTS.md).
-	boxed rnode.Boxed
+	fence  int64       // 0 for a lock known only by its token
+	holder string      // the holder record written at the grant (WithHolderInfo)
+	sem    string      // a permit's semaphore (semKey), "" for a lock
+	boxed  rnode.Boxed // the key and token as the attempt boxed them, for the release
 }
 
-// Extend resets the TTL if the key still holds the token (and renews the
-// fence counter's TTL, so that a lock held for long keeps its counter).
+// Extend resets the TTL if the key still holds the token, and renews the
+// fence counter's.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
@@ -241,9 +234,7 @@ func (l *Locker) cleanup(ctx context.Context, keys []string, token string, ttl t
 	}()
 }
 
-// opErr classifies an error of a call to the server (nodeerr.Error): an
-// acquisition whose context ended matches dlock.ErrNotAcquired (it did not
-// get the lock).
+// opErr classifies an error of a call to the server (nodeerr.Error).
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
 	return nodeerr.Error(ctx, l.node.Name, err, rclient.Kind(err), acquiring)
 }
@@ -291,10 +282,8 @@ func (a *attempt) failed(ctx context.Context, err error, keys []string) error {
 }
 
 // answered records the server's answer to the attempt in its wake-up plan
-// (status, the Locker's place in the queue and the busy key's expiry:
-// rnode's) and returns the grant's validity, or the refusal's error (busy
-// says who holds the key). A grant of key with no validity left is given
-// back.
+// and returns the grant's validity, or the refusal's error (busy says who
+// holds the key). A grant of key with no validity left is given back.
 func (a *attempt) answered(ctx context.Context, status, place, expiry int64, busy, key string) (time.Time, error) {
 	a.plan.Observe(0, status != rnode.Granted, place, expiry)
 	why := busy

@@ -1,6 +1,6 @@
-// Package rclient holds the small facts about go-redis clients that every
-// Redis-backed package of dlock needs: whether a client is nil, how errors
-// should name it, whether context deadlines bound its calls.
+// Package rclient holds what every Redis-backed package of dlock needs to
+// know of go-redis clients and their errors, and the probe of a server's
+// own commands.
 package rclient
 
 import (
@@ -38,13 +38,11 @@ func Name(c any) string {
 	return "redis"
 }
 
-// Timeouts returns how long one try on c may take, whatever it sends (a
-// handshake, a probe, a script, a retry): its dial timeout plus its read
-// timeout, or 0, no bound, when its reads have no timeout or it does not
-// say (a Ring left with its shards' defaults, an unknown kind of client).
-// bound reports whether c lets context deadlines bound its socket reads:
-// without it a frozen server holds a call for ReadTimeout (an unknown kind
-// of client reports true: there is nothing to warn about).
+// Timeouts returns how long one try on c may take, whatever it sends: its
+// dial timeout plus its read timeout, or 0, no bound, when its reads have
+// none or it does not say (a Ring left with its shards' defaults, an
+// unknown kind of client). bound reports whether c lets context deadlines
+// bound its socket reads (an unknown kind: true, nothing to warn about).
 func Timeouts(c any) (try time.Duration, bound bool) {
 	var dial, read time.Duration
 	bound = true
@@ -80,10 +78,8 @@ func Kind(err error) nodeerr.Kind {
 	if !IsReply(err) {
 		return nodeerr.Unreachable
 	}
-	for _, p := range refusals {
-		if redis.HasErrorPrefix(err, p) {
-			return nodeerr.Refused
-		}
+	if slices.ContainsFunc(refusals, func(p string) bool { return redis.HasErrorPrefix(err, p) }) {
+		return nodeerr.Refused
 	}
 	return nodeerr.Answered
 }
@@ -108,10 +104,8 @@ func Exec(ctx context.Context, pipe redis.Pipeliner) {
 	if err == nil {
 		return
 	}
-	for _, c := range cmds {
-		if errors.Is(c.Err(), err) {
-			return // the error is a command's own reply
-		}
+	if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return errors.Is(c.Err(), err) }) {
+		return // the error is a command's own reply
 	}
 	for _, c := range cmds {
 		if c.Err() == nil {

@@ -14,8 +14,7 @@ import (
 )
 
 // Notifier is one Locker's side of wake-on-release: its id, its
-// subscriptions (one per server, opened when a waiting attempt first finds a
-// key busy there) and the registry of its waiting Acquires. It is safe for
+// subscriptions (one per server) and its waiting Acquires. It is safe for
 // concurrent use.
 type Notifier struct {
 	clients []redis.UniversalClient // per server
@@ -32,21 +31,20 @@ type Notifier struct {
 	wg     sync.WaitGroup       // the subscriptions' goroutines and queue clean-ups
 }
 
-// interest is the Locker's wait for one lock key; it is in byKey while it
-// has waiters (until Close).
+// interest is the Locker's wait for one lock key, in byKey while it has
+// waiters (until Close).
 type interest struct {
 	waiters []*waiter // in arrival order
 	place   []int64   // per server: the Locker's place in the key's queue, 0 = not queued, placeUnknown
-	// retry is the earliest waiter's own retry, for when no announcement
-	// will come (retryAt); due is its time, zero when none is pending.
+	// retry is the earliest waiter's retry for when no announcement will
+	// come (retryAt); due is its time, zero when none is pending.
 	retry *time.Timer
 	due   time.Time
 }
 
-// placeUnknown is the place on a server where an attempt that queued got
-// no reply: the Locker may be in the queue, at a place it does not know.
-// The next attempt asks as if not queued (the script keeps a place it
-// finds), and leaving removes it (ZREM of an absent member does nothing).
+// placeUnknown is the place where an attempt that queued got no reply. The
+// next attempt asks as if not queued (the script keeps a place it finds),
+// and leaving removes it (ZREM of an absent member does nothing).
 const placeUnknown = -1
 
 type waiter struct {
@@ -65,9 +63,8 @@ func New(clients []redis.UniversalClient) *Notifier {
 }
 
 // Register registers a waiting Acquire's interest in the lock key full (with
-// prefix): the channel receives a value when the key may have been released,
-// and stop ends the interest (it must be called exactly once). It sends
-// nothing. After Close the channel never fires.
+// prefix), as driver.ReleaseNotifier's NotifyRelease. It sends nothing.
+// After Close the channel never fires.
 func (n *Notifier) Register(full string) (released <-chan struct{}, stop func()) {
 	w := &waiter{ch: make(chan struct{}, 1), full: full}
 	n.mu.Lock()
@@ -86,8 +83,7 @@ func (n *Notifier) Register(full string) (released <-chan struct{}, stop func())
 }
 
 // leave ends w's wait. An unused wake-up passes to the next local waiter;
-// when the last one leaves, the Locker's queue entries are removed (best
-// effort) so that later releases do not wake nobody.
+// the last one to leave takes the Locker out of the queues (forget).
 func (n *Notifier) leave(w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -114,9 +110,9 @@ func (n *Notifier) leave(w *waiter) {
 	n.forget(w.full, in)
 }
 
-// forget cancels in's retry and removes the Locker from full's queue on
-// every server where it is or may be queued, in the background, within a
-// second.
+// forget cancels in's retry and removes the Locker from full's queue where
+// it is or may be queued, in the background, within a second, so that
+// later releases do not wake nobody.
 func (n *Notifier) forget(full string, in *interest) {
 	if in.retry != nil {
 		in.retry.Stop()
@@ -170,8 +166,7 @@ func (n *Notifier) Close() {
 // behind the head; if that head is gone, they retry when the window ends.
 const yieldFor = 50 * time.Millisecond
 
-// Woke records that the Locker's release of full woke the head of its
-// queue.
+// Woke records that the Locker's release of full woke its queue's head.
 func (n *Notifier) Woke(full string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -182,9 +177,8 @@ func (n *Notifier) Woke(full string) {
 	n.yields[full] = now.Add(yieldFor)
 }
 
-// Plan is what one waiting attempt on a key sends beyond the acquire
-// script's own arguments: where to queue the Locker, and where it already
-// is.
+// Plan is where one waiting attempt on a key queues the Locker, and where
+// it already is.
 type Plan struct {
 	n     *Notifier
 	in    *interest
@@ -196,12 +190,10 @@ type Plan struct {
 
 // Plan returns the queueing plan of an attempt on full, or nil when no
 // local Acquire waits for it (a TryAcquire, after Close, or n nil). yield
-// reports that the attempt must be refused without asking the servers:
-// the Locker lets the head its release woke go first, and it is not
-// subscribed on every server, so the script cannot yield there. The
-// Locker then subscribes where it is not yet (so that its next attempts
-// queue), and, as nobody will wake it, its waiter retries when the yield
-// ends.
+// reports that the attempt must be refused without asking the servers: the
+// Locker lets the head its release woke go first, and a server where it is
+// not subscribed cannot yield for it. It then subscribes everywhere, and
+// its waiter retries when the yield ends.
 func (n *Notifier) Plan(full string) (p *Plan, yield bool) {
 	if n == nil {
 		return nil, false
@@ -241,8 +233,7 @@ func (n *Notifier) Plan(full string) (p *Plan, yield bool) {
 }
 
 // Queue returns, for server i, the queue key and the acquire script's
-// waiting arguments (Locker id, earlier place, keep, queue ttl, yield), or
-// "" and nil when the attempt must not queue there (not subscribed yet).
+// waiting arguments, or "" and nil where the Locker is not subscribed.
 func (p *Plan) Queue(i int) (key string, args []any) {
 	if p == nil || p.args[i] == nil {
 		return "", nil
@@ -251,12 +242,11 @@ func (p *Plan) Queue(i int) (key string, args []any) {
 }
 
 // Observe records server i's answer to the attempt: whether the key was
-// busy there, the Locker's place in the queue (from the script; ignored
-// when it did not queue there), and the busy key's expiry in ms when the
-// Locker heads the queue (else negative). A busy key on a server where the
-// Locker is not subscribed opens the subscription; a busy key whose expiry
-// is known arms the retry just past that moment (beyond Redis's 1ms expiry
-// precision), in case its holder crashed.
+// busy, the Locker's place in the queue (where it asked to queue), and the
+// busy key's expiry in ms when the Locker heads the queue (else negative).
+// A busy key opens the subscription there, and a known expiry arms the
+// retry just past it (Redis's expiry is precise to 1ms), in case the
+// holder crashed.
 func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	if p == nil {
 		return
@@ -286,9 +276,8 @@ func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	}
 }
 
-// Lost records that server i gave no usable answer to the attempt (a lost
-// reply, an error): where the attempt asked to queue the Locker, it may
-// have, so its place there is unknown until another attempt answers.
+// Lost records that server i gave no usable answer to the attempt: where
+// it asked to queue the Locker, its place is now unknown.
 func (p *Plan) Lost(i int) { p.Observe(i, false, placeUnknown, -1) }
 
 // retryAt makes in's earliest waiter retry at due, unless a retry is due
@@ -305,7 +294,7 @@ func (n *Notifier) retryAt(in *interest, due time.Time) {
 	}
 }
 
-// expired fires in's pending retry (none if it was cancelled meanwhile).
+// expired fires in's pending retry, unless it was cancelled.
 func (n *Notifier) expired(in *interest) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
