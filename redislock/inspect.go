@@ -35,28 +35,27 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	if err != nil {
 		return nil, err
 	}
-	cc, ok := l.client.(*redis.ClusterClient)
-	if !ok {
-		rows, err := rinspect.Scan(ctx, l.client, l.node.Name, l.cfg.Prefix, pattern, limit)
-		if err != nil {
-			return nil, fmt.Errorf("dlock: inspect: %w", l.opErr(ctx, err, false))
-		}
-		return rows, nil
-	}
 	var (
 		mu   sync.Mutex
 		rows []dlock.LockInfo
 	)
-	err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		r, err := rinspect.Scan(ctx, c, c.Options().Addr, l.cfg.Prefix, pattern, limit)
+	scan := func(ctx context.Context, c redis.UniversalClient, node string) error {
+		r, err := rinspect.Scan(ctx, c, node, l.cfg.Prefix, pattern, limit)
 		if err != nil {
-			return nodeerr.Error(ctx, c.Options().Addr, err, rclient.Kind(err), false)
+			return nodeerr.Error(ctx, node, err, rclient.Kind(err), false)
 		}
 		mu.Lock()
 		rows = append(rows, r...)
 		mu.Unlock()
 		return nil
-	})
+	}
+	if cc, ok := l.client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return scan(ctx, c, c.Options().Addr)
+		})
+	} else {
+		err = scan(ctx, l.client, l.node.Name)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dlock: inspect: %w", err)
 	}

@@ -2,7 +2,6 @@ package rnode
 
 import (
 	"context"
-	_ "embed"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,13 +10,6 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 )
-
-//go:embed holder.lua
-var holderSrc string
-
-// holderScript writes a lock's holder record beside it while the lock key holds
-// the caller's token (holder.lua).
-var holderScript = redis.NewScript(holderSrc)
 
 // writeHolders returns the calls that write rec beside each of lockKeys
 // for ttl, each only while its key holds token: after an acquire or an
@@ -74,9 +66,8 @@ func pipelined(ctx context.Context, c redis.UniversalClient, before func(redis.P
 	return out
 }
 
-// WriteHolders writes rec beside each of lockKeys for ttl, each only while
-// its key holds token, in one round trip (an election's term record, once
-// its fence is known).
+// WriteHolders runs writeHolders' calls in one round trip (an election's
+// term record, once its fence is known).
 func (n *Node) WriteHolders(ctx context.Context, lockKeys []string, token, rec string, ttl time.Duration) error {
 	return pipelined(ctx, n.Client, nil, writeHolders(lockKeys, token, rec, ttl)...)[0].Err()
 }

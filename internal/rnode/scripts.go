@@ -34,6 +34,8 @@ var (
 	semaphoreSrc string
 	//go:embed semlimit.lua
 	semLimitSrc string
+	//go:embed holder.lua
+	holderSrc string
 )
 
 var (
@@ -44,6 +46,7 @@ var (
 	wakeScript      = redis.NewScript(wakeSrc) // after DELEX
 	SemaphoreScript = redis.NewScript(queueSrc + semaphoreSrc)
 	SemLimitScript  = redis.NewScript(semLimitSrc)
+	holderScript    = redis.NewScript(holderSrc)
 )
 
 // hashArgs holds the SHA of each script, boxed once for Cmd: one
