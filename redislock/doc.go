@@ -67,7 +67,7 @@
 //	<key>                  the holder's token        the lock's TTL; deleted by the release
 //	dlock:fence:{<key>}    the last fence drawn      WithFenceTTL after the last grant or extension (1h)
 //	dlock:waiters:{<key>}  ids of waiting Lockers    while Lockers wait; 60s after the last one came by
-//	dlock:holder:{<key>}   the holder record         with the lock, if WithHolderInfo or an election wrote it
+//	dlock:holder:{<key>}   the holder record         with the lock (WithHolderInfo, elections)
 //
 // # Fences
 //
@@ -80,29 +80,28 @@
 // failover, the new master's) does not step back, between the last grant
 // before the loss and the first after, by more than the time between them.
 // A clock that does can hand out a lower fence, whose writes the guards of
-// package fence then reject. Fences are large numbers, and consecutive
-// grants differ by the time between them. The argument: docs/fences.md.
+// package fence then reject (docs/fences.md). Fences are large numbers:
+// consecutive grants differ by the time between them.
 //
 // # Waiting
 //
 // Acquire and Do wait with wake-on-release. A waiting attempt that finds
-// the key busy puts its Locker in the key's queue, in its own round trip,
+// the key busy queues its Locker in the key's queue, in its own round trip,
 // once the Locker is subscribed to its channel "dlock:wake:<id>" (one
 // pub/sub connection per Locker, opened by its first busy waiting
-// attempt). The release deletes the key, pops the queue's longest waiter
-// and publishes on its channel, in the release's own round trip, and that
-// Locker's earliest waiter for the key retries at once. The key is free
-// between holders: the woken waiter takes it with an ordinary SET NX, and
-// so can any other client (redsync, node-redlock, bsm/redislock). A Locker
-// whose release just woke a waiter lets it go first for up to 50ms, so a
-// loop over the lock does not starve the others. Nobody announces an
-// expiry, so the queue's head learns it from its refused attempt and
-// retries then. A subscription silent for a second is pinged, and one
-// whose pong does not come within a second is made again on a new
-// connection (a NAT that dropped the flow sends no RST), and the Locker's
-// waiters retry once. Polling at the
-// retry delay plus jitter covers the rest: a peer that does not publish, a
-// lost message, a woken Locker that is gone.
+// attempt). The release deletes the key and, in the same round trip, pops
+// the queue's longest waiter and publishes on its channel; that Locker's
+// earliest waiter for the key retries at once. The woken waiter takes the
+// free key with an ordinary SET NX, as can any other client (redsync,
+// node-redlock, bsm/redislock). A Locker whose release just woke a waiter
+// lets it go first for up to 50ms, so a loop over the lock does not starve
+// the others. An expiry is not announced: the queue's head learns it from
+// its refused attempt and retries then. A subscription silent for a second
+// is pinged, and made again on a new connection if its pong does not come
+// within a second (a NAT that dropped the flow sends no RST); the Locker's
+// waiters then retry once. Polling at the retry delay plus jitter covers
+// the rest: a peer that does not publish, a lost message, a woken Locker
+// that is gone.
 //
 // No state on the server holds the lock for a process that is gone: the
 // key is the only grant. A queue entry of a crashed, partitioned or closed

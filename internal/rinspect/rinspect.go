@@ -18,14 +18,12 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
-// scanCount is the COUNT hint of each SCAN call: the server looks at about
-// that many keys per call, so one call stays short however large the
-// database.
+// scanCount is each SCAN's COUNT hint: the server looks at about that many
+// keys per call, so a call stays short however large the database.
 const scanCount = 1000
 
-// Holder is what a holder publishes about itself in keys.Holder(key): dlock
-// run, and the backends' WithHolderInfo option. It is informational only:
-// the lock key and its token decide who holds the lock.
+// Holder is what a holder publishes about itself in keys.Holder(key) (dlock
+// run, WithHolderInfo).
 type Holder struct {
 	Host    string    `json:"host"`
 	PID     int       `json:"pid"`
@@ -33,12 +31,10 @@ type Holder struct {
 	Since   time.Time `json:"since"`
 }
 
-// Scan lists the held locks on one server (a single node or one master of a
-// Cluster) whose keys, without prefix, match pattern: string keys with a TTL,
-// found with SCAN ... MATCH ... COUNT ... TYPE string (Redis 6 or later),
-// never KEYS, at most limit of them (limit > 0: the bound
-// backend.CheckInspect returns). dlock's own keys (dlock:*) are skipped
-// unless prefix+pattern starts with "dlock:".
+// Scan lists the held locks on one server (a node or a Cluster's master)
+// whose keys, without prefix, match pattern: string keys with a TTL, found
+// with SCAN ... TYPE string, at most limit (> 0) of them, sorted. dlock's
+// own keys are skipped unless prefix+pattern starts with "dlock:".
 func Scan(ctx context.Context, c redis.UniversalClient, node, prefix, pattern string, limit int) ([]dlock.LockInfo, error) {
 	match := escape(prefix) + pattern
 	skipOwn := !strings.HasPrefix(prefix+pattern, keys.Reserved)
@@ -74,9 +70,8 @@ func Scan(ctx context.Context, c redis.UniversalClient, node, prefix, pattern st
 }
 
 // Describe reads, in one round trip, what a server knows of the locks on
-// the full keys ks (prefix included): remaining TTL, token, fence counter,
-// published holder and the number of Lockers queued. Keys without a TTL
-// (not locks) or gone are left out.
+// the keys ks (prefix included), leaving out those without a TTL (not
+// locks) or gone.
 func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string, ks []string) ([]dlock.LockInfo, error) {
 	type reply struct {
 		ttl                  *redis.DurationCmd

@@ -10,19 +10,14 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
-// Term is what one server knows of the holder of one lock key, for the
-// Redis backends' ReadTerm.
+// Term is what one server knows of the holder of one lock key.
 type Term struct {
-	Token   string // the lock key's value; "": nobody holds the key
-	Counter uint64 // the key's fence counter (0: none)
-	// Record is the holder record published with the grant that holds the
-	// key (holder.Term), when there is one whose token is Token.
-	Record *TermRecord
+	Token   string      // the lock key's value; "": nobody holds the key
+	Counter uint64      // the key's fence counter (0: none)
+	Record  *TermRecord // the holder record, if its token is Token
 }
 
-// TermRecord is the holder record a grant publishes with its token
-// (holder.Term): the holder's, the identity of an election's candidate,
-// the grant's token and, where known, its fence.
+// TermRecord is the holder record a grant publishes (holder.Term).
 type TermRecord struct {
 	Holder
 	Identity string `json:"identity,omitempty"`
@@ -39,9 +34,9 @@ func (r *TermRecord) Leader() string {
 }
 
 // ReadTerm reads the lock key k (prefix included), its fence counter and
-// its holder record in one transaction (MULTI/EXEC), so that the three
-// belong together: a record whose token is not the key's (an earlier
-// holder's, not yet deleted) is left out.
+// its holder record in one transaction, so that the three belong
+// together: a record whose token is not the key's (an earlier holder's) is
+// left out.
 func ReadTerm(ctx context.Context, c redis.UniversalClient, k string) (Term, error) {
 	var token, counter, rec *redis.StringCmd
 	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {

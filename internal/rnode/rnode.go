@@ -68,24 +68,18 @@ func (n *Node) BatchWaiting() int { return n.batch.Waiting() }
 
 // Attempt is one acquisition's arguments on a node.
 type Attempt struct {
-	Keys   []string // the lock keys (with any prefix)
-	Token  string
-	TTL    time.Duration
-	Holder string // the holder record to write beside each key ("": none)
-	// Queue and QueueArgs queue the caller for a wake-up (wake.Plan.Queue).
-	Queue     string
+	Keys      []string // the lock keys (with any prefix)
+	Token     string
+	TTL       time.Duration
+	Holder    string // the holder record to write beside each key ("": none)
+	Queue     string // with QueueArgs, queue the caller for a wake-up (wake.Plan.Queue)
 	QueueArgs []any
-	// Late, if set, is told when a call whose context ended before its
-	// reply may have been granted after all, to give the keys back.
-	Late GiveBacker
-	// Before, if set, puts commands in the round trip before the script
-	// (which then goes in a pipeline of its own).
-	Before func(redis.Pipeliner)
+	Late      GiveBacker            // if set, gives back what a call left in flight was granted
+	Before    func(redis.Pipeliner) // if set, commands put before the script, in a pipeline
 }
 
 // GiveBacker gives back the keys of an attempt on node n that its caller
-// gave up on and the server may have granted. (An interface, not a func:
-// a *Locker in it costs no allocation per attempt.)
+// gave up on. (An interface: a *Locker in it costs no allocation.)
 type GiveBacker interface {
 	GiveBack(ctx context.Context, n *Node, keys []string, token string, ttl time.Duration)
 }
@@ -158,18 +152,14 @@ type Release struct {
 	Token  string
 	Boxed  Boxed  // Keys[0] and Token as Acquire boxed them (zero: box them again)
 	Holder string // the holder record to delete where it is still this one
-	// Fence, when not 0, is first written to every counter below it
-	// (Redlock: the nodes that drew lower fences learn the lock's).
-	Fence int64
-	Wake  bool // wake the longest waiter of each key deleted
-	// Sem, for a permit (one key), is its semaphore: the waiter woken is
-	// the head of the semaphore's queue, told of sem.
-	Sem string
+	Fence  int64  // if not 0, first raise every counter below it (Redlock)
+	Wake   bool   // wake the longest waiter of each key deleted
+	Sem    string // a permit's semaphore, whose queue's head is woken
 }
 
 // Release deletes the keys that hold the token (and the holder records
-// that are still rel.Holder), in one round trip; it returns how many keys
-// it deleted and how many waiters it woke.
+// still rel.Holder) in one round trip, and says how many keys it deleted
+// and how many waiters it woke.
 func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, err error) {
 	one := len(rel.Keys) == 1 && rel.Fence == 0 && rel.Sem == ""
 	if one && rel.Holder == "" {
@@ -200,8 +190,8 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 		}
 	}
 	if rel.Holder != "" {
-		res := pipelined(ctx, n.Client, nil, call{Script: ReleaseScript, Keys: slices.Clone(ks), Args: slices.Clone(args)},
-			dropHolders(rel.Keys, rel.Holder))
+		rc := call{Script: ReleaseScript, Keys: slices.Clone(ks), Args: slices.Clone(args)}
+		res := pipelined(ctx, n.Client, nil, rc, dropHolders(rel.Keys, rel.Holder))
 		return releaseReply(res[0].Result())
 	}
 	var key any
@@ -212,7 +202,7 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 }
 
 // releaseNative deletes key with the server's own command and, with
-// wakeUp, wakes its longest waiter in the same round trip (wake.lua).
+// wakeUp, wakes its longest waiter in the same round trip.
 func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token string, wakeUp bool) (deleted, woken int64, err error) {
 	if !wakeUp {
 		deleted, err = n.Client.Do(ctx, nat.ReleaseArgs(key, token)...).Int64()
@@ -232,9 +222,9 @@ func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token
 }
 
 // Extend resets the TTL of keys if all of them still hold token, renews
-// their fence counters when fence is known (raising them to it), and gives
-// the holder records (rec, when not "") the new TTL, in one round trip.
-// held is false when some key no longer holds token.
+// their fence counters when fence is known (raising them to it) and the
+// holder records' (rec), in one round trip. held is false when some key no
+// longer holds token.
 func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string, fence int64, ttl time.Duration) (held bool, err error) {
 	if fence == 0 && rec == "" && len(lockKeys) == 1 && n.Features(ctx).SetIfEq {
 		// SET IFEQ renews the key alone: only for a lock whose fence is
@@ -275,14 +265,14 @@ func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence i
 	return v == 1, err
 }
 
-// SetLimit records limit as the limit of the semaphore sem (what its slot
-// keys begin with) where one of its slots is held; recorded is false when
-// none is (there is nothing to change).
+// SetLimit records limit as the limit of the semaphore sem (its slot keys'
+// prefix) if one of its slots is held; recorded is false when none is.
 func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bool, err error) {
 	span := limit
 	for range 2 { // a second time with every slot that may be held
 		ks := SemaphoreKeys(sem, span)
-		v, err := run(ctx, n.batch, n.Client, SemLimitScript, nil, append(ks[:1:1], ks[2:2+span]...), []any{limit}).Int64Slice()
+		ks = append(ks[:1:1], ks[2:2+span]...) // the limit record and the slots
+		v, err := run(ctx, n.batch, n.Client, SemLimitScript, nil, ks, []any{limit}).Int64Slice()
 		if err != nil {
 			return false, err
 		}

@@ -46,8 +46,8 @@ type sub struct {
 	ok bool          // guarded by the Notifier's mu: confirmed and unbroken
 }
 
-// subscribe opens the subscription on server i unless there is one. It
-// does not wait on the network: the goroutine subscribes. n.mu is held.
+// subscribe opens the subscription on server i unless there is one,
+// without waiting on the network. n.mu is held.
 func (n *Notifier) subscribe(i int) {
 	if n.subs[i] != nil {
 		return
@@ -58,9 +58,9 @@ func (n *Notifier) subscribe(i int) {
 	n.wg.Go(func() { n.listen(s, ps) })
 }
 
-// listen receives s's messages on ps. On a receive's error it pings a
-// connection that was idle, replaces one whose pong did not come, and
-// pauses before receiving again otherwise.
+// listen receives s's messages on ps: it pings a connection that was
+// silent, replaces one whose pong did not come, and backs off after an
+// error.
 func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
 	ctx := n.ctx
 	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
@@ -128,8 +128,8 @@ func (n *Notifier) ended(s *sub, gone, idle bool) bool {
 	return false
 }
 
-// redial replaces s's connection, found dead, with a new one, and returns
-// it; nil once s is over.
+// redial replaces s's dead connection and returns the new one; nil once s
+// is over.
 func (n *Notifier) redial(s *sub) *redis.PubSub {
 	ps := n.clients[s.i].Subscribe(n.ctx)
 	n.mu.Lock()
@@ -144,9 +144,8 @@ func (n *Notifier) redial(s *sub) *redis.PubSub {
 }
 
 // confirmed records that s was confirmed (ok) or broke. A confirmation
-// (the first, or after a reconnect) wakes every waiter once, to queue on
-// this server or because announcements may have been lost while the
-// connection was down.
+// wakes every waiter once: to queue on this server, or because
+// announcements may have been lost while the connection was down.
 func (n *Notifier) confirmed(s *sub, ok bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -161,9 +160,9 @@ func (n *Notifier) confirmed(s *sub, ok bool) {
 	}
 }
 
-// released handles an announcement: the Locker headed the queue of the
-// key full, which a release just freed. A yield on the key is over: that
-// was the release of the head it let go first, or of someone after it.
+// released handles an announcement that the Locker headed the queue of
+// full, just freed. A yield on the key is over: that was the release of
+// the head it let go first, or of someone after it.
 func (n *Notifier) released(full string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
