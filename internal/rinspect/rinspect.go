@@ -99,28 +99,24 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 	}
 	var rows []dlock.LockInfo
 	for i, k := range ks {
-		ttl, err := replies[i].ttl.Result()
-		token, terr := replies[i].token.Result()
+		r := replies[i]
+		ttl, err := r.ttl.Result()
+		token, terr := r.token.Result()
 		if err != nil || ttl <= 0 || terr != nil {
 			continue // no expiry (not a lock), or gone since the scan
 		}
 		info := dlock.LockInfo{Key: strings.TrimPrefix(k, prefix), Node: node, TTL: ttl, Token: token, Majority: true}
-		// The key's fence counter: the lock's fence on one node, this
-		// node's draw for Redlock (the lock's fence is the largest).
-		if s, err := replies[i].fence.Result(); err == nil {
-			info.Fence, _ = strconv.ParseUint(s, 10, 64)
+		// A failed read's Val is empty, and leaves its field zero. The
+		// fence counter is the lock's fence on one node, this node's draw
+		// for Redlock (the lock's fence is the largest).
+		info.Fence, _ = strconv.ParseUint(r.fence.Val(), 10, 64)
+		var h Holder
+		if json.Unmarshal([]byte(r.holder.Val()), &h) == nil {
+			info.Host, info.PID, info.Service, info.Since = h.Host, h.PID, h.Service, h.Since
 		}
-		if s, err := replies[i].holder.Result(); err == nil {
-			var h Holder
-			if json.Unmarshal([]byte(s), &h) == nil {
-				info.Host, info.PID, info.Service, info.Since = h.Host, h.PID, h.Service, h.Since
-			}
-		}
-		if n, err := replies[i].waiting.Result(); err == nil {
-			info.Waiting = int(n)
-		}
-		if l := replies[i].limit; l != nil {
-			info.Limit, _ = strconv.Atoi(l.Val())
+		info.Waiting = int(r.waiting.Val())
+		if r.limit != nil {
+			info.Limit, _ = strconv.Atoi(r.limit.Val())
 		}
 		rows = append(rows, info)
 	}
