@@ -2,6 +2,7 @@ package rnode
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,13 +56,11 @@ func pipelined(ctx context.Context, c redis.UniversalClient, before func(redis.P
 		out[i] = call.Script.EvalSha(ctx, pipe, call.Keys, call.Args...)
 	}
 	rclient.Exec(ctx, pipe)
-	for i, cmd := range out {
-		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			for j := i; j < len(calls); j++ {
-				out[j] = calls[j].Script.Run(ctx, c, calls[j].Keys, calls[j].Args...)
-			}
-			break
-		}
+	noScript := func(cmd *redis.Cmd) bool {
+		return cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") // it allocates, even for nil
+	}
+	for j := slices.IndexFunc(out, noScript); j >= 0 && j < len(calls); j++ {
+		out[j] = calls[j].Script.Run(ctx, c, calls[j].Keys, calls[j].Args...)
 	}
 	return out
 }
