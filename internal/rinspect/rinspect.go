@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -21,15 +20,6 @@ import (
 // scanCount is each SCAN's COUNT hint: the server looks at about that many
 // keys per call, so a call stays short however large the database.
 const scanCount = 1000
-
-// Holder is what a holder publishes about itself in keys.Holder(key) (dlock
-// run, WithHolderInfo).
-type Holder struct {
-	Host    string    `json:"host"`
-	PID     int       `json:"pid"`
-	Service string    `json:"service,omitempty"`
-	Since   time.Time `json:"since"`
-}
 
 // Scan lists the held locks on one server (a node or a Cluster's master)
 // whose keys, without prefix, match pattern: string keys with a TTL, found
@@ -110,7 +100,7 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 		// fence counter is the lock's fence on one node, this node's draw
 		// for Redlock (the lock's fence is the largest).
 		info.Fence, _ = strconv.ParseUint(r.fence.Val(), 10, 64)
-		var h Holder
+		var h Record
 		if json.Unmarshal([]byte(r.holder.Val()), &h) == nil {
 			info.Host, info.PID, info.Service, info.Since = h.Host, h.PID, h.Service, h.Since
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -12,21 +13,25 @@ import (
 
 // Term is what one server knows of the holder of one lock key.
 type Term struct {
-	Token   string      // the lock key's value; "": nobody holds the key
-	Counter uint64      // the key's fence counter (0: none)
-	Record  *TermRecord // the holder record, if its token is Token
+	Token   string  // the lock key's value; "": nobody holds the key
+	Counter uint64  // the key's fence counter (0: none)
+	Record  *Record // the holder record, if its token is Token
 }
 
-// TermRecord is the holder record a grant publishes (holder.Term).
-type TermRecord struct {
-	Holder
-	Identity string `json:"identity,omitempty"`
-	Token    string `json:"token"`
-	Fence    uint64 `json:"fence,omitempty"`
+// Record is what a holder publishes about itself in keys.Holder(key)
+// (package holder: dlock run, WithHolderInfo, an election's grant).
+type Record struct {
+	Host     string    `json:"host"`
+	PID      int       `json:"pid"`
+	Service  string    `json:"service,omitempty"`
+	Since    time.Time `json:"since"`
+	Identity string    `json:"identity,omitempty"`
+	Token    string    `json:"token"`
+	Fence    uint64    `json:"fence,omitempty"`
 }
 
 // Leader names the holder: the candidate's identity, else host:pid.
-func (r *TermRecord) Leader() string {
+func (r *Record) Leader() string {
 	if r.Identity != "" || r.Host == "" {
 		return r.Identity
 	}
@@ -56,7 +61,7 @@ func ReadTerm(ctx context.Context, c redis.UniversalClient, k string) (Term, err
 	if s, err := counter.Result(); err == nil {
 		t.Counter, _ = strconv.ParseUint(s, 10, 64)
 	}
-	var r TermRecord
+	var r Record
 	if s, err := rec.Result(); err == nil && json.Unmarshal([]byte(s), &r) == nil && r.Token == t.Token {
 		t.Record = &r
 	}
