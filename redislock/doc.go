@@ -27,11 +27,10 @@
 // Scripts run by SHA and fall back to EVAL on NOSCRIPT, so SCRIPT FLUSH, a
 // restart or a failover cost one extra round trip, not an error.
 //
-// The script paths are tested against redis-server 7.0, a three-master
-// Cluster included. No Redis 8.4 or Valkey server was at hand: the DELEX
-// release is tested against miniredis (which has neither DELIFEQ nor SET
-// IFEQ), the probe's choice on the replies the servers' documentation
-// gives, and the DELIFEQ and SET IFEQ paths have not run against a server.
+// The script paths are tested against redis-server 7.0 (a Cluster
+// included), the DELEX release against miniredis; with no Redis 8.4 or
+// Valkey at hand, the DELIFEQ and SET IFEQ paths have not run against a
+// server, only the probe's choice on the replies their documentation gives.
 //
 // # Concurrent calls
 //
@@ -97,11 +96,10 @@
 // lets it go first for up to 50ms, so a loop over the lock does not starve
 // the others. An expiry is not announced: the queue's head learns it from
 // its refused attempt and retries then. A subscription silent for a second
-// is pinged, and made again on a new connection if its pong does not come
-// within a second (a NAT that dropped the flow sends no RST); the Locker's
-// waiters then retry once. Polling at the retry delay plus jitter covers
-// the rest: a peer that does not publish, a lost message, a woken Locker
-// that is gone.
+// is pinged, and made again if no pong comes within a second (a NAT that
+// dropped the flow sends no RST). Polling at the retry delay plus jitter
+// covers the rest: a peer that does not publish, a lost message, a woken
+// Locker that is gone.
 //
 // No state on the server holds the lock for a process that is gone: the
 // key is the only grant. A queue entry of a crashed, partitioned or closed
@@ -114,14 +112,11 @@
 // the name's slot keys, prefix+"{name}#0" to prefix+"{name}#(N-1)", in one
 // script that checks the limit record "dlock:limit:t:"+prefix+"{name}#"
 // and sets the lowest free slot; the hash tag keeps them in one Cluster
-// slot, and expiry is the server's alone (docs/semaphores.md).
-//
-// An election's grant (one made with an identity, dlock.WithIdentity)
-// writes the holder record with the identity and the grant's token, and
-// ReadTerm (dlock.Leader) trusts a record only with the key's token. A
-// leader is as exclusive as the lock: not across a failover to a replica
-// that missed the grant, where the fence is what stops the old leader's
-// writes (docs/election.md).
+// slot, and expiry is the server's alone (docs/semaphores.md). An
+// election's grant writes the holder record with its identity (ReadTerm).
+// A leader is as exclusive as the lock: not across a failover to a replica
+// that missed the grant, where the fence stops the old leader's writes
+// (docs/election.md).
 //
 // # Guarantees and limits
 //

@@ -17,16 +17,12 @@ var _ driver.TermReader = (*Locker)(nil)
 // grant and its record, in the same round trip.
 const termRereads = 3
 
-// ReadTerm implements driver.TermReader: who holds the lock on key, in one
-// transaction (MULTI/EXEC) that reads the key, its fence counter and its
-// holder record, which a grant made with an identity (driver.Identity: an
-// election's candidate) writes as WithHolderInfo does, identity included.
-// Fence is the key's fence counter, which the grant set to the lock's
-// fence; Leader (the identity, else host:pid) and Since come from the
-// record, if its token is the key's. A holder without one (a bare
-// TryAcquire, another client) is reported with its fence and no Leader. It
-// returns an error matching dlock.ErrUnavailable when the server could not
-// be reached.
+// ReadTerm implements driver.TermReader in one MULTI/EXEC that reads the
+// key, its fence counter (the grant's fence) and its holder record, which
+// a grant with an identity (driver.Identity) writes as WithHolderInfo
+// does. Leader (the identity, else host:pid) and Since come from a record
+// whose token is the key's; a holder without one (a bare TryAcquire,
+// another client) is reported with its fence and no Leader.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err

@@ -214,18 +214,16 @@ func (g *grant) Release(ctx context.Context) error {
 	return nil
 }
 
-// giveBack is the Locker as an rnode.GiveBacker: an attempt that left its
-// batch may have been granted after its caller gave up on it.
+// giveBack is the Locker as an rnode.GiveBacker (cleanup).
 type giveBack Locker
 
 func (l *giveBack) GiveBack(ctx context.Context, _ *rnode.Node, keys []string, token string, ttl time.Duration) {
 	(*Locker)(l).cleanup(ctx, keys, token, ttl)
 }
 
-// cleanup deletes whichever of keys holds token, in the background and
-// within a short bound: the caller has already given up on the attempt. It
-// wakes nobody: the lock was never held. (The holder record, written only
-// where the grant was, expires with the lock's TTL.)
+// cleanup deletes whichever of keys holds token, in the background, within
+// a short bound, waking nobody: the lock was never held. (A holder record
+// expires with the lock's TTL.)
 func (l *Locker) cleanup(ctx context.Context, keys []string, token string, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
 	go func() {
