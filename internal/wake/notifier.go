@@ -156,14 +156,12 @@ func (n *Notifier) Close() {
 	n.wg.Wait()
 }
 
-// yieldFor is how long, after the Locker's release of a key woke the head
-// of its queue, the Locker's own waiting attempts on the key let that head
-// go first: else a Locker that takes the lock again right after releasing
-// it (a loop) beats the waiter it woke, which needs the wake-up and a
-// request to reach the server (TestFairnessLongestWaiterFirst,
-// TestWokenSoleWaiterGoesFirst). The window covers a waiter up to about
-// 50ms away. It only delays this Locker's next attempts, which queue
-// behind the head; if that head is gone, they retry when the window ends.
+// yieldFor is how long the Locker's own attempts on a key let the queue
+// head its release woke go first: else a Locker that takes the lock again
+// right after releasing it (a loop) beats the waiter it woke
+// (TestFairnessLongestWaiterFirst, TestWokenSoleWaiterGoesFirst). It
+// covers a waiter up to about 50ms away, and delays only this Locker's
+// attempts, which queue behind the head or retry when it ends.
 const yieldFor = 50 * time.Millisecond
 
 // Woke records that the Locker's release of full woke its queue's head.
