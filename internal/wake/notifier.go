@@ -51,7 +51,6 @@ type waiter struct {
 	ch   chan struct{}
 	full string
 	in   *interest
-	left bool // guarded by the Notifier's mu
 }
 
 // New returns the Notifier of a Locker over clients, one per server.
@@ -83,14 +82,11 @@ func (n *Notifier) Register(full string) (released <-chan struct{}, stop func())
 }
 
 // leave ends w's wait. An unused wake-up passes to the next local waiter;
-// the last one to leave takes the Locker out of the queues (forget).
+// the last one to leave takes the Locker out of the queues (forget). A
+// second call finds w gone and changes nothing.
 func (n *Notifier) leave(w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if w.left {
-		return
-	}
-	w.left = true
 	in := w.in
 	in.waiters = slices.DeleteFunc(in.waiters, func(x *waiter) bool { return x == w })
 	select {
