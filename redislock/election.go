@@ -28,7 +28,7 @@ func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 		return dlock.Term{}, err
 	}
 	return backend.Reread(ctx, termRereads, func() (dlock.Term, bool, error) {
-		nt, err := rinspect.ReadTerm(ctx, l.client, l.cfg.Prefix+key)
+		nt, err := rinspect.ReadTerm(ctx, l.node.Client, l.cfg.Prefix+key)
 		switch {
 		case err != nil:
 			return dlock.Term{}, false, fmt.Errorf("dlock: leader %q: %w", key, l.opErr(ctx, err, false))

@@ -49,12 +49,12 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		mu.Unlock()
 		return nil
 	}
-	if cc, ok := l.client.(*redis.ClusterClient); ok {
+	if cc, ok := l.node.Client.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			return scan(ctx, c, c.Options().Addr)
 		})
 	} else {
-		err = scan(ctx, l.client, l.node.Name)
+		err = scan(ctx, l.node.Client, l.node.Name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dlock: inspect: %w", err)

@@ -25,7 +25,6 @@ import (
 // or a Cluster) through a go-redis client. It is safe for concurrent use;
 // create one per client and share it.
 type Locker struct {
-	client     redis.UniversalClient
 	node       *rnode.Node    // the protocol on the deployment, run inline
 	cfg        backend.Config // the options every backend shares
 	notify     *wake.Notifier // nil for clients without usable pub/sub (a Ring)
@@ -43,7 +42,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, nodeerr.Invalidf("nil redis client")
 	}
 	tryTimeout, bound := rclient.Timeouts(client)
-	l := &Locker{client: client, cfg: backend.New(backend.FenceTTL, true), tryTimeout: tryTimeout}
+	l := &Locker{cfg: backend.New(backend.FenceTTL, true), tryTimeout: tryTimeout}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
