@@ -62,18 +62,16 @@ func Timeouts(c any) (try time.Duration, bound bool) {
 	return dial + read, bound
 }
 
-// IsReply reports whether err is an error reply from the server (NOPERM,
-// WRONGTYPE, OOM, NOSCRIPT...), as opposed to a network failure or a
-// timeout. redis.Nil is not an error reply.
+// IsReply reports whether err is an error reply from the server, not a
+// network failure or a timeout (nor redis.Nil).
 func IsReply(err error) bool {
 	var re redis.Error
 	return err != redis.Nil && errors.As(err, &re)
 }
 
-// Kind says what kind of failure err, the error of a go-redis call, is: a
-// refusal that retrying cannot change (nodeerr.Refused: the replies of
-// refusals), another error reply (nodeerr.Answered: LOADING, BUSY,
-// NOSCRIPT...), or no answer.
+// Kind says what kind of failure err, a go-redis call's, is: a refusal
+// (nodeerr.Refused), another error reply (nodeerr.Answered: LOADING,
+// BUSY...), or no answer.
 func Kind(err error) nodeerr.Kind {
 	if !IsReply(err) {
 		return nodeerr.Unreachable
@@ -95,10 +93,10 @@ var refusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "WRONGTYPE", "READONLY"
 // Describe is nodeerr.Describe for the error of a go-redis call.
 func Describe(err error) error { return nodeerr.Describe(err, Kind(err)) }
 
-// Exec sends pipe's commands, and gives each command that got no reply
-// the pipeline's error: go-redis leaves an error reply to the connection's
-// handshake (WRONGPASS, NOAUTH) off the commands, which would otherwise
-// read as empty successes. Each command's Err is its outcome.
+// Exec sends pipe's commands and gives each one that got no reply the
+// pipeline's error: go-redis leaves an error reply to the connection's
+// handshake (WRONGPASS, NOAUTH) off the commands, which would read as
+// empty successes.
 func Exec(ctx context.Context, pipe redis.Pipeliner) {
 	cmds, err := pipe.Exec(ctx)
 	if err == nil {

@@ -99,8 +99,7 @@ type SemaphoreResult struct {
 	Slot   int64 // when Granted
 }
 
-// SemaphoreReply reads the semaphore script's reply: {status, x, expiry,
-// place, slot}, x a token or ” when busy.
+// SemaphoreReply reads the semaphore script's reply (semaphore.lua).
 func SemaphoreReply(reply any) (SemaphoreResult, error) {
 	v, _ := reply.([]any)
 	var r SemaphoreResult
@@ -143,9 +142,7 @@ type AcquireResult struct {
 	Place  int64  // the caller's place in the queue; 0: not queued
 }
 
-// acquireReply reads the acquire script's reply: the fence alone (a string
-// of digits) for an uncontended grant, else {status, fence or holder,
-// expiry, place}.
+// acquireReply reads the acquire script's reply (acquire.lua).
 func acquireReply(reply any) (AcquireResult, error) {
 	if s, ok := reply.(string); ok {
 		f, err := strconv.ParseInt(s, 10, 64)
