@@ -17,16 +17,13 @@ import (
 var _ dlock.Inspector = (*Locker)(nil)
 
 // Inspect lists the held locks whose keys (without the Locker's prefix)
-// match pattern, a Redis glob ("*", "billing:*"): each key's remaining TTL,
-// token, fence counter, the holder published by WithHolderInfo or `dlock
-// run`, and the number of Lockers queued for a wake-up (Waiting: a Locker
-// counts once however many of its goroutines wait). Any string key with a
-// TTL is listed, as a lock taken by another client (node-redlock, redsync,
-// SET NX PX) is one; dlock's own keys (dlock:*) are not.
-//
-// The keys are found with SCAN ... TYPE string (Redis 6 or later), never
-// KEYS, so a large database is not blocked; on a Cluster every master is
-// scanned. At most limit locks are returned (0: 1000), sorted by key: the
+// match pattern, a Redis glob ("*", "billing:*"), with each one's
+// remaining TTL, token, fence counter, holder (WithHolderInfo, `dlock
+// run`) and Lockers queued (Waiting: a Locker counts once). Any string key
+// with a TTL is listed, as another client's lock (SET NX PX) is one;
+// dlock's own keys (dlock:*) are not. The keys are found with SCAN ...
+// TYPE string (Redis 6 or later), never KEYS, on every master of a
+// Cluster. At most limit locks are returned (0: 1000), sorted by key: the
 // first the scan finds, not the first by name. It returns an error
 // matching dlock.ErrUnavailable when a server could not be reached or
 // answered with an error.

@@ -21,10 +21,10 @@ func WithPrefix(prefix string) Option {
 	return func(l *Locker) error { return l.cfg.SetPrefix(prefix) }
 }
 
-// WithDriftFactor sets the share of the TTL set aside for clock drift when
-// computing validity: the margin is ttl × f plus 2 ms (1 ms for Redis's
-// expiry precision and 1 ms as a floor), as in antirez's reference
-// implementation. It must be in [0, 1). The default is 0.01.
+// WithDriftFactor sets the share of the TTL set aside for clock drift: the
+// validity's margin is ttl × f + 2ms (Redis's 1ms expiry precision and a
+// 1ms floor), as in antirez's reference implementation. f must be in
+// [0, 1); the default is 0.01.
 func WithDriftFactor(f float64) Option {
 	return func(l *Locker) error { return l.cfg.SetDriftFactor(f) }
 }
@@ -54,14 +54,13 @@ func WithFenceTTL(d time.Duration) Option {
 
 // WithHolderInfo makes the Locker publish who holds each of its locks, for
 // Inspect, `dlock inspect` and dlock.Leader: a JSON record {"host", "pid",
-// "service", "since", "token"} (the grant's token, so that a reader can
-// tell it from a record an earlier holder left behind) in the key
-// "dlock:holder:{key}", written in the round trip of a grant of this
-// Locker's, given the lock's TTL at each extension, and deleted with the
-// release where it is still this lock's. The record is informational only:
-// the lock key and its token decide who holds the lock. service names the
-// program (it may be empty). The default is off. Its cost: one more script
-// in each round trip of the lock (bench/RESULTS.md, Hook).
+// "service", "since", "token"} (the grant's token tells it from a record
+// an earlier holder left) in "dlock:holder:{key}", written with the grant,
+// given the lock's TTL at each extension, and deleted with the release
+// where it is still this lock's. It is informational only: the lock key
+// and its token decide who holds the lock. service names the program (it
+// may be empty). The default is off. Its cost: one more script in each
+// round trip of the lock (bench/RESULTS.md, Hook).
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
 }

@@ -117,12 +117,11 @@ func (l *Locker) register(name, full string) (<-chan struct{}, func()) {
 	return l.notify.Register(full)
 }
 
-// Close ends the Locker's subscription to release announcements (which is
-// otherwise closed with the client, or after 30s without waiters) and
-// takes the Locker out of the waiter queues it is in. Waits then poll;
-// locks, TryAcquire and Release keep working. Close does not close the
-// client. It is safe to call more than once and concurrently with other
-// methods, and returns nil.
+// Close ends the Locker's subscription to release announcements (else
+// closed with the client, or after 30s without waiters) and takes the
+// Locker out of its waiter queues; waits then poll, and locks, TryAcquire
+// and Release keep working. It does not close the client, is safe to call
+// more than once and concurrently with other methods, and returns nil.
 func (l *Locker) Close() error {
 	if l.notify != nil {
 		l.notify.Close()
