@@ -6,14 +6,14 @@
 //
 // An attempt runs one script, in one round trip: if the key is free it sets
 // it to a fresh random token with the TTL (SET NX PX) and draws the lock's
-// fence; otherwise it reports the holder. The script checks everything
-// before it writes and sets the lock key last, so an attempt that fails on an
+// fence; else it reports the holder. The script checks everything before
+// it writes and sets the lock key last, so an attempt that fails on an
 // error reply (an ACL that denies dlock's keys, a key of the wrong type)
-// changes nothing, and the caller gets the server's reply. A reply that
-// retrying cannot change (NOAUTH, WRONGPASS, NOPERM, WRONGTYPE, READONLY
-// from a replica, OOM, MISCONF, an unknown command) matches
-// dlock.ErrMisconfigured, which Acquire and Do return at once; other error
-// replies (LOADING, BUSY) match dlock.ErrUnavailable.
+// changes nothing and returns the server's reply. A reply that retrying
+// cannot change (NOAUTH, WRONGPASS, NOPERM, WRONGTYPE, READONLY from a
+// replica, OOM, MISCONF, an unknown command) matches
+// dlock.ErrMisconfigured, which Acquire and Do return at once; others
+// (LOADING, BUSY) match dlock.ErrUnavailable.
 //
 // Release deletes the key only while it holds the token, and Extend resets
 // its TTL only then, with the server's own command where it has one: DELEX
@@ -34,13 +34,12 @@
 //
 // # Concurrent calls
 //
-// On a single-node client (redis.NewClient, or redis.NewFailoverClient for
-// Sentinel) the scripts of concurrent calls (attempts, releases,
-// extensions) go as a group commit: while one round trip is in flight, the
-// calls that arrive wait and then go together, as one pipeline, in the
-// next; a call alone goes at once. Under many keys this runs more cycles
-// than a plain SET NX/DEL lock sent one command at a time (bench/RESULTS.md,
-// D). Cluster and Ring clients send each call on its own.
+// On a single-node client (redis.NewClient, redis.NewFailoverClient) the
+// scripts of concurrent calls go as a group commit: while one round trip
+// is in flight, the calls that arrive wait and then go together, as one
+// pipeline, in the next; a call alone goes at once. Under many keys this
+// runs more cycles than a plain SET NX/DEL lock (bench/RESULTS.md, D).
+// Cluster and Ring clients send each call on its own.
 //
 // Each call keeps its own context: a waiting call returns when it ends, its
 // script unsent, and a round trip is sent under the latest deadline of the
@@ -53,14 +52,13 @@
 //
 // # Keys
 //
-// The lock key is exactly the resource name, plus an optional prefix
-// (WithPrefix), and its value is the token — the layout of node-redlock and
-// redsync, so a fleet that mixes them with dlock on the same names excludes
-// each other. dlock's own keys live in the "dlock:" namespace, named after
-// the lock key and in its Cluster slot (a key that has a hash tag already
-// keeps it: "dlock:fence:t:key"); lock names inside that namespace are
-// rejected with dlock.ErrInvalid. An ACL user needs the lock keys and
-// dlock's: for example ~locks:* ~dlock:* &dlock:wake:* +@all.
+// The lock key is the resource name, plus an optional prefix (WithPrefix),
+// and its value is the token — the layout of node-redlock and redsync, so
+// a fleet that mixes them with dlock on the same names excludes each
+// other. dlock's own keys live in the "dlock:" namespace, in the lock
+// key's Cluster slot (a key with a hash tag keeps it: "dlock:fence:t:key");
+// lock names inside it are rejected with dlock.ErrInvalid. An ACL user
+// needs both: for example ~locks:* ~dlock:* &dlock:wake:* +@all.
 //
 //	key                    what                      lives
 //	<key>                  the holder's token        the lock's TTL; deleted by the release

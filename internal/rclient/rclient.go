@@ -38,11 +38,10 @@ func Name(c any) string {
 	return "redis"
 }
 
-// Timeouts returns how long one try on c may take, whatever it sends: its
-// dial timeout plus its read timeout, or 0, no bound, when its reads have
-// none or it does not say (a Ring left with its shards' defaults, an
-// unknown kind of client). bound reports whether c lets context deadlines
-// bound its socket reads (an unknown kind: true, nothing to warn about).
+// Timeouts returns how long one try on c may take: its dial plus its read
+// timeout, or 0 when its reads have none or it does not say (a Ring with
+// its shards' defaults, an unknown client). bound reports whether context
+// deadlines bound its reads (an unknown client: true, nothing to warn of).
 func Timeouts(c any) (try time.Duration, bound bool) {
 	var dial, read time.Duration
 	bound = true

@@ -42,10 +42,9 @@ type call struct {
 }
 
 // pipelined runs calls in order in one round trip (EVALSHA), after the
-// commands that before (when not nil) puts in the pipeline, such as an
-// INFO. From the first call the server did not know (NOSCRIPT) on, each
-// call runs again, in order: the calls after it must be safe to repeat
-// (the commands of before do not run again).
+// commands that before (if not nil) queues, such as an INFO. From the
+// first call the server did not know (NOSCRIPT) on, the calls run again,
+// in order: those after it must be safe to repeat.
 func pipelined(ctx context.Context, c redis.UniversalClient, before func(redis.Pipeliner), calls ...call) []*redis.Cmd {
 	out := make([]*redis.Cmd, len(calls))
 	pipe := c.Pipeline()

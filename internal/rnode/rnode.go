@@ -130,10 +130,9 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 	return r, Boxed{boxed.Key, args[0]}, err
 }
 
-// Permit runs the semaphore script over keys (SemaphoreKeys) with args
-// and returns its reply. A call whose context ended in flight has late
-// give back, once the reply comes, any slot the script may have taken for
-// token (a release of a slot token does not hold changes nothing).
+// Permit runs the semaphore script over keys (SemaphoreKeys) with args. A
+// call whose context ended in flight has late give back any slot it may
+// have taken for token (releasing the others changes nothing).
 func (n *Node) Permit(ctx context.Context, keys []string, args []any, token string, ttl time.Duration, late GiveBacker) (any, error) {
 	v, err := run(ctx, n.batch, n.Client, SemaphoreScript, nil, keys, args).Result()
 	if left, ok := err.(*batch.LeftError); ok {
@@ -284,11 +283,10 @@ func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bo
 	return false, errors.New("the limit changed while it was being set")
 }
 
-// Features reports the server's own release and extend commands, probing
-// the server once, with its eviction policy (rclient.Probe); a node made
-// without a logger reports none. A call that finds a probe in progress
-// waits for it within ctx, else uses the scripts; a probe that got no
-// answer is made again by the next call.
+// Features reports the server's own release and extend commands, probed
+// once with its eviction policy; a node made without a logger reports
+// none. A call waits for a probe in progress within ctx, else uses the
+// scripts; a probe that got no answer is made again by the next call.
 func (n *Node) Features(ctx context.Context) rclient.Native {
 	if n.logger == nil {
 		return rclient.Native{}

@@ -13,9 +13,8 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
-// Notifier is one Locker's side of wake-on-release: its id, its
-// subscriptions (one per server) and its waiting Acquires. It is safe for
-// concurrent use.
+// Notifier is one Locker's side of wake-on-release: its id, subscriptions
+// (one per server) and waiting Acquires. It is safe for concurrent use.
 type Notifier struct {
 	clients []redis.UniversalClient // per server
 	id      string
@@ -61,9 +60,8 @@ func New(clients []redis.UniversalClient) *Notifier {
 		subs: make([]*sub, len(clients)), byKey: map[string]*interest{}, yields: map[string]time.Time{}, idle: time.Now()}
 }
 
-// Register registers a waiting Acquire's interest in the lock key full (with
-// prefix), as driver.ReleaseNotifier's NotifyRelease. It sends nothing.
-// After Close the channel never fires.
+// Register is driver.ReleaseNotifier's NotifyRelease for the lock key full
+// (with prefix). It sends nothing. After Close the channel never fires.
 func (n *Notifier) Register(full string) (released <-chan struct{}, stop func()) {
 	w := &waiter{ch: make(chan struct{}, 1), full: full}
 	n.mu.Lock()
@@ -106,9 +104,8 @@ func (n *Notifier) leave(w *waiter) {
 	n.forget(w.full, in)
 }
 
-// forget cancels in's retry and removes the Locker from full's queue where
-// it is or may be queued, in the background, within a second, so that
-// later releases do not wake nobody.
+// forget cancels in's retry and takes the Locker out of full's queues, in
+// the background, within a second, so that releases do not wake nobody.
 func (n *Notifier) forget(full string, in *interest) {
 	if in.retry != nil {
 		in.retry.Stop()
@@ -128,9 +125,8 @@ func (n *Notifier) forget(full string, in *interest) {
 	}
 }
 
-// Close ends the subscriptions and takes the Locker out of every queue it
-// is in (best effort, within a second). Waits in progress go on by polling.
-// It is safe to call more than once.
+// Close ends the subscriptions and takes the Locker out of its queues (best
+// effort, within a second); waits go on by polling. It is idempotent.
 func (n *Notifier) Close() {
 	n.mu.Lock()
 	n.cancel()
@@ -184,10 +180,9 @@ type Plan struct {
 
 // Plan returns the queueing plan of an attempt on full, or nil when no
 // local Acquire waits for it (a TryAcquire, after Close, or n nil). yield
-// reports that the attempt must be refused without asking the servers: the
-// Locker lets the head its release woke go first, and a server where it is
-// not subscribed cannot yield for it. It then subscribes everywhere, and
-// its waiter retries when the yield ends.
+// refuses the attempt without asking the servers: the Locker lets the head
+// its release woke go first, which a server where it is not subscribed
+// cannot do; it subscribes everywhere and retries when the yield ends.
 func (n *Notifier) Plan(full string) (p *Plan, yield bool) {
 	if n == nil {
 		return nil, false
@@ -239,8 +234,7 @@ func (p *Plan) Queue(i int) (key string, args []any) {
 // busy, the Locker's place in the queue (where it asked to queue), and the
 // busy key's expiry in ms when the Locker heads the queue (else negative).
 // A busy key opens the subscription there, and a known expiry arms the
-// retry just past it (Redis's expiry is precise to 1ms), in case the
-// holder crashed.
+// retry just past it (Redis's 1ms precision), in case the holder crashed.
 func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	if p == nil {
 		return

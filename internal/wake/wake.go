@@ -32,14 +32,12 @@ const (
 	// dropped the flow sends no RST, and TCP would retry for minutes. The
 	// cost: a PING a second per subscription, which lives only while its
 	// Locker waits (and IdleClose after).
-	silence      = time.Second
-	maxReconnect = time.Second // cap of the reconnect backoff
+	silence = time.Second
 )
 
-// sub is the Locker's subscription to its channel on server i, run by
-// listen until Close, until the client is closed, or until IdleClose
-// without waiters. go-redis redials a broken connection; listen replaces a
-// silent one.
+// sub is the Locker's subscription on server i, run by listen until Close,
+// the client's close, or IdleClose without waiters. go-redis redials a
+// broken connection; listen replaces a silent one.
 type sub struct {
 	i  int
 	ps *redis.PubSub // guarded by the Notifier's mu
@@ -99,7 +97,7 @@ func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
 		default:
 			pinged = false
 			n.confirmed(s, false)
-			backoff = min(max(2*backoff, 10*time.Millisecond), maxReconnect)
+			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
 			if !backend.Sleep(ctx, backoff) {
 				return
 			}
