@@ -62,11 +62,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // round trip. It returns an error matching dlock.ErrNotAcquired when
 // another owner holds key, dlock.ErrUnavailable when the server could not
 // be reached or answered with an error that may pass,
-// dlock.ErrMisconfigured when it refused for good (see the package
-// documentation; the reply is in the chain of both: errors.As with
-// redis.Error), and dlock.ErrInvalid for bad arguments. An attempt that
-// returns an error leaves no key of its own behind: a key set by an
-// attempt whose reply was lost is deleted again (best effort, in the
+// dlock.ErrMisconfigured when it refused for good (the reply is in the
+// chain: errors.As with redis.Error), and dlock.ErrInvalid for bad
+// arguments. An attempt that returns an error leaves no key of its own
+// behind: one whose reply was lost is deleted again (best effort, in the
 // background).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryAcquire(ctx, key, ttl) })

@@ -21,10 +21,9 @@ import (
 // keys per call, so a call stays short however large the database.
 const scanCount = 1000
 
-// Scan lists the held locks on one server (a node or a Cluster's master)
-// whose keys, without prefix, match pattern: string keys with a TTL, found
-// with SCAN ... TYPE string, at most limit (> 0) of them, sorted. dlock's
-// own keys are skipped unless prefix+pattern starts with "dlock:".
+// Scan lists, sorted, at most limit (> 0) held locks on one server whose
+// keys, without prefix, match pattern (string keys with a TTL); dlock's
+// own keys only if prefix+pattern starts with "dlock:".
 func Scan(ctx context.Context, c redis.UniversalClient, node, prefix, pattern string, limit int) ([]dlock.LockInfo, error) {
 	match := escape(prefix) + pattern
 	skipOwn := !strings.HasPrefix(prefix+pattern, keys.Reserved)

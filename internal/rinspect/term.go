@@ -39,9 +39,8 @@ func (r *Record) Leader() string {
 }
 
 // ReadTerm reads the lock key k (prefix included), its fence counter and
-// its holder record in one transaction, so that the three belong
-// together: a record whose token is not the key's (an earlier holder's) is
-// left out.
+// its holder record in one transaction, and leaves out a record whose
+// token is not the key's (an earlier holder's).
 func ReadTerm(ctx context.Context, c redis.UniversalClient, k string) (Term, error) {
 	var token, counter, rec *redis.StringCmd
 	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {

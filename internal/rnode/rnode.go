@@ -1,8 +1,7 @@
-// Package rnode is dlock's lock protocol on one Redis server: the Lua
-// scripts and the one acquire, release and extend that redislock runs on
-// its deployment and redlock on each of its nodes. It chooses how each call
-// travels (the node's batch, or a pipeline with the holder record's
-// scripts) and, where the node probes for them, the server's own commands.
+// Package rnode is dlock's lock protocol on one Redis server: the scripts
+// and the one acquire, release and extend that redislock and redlock run,
+// through the node's batch or a pipeline with the holder record's scripts,
+// or with the server's own commands where the node probes for them.
 package rnode
 
 import (
@@ -85,9 +84,8 @@ type GiveBacker interface {
 }
 
 // Acquire runs the acquire script (and the holder record's writes after
-// it, in the same round trip) and reads its reply; one that cannot be read
-// is an error that is not a server's error reply. boxed is the key (of a
-// one-key attempt) and the token as boxed for the script, for the release.
+// it, in the same round trip) and reads its reply (an unreadable one is an
+// error, not an error reply). boxed is what it boxed, for the release.
 func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed Boxed, err error) {
 	// The keys and arguments stay on the stack (for one key: the lock,
 	// fence and queue keys; the token, TTL, fence TTL, clock offset and
