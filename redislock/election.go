@@ -12,9 +12,8 @@ import (
 
 var _ driver.TermReader = (*Locker)(nil)
 
-// termRereads is how many times ReadTerm reads again, a millisecond apart,
-// a key held without a record: another client's read can come between the
-// grant and its record, in the same round trip.
+// termRereads is how many times ReadTerm reads again, 1ms apart, a key held
+// without a record: a read can come between a grant and its record.
 const termRereads = 3
 
 // ReadTerm implements driver.TermReader in one MULTI/EXEC that reads the

@@ -11,12 +11,11 @@ import (
 // Option configures a Locker.
 type Option func(*Locker) error
 
-// WithPrefix prepends prefix to every lock key, e.g. "locks:". The key
-// stored in Redis is prefix+key; handles report key without the prefix.
-// dlock's own keys stay in the "dlock:" namespace, named after the
-// prefixed key (see Keys in the package documentation); a prefix inside
-// that namespace is rejected with dlock.ErrInvalid. The default is no
-// prefix: the key is exactly the resource name.
+// WithPrefix prepends prefix to every lock key, e.g. "locks:"; handles
+// report the key without it. dlock's own keys stay in the "dlock:"
+// namespace, named after the prefixed key (see Keys in the package
+// documentation); a prefix inside that namespace is rejected with
+// dlock.ErrInvalid. The default is none: the key is the resource name.
 func WithPrefix(prefix string) Option {
 	return func(l *Locker) error { return l.cfg.SetPrefix(prefix) }
 }
@@ -30,24 +29,21 @@ func WithDriftFactor(f float64) Option {
 }
 
 // WithLogger sets where the Locker logs its events (see Events in package
-// dlock's documentation) and its configuration warnings. The default is
-// slog.Default().
+// dlock) and configuration warnings. The default is slog.Default().
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error { return l.cfg.SetLogger(logger) }
 }
 
 // WithObserver adds an observer of the Locker's attempts and locks (see
-// Events in package dlock's documentation). The default is none, beside
-// the logger's.
+// Events in package dlock). The default is none beside the logger's.
 func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 	return func(l *Locker) error { return l.cfg.AddObserver(observe) }
 }
 
 // WithFenceTTL sets how long a key's fence counter ("dlock:fence:{key}")
-// outlives the key's last grant or extension. An expired counter costs no
-// fence its order (see Fences in the package documentation), so d only
-// bounds how long the server keeps one small key per lock name. The
-// default is 1h.
+// outlives its last grant or extension. An expired counter costs no fence
+// its order (see Fences in the package documentation): d only bounds how
+// long the server keeps one small key per lock name. The default is 1h.
 func WithFenceTTL(d time.Duration) Option {
 	return func(l *Locker) error { return l.cfg.SetFenceTTL(d, time.Millisecond) }
 }

@@ -99,10 +99,9 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	return driver.NewLock(key, a.token, uint64(r.Fence), validUntil, g), nil
 }
 
-// NotifyRelease implements driver.ReleaseNotifier. It sends nothing to the
-// server; the Locker's subscription starts when a waiting attempt first
-// finds a key busy. On a Ring (no usable pub/sub) and after Close the
-// channel never fires and waits poll.
+// NotifyRelease implements driver.ReleaseNotifier. It sends nothing: the
+// Locker subscribes when a waiting attempt first finds a key busy. On a
+// Ring (no usable pub/sub) and after Close the channel never fires.
 func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan struct{}, stop func()) {
 	return l.register(key, l.cfg.Prefix+key)
 }

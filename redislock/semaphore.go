@@ -38,8 +38,8 @@ func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{
 	return s.l.register(name, s.l.semKey(name))
 }
 
-// semKey is what the keys of name's slots begin with, prefix included:
-// the semaphore's name on the server, for its queue and limit record.
+// semKey is the semaphore's name on the server (its slot keys' prefix,
+// with the Locker's), for its queue and limit record.
 func (l *Locker) semKey(name string) string { return l.cfg.Prefix + bridge.SlotPrefix(name) }
 
 func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {

@@ -28,11 +28,9 @@ type Node struct {
 	batch  *batch.Batcher
 	// fenceTTL (ms) and lastTTL (the latest call's TTL: a Locker mostly
 	// uses one) are boxed once for the scripts: an allocation less each.
-	fenceTTL any
-	lastTTL  atomic.Pointer[ttlArg]
-	// ClockOffset (µs) moves the server's clock as the fence rule reads
-	// it; tests only.
-	ClockOffset int64
+	fenceTTL    any
+	lastTTL     atomic.Pointer[ttlArg]
+	ClockOffset int64 // µs added to the server's clock as the fence rule reads it; tests only
 
 	logger  *slog.Logger                   // nil: no probe, the scripts only
 	probing chan struct{}                  // held by the probe in progress (cap 1)
@@ -155,8 +153,7 @@ type Release struct {
 }
 
 // Release deletes the keys that hold the token (and the holder records
-// still rel.Holder) in one round trip, and says how many keys it deleted
-// and how many waiters it woke.
+// still rel.Holder) in one round trip; it counts the keys and waiters woken.
 func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, err error) {
 	one := len(rel.Keys) == 1 && rel.Fence == 0 && rel.Sem == ""
 	if one && rel.Holder == "" {

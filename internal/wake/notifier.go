@@ -33,12 +33,10 @@ type Notifier struct {
 // interest is the Locker's wait for one lock key, in byKey while it has
 // waiters (until Close).
 type interest struct {
-	waiters []*waiter // in arrival order
-	place   []int64   // per server: the Locker's place in the key's queue, 0 = not queued, placeUnknown
-	// retry is the earliest waiter's retry for when no announcement will
-	// come (retryAt); due is its time, zero when none is pending.
-	retry *time.Timer
-	due   time.Time
+	waiters []*waiter   // in arrival order
+	place   []int64     // per server: the Locker's place in the key's queue, 0 = not queued, placeUnknown
+	retry   *time.Timer // the earliest waiter's retry when no announcement will come (retryAt)
+	due     time.Time   // retry's time, zero when none is pending
 }
 
 // placeUnknown is the place where an attempt that queued got no reply. The
