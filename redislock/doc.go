@@ -6,175 +6,132 @@
 //
 // An attempt runs one script, in one round trip: if the key is free it sets
 // it to a fresh random token with the TTL (SET NX PX) and draws the lock's
-// fence; otherwise it reports the holder. The script checks everything
-// before it writes and sets the lock key last, so an attempt that fails on an
+// fence; else it reports the holder. The script checks everything before
+// it writes and sets the lock key last, so an attempt that fails on an
 // error reply (an ACL that denies dlock's keys, a key of the wrong type)
-// changes nothing, and the caller gets the server's reply. A reply that
-// retrying cannot change (NOAUTH, WRONGPASS, NOPERM, WRONGTYPE, READONLY
-// from a replica, OOM, MISCONF, an unknown command) matches
-// dlock.ErrMisconfigured, which Acquire and Do return at once; other error
-// replies (LOADING, BUSY) match dlock.ErrUnavailable.
+// changes nothing and returns the server's reply. A reply that retrying
+// cannot change (NOAUTH, WRONGPASS, NOPERM, WRONGTYPE, READONLY from a
+// replica, OOM, MISCONF, an unknown command) matches
+// dlock.ErrMisconfigured, which Acquire and Do return at once; others
+// (LOADING, BUSY) match dlock.ErrUnavailable.
 //
 // Release deletes the key only while it holds the token, and Extend resets
-// its TTL only then. Where the server has its own command for it, the
-// Locker uses that command: DELEX key IFEQ token (Redis 8.4, Valkey 9.2) or
-// DELIFEQ key token (Valkey 9.0) to release, SET key token PX ttl IFEQ token
-// (Redis 8.4, Valkey 8.1) to extend a lock known only by its token
-// (ExtendToken); elsewhere it runs a script that does the same. A lock's
-// own Extend always runs the script, which also renews its fence counter
-// (see Fences), something SET IFEQ cannot do in the same step. The Locker
-// probes the server for these commands once, on its first release or
-// extension, in one round trip that changes nothing; there is no option to
-// choose. Scripts run by SHA and fall back to EVAL when the server answers
-// NOSCRIPT, so SCRIPT FLUSH, a restart or a failover cost one extra round
-// trip, not an error.
+// its TTL only then, with the server's own command where it has one: DELEX
+// key IFEQ token (Redis 8.4, Valkey 9.2) or DELIFEQ key token (Valkey 9.0)
+// to release, SET key token PX ttl IFEQ token (Redis 8.4, Valkey 8.1) to
+// extend a lock known only by its token (ExtendToken); elsewhere a script
+// does the same. A lock's own Extend always runs the script, which also
+// renews its fence counter, as SET IFEQ cannot in the same step. The Locker
+// probes for these commands once, on its first release or extension, in
+// one round trip that changes nothing; there is no option to choose.
+// Scripts run by SHA and fall back to EVAL on NOSCRIPT, so SCRIPT FLUSH, a
+// restart or a failover cost one extra round trip, not an error.
 //
-// What was verified where: the script paths run against real redis-server
-// 7.0 in this package's tests, including a three-master Cluster started by
-// the test harness. No Redis 8.4 or Valkey server could be installed here.
-// The DELEX release runs against miniredis (in the repository's compat
-// module), an in-process imitation that has DELEX IFEQ but neither DELIFEQ
-// nor SET IFEQ. The probe's choice on each server's replies is tested on
-// the replies their documentation gives; the DELIFEQ and SET IFEQ paths
-// themselves have not run against a server that has them.
+// The script paths are tested against redis-server 7.0 (a Cluster
+// included), the DELEX release against miniredis; with no Redis 8.4 or
+// Valkey at hand, the DELIFEQ and SET IFEQ paths have not run against a
+// server, only the probe's choice on the replies their documentation gives.
 //
 // # Concurrent calls
 //
-// On a single-node client (redis.NewClient, or redis.NewFailoverClient for
-// Sentinel) the Locker sends the scripts of concurrent calls — attempts,
-// releases, extensions — as a group commit: while one round trip is in
-// flight, the calls that arrive wait and then go together, as one
-// pipeline, in the next. A call alone goes at once, as it would without
-// this. It buys throughput under many keys: goroutines each taking and
-// releasing their own key over one client run more cycles than a plain
-// SET NX/DEL lock sent one command at a time (bench/RESULTS.md, D).
+// On a single-node client (redis.NewClient, redis.NewFailoverClient) the
+// scripts of concurrent calls go as a group commit: while one round trip
+// is in flight, the calls that arrive wait and then go together, as one
+// pipeline, in the next; a call alone goes at once. Under many keys this
+// runs more cycles than a plain SET NX/DEL lock (bench/RESULTS.md, D).
 // Cluster and Ring clients send each call on its own.
 //
-// Each call keeps its own context. A call waiting for the next round trip
-// returns when its context ends, and its script is never sent. The next
-// round trip is sent by the waiting call with the latest deadline, under
-// that deadline, and carries only calls whose deadlines are not later, so
-// no call is cut short by another's deadline or held past its own. An
-// attempt whose context ends while its round trip is in flight returns at
-// once, and if the server granted it, the Locker releases the key when the
-// reply comes (as it does for an attempt whose reply was lost). The cost is
-// shared fate: a connection that stops answering holds every call in its
-// round trip and those waiting behind it until their deadlines, or their
-// try's bound (see below) when they have none.
+// Each call keeps its own context: a waiting call returns when it ends, its
+// script unsent, and a round trip is sent under the latest deadline of the
+// calls it carries, so none is cut short by another's deadline or held
+// past its own. An attempt whose context ends in flight returns at once;
+// if the server granted it, the Locker releases the key when the reply
+// comes. The cost is shared fate: a connection that stops answering holds
+// every call in its round trip and behind it until their deadlines, or
+// their try's bound (see below).
 //
 // # Keys
 //
-// The lock key is exactly the resource name, plus an optional prefix
-// (WithPrefix), and its value is the token — the layout of node-redlock and
-// redsync, so a fleet that mixes them with dlock on the same names excludes
-// each other. dlock's own keys live in the "dlock:" namespace, named after
-// the lock key and in its Cluster slot: "dlock:fence:{key}", the fence
-// counter, and "dlock:waiters:{key}", the waiter queue (a key that has a
-// hash tag already keeps it: "dlock:fence:t:key"). Lock names inside that
-// namespace are rejected with dlock.ErrInvalid. An ACL user needs the lock
-// keys and dlock's: for example ~locks:* ~dlock:* &dlock:wake:* +@all.
-//
-// What dlock stores, and for how long:
+// The lock key is the resource name, plus an optional prefix (WithPrefix),
+// and its value is the token — the layout of node-redlock and redsync, so
+// a fleet that mixes them with dlock on the same names excludes each
+// other. dlock's own keys live in the "dlock:" namespace, in the lock
+// key's Cluster slot (a key with a hash tag keeps it: "dlock:fence:t:key");
+// lock names inside it are rejected with dlock.ErrInvalid. An ACL user
+// needs both: for example ~locks:* ~dlock:* &dlock:wake:* +@all.
 //
 //	key                    what                      lives
 //	<key>                  the holder's token        the lock's TTL; deleted by the release
 //	dlock:fence:{<key>}    the last fence drawn      WithFenceTTL after the last grant or extension (1h)
 //	dlock:waiters:{<key>}  ids of waiting Lockers    while Lockers wait; 60s after the last one came by
+//	dlock:holder:{<key>}   the holder record         with the lock (WithHolderInfo, elections)
 //
 // # Fences
 //
 // A grant draws max(counter + 1, the server's clock in microseconds) and
 // stores it in the key's counter, in the same script that sets the key. So
-// fences increase from holder to holder, and a counter that is gone — expired
-// (WithFenceTTL), lost in a restart without persistence, or older than the
-// fences it handed out (a replica promoted before it had the latest writes, a
-// restore from an old snapshot) — comes back above every fence before it.
-// The assumption: the server's clock (across a failover, the new master's)
-// does not step back, between the last grant before the counter was lost and
-// the first one after, by more than the time that passed between them. A
-// clock that does can hand out a lower fence; the guards at the resource
-// (package fence) then reject the lower fence's writes. Fences are large
-// numbers, and consecutive grants differ by the time between them.
+// fences increase from holder to holder, and a counter that is gone —
+// expired, lost in a restart without persistence, or older than the fences
+// it handed out (a promoted replica, an old snapshot) — comes back above
+// every fence before it. The assumption: the server's clock (across a
+// failover, the new master's) does not step back, between the last grant
+// before the loss and the first after, by more than the time between them.
+// A clock that does can hand out a lower fence, whose writes the guards of
+// package fence then reject (docs/fences.md). Fences are large numbers:
+// consecutive grants differ by the time between them.
 //
 // # Waiting
 //
-// Acquire and Do wait with wake-on-release. A waiting attempt that finds the
-// key busy puts its Locker in the key's queue, in the attempt's own round
-// trip, once the Locker is subscribed to its own channel "dlock:wake:<id>"
-// (one pub/sub connection per Locker, opened by its first busy waiting
-// attempt). The release deletes the key, pops the queue's longest waiter
-// and publishes on that Locker's channel, in the release's own round trip;
-// the Locker's earliest waiter for the key retries at once. The key is free
-// between holders: the woken waiter takes it with an ordinary SET NX, and so
-// can any other client (redsync, node-redlock, bsm/redislock). A Locker
-// whose release just woke a waiter lets that waiter go first for up to 50ms
-// (until a wake-up of its own) instead of taking the lock again at once, so
-// a loop over the lock does not starve the others. Nobody announces an
-// expiry (a holder that crashed), so the queue's head learns from its
-// refused attempt when the key expires and retries then by itself. A
-// subscription silent for a second is pinged, and one whose pong does not
-// come within a second is made again on a new connection (a NAT that
-// dropped the flow sends no RST); the Locker's waiters then retry once.
-// Polling at the retry delay plus jitter covers the rest: a release by a
-// peer that does not publish, a lost message, a woken Locker that is gone.
+// Acquire and Do wait with wake-on-release. A waiting attempt that finds
+// the key busy queues its Locker in the key's queue, in its own round trip,
+// once the Locker is subscribed to its channel "dlock:wake:<id>" (one
+// pub/sub connection per Locker, opened by its first busy waiting
+// attempt). The release deletes the key and, in the same round trip, pops
+// the queue's longest waiter and publishes on its channel; that Locker's
+// earliest waiter for the key retries at once. The woken waiter takes the
+// free key with an ordinary SET NX, as can any other client (redsync,
+// node-redlock, bsm/redislock). A Locker whose release just woke a waiter
+// lets it go first for up to 50ms, so a loop over the lock does not starve
+// the others. An expiry is not announced: the queue's head learns it from
+// its refused attempt and retries then. A subscription silent for a second
+// is pinged, and made again if no pong comes within a second (a NAT that
+// dropped the flow sends no RST). Polling at the retry delay plus jitter
+// covers the rest: a peer that does not publish, a lost message, a woken
+// Locker that is gone.
 //
-// No state on the server holds the lock for a process that is gone: the key
-// is the only grant, and a release deletes it. A queue entry of a crashed,
-// partitioned or closed Locker costs the others at most one retry delay plus
-// jitter (the release that pops it wakes nobody, and the others find the free
-// key at their next poll); Close takes the Locker out of its queues.
+// No state on the server holds the lock for a process that is gone: the
+// key is the only grant. A queue entry of a crashed, partitioned or closed
+// Locker costs the others at most one retry delay plus jitter (the release
+// that pops it wakes nobody); Close takes the Locker out of its queues.
 //
-// # Semaphores
+// # Semaphores and elections
 //
-// Locker.Semaphore (which dlock.Semaphore returns for a redislock Locker)
-// grants one of N permits of a name as a lock on one of its slot keys,
-// prefix+"{name}#0" to prefix+"{name}#(N-1)" (see dlock.Semaphore), holding the
-// token with the TTL like a lock key. One script, one round trip, looks at
-// every slot key, checks the limit record "dlock:limit:t:"+prefix+"{name}#"
-// (a hash: limit, and the slots that may be held), and sets the lowest free
-// slot with its own fence counter. The hash tag puts them all in one
-// Cluster slot. Expiry is the server's alone: a dead holder's permit comes
-// back when its slot key expires, and no client clock is read. The record
-// counts only while a slot key exists; its TTL is raised at every grant and
-// extension to at least the permit's, so it never outlives the permits by
-// more than their TTL. After SetLimit shrank the limit, a grant also counts
-// the holders above it (the script asks for their keys in a second call).
-// A release wakes the Locker that heads the semaphore's waiter queue, as a
-// lock's does; a holder that vanishes wakes the queue's head at its permit's
-// expiry. ReleaseToken and ExtendToken on a permit's key (the command line)
-// act on the slot key alone: they wake nobody and leave the record's TTL.
-//
-// # Leader election
-//
-// dlock.Lead, Leader, Observe and Campaign need nothing more on the server.
-// An election's grant (one made with an identity, dlock.WithIdentity,
-// host:pid by default) writes the holder record "dlock:holder:{key}" with
-// the identity and the grant's token in the grant's own round trip; its
-// extensions keep it and its release deletes it. Leader (ReadTerm) reads the
-// key, its fence counter (the grant's fence: the term) and the record in
-// one MULTI, and trusts a record only with the key's token, so a record
-// that outlived its lock is never taken for the next holder's. A leader is
-// as exclusive as the lock: not across a failover to a replica that missed
-// the grant, where the fence is what stops the old leader's writes.
+// Locker.Semaphore (dlock.Semaphore) grants a permit as a lock on one of
+// the name's slot keys, prefix+"{name}#0" to prefix+"{name}#(N-1)", in one
+// script that checks the limit record "dlock:limit:t:"+prefix+"{name}#"
+// and sets the lowest free slot; the hash tag keeps them in one Cluster
+// slot, and expiry is the server's alone (docs/semaphores.md). An
+// election's grant writes the holder record with its identity (ReadTerm).
+// A leader is as exclusive as the lock: not across a failover to a replica
+// that missed the grant, where the fence stops the old leader's writes
+// (docs/election.md).
 //
 // # Guarantees and limits
 //
-// On one node a lock is exclusive as long as the key lives: only a SET NX of a
-// free key grants it; release and extension only touch a key that still holds
-// the holder's token; and the validity deadline (see package dlock) ends
-// before the server's expiry. It is not exclusive across a failover: Redis
-// replicates asynchronously, so a promoted replica may lack the key (its
-// fence does not go back: see Fences). Eviction under memory pressure
-// removes lock keys early too; the Locker warns (once, at its probe) when
-// maxmemory-policy is not noeviction.
+// On one node a lock is exclusive as long as the key lives: only a SET NX
+// of a free key grants it; release and extension only touch a key that
+// still holds the holder's token; and the validity deadline ends before
+// the server's expiry. A failover to an asynchronous replica that lacks
+// the key, or an eviction under memory pressure, loses it, not the order
+// of fences (see Fences); the Locker warns, once, when maxmemory-policy is
+// not noeviction (docs/guarantees.md).
 //
-// Set ContextTimeoutEnabled on the go-redis client so that context deadlines
-// bound each call; without it a server that never answers holds a call for
-// the client's ReadTimeout (New logs a warning). With it, one try (an
-// attempt, an extension, a release, whatever it sends: the holder record,
-// the probe for the Redis 8.4 commands, go-redis's own retries) takes at
-// most the client's DialTimeout + ReadTimeout, or the caller's deadline if
-// that comes first: a server that accepts connections and never answers
-// costs that, not a read timeout per request. A ReadTimeout of -1 (no
-// timeout) leaves the bound to the caller's context.
+// Set ContextTimeoutEnabled on the go-redis client so that context
+// deadlines bound each call; without it a server that never answers holds
+// a call for the client's ReadTimeout (New logs a warning). With it, one
+// try (an attempt, an extension or a release, with all it sends: the
+// holder record, the probe, go-redis's retries) takes at most the client's
+// DialTimeout + ReadTimeout, or the caller's deadline if sooner, not a
+// read timeout per request. A ReadTimeout of -1 leaves the bound to the
+// caller's context.
 package redislock

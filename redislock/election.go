@@ -12,31 +12,22 @@ import (
 
 var _ driver.TermReader = (*Locker)(nil)
 
-// termRereads is how many times ReadTerm reads again a key held without a
-// record of its grant, a millisecond apart: the record is written right
-// after the grant, in the same round trip, but another client's read can
-// come in between.
+// termRereads is how many times ReadTerm reads again, 1ms apart, a key held
+// without a record: a read can come between a grant and its record.
 const termRereads = 3
 
-// ReadTerm implements driver.TermReader: who holds the lock on key, in one
-// transaction (MULTI/EXEC) that reads the key, its fence counter and its
-// holder record. A grant made with an identity (driver.Identity: an
-// election's candidate) publishes it in its holder record,
-// "dlock:holder:{key}", as a grant with WithHolderInfo publishes its
-// host:pid: written in the grant's round trip with the grant's token (so
-// that a record an earlier holder left behind is not taken for the current
-// one's), kept with the lock's TTL and deleted with the release. Fence is
-// the key's fence counter, which the grant set to the lock's fence; Leader
-// (the identity, else host:pid) and Since come from the record. A holder
-// without one (a bare TryAcquire, another client) is reported with its
-// fence and no Leader. It returns an error matching dlock.ErrUnavailable
-// when the server could not be reached.
+// ReadTerm implements driver.TermReader in one MULTI/EXEC that reads the
+// key, its fence counter (the grant's fence) and its holder record, which
+// a grant with an identity (driver.Identity) writes as WithHolderInfo
+// does. Leader (the identity, else host:pid) and Since come from a record
+// whose token is the key's; a holder without one (a bare TryAcquire,
+// another client) is reported with its fence and no Leader.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err
 	}
 	return backend.Reread(ctx, termRereads, func() (dlock.Term, bool, error) {
-		nt, err := rinspect.ReadTerm(ctx, l.client, l.cfg.Prefix+key)
+		nt, err := rinspect.ReadTerm(ctx, l.node.Client, l.cfg.Prefix+key)
 		switch {
 		case err != nil:
 			return dlock.Term{}, false, fmt.Errorf("dlock: leader %q: %w", key, l.opErr(ctx, err, false))

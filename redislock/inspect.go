@@ -17,48 +17,42 @@ import (
 var _ dlock.Inspector = (*Locker)(nil)
 
 // Inspect lists the held locks whose keys (without the Locker's prefix)
-// match pattern, a Redis glob ("*", "billing:*"): each key's remaining TTL,
-// token, fence counter, the holder published by WithHolderInfo or `dlock
-// run`, and the number of Lockers queued for a wake-up (Waiting: a Locker
-// counts once however many of its goroutines wait). Any string key with a
-// TTL is listed, since a lock taken by another client (node-redlock,
-// redsync, SET NX PX) looks exactly like that; dlock's own keys (dlock:*)
-// are not.
-//
-// The keys are found with SCAN ... COUNT 1000 ... TYPE string (Redis 6 or
-// later), never KEYS, so a large database is not blocked; on a Cluster
-// every master is scanned. At most limit locks are returned (0: 1000),
-// sorted by key; the scan stops once it has them (the first the scan
-// finds, not the first by name). It returns an error matching
-// dlock.ErrUnavailable when a server could not be reached or answered
-// with an error.
+// match pattern, a Redis glob ("*", "billing:*"), with each one's
+// remaining TTL, token, fence counter, holder (WithHolderInfo, `dlock
+// run`) and Lockers queued (Waiting: a Locker counts once). Any string key
+// with a TTL is listed, as another client's lock (SET NX PX) is one;
+// dlock's own keys (dlock:*) are not. The keys are found with SCAN ...
+// TYPE string (Redis 6 or later), never KEYS, on every master of a
+// Cluster. At most limit locks are returned (0: 1000), sorted by key: the
+// first the scan finds, not the first by name. It returns an error
+// matching dlock.ErrUnavailable when a server could not be reached or
+// answered with an error.
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
 	pattern, _, limit, err := backend.CheckInspect(ctx, pattern, limit)
 	if err != nil {
 		return nil, err
 	}
-	cc, ok := l.client.(*redis.ClusterClient)
-	if !ok {
-		rows, err := rinspect.Scan(ctx, l.client, l.node.Name, l.cfg.Prefix, pattern, limit)
-		if err != nil {
-			return nil, fmt.Errorf("dlock: inspect: %w", l.opErr(ctx, err, false))
-		}
-		return rows, nil
-	}
 	var (
 		mu   sync.Mutex
 		rows []dlock.LockInfo
 	)
-	err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		r, err := rinspect.Scan(ctx, c, c.Options().Addr, l.cfg.Prefix, pattern, limit)
+	scan := func(ctx context.Context, c redis.UniversalClient, node string) error {
+		r, err := rinspect.Scan(ctx, c, node, l.cfg.Prefix, pattern, limit)
 		if err != nil {
-			return nodeerr.Error(ctx, c.Options().Addr, err, rclient.Kind(err), false)
+			return nodeerr.Error(ctx, node, err, rclient.Kind(err), false)
 		}
 		mu.Lock()
 		rows = append(rows, r...)
 		mu.Unlock()
 		return nil
-	})
+	}
+	if cc, ok := l.node.Client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return scan(ctx, c, c.Options().Addr)
+		})
+	} else {
+		err = scan(ctx, l.node.Client, l.node.Name)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dlock: inspect: %w", err)
 	}

@@ -11,46 +11,52 @@ import (
 // Option configures a Locker.
 type Option func(*Locker) error
 
-// WithPrefix prepends prefix to every lock key, e.g. "locks:". The key
-// stored in Redis is prefix+key; handles report key without the prefix.
-// dlock's own keys beside it (the fence counter "dlock:fence:{prefix+key}",
-// the waiter queue) stay in the "dlock:" namespace, named after the
-// prefixed key, so a prefix does not move them; a prefix inside that
-// namespace is rejected with dlock.ErrInvalid. The default is no prefix, so
-// the key is exactly the resource name, as in node-redlock and redsync.
+// WithPrefix prepends prefix to every lock key, e.g. "locks:"; handles
+// report the key without it. dlock's own keys stay in the "dlock:"
+// namespace, named after the prefixed key (see Keys in the package
+// documentation); a prefix inside that namespace is rejected with
+// dlock.ErrInvalid. The default is none: the key is the resource name.
 func WithPrefix(prefix string) Option {
 	return func(l *Locker) error { return l.cfg.SetPrefix(prefix) }
 }
 
-// WithDriftFactor sets the share of the TTL set aside for clock drift when
-// computing validity: the margin is ttl × f plus 2 ms (1 ms for Redis's
-// expiry precision and 1 ms as a floor), as in antirez's reference
-// implementation. It must be in [0, 1). The default is 0.01.
+// WithDriftFactor sets the share of the TTL set aside for clock drift: the
+// validity's margin is ttl × f + 2ms (Redis's 1ms expiry precision and a
+// 1ms floor), as in antirez's reference implementation. f must be in
+// [0, 1); the default is 0.01.
 func WithDriftFactor(f float64) Option {
 	return func(l *Locker) error { return l.cfg.SetDriftFactor(f) }
 }
 
 // WithLogger sets where the Locker logs its events (see Events in package
-// dlock's documentation) and its configuration warnings. The default is
-// slog.Default().
+// dlock) and configuration warnings. The default is slog.Default().
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error { return l.cfg.SetLogger(logger) }
 }
 
 // WithObserver adds an observer of the Locker's attempts and locks (see
-// Events in package dlock's documentation). The default is none, beside
-// the logger's.
+// Events in package dlock). The default is none beside the logger's.
 func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 	return func(l *Locker) error { return l.cfg.AddObserver(observe) }
 }
 
 // WithFenceTTL sets how long a key's fence counter ("dlock:fence:{key}")
-// outlives the key's last grant or extension. Once it has expired, the next
-// grant's fence comes from the server's clock (microseconds), which is above
-// every fence the counter handed out as long as the clock has not stepped
-// back since by more than d; so d only bounds how long the server keeps one
-// small key per lock name (see the package documentation). The default is
-// 1h.
+// outlives its last grant or extension. An expired counter costs no fence
+// its order (see Fences in the package documentation): d only bounds how
+// long the server keeps one small key per lock name. The default is 1h.
 func WithFenceTTL(d time.Duration) Option {
 	return func(l *Locker) error { return l.cfg.SetFenceTTL(d, time.Millisecond) }
+}
+
+// WithHolderInfo makes the Locker publish who holds each of its locks, for
+// Inspect, `dlock inspect` and dlock.Leader: a JSON record {"host", "pid",
+// "service", "since", "token"} (the grant's token tells it from a record
+// an earlier holder left) in "dlock:holder:{key}", written with the grant,
+// given the lock's TTL at each extension, and deleted with the release
+// where it is still this lock's. It is informational only: the lock key
+// and its token decide who holds the lock. service names the program (it
+// may be empty). The default is off. Its cost: one more script in each
+// round trip of the lock (bench/RESULTS.md, Hook).
+func WithHolderInfo(service string) Option {
+	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
 }

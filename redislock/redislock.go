@@ -25,11 +25,10 @@ import (
 // or a Cluster) through a go-redis client. It is safe for concurrent use;
 // create one per client and share it.
 type Locker struct {
-	client     redis.UniversalClient
 	node       *rnode.Node    // the protocol on the deployment, run inline
 	cfg        backend.Config // the options every backend shares
 	notify     *wake.Notifier // nil for clients without usable pub/sub (a Ring)
-	tryTimeout time.Duration  // the bound of one try (rclient.TryTimeout; 0: none)
+	tryTimeout time.Duration  // the bound of one try (rclient.Timeouts; 0: none)
 }
 
 var (
@@ -37,13 +36,13 @@ var (
 	_ driver.ReleaseNotifier = (*Locker)(nil)
 )
 
-// New returns a Locker over client. It sends nothing to the server; support
-// for the Redis 8.4 commands is detected on first use.
+// New returns a Locker over client. It sends nothing to the server.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if rclient.IsNil(client) {
 		return nil, nodeerr.Invalidf("nil redis client")
 	}
-	l := &Locker{client: client, cfg: backend.New(backend.FenceTTL, true), tryTimeout: rclient.TryTimeout(client)}
+	tryTimeout, bound := rclient.Timeouts(client)
+	l := &Locker{cfg: backend.New(backend.FenceTTL, true), tryTimeout: tryTimeout}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
@@ -51,7 +50,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if _, ring := client.(*redis.Ring); !ring {
 		l.notify = wake.New([]redis.UniversalClient{client})
 	}
-	if !rclient.ContextTimeouts(client) {
+	if !bound {
 		l.cfg.Logger.Warn("dlock: the redis client ignores context deadlines (ContextTimeoutEnabled is false): a call to a server that does not answer returns only after ReadTimeout",
 			"node", l.node.Name)
 	}
@@ -59,17 +58,15 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// TryAcquire makes one attempt to take the lock on key for ttl: one script
-// that sets the key to a fresh token if it is free and draws the fence, in
-// one round trip. It returns an error matching dlock.ErrNotAcquired when
-// another owner holds key, dlock.ErrUnavailable when the server could not be
-// reached or answered with an error that may pass, dlock.ErrMisconfigured
-// when it refused for good (see the package documentation; the reply is in
-// the chain of both: errors.As with redis.Error), and dlock.ErrInvalid for
-// bad arguments. An attempt that
-// returns an error leaves no key of its own behind: the script changes
-// nothing when it fails, and a key set by an attempt whose reply was lost is
-// deleted again (best effort, in the background).
+// TryAcquire makes one attempt to take the lock on key for ttl, in one
+// round trip. It returns an error matching dlock.ErrNotAcquired when
+// another owner holds key, dlock.ErrUnavailable when the server could not
+// be reached or answered with an error that may pass,
+// dlock.ErrMisconfigured when it refused for good (the reply is in the
+// chain: errors.As with redis.Error), and dlock.ErrInvalid for bad
+// arguments. An attempt that returns an error leaves no key of its own
+// behind: one whose reply was lost is deleted again (best effort, in the
+// background).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryAcquire(ctx, key, ttl) })
 }
@@ -82,8 +79,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		return nil, err
 	}
-	// The holder record: WithHolderInfo's, or an election candidate's (the
-	// identity in ctx: see ReadTerm); "" for none.
+	// WithHolderInfo's record, or an election candidate's; "" for none.
 	rec := holder.Grant(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), a.token)
 	g := &grant{l: l, keys: [1]string{a.full}, token: a.token, holder: rec}
 	at := rnode.Attempt{Keys: g.keys[:], Token: a.token, TTL: ttl, Holder: g.holder, Late: (*giveBack)(l)}
@@ -103,28 +99,27 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	return driver.NewLock(key, a.token, uint64(r.Fence), validUntil, g), nil
 }
 
-// NotifyRelease implements driver.ReleaseNotifier: the channel receives a
-// value when the lock on key may have been released, so a waiting Acquire
-// retries at once instead of at its next poll. It sends nothing to the
-// server; the Locker's subscription starts when a waiting attempt first
-// finds a key busy. stop must be called exactly once. On clients without
-// usable pub/sub (a Ring) and after Close the channel never fires and waits
-// poll.
+// NotifyRelease implements driver.ReleaseNotifier. It sends nothing: the
+// Locker subscribes when a waiting attempt first finds a key busy. On a
+// Ring (no usable pub/sub) and after Close the channel never fires.
 func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan struct{}, stop func()) {
-	if l.notify == nil || bridge.KeyProblem(key) != "" {
-		return nil, func() {}
-	}
-	return l.notify.Register(l.cfg.Prefix + key)
+	return l.register(key, l.cfg.Prefix+key)
 }
 
-// Close ends the Locker's subscription to release announcements (a
-// goroutine and a pub/sub connection, opened the first time a waiting
-// Acquire finds a key busy, and otherwise closed when the client is closed
-// or after 30s without waiters) and takes the Locker out of the waiter
-// queues it is in. Waits in progress and later ones fall back to polling;
-// locks, TryAcquire and Release keep working. Close does not close the
-// client. It is safe to call more than once and concurrently with other
-// methods, and returns nil.
+// register registers a wait for the release of the lock key, or the
+// semaphore, full (the caller's name, prefixed).
+func (l *Locker) register(name, full string) (<-chan struct{}, func()) {
+	if l.notify == nil || bridge.KeyProblem(name) != "" {
+		return nil, func() {}
+	}
+	return l.notify.Register(full)
+}
+
+// Close ends the Locker's subscription to release announcements (else
+// closed with the client, or after 30s without waiters) and takes the
+// Locker out of its waiter queues; waits then poll, and locks, TryAcquire
+// and Release keep working. It does not close the client, is safe to call
+// more than once and concurrently with other methods, and returns nil.
 func (l *Locker) Close() error {
 	if l.notify != nil {
 		l.notify.Close()
@@ -166,19 +161,14 @@ type grant struct {
 	l      *Locker
 	keys   [1]string // the key with the prefix (an array: no allocation for a slice of it)
 	token  string
-	fence  int64  // 0 for a lock known only by its token
-	holder string // the holder record written at the grant (WithHolderInfo)
-	// sem is a permit's semaphore (semKey), "" for a lock: its extension
-	// keeps the limit record, its release wakes the semaphore's queue.
-	sem string
-	// boxed is the key and the token as the attempt boxed them, for the
-	// release script (go-redis copies neither): two allocations less per
-	// cycle (bench/RESULTS.md).
-	boxed rnode.Boxed
+	fence  int64       // 0 for a lock known only by its token
+	holder string      // the holder record written at the grant (WithHolderInfo)
+	sem    string      // a permit's semaphore (semKey), "" for a lock
+	boxed  rnode.Boxed // the key and token as the attempt boxed them, for the release
 }
 
-// Extend resets the TTL if the key still holds the token (and renews the
-// fence counter's TTL, so that a lock held for long keeps its counter).
+// Extend resets the TTL if the key still holds the token, and renews the
+// fence counter's.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
@@ -220,18 +210,16 @@ func (g *grant) Release(ctx context.Context) error {
 	return nil
 }
 
-// giveBack is the Locker as an rnode.GiveBacker: an attempt that left its
-// batch may have been granted after its caller gave up on it.
+// giveBack is the Locker as an rnode.GiveBacker (cleanup).
 type giveBack Locker
 
 func (l *giveBack) GiveBack(ctx context.Context, _ *rnode.Node, keys []string, token string, ttl time.Duration) {
 	(*Locker)(l).cleanup(ctx, keys, token, ttl)
 }
 
-// cleanup deletes whichever of keys holds token, in the background and
-// within a short bound: the caller has already given up on the attempt. It
-// wakes nobody: the lock was never held. (The holder record, written only
-// where the grant was, expires with the lock's TTL.)
+// cleanup deletes whichever of keys holds token, in the background, within
+// a short bound, waking nobody: the lock was never held. (A holder record
+// expires with the lock's TTL.)
 func (l *Locker) cleanup(ctx context.Context, keys []string, token string, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
 	go func() {
@@ -240,17 +228,13 @@ func (l *Locker) cleanup(ctx context.Context, keys []string, token string, ttl t
 	}()
 }
 
-// opErr classifies an error of a call to the server (nodeerr.Error): an
-// acquisition whose context ended matches dlock.ErrNotAcquired (it did not
-// get the lock).
+// opErr classifies an error of a call to the server (nodeerr.Error).
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
 	return nodeerr.Error(ctx, l.node.Name, err, rclient.Kind(err), acquiring)
 }
 
-// oneTry bounds one try (everything a call sends: the probe, the script,
-// the holder record, go-redis's retries) by the client's dial and read
-// timeouts together, so that a server that accepts connections and never
-// answers costs one try's bound, not one read timeout per request.
+// oneTry bounds one try by the client's dial and read timeouts together
+// (see the package documentation).
 func (l *Locker) oneTry(ctx context.Context) (context.Context, context.CancelFunc) {
 	if l.tryTimeout <= 0 {
 		return ctx, func() {}
@@ -280,10 +264,9 @@ func (l *Locker) begin(name, full string, ttl time.Duration) (attempt, error) {
 }
 
 // failed returns the error of an attempt whose call failed with err. The
-// attempt may have queued the Locker; and unless it left its batch
-// unsent (or is given back when its reply comes: Late) or the server
-// answered with an error, the reply was lost, not the request: one of
-// keys may be ours now, so it is removed, not to block others for a TTL.
+// attempt may have queued the Locker. Unless it left its batch (Late gives
+// it back) or the server answered with an error, the reply was lost, not
+// the request: one of keys may be ours, so it is removed.
 func (a *attempt) failed(ctx context.Context, err error, keys []string) error {
 	a.plan.Lost(0)
 	if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
@@ -293,10 +276,8 @@ func (a *attempt) failed(ctx context.Context, err error, keys []string) error {
 }
 
 // answered records the server's answer to the attempt in its wake-up plan
-// (status, the Locker's place in the queue and the busy key's expiry:
-// rnode's) and returns the grant's validity, or the refusal's error (busy
-// says who holds the key). A grant of key with no validity left is given
-// back.
+// and returns the grant's validity, or the refusal's error (busy says who
+// holds the key). A grant of key with no validity left is given back.
 func (a *attempt) answered(ctx context.Context, status, place, expiry int64, busy, key string) (time.Time, error) {
 	a.plan.Observe(0, status != rnode.Granted, place, expiry)
 	why := busy

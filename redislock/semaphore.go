@@ -16,11 +16,8 @@ import (
 var _ driver.Semaphores = (*Locker)(nil)
 
 // Semaphore implements driver.Semaphores (see dlock.Semaphore): its
-// TryAcquire grants one of limit permits of name in one round trip, a
-// script that looks at every slot key ({name}#0 to {name}#(limit-1), one
-// Cluster slot by their hash tag), checks the limit recorded beside them,
-// and sets the lowest free slot to a fresh token with the TTL. Expiry is
-// the server's alone. See Semaphores in the package documentation.
+// TryAcquire grants one of limit permits of name in one round trip (see
+// Semaphores in the package documentation).
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
 
 // semaphore is the Locker of Semaphore.
@@ -36,18 +33,13 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 }
 
 // NotifyRelease implements driver.ReleaseNotifier: a release of any
-// permit of name wakes the Locker's waiter that heads the semaphore's
-// queue, as a lock's release does (see Locker.NotifyRelease).
+// permit of name wakes the head of the semaphore's queue.
 func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{}, func()) {
-	l := s.l
-	if l.notify == nil || bridge.KeyProblem(name) != "" {
-		return nil, func() {}
-	}
-	return l.notify.Register(l.semKey(name))
+	return s.l.register(name, s.l.semKey(name))
 }
 
-// semKey is what the keys of name's slots begin with, prefix included:
-// the semaphore's name on the server, for its queue and limit record.
+// semKey is the semaphore's name on the server (its slot keys' prefix,
+// with the Locker's), for its queue and limit record.
 func (l *Locker) semKey(name string) string { return l.cfg.Prefix + bridge.SlotPrefix(name) }
 
 func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {

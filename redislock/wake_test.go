@@ -874,7 +874,7 @@ func TestHalfOpenSubscription(t *testing.T) {
 	}
 	got.lock.Release(testCtx(t))
 	t.Logf("the waiter got the lock %v after the release announced into its silent subscription", took)
-	// Detection takes up to pingAfter+pongWithin (2s) after the last
+	// Detection takes up to two seconds of silence (ping, pong) after the last
 	// traffic, then a reconnect; 4s leaves room for a loaded machine and
 	// is far below the 10s poll.
 	if took > 4*time.Second {

@@ -8,9 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Native says which of the servers' own compare-and-delete and
-// compare-and-set commands a server has; each does what a Lua script would
-// do, without the script.
+// Native says which of its own compare-and-delete and compare-and-set
+// commands a server has, each doing a script's work.
 type Native struct {
 	// Release names the command that deletes a key only while it holds a
 	// token: "delex" (DELEX key IFEQ token: Redis 8.4, Valkey 9.2),
@@ -29,11 +28,10 @@ func (n Native) ReleaseArgs(key, token string) []any {
 	return []any{"delex", key, "IFEQ", token}
 }
 
-// Probe asks the server behind c, in one round trip and changing nothing,
-// which native commands it has (DELEX IFEQ, DELIFEQ and SET IFEQ on a key
-// that does not exist) and its maxmemory-policy ("" when CONFIG is denied
-// or renamed). ok is false when the server did not answer: probe again
-// later.
+// Probe asks the server behind c, in one round trip that changes nothing,
+// which native commands it has (each tried on a missing key) and its
+// maxmemory-policy ("" when CONFIG is denied or renamed). ok is false when
+// the server did not answer: probe again later.
 func Probe(ctx context.Context, c redis.UniversalClient, probeKey string) (n Native, policy string, ok bool) {
 	pipe := c.Pipeline()
 	delex := pipe.Do(ctx, "delex", probeKey, "IFEQ", "x")
@@ -69,9 +67,8 @@ func decide(delex, delifeq, set error) (n Native, ok bool) {
 	return n, true
 }
 
-// WarnEviction warns through logger when a server's maxmemory-policy (as
-// Probe read it) lets it evict keys before their TTL: an evicted lock key
-// is a second holder.
+// WarnEviction warns when a server's maxmemory-policy lets it evict keys
+// before their TTL: an evicted lock key is a second holder.
 func WarnEviction(logger *slog.Logger, node, policy string) {
 	if policy != "" && policy != "noeviction" {
 		logger.Warn("dlock: redis may evict lock keys before they expire; set maxmemory-policy noeviction",

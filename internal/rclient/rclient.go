@@ -1,12 +1,13 @@
-// Package rclient holds the small facts about go-redis clients that every
-// Redis-backed package of dlock needs: whether a client is nil, how errors
-// should name it, whether context deadlines bound its calls.
+// Package rclient holds what every Redis-backed package of dlock needs to
+// know of go-redis clients and their errors, and the probe of a server's
+// own commands.
 package rclient
 
 import (
 	"context"
 	"errors"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -16,20 +17,11 @@ import (
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
-// IsNil reports whether c is nil, including a typed nil go-redis client in
-// an interface (which would panic on first use).
+// IsNil reports whether c is nil, including a typed nil client in an
+// interface (which would panic on first use).
 func IsNil(c any) bool {
-	switch c := c.(type) {
-	case nil:
-		return true
-	case *redis.Client:
-		return c == nil
-	case *redis.ClusterClient:
-		return c == nil
-	case *redis.Ring:
-		return c == nil
-	}
-	return false
+	v := reflect.ValueOf(c)
+	return c == nil || v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // Name returns how errors name the server(s) behind c: the address of a
@@ -46,60 +38,45 @@ func Name(c any) string {
 	return "redis"
 }
 
-// ContextTimeouts reports whether c lets context deadlines bound its socket
-// reads; without it a frozen server holds a call for ReadTimeout. Unknown
-// kinds of client report true: there is nothing to warn about.
-func ContextTimeouts(c any) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return true
-}
-
-// TryTimeout returns how long one try on c may take: its dial timeout plus
-// its read timeout, the time to connect and then hear a reply, whatever the
-// try sends (a handshake, a probe, a script, a retry). It is 0, no bound,
-// when c's reads have no timeout, when c does not say (a Ring left with its
-// shards' default timeouts), or for an unknown kind of client.
-func TryTimeout(c any) time.Duration {
+// Timeouts returns how long one try on c may take: its dial plus its read
+// timeout, or 0 when its reads have none or it does not say (a Ring with
+// its shards' defaults, an unknown client). bound reports whether context
+// deadlines bound its reads (an unknown client: true, nothing to warn of).
+func Timeouts(c any) (try time.Duration, bound bool) {
 	var dial, read time.Duration
+	bound = true
 	switch c := c.(type) {
 	case *redis.Client:
-		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
+		o := c.Options()
+		dial, read, bound = o.DialTimeout, o.ReadTimeout, o.ContextTimeoutEnabled
 	case *redis.ClusterClient:
-		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
+		o := c.Options()
+		dial, read, bound = o.DialTimeout, o.ReadTimeout, o.ContextTimeoutEnabled
 	case *redis.Ring:
 		dial, read = c.Options().DialTimeout, c.Options().ReadTimeout
 	}
 	if read <= 0 {
-		return 0
+		return 0, bound
 	}
-	return dial + read
+	return dial + read, bound
 }
 
-// IsReply reports whether err is an error reply from the server (NOPERM,
-// WRONGTYPE, OOM, NOSCRIPT...), as opposed to a network failure or a
-// timeout. redis.Nil is not an error reply.
+// IsReply reports whether err is an error reply from the server, not a
+// network failure or a timeout (nor redis.Nil).
 func IsReply(err error) bool {
 	var re redis.Error
 	return err != redis.Nil && errors.As(err, &re)
 }
 
-// Kind says what kind of failure err, the error of a go-redis call, is: a
-// refusal that retrying cannot change (nodeerr.Refused: the replies of
-// refusals), another error reply (nodeerr.Answered: LOADING, BUSY,
-// NOSCRIPT...), or no answer.
+// Kind says what kind of failure err, a go-redis call's, is: a refusal
+// (nodeerr.Refused), another error reply (nodeerr.Answered: LOADING,
+// BUSY...), or no answer.
 func Kind(err error) nodeerr.Kind {
 	if !IsReply(err) {
 		return nodeerr.Unreachable
 	}
-	for _, p := range refusals {
-		if redis.HasErrorPrefix(err, p) {
-			return nodeerr.Refused
-		}
+	if slices.ContainsFunc(refusals, func(p string) bool { return redis.HasErrorPrefix(err, p) }) {
+		return nodeerr.Refused
 	}
 	return nodeerr.Answered
 }
@@ -115,19 +92,17 @@ var refusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "WRONGTYPE", "READONLY"
 // Describe is nodeerr.Describe for the error of a go-redis call.
 func Describe(err error) error { return nodeerr.Describe(err, Kind(err)) }
 
-// Exec sends pipe's commands, and gives each command that got no reply
-// the pipeline's error: go-redis leaves an error reply to the connection's
-// handshake (WRONGPASS, NOAUTH) off the commands, which would otherwise
-// read as empty successes. Each command's Err is its outcome.
+// Exec sends pipe's commands and gives each one that got no reply the
+// pipeline's error: go-redis leaves an error reply to the connection's
+// handshake (WRONGPASS, NOAUTH) off the commands, which would read as
+// empty successes.
 func Exec(ctx context.Context, pipe redis.Pipeliner) {
 	cmds, err := pipe.Exec(ctx)
 	if err == nil {
 		return
 	}
-	for _, c := range cmds {
-		if errors.Is(c.Err(), err) {
-			return // the error is a command's own reply
-		}
+	if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return errors.Is(c.Err(), err) }) {
+		return // the error is a command's own reply
 	}
 	for _, c := range cmds {
 		if c.Err() == nil {

@@ -3,12 +3,12 @@
 package rinspect
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -17,27 +17,13 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
-// scanCount is the COUNT hint of each SCAN call: the server looks at about
-// that many keys per call, so one call stays short however large the
-// database.
+// scanCount is each SCAN's COUNT hint: the server looks at about that many
+// keys per call, so a call stays short however large the database.
 const scanCount = 1000
 
-// Holder is what a holder publishes about itself in keys.Holder(key): dlock
-// run, and the backends' WithHolderInfo option. It is informational only:
-// the lock key and its token decide who holds the lock.
-type Holder struct {
-	Host    string    `json:"host"`
-	PID     int       `json:"pid"`
-	Service string    `json:"service,omitempty"`
-	Since   time.Time `json:"since"`
-}
-
-// Scan lists the held locks on one server (a single node or one master of a
-// Cluster) whose keys, without prefix, match pattern: string keys with a TTL,
-// found with SCAN ... MATCH ... COUNT ... TYPE string (Redis 6 or later),
-// never KEYS, at most limit of them (limit > 0: the bound
-// backend.CheckInspect returns). dlock's own keys (dlock:*) are skipped
-// unless prefix+pattern starts with "dlock:".
+// Scan lists, sorted, at most limit (> 0) held locks on one server whose
+// keys, without prefix, match pattern (string keys with a TTL); dlock's
+// own keys only if prefix+pattern starts with "dlock:".
 func Scan(ctx context.Context, c redis.UniversalClient, node, prefix, pattern string, limit int) ([]dlock.LockInfo, error) {
 	match := escape(prefix) + pattern
 	skipOwn := !strings.HasPrefix(prefix+pattern, keys.Reserved)
@@ -73,9 +59,8 @@ func Scan(ctx context.Context, c redis.UniversalClient, node, prefix, pattern st
 }
 
 // Describe reads, in one round trip, what a server knows of the locks on
-// the full keys ks (prefix included): remaining TTL, token, fence counter,
-// published holder and the number of Lockers queued. Keys without a TTL
-// (not locks) or gone are left out.
+// the keys ks (prefix included), leaving out those without a TTL (not
+// locks) or gone.
 func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string, ks []string) ([]dlock.LockInfo, error) {
 	type reply struct {
 		ttl                  *redis.DurationCmd
@@ -96,33 +81,31 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 		}
 		return nil
 	})
-	if err != nil && err != redis.Nil && !isWrongType(err) {
+	// A WRONGTYPE reply is a key beside a lock that is not dlock's (a
+	// user's own key named like a fence counter): skipped, not an error.
+	if err != nil && err != redis.Nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {
 		return nil, err
 	}
 	var rows []dlock.LockInfo
 	for i, k := range ks {
-		ttl, err := replies[i].ttl.Result()
-		token, terr := replies[i].token.Result()
+		r := replies[i]
+		ttl, err := r.ttl.Result()
+		token, terr := r.token.Result()
 		if err != nil || ttl <= 0 || terr != nil {
 			continue // no expiry (not a lock), or gone since the scan
 		}
 		info := dlock.LockInfo{Key: strings.TrimPrefix(k, prefix), Node: node, TTL: ttl, Token: token, Majority: true}
-		// The key's fence counter: the lock's fence on one node, this
-		// node's draw for Redlock (the lock's fence is the largest).
-		if s, err := replies[i].fence.Result(); err == nil {
-			info.Fence, _ = strconv.ParseUint(s, 10, 64)
+		// A failed read's Val is empty, and leaves its field zero. The
+		// fence counter is the lock's fence on one node, this node's draw
+		// for Redlock (the lock's fence is the largest).
+		info.Fence, _ = strconv.ParseUint(r.fence.Val(), 10, 64)
+		var h Record
+		if json.Unmarshal([]byte(r.holder.Val()), &h) == nil {
+			info.Host, info.PID, info.Service, info.Since = h.Host, h.PID, h.Service, h.Since
 		}
-		if s, err := replies[i].holder.Result(); err == nil {
-			var h Holder
-			if json.Unmarshal([]byte(s), &h) == nil {
-				info.Host, info.PID, info.Service, info.Since = h.Host, h.PID, h.Service, h.Since
-			}
-		}
-		if n, err := replies[i].waiting.Result(); err == nil {
-			info.Waiting = int(n)
-		}
-		if l := replies[i].limit; l != nil {
-			info.Limit, _ = strconv.Atoi(l.Val())
+		info.Waiting = int(r.waiting.Val())
+		if r.limit != nil {
+			info.Limit, _ = strconv.Atoi(r.limit.Val())
 		}
 		rows = append(rows, info)
 	}
@@ -131,20 +114,14 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 
 // Sort orders rows by key, then node.
 func Sort(rows []dlock.LockInfo) []dlock.LockInfo {
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].Key != rows[j].Key {
-			return rows[i].Key < rows[j].Key
-		}
-		return rows[i].Node < rows[j].Node
+	slices.SortFunc(rows, func(a, b dlock.LockInfo) int {
+		return cmp.Or(strings.Compare(a.Key, b.Key), strings.Compare(a.Node, b.Node))
 	})
 	return rows
 }
 
 // escape quotes the glob characters of a literal prefix.
 func escape(s string) string {
-	if !strings.ContainsAny(s, `*?[]\`) {
-		return s
-	}
 	var b strings.Builder
 	for _, r := range s {
 		if strings.ContainsRune(`*?[]\`, r) {
@@ -154,8 +131,3 @@ func escape(s string) string {
 	}
 	return b.String()
 }
-
-// isWrongType reports a WRONGTYPE reply: a key beside a lock that is not
-// dlock's (a user's own key named like a fence counter) is skipped, not an
-// error of the whole listing.
-func isWrongType(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }

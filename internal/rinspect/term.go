@@ -4,34 +4,34 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
-// Term is what one server knows of the holder of one lock key, for the
-// Redis backends' ReadTerm.
+// Term is what one server knows of the holder of one lock key.
 type Term struct {
-	Token   string // the lock key's value; "": nobody holds the key
-	Counter uint64 // the key's fence counter (0: none)
-	// Record is the holder record published with the grant that holds the
-	// key (holder.Term), when there is one whose token is Token.
-	Record *TermRecord
+	Token   string  // the lock key's value; "": nobody holds the key
+	Counter uint64  // the key's fence counter (0: none)
+	Record  *Record // the holder record, if its token is Token
 }
 
-// TermRecord is the holder record a grant publishes with its token
-// (holder.Term): the holder's, the identity of an election's candidate,
-// the grant's token and, where known, its fence.
-type TermRecord struct {
-	Holder
-	Identity string `json:"identity,omitempty"`
-	Token    string `json:"token"`
-	Fence    uint64 `json:"fence,omitempty"`
+// Record is what a holder publishes about itself in keys.Holder(key)
+// (package holder: dlock run, WithHolderInfo, an election's grant).
+type Record struct {
+	Host     string    `json:"host"`
+	PID      int       `json:"pid"`
+	Service  string    `json:"service,omitempty"`
+	Since    time.Time `json:"since"`
+	Identity string    `json:"identity,omitempty"`
+	Token    string    `json:"token"`
+	Fence    uint64    `json:"fence,omitempty"`
 }
 
 // Leader names the holder: the candidate's identity, else host:pid.
-func (r *TermRecord) Leader() string {
+func (r *Record) Leader() string {
 	if r.Identity != "" || r.Host == "" {
 		return r.Identity
 	}
@@ -39,9 +39,8 @@ func (r *TermRecord) Leader() string {
 }
 
 // ReadTerm reads the lock key k (prefix included), its fence counter and
-// its holder record in one transaction (MULTI/EXEC), so that the three
-// belong together: a record whose token is not the key's (an earlier
-// holder's, not yet deleted) is left out.
+// its holder record in one transaction, and leaves out a record whose
+// token is not the key's (an earlier holder's).
 func ReadTerm(ctx context.Context, c redis.UniversalClient, k string) (Term, error) {
 	var token, counter, rec *redis.StringCmd
 	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -61,7 +60,7 @@ func ReadTerm(ctx context.Context, c redis.UniversalClient, k string) (Term, err
 	if s, err := counter.Result(); err == nil {
 		t.Counter, _ = strconv.ParseUint(s, 10, 64)
 	}
-	var r TermRecord
+	var r Record
 	if s, err := rec.Result(); err == nil && json.Unmarshal([]byte(s), &r) == nil && r.Token == t.Token {
 		t.Record = &r
 	}

@@ -2,7 +2,7 @@ package rnode
 
 import (
 	"context"
-	_ "embed"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,13 +11,6 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/rclient"
 )
-
-//go:embed holder.lua
-var holderSrc string
-
-// holderScript writes a lock's holder record beside it while the lock key holds
-// the caller's token (holder.lua).
-var holderScript = redis.NewScript(holderSrc)
 
 // writeHolders returns the calls that write rec beside each of lockKeys
 // for ttl, each only while its key holds token: after an acquire or an
@@ -48,39 +41,31 @@ type call struct {
 	Args   []any
 }
 
-// pipelined runs calls in order in one round trip (EVALSHA). From the
-// first call the server did not know (NOSCRIPT) on, each call runs again
-// with run, in order: the calls after it must be safe to repeat.
-func pipelined(ctx context.Context, c redis.UniversalClient, calls ...call) []*redis.Cmd {
-	return pipelinedAfter(ctx, c, nil, calls...)
-}
-
-// pipelinedAfter is pipelined with the commands that queue (when not nil)
-// puts in the pipeline first, such as an INFO; they do not run again.
-func pipelinedAfter(ctx context.Context, c redis.UniversalClient, queue func(redis.Pipeliner), calls ...call) []*redis.Cmd {
+// pipelined runs calls in order in one round trip (EVALSHA), after the
+// commands that before (if not nil) queues, such as an INFO. From the
+// first call the server did not know (NOSCRIPT) on, the calls run again,
+// in order: those after it must be safe to repeat.
+func pipelined(ctx context.Context, c redis.UniversalClient, before func(redis.Pipeliner), calls ...call) []*redis.Cmd {
 	out := make([]*redis.Cmd, len(calls))
 	pipe := c.Pipeline()
-	if queue != nil {
-		queue(pipe)
+	if before != nil {
+		before(pipe)
 	}
 	for i, call := range calls {
 		out[i] = call.Script.EvalSha(ctx, pipe, call.Keys, call.Args...)
 	}
 	rclient.Exec(ctx, pipe)
-	for i, cmd := range out {
-		if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			for j := i; j < len(calls); j++ {
-				out[j] = calls[j].Script.Run(ctx, c, calls[j].Keys, calls[j].Args...)
-			}
-			break
-		}
+	noScript := func(cmd *redis.Cmd) bool {
+		return cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") // it allocates, even for nil
+	}
+	for j := slices.IndexFunc(out, noScript); j >= 0 && j < len(calls); j++ {
+		out[j] = calls[j].Script.Run(ctx, c, calls[j].Keys, calls[j].Args...)
 	}
 	return out
 }
 
-// WriteHolders writes rec beside each of lockKeys for ttl, each only while
-// its key holds token, in one round trip (an election's term record, once
-// its fence is known).
+// WriteHolders runs writeHolders' calls in one round trip (an election's
+// term record, once its fence is known).
 func (n *Node) WriteHolders(ctx context.Context, lockKeys []string, token, rec string, ttl time.Duration) error {
-	return pipelined(ctx, n.Client, writeHolders(lockKeys, token, rec, ttl)...)[0].Err()
+	return pipelined(ctx, n.Client, nil, writeHolders(lockKeys, token, rec, ttl)...)[0].Err()
 }

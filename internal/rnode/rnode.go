@@ -1,9 +1,7 @@
-// Package rnode is dlock's lock protocol on one Redis server: the Lua
-// scripts (scripts.go, *.lua) and the one acquire, release and extend that
-// redislock runs inline on its deployment and redlock runs on each of its
-// nodes. It chooses how each call travels (the node's batch, or one
-// pipeline with the holder record's scripts) and, where the node probes
-// for them, the server's own release and extend commands.
+// Package rnode is dlock's lock protocol on one Redis server: the scripts
+// and the one acquire, release and extend that redislock and redlock run,
+// through the node's batch or a pipeline with the holder record's scripts,
+// or with the server's own commands where the node probes for them.
 package rnode
 
 import (
@@ -28,21 +26,15 @@ type Node struct {
 	Client redis.UniversalClient
 	Name   string // how errors name the server
 	batch  *batch.Batcher
-	// fenceTTL is the fence counter's TTL in ms, boxed once: one
-	// allocation less per call.
-	fenceTTL any
-	// lastTTL is the TTL of the latest call, in ms boxed for the
-	// scripts: a Locker mostly takes and extends its locks for one TTL,
-	// whose box is then reused (one allocation less per call).
-	lastTTL atomic.Pointer[ttlArg]
-	// ClockOffset (µs) moves the server's clock as the fence rule reads
-	// it; tests only.
-	ClockOffset int64
+	// fenceTTL (ms) and lastTTL (the latest call's TTL: a Locker mostly
+	// uses one) are boxed once for the scripts: an allocation less each.
+	fenceTTL    any
+	lastTTL     atomic.Pointer[ttlArg]
+	ClockOffset int64 // µs added to the server's clock as the fence rule reads it; tests only
 
-	logger   *slog.Logger   // nil: no probe, the scripts only
-	probing  chan struct{}  // held by the probe in progress (cap 1)
-	probedOK atomic.Bool    // probed: native is set
-	native   rclient.Native // the server's own release and extend commands
+	logger  *slog.Logger                   // nil: no probe, the scripts only
+	probing chan struct{}                  // held by the probe in progress (cap 1)
+	native  atomic.Pointer[rclient.Native] // what the probe found; nil: not probed yet
 }
 
 // New returns the node behind c. With a logger, the node probes the server
@@ -73,33 +65,25 @@ func (n *Node) BatchWaiting() int { return n.batch.Waiting() }
 
 // Attempt is one acquisition's arguments on a node.
 type Attempt struct {
-	Keys   []string // the lock keys (with any prefix)
-	Token  string
-	TTL    time.Duration
-	Holder string // the holder record to write beside each key ("": none)
-	// Queue and QueueArgs queue the caller for a wake-up (wake.Plan.Queue).
-	Queue     string
+	Keys      []string // the lock keys (with any prefix)
+	Token     string
+	TTL       time.Duration
+	Holder    string // the holder record to write beside each key ("": none)
+	Queue     string // with QueueArgs, queue the caller for a wake-up (wake.Plan.Queue)
 	QueueArgs []any
-	// Late, if set, is told when a call whose context ended before its
-	// reply may have been granted after all, to give the keys back.
-	Late GiveBacker
-	// Before, if set, puts commands in the round trip before the script
-	// (which then goes in a pipeline of its own).
-	Before func(redis.Pipeliner)
+	Late      GiveBacker            // if set, gives back what a call left in flight was granted
+	Before    func(redis.Pipeliner) // if set, commands put before the script, in a pipeline
 }
 
 // GiveBacker gives back the keys of an attempt on node n that its caller
-// gave up on and the server may have granted. (An interface, not a func:
-// a *Locker in it costs no allocation per attempt.)
+// gave up on. (An interface: a *Locker in it costs no allocation.)
 type GiveBacker interface {
 	GiveBack(ctx context.Context, n *Node, keys []string, token string, ttl time.Duration)
 }
 
 // Acquire runs the acquire script (and the holder record's writes after
-// it, in the same round trip) and reads its reply. A reply that cannot be
-// read is an error that is not a server's error reply. boxed is the key
-// (of a one-key attempt) and the token as boxed for the script, for the
-// release to reuse.
+// it, in the same round trip) and reads its reply (an unreadable one is an
+// error, not an error reply). boxed is what it boxed, for the release.
 func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed Boxed, err error) {
 	// The keys and arguments stay on the stack (for one key: the lock,
 	// fence and queue keys; the token, TTL, fence TTL, clock offset and
@@ -125,18 +109,14 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 	if a.Holder == "" && a.Before == nil {
 		cmd = run(ctx, n.batch, n.Client, AcquireScript, boxed.Key, ks, args)
 		if left, ok := cmd.Err().(*batch.LeftError); ok && a.Late != nil {
-			left.OnReply(func(cmd redis.Cmder) {
-				if mayHaveTaken(cmd) {
-					a.Late.GiveBack(ctx, n, a.Keys, a.Token, a.TTL)
-				}
-			})
+			n.giveBackLate(ctx, left, acquireGranted, a.Late, a.Keys, a.Token, a.TTL)
 		}
 	} else {
 		calls := []call{{Script: AcquireScript, Keys: slices.Clone(ks), Args: slices.Clone(args)}}
 		if a.Holder != "" {
 			calls = append(calls, writeHolders(a.Keys, a.Token, a.Holder, a.TTL)...)
 		}
-		cmd = pipelinedAfter(ctx, n.Client, a.Before, calls...)[0]
+		cmd = pipelined(ctx, n.Client, a.Before, calls...)[0]
 	}
 	v, err := cmd.Result()
 	if err != nil {
@@ -146,27 +126,19 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 	return r, Boxed{boxed.Key, args[0]}, err
 }
 
-// Permit runs the semaphore script over keys (SemaphoreKeys) with args
-// and returns its reply. A call whose context ended while it was in flight
-// has late give back, once its reply comes, the slot the script may have
-// taken for token, as Acquire does a lock's key (any of keys' slots: a
-// release of a slot that token does not hold changes nothing).
+// Permit runs the semaphore script over keys (SemaphoreKeys) with args. A
+// call whose context ended in flight has late give back any slot it may
+// have taken for token (releasing the others changes nothing).
 func (n *Node) Permit(ctx context.Context, keys []string, args []any, token string, ttl time.Duration, late GiveBacker) (any, error) {
-	v, err := n.Run(ctx, SemaphoreScript, keys, args).Result()
+	v, err := run(ctx, n.batch, n.Client, SemaphoreScript, nil, keys, args).Result()
 	if left, ok := err.(*batch.LeftError); ok {
-		slots := keys[2 : 2+(len(keys)-2)/2]
-		left.OnReply(func(cmd redis.Cmder) {
-			if permitTaken(cmd) {
-				late.GiveBack(ctx, n, slots, token, ttl)
-			}
-		})
+		n.giveBackLate(ctx, left, permitGranted, late, keys[2:2+(len(keys)-2)/2], token, ttl)
 	}
 	return v, err
 }
 
-// Boxed is a lock's key and token as Acquire boxed them for its script:
-// a release that passes them on boxes neither again (two allocations
-// less).
+// Boxed is a lock's key and token as Acquire boxed them for its script,
+// for the release: two allocations less.
 type Boxed struct{ Key, Token any }
 
 // Release is one release's arguments on a node.
@@ -175,22 +147,17 @@ type Release struct {
 	Token  string
 	Boxed  Boxed  // Keys[0] and Token as Acquire boxed them (zero: box them again)
 	Holder string // the holder record to delete where it is still this one
-	// Fence, when not 0, is first written to every counter below it
-	// (Redlock: the nodes that drew lower fences learn the lock's).
-	Fence int64
-	Wake  bool // wake the longest waiter of each key deleted
-	// Sem, for a permit (one key), is its semaphore: the waiter woken is
-	// the head of the semaphore's queue, told of sem.
-	Sem string
+	Fence  int64  // if not 0, first raise every counter below it (Redlock)
+	Wake   bool   // wake the longest waiter of each key deleted
+	Sem    string // a permit's semaphore, whose queue's head is woken
 }
 
 // Release deletes the keys that hold the token (and the holder records
-// that are still rel.Holder), in one round trip; it returns how many keys
-// it deleted and how many waiters it woke.
+// still rel.Holder) in one round trip; it counts the keys and waiters woken.
 func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, err error) {
 	one := len(rel.Keys) == 1 && rel.Fence == 0 && rel.Sem == ""
 	if one && rel.Holder == "" {
-		if nat := n.features(ctx); nat.Release != "" {
+		if nat := n.Features(ctx); nat.Release != "" {
 			return n.releaseNative(ctx, nat, rel.Keys[0], rel.Token, rel.Wake)
 		}
 	}
@@ -217,8 +184,8 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 		}
 	}
 	if rel.Holder != "" {
-		res := pipelined(ctx, n.Client, call{Script: ReleaseScript, Keys: slices.Clone(ks), Args: slices.Clone(args)},
-			dropHolders(rel.Keys, rel.Holder))
+		rc := call{Script: ReleaseScript, Keys: slices.Clone(ks), Args: slices.Clone(args)}
+		res := pipelined(ctx, n.Client, nil, rc, dropHolders(rel.Keys, rel.Holder))
 		return releaseReply(res[0].Result())
 	}
 	var key any
@@ -229,7 +196,7 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 }
 
 // releaseNative deletes key with the server's own command and, with
-// wakeUp, wakes its longest waiter in the same round trip (wake.lua).
+// wakeUp, wakes its longest waiter in the same round trip.
 func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token string, wakeUp bool) (deleted, woken int64, err error) {
 	if !wakeUp {
 		deleted, err = n.Client.Do(ctx, nat.ReleaseArgs(key, token)...).Int64()
@@ -249,11 +216,11 @@ func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token
 }
 
 // Extend resets the TTL of keys if all of them still hold token, renews
-// their fence counters when fence is known (raising them to it), and gives
-// the holder records (rec, when not "") the new TTL, in one round trip.
-// held is false when some key no longer holds token.
+// their fence counters when fence is known (raising them to it) and the
+// holder records' (rec), in one round trip. held is false when some key no
+// longer holds token.
 func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string, fence int64, ttl time.Duration) (held bool, err error) {
-	if fence == 0 && rec == "" && len(lockKeys) == 1 && n.features(ctx).SetIfEq {
+	if fence == 0 && rec == "" && len(lockKeys) == 1 && n.Features(ctx).SetIfEq {
 		// SET IFEQ renews the key alone: only for a lock whose fence is
 		// not known, where the script leaves the counter alone too.
 		ms := bridge.Milliseconds(ttl)
@@ -271,7 +238,7 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string,
 	}
 	var v int64
 	if rec != "" {
-		v, err = pipelined(ctx, n.Client, append([]call{{Script: extendScript, Keys: ks, Args: args}},
+		v, err = pipelined(ctx, n.Client, nil, append([]call{{Script: extendScript, Keys: ks, Args: args}},
 			writeHolders(lockKeys, token, rec, ttl)...)...)[0].Int64()
 	} else {
 		v, err = run(ctx, n.batch, n.Client, extendScript, nil, ks, args).Int64()
@@ -279,9 +246,8 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string,
 	return v == 1, err
 }
 
-// ExtendPermit is Extend for a permit of the semaphore sem on key: the
-// script also raises the TTL of the semaphore's limit record, so that the
-// record lasts as long as a permit may be held.
+// ExtendPermit is Extend for a permit of the semaphore sem on key, which
+// also raises the TTL of the semaphore's limit record to the permit's.
 func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence int64, ttl time.Duration) (held bool, err error) {
 	limitKey := keys.Limit(sem)
 	ms := n.ttlArg(ttl)
@@ -293,14 +259,14 @@ func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence i
 	return v == 1, err
 }
 
-// SetLimit records limit as the limit of the semaphore sem (what its slot
-// keys begin with) where one of its slots is held; recorded is false when
-// none is (there is nothing to change).
+// SetLimit records limit as the limit of the semaphore sem (its slot keys'
+// prefix) if one of its slots is held; recorded is false when none is.
 func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bool, err error) {
 	span := limit
 	for range 2 { // a second time with every slot that may be held
 		ks := SemaphoreKeys(sem, span)
-		v, err := n.Run(ctx, SemLimitScript, append(ks[:1:1], ks[2:2+span]...), []any{limit}).Int64Slice()
+		ks = append(ks[:1:1], ks[2:2+span]...) // the limit record and the slots
+		v, err := run(ctx, n.batch, n.Client, SemLimitScript, nil, ks, []any{limit}).Int64Slice()
 		if err != nil {
 			return false, err
 		}
@@ -312,23 +278,16 @@ func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bo
 	return false, errors.New("the limit changed while it was being set")
 }
 
-// Run runs a script of this package on the node, through its batch.
-func (n *Node) Run(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
-	return run(ctx, n.batch, n.Client, s, nil, keys, args)
-}
-
-// features reports the server's own release and extend commands, probing
-// the server once, with its eviction policy, in one round trip
-// (rclient.Probe); a node made without a logger reports none. A call that
-// finds a probe in progress waits for it within ctx, and uses the scripts
-// if ctx ends first; a probe that got no answer is made again by the next
-// call.
-func (n *Node) features(ctx context.Context) rclient.Native {
+// Features reports the server's own release and extend commands, probed
+// once with its eviction policy; a node made without a logger reports
+// none. A call waits for a probe in progress within ctx, else uses the
+// scripts; a probe that got no answer is made again by the next call.
+func (n *Node) Features(ctx context.Context) rclient.Native {
 	if n.logger == nil {
 		return rclient.Native{}
 	}
-	if n.probedOK.Load() {
-		return n.native // written before probedOK was set
+	if nat := n.native.Load(); nat != nil {
+		return *nat
 	}
 	select {
 	case n.probing <- struct{}{}:
@@ -336,25 +295,18 @@ func (n *Node) features(ctx context.Context) rclient.Native {
 	case <-ctx.Done():
 		return rclient.Native{}
 	}
-	if n.probedOK.Load() {
-		return n.native
+	if nat := n.native.Load(); nat != nil {
+		return *nat
 	}
 	nat, policy, ok := rclient.Probe(ctx, n.Client, "dlock:probe:"+bridge.NewToken())
 	if !ok {
 		return rclient.Native{} // unreachable now: use the scripts, probe again next time
 	}
-	n.native = nat
-	n.probedOK.Store(true)
+	n.native.Store(&nat)
 	rclient.WarnEviction(n.logger, n.Name, policy)
 	return nat
 }
 
-// Features is features, for tests.
-func (n *Node) Features(ctx context.Context) rclient.Native { return n.features(ctx) }
-
 // SetFeatures makes the node use the native commands of nat as if its
 // probe had found them; tests only.
-func (n *Node) SetFeatures(nat rclient.Native) {
-	n.native = nat
-	n.probedOK.Store(true)
-}
+func (n *Node) SetFeatures(nat rclient.Native) { n.native.Store(&nat) }

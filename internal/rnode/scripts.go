@@ -1,12 +1,8 @@
 package rnode
 
-// The Lua scripts of the protocol, .lua files embedded at build time: one
-// acquire, one release and one extend script, for one key or several.
-// Scripts run by SHA (EVALSHA) and fall back to EVAL when a server answers
-// NOSCRIPT, so a restarted or failed-over server, or SCRIPT FLUSH, costs
-// one extra round trip and no error. The waiter queue's functions
-// (queue.lua) are put in front of the two scripts that queue a waiter,
-// acquire.lua and semaphore.lua: Redis scripts cannot load one another.
+// The Lua scripts of the protocol, for one key or several, run by SHA with
+// EVAL on NOSCRIPT. The waiter queue's functions (queue.lua) are put in
+// front of the scripts that queue a waiter: scripts cannot load one another.
 
 import (
 	"context"
@@ -14,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -37,27 +34,23 @@ var (
 	semaphoreSrc string
 	//go:embed semlimit.lua
 	semLimitSrc string
+	//go:embed holder.lua
+	holderSrc string
 )
 
 var (
-	// AcquireScript takes the lock on its keys and draws the fence (acquire.lua
-	// says what it takes and returns).
-	AcquireScript = redis.NewScript(queueSrc + acquireSrc)
-	// ReleaseScript deletes the lock keys that hold the token and wakes the
-	// longest waiter of each (release.lua).
-	ReleaseScript = redis.NewScript(releaseSrc)
-	// extendScript resets the TTL of keys that hold the token (extend.lua).
-	extendScript = redis.NewScript(extendSrc)
-	// wakeScript wakes the longest waiter of a free key, after DELEX (wake.lua).
-	wakeScript = redis.NewScript(wakeSrc)
-	// SemaphoreScript grants a permit of a semaphore (semaphore.lua).
+	// Each .lua file says what its script takes and returns.
+	AcquireScript   = redis.NewScript(queueSrc + acquireSrc)
+	ReleaseScript   = redis.NewScript(releaseSrc)
+	extendScript    = redis.NewScript(extendSrc)
+	wakeScript      = redis.NewScript(wakeSrc) // after DELEX
 	SemaphoreScript = redis.NewScript(queueSrc + semaphoreSrc)
-	// SemLimitScript changes a semaphore's recorded limit (semlimit.lua).
-	SemLimitScript = redis.NewScript(semLimitSrc)
+	SemLimitScript  = redis.NewScript(semLimitSrc)
+	holderScript    = redis.NewScript(holderSrc)
 )
 
-// hashArgs holds the SHA of each script of the package, boxed once for
-// Cmd: one allocation less per call.
+// hashArgs holds the SHA of each script, boxed once for Cmd: one
+// allocation less per call.
 var hashArgs = func() map[*redis.Script]any {
 	m := map[*redis.Script]any{}
 	for _, s := range []*redis.Script{AcquireScript, ReleaseScript, extendScript, wakeScript,
@@ -73,16 +66,14 @@ func releaseReply(v any, err error) (deleted, woken int64, _ error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	switch v := v.(type) {
-	case int64:
-		return v, 0, nil
-	case []any:
-		if len(v) == 2 {
-			n, ok1 := v[0].(int64)
-			w, ok2 := v[1].(int64)
-			if ok1 && ok2 {
-				return n, w, nil
-			}
+	if n, ok := v.(int64); ok {
+		return n, 0, nil
+	}
+	if v, ok := v.([]any); ok && len(v) == 2 {
+		n, ok1 := v[0].(int64)
+		w, ok2 := v[1].(int64)
+		if ok1 && ok2 {
+			return n, w, nil
 		}
 	}
 	return 0, 0, fmt.Errorf("unexpected reply %v from the release script", v)
@@ -108,8 +99,7 @@ type SemaphoreResult struct {
 	Slot   int64 // when Granted
 }
 
-// SemaphoreReply reads the semaphore script's reply: {status, x, expiry,
-// place, slot}, x a token or ” when busy.
+// SemaphoreReply reads the semaphore script's reply (semaphore.lua).
 func SemaphoreReply(reply any) (SemaphoreResult, error) {
 	v, _ := reply.([]any)
 	var r SemaphoreResult
@@ -131,8 +121,8 @@ func SemaphoreReply(reply any) (SemaphoreResult, error) {
 }
 
 // SemaphoreKeys returns the semaphore script's keys for the semaphore sem
-// (what its slot keys begin with): the limit record, the waiter queue, n
-// slot keys and their fence counters.
+// (its slot keys' prefix): the limit record, the waiter queue, n slot keys
+// and their fence counters.
 func SemaphoreKeys(sem string, n int) []string {
 	ks := make([]string, 2+2*n)
 	ks[0], ks[1] = keys.Limit(sem), keys.Queue(sem)
@@ -152,9 +142,7 @@ type AcquireResult struct {
 	Place  int64  // the caller's place in the queue; 0: not queued
 }
 
-// acquireReply reads the acquire script's reply: the fence alone (a string
-// of digits) for an uncontended grant, else {status, fence or holder,
-// expiry, place}.
+// acquireReply reads the acquire script's reply (acquire.lua).
 func acquireReply(reply any) (AcquireResult, error) {
 	if s, ok := reply.(string); ok {
 		f, err := strconv.ParseInt(s, 10, 64)
@@ -182,10 +170,10 @@ func acquireReply(reply any) (AcquireResult, error) {
 	return r, nil
 }
 
-// run runs s over c, through b when b is not nil (batch.For), falling back
-// to EVAL on NOSCRIPT as redis.Script.Run does. A call whose context ended
-// before its reply has a *batch.LeftError as its command's error. key,
-// when not nil, is keys[0] boxed (Boxed).
+// run runs s over c, through b when b is not nil (batch.For), with EVAL on
+// NOSCRIPT. A call whose context ended before its reply has a
+// *batch.LeftError as its command's error. key, if not nil, is keys[0]
+// boxed (Boxed).
 func run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Script, key any, keys []string, args []any) *redis.Cmd {
 	if b == nil { // (the clones: keys and args stay on the caller's stack)
 		return s.Run(ctx, c, slices.Clone(keys), slices.Clone(args)...)
@@ -203,10 +191,9 @@ func run(ctx context.Context, b *batch.Batcher, c redis.Scripter, s *redis.Scrip
 	return cmd
 }
 
-// Cmd returns an EVALSHA of s as a command not yet sent, for a sender that
-// is not a go-redis Scripter (a batch). args must be scalars. A reply of
-// NOSCRIPT means the script did not run: send s.Eval then. key, when not
-// nil, is keys[0] boxed.
+// Cmd returns an EVALSHA of s, not yet sent, for a sender that is not a
+// go-redis Scripter (a batch); on NOSCRIPT, send s.Eval. args must be
+// scalars. key, if not nil, is keys[0] boxed.
 func Cmd(ctx context.Context, s *redis.Script, key any, keys []string, args []any) *redis.Cmd {
 	hash, ok := hashArgs[s]
 	if !ok {
@@ -228,31 +215,29 @@ func Cmd(ctx context.Context, s *redis.Script, key any, keys []string, args []an
 	return cmd
 }
 
-// mayHaveTaken reports whether cmd, an acquire script's call that holds its
-// reply, may have taken the lock: it was granted, or its outcome is
-// unknown (no reply, or one that cannot be read).
-func mayHaveTaken(cmd redis.Cmder) bool {
-	c, ok := cmd.(*redis.Cmd)
-	if !ok {
-		return false
-	}
-	if err := c.Err(); err != nil {
-		return !rclient.IsReply(err) // an error reply changed nothing
-	}
-	r, err := acquireReply(c.Val())
+// giveBackLate has late give back keys, for token, when the reply of a
+// call that left its batch comes, unless the reply shows that nothing was
+// taken: an error reply, or one that granted reads as no grant.
+func (n *Node) giveBackLate(ctx context.Context, left *batch.LeftError, granted func(any) bool,
+	late GiveBacker, keys []string, token string, ttl time.Duration) {
+	left.OnReply(func(cmd redis.Cmder) {
+		c, ok := cmd.(*redis.Cmd)
+		if !ok || rclient.IsReply(c.Err()) || c.Err() == nil && !granted(c.Val()) {
+			return
+		}
+		late.GiveBack(ctx, n, keys, token, ttl)
+	})
+}
+
+// acquireGranted reports whether an acquire script's reply may be a grant:
+// it is one, or it cannot be read.
+func acquireGranted(v any) bool {
+	r, err := acquireReply(v)
 	return err != nil || r.Status == Granted
 }
 
-// permitTaken reports whether cmd, a semaphore script's call that holds its
-// reply, may have granted a slot: it did, or its outcome is unknown.
-func permitTaken(cmd redis.Cmder) bool {
-	c, ok := cmd.(*redis.Cmd)
-	if !ok {
-		return false
-	}
-	if err := c.Err(); err != nil {
-		return !rclient.IsReply(err)
-	}
-	r, err := SemaphoreReply(c.Val())
+// permitGranted is acquireGranted for the semaphore script.
+func permitGranted(v any) bool {
+	r, err := SemaphoreReply(v)
 	return err != nil || r.Status == Granted
 }

@@ -2,6 +2,8 @@ package wake
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,10 +13,8 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
-// Notifier is one Locker's side of wake-on-release: its id, its
-// subscriptions (one per server, opened when a waiting attempt first finds a
-// key busy there) and the registry of its waiting Acquires. It is safe for
-// concurrent use.
+// Notifier is one Locker's side of wake-on-release: its id, subscriptions
+// (one per server) and waiting Acquires. It is safe for concurrent use.
 type Notifier struct {
 	clients []redis.UniversalClient // per server
 	id      string
@@ -30,28 +30,24 @@ type Notifier struct {
 	wg     sync.WaitGroup       // the subscriptions' goroutines and queue clean-ups
 }
 
-// interest is the Locker's wait for one lock key; it is in byKey while it
-// has waiters (until Close).
+// interest is the Locker's wait for one lock key, in byKey while it has
+// waiters (until Close).
 type interest struct {
-	waiters []*waiter // in arrival order
-	place   []int64   // per server: the Locker's place in the key's queue, 0 = not queued, placeUnknown
-	// retry is the earliest waiter's own retry, for when no announcement
-	// will come (retryAt); due is its time, zero when none is pending.
-	retry *time.Timer
-	due   time.Time
+	waiters []*waiter   // in arrival order
+	place   []int64     // per server: the Locker's place in the key's queue, 0 = not queued, placeUnknown
+	retry   *time.Timer // the earliest waiter's retry when no announcement will come (retryAt)
+	due     time.Time   // retry's time, zero when none is pending
 }
 
-// placeUnknown is the place on a server where an attempt that queued got
-// no reply: the Locker may be in the queue, at a place it does not know.
-// The next attempt asks as if not queued (the script keeps a place it
-// finds), and leaving removes it (ZREM of an absent member does nothing).
+// placeUnknown is the place where an attempt that queued got no reply. The
+// next attempt asks as if not queued (the script keeps a place it finds),
+// and leaving removes it (ZREM of an absent member does nothing).
 const placeUnknown = -1
 
 type waiter struct {
 	ch   chan struct{}
 	full string
 	in   *interest
-	left bool // guarded by the Notifier's mu
 }
 
 // New returns the Notifier of a Locker over clients, one per server.
@@ -62,10 +58,8 @@ func New(clients []redis.UniversalClient) *Notifier {
 		subs: make([]*sub, len(clients)), byKey: map[string]*interest{}, yields: map[string]time.Time{}, idle: time.Now()}
 }
 
-// Register registers a waiting Acquire's interest in the lock key full (with
-// prefix): the channel receives a value when the key may have been released,
-// and stop ends the interest (it must be called exactly once). It sends
-// nothing. After Close the channel never fires.
+// Register is driver.ReleaseNotifier's NotifyRelease for the lock key full
+// (with prefix). It sends nothing. After Close the channel never fires.
 func (n *Notifier) Register(full string) (released <-chan struct{}, stop func()) {
 	w := &waiter{ch: make(chan struct{}, 1), full: full}
 	n.mu.Lock()
@@ -84,22 +78,13 @@ func (n *Notifier) Register(full string) (released <-chan struct{}, stop func())
 }
 
 // leave ends w's wait. An unused wake-up passes to the next local waiter;
-// when the last one leaves, the Locker's queue entries are removed (best
-// effort) so that later releases do not wake nobody.
+// the last one to leave takes the Locker out of the queues (forget). A
+// second call finds w gone and changes nothing.
 func (n *Notifier) leave(w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if w.left {
-		return
-	}
-	w.left = true
 	in := w.in
-	for i, x := range in.waiters {
-		if x == w {
-			in.waiters = append(in.waiters[:i], in.waiters[i+1:]...)
-			break
-		}
-	}
+	in.waiters = slices.DeleteFunc(in.waiters, func(x *waiter) bool { return x == w })
 	select {
 	case <-w.ch:
 		if len(in.waiters) > 0 {
@@ -117,9 +102,8 @@ func (n *Notifier) leave(w *waiter) {
 	n.forget(w.full, in)
 }
 
-// forget cancels in's retry and removes the Locker from full's queue on
-// every server where it is or may be queued, in the background, within a
-// second.
+// forget cancels in's retry and takes the Locker out of full's queues, in
+// the background, within a second, so that releases do not wake nobody.
 func (n *Notifier) forget(full string, in *interest) {
 	if in.retry != nil {
 		in.retry.Stop()
@@ -131,19 +115,16 @@ func (n *Notifier) forget(full string, in *interest) {
 			continue
 		}
 		c := n.clients[i]
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
+		n.wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_ = c.ZRem(ctx, queue, n.id).Err()
-		}()
+		})
 	}
 }
 
-// Close ends the subscriptions and takes the Locker out of every queue it
-// is in (best effort, within a second). Waits in progress go on by polling.
-// It is safe to call more than once.
+// Close ends the subscriptions and takes the Locker out of its queues (best
+// effort, within a second); waits go on by polling. It is idempotent.
 func (n *Notifier) Close() {
 	n.mu.Lock()
 	n.cancel()
@@ -165,40 +146,27 @@ func (n *Notifier) Close() {
 	n.wg.Wait()
 }
 
-// yieldFor is how long, after the Locker's release of a key woke the head
-// of its queue, the Locker's own waiting attempts on the key let that head
-// go first. Without it a Locker that takes the lock again right after
-// releasing it (a loop) wins the race against the waiter it just woke,
-// which needs the wake-up and a request to reach the server: in
-// TestFairnessLongestWaiterFirst (16 Lockers, holds of 1ms) the releaser
-// took the lock again in 334 of 1419 acquisitions and 661 turns came more
-// than a round late, and a sole waiter 20ms away lost every round
-// (TestWokenSoleWaiterGoesFirst). The window covers a waiter up to about
-// 50ms away. It only delays this Locker's own next attempts, which queue
-// behind (where the Locker is subscribed) and are woken when the head
-// releases; if the woken head is gone, the Locker retries when the window
-// ends, so it costs at most 50ms, and only then.
+// yieldFor is how long the Locker's own attempts on a key let the queue
+// head its release woke go first: else a Locker that takes the lock again
+// right after releasing it (a loop) beats the waiter it woke
+// (TestFairnessLongestWaiterFirst, TestWokenSoleWaiterGoesFirst). It
+// covers a waiter up to about 50ms away, and delays only this Locker's
+// attempts, which queue behind the head or retry when it ends.
 const yieldFor = 50 * time.Millisecond
 
-// Woke records that the Locker's release of full woke the head of its
-// queue.
+// Woke records that the Locker's release of full woke its queue's head.
 func (n *Notifier) Woke(full string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := time.Now()
 	if len(n.yields) >= 64 {
-		for k, until := range n.yields {
-			if !now.Before(until) {
-				delete(n.yields, k)
-			}
-		}
+		maps.DeleteFunc(n.yields, func(_ string, until time.Time) bool { return !now.Before(until) })
 	}
 	n.yields[full] = now.Add(yieldFor)
 }
 
-// Plan is what one waiting attempt on a key sends beyond the acquire
-// script's own arguments: where to queue the Locker, and where it already
-// is.
+// Plan is where one waiting attempt on a key queues the Locker, and where
+// it already is.
 type Plan struct {
 	n     *Notifier
 	in    *interest
@@ -210,12 +178,9 @@ type Plan struct {
 
 // Plan returns the queueing plan of an attempt on full, or nil when no
 // local Acquire waits for it (a TryAcquire, after Close, or n nil). yield
-// reports that the attempt must be refused without asking the servers:
-// the Locker lets the head its release woke go first, and it is not
-// subscribed on every server, so the script cannot yield there. The
-// Locker then subscribes where it is not yet (so that its next attempts
-// queue), and, as nobody will wake it, its waiter retries when the yield
-// ends.
+// refuses the attempt without asking the servers: the Locker lets the head
+// its release woke go first, which a server where it is not subscribed
+// cannot do; it subscribes everywhere and retries when the yield ends.
 func (n *Notifier) Plan(full string) (p *Plan, yield bool) {
 	if n == nil {
 		return nil, false
@@ -255,8 +220,7 @@ func (n *Notifier) Plan(full string) (p *Plan, yield bool) {
 }
 
 // Queue returns, for server i, the queue key and the acquire script's
-// waiting arguments (Locker id, earlier place, keep, queue ttl, yield), or
-// "" and nil when the attempt must not queue there (not subscribed yet).
+// waiting arguments, or "" and nil where the Locker is not subscribed.
 func (p *Plan) Queue(i int) (key string, args []any) {
 	if p == nil || p.args[i] == nil {
 		return "", nil
@@ -265,12 +229,10 @@ func (p *Plan) Queue(i int) (key string, args []any) {
 }
 
 // Observe records server i's answer to the attempt: whether the key was
-// busy there, the Locker's place in the queue (from the script; ignored
-// when it did not queue there), and the busy key's expiry in ms when the
-// Locker heads the queue (else negative). A busy key on a server where the
-// Locker is not subscribed opens the subscription; a busy key whose expiry
-// is known arms the retry just past that moment (beyond Redis's 1ms expiry
-// precision), in case its holder crashed.
+// busy, the Locker's place in the queue (where it asked to queue), and the
+// busy key's expiry in ms when the Locker heads the queue (else negative).
+// A busy key opens the subscription there, and a known expiry arms the
+// retry just past it (Redis's 1ms precision), in case the holder crashed.
 func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	if p == nil {
 		return
@@ -300,9 +262,8 @@ func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	}
 }
 
-// Lost records that server i gave no usable answer to the attempt (a lost
-// reply, an error): where the attempt asked to queue the Locker, it may
-// have, so its place there is unknown until another attempt answers.
+// Lost records that server i gave no usable answer to the attempt: where
+// it asked to queue the Locker, its place is now unknown.
 func (p *Plan) Lost(i int) { p.Observe(i, false, placeUnknown, -1) }
 
 // retryAt makes in's earliest waiter retry at due, unless a retry is due
@@ -319,7 +280,7 @@ func (n *Notifier) retryAt(in *interest, due time.Time) {
 	}
 }
 
-// expired fires in's pending retry (none if it was cancelled meanwhile).
+// expired fires in's pending retry, unless it was cancelled.
 func (n *Notifier) expired(in *interest) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -1,24 +1,8 @@
-// Package wake implements wake-on-release for the Redis backends, one
-// mechanism for redislock (one server) and redlock (one per node).
-//
-// A waiting Locker puts its id in a FIFO beside the lock key, a sorted set
-// "dlock:waiters:{key}" scored by arrival, on each server where it holds a
-// subscription to its own channel "dlock:wake:<id>"; the acquire script does
-// it in the attempt's own round trip (scripts/acquire.lua). The release
-// script deletes the key, pops the queue's head and publishes the key on the
-// head's channel, in the release's round trip. The woken Locker's earliest
-// local waiter for the key retries at once. A wake-up is only a hint: the
-// retry still has to win the lock with a plain SET NX, and a release never
-// hands the key to anyone, so between holders the key is free for every
-// client on the wire (redsync, node-redlock, bsm/redislock).
-//
-// Nobody announces an expiry (a holder that crashed), so an attempt refused
-// on a server where the Locker heads the queue also reads the key's expiry,
-// and the Locker's earliest waiter retries then by itself (retryAt). Waits
-// also poll at the retry delay plus jitter, which covers peers that do not
-// publish, lost messages, dead servers, and a queue head that is gone: the
-// release that pops a dead head wakes nobody, and the others find the free
-// key at their next poll. No state on the server holds a lock for anyone.
+// Package wake implements wake-on-release for redislock (one server) and
+// redlock (one per node), as "Waiting" in package redislock describes it:
+// the scripts queue and wake, this package keeps a Locker's subscriptions,
+// its waiters, and the retries nobody announces (a busy key's expiry, the
+// end of a yield).
 package wake
 
 import (
@@ -29,11 +13,12 @@ import (
 
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/nodeerr"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 const (
-	// ChannelPrefix + Locker id is a Locker's wake-up channel. The release
-	// scripts spell it out ('dlock:wake:').
+	// ChannelPrefix + Locker id is a Locker's wake-up channel (the release
+	// scripts spell it out).
 	ChannelPrefix = "dlock:wake:"
 	// QueueTTL (ms) is the queue's expiry, refreshed by every waiting
 	// attempt, so a queue of crashed Lockers goes away.
@@ -42,59 +27,45 @@ const (
 	// waiters.
 	IdleClose = 30 * time.Second
 
-	// A subscription silent for pingAfter is pinged, and one whose pong
-	// does not come within pongWithin is taken for dead (a NAT or firewall
-	// that dropped the flow blackholes packets and sends no RST, and TCP
-	// would retry for minutes): it is closed and made again on a new
-	// connection. So a release announced into a dead connection is made up
-	// for within about 2s of the last traffic, well below the polls that
-	// would otherwise find it (a 5s retry delay waited all of it). The cost
-	// is one PING a second per idle subscription, which exists only while
-	// its Locker waits (and for IdleClose after): about a microsecond of
-	// server time each. A pong later than a second (a server stalled that
-	// long) costs a reconnect, which wakes the Locker's waiters once.
-	pingAfter    = time.Second
-	pongWithin   = time.Second
-	maxReconnect = time.Second // cap of the reconnect backoff
+	// A subscription silent this long is pinged, and one whose pong does
+	// not come within as long is made again on a new connection: a NAT that
+	// dropped the flow sends no RST, and TCP would retry for minutes. The
+	// cost: a PING a second per subscription, which lives only while its
+	// Locker waits (and IdleClose after).
+	silence = time.Second
 )
 
-// sub is the Locker's subscription to its channel on server i, run by one
-// goroutine (listen) until Close, until the client is closed, or until
-// IdleClose without waiters. go-redis redials a broken connection and
-// resubscribes; a silent one (no pong) listen replaces.
+// sub is the Locker's subscription on server i, run by listen until Close,
+// the client's close, or IdleClose without waiters. go-redis redials a
+// broken connection; listen replaces a silent one.
 type sub struct {
 	i  int
 	ps *redis.PubSub // guarded by the Notifier's mu
 	ok bool          // guarded by the Notifier's mu: confirmed and unbroken
 }
 
-// subscribe opens the subscription on server i unless there is one. It
-// does not wait on the network: the goroutine subscribes. n.mu is held.
+// subscribe opens the subscription on server i unless there is one,
+// without waiting on the network. n.mu is held.
 func (n *Notifier) subscribe(i int) {
 	if n.subs[i] != nil {
 		return
 	}
-	s := &sub{i: i, ps: n.clients[i].Subscribe(n.ctx)}
+	ps := n.clients[i].Subscribe(n.ctx)
+	s := &sub{i: i, ps: ps}
 	n.subs[i] = s
-	n.wg.Add(1)
-	go n.listen(s, s.ps)
+	n.wg.Go(func() { n.listen(s, ps) })
 }
 
-// listen receives s's messages on ps. On a receive's error it pings a
-// connection that was idle, replaces one whose pong did not come, and
-// pauses before receiving again otherwise.
+// listen receives s's messages on ps: it pings a connection that was
+// silent, replaces one whose pong did not come, and backs off after an
+// error.
 func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
-	defer n.wg.Done()
 	ctx := n.ctx
 	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
 	_ = ps.Subscribe(ctx, n.channel)
 	pinged, backoff := false, time.Duration(0) // pinged: a ping awaits its pong
 	for {
-		wait := pingAfter
-		if pinged {
-			wait = pongWithin
-		}
-		msg, err := ps.ReceiveTimeout(ctx, wait)
+		msg, err := ps.ReceiveTimeout(ctx, silence)
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Channel == n.channel {
@@ -126,12 +97,11 @@ func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
 		default:
 			pinged = false
 			n.confirmed(s, false)
-			backoff = min(max(2*backoff, 10*time.Millisecond), maxReconnect)
+			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
 			if !backend.Sleep(ctx, backoff) {
 				return
 			}
-			var re redis.Error
-			if errors.As(err, &re) && err != redis.Nil {
+			if rclient.IsReply(err) {
 				// The server refused the SUBSCRIBE (an ACL, say) on a
 				// healthy connection, so no reconnect will repeat it.
 				_ = ps.Subscribe(ctx, n.channel)
@@ -141,8 +111,8 @@ func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
 }
 
 // ended reports whether s is over, and forgets it: after Close, when its
-// client was closed (gone), or, asked after pingAfter of silence (idle),
-// after IdleClose without waiters.
+// client was closed (gone), or, asked after a silence (idle), after
+// IdleClose without waiters.
 func (n *Notifier) ended(s *sub, gone, idle bool) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -156,8 +126,8 @@ func (n *Notifier) ended(s *sub, gone, idle bool) bool {
 	return false
 }
 
-// redial replaces s's connection, found dead, with a new one, and returns
-// it; nil once s is over.
+// redial replaces s's dead connection and returns the new one; nil once s
+// is over.
 func (n *Notifier) redial(s *sub) *redis.PubSub {
 	ps := n.clients[s.i].Subscribe(n.ctx)
 	n.mu.Lock()
@@ -172,9 +142,8 @@ func (n *Notifier) redial(s *sub) *redis.PubSub {
 }
 
 // confirmed records that s was confirmed (ok) or broke. A confirmation
-// (the first, or after a reconnect) wakes every waiter once, to queue on
-// this server or because announcements may have been lost while the
-// connection was down.
+// wakes every waiter once: to queue on this server, or because
+// announcements may have been lost while the connection was down.
 func (n *Notifier) confirmed(s *sub, ok bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -189,9 +158,9 @@ func (n *Notifier) confirmed(s *sub, ok bool) {
 	}
 }
 
-// released handles an announcement: the Locker headed the queue of the
-// key full, which a release just freed. A yield on the key is over: that
-// was the release of the head it let go first, or of someone after it.
+// released handles an announcement that the Locker headed the queue of
+// full, just freed. A yield on the key is over: that was the release of
+// the head it let go first, or of someone after it.
 func (n *Notifier) released(full string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
