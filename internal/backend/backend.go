@@ -83,8 +83,8 @@ func (c *Config) SetPrefix(prefix string) error {
 // SetDriftFactor sets the drift factor (WithDriftFactor), which must be in
 // [0, 1).
 func (c *Config) SetDriftFactor(f float64) error {
-	if err := nodeerr.Invalid(bridge.DriftFactorProblem(f)); err != nil {
-		return err
+	if !(f >= 0 && f < 1) {
+		return nodeerr.Invalidf("drift factor %v: must be in [0, 1)", f)
 	}
 	c.DriftFactor = f
 	return nil
@@ -194,7 +194,10 @@ func (c *Config) CheckToken(ctx context.Context, key, token string) error {
 	if err := c.CheckKey(key); err != nil {
 		return err
 	}
-	return nodeerr.Invalid(bridge.TokenProblem(token))
+	if token == "" {
+		return nodeerr.Invalidf("empty token")
+	}
+	return nil
 }
 
 // LimitConflict returns the error of an attempt on name's semaphore with
