@@ -82,7 +82,7 @@ func do(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *confi
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		keepAlive(ctx, lock, ttl, cfg, stop, fnCtx.end)
+		keepAlive(ctx, lock, ttl, cfg, stop, cancel)
 	}()
 
 	defer func() {
@@ -151,22 +151,9 @@ func (c *lockContext) check() {
 	if c.Context.Err() != nil {
 		return
 	}
-	s := c.lock.watch()
-	if lost := s.loss(c.lock.Key(), c.lock.now()); lost != nil {
-		c.end(lost, true)
-	} else if s.ended() {
-		c.end(s.gone, false)
+	if cause := c.lock.watch().end(c.lock.Key(), c.lock.now()); cause != nil {
+		c.cancel(cause)
 	}
-}
-
-// end ends the context because the lock is gone: a lost lock with a cause
-// matching ErrLockLost alone (an extension refused with ErrNotHeld is its
-// detail), a released one with its ErrNotHeld.
-func (c *lockContext) end(gone error, lost bool) {
-	if lost {
-		gone = asLoss(gone)
-	}
-	c.cancel(gone)
 }
 
 // asLoss returns the cause of a lost lock as an error matching ErrLockLost
@@ -222,7 +209,7 @@ func releaseTimeout(ttl time.Duration) time.Duration {
 // while an extension request is still in flight), or fn released it (once
 // the release is done). It follows every change of the handle's validity,
 // fn's own extensions included, through lock.watch.
-func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, stop <-chan struct{}, end func(gone error, lost bool)) {
+func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, stop <-chan struct{}, end context.CancelCauseFunc) {
 	k := keeper{lock: lock, ttl: ttl, cfg: cfg, acquiredAt: lock.now(),
 		// Extensions do not stop when ctx is cancelled: fn may still be
 		// finishing, and it needs the lock until it returns.
@@ -233,12 +220,8 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 	for {
 		s := lock.watch()
 		now := lock.now()
-		if lost := s.loss(lock.Key(), now); lost != nil {
-			end(lost, true)
-			return
-		}
-		if s.ended() {
-			end(s.gone, false)
+		if cause := s.end(lock.Key(), now); cause != nil {
+			end(cause)
 			return
 		}
 		k.arm(s, now)

@@ -403,11 +403,6 @@ func (l *Lock) watch() snapshot {
 		lost: l.lostCause != nil, releasing: l.state == stateReleasing}
 }
 
-// ended reports whether s is a lock whose holder must stop: lost, or
-// released. A Release under way is not yet the end of it: the owner that
-// called it may still need its context for the call.
-func (s snapshot) ended() bool { return s.gone != nil && (s.lost || !s.releasing) }
-
 // loss returns why the lock in s is lost, or nil: its recorded loss, or a
 // validity that ran out by now while a Release was under way or left its
 // outcome unknown (the key may have expired and another owner taken it;
@@ -421,6 +416,20 @@ func (s snapshot) loss(key string, now time.Time) error {
 			ErrLockLost, key, s.until.Round(0).Format(time.RFC3339Nano))
 	}
 	return nil
+}
+
+// end returns why the holder of the lock in s must stop, or nil: its loss,
+// matching ErrLockLost alone (an extension refused with ErrNotHeld is its
+// detail), or its release with its ErrNotHeld. A Release under way is not
+// yet the end: the owner that called it may still need its context.
+func (s snapshot) end(key string, now time.Time) error {
+	if lost := s.loss(key, now); lost != nil {
+		return asLoss(lost)
+	}
+	if s.releasing {
+		return nil
+	}
+	return s.gone
 }
 
 // gone is goneLocked for callers that do not hold l.mu.
