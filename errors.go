@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,25 +81,13 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-var sentinels = [...]error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid}
+var sentinels = []error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid}
 
-func isSentinel(err error) bool {
-	for _, s := range sentinels {
-		if err == s {
-			return true
-		}
-	}
-	return false
-}
+func isSentinel(err error) bool { return slices.Contains(sentinels, err) }
 
-// sentinelOf returns the first sentinel err matches, or nil.
-func sentinelOf(err error) error {
-	for _, s := range sentinels {
-		if errors.Is(err, s) {
-			return s
-		}
-	}
-	return nil
+// matchesSentinel reports whether err matches one of the sentinels.
+func matchesSentinel(err error) bool {
+	return slices.ContainsFunc(sentinels, func(s error) bool { return errors.Is(err, s) })
 }
 
 // ctxErr is ctx's error, and its cause when one was given: the result

@@ -332,7 +332,7 @@ func (l *Lock) endTurn() {
 // as ErrUnavailable (outcome unknown) when it matches none, as a bare
 // context error does.
 func known(err error) error {
-	if sentinelOf(err) == nil {
+	if !matchesSentinel(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
