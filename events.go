@@ -21,26 +21,17 @@ const (
 	EventReleased                          // a Release ended: Err (nil: the lock was deleted), Hold
 )
 
+var kindNames = [...]string{
+	"unknown", "attempt", "granted", "refused", "extended", "extend_failed", "lost", "released",
+}
+
 // String returns the kind's name: "attempt", "granted", "refused",
 // "extended", "extend_failed", "lost" or "released".
 func (k EventKind) String() string {
-	switch k {
-	case EventAttempt:
-		return "attempt"
-	case EventGranted:
-		return "granted"
-	case EventRefused:
-		return "refused"
-	case EventExtended:
-		return "extended"
-	case EventExtendFailed:
-		return "extend_failed"
-	case EventLost:
-		return "lost"
-	case EventReleased:
-		return "released"
+	if int(k) >= len(kindNames) {
+		return "unknown"
 	}
-	return "unknown"
+	return kindNames[k]
 }
 
 // Event is one thing that happened to a lock, as the observers of the
@@ -91,12 +82,19 @@ type waiting struct {
 
 type waitKey struct{}
 
+// waitingIn returns the waiting that ctx carries, or nil for a bare
+// TryAcquire's (whose ctx may be nil: the attempt refuses it).
+func waitingIn(ctx context.Context) *waiting {
+	if ctx == nil {
+		return nil
+	}
+	w, _ := ctx.Value(waitKey{}).(*waiting)
+	return w
+}
+
 func init() {
 	bridge.Attempt = func(ctx context.Context, backend string, observe any) (int, bool) {
-		if ctx == nil {
-			return 1, false
-		}
-		w, _ := ctx.Value(waitKey{}).(*waiting)
+		w := waitingIn(ctx)
 		if w == nil {
 			return 1, false
 		}
@@ -104,10 +102,7 @@ func init() {
 		return w.attempts, true
 	}
 	bridge.Identity = func(ctx context.Context) string {
-		if ctx == nil {
-			return ""
-		}
-		if w, _ := ctx.Value(waitKey{}).(*waiting); w != nil {
+		if w := waitingIn(ctx); w != nil {
 			return w.identity
 		}
 		return ""
