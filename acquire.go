@@ -39,11 +39,8 @@ type releaseNotifier interface {
 //     ErrPoolExhausted): waiting cannot fix them, and they win over a
 //     context that ended meanwhile.
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
-	if l == nil {
-		return nil, invalidf("nil Locker")
-	}
-	if ctx == nil {
-		return nil, invalidf("nil context")
+	if err := checkCall(ctx, l, "", ""); err != nil {
+		return nil, err
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {

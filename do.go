@@ -47,25 +47,30 @@ import (
 // acquire error is returned. Do starts one goroutine for the extension (and
 // one per extension in flight) and waits for them before returning.
 func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
-	switch {
-	case l == nil:
-		return invalidf("nil Locker")
-	case ctx == nil:
-		return invalidf("nil context")
-	case fn == nil:
+	if fn == nil {
 		return invalidf("nil function")
 	}
-	if err := checkTTL(ttl); err != nil {
-		return err
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := doConfig(ctx, l, ttl, opts)
 	if err != nil {
 		return err
 	}
-	if err := cfg.checkDo(ttl); err != nil {
-		return err
-	}
 	return do(ctx, l, key, ttl, &cfg, fn)
+}
+
+// doConfig checks the arguments of Do (but fn), and of Lead and Campaign,
+// and returns their options.
+func doConfig(ctx context.Context, l Locker, ttl time.Duration, opts []Option) (config, error) {
+	if err := checkCall(ctx, l, "", ""); err != nil {
+		return config{}, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return config{}, err
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.checkDo(ttl)
 }
 
 // do is Do with its arguments checked.

@@ -108,14 +108,8 @@ func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, o
 	if err := checkCall(ctx, l, "election", name); err != nil {
 		return config{}, err
 	}
-	if err := checkTTL(ttl); err != nil {
-		return config{}, err
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := doConfig(ctx, l, ttl, opts)
 	if err != nil {
-		return cfg, err
-	}
-	if err := cfg.checkDo(ttl); err != nil {
 		return cfg, err
 	}
 	if cfg.identity == "" {
@@ -124,15 +118,15 @@ func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, o
 	return cfg, nil
 }
 
-// checkCall refuses a nil Locker or context and an empty name of what
-// (an election, a semaphore).
+// checkCall refuses a nil Locker or context and, unless what is "", an
+// empty name of what (an election, a semaphore).
 func checkCall(ctx context.Context, l Locker, what, name string) error {
 	switch {
 	case l == nil:
 		return invalidf("nil Locker")
 	case ctx == nil:
 		return invalidf("nil context")
-	case name == "":
+	case what != "" && name == "":
 		return invalidf("empty %s name", what)
 	}
 	return nil

@@ -62,11 +62,8 @@ func Semaphore(l Locker, limit int) Locker {
 // ErrInvalid for bad arguments and for a Locker whose semaphores keep no
 // limit on the servers (see Semaphore).
 func SetLimit(ctx context.Context, l Locker, name string, limit int) error {
-	switch {
-	case ctx == nil:
-		return invalidf("nil context")
-	case l == nil:
-		return invalidf("nil Locker")
+	if err := checkCall(ctx, l, "", ""); err != nil {
+		return err
 	}
 	s, ok := l.(semaphores)
 	if !ok {
