@@ -10,8 +10,7 @@ import (
 	"github.com/dlock-go/dlock/internal/bridge"
 )
 
-// releaseNotifier is a Locker that announces releases
-// (driver.ReleaseNotifier, which documents it).
+// releaseNotifier is driver.ReleaseNotifier, which documents it.
 type releaseNotifier interface {
 	NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func())
 }
@@ -19,10 +18,10 @@ type releaseNotifier interface {
 // Acquire takes the lock on key with l, waiting while another owner holds it
 // and through short outages of the backend. Between attempts it sleeps the
 // retry delay plus jitter (see WithRetryDelay, WithRetryJitter), or less
-// when l announces a release (see driver.ReleaseNotifier). When the backend cannot be
-// reached three times in a row it backs off: the delay doubles with each
-// further such attempt, up to a second (or the retry delay, if longer),
-// half of it random.
+// when l announces a release (see driver.ReleaseNotifier). When the backend
+// cannot be reached three times in a row it backs off: the delay doubles
+// with each further such attempt, up to a second (or the retry delay, if
+// longer), half of it random.
 //
 // It returns a held lock, or an error matching exactly one sentinel:
 //
@@ -66,8 +65,7 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 	return lock, err
 }
 
-// wait is Acquire's loop of attempts; ctx carries w, in which it counts
-// them.
+// wait is Acquire's loop of attempts, counted in w, which ctx carries.
 func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config, w *waiting) (*Lock, error) {
 	var released <-chan struct{}
 	if n, ok := l.(releaseNotifier); ok && cfg.retryCount != 0 {
@@ -145,21 +143,22 @@ func (a *alarm) stop() {
 	}
 }
 
-// maxBackoff caps the wait after attempts that could not reach the
-// backend, so that a waiter notices the end of an outage within about a
-// second.
-const maxBackoff = time.Second
-
-// quickRetries is how many attempts in a row may find the backend
-// unreachable before the waits grow: a blip (a Redlock node timeout on a
-// loaded machine) costs no more than a busy lock does.
-const quickRetries = 3
+const (
+	// maxBackoff caps the wait after attempts that could not reach the
+	// backend, so that a waiter notices the end of an outage within about
+	// a second.
+	maxBackoff = time.Second
+	// quickRetries is how many attempts in a row may find the backend
+	// unreachable before the waits grow: a blip (a Redlock node timeout on
+	// a loaded machine) costs no more than a busy lock does.
+	quickRetries = 3
+)
 
 // backoff is the wait after the n-th attempt in a row that could not reach
 // the backend: the retry delay for the first quickRetries, then (from at
-// least 1ms) doubled for each further one, capped at maxBackoff (or the
-// retry delay, if longer), and half of it random, so that the waiters an
-// outage stopped together do not all come back at once.
+// least 1ms) doubled for each further one, up to the cap, half of it
+// random, so that the waiters an outage stopped do not all come back at
+// once.
 func backoff(delay time.Duration, n int) time.Duration {
 	if n <= quickRetries {
 		return delay
@@ -173,10 +172,10 @@ func backoff(delay time.Duration, n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// waitEnded builds the error of a wait that ended with its context. It
-// matches ctx.Err() (and the context's cause) and one sentinel: the last
-// attempt's that ended before ctx did (busy or unreachable), or if there
-// was none, the interrupted attempt's. That attempt's error is its detail.
+// waitEnded is the error of a wait that ended with its context: it matches
+// ctx.Err() (and its cause) and the sentinel of the last attempt that
+// ended before ctx did, else of the interrupted one, whose error is its
+// detail.
 func waitEnded(ctx context.Context, key string, last, cut error) error {
 	if last == nil {
 		last = cut

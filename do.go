@@ -10,33 +10,29 @@ import (
 // Do runs fn while holding the lock on key: it waits for the lock as Acquire
 // does, calls fn with a context derived from ctx, keeps the lock extended in
 // the background while fn runs, and releases it when fn returns (or panics).
+// fn finds the lock (its fence, its validity) with LockFromContext.
 //
 // The context passed to fn ends as soon as the lock may be lost, with cause
 // ErrLockLost (see context.Cause): when an extension is refused, the backend
 // reports the lock's session gone, or the validity runs out before an
 // extension succeeded (even while one still hangs). Its Err, Done and
 // context.Cause compare the validity with the clock themselves, so they
-// report the loss at the first look after the validity ran out, even when
-// no other goroutine has run since (a process resumed after a pause); a
-// context derived from it learns of the loss when Do's goroutine runs, a
-// moment later. fn must check it before every step that must not happen
-// without the lock.
+// report the loss at the first look after the validity ran out, even in a
+// process resumed after a pause; a context derived from it learns of the
+// loss a moment later, when Do's goroutine runs. fn must check it before
+// every step that must not happen without the lock.
 //
 // Extension starts when the lock has WithExtendThreshold of its validity
 // left (half the TTL by default) and stops for good once WithMaxHold would
-// be exceeded. fn may extend the lock itself through LockFromContext, with
-// any TTL: Do's deadline and its next extension follow the new validity
-// (with a TTL shorter than the threshold, Do extends again at once, with
-// its own TTL). fn may release it too, with its own context: Do stops
-// extending, the context ends (cause matching ErrNotHeld) once the release
-// is done, and Do does not release again. A release that is still in
-// flight, or whose outcome was unknown (ErrUnavailable), when the validity
-// runs out ends the context as a loss (cause matching ErrLockLost), and Do
-// then returns an error matching ErrLockLost: the key may have expired and
-// another owner taken it. Do releases again after fn returns in that case.
-//
-// The lock itself (its fence, its validity) is available to fn through
-// LockFromContext.
+// be exceeded. fn may extend the lock itself, with any TTL: Do's deadline
+// and next extension follow the new validity (with a TTL shorter than the
+// threshold, Do extends again at once, with its own TTL). fn may release it
+// too, with its own context: Do stops extending, the context ends (cause
+// matching ErrNotHeld) once the release is done, and Do does not release
+// again. A release still in flight, or of unknown outcome
+// (ErrUnavailable), when the validity runs out is a loss (the key may have
+// expired and another owner taken it): the context ends with ErrLockLost,
+// Do returns it, and releases again after fn returns.
 //
 // Do returns fn's error as it is when nothing else went wrong. When the
 // lock was lost, it returns fn's error (if any) followed by the loss cause,
@@ -126,10 +122,9 @@ func LockFromContext(ctx context.Context) *Lock {
 
 // lockContext is the context Do gives its function. Err, Done and Value
 // (through which context.Cause finds the cancellation) first compare the
-// lock's validity with the clock and end the context at once when it ran
-// out: Do's keep-alive goroutine does the same, but only when it gets to
-// run, which a process resumed after SIGSTOP may not have let it do yet
-// (seen: 56-270µs later, in 5 of 11 runs).
+// lock's validity with the clock: Do's keep-alive goroutine does the same,
+// but only when it gets to run, which in a process resumed after SIGSTOP
+// may be a moment later.
 type lockContext struct {
 	context.Context // ended by cancel with the reason the lock is gone
 	lock            *Lock
@@ -161,8 +156,7 @@ func (c *lockContext) check() {
 	}
 }
 
-// asLoss returns the cause of a lost lock as an error matching ErrLockLost
-// alone.
+// asLoss returns a lost lock's cause as an error matching ErrLockLost alone.
 func asLoss(cause error) error {
 	if cause == nil || errors.Is(cause, ErrLockLost) {
 		return cause
@@ -170,8 +164,7 @@ func asLoss(cause error) error {
 	return fmt.Errorf("dlock: %w: %w", ErrLockLost, hideSentinels{cause})
 }
 
-// lostCause returns the cause with which fn's context was cancelled if that
-// was a lost lock, and nil otherwise.
+// lostCause returns ctx's cause if it is a lost lock, else nil.
 func lostCause(ctx context.Context) error {
 	if cause := context.Cause(ctx); errors.Is(cause, ErrLockLost) {
 		return cause
@@ -179,10 +172,9 @@ func lostCause(ctx context.Context) error {
 	return nil
 }
 
-// doResult is Do's error: fn's own error first, then what Do adds (the
-// loss, or else the release error), on one line. After a loss the release
-// error is only detail: the loss is what the caller must act on, so the
-// error matches ErrLockLost alone.
+// doResult is Do's error: fn's own error first, then the loss, or else the
+// release error, on one line. After a loss the release error is only
+// detail: the error matches ErrLockLost alone.
 func doResult(fnErr, lost, relErr error) error {
 	own := relErr
 	if lost != nil {
@@ -210,10 +202,8 @@ func releaseTimeout(ttl time.Duration) time.Duration {
 }
 
 // keepAlive extends lock until stop is closed, and calls end when the lock
-// is no longer held: an extension was refused, the validity ran out (even
-// while an extension request is still in flight), or fn released it (once
-// the release is done). It follows every change of the handle's validity,
-// fn's own extensions included, through lock.watch.
+// is no longer held (snapshot.end). It follows every change of the
+// handle's validity, fn's own extensions included, through lock.watch.
 func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, stop <-chan struct{}, end context.CancelCauseFunc) {
 	k := keeper{lock: lock, ttl: ttl, cfg: cfg, acquiredAt: lock.now(),
 		// Extensions do not stop when ctx is cancelled: fn may still be
@@ -275,8 +265,8 @@ type keeper struct {
 
 // arm sets the timers for the lock's state s at now: the deadline at the
 // validity's end, and the next extension unless none is due (fn is
-// releasing the lock, whose outcome the deadline bounds; an extension is
-// in flight; the hold limit stopped them).
+// releasing the lock, an extension is in flight, or the hold limit
+// stopped them).
 func (k *keeper) arm(s snapshot, now time.Time) {
 	k.deadline.Reset(s.until.Sub(now))
 	switch {
@@ -302,8 +292,8 @@ func (k *keeper) why() error {
 	return errors.New("before it was extended")
 }
 
-// close stops the timers and abandons the extension in flight, waiting
-// for its goroutine.
+// close stops the timers and abandons the extension in flight, waiting for
+// its goroutine.
 func (k *keeper) close() {
 	k.deadline.Stop()
 	k.next.Stop()
@@ -314,8 +304,8 @@ func (k *keeper) close() {
 }
 
 // extendAsync extends lock in a goroutine, with a request bounded by the
-// validity it had when sent. It returns the channel the outcome arrives on
-// and the function that abandons the request.
+// validity it had when sent, and returns where the outcome arrives and how
+// to abandon the request.
 func extendAsync(ctx context.Context, lock *Lock, ttl time.Duration, until time.Time) (<-chan error, context.CancelFunc) {
 	ctx, cancel := context.WithDeadline(ctx, until)
 	result := make(chan error, 1)
