@@ -35,16 +35,16 @@ func (k EventKind) String() string {
 }
 
 // Event is one thing that happened to a lock, as the observers of the
-// Locker that made it see it (see Events in the package documentation). Fields that do not apply to the kind are zero.
+// Locker that made it see it (see Events in the package documentation).
+// Fields that do not apply to the kind are zero.
 type Event struct {
 	Kind EventKind
 	// Key is the key the attempt was for, and from the grant on the
 	// lock's (a semaphore's permit: its slot's key, {name}#slot).
 	Key string
 	// Backend names the backend ("redis", "redlock", "postgres", "etcd",
-	// "dlocktest"; empty for a backend that does not say), and Nodes how many of its
-	// nodes granted the lock (Redlock's majority; 1 elsewhere; known once
-	// the lock is granted).
+	// "dlocktest"; "" if it does not say), and Nodes how many of its nodes
+	// granted the lock (Redlock's majority; 1 elsewhere).
 	Backend string
 	Nodes   int
 	Fence   uint64
@@ -69,10 +69,10 @@ type Event struct {
 	Detected string
 }
 
-// waiting is Acquire's record of its wait, in the context of each attempt
-// it makes: the attempt's number, the identity the grant is to publish
-// (driver.Identity), and what the attempt says of the Locker's events
-// (driver.Events), for Acquire's own grant or refusal.
+// waiting is Acquire's record of its wait, in the context of each attempt:
+// the attempt's number, the identity to publish (driver.Identity), and
+// where the Locker's events go (driver.Events), for Acquire's own grant or
+// refusal.
 type waiting struct {
 	attempts int
 	identity string
@@ -132,7 +132,10 @@ func (l *Lock) recordLocked(ctx context.Context, e Event) {
 	if l.observe == nil {
 		return
 	}
-	l.fill(&e)
+	e.Key, e.Fence, e.Backend, e.Nodes = l.key, l.fence, l.backend, l.nodes
+	if e.Kind == EventLost || e.Kind == EventReleased {
+		e.Hold = l.now().Sub(l.grantedAt)
+	}
 	if len(l.pending) == 0 {
 		l.pending = l.buf[:0]
 	}
@@ -176,12 +179,4 @@ func (l *Lock) send(observe func(context.Context, Event), q queued) {
 	}()
 	observe(q.ctx, q.e)
 	sent = true
-}
-
-// fill sets what the lock knows of e: key, fence, backend, hold time.
-func (l *Lock) fill(e *Event) {
-	e.Key, e.Fence, e.Backend, e.Nodes = l.key, l.fence, l.backend, l.nodes
-	if e.Kind == EventLost || e.Kind == EventReleased {
-		e.Hold = l.now().Sub(l.grantedAt)
-	}
 }
