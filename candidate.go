@@ -24,14 +24,12 @@ type Candidate struct {
 	name   string
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when the campaign has ended
+	err    error         // what the campaign returned, set before done is closed
 
-	mu   sync.Mutex
-	lock *Lock // the current term's, while the candidate leads
-	term Term
-	// resigned: Resign was called. err, once done is closed: what the
-	// campaign returned.
-	resigned bool
-	err      error
+	mu       sync.Mutex
+	lock     *Lock // the current term's, while the candidate leads
+	term     Term
+	resigned bool // Resign was called
 }
 
 // errResigned is the cause with which Resign ends a campaign.
@@ -51,10 +49,7 @@ func Campaign(ctx context.Context, l Locker, name string, ttl time.Duration, opt
 	c := &Candidate{name: name, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		err := lead(cctx, l, name, ttl, &cfg, c.serve)
-		c.mu.Lock()
-		c.err = err
-		c.mu.Unlock()
+		c.err = lead(cctx, l, name, ttl, &cfg, c.serve)
 	}()
 	return c, nil
 }
@@ -84,7 +79,7 @@ func (c *Candidate) serve(ctx context.Context) error {
 // there for gocron's Elector interface.
 func (c *Candidate) IsLeader(ctx context.Context) error {
 	c.mu.Lock()
-	lock, err, resigned := c.lock, c.err, c.resigned
+	lock, resigned := c.lock, c.resigned
 	c.mu.Unlock()
 	if lock != nil && lock.Held() {
 		return nil
@@ -94,6 +89,7 @@ func (c *Candidate) IsLeader(ctx context.Context) error {
 	default:
 		return fmt.Errorf("dlock: not the leader of %q: %w (campaigning)", c.name, ErrNotAcquired)
 	}
+	err := c.err // set before done was closed
 	switch {
 	case resigned:
 		return fmt.Errorf("dlock: not the leader of %q: %w (resigned)", c.name, ErrNotAcquired)
@@ -138,11 +134,8 @@ func (c *Candidate) Resign(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("dlock: resign %q: %w: %w", c.name, ErrUnavailable, ctxErr(ctx))
 	}
-	c.mu.Lock()
-	err := c.err
-	c.mu.Unlock()
-	if errors.Is(err, context.Canceled) || errors.Is(err, ErrNotAcquired) {
+	if errors.Is(c.err, context.Canceled) || errors.Is(c.err, ErrNotAcquired) {
 		return nil // it was campaigning: nothing to release
 	}
-	return err
+	return c.err
 }
