@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -22,8 +23,10 @@ import (
 // package dlock's documentation describes. The zero Events reports nothing.
 type Events struct {
 	backend string
-	observe func(context.Context, dlock.Event) // nil: nobody listens
+	observe observer // nil: nobody listens
 }
+
+type observer = func(context.Context, dlock.Event)
 
 // NewEvents returns the Events of a Locker of backend ("redis", "redlock",
 // "postgres", "etcd"): each event goes to the logger first, then to each
@@ -35,12 +38,8 @@ type Events struct {
 // handler is slog.DiscardHandler, logs nothing; with no observer either,
 // no event is built.
 func NewEvents(backend string, logger *slog.Logger, observers ...func(ctx context.Context, e dlock.Event)) Events {
-	var list []func(context.Context, dlock.Event)
-	for _, o := range append([]func(context.Context, dlock.Event){logEvents(logger)}, observers...) {
-		if o != nil {
-			list = append(list, o)
-		}
-	}
+	list := slices.DeleteFunc(append([]observer{logEvents(logger)}, observers...),
+		func(o observer) bool { return o == nil })
 	ev := Events{backend: backend}
 	switch len(list) {
 	case 0:
