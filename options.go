@@ -30,12 +30,9 @@ type config struct {
 	stopOnLoss bool   // Lead: return a loss instead of campaigning again
 }
 
-func defaultConfig() config {
-	return config{retryCount: RetryForever, retryDelay: 50 * time.Millisecond, retryJitter: 50 * time.Millisecond}
-}
-
+// newConfig applies opts over the defaults.
 func newConfig(opts []Option) (config, error) {
-	c := defaultConfig()
+	c := config{retryCount: RetryForever, retryDelay: 50 * time.Millisecond, retryJitter: 50 * time.Millisecond}
 	for _, o := range opts {
 		if o == nil {
 			return c, invalidf("nil option")
