@@ -225,7 +225,8 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 			return
 		case <-s.changed: // an extension, fn's own Extend or Release, a loss
 		case <-k.deadline.C:
-			lock.expire(fmt.Errorf("dlock: %w: validity of %q ran out %w", ErrLockLost, lock.Key(), k.why()))
+			cause := fmt.Errorf("dlock: %w: validity of %q ran out %w", ErrLockLost, lock.Key(), k.why())
+			lock.lose(cause, lostExpired)
 		case <-k.next.C:
 			if cfg.maxHold > 0 && lock.now().Sub(k.acquiredAt)+ttl > cfg.maxHold {
 				k.limited = true // let the validity run out

@@ -112,7 +112,7 @@ func init() {
 	bridge.NewLock = func(key string, slot int, token string, fence uint64, validUntil time.Time, g any) any {
 		return newLock(key, slot, token, fence, validUntil, g.(grant))
 	}
-	bridge.Lose = func(lock any, cause error) { lock.(*Lock).lose(cause) }
+	bridge.Lose = func(lock any, cause error) { lock.(*Lock).lose(cause, lostSession) }
 	bridge.Recheck = func(lock any) { lock.(*Lock).recheck() }
 }
 
@@ -269,14 +269,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		err = &opError{"release", l.key, known(err)}
 	}
 	l.recordLocked(ctx, Event{Kind: EventReleased, Err: err, Took: l.now().Sub(start)})
-	if err == nil {
-		l.setStateLocked(stateReleased)
-		return nil
+	if errors.Is(err, ErrLockLost) && l.lostCause == nil {
+		l.lostCause = err
 	}
-	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
-		if errors.Is(err, ErrLockLost) && l.lostCause == nil {
-			l.lostCause = err
-		}
+	if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
 		l.setStateLocked(stateReleased) // the server answered: nothing to retry
 	}
 	return err
@@ -324,24 +320,15 @@ func known(err error) error {
 	return err
 }
 
-// expire declares the lock lost with cause (Do's, saying why) if it is held
-// and its validity has run out.
-func (l *Lock) expire(cause error) {
+// lose declares the lock lost with cause, detected how, if it is held: at
+// once for driver.Lost (lostSession), once its validity has run out for
+// Do (lostExpired, saying why).
+func (l *Lock) lose(cause error, how string) {
 	defer l.deliver()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state == stateHeld && !l.validUntil.After(l.now()) {
-		l.loseLocked(cause, lostExpired)
-	}
-}
-
-// lose declares the lock lost with cause if it is held (driver.Lost).
-func (l *Lock) lose(cause error) {
-	defer l.deliver()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state == stateHeld {
-		l.loseLocked(cause, lostSession)
+	if l.state == stateHeld && (how != lostExpired || !l.validUntil.After(l.now())) {
+		l.loseLocked(cause, how)
 	}
 }
 
