@@ -90,17 +90,15 @@ func do(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *confi
 		close(stop)
 		<-done
 		fnCtx.check() // a validity that ran out as fn returned is a loss too
-		lost := lostCause(base)
-		if lost == nil {
+		lost := context.Cause(base)
+		if !errors.Is(lost, ErrLockLost) {
 			// base may have ended with ctx's cause before the loss: the
 			// handle's record is what counts.
 			lost = asLoss(lock.watch().loss(lock.Key(), lock.now()))
 		}
 		var relErr error
 		if !lock.released() { // fn may have released it itself
-			relCtx, cancelRel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(ttl))
-			relErr = lock.Release(relCtx)
-			cancelRel()
+			relErr = releaseDetached(ctx, lock, ttl)
 		}
 		if r := recover(); r != nil {
 			panic(r) // released above; let the panic go on
@@ -164,14 +162,6 @@ func asLoss(cause error) error {
 	return fmt.Errorf("dlock: %w: %w", ErrLockLost, hideSentinels{cause})
 }
 
-// lostCause returns ctx's cause if it is a lost lock, else nil.
-func lostCause(ctx context.Context) error {
-	if cause := context.Cause(ctx); errors.Is(cause, ErrLockLost) {
-		return cause
-	}
-	return nil
-}
-
 // doResult is Do's error: fn's own error first, then the loss, or else the
 // release error, on one line. After a loss the release error is only
 // detail: the error matches ErrLockLost alone.
@@ -195,10 +185,14 @@ func doResult(fnErr, lost, relErr error) error {
 	return fmt.Errorf("%w; %w", fnErr, own)
 }
 
-// releaseTimeout bounds the release after fn returns; it must not depend on
-// the caller's context, which may be the very reason fn returned.
-func releaseTimeout(ttl time.Duration) time.Duration {
-	return min(max(ttl, time.Second), 10*time.Second)
+// releaseDetached releases lock after the work under it returned, within a
+// bound that does not depend on ctx, which may be the very reason it
+// returned.
+func releaseDetached(ctx context.Context, lock *Lock, ttl time.Duration) error {
+	bound := min(max(ttl, time.Second), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
+	defer cancel()
+	return lock.Release(ctx)
 }
 
 // keepAlive extends lock until stop is closed, and calls end when the lock

@@ -183,9 +183,7 @@ func Leader(ctx context.Context, l Locker, name string) (Term, error) {
 	lock, err := l.TryAcquire(ctx, name, probeTTL)
 	switch {
 	case err == nil:
-		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(probeTTL))
-		defer cancel()
-		_ = lock.Release(relCtx) // if unknown, the probe's lock lapses within probeTTL
+		_ = releaseDetached(ctx, lock, probeTTL) // if unknown, the probe's lock lapses within probeTTL
 		return Term{Name: name}, nil
 	case errors.Is(err, ErrNotAcquired) && ctx.Err() == nil:
 		return Term{Name: name, Led: true}, nil
