@@ -36,8 +36,7 @@ type Candidate struct {
 var errResigned = errors.New("resigned")
 
 // Campaign starts a Candidate for the election name on l, campaigning in
-// the background as Lead does, with the same options (its identity is
-// host:pid unless WithIdentity says otherwise). It returns an error
+// the background as Lead does, with the same options. It returns an error
 // matching ErrInvalid for bad arguments, before anything is sent. The
 // campaign holds a goroutine until Resign is called or ctx ends.
 func Campaign(ctx context.Context, l Locker, name string, ttl time.Duration, opts ...Option) (*Candidate, error) {
@@ -114,16 +113,14 @@ func (c *Candidate) Term() (Term, bool) {
 }
 
 // Resign ends the campaign: a leading candidate stops leading (IsLeader
-// fails from the call on) and releases its lock, which wakes the next
-// candidate at once on the backends that announce releases; a candidate
-// still campaigning stops waiting. It returns when the campaign has ended,
-// with the release's error when the leadership's release failed (matching
-// ErrUnavailable when its outcome is unknown: the lock then lapses with
-// its TTL, or ErrNotHeld when it had lapsed already) or the loss when the
-// leadership was lost as it resigned (ErrLockLost), and nil otherwise;
-// or an error matching ErrUnavailable and ctx.Err() when ctx ends first,
-// the campaign ending in the background. Resign may be called more than
-// once.
+// fails from the call on) and releases its lock, waking the next
+// candidate; a candidate still campaigning stops waiting. It returns when
+// the campaign has ended: nil, the release's error (ErrUnavailable when
+// its outcome is unknown: the lock lapses with its TTL; ErrNotHeld when it
+// had lapsed already), or the loss when the leadership was lost as it
+// resigned (ErrLockLost). When ctx ends first it returns an error matching
+// ErrUnavailable and ctx.Err(), the campaign ending in the background.
+// Resign may be called more than once.
 func (c *Candidate) Resign(ctx context.Context) error {
 	c.mu.Lock()
 	c.resigned, c.lock = true, nil

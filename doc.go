@@ -145,13 +145,8 @@
 //
 // # Which backend
 //
-// Use the lock you already have the infrastructure for: one Redis node is
-// simple and fast but can grant twice on a failover to a replica that had
-// not received the key; Redlock survives the loss of a minority of
-// independent masters, at the cost of more servers and timing assumptions;
-// a PostgreSQL advisory lock needs no extra infrastructure when the work
-// lives in one database, lives as long as its session, and a transaction
-// lock is atomic with the data. Use a Redis backend when the resource spans
-// services that share no database. The README compares them all, etcd
-// included.
+// Use the lock you already have the infrastructure for; the README's table
+// compares the backends (etcd's too): what each survives, what exclusion
+// it keeps without a fence, its fences and costs. Only a PostgreSQL
+// transaction lock commits atomically with the work's writes (see pglock).
 package dlock
