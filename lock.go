@@ -94,23 +94,18 @@ type Lock struct {
 type nodeCounter interface{ Nodes() int }
 type clocked interface{ Now() time.Time }
 
-// newLock wraps a backend's grant (driver.NewLock, driver.NewPermit).
-func newLock(key string, slot int, token string, fence uint64, validUntil time.Time, g grant) *Lock {
-	nodes := 1
-	if n, ok := g.(nodeCounter); ok {
-		nodes = n.Nodes()
-	}
-	now := time.Now
-	if c, ok := g.(clocked); ok {
-		now = c.Now
-	}
-	return &Lock{key: key, slot: slot, token: token, fence: fence, grant: g, now: now, validUntil: validUntil,
-		grantedAt: now(), nodes: nodes}
-}
-
 func init() {
 	bridge.NewLock = func(key string, slot int, token string, fence uint64, validUntil time.Time, g any) any {
-		return newLock(key, slot, token, fence, validUntil, g.(grant))
+		l := &Lock{key: key, slot: slot, token: token, fence: fence, grant: g.(grant), now: time.Now,
+			nodes: 1, validUntil: validUntil}
+		if n, ok := g.(nodeCounter); ok {
+			l.nodes = n.Nodes()
+		}
+		if c, ok := g.(clocked); ok {
+			l.now = c.Now
+		}
+		l.grantedAt = l.now()
+		return l
 	}
 	bridge.Lose = func(lock any, cause error) { lock.(*Lock).lose(cause, lostSession) }
 	bridge.Recheck = func(lock any) { lock.(*Lock).recheck() }
