@@ -87,12 +87,7 @@
 // ends the moment the leadership may be lost. The term number is the
 // grant's fence, so terms strictly increase per name on every backend;
 // pass Term.Fence to the resources the leader writes (see "What a lock can
-// and cannot guarantee").
-//
-//	err := dlock.Lead(ctx, locker, "scheduler", 15*time.Second, func(ctx context.Context) error {
-//		term, _ := dlock.TermFromContext(ctx)
-//		return runScheduler(ctx, term.Fence) // every write carries the term
-//	})
+// and cannot guarantee", and Lead's example).
 //
 // Leader says who leads now, Observe reports every change it sees, and
 // Campaign starts a long-lived Candidate for code that asks "am I the
@@ -104,13 +99,8 @@
 // Semaphore admits up to N holders of one name at once (five replicas
 // calling a vendor's API that allows five connections). A permit is a lock
 // on one of the name's N slots, so Acquire, Do, events, inspection and
-// fences work on it as on any lock, and successive holders of a slot get
-// increasing fences:
-//
-//	err := dlock.Do(ctx, dlock.Semaphore(locker, 5), "vendor-api", 30*time.Second, func(ctx context.Context) error {
-//		permit := dlock.LockFromContext(ctx) // permit.Key() is "{vendor-api}#3", say
-//		return callVendor(ctx, permit.Key(), permit.Fence())
-//	})
+// fences work on it as on any lock (see Semaphore's example), and
+// successive holders of a slot get increasing fences.
 //
 // A permit's lease ends on the server's clock, never a client's, and a
 // killed holder's permit comes back within its TTL (PostgreSQL: when its
