@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"iter"
@@ -28,18 +29,15 @@ type Term struct {
 // String describes t on one line: "nobody leads NAME", or "ID leads NAME
 // in term N".
 func (t Term) String() string {
+	who := cmp.Or(t.Leader, "an unnamed holder")
 	switch {
 	case !t.Led:
-		return "nobody leads " + strconv.Quote(t.Name)
+		who = "nobody"
 	case t.Leader == "" && t.Fence == 0:
-		return "someone leads " + strconv.Quote(t.Name)
-	}
-	who := t.Leader
-	if who == "" {
-		who = "an unnamed holder"
+		who = "someone"
 	}
 	s := who + " leads " + strconv.Quote(t.Name)
-	if t.Fence != 0 {
+	if t.Led && t.Fence != 0 {
 		s += " in term " + strconv.FormatUint(t.Fence, 10)
 	}
 	return s
