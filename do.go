@@ -199,12 +199,11 @@ func releaseDetached(ctx context.Context, lock *Lock, ttl time.Duration) error {
 // is no longer held (snapshot.end). It follows every change of the
 // handle's validity, fn's own extensions included, through lock.watch.
 func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, stop <-chan struct{}, end context.CancelCauseFunc) {
-	k := keeper{lock: lock, ttl: ttl, cfg: cfg, acquiredAt: lock.now(),
+	k := keeper{cfg: cfg, acquiredAt: lock.now(),
 		// Extensions do not stop when ctx is cancelled: fn may still be
 		// finishing, and it needs the lock until it returns.
-		extCtx:     context.WithoutCancel(ctx),
-		retryDelay: max(cfg.extendThreshold/8, time.Millisecond),
-		deadline:   time.NewTimer(time.Hour), next: time.NewTimer(time.Hour)}
+		extCtx:   context.WithoutCancel(ctx),
+		deadline: time.NewTimer(time.Hour), next: time.NewTimer(time.Hour)}
 	defer k.close()
 	for {
 		s := lock.watch()
@@ -235,7 +234,7 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 				// Otherwise the backend was unreachable and the lock may
 				// still be held: try again soon; the deadline declares the
 				// loss if it lasts.
-				k.retryAt = lock.now().Add(k.retryDelay)
+				k.retryAt = lock.now().Add(max(cfg.extendThreshold/8, time.Millisecond))
 			}
 		}
 	}
@@ -243,12 +242,9 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 
 // keeper is keepAlive's state between the changes of its lock.
 type keeper struct {
-	lock           *Lock
-	ttl            time.Duration
 	cfg            *config
 	acquiredAt     time.Time
 	extCtx         context.Context
-	retryDelay     time.Duration
 	deadline, next *time.Timer // the validity's end; the next extension
 
 	result    <-chan error // the extension in flight, if any
