@@ -116,8 +116,7 @@ func init() {
 	}
 }
 
-// queued is an event recorded for delivery, with the context of the call
-// it belongs to.
+// queued is an event recorded for delivery, with its call's context.
 type queued struct {
 	ctx context.Context
 	e   Event
@@ -142,10 +141,10 @@ func (l *Lock) recordLocked(ctx context.Context, e Event) {
 	l.pending = append(l.pending, queued{ctx, e})
 }
 
-// deliver sends the recorded events to the observer, one at a time and in
-// the order they were recorded; it must be called without l.mu and the
-// turn. When another goroutine is delivering (an observer that called back
-// into the lock, or a concurrent call), that one sends them.
+// deliver sends the recorded events to the observer, one at a time, in
+// order; it must be called without l.mu and the turn. When another
+// goroutine is delivering (an observer that called back into the lock, or
+// a concurrent call), that one sends them.
 func (l *Lock) deliver() {
 	l.mu.Lock()
 	if l.delivering || len(l.pending) == 0 {

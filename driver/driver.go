@@ -46,16 +46,14 @@ type Grant interface {
 	Release(ctx context.Context) error
 }
 
-// NewLock wraps a grant that was acquired with token and fence and is
-// valid until validUntil, which must carry a monotonic clock reading (come
-// from time.Now, not from a parsed or serialized time).
+// NewLock wraps a grant acquired with token and fence, valid until
+// validUntil, which must carry a monotonic clock reading (from time.Now).
 func NewLock(key, token string, fence uint64, validUntil time.Time, g Grant) *dlock.Lock {
 	return bridge.NewLock(key, -1, token, fence, validUntil, g).(*dlock.Lock)
 }
 
-// NewPermit is NewLock for a semaphore's permit on slot of name (see
-// Semaphores): the Lock's Key is the slot's key, {name}#slot (name#slot
-// for a name that has a Redis Cluster hash tag already), its Slot is slot.
+// NewPermit is NewLock for a semaphore's permit on slot of name: its Key
+// is the slot's key (see dlock.Semaphore), its Slot is slot.
 func NewPermit(name string, slot int, token string, fence uint64, validUntil time.Time, g Grant) *dlock.Lock {
 	return bridge.NewLock(bridge.SlotKey(name, slot), slot, token, fence, validUntil, g).(*dlock.Lock)
 }
