@@ -31,9 +31,7 @@ type Config struct {
 	Events      driver.Events // the logger's and the observers', once Done
 
 	observers []func(context.Context, dlock.Event)
-	// reserved is the namespace of dlock's own keys beside the locks (the
-	// Redis backends', etcd's), where no lock key may lie; "": none.
-	reserved string
+	reserved  string // the namespace of dlock's own keys, where no lock key may lie; "": none
 }
 
 // FenceTTL is the default of the Redis backends' WithFenceTTL: how long a
@@ -68,8 +66,7 @@ func Apply[L any, O ~func(L) error](l L, opts []O) error {
 // applied.
 func (c *Config) Done(backend string) { c.Events = driver.NewEvents(backend, c.Logger, c.observers...) }
 
-// SetPrefix sets the key prefix (WithPrefix), refusing one inside the
-// reserved namespace.
+// SetPrefix sets WithPrefix's prefix, refusing one in the reserved namespace.
 func (c *Config) SetPrefix(prefix string) error {
 	if c.reserved != "" && strings.HasPrefix(prefix, c.reserved) {
 		return nodeerr.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, c.reserved)
@@ -78,8 +75,7 @@ func (c *Config) SetPrefix(prefix string) error {
 	return nil
 }
 
-// SetDriftFactor sets the drift factor (WithDriftFactor), which must be in
-// [0, 1).
+// SetDriftFactor sets WithDriftFactor's factor, which must be in [0, 1).
 func (c *Config) SetDriftFactor(f float64) error {
 	if !(f >= 0 && f < 1) {
 		return nodeerr.Invalidf("drift factor %v: must be in [0, 1)", f)
@@ -106,15 +102,13 @@ func (c *Config) AddObserver(observe func(ctx context.Context, e dlock.Event)) e
 	return nil
 }
 
-// SetHolderInfo turns the holder record on (WithHolderInfo), naming
-// service, which may be empty.
+// SetHolderInfo turns WithHolderInfo's record on; service may be empty.
 func (c *Config) SetHolderInfo(service string) error {
 	c.HolderHead = holder.Head(service)
 	return nil
 }
 
-// SetFenceTTL sets the fence counters' TTL (WithFenceTTL), which must be
-// between least and bridge.MaxTTL.
+// SetFenceTTL sets WithFenceTTL's TTL, between least and bridge.MaxTTL.
 func (c *Config) SetFenceTTL(d, least time.Duration) error {
 	if d < least || d > bridge.MaxTTL {
 		return nodeerr.Invalidf("fence ttl %v: must be between %v and %v", d, least, bridge.MaxTTL)
