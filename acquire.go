@@ -75,8 +75,6 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 		released, stop = n.NotifyRelease(ctx, key)
 		defer stop()
 	}
-	var timer alarm
-	defer timer.stop()
 	var last error   // the last attempt that ended before ctx did
 	unreachable := 0 // attempts in a row that could not reach the backend
 	for attempt := 0; ; attempt++ {
@@ -110,8 +108,8 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 		case <-ctx.Done():
 			return nil, waitEnded(ctx, key, last, nil)
 		case <-released:
-			// Try at once; the timer is reset on the next round.
-		case <-timer.set(cfg.jittered(wait)):
+			// Try at once.
+		case <-time.After(cfg.jittered(wait)):
 		}
 	}
 }
@@ -122,25 +120,6 @@ func (c *config) jittered(d time.Duration) time.Duration {
 		d += rand.N(c.retryJitter)
 	}
 	return d
-}
-
-// alarm is a timer reused for the waits of a loop.
-type alarm struct{ t *time.Timer }
-
-// set makes the alarm ring after d, and returns its channel.
-func (a *alarm) set(d time.Duration) <-chan time.Time {
-	if a.t == nil {
-		a.t = time.NewTimer(d)
-	} else {
-		a.t.Reset(d)
-	}
-	return a.t.C
-}
-
-func (a *alarm) stop() {
-	if a.t != nil {
-		a.t.Stop()
-	}
 }
 
 const (

@@ -212,8 +212,6 @@ func Observe(ctx context.Context, l Locker, name string, opts ...Option) iter.Se
 			yield(Term{Name: name}, err)
 			return
 		}
-		var timer alarm
-		defer timer.stop()
 		var o observation
 		for {
 			t, err := Leader(ctx, l, name)
@@ -226,7 +224,7 @@ func Observe(ctx context.Context, l Locker, name string, opts ...Option) iter.Se
 			select {
 			case <-ctx.Done():
 				return
-			case <-timer.set(cfg.jittered(cfg.retryDelay)):
+			case <-time.After(cfg.jittered(cfg.retryDelay)):
 			}
 		}
 	}
