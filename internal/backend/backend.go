@@ -267,12 +267,10 @@ func Reread(ctx context.Context, n int, read func() (t dlock.Term, pending bool,
 
 // Sleep waits d, or less when ctx ends first (then it returns false).
 func Sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-time.After(d):
 		return true
 	}
 }
