@@ -6,12 +6,14 @@
 // lock may be lost.
 //
 // This package holds what a user of locks programs against: the Locker
-// interface, the Lock handle, waiting (Acquire), auto-extension (Do),
-// leader election (Lead, Leader, Observe, Campaign), the errors, events for
-// observers (Event) and inspection (Inspector).
-// It imports only the standard library. Package driver has what only a
-// backend needs, package locktest the conformance suite, and package
-// dlocktest an in-memory Locker for the unit tests of code that uses locks.
+// interface (TryAcquire: one attempt), the Lock handle, waiting (Acquire:
+// with jitter, through short outages, woken by backends that announce
+// releases), auto-extension (Do), leader election (Lead, Leader, Observe,
+// Campaign), the errors, events for observers (Event) and inspection
+// (Inspector). It imports only the standard library. Package driver has
+// what only a backend needs, package locktest the conformance suite, and
+// package dlocktest an in-memory Locker for the unit tests of code that
+// uses locks.
 //
 // # Quick start
 //
@@ -42,15 +44,6 @@
 // again. A pause the monotonic clock counts (GC, SIGSTOP) is caught when
 // the process runs again; a machine that slept keeps the validity it had
 // until its next extension is refused, and Do then cancels.
-//
-// # Waiting and Do
-//
-// TryAcquire (on every backend) makes one attempt. Acquire waits, with
-// jitter, through short outages, woken at once by backends that announce
-// releases. Do acquires, runs the function, extends the lock in the
-// background, cancels the function's context with cause ErrLockLost the
-// moment the lock may be lost, and releases when the function returns or
-// panics.
 //
 // # Events and inspection
 //
