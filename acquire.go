@@ -10,8 +10,7 @@ import (
 	"github.com/dlock-go/dlock/internal/bridge"
 )
 
-// releaseNotifier is a Locker that announces releases
-// (driver.ReleaseNotifier, which documents it).
+// releaseNotifier is driver.ReleaseNotifier, which documents it.
 type releaseNotifier interface {
 	NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func())
 }
@@ -19,10 +18,10 @@ type releaseNotifier interface {
 // Acquire takes the lock on key with l, waiting while another owner holds it
 // and through short outages of the backend. Between attempts it sleeps the
 // retry delay plus jitter (see WithRetryDelay, WithRetryJitter), or less
-// when l announces a release (see driver.ReleaseNotifier). When the backend cannot be
-// reached three times in a row it backs off: the delay doubles with each
-// further such attempt, up to a second (or the retry delay, if longer),
-// half of it random.
+// when l announces a release (see driver.ReleaseNotifier). When the backend
+// cannot be reached three times in a row it backs off: the delay doubles
+// with each further such attempt, up to a second (or the retry delay, if
+// longer), half of it random.
 //
 // It returns a held lock, or an error matching exactly one sentinel:
 //
@@ -39,11 +38,8 @@ type releaseNotifier interface {
 //     ErrPoolExhausted): waiting cannot fix them, and they win over a
 //     context that ended meanwhile.
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
-	if l == nil {
-		return nil, invalidf("nil Locker")
-	}
-	if ctx == nil {
-		return nil, invalidf("nil context")
+	if err := checkCall(ctx, l, "", ""); err != nil {
+		return nil, err
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -69,8 +65,7 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 	return lock, err
 }
 
-// wait is Acquire's loop of attempts; ctx carries w, in which it counts
-// them.
+// wait is Acquire's loop of attempts, counted in w, which ctx carries.
 func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config, w *waiting) (*Lock, error) {
 	var released <-chan struct{}
 	if n, ok := l.(releaseNotifier); ok && cfg.retryCount != 0 {
@@ -80,8 +75,6 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 		released, stop = n.NotifyRelease(ctx, key)
 		defer stop()
 	}
-	var timer alarm
-	defer timer.stop()
 	var last error   // the last attempt that ended before ctx did
 	unreachable := 0 // attempts in a row that could not reach the backend
 	for attempt := 0; ; attempt++ {
@@ -115,8 +108,8 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 		case <-ctx.Done():
 			return nil, waitEnded(ctx, key, last, nil)
 		case <-released:
-			// Try at once; the timer is reset on the next round.
-		case <-timer.set(cfg.jittered(wait)):
+			// Try at once.
+		case <-time.After(cfg.jittered(wait)):
 		}
 	}
 }
@@ -129,40 +122,22 @@ func (c *config) jittered(d time.Duration) time.Duration {
 	return d
 }
 
-// alarm is a timer reused for the waits of a loop.
-type alarm struct{ t *time.Timer }
-
-// set makes the alarm ring after d, and returns its channel.
-func (a *alarm) set(d time.Duration) <-chan time.Time {
-	if a.t == nil {
-		a.t = time.NewTimer(d)
-	} else {
-		a.t.Reset(d)
-	}
-	return a.t.C
-}
-
-func (a *alarm) stop() {
-	if a.t != nil {
-		a.t.Stop()
-	}
-}
-
-// maxBackoff caps the wait after attempts that could not reach the
-// backend, so that a waiter notices the end of an outage within about a
-// second.
-const maxBackoff = time.Second
-
-// quickRetries is how many attempts in a row may find the backend
-// unreachable before the waits grow: a blip (a Redlock node timeout on a
-// loaded machine) costs no more than a busy lock does.
-const quickRetries = 3
+const (
+	// maxBackoff caps the wait after attempts that could not reach the
+	// backend, so that a waiter notices the end of an outage within about
+	// a second.
+	maxBackoff = time.Second
+	// quickRetries is how many attempts in a row may find the backend
+	// unreachable before the waits grow: a blip (a Redlock node timeout on
+	// a loaded machine) costs no more than a busy lock does.
+	quickRetries = 3
+)
 
 // backoff is the wait after the n-th attempt in a row that could not reach
 // the backend: the retry delay for the first quickRetries, then (from at
-// least 1ms) doubled for each further one, capped at maxBackoff (or the
-// retry delay, if longer), and half of it random, so that the waiters an
-// outage stopped together do not all come back at once.
+// least 1ms) doubled for each further one, up to the cap, half of it
+// random, so that the waiters an outage stopped do not all come back at
+// once.
 func backoff(delay time.Duration, n int) time.Duration {
 	if n <= quickRetries {
 		return delay
@@ -176,10 +151,10 @@ func backoff(delay time.Duration, n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// waitEnded builds the error of a wait that ended with its context. It
-// matches ctx.Err() (and the context's cause) and one sentinel: the last
-// attempt's that ended before ctx did (busy or unreachable), or if there
-// was none, the interrupted attempt's. That attempt's error is its detail.
+// waitEnded is the error of a wait that ended with its context: it matches
+// ctx.Err() (and its cause) and the sentinel of the last attempt that
+// ended before ctx did, else of the interrupted one, whose error is its
+// detail.
 func waitEnded(ctx context.Context, key string, last, cut error) error {
 	if last == nil {
 		last = cut

@@ -24,22 +24,19 @@ type Candidate struct {
 	name   string
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when the campaign has ended
+	err    error         // what the campaign returned, set before done is closed
 
-	mu   sync.Mutex
-	lock *Lock // the current term's, while the candidate leads
-	term Term
-	// resigned: Resign was called. err, once done is closed: what the
-	// campaign returned.
-	resigned bool
-	err      error
+	mu       sync.Mutex
+	lock     *Lock // the current term's, while the candidate leads
+	term     Term
+	resigned bool // Resign was called
 }
 
 // errResigned is the cause with which Resign ends a campaign.
 var errResigned = errors.New("resigned")
 
 // Campaign starts a Candidate for the election name on l, campaigning in
-// the background as Lead does, with the same options (its identity is
-// host:pid unless WithIdentity says otherwise). It returns an error
+// the background as Lead does, with the same options. It returns an error
 // matching ErrInvalid for bad arguments, before anything is sent. The
 // campaign holds a goroutine until Resign is called or ctx ends.
 func Campaign(ctx context.Context, l Locker, name string, ttl time.Duration, opts ...Option) (*Candidate, error) {
@@ -51,10 +48,7 @@ func Campaign(ctx context.Context, l Locker, name string, ttl time.Duration, opt
 	c := &Candidate{name: name, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		err := lead(cctx, l, name, ttl, &cfg, c.serve)
-		c.mu.Lock()
-		c.err = err
-		c.mu.Unlock()
+		c.err = lead(cctx, l, name, ttl, &cfg, c.serve)
 	}()
 	return c, nil
 }
@@ -84,7 +78,7 @@ func (c *Candidate) serve(ctx context.Context) error {
 // there for gocron's Elector interface.
 func (c *Candidate) IsLeader(ctx context.Context) error {
 	c.mu.Lock()
-	lock, err, resigned := c.lock, c.err, c.resigned
+	lock, resigned := c.lock, c.resigned
 	c.mu.Unlock()
 	if lock != nil && lock.Held() {
 		return nil
@@ -94,6 +88,7 @@ func (c *Candidate) IsLeader(ctx context.Context) error {
 	default:
 		return fmt.Errorf("dlock: not the leader of %q: %w (campaigning)", c.name, ErrNotAcquired)
 	}
+	err := c.err // set before done was closed
 	switch {
 	case resigned:
 		return fmt.Errorf("dlock: not the leader of %q: %w (resigned)", c.name, ErrNotAcquired)
@@ -118,16 +113,14 @@ func (c *Candidate) Term() (Term, bool) {
 }
 
 // Resign ends the campaign: a leading candidate stops leading (IsLeader
-// fails from the call on) and releases its lock, which wakes the next
-// candidate at once on the backends that announce releases; a candidate
-// still campaigning stops waiting. It returns when the campaign has ended,
-// with the release's error when the leadership's release failed (matching
-// ErrUnavailable when its outcome is unknown: the lock then lapses with
-// its TTL, or ErrNotHeld when it had lapsed already) or the loss when the
-// leadership was lost as it resigned (ErrLockLost), and nil otherwise;
-// or an error matching ErrUnavailable and ctx.Err() when ctx ends first,
-// the campaign ending in the background. Resign may be called more than
-// once.
+// fails from the call on) and releases its lock, waking the next
+// candidate; a candidate still campaigning stops waiting. It returns when
+// the campaign has ended: nil, the release's error (ErrUnavailable when
+// its outcome is unknown: the lock lapses with its TTL; ErrNotHeld when it
+// had lapsed already), or the loss when the leadership was lost as it
+// resigned (ErrLockLost). When ctx ends first it returns an error matching
+// ErrUnavailable and ctx.Err(), the campaign ending in the background.
+// Resign may be called more than once.
 func (c *Candidate) Resign(ctx context.Context) error {
 	c.mu.Lock()
 	c.resigned, c.lock = true, nil
@@ -138,11 +131,8 @@ func (c *Candidate) Resign(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("dlock: resign %q: %w: %w", c.name, ErrUnavailable, ctxErr(ctx))
 	}
-	c.mu.Lock()
-	err := c.err
-	c.mu.Unlock()
-	if errors.Is(err, context.Canceled) || errors.Is(err, ErrNotAcquired) {
+	if errors.Is(c.err, context.Canceled) || errors.Is(c.err, ErrNotAcquired) {
 		return nil // it was campaigning: nothing to release
 	}
-	return err
+	return c.err
 }

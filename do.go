@@ -10,33 +10,29 @@ import (
 // Do runs fn while holding the lock on key: it waits for the lock as Acquire
 // does, calls fn with a context derived from ctx, keeps the lock extended in
 // the background while fn runs, and releases it when fn returns (or panics).
+// fn finds the lock (its fence, its validity) with LockFromContext.
 //
 // The context passed to fn ends as soon as the lock may be lost, with cause
 // ErrLockLost (see context.Cause): when an extension is refused, the backend
 // reports the lock's session gone, or the validity runs out before an
 // extension succeeded (even while one still hangs). Its Err, Done and
 // context.Cause compare the validity with the clock themselves, so they
-// report the loss at the first look after the validity ran out, even when
-// no other goroutine has run since (a process resumed after a pause); a
-// context derived from it learns of the loss when Do's goroutine runs, a
-// moment later. fn must check it before every step that must not happen
-// without the lock.
+// report the loss at the first look after the validity ran out, even in a
+// process resumed after a pause; a context derived from it learns of the
+// loss a moment later, when Do's goroutine runs. fn must check it before
+// every step that must not happen without the lock.
 //
 // Extension starts when the lock has WithExtendThreshold of its validity
 // left (half the TTL by default) and stops for good once WithMaxHold would
-// be exceeded. fn may extend the lock itself through LockFromContext, with
-// any TTL: Do's deadline and its next extension follow the new validity
-// (with a TTL shorter than the threshold, Do extends again at once, with
-// its own TTL). fn may release it too, with its own context: Do stops
-// extending, the context ends (cause matching ErrNotHeld) once the release
-// is done, and Do does not release again. A release that is still in
-// flight, or whose outcome was unknown (ErrUnavailable), when the validity
-// runs out ends the context as a loss (cause matching ErrLockLost), and Do
-// then returns an error matching ErrLockLost: the key may have expired and
-// another owner taken it. Do releases again after fn returns in that case.
-//
-// The lock itself (its fence, its validity) is available to fn through
-// LockFromContext.
+// be exceeded. fn may extend the lock itself, with any TTL: Do's deadline
+// and next extension follow the new validity (with a TTL shorter than the
+// threshold, Do extends again at once, with its own TTL). fn may release it
+// too, with its own context: Do stops extending, the context ends (cause
+// matching ErrNotHeld) once the release is done, and Do does not release
+// again. A release still in flight, or of unknown outcome
+// (ErrUnavailable), when the validity runs out is a loss (the key may have
+// expired and another owner taken it): the context ends with ErrLockLost,
+// Do returns it, and releases again after fn returns.
 //
 // Do returns fn's error as it is when nothing else went wrong. When the
 // lock was lost, it returns fn's error (if any) followed by the loss cause,
@@ -47,25 +43,30 @@ import (
 // acquire error is returned. Do starts one goroutine for the extension (and
 // one per extension in flight) and waits for them before returning.
 func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
-	switch {
-	case l == nil:
-		return invalidf("nil Locker")
-	case ctx == nil:
-		return invalidf("nil context")
-	case fn == nil:
+	if fn == nil {
 		return invalidf("nil function")
 	}
-	if err := checkTTL(ttl); err != nil {
-		return err
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := doConfig(ctx, l, ttl, opts)
 	if err != nil {
 		return err
 	}
-	if err := cfg.checkDo(ttl); err != nil {
-		return err
-	}
 	return do(ctx, l, key, ttl, &cfg, fn)
+}
+
+// doConfig checks the arguments of Do (but fn), and of Lead and Campaign,
+// and returns their options.
+func doConfig(ctx context.Context, l Locker, ttl time.Duration, opts []Option) (config, error) {
+	if err := checkCall(ctx, l, "", ""); err != nil {
+		return config{}, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return config{}, err
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.checkDo(ttl)
 }
 
 // do is Do with its arguments checked.
@@ -82,24 +83,22 @@ func do(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *confi
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		keepAlive(ctx, lock, ttl, cfg, stop, fnCtx.end)
+		keepAlive(ctx, lock, ttl, cfg, stop, cancel)
 	}()
 
 	defer func() {
 		close(stop)
 		<-done
 		fnCtx.check() // a validity that ran out as fn returned is a loss too
-		lost := lostCause(base)
-		if lost == nil {
+		lost := context.Cause(base)
+		if !errors.Is(lost, ErrLockLost) {
 			// base may have ended with ctx's cause before the loss: the
 			// handle's record is what counts.
 			lost = asLoss(lock.watch().loss(lock.Key(), lock.now()))
 		}
 		var relErr error
 		if !lock.released() { // fn may have released it itself
-			relCtx, cancelRel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(ttl))
-			relErr = lock.Release(relCtx)
-			cancelRel()
+			relErr = releaseDetached(ctx, lock, ttl)
 		}
 		if r := recover(); r != nil {
 			panic(r) // released above; let the panic go on
@@ -121,10 +120,9 @@ func LockFromContext(ctx context.Context) *Lock {
 
 // lockContext is the context Do gives its function. Err, Done and Value
 // (through which context.Cause finds the cancellation) first compare the
-// lock's validity with the clock and end the context at once when it ran
-// out: Do's keep-alive goroutine does the same, but only when it gets to
-// run, which a process resumed after SIGSTOP may not have let it do yet
-// (seen: 56-270µs later, in 5 of 11 runs).
+// lock's validity with the clock: Do's keep-alive goroutine does the same,
+// but only when it gets to run, which in a process resumed after SIGSTOP
+// may be a moment later.
 type lockContext struct {
 	context.Context // ended by cancel with the reason the lock is gone
 	lock            *Lock
@@ -151,26 +149,12 @@ func (c *lockContext) check() {
 	if c.Context.Err() != nil {
 		return
 	}
-	s := c.lock.watch()
-	if lost := s.loss(c.lock.Key(), c.lock.now()); lost != nil {
-		c.end(lost, true)
-	} else if s.ended() {
-		c.end(s.gone, false)
+	if cause := c.lock.watch().end(c.lock.Key(), c.lock.now()); cause != nil {
+		c.cancel(cause)
 	}
 }
 
-// end ends the context because the lock is gone: a lost lock with a cause
-// matching ErrLockLost alone (an extension refused with ErrNotHeld is its
-// detail), a released one with its ErrNotHeld.
-func (c *lockContext) end(gone error, lost bool) {
-	if lost {
-		gone = asLoss(gone)
-	}
-	c.cancel(gone)
-}
-
-// asLoss returns the cause of a lost lock as an error matching ErrLockLost
-// alone.
+// asLoss returns a lost lock's cause as an error matching ErrLockLost alone.
 func asLoss(cause error) error {
 	if cause == nil || errors.Is(cause, ErrLockLost) {
 		return cause
@@ -178,19 +162,9 @@ func asLoss(cause error) error {
 	return fmt.Errorf("dlock: %w: %w", ErrLockLost, hideSentinels{cause})
 }
 
-// lostCause returns the cause with which fn's context was cancelled if that
-// was a lost lock, and nil otherwise.
-func lostCause(ctx context.Context) error {
-	if cause := context.Cause(ctx); errors.Is(cause, ErrLockLost) {
-		return cause
-	}
-	return nil
-}
-
-// doResult is Do's error: fn's own error first, then what Do adds (the
-// loss, or else the release error), on one line. After a loss the release
-// error is only detail: the loss is what the caller must act on, so the
-// error matches ErrLockLost alone.
+// doResult is Do's error: fn's own error first, then the loss, or else the
+// release error, on one line. After a loss the release error is only
+// detail: the error matches ErrLockLost alone.
 func doResult(fnErr, lost, relErr error) error {
 	own := relErr
 	if lost != nil {
@@ -211,34 +185,31 @@ func doResult(fnErr, lost, relErr error) error {
 	return fmt.Errorf("%w; %w", fnErr, own)
 }
 
-// releaseTimeout bounds the release after fn returns; it must not depend on
-// the caller's context, which may be the very reason fn returned.
-func releaseTimeout(ttl time.Duration) time.Duration {
-	return min(max(ttl, time.Second), 10*time.Second)
+// releaseDetached releases lock after the work under it returned, within a
+// bound that does not depend on ctx, which may be the very reason it
+// returned.
+func releaseDetached(ctx context.Context, lock *Lock, ttl time.Duration) error {
+	bound := min(max(ttl, time.Second), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
+	defer cancel()
+	return lock.Release(ctx)
 }
 
 // keepAlive extends lock until stop is closed, and calls end when the lock
-// is no longer held: an extension was refused, the validity ran out (even
-// while an extension request is still in flight), or fn released it (once
-// the release is done). It follows every change of the handle's validity,
-// fn's own extensions included, through lock.watch.
-func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, stop <-chan struct{}, end func(gone error, lost bool)) {
-	k := keeper{lock: lock, ttl: ttl, cfg: cfg, acquiredAt: lock.now(),
+// is no longer held (snapshot.end). It follows every change of the
+// handle's validity, fn's own extensions included, through lock.watch.
+func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, stop <-chan struct{}, end context.CancelCauseFunc) {
+	k := keeper{cfg: cfg, acquiredAt: lock.now(),
 		// Extensions do not stop when ctx is cancelled: fn may still be
 		// finishing, and it needs the lock until it returns.
-		extCtx:     context.WithoutCancel(ctx),
-		retryDelay: max(cfg.extendThreshold/8, time.Millisecond),
-		deadline:   time.NewTimer(time.Hour), next: time.NewTimer(time.Hour)}
+		extCtx:   context.WithoutCancel(ctx),
+		deadline: time.NewTimer(time.Hour), next: time.NewTimer(time.Hour)}
 	defer k.close()
 	for {
 		s := lock.watch()
 		now := lock.now()
-		if lost := s.loss(lock.Key(), now); lost != nil {
-			end(lost, true)
-			return
-		}
-		if s.ended() {
-			end(s.gone, false)
+		if cause := s.end(lock.Key(), now); cause != nil {
+			end(cause)
 			return
 		}
 		k.arm(s, now)
@@ -247,7 +218,8 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 			return
 		case <-s.changed: // an extension, fn's own Extend or Release, a loss
 		case <-k.deadline.C:
-			lock.expire(fmt.Errorf("dlock: %w: validity of %q ran out %w", ErrLockLost, lock.Key(), k.why()))
+			cause := fmt.Errorf("dlock: %w: validity of %q ran out %w", ErrLockLost, lock.Key(), k.why())
+			lock.lose(cause, lostExpired)
 		case <-k.next.C:
 			if cfg.maxHold > 0 && lock.now().Sub(k.acquiredAt)+ttl > cfg.maxHold {
 				k.limited = true // let the validity run out
@@ -262,7 +234,7 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 				// Otherwise the backend was unreachable and the lock may
 				// still be held: try again soon; the deadline declares the
 				// loss if it lasts.
-				k.retryAt = lock.now().Add(k.retryDelay)
+				k.retryAt = lock.now().Add(max(cfg.extendThreshold/8, time.Millisecond))
 			}
 		}
 	}
@@ -270,12 +242,9 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 
 // keeper is keepAlive's state between the changes of its lock.
 type keeper struct {
-	lock           *Lock
-	ttl            time.Duration
 	cfg            *config
 	acquiredAt     time.Time
 	extCtx         context.Context
-	retryDelay     time.Duration
 	deadline, next *time.Timer // the validity's end; the next extension
 
 	result    <-chan error // the extension in flight, if any
@@ -287,8 +256,8 @@ type keeper struct {
 
 // arm sets the timers for the lock's state s at now: the deadline at the
 // validity's end, and the next extension unless none is due (fn is
-// releasing the lock, whose outcome the deadline bounds; an extension is
-// in flight; the hold limit stopped them).
+// releasing the lock, an extension is in flight, or the hold limit
+// stopped them).
 func (k *keeper) arm(s snapshot, now time.Time) {
 	k.deadline.Reset(s.until.Sub(now))
 	switch {
@@ -314,8 +283,8 @@ func (k *keeper) why() error {
 	return errors.New("before it was extended")
 }
 
-// close stops the timers and abandons the extension in flight, waiting
-// for its goroutine.
+// close stops the timers and abandons the extension in flight, waiting for
+// its goroutine.
 func (k *keeper) close() {
 	k.deadline.Stop()
 	k.next.Stop()
@@ -326,8 +295,8 @@ func (k *keeper) close() {
 }
 
 // extendAsync extends lock in a goroutine, with a request bounded by the
-// validity it had when sent. It returns the channel the outcome arrives on
-// and the function that abandons the request.
+// validity it had when sent, and returns where the outcome arrives and how
+// to abandon the request.
 func extendAsync(ctx context.Context, lock *Lock, ttl time.Duration, until time.Time) (<-chan error, context.CancelFunc) {
 	ctx, cancel := context.WithDeadline(ctx, until)
 	result := make(chan error, 1)

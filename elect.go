@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"iter"
@@ -12,13 +13,11 @@ import (
 // Term is one leadership of an election: who leads the election name, and
 // from which grant. An election is a lock: its name is the lock's key, a
 // leadership is a grant of it, and the term number is the grant's fence,
-// so terms strictly increase per name wherever fences do (on every
-// backend, through restarts, by the fence rules of each).
+// so terms strictly increase per name on every backend.
 //
 // Led is false when nobody leads; the other fields but Name are zero then.
 // A leader's Leader, Fence and Since are zero where the backend cannot
-// tell them: a backend written against package driver alone, without its
-// TermReader, says only that someone leads (see Leader).
+// tell them (see Leader).
 type Term struct {
 	Name   string    // the election: the lock's key
 	Led    bool      // whether someone leads
@@ -30,25 +29,21 @@ type Term struct {
 // String describes t on one line: "nobody leads NAME", or "ID leads NAME
 // in term N".
 func (t Term) String() string {
+	who := cmp.Or(t.Leader, "an unnamed holder")
 	switch {
 	case !t.Led:
-		return "nobody leads " + strconv.Quote(t.Name)
+		who = "nobody"
 	case t.Leader == "" && t.Fence == 0:
-		return "someone leads " + strconv.Quote(t.Name)
-	}
-	who := t.Leader
-	if who == "" {
-		who = "an unnamed holder"
+		who = "someone"
 	}
 	s := who + " leads " + strconv.Quote(t.Name)
-	if t.Fence != 0 {
+	if t.Led && t.Fence != 0 {
 		s += " in term " + strconv.FormatUint(t.Fence, 10)
 	}
 	return s
 }
 
-// termReader is a Locker that can read the holder of a key
-// (driver.TermReader, which documents it).
+// termReader is driver.TermReader, which documents it.
 type termReader interface {
 	ReadTerm(ctx context.Context, key string) (Term, error)
 }
@@ -64,15 +59,11 @@ func TermFromContext(ctx context.Context) (Term, bool) {
 }
 
 // Lead runs fn while this process leads the election name, on l: it
-// campaigns as Acquire waits for a lock (woken by the leader's release on
-// backends that announce releases, else polling), runs fn with a context
-// that carries the Term (TermFromContext) and ends with cause ErrLockLost
-// the moment the leadership may be lost, exactly as Do's does, and resigns
-// (releases) when fn returns, which wakes the next candidate. A
-// leadership is a Do: it is extended in the background while fn runs,
-// fn's context ends when an extension is refused, the backend reports the
-// session gone, or the validity runs out, and the release comes only
-// after fn returned.
+// campaigns as Acquire waits for a lock, then holds it through Do: fn's
+// context carries the Term (TermFromContext) and ends with cause
+// ErrLockLost the moment the leadership may be lost, and the resignation
+// (the release, which wakes the next candidate) comes only after fn
+// returned.
 //
 // When the leadership is lost, Lead campaigns again for a new term, with a
 // new grant and a higher fence: it never takes back the old one. With
@@ -84,8 +75,8 @@ func TermFromContext(ctx context.Context) (Term, bool) {
 // change.
 //
 // Each grant publishes the candidate's identity (WithIdentity; host:pid
-// by default) where its backend can carry it, for Leader and Observe. The
-// options of Acquire and Do apply to each campaign and term.
+// by default), for Leader and Observe. The options of Acquire and Do apply
+// to each campaign and term.
 //
 // A leader that is paused (GC, SIGSTOP, a frozen VM) past its validity
 // can still act when it resumes, beside the next leader, before it looks
@@ -102,20 +93,13 @@ func Lead(ctx context.Context, l Locker, name string, ttl time.Duration, fn func
 	return lead(ctx, l, name, ttl, &cfg, fn)
 }
 
-// leadConfig checks the arguments of Lead and Campaign and returns their
-// options, with the default identity.
+// leadConfig is doConfig for Lead and Campaign, with the default identity.
 func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, opts []Option) (config, error) {
 	if err := checkCall(ctx, l, "election", name); err != nil {
 		return config{}, err
 	}
-	if err := checkTTL(ttl); err != nil {
-		return config{}, err
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := doConfig(ctx, l, ttl, opts)
 	if err != nil {
-		return cfg, err
-	}
-	if err := cfg.checkDo(ttl); err != nil {
 		return cfg, err
 	}
 	if cfg.identity == "" {
@@ -124,15 +108,15 @@ func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, o
 	return cfg, nil
 }
 
-// checkCall refuses a nil Locker or context and an empty name of what
-// (an election, a semaphore).
+// checkCall refuses a nil Locker or context and, unless what is "", an
+// empty name of what (an election, a semaphore).
 func checkCall(ctx context.Context, l Locker, what, name string) error {
 	switch {
 	case l == nil:
 		return invalidf("nil Locker")
 	case ctx == nil:
 		return invalidf("nil context")
-	case name == "":
+	case what != "" && name == "":
 		return invalidf("empty %s name", what)
 	}
 	return nil
@@ -165,8 +149,7 @@ func defaultIdentity() string {
 	return host + ":" + strconv.Itoa(os.Getpid())
 }
 
-// probeTTL is the TTL of the lock that Leader takes, for one round trip,
-// to learn whether anyone leads on a Locker that cannot read its holder.
+// probeTTL is the TTL of Leader's probe.
 const probeTTL = time.Second
 
 // Leader returns who leads the election name on l now, as its backend
@@ -175,14 +158,12 @@ const probeTTL = time.Second
 // the backend could not be reached (or, on Redlock, no majority agrees on
 // a holder), and ErrInvalid for bad arguments.
 //
-// It reads the holder through l's driver.TermReader: every backend of this
-// repository has one, and reports the fence of the holder's grant and the
-// identity it published (a lock taken by Do or `dlock run` is reported
-// too, with the host:pid of its holder record where it has one). A Locker
-// without it is asked with TryAcquire for probeTTL (one second): a grant
-// means nobody led, and is released at once; a refusal means someone
-// leads, whose identity and term it cannot know (another process's, or
-// this one's). Such a probe holds the lock for a round trip, delaying a
+// It reads the holder through l's driver.TermReader (every backend of this
+// repository has one; a lock taken by Do or `dlock run` is reported too,
+// with its holder record's host:pid where it has one). A Locker without
+// it is probed with TryAcquire for one second: a grant means nobody led,
+// and is released at once; a refusal means someone leads, who and in
+// which term unknown. A probe holds the lock for a round trip, delaying a
 // candidate's attempt, and draws a fence; its events reach the Locker's
 // observers like any grant.
 func Leader(ctx context.Context, l Locker, name string) (Term, error) {
@@ -200,9 +181,7 @@ func Leader(ctx context.Context, l Locker, name string) (Term, error) {
 	lock, err := l.TryAcquire(ctx, name, probeTTL)
 	switch {
 	case err == nil:
-		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(probeTTL))
-		defer cancel()
-		_ = lock.Release(relCtx) // if unknown, the probe's lock lapses within probeTTL
+		_ = releaseDetached(ctx, lock, probeTTL) // if unknown, the probe's lock lapses within probeTTL
 		return Term{Name: name}, nil
 	case errors.Is(err, ErrNotAcquired) && ctx.Err() == nil:
 		return Term{Name: name, Led: true}, nil
@@ -233,8 +212,6 @@ func Observe(ctx context.Context, l Locker, name string, opts ...Option) iter.Se
 			yield(Term{Name: name}, err)
 			return
 		}
-		var timer alarm
-		defer timer.stop()
 		var o observation
 		for {
 			t, err := Leader(ctx, l, name)
@@ -247,7 +224,7 @@ func Observe(ctx context.Context, l Locker, name string, opts ...Option) iter.Se
 			select {
 			case <-ctx.Done():
 				return
-			case <-timer.set(cfg.jittered(cfg.retryDelay)):
+			case <-time.After(cfg.jittered(cfg.retryDelay)):
 			}
 		}
 	}
@@ -261,9 +238,9 @@ type observation struct {
 	begun bool
 }
 
-// next returns what to yield for the answer (t, err), if anything: every
-// error; the first answer, and the first after an error; then each change,
-// but never a term below the highest yielded.
+// next returns what to yield for (t, err), if anything: every error; the
+// first answer, and the first after an error; then each change, but never
+// a term below the highest yielded.
 func (o *observation) next(t Term, err error) (Term, bool) {
 	if err != nil {
 		o.fresh = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,14 +12,12 @@ import (
 )
 
 // Sentinel errors. Every error that dlock or a backend returns matches
-// exactly one of ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable,
-// ErrMisconfigured and ErrInvalid with errors.Is, so callers can tell "busy"
-// from "gone" from "unreachable" from "fix the setup" from "your mistake".
-// A wait that ended with its context
-// also matches the context's error (context.Canceled or
-// context.DeadlineExceeded), beside the sentinel of its last attempt
-// (ErrNotAcquired or ErrUnavailable). The sentinels' own messages carry no
-// "dlock: " prefix: the errors that wrap them add it, once.
+// exactly one of them with errors.Is, so callers can tell "busy" from
+// "gone" from "unreachable" from "fix the setup" from "your mistake". A
+// wait that ended with its context also matches the context's error,
+// beside the sentinel of its last attempt (ErrNotAcquired or
+// ErrUnavailable). The errors that wrap a sentinel add the "dlock: "
+// prefix, once.
 var (
 	// ErrNotAcquired means the lock is held by another owner (or, for a
 	// quorum backend, no majority could be gathered in time).
@@ -72,7 +71,7 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// checkTTL refuses a TTL that no backend accepts (bridge.TTLProblem).
+// checkTTL refuses a TTL that no backend accepts.
 func checkTTL(ttl time.Duration) error {
 	if p := bridge.TTLProblem(ttl); p != "" {
 		return invalidf("%s", p)
@@ -80,25 +79,13 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-var sentinels = [...]error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid}
+var sentinels = []error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid}
 
-func isSentinel(err error) bool {
-	for _, s := range sentinels {
-		if err == s {
-			return true
-		}
-	}
-	return false
-}
+func isSentinel(err error) bool { return slices.Contains(sentinels, err) }
 
-// sentinelOf returns the first sentinel err matches, or nil.
-func sentinelOf(err error) error {
-	for _, s := range sentinels {
-		if errors.Is(err, s) {
-			return s
-		}
-	}
-	return nil
+// matchesSentinel reports whether err matches one of the sentinels.
+func matchesSentinel(err error) bool {
+	return slices.ContainsFunc(sentinels, func(s error) bool { return errors.Is(err, s) })
 }
 
 // ctxErr is ctx's error, and its cause when one was given: the result
@@ -111,14 +98,13 @@ func ctxErr(ctx context.Context) error {
 	return fmt.Errorf("%w (%w)", err, hideSentinels{cause})
 }
 
-// message is err's message for use inside another dlock error: without its
-// own "dlock: " prefix, on one line.
+// message is err's message inside another dlock error: without its
+// "dlock: " prefix, on one line.
 func message(err error) string {
 	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), "dlock: "), "\n", "; ")
 }
 
-// opError is an error of operation op on key: one "dlock: " prefix,
-// however err's message begins.
+// opError is an error of operation op on key, with one "dlock: " prefix.
 type opError struct {
 	op, key string
 	err     error
@@ -127,9 +113,9 @@ type opError struct {
 func (e *opError) Error() string { return fmt.Sprintf("dlock: %s %q: %s", e.op, e.key, message(e.err)) }
 func (e *opError) Unwrap() error { return e.err }
 
-// hideSentinels carries err as the detail of another error whose sentinel
-// differs (a lost lock whose extension the server refused): errors.Is finds
-// in it everything but dlock's sentinels, errors.As finds everything.
+// hideSentinels carries err as the detail of an error whose sentinel
+// differs (a lost lock whose extension was refused): errors.Is finds in it
+// everything but dlock's sentinels, errors.As finds everything.
 type hideSentinels struct{ err error }
 
 func (h hideSentinels) Error() string        { return message(h.err) }

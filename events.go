@@ -21,39 +21,30 @@ const (
 	EventReleased                          // a Release ended: Err (nil: the lock was deleted), Hold
 )
 
+var kindNames = [...]string{
+	"unknown", "attempt", "granted", "refused", "extended", "extend_failed", "lost", "released",
+}
+
 // String returns the kind's name: "attempt", "granted", "refused",
 // "extended", "extend_failed", "lost" or "released".
 func (k EventKind) String() string {
-	switch k {
-	case EventAttempt:
-		return "attempt"
-	case EventGranted:
-		return "granted"
-	case EventRefused:
-		return "refused"
-	case EventExtended:
-		return "extended"
-	case EventExtendFailed:
-		return "extend_failed"
-	case EventLost:
-		return "lost"
-	case EventReleased:
-		return "released"
+	if int(k) >= len(kindNames) {
+		return "unknown"
 	}
-	return "unknown"
+	return kindNames[k]
 }
 
 // Event is one thing that happened to a lock, as the observers of the
-// Locker that made it see it (see Events in the package documentation). Fields that do not apply to the kind are zero.
+// Locker that made it see it (see Events in the package documentation).
+// Fields that do not apply to the kind are zero.
 type Event struct {
 	Kind EventKind
 	// Key is the key the attempt was for, and from the grant on the
 	// lock's (a semaphore's permit: its slot's key, {name}#slot).
 	Key string
 	// Backend names the backend ("redis", "redlock", "postgres", "etcd",
-	// "dlocktest"; empty for a backend that does not say), and Nodes how many of its
-	// nodes granted the lock (Redlock's majority; 1 elsewhere; known once
-	// the lock is granted).
+	// "dlocktest"; "" if it does not say), and Nodes how many of its nodes
+	// granted the lock (Redlock's majority; 1 elsewhere).
 	Backend string
 	Nodes   int
 	Fence   uint64
@@ -78,10 +69,10 @@ type Event struct {
 	Detected string
 }
 
-// waiting is Acquire's record of its wait, in the context of each attempt
-// it makes: the attempt's number, the identity the grant is to publish
-// (driver.Identity), and what the attempt says of the Locker's events
-// (driver.Events), for Acquire's own grant or refusal.
+// waiting is Acquire's record of its wait, in the context of each attempt:
+// the attempt's number, the identity to publish (driver.Identity), and
+// where the Locker's events go (driver.Events), for Acquire's own grant or
+// refusal.
 type waiting struct {
 	attempts int
 	identity string
@@ -91,12 +82,19 @@ type waiting struct {
 
 type waitKey struct{}
 
+// waitingIn returns the waiting that ctx carries, or nil for a bare
+// TryAcquire's (whose ctx may be nil: the attempt refuses it).
+func waitingIn(ctx context.Context) *waiting {
+	if ctx == nil {
+		return nil
+	}
+	w, _ := ctx.Value(waitKey{}).(*waiting)
+	return w
+}
+
 func init() {
 	bridge.Attempt = func(ctx context.Context, backend string, observe any) (int, bool) {
-		if ctx == nil {
-			return 1, false
-		}
-		w, _ := ctx.Value(waitKey{}).(*waiting)
+		w := waitingIn(ctx)
 		if w == nil {
 			return 1, false
 		}
@@ -104,10 +102,7 @@ func init() {
 		return w.attempts, true
 	}
 	bridge.Identity = func(ctx context.Context) string {
-		if ctx == nil {
-			return ""
-		}
-		if w, _ := ctx.Value(waitKey{}).(*waiting); w != nil {
+		if w := waitingIn(ctx); w != nil {
 			return w.identity
 		}
 		return ""
@@ -121,8 +116,7 @@ func init() {
 	}
 }
 
-// queued is an event recorded for delivery, with the context of the call
-// it belongs to.
+// queued is an event recorded for delivery, with its call's context.
 type queued struct {
 	ctx context.Context
 	e   Event
@@ -137,17 +131,20 @@ func (l *Lock) recordLocked(ctx context.Context, e Event) {
 	if l.observe == nil {
 		return
 	}
-	l.fill(&e)
+	e.Key, e.Fence, e.Backend, e.Nodes = l.key, l.fence, l.backend, l.nodes
+	if e.Kind == EventLost || e.Kind == EventReleased {
+		e.Hold = l.now().Sub(l.grantedAt)
+	}
 	if len(l.pending) == 0 {
 		l.pending = l.buf[:0]
 	}
 	l.pending = append(l.pending, queued{ctx, e})
 }
 
-// deliver sends the recorded events to the observer, one at a time and in
-// the order they were recorded; it must be called without l.mu and the
-// turn. When another goroutine is delivering (an observer that called back
-// into the lock, or a concurrent call), that one sends them.
+// deliver sends the recorded events to the observer, one at a time, in
+// order; it must be called without l.mu and the turn. When another
+// goroutine is delivering (an observer that called back into the lock, or
+// a concurrent call), that one sends them.
 func (l *Lock) deliver() {
 	l.mu.Lock()
 	if l.delivering || len(l.pending) == 0 {
@@ -181,12 +178,4 @@ func (l *Lock) send(observe func(context.Context, Event), q queued) {
 	}()
 	observe(q.ctx, q.e)
 	sent = true
-}
-
-// fill sets what the lock knows of e: key, fence, backend, hold time.
-func (l *Lock) fill(e *Event) {
-	e.Key, e.Fence, e.Backend, e.Nodes = l.key, l.fence, l.backend, l.nodes
-	if e.Kind == EventLost || e.Kind == EventReleased {
-		e.Hold = l.now().Sub(l.grantedAt)
-	}
 }

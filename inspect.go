@@ -34,8 +34,8 @@ type Inspector interface {
 // null when Fence is 0, "holder" null when the holder is unknown (Host,
 // PID, Service and Since all zero); "service" and "since" are left out when
 // zero; "limit", a permit's Limit, is left out for a lock. The token is
-// left out (see MarshalJSONWithToken). Decoding accepts
-// that form, with or without "token", and ignores unknown fields.
+// left out (see MarshalJSONWithToken). Decoding accepts that form, with or
+// without "token", and ignores unknown fields.
 type LockInfo struct {
 	Key  string        // as the Locker names it (without its prefix)
 	Node string        // the server that reported it (Redlock: one LockInfo per node)

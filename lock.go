@@ -16,14 +16,12 @@ import (
 // matching ErrNotAcquired when another owner holds key, ErrUnavailable when
 // the backend could not be reached, or ErrInvalid for bad arguments (an
 // empty key, a ttl under a millisecond or over 30 days). It never returns a
-// lock whose validity is already spent. Acquire and Do build
-// waiting and auto-extension on top of it.
+// lock whose validity is already spent.
 type Locker interface {
 	TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error)
 }
 
-// grant is a backend's side of one acquired lock (driver.Grant, which
-// documents it).
+// grant is driver.Grant, which documents it.
 type grant interface {
 	Extend(ctx context.Context, ttl time.Duration) (validUntil time.Time, err error)
 	Release(ctx context.Context) error
@@ -70,10 +68,8 @@ type Lock struct {
 
 	mu sync.Mutex
 	// turn is taken by every call into grant, so that Extends apply in
-	// the order their replies are recorded and the grant is never called
-	// concurrently with itself. turnFree, made by a call that waits for
-	// the turn, is closed when the turn is given back: a handle whose
-	// calls never overlap makes no channel.
+	// the order their replies are recorded. turnFree, made only by a call
+	// that waits for the turn, is closed when the turn is given back.
 	turn       bool
 	turnFree   chan struct{}
 	state      lockState
@@ -82,46 +78,36 @@ type Lock struct {
 	// changed, once watch made it, is closed at the next change of state
 	// or validUntil, so that Do follows the handle without polling it.
 	changed chan struct{}
-	// pending are the events recorded under mu and not delivered yet
-	// (deliver), in order; buf holds the first, so that an event costs no
-	// allocation. delivering is set while a goroutine delivers them.
+	// pending are the events recorded under mu and not delivered yet, in
+	// order; buf holds the first, so that an event costs no allocation.
+	// delivering is set while a goroutine delivers them.
 	pending    []queued
 	buf        [1]queued
 	delivering bool
-	// backend and observe, set by the Locker's events (driver.Events)
-	// before the lock is returned, name the backend and receive the
-	// lock's events; observe is nil when the Locker has no observers.
+	// backend and observe are set by driver.Events before the lock is
+	// returned; observe is nil when the Locker has no observers.
 	backend string
 	observe func(context.Context, Event)
 }
 
-// nodeCounter is a grant that says how many of its backend's nodes
-// granted the lock (driver.Grant); without it, one did.
+// nodeCounter and clocked are a grant's optional methods (driver.Grant).
 type nodeCounter interface{ Nodes() int }
-
-// clocked is a grant whose backend measures time on a clock of its own
-// (driver.Grant); without it, the lock reads time.Now.
 type clocked interface{ Now() time.Time }
-
-// newLock wraps a backend's grant (driver.NewLock, driver.NewPermit).
-func newLock(key string, slot int, token string, fence uint64, validUntil time.Time, g grant) *Lock {
-	nodes := 1
-	if n, ok := g.(nodeCounter); ok {
-		nodes = n.Nodes()
-	}
-	now := time.Now
-	if c, ok := g.(clocked); ok {
-		now = c.Now
-	}
-	return &Lock{key: key, slot: slot, token: token, fence: fence, grant: g, now: now, validUntil: validUntil,
-		grantedAt: now(), nodes: nodes}
-}
 
 func init() {
 	bridge.NewLock = func(key string, slot int, token string, fence uint64, validUntil time.Time, g any) any {
-		return newLock(key, slot, token, fence, validUntil, g.(grant))
+		l := &Lock{key: key, slot: slot, token: token, fence: fence, grant: g.(grant), now: time.Now,
+			nodes: 1, validUntil: validUntil}
+		if n, ok := g.(nodeCounter); ok {
+			l.nodes = n.Nodes()
+		}
+		if c, ok := g.(clocked); ok {
+			l.now = c.Now
+		}
+		l.grantedAt = l.now()
+		return l
 	}
-	bridge.Lose = func(lock any, cause error) { lock.(*Lock).lose(cause) }
+	bridge.Lose = func(lock any, cause error) { lock.(*Lock).lose(cause, lostSession) }
 	bridge.Recheck = func(lock any) { lock.(*Lock).recheck() }
 }
 
@@ -171,8 +157,7 @@ func (l *Lock) Held() bool { return l.Remaining() > 0 }
 
 // Extend resets the lock's TTL to ttl (whole milliseconds, rounded up) if it
 // is still held, and moves ValidUntil accordingly, earlier too when ttl is
-// shorter than what was left. It waits for an Extend or Release in flight
-// on the same handle to finish first. It returns:
+// shorter than what was left. It returns:
 //
 //   - an error matching ErrNotHeld when the server no longer has the lock
 //     (the handle is lost from then on), or when Release was called;
@@ -235,9 +220,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // Release deletes the lock if this holder still owns it, and never touches
-// another owner's lock. From the call on, the handle is not held. It waits
-// for an Extend in flight on the same handle to finish first. It returns nil
-// when it deleted the lock, and:
+// another owner's lock. From the call on, the handle is not held. It returns
+// nil when it deleted the lock, and:
 //
 //   - an error matching ErrNotHeld when the lock was released before, or
 //     the server no longer held it (it expired or was taken over);
@@ -267,10 +251,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return err
 	}
 	defer l.endTurn()
-	l.mu.Lock()
-	released := l.state == stateReleased // by a Release that had the turn before
-	l.mu.Unlock()
-	if released {
+	if l.released() { // by a Release that had the turn before
 		return &opError{"release", l.key, fmt.Errorf("%w (already released)", ErrNotHeld)}
 	}
 
@@ -283,14 +264,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		err = &opError{"release", l.key, known(err)}
 	}
 	l.recordLocked(ctx, Event{Kind: EventReleased, Err: err, Took: l.now().Sub(start)})
-	if err == nil {
-		l.setStateLocked(stateReleased)
-		return nil
+	if errors.Is(err, ErrLockLost) && l.lostCause == nil {
+		l.lostCause = err
 	}
-	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
-		if errors.Is(err, ErrLockLost) && l.lostCause == nil {
-			l.lostCause = err
-		}
+	if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
 		l.setStateLocked(stateReleased) // the server answered: nothing to retry
 	}
 	return err
@@ -329,40 +306,29 @@ func (l *Lock) endTurn() {
 }
 
 // known returns a grant's error as it is when it matches a sentinel, and
-// as ErrUnavailable (outcome unknown) when it matches none, as a bare
-// context error does.
+// as ErrUnavailable (outcome unknown) when it matches none (a bare context
+// error).
 func known(err error) error {
-	if sentinelOf(err) == nil {
+	if !matchesSentinel(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
 }
 
-// expire declares the lock lost with cause if it is held and its validity
-// has run out. It is how Do records a validity that ran out, saying why.
-func (l *Lock) expire(cause error) {
+// lose declares the lock lost with cause, detected how, if it is held: at
+// once for driver.Lost (lostSession), once its validity has run out for
+// Do (lostExpired, saying why).
+func (l *Lock) lose(cause error, how string) {
 	defer l.deliver()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state == stateHeld && !l.validUntil.After(l.now()) {
-		l.loseLocked(cause, lostExpired)
+	if l.state == stateHeld && (how != lostExpired || !l.validUntil.After(l.now())) {
+		l.loseLocked(cause, how)
 	}
 }
 
-// lose declares the lock lost with cause if it is held: its backend knows
-// the lock is gone without having been asked (driver.Lost).
-func (l *Lock) lose(cause error) {
-	defer l.deliver()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state == stateHeld {
-		l.loseLocked(cause, lostSession)
-	}
-}
-
-// recheck looks at the lock's clock again after it jumped
-// (driver.Recheck): a validity that ran out is a loss, and Do, woken,
-// reschedules its extension.
+// recheck looks at the lock's clock again after it jumped (driver.Recheck);
+// Do, woken, reschedules its extension.
 func (l *Lock) recheck() {
 	defer l.deliver()
 	l.mu.Lock()
@@ -381,13 +347,11 @@ func (l *Lock) released() bool {
 // snapshot is what Do follows of a Lock: its validity, the channel closed
 // at its next change, and whether and why it is no longer held.
 type snapshot struct {
-	until   time.Time
-	changed <-chan struct{}
-	gone    error // nil while the lock is held and valid; else why not
-	lost    bool  // gone because the lock was lost
-	// releasing: gone because its owner called Release, whose outcome is
-	// not known yet.
-	releasing bool
+	until     time.Time
+	changed   <-chan struct{}
+	gone      error // nil while the lock is held and valid; else why not
+	lost      bool  // gone because the lock was lost
+	releasing bool  // gone because Release was called, outcome not known yet
 }
 
 // watch returns a snapshot of the lock (see goneLocked).
@@ -403,11 +367,6 @@ func (l *Lock) watch() snapshot {
 		lost: l.lostCause != nil, releasing: l.state == stateReleasing}
 }
 
-// ended reports whether s is a lock whose holder must stop: lost, or
-// released. A Release under way is not yet the end of it: the owner that
-// called it may still need its context for the call.
-func (s snapshot) ended() bool { return s.gone != nil && (s.lost || !s.releasing) }
-
 // loss returns why the lock in s is lost, or nil: its recorded loss, or a
 // validity that ran out by now while a Release was under way or left its
 // outcome unknown (the key may have expired and another owner taken it;
@@ -421,6 +380,20 @@ func (s snapshot) loss(key string, now time.Time) error {
 			ErrLockLost, key, s.until.Round(0).Format(time.RFC3339Nano))
 	}
 	return nil
+}
+
+// end returns why the holder of the lock in s must stop, or nil: its loss,
+// matching ErrLockLost alone (an extension refused with ErrNotHeld is its
+// detail), or its release with its ErrNotHeld. A Release under way is not
+// yet the end: the owner that called it may still need its context.
+func (s snapshot) end(key string, now time.Time) error {
+	if lost := s.loss(key, now); lost != nil {
+		return asLoss(lost)
+	}
+	if s.releasing {
+		return nil
+	}
+	return s.gone
 }
 
 // gone is goneLocked for callers that do not hold l.mu.

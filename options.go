@@ -30,12 +30,9 @@ type config struct {
 	stopOnLoss bool   // Lead: return a loss instead of campaigning again
 }
 
-func defaultConfig() config {
-	return config{retryCount: RetryForever, retryDelay: 50 * time.Millisecond, retryJitter: 50 * time.Millisecond}
-}
-
+// newConfig applies opts over the defaults.
 func newConfig(opts []Option) (config, error) {
-	c := defaultConfig()
+	c := config{retryCount: RetryForever, retryDelay: 50 * time.Millisecond, retryJitter: 50 * time.Millisecond}
 	for _, o := range opts {
 		if o == nil {
 			return c, invalidf("nil option")
@@ -61,10 +58,8 @@ func WithRetryCount(n int) Option {
 	}
 }
 
-// WithRetryDelay sets the base delay between attempts. Backends that learn
-// of releases (see ReleaseNotifier) retry earlier when a release is
-// announced; the delay is then only the fallback poll interval. The default
-// is 50ms.
+// WithRetryDelay sets the base delay between attempts: only the fallback
+// poll interval on backends that announce releases. The default is 50ms.
 func WithRetryDelay(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -117,15 +112,14 @@ func WithMaxHold(d time.Duration) Option {
 	}
 }
 
-// WithIdentity sets the identity that each grant publishes where its
-// backend can carry it (every backend of this repository can; see
-// driver.Identity), so that Leader and Observe can name the holder: the
-// leader of an election. id must be 1 to 128 bytes of printable UTF-8
-// without control characters; a backend may accept less (pglock keeps 42
-// bytes of printable ASCII, what PostgreSQL's application_name leaves
-// beside the term) and then refuses the attempt with ErrInvalid. Lead and
-// Campaign default to this process's host name (its first 32 bytes) and
-// pid, "host:pid"; Acquire and Do publish no identity unless given one.
+// WithIdentity sets the identity that each grant publishes (see
+// driver.Identity), so that Leader and Observe can name the leader of an
+// election. id must be 1 to 128 bytes of printable UTF-8; a backend may
+// accept less (pglock: 42 bytes of printable ASCII, what PostgreSQL's
+// application_name leaves beside the term) and then refuses the attempt
+// with ErrInvalid. Lead and Campaign default to "host:pid" (the host
+// name's first 32 bytes); Acquire and Do publish no identity unless given
+// one.
 func WithIdentity(id string) Option {
 	return func(c *config) error {
 		if err := checkIdentity(id); err != nil {
@@ -137,9 +131,8 @@ func WithIdentity(id string) Option {
 }
 
 // WithRecampaign sets what Lead and a Candidate do when their leadership
-// is lost (Do's loss: an extension refused, the validity run out, the
-// session gone): campaign again, for a new term (on), or return the loss
-// (off). The default is on. Acquire and Do ignore it.
+// is lost: campaign again, for a new term (on), or return the loss (off).
+// The default is on. Acquire and Do ignore it.
 func WithRecampaign(on bool) Option {
 	return func(c *config) error {
 		c.stopOnLoss = !on

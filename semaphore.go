@@ -11,8 +11,7 @@ import (
 	"github.com/dlock-go/dlock/internal/bridge"
 )
 
-// semaphores is a Locker with semaphores of its own (driver.Semaphores,
-// which documents it).
+// semaphores is driver.Semaphores, which documents it.
 type semaphores interface {
 	Semaphore(limit int) Locker
 	SetLimit(ctx context.Context, name string, limit int) error
@@ -24,17 +23,16 @@ type semaphores interface {
 // tag, which puts every slot of a name in one Cluster slot; a name with a
 // tag keeps its own: "{tenant:7}:exports#2", and names that differ only by
 // such braces, "a" and "{a}", name one semaphore). Wait for a permit and
-// hold it
-// with Acquire and Do, like any lock:
+// hold it with Acquire and Do, like any lock:
 //
 //	err := dlock.Do(ctx, dlock.Semaphore(locker, 5), "vendor-api", ttl, fn)
 //
 // The permit's Slot says which slot it holds, and its Key is the slot's
 // ("{vendor-api}#3", say). Its TryAcquire returns an error matching
 // ErrNotAcquired when every permit is held, and ErrInvalid for a limit
-// below 1 or above 1000, for an empty name, and when the
-// servers recorded another limit for name. l's events report the attempts
-// on name and the permit's life on its slot's key.
+// below 1 or above 1000, for an empty name, and when the servers recorded
+// another limit for name. l's events report the attempts on name and the
+// permit's life on its slot's key.
 //
 // When l has semaphores of its own (driver.Semaphores: every backend of
 // this repository), Semaphore returns them. Otherwise the permits are l's
@@ -62,11 +60,8 @@ func Semaphore(l Locker, limit int) Locker {
 // ErrInvalid for bad arguments and for a Locker whose semaphores keep no
 // limit on the servers (see Semaphore).
 func SetLimit(ctx context.Context, l Locker, name string, limit int) error {
-	switch {
-	case ctx == nil:
-		return invalidf("nil context")
-	case l == nil:
-		return invalidf("nil Locker")
+	if err := checkCall(ctx, l, "", ""); err != nil {
+		return err
 	}
 	s, ok := l.(semaphores)
 	if !ok {
@@ -103,10 +98,8 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 	return nil, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, ErrNotAcquired, s.limit)
 }
 
-// NotifyRelease registers interest in every slot of name with the Locker's
-// own NotifyRelease, and announces a release of any of them; a Locker
-// that announces none gives a channel that never receives (see
-// driver.ReleaseNotifier).
+// NotifyRelease announces a release of any slot of name that the Locker's
+// own NotifyRelease announces (a nil channel when it announces none).
 func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struct{}, func()) {
 	n, ok := s.l.(releaseNotifier)
 	if !ok || bridge.LimitProblem(s.limit) != "" {

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -18,32 +19,27 @@ import (
 //		return l.events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryAcquire(ctx, key, ttl) })
 //	}
 //
-// so that every attempt, bare or within dlock.Acquire and dlock.Do, and
-// every lock it grants report their events, as the root package's
-// documentation describes. The zero Events reports nothing.
+// so that every attempt and every lock it grants report their events, as
+// package dlock's documentation describes. The zero Events reports nothing.
 type Events struct {
 	backend string
-	observe func(context.Context, dlock.Event) // nil: nobody listens
+	observe observer // nil: nobody listens
 }
 
+type observer = func(context.Context, dlock.Event)
+
 // NewEvents returns the Events of a Locker of backend ("redis", "redlock",
-// "postgres", "etcd"): each event goes to the logger first (a Warn record
-// when a lock is lost or an extension fails, with key, fence, backend and
-// cause, and for the first refusal or release that matches
-// dlock.ErrMisconfigured, with the server's reason; Debug records for the
-// other grants, refusals and releases, since the caller gets each error
-// anyway; nothing at Info, so that a busy service's hot path stays
-// silent), then to each
-// observer in turn. A nil logger, or one whose handler is
-// slog.DiscardHandler, logs nothing; with no observer either, no event is
-// built.
+// "postgres", "etcd"): each event goes to the logger first, then to each
+// observer in turn. The logger gets a Warn record when a lock is lost or
+// an extension fails, and for the first refusal or release that matches
+// dlock.ErrMisconfigured (with the server's reason); Debug records for the
+// rest, since the caller gets each error anyway; nothing at Info, so that
+// a busy service's hot path stays silent. A nil logger, or one whose
+// handler is slog.DiscardHandler, logs nothing; with no observer either,
+// no event is built.
 func NewEvents(backend string, logger *slog.Logger, observers ...func(ctx context.Context, e dlock.Event)) Events {
-	var list []func(context.Context, dlock.Event)
-	for _, o := range append([]func(context.Context, dlock.Event){logEvents(logger)}, observers...) {
-		if o != nil {
-			list = append(list, o)
-		}
-	}
+	list := slices.DeleteFunc(append([]observer{logEvents(logger)}, observers...),
+		func(o observer) bool { return o == nil })
 	ev := Events{backend: backend}
 	switch len(list) {
 	case 0:
@@ -59,12 +55,11 @@ func NewEvents(backend string, logger *slog.Logger, observers ...func(ctx contex
 	return ev
 }
 
-// Attempt makes one attempt of a TryAcquire on key, try, and reports it:
-// that it begins, with TryAcquire's ctx (dlock.EventAttempt), then, for a
-// bare TryAcquire, its grant or refusal (within dlock.Acquire and
-// dlock.Do, the wait reports it when it ends, with its wait and its count
-// of attempts). The lock try returns sends its events to the Locker's
-// logger and observers from then on. It returns what try returns.
+// Attempt makes one attempt of a TryAcquire on key, try, and returns what
+// it returns. It reports that the attempt begins, then, for a bare
+// TryAcquire, its grant or refusal (within dlock.Acquire and dlock.Do, the
+// wait reports that when it ends). The lock try returns sends its events
+// to the Locker's logger and observers from then on.
 func (ev Events) Attempt(ctx context.Context, key string, try func() (*dlock.Lock, error)) (*dlock.Lock, error) {
 	if ev.observe == nil {
 		return try()

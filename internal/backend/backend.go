@@ -1,9 +1,7 @@
-// Package backend is what the backends of this repository (redislock,
-// redlock, pglock, etcdlock) configure and check the same way: the options
-// they share (key prefix, drift factor, logger, observers, holder record,
-// fence TTL) and the checks of their arguments (context, key, TTL, token).
-// Each Locker keeps a Config; its With... options are short bodies over
-// Config's setters, so each rule is written once.
+// Package backend is what the backends of this repository configure and
+// check the same way: the options they share and the checks of their
+// arguments. Each Locker keeps a Config; its With... options are short
+// bodies over Config's setters, so each rule is written once.
 package backend
 
 import (
@@ -33,18 +31,16 @@ type Config struct {
 	Events      driver.Events // the logger's and the observers', once Done
 
 	observers []func(context.Context, dlock.Event)
-	// reserved is the namespace of dlock's own keys beside the locks (the
-	// Redis backends', etcd's), where no lock key may lie; "": none.
-	reserved string
+	reserved  string // the namespace of dlock's own keys, where no lock key may lie; "": none
 }
 
 // FenceTTL is the default of the Redis backends' WithFenceTTL: how long a
 // key's fence counter outlives the last write to it.
 const FenceTTL = time.Hour
 
-// New returns a Config with the defaults: no prefix, the default drift
-// factor, fenceTTL, no holder record, slog.Default(). With reserved, lock
-// keys (prefix and key) may not lie in dlock's own namespace.
+// New returns a Config with the defaults (fenceTTL, slog.Default()). With
+// reserved, lock keys (prefix and key) may not lie in dlock's own
+// namespace.
 func New(fenceTTL time.Duration, reserved bool) Config {
 	c := Config{DriftFactor: bridge.DefaultDriftFactor, FenceTTL: fenceTTL, Logger: slog.Default()}
 	if reserved {
@@ -66,12 +62,11 @@ func Apply[L any, O ~func(L) error](l L, opts []O) error {
 	return nil
 }
 
-// Done builds the Events of a Locker of backend from the logger and the
-// observers, once the options are applied.
+// Done builds the Events of a Locker of backend, once the options are
+// applied.
 func (c *Config) Done(backend string) { c.Events = driver.NewEvents(backend, c.Logger, c.observers...) }
 
-// SetPrefix sets the key prefix (WithPrefix), refusing one inside the
-// reserved namespace.
+// SetPrefix sets WithPrefix's prefix, refusing one in the reserved namespace.
 func (c *Config) SetPrefix(prefix string) error {
 	if c.reserved != "" && strings.HasPrefix(prefix, c.reserved) {
 		return nodeerr.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, c.reserved)
@@ -80,11 +75,10 @@ func (c *Config) SetPrefix(prefix string) error {
 	return nil
 }
 
-// SetDriftFactor sets the drift factor (WithDriftFactor), which must be in
-// [0, 1).
+// SetDriftFactor sets WithDriftFactor's factor, which must be in [0, 1).
 func (c *Config) SetDriftFactor(f float64) error {
-	if err := nodeerr.Invalid(bridge.DriftFactorProblem(f)); err != nil {
-		return err
+	if !(f >= 0 && f < 1) {
+		return nodeerr.Invalidf("drift factor %v: must be in [0, 1)", f)
 	}
 	c.DriftFactor = f
 	return nil
@@ -108,15 +102,13 @@ func (c *Config) AddObserver(observe func(ctx context.Context, e dlock.Event)) e
 	return nil
 }
 
-// SetHolderInfo turns the holder record on (WithHolderInfo), naming
-// service, which may be empty.
+// SetHolderInfo turns WithHolderInfo's record on; service may be empty.
 func (c *Config) SetHolderInfo(service string) error {
 	c.HolderHead = holder.Head(service)
 	return nil
 }
 
-// SetFenceTTL sets the fence counters' TTL (WithFenceTTL), which must be
-// between least and bridge.MaxTTL.
+// SetFenceTTL sets WithFenceTTL's TTL, between least and bridge.MaxTTL.
 func (c *Config) SetFenceTTL(d, least time.Duration) error {
 	if d < least || d > bridge.MaxTTL {
 		return nodeerr.Invalidf("fence ttl %v: must be between %v and %v", d, least, bridge.MaxTTL)
@@ -126,9 +118,8 @@ func (c *Config) SetFenceTTL(d, least time.Duration) error {
 }
 
 // CheckKey refuses an empty key, and one that would put the lock key
-// (prefix and key) inside the reserved namespace, where it could name a
-// fence counter or a waiter queue: releasing "dlock:fence:{foo}" would
-// reset foo's fences.
+// (prefix and key) inside the reserved namespace: releasing
+// "dlock:fence:{foo}" would reset foo's fences.
 func (c *Config) CheckKey(key string) error {
 	if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
 		return err
@@ -140,13 +131,12 @@ func (c *Config) CheckKey(key string) error {
 }
 
 // CheckTTL refuses a TTL that no backend honours or that leaves no
-// validity after the drift margin (bridge.ValidityProblem).
+// validity after the drift margin.
 func (c *Config) CheckTTL(ttl time.Duration) error {
 	return nodeerr.Invalid(bridge.ValidityProblem(ttl, c.DriftFactor))
 }
 
-// Check refuses the arguments of an attempt: a nil ctx, a bad key or a bad
-// ttl.
+// Check refuses the arguments of an attempt.
 func (c *Config) Check(ctx context.Context, key string, ttl time.Duration) error {
 	if err := c.CheckRead(ctx, key); err != nil {
 		return err
@@ -154,8 +144,8 @@ func (c *Config) Check(ctx context.Context, key string, ttl time.Duration) error
 	return c.CheckTTL(ttl)
 }
 
-// CheckPermit refuses the arguments of a semaphore's attempt
-// (driver.Semaphores): a bad limit, then what Check refuses.
+// CheckPermit refuses the arguments of a semaphore's attempt: a bad limit,
+// then what Check refuses.
 func (c *Config) CheckPermit(ctx context.Context, name string, ttl time.Duration, limit int) error {
 	if err := nodeerr.Invalid(bridge.LimitProblem(limit)); err != nil {
 		return err
@@ -163,20 +153,17 @@ func (c *Config) CheckPermit(ctx context.Context, name string, ttl time.Duration
 	return c.Check(ctx, name, ttl)
 }
 
-// CheckLimit refuses the arguments of SetLimit (driver.Semaphores): a nil
-// ctx, a bad semaphore name or a bad limit.
+// CheckLimit refuses the arguments of SetLimit: a bad limit, then what
+// CheckRead refuses.
 func (c *Config) CheckLimit(ctx context.Context, name string, limit int) error {
-	if ctx == nil {
-		return nodeerr.Invalidf("nil context")
-	}
 	if err := nodeerr.Invalid(bridge.LimitProblem(limit)); err != nil {
 		return err
 	}
-	return c.CheckKey(name)
+	return c.CheckRead(ctx, name)
 }
 
-// CheckRead checks the arguments of a read of one key (ReadTerm): a
-// context and a valid key.
+// CheckRead refuses the arguments of a read of one key (ReadTerm): a nil
+// ctx or a bad key.
 func (c *Config) CheckRead(ctx context.Context, key string) error {
 	if ctx == nil {
 		return nodeerr.Invalidf("nil context")
@@ -185,21 +172,20 @@ func (c *Config) CheckRead(ctx context.Context, key string) error {
 }
 
 // CheckToken refuses the arguments of an operation that takes a token
-// instead of a handle (a lock held across shell commands): a nil ctx, a
-// bad key or an empty token.
+// instead of a handle: what CheckRead refuses, or an empty token.
 func (c *Config) CheckToken(ctx context.Context, key, token string) error {
-	if ctx == nil {
-		return nodeerr.Invalidf("nil context")
-	}
-	if err := c.CheckKey(key); err != nil {
+	if err := c.CheckRead(ctx, key); err != nil {
 		return err
 	}
-	return nodeerr.Invalid(bridge.TokenProblem(token))
+	if token == "" {
+		return nodeerr.Invalidf("empty token")
+	}
+	return nil
 }
 
-// LimitConflict returns the error of an attempt on name's semaphore with
-// limit ours while the servers have recorded another: it matches
-// dlock.ErrInvalid, since no wait can change it.
+// LimitConflict is the error of an attempt on name's semaphore with limit
+// ours where the servers recorded another: ErrInvalid, as no wait can
+// change it.
 func LimitConflict(name string, server, ours int) error {
 	return fmt.Errorf("dlock: acquire %q: %w: limit conflict: the server has %d, this Locker %d (change it with dlock.SetLimit)",
 		name, dlock.ErrInvalid, server, ours)
@@ -209,12 +195,11 @@ func LimitConflict(name string, server, ours int) error {
 // bound (limit 0).
 const DefaultInspectLimit = 1000
 
-// CheckInspect checks the arguments of Inspect (dlock.Inspector) and
-// returns the pattern, its matcher and the bound to apply: "*" for an
-// empty pattern, DefaultInspectLimit for limit 0. The pattern is a glob as
-// Redis reads one (* any text, slashes included, ? one character, [...] a
-// class, [!...] its complement, \ quotes), so that a pattern lists the
-// same names on every backend; an unclosed [ is refused.
+// CheckInspect checks the arguments of Inspect and returns the pattern
+// ("*" for ""), its matcher and the bound (DefaultInspectLimit for 0). The
+// pattern is a glob as Redis reads one (* any text, slashes included, ?
+// one character, [...] a class, [!...] its complement, \ quotes), so that
+// it lists the same names on every backend.
 func CheckInspect(ctx context.Context, pattern string, limit int) (string, *regexp.Regexp, int, error) {
 	switch {
 	case ctx == nil:
@@ -268,9 +253,9 @@ func globRegexp(glob string) (*regexp.Regexp, error) {
 	return regexp.Compile(b.String())
 }
 
-// Reread calls read until its answer is complete (pending false), at most
-// 1+n times, a millisecond apart, and returns its last answer: a
-// TermReader's read that caught a grant before its record was written.
+// Reread calls read, a TermReader's, until its answer is complete (it did
+// not catch a grant before its record was written), at most 1+n times, a
+// millisecond apart, and returns its last answer.
 func Reread(ctx context.Context, n int, read func() (t dlock.Term, pending bool, err error)) (dlock.Term, error) {
 	for i := 0; ; i++ {
 		t, pending, err := read()
@@ -282,12 +267,10 @@ func Reread(ctx context.Context, n int, read func() (t dlock.Term, pending bool,
 
 // Sleep waits d, or less when ctx ends first (then it returns false).
 func Sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-time.After(d):
 		return true
 	}
 }

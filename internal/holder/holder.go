@@ -26,18 +26,15 @@ func Record(head string, since time.Time) string {
 	return head + since.UTC().Format(time.RFC3339Nano) + `"}`
 }
 
-// defaultHead is this process's record head without a service, for
-// grants that publish an identity without WithHolderInfo.
-var defaultHead = sync.OnceValue(func() string {
-	return Head("")
-})
+// defaultHead is the head of grants that publish an identity without
+// WithHolderInfo.
+var defaultHead = sync.OnceValue(func() string { return Head("") })
 
-// Term returns the record of a grant made at since, with the grant's
-// token, which a reader checks against the lock key's so that it never
-// takes a record an earlier holder left behind for the current holder's
-// (Redis): the holder record (head, or this process's when head is ""),
-// then the identity of an election's candidate (left out when ""), the
-// token, and the grant's fence when known (0: left out).
+// Term returns the record of a grant made at since: the holder record
+// (head, or this process's when ""), the identity of an election's
+// candidate (if any), the grant's fence (if known), and its token, which
+// a reader checks against the lock key's so that it never takes a record
+// an earlier holder left behind for the current holder's (Redis).
 func Term(head string, since time.Time, identity, token string, fence uint64) string {
 	if head == "" {
 		head = defaultHead()
@@ -55,10 +52,8 @@ func Term(head string, since time.Time, identity, token string, fence uint64) st
 	return s + "}"
 }
 
-// Grant returns the record that a grant made at since with token
-// publishes beside its key (Redis), or "" for none: one with the
-// candidate's identity for an election's grant, one with the holder's
-// head (WithHolderInfo) for any other grant, each with the token (Term).
+// Grant returns the record (Term's) that a grant publishes beside its key
+// (Redis), or "" when it has neither an identity nor a head.
 func Grant(head string, since time.Time, identity, token string) string {
 	if identity == "" && head == "" {
 		return ""

@@ -1,10 +1,7 @@
-// Package keys derives the auxiliary Redis keys that sit beside a lock key.
-//
-// The lock key itself is exactly the resource name (plus the user's prefix)
-// and holds the token, as in node-redlock and redsync, so mixed fleets
-// exclude each other. Everything else dlock stores lives in keys derived
-// here, which hash to the same Redis Cluster slot as the lock key so that one
-// script can touch both.
+// Package keys derives the auxiliary Redis keys that sit beside a lock key,
+// in its Redis Cluster slot so that one script can touch both. The lock key
+// itself is the resource name (plus the user's prefix) and holds the token,
+// as in node-redlock and redsync, so mixed fleets exclude each other.
 package keys
 
 import "strings"
@@ -25,11 +22,10 @@ func Fences(lockKeys []string) []string {
 func Queue(lockKey string) string { return derive("dlock:waiters:", lockKey) }
 
 // Limit returns the key of the limit record of the semaphore whose slot
-// keys begin with slotPrefix ("{name}#", the user's prefix before it).
+// keys begin with slotPrefix.
 func Limit(slotPrefix string) string { return derive("dlock:limit:", slotPrefix) }
 
-// Holder returns the key where a holder may publish who it is (host, pid,
-// since) for `dlock inspect`.
+// Holder returns the key of lockKey's holder record.
 func Holder(lockKey string) string { return derive("dlock:holder:", lockKey) }
 
 // derive names a key beside lockKey in its Cluster slot. A lock key without

@@ -1,9 +1,8 @@
 // Package nodeerr is the one home of the errors of calls to a backend's
-// servers: each backend says what kind of failure a call met (Kind, from
-// its client's errors), and this package says how it reads (Describe) and
-// which of dlock's sentinels it matches (Error), the same way for every
-// backend. It also makes the error of a bad argument (Invalid, Invalidf)
-// for every package of this repository.
+// servers: each backend says what kind of failure a call met (Kind), and
+// this package says how it reads (Describe) and which of dlock's
+// sentinels it matches (Error). It also makes the error of a bad argument
+// (Invalid, Invalidf) for every package of this repository.
 package nodeerr
 
 import (
@@ -36,9 +35,8 @@ const (
 // Describe returns err as a node's error whose message says what happened,
 // on one line: the server's own answer (kept in the chain, so errors.As
 // finds the client's error type), no reply in time, or no connection. A
-// timeout or a cancellation is not kept in the chain: it is the node's
-// failure, and must not match the caller's context errors (Error adds the
-// caller's own when its context ended).
+// timeout or a cancellation is the node's failure and is not kept in the
+// chain, so that it does not match the caller's context errors.
 func Describe(err error, k Kind) error {
 	switch {
 	case k == Refused:
@@ -83,9 +81,8 @@ func Error(ctx context.Context, node string, err error, k Kind, acquiring bool, 
 }
 
 // CtxErr returns the context's error, counting a deadline that has passed
-// but whose timer has not fired yet: clients set the socket deadline to
-// the context's, so a read times out a moment before ctx.Err() turns
-// non-nil, and the caller should still report the deadline.
+// but whose timer has not fired yet: a client's socket deadline, the
+// context's, may time out a read a moment before ctx.Err() turns non-nil.
 func CtxErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -102,10 +99,9 @@ func IsTimeout(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// OneLine returns err with its message on one line, keeping its chain for
-// errors.Is and errors.As. Some clients put each address they tried on a
-// line of its own (pgx: "failed to connect to ...:\n\t..."), and an error
-// message goes into logs and a CLI's one-line stderr.
+// OneLine returns err with its message on one line (for logs and a CLI's
+// stderr), keeping its chain. Some clients put each address they tried on
+// a line of its own (pgx: "failed to connect to ...:\n\t...").
 func OneLine(err error) error {
 	if !strings.ContainsAny(err.Error(), "\r\n") {
 		return err
@@ -135,15 +131,13 @@ func (e lineErr) Error() string {
 	return b.String()
 }
 
-// Invalidf returns an error that matches dlock.ErrInvalid and carries a
-// message naming the offending value.
+// Invalidf returns an error that matches dlock.ErrInvalid.
 func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", dlock.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// Invalid returns problem (a rule's text from package bridge: KeyProblem,
-// TTLProblem, LimitProblem...) as an error that matches dlock.ErrInvalid,
-// or nil when there is no problem ("").
+// Invalid returns problem (a rule's text from package bridge) as an error
+// that matches dlock.ErrInvalid, or nil for "".
 func Invalid(problem string) error {
 	if problem == "" {
 		return nil
