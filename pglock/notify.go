@@ -56,11 +56,14 @@ type listener struct {
 // off (WithReleaseNotify(false)), for keys the key function rejects, and
 // after Close the channel never fires and waits poll.
 func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func()) {
-	k, err := l.mapKey(key)
-	if err != nil || bridge.KeyProblem(key) != "" {
+	if !l.notify || bridge.KeyProblem(key) != "" {
 		return nil, func() {}
 	}
-	return l.notifyKeys(k) // nothing when notifications are off
+	k, err := l.mapKey(key)
+	if err != nil {
+		return nil, func() {}
+	}
+	return l.notifyKeys(k)
 }
 
 // notifyKeys is NotifyRelease for Keys: one registration on every key, so

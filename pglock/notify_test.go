@@ -382,3 +382,31 @@ func TestListenerLossWarns(t *testing.T) {
 		t.Fatalf("waiter: %v", err)
 	}
 }
+
+// NotifyRelease registers nothing with notifications off or for a key
+// TryAcquire rejects, and then does not call the key function either: a
+// user's function sees only names a lock attempt would map.
+func TestNotifyReleaseChecksBeforeKeyFunc(t *testing.T) {
+	var calls atomic.Int32
+	keyFunc := pglock.WithKeyFunc(func(name string) (pglock.Key, error) {
+		calls.Add(1)
+		return pglock.HashKey(name), nil
+	})
+	for _, c := range []struct {
+		what string
+		key  string
+		opts []pglock.Option
+	}{
+		{"notifications off", "k", []pglock.Option{keyFunc, pglock.WithReleaseNotify(false)}},
+		{"empty key", "", []pglock.Option{keyFunc}},
+	} {
+		calls.Store(0)
+		l := newLocker(t, 2, c.opts...)
+		ch, stop := l.NotifyRelease(testCtx(t), c.key)
+		stop()
+		if ch != nil || calls.Load() != 0 {
+			t.Errorf("%s: NotifyRelease gave a channel (%v) or called the key function %d times; want neither",
+				c.what, ch != nil, calls.Load())
+		}
+	}
+}
