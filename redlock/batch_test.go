@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testproxy"
 	"github.com/dlock-go/dlock/redlock"
@@ -79,23 +81,76 @@ func TestConcurrentAttemptsShareNodeConnections(t *testing.T) {
 // four) has its key there released when the node's reply comes, not left
 // for the TTL.
 func TestCallGivingUpOnANodeGivesItsKeyBack(t *testing.T) {
+	keyB := lockcheck.Key(t) + "b"
+	exists, keyC := giveUpOnSlowNode(t, keyB, func(ctx context.Context, l *redlock.Locker) (*dlock.Lock, error) {
+		return l.TryAcquire(ctx, keyB, 30*time.Second)
+	})
+	waitFor(t, "B's key on node 4 to be released", func() bool { return !exists(keyB) })
+	if !exists(keyC) {
+		t.Fatal("C's key on node 4 is gone: only B's call gave up")
+	}
+}
+
+// A permit's call to a node that gives up while the semaphore script is in
+// flight there has the slot it took on that node given back when the reply
+// comes, as a lock's key is: with a 30s TTL, the slot is gone from the
+// node within seconds, and stays held on the nodes that granted the
+// permit.
+func TestPermitCallGivingUpOnANodeGivesItsSlotBack(t *testing.T) {
+	name := lockcheck.Key(t)
+	slot := bridge.SlotKey(name, 0)
+	exists, keyC := giveUpOnSlowNode(t, slot, func(ctx context.Context, l *redlock.Locker) (*dlock.Lock, error) {
+		return dlock.Semaphore(l, 2).TryAcquire(ctx, name, 30*time.Second)
+	})
+	start := time.Now()
+	lockcheck.Eventually(t, 5*time.Second, func() error {
+		if exists(slot) {
+			return errors.New("the permit's slot on node 4 is still held after its call gave up (TTL 30s)")
+		}
+		return nil
+	})
+	t.Logf("slot given back on node 4 %v after the call gave up", time.Since(start).Round(time.Millisecond))
+	if !exists(keyC) {
+		t.Fatal("C's key on node 4 is gone: only the permit's call gave up")
+	}
+	if n := len(keysOn(t, shared[:4], slot)); n != 4 {
+		t.Fatalf("the permit's slot is held on %d of the 4 nodes that granted it, want 4", n)
+	}
+}
+
+// giveUpOnSlowNode has take acquire key (B) with a Locker over the shared
+// servers whose node 4 answers a second late: the other four grant it at
+// once, and its call to node 4 waits for the node's next batch behind a
+// call in flight (A). A later call with a later deadline (C, on a key of
+// its own) sends that batch; once B's call ran on node 4, B's context is
+// cancelled, so that its call gives up with the batch in flight. It
+// returns whether a key exists on node 4, and C's key.
+func giveUpOnSlowNode(t *testing.T, key string, take func(context.Context, *redlock.Locker) (*dlock.Lock, error)) (exists func(string) bool, keyC string) {
+	t.Helper()
+	// The scripts are loaded on every server: a call that gave up never
+	// sees its NOSCRIPT reply.
+	warmer := newLocker(t, shared)
+	defer warmer.Close()
+	if err := mustAcquire(t, dlock.Semaphore(warmer, 1), lockcheck.Key(t)+"warm", time.Second).Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
 	l, _, ps := slowNodes(t)
 	ps[4].Latency(t, time.Second, 0)
 	node4 := shared[4].Client(t)
-	exists := func(key string) bool {
+	exists = func(key string) bool {
 		n, err := node4.Exists(testCtx(t), key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return n == 1
 	}
-	keyA, keyB, keyC := lockcheck.Key(t)+"a", lockcheck.Key(t)+"b", lockcheck.Key(t)+"c"
+	keyA, keyC := lockcheck.Key(t)+"a", lockcheck.Key(t)+"c"
 
 	mustAcquire(t, l, keyA, 30*time.Second) // the majority answered; node 4's reply is on its way
 	waitFor(t, "A's call on node 4 to run", func() bool { return exists(keyA) })
 	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
-	lockB, err := l.TryAcquire(ctxB, keyB, 30*time.Second)
+	lockB, err := take(ctxB, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +158,7 @@ func TestCallGivingUpOnANodeGivesItsKeyBack(t *testing.T) {
 	waitFor(t, "B's call to wait on node 4", func() bool { return l.BatchWaiting(4) == 1 })
 	mustAcquire(t, l, keyC, 30*time.Second) // a later deadline than B's: it sends node 4's next batch
 	waitFor(t, "C's call to wait on node 4", func() bool { return l.BatchWaiting(4) == 2 })
-	waitFor(t, "B's call on node 4 to run", func() bool { return exists(keyB) })
+	waitFor(t, "B's call on node 4 to run", func() bool { return exists(key) })
 	cancelB()
-	waitFor(t, "B's key on node 4 to be released", func() bool { return !exists(keyB) })
-	if !exists(keyC) {
-		t.Fatal("C's key on node 4 is gone: only B's call gave up")
-	}
+	return exists, keyC
 }

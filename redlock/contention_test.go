@@ -24,7 +24,7 @@ func TestEightContendersNoStall(t *testing.T) {
 		jitter     = 20 * time.Millisecond
 		run        = 3 * time.Second
 	)
-	holds, longest := contend(t, contenders, run, false, dlock.WithRetryDelay(retryDelay), dlock.WithRetryJitter(jitter))
+	holds, longest := contend(t, contenders, run, false, nil, dlock.WithRetryDelay(retryDelay), dlock.WithRetryJitter(jitter))
 	t.Logf("%d holds in %v by %d contenders; longest time unheld %v", holds, run, contenders, longest)
 	if holds < 20 {
 		t.Fatalf("only %d holds in %v", holds, run)
@@ -134,11 +134,13 @@ func TestTokenOperations(t *testing.T) {
 }
 
 // contend runs n Lockers, each taking the same key with Acquire(opts) in a
-// loop and holding it 2ms, for run. It fails the test if two ever held it
-// at once, and returns the number of holds and the longest time between
-// one release and the next grant. With allowUnavailable a release that
-// could not tell (dlock.ErrUnavailable) is not an error.
-func contend(t *testing.T, n int, run time.Duration, allowUnavailable bool, opts ...dlock.Option) (holds int, longest time.Duration) {
+// loop and holding it 2ms, for run, or until enough (if not nil), told of
+// each grant (dlock.EventGranted, with its attempts and wait), reports that
+// the grants so far suffice. It fails the test if two ever held it at once,
+// and returns the number of holds and the longest time between one release
+// and the next grant. With allowUnavailable a release that could not tell
+// (dlock.ErrUnavailable) is not an error.
+func contend(t *testing.T, n int, run time.Duration, allowUnavailable bool, enough func(dlock.Event) bool, opts ...dlock.Option) (holds int, longest time.Duration) {
 	t.Helper()
 	key := lockcheck.Key(t)
 	type hold struct{ enter, exit time.Time }
@@ -146,9 +148,17 @@ func contend(t *testing.T, n int, run time.Duration, allowUnavailable bool, opts
 	var hs []hold
 	ctx, cancel := context.WithTimeout(context.Background(), run)
 	defer cancel()
+	var observe []redlock.Option
+	if enough != nil {
+		observe = append(observe, redlock.WithObserver(func(_ context.Context, e dlock.Event) {
+			if e.Kind == dlock.EventGranted && enough(e) {
+				cancel()
+			}
+		}))
+	}
 	var wg sync.WaitGroup
 	for range n {
-		l := newLocker(t, shared)
+		l := newLocker(t, shared, observe...)
 		defer l.Close()
 		wg.Go(func() {
 			for ctx.Err() == nil {
