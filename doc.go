@@ -42,8 +42,10 @@
 // holder whose lock expired never deletes or prolongs the next holder's
 // lock: they report ErrNotHeld. A released or lost handle is never held
 // again. A pause the monotonic clock counts (GC, SIGSTOP) is caught when
-// the process runs again; a machine that slept keeps the validity it had
-// until its next extension is refused, and Do then cancels.
+// the process runs again; the clock stops while the machine sleeps
+// (suspend to RAM or disk), so a machine that slept keeps the validity it
+// had, though the server's TTL ran on, until its next extension is
+// refused, and Do then cancels.
 //
 // # Events and inspection
 //
@@ -80,7 +82,7 @@
 // ends the moment the leadership may be lost. The term number is the
 // grant's fence, so terms strictly increase per name on every backend;
 // pass Term.Fence to the resources the leader writes (see "What a lock can
-// and cannot guarantee", and Lead's example).
+// and cannot guarantee", and Lead).
 //
 // Leader says who leads now, Observe reports every change it sees, and
 // Campaign starts a long-lived Candidate for code that asks "am I the

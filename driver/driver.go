@@ -135,10 +135,11 @@ func Check(ctx context.Context, key string, ttl time.Duration) error {
 // ValidUntil returns the validity deadline of a lock acquired or extended
 // with ttl by a request sent at start: start + ttl - drift, where drift,
 // for clocks that tick at slightly different rates, is 1% of ttl plus
-// 2 ms, as in the Redis documentation's reference clients. Measuring from
-// before the request was sent is what makes it safe: the server started
-// its TTL later. A deadline not after the reply's arrival means the lock
-// must not be used.
+// 2 ms (a server's 1 ms expiry precision and a 1 ms floor), as in the
+// Redis documentation's reference clients. Measuring from before the
+// request was sent is what makes it safe: the server started its TTL
+// later. A deadline not after the reply's arrival means the lock must not
+// be used.
 func ValidUntil(start time.Time, ttl time.Duration) time.Time {
 	return bridge.ValidUntil(start, ttl, bridge.DefaultDriftFactor)
 }

@@ -125,3 +125,66 @@ func TestHolderInfoKeepsServerReason(t *testing.T) {
 		}
 	}
 }
+
+// With WithHolderInfo the lock's script and the holder record's go in one
+// pipeline. A flushed script cache (all of it, or the holder record's
+// script alone) makes every call from the first the server did not know
+// run again with EVAL, so the record is still written, renewed and deleted
+// with the lock.
+func TestHolderInfoScriptCacheFlushed(t *testing.T) {
+	ctx := testCtx(t)
+	raw := shared.Client(t)
+	l := newLocker(t, shared.Client(t), redislock.WithHolderInfo("svc"))
+	plain := newLocker(t, shared.Client(t))
+	for _, tc := range []struct {
+		name string
+		warm bool // the lock's scripts cached again, the holder record's not
+	}{{"all flushed", false}, {"holder script flushed", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := lockcheck.Key(t)
+			flush := func() {
+				t.Helper()
+				if err := raw.ScriptFlush(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if !tc.warm {
+					return
+				}
+				lk, err := plain.TryAcquire(ctx, key+":warm", time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := lk.Extend(ctx, time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if err := lk.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			flush()
+			lk, err := l.TryAcquire(ctx, key, 2*time.Second)
+			if err != nil {
+				t.Fatalf("acquire after SCRIPT FLUSH: %v", err)
+			}
+			if rec := raw.Get(ctx, keys.Holder(key)).Val(); !strings.Contains(rec, lk.Token()) {
+				t.Fatalf("holder record after acquire: %q, want one with the token", rec)
+			}
+			flush()
+			if err := lk.Extend(ctx, 30*time.Second); err != nil {
+				t.Fatalf("extend after SCRIPT FLUSH: %v", err)
+			}
+			for _, k := range []string{key, keys.Holder(key)} {
+				if ttl := raw.PTTL(ctx, k).Val(); ttl < 20*time.Second {
+					t.Fatalf("%s's TTL %v after Extend(30s)", k, ttl)
+				}
+			}
+			flush()
+			if err := lk.Release(ctx); err != nil {
+				t.Fatalf("release after SCRIPT FLUSH: %v", err)
+			}
+			if n := raw.Exists(ctx, key, keys.Holder(key)).Val(); n != 0 {
+				t.Fatalf("%d keys left after Release", n)
+			}
+		})
+	}
+}

@@ -41,9 +41,11 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 }
 
 // WithFenceTTL sets how long a key's fence counter ("dlock:fence:{key}")
-// outlives its last grant or extension. An expired counter costs no fence
-// its order (see Fences in the package documentation): d only bounds how
-// long the server keeps one small key per lock name. The default is 1h.
+// outlives its last grant or extension. An expired counter comes back
+// from the server's clock, above every fence it handed out unless that
+// clock stepped back since by more than d (see Fences in the package
+// documentation): d only bounds how long the server keeps one small key
+// per lock name. The default is 1h.
 func WithFenceTTL(d time.Duration) Option {
 	return func(l *Locker) error { return l.cfg.SetFenceTTL(d, time.Millisecond) }
 }
