@@ -368,11 +368,15 @@ func TestBadConfiguration(t *testing.T) {
 	for name, fn := range map[string]func() error{
 		"nil client":       func() error { _, err := redislock.New(nil); return err },
 		"typed nil client": func() error { _, err := redislock.New((*redis.Client)(nil)); return err },
-		"nil option":       func() error { _, err := redislock.New(c, nil); return err },
-		"NaN drift":        func() error { _, err := redislock.New(c, redislock.WithDriftFactor(math.NaN())); return err },
-		"drift 1":          func() error { _, err := redislock.New(c, redislock.WithDriftFactor(1)); return err },
-		"negative drift":   func() error { _, err := redislock.New(c, redislock.WithDriftFactor(-0.1)); return err },
-		"nil logger":       func() error { _, err := redislock.New(c, redislock.WithLogger(nil)); return err },
+		"typed nil client of another type": func() error {
+			_, err := redislock.New((*wrappedClient)(nil))
+			return err
+		},
+		"nil option":     func() error { _, err := redislock.New(c, nil); return err },
+		"NaN drift":      func() error { _, err := redislock.New(c, redislock.WithDriftFactor(math.NaN())); return err },
+		"drift 1":        func() error { _, err := redislock.New(c, redislock.WithDriftFactor(1)); return err },
+		"negative drift": func() error { _, err := redislock.New(c, redislock.WithDriftFactor(-0.1)); return err },
+		"nil logger":     func() error { _, err := redislock.New(c, redislock.WithLogger(nil)); return err },
 		"ttl below drift": func() error {
 			_, err := newLocker(t, c).TryAcquire(testCtx(t), "k", 2*time.Millisecond)
 			return err
@@ -388,6 +392,10 @@ func TestBadConfiguration(t *testing.T) {
 		}
 	}
 }
+
+// wrappedClient is a client type of a user's own, as an instrumented
+// wrapper would be.
+type wrappedClient struct{ *redis.Client }
 
 // Keys of the wrong type or without expiry (set by hand) give clear errors
 // instead of an endless silent wait.
