@@ -57,7 +57,7 @@ func Migrate(ctx context.Context, db Execer) error {
 	switch {
 	case ctx == nil:
 		return nodeerr.Invalidf("nil context")
-	case pgmigrate.IsNil(db):
+	case nodeerr.IsNil(db):
 		return nodeerr.Invalidf("nil database handle")
 	}
 	if _, err := db.Exec(ctx, pgmigrate.Serialized(MigrateSQL)); err != nil {

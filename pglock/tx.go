@@ -11,7 +11,6 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/internal/nodeerr"
-	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
 // TryLockTx takes the transaction-level advisory lock on k inside tx, if no
@@ -92,7 +91,7 @@ func lockTx(ctx context.Context, tx any, k Key, stmts *[2]string) (uint64, error
 	switch {
 	case ctx == nil:
 		return 0, nodeerr.Invalidf("nil context")
-	case pgmigrate.IsNil(tx):
+	case nodeerr.IsNil(tx):
 		return 0, nodeerr.Invalidf("nil transaction")
 	case !k.valid():
 		return 0, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")

@@ -60,7 +60,7 @@ func NewQueue(table string) (*Queue, error) {
 // Migrate creates the queue table if it does not exist. It is safe to run
 // from several processes at once.
 func (q *Queue) Migrate(ctx context.Context, db Execer) error {
-	if ctx == nil || pgmigrate.IsNil(db) {
+	if ctx == nil || nodeerr.IsNil(db) {
 		return nodeerr.Invalidf("nil context or database handle")
 	}
 	_, err := db.Exec(ctx, pgmigrate.Serialized(`CREATE TABLE IF NOT EXISTS `+q.table+` (
@@ -88,7 +88,7 @@ type Querier interface {
 // their ids, in order. Inside a transaction the jobs become claimable when
 // it commits.
 func (q *Queue) Enqueue(ctx context.Context, db Querier, payloads ...[]byte) ([]int64, error) {
-	if ctx == nil || pgmigrate.IsNil(db) {
+	if ctx == nil || nodeerr.IsNil(db) {
 		return nil, nodeerr.Invalidf("nil context or database handle")
 	}
 	if len(payloads) == 0 {
@@ -115,7 +115,7 @@ func (q *Queue) Enqueue(ctx context.Context, db Querier, payloads ...[]byte) ([]
 // queue.
 func (q *Queue) Claim(ctx context.Context, tx pgx.Tx, n int) ([]Job, error) {
 	switch {
-	case ctx == nil || pgmigrate.IsNil(tx):
+	case ctx == nil || nodeerr.IsNil(tx):
 		return nil, nodeerr.Invalidf("nil context or transaction")
 	case n <= 0:
 		return nil, nodeerr.Invalidf("claim batch size %d: must be positive", n)
@@ -149,7 +149,7 @@ type TxBeginner interface {
 // error when no job was free (fn is not called then).
 func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx context.Context, tx pgx.Tx, jobs []Job) error) (done int, err error) {
 	switch {
-	case ctx == nil || pgmigrate.IsNil(db) || fn == nil:
+	case ctx == nil || nodeerr.IsNil(db) || fn == nil:
 		return 0, nodeerr.Invalidf("nil context, database handle or function")
 	case n <= 0:
 		return 0, nodeerr.Invalidf("claim batch size %d: must be positive", n)

@@ -38,7 +38,7 @@ var (
 
 // New returns a Locker over client. It sends nothing to the server.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
-	if rclient.IsNil(client) {
+	if nodeerr.IsNil(client) {
 		return nil, nodeerr.Invalidf("nil redis client")
 	}
 	tryTimeout, bound := rclient.Timeouts(client)

@@ -68,13 +68,10 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		nodeTimeout: defaultNodeTimeout,
 	}
 	for i, c := range clients {
-		switch c := c.(type) {
-		case nil:
+		if nodeerr.IsNil(c) {
 			return nil, nodeerr.Invalidf("redis client #%d is nil", i+1)
-		case *redis.Client:
-			if c == nil {
-				return nil, nodeerr.Invalidf("redis client #%d is nil", i+1)
-			}
+		}
+		switch c.(type) {
 		case *redis.ClusterClient:
 			return nil, nodeerr.Invalidf("redis client #%d is a Cluster client: Redlock needs independent single masters, one client each", i+1)
 		case *redis.Ring:

@@ -45,6 +45,10 @@ func TestConformance(t *testing.T) {
 		}))
 }
 
+// wrappedClient is a client type of a user's own, as an instrumented
+// wrapper would be.
+type wrappedClient struct{ *redis.Client }
+
 func TestNewValidation(t *testing.T) {
 	one := shared[0].Client(t)
 	for _, tc := range []struct {
@@ -56,6 +60,7 @@ func TestNewValidation(t *testing.T) {
 		{"no clients", nil, nil, "no redis clients"},
 		{"nil interface", []redis.UniversalClient{one, nil, one}, nil, "#2 is nil"},
 		{"nil pointer", []redis.UniversalClient{one, (*redis.Client)(nil)}, nil, "#2 is nil"},
+		{"nil pointer of another type", []redis.UniversalClient{one, (*wrappedClient)(nil)}, nil, "#2 is nil"},
 		{"cluster client", []redis.UniversalClient{redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})}, nil, "Cluster client"},
 		{"strict even", clients(t, shared[:4]), []redlock.Option{redlock.WithStrict(true)}, "4 nodes"},
 		{"strict two", clients(t, shared[:2]), []redlock.Option{redlock.WithStrict(true)}, "2 nodes"},

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -309,11 +308,7 @@ func isNil(q any) bool {
 	if s, ok := q.(sqlQuerier); ok {
 		q = s.db
 	}
-	if q == nil {
-		return true
-	}
-	v := reflect.ValueOf(q)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	return nodeerr.IsNil(q)
 }
 
 func stale(op, resource string, f uint64, highest string, sameHolder bool) error {

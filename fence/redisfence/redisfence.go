@@ -39,7 +39,7 @@ type Guard struct {
 // deadlines bound every call. New returns an error matching dlock.ErrInvalid
 // for a nil client.
 func New(client redis.Scripter) (*Guard, error) {
-	if rclient.IsNil(client) {
+	if nodeerr.IsNil(client) {
 		return nil, nodeerr.Invalidf("redisfence: nil redis client")
 	}
 	return &Guard{client: client, node: rclient.Name(client)}, nil

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -143,4 +144,19 @@ func Invalid(problem string) error {
 		return nil
 	}
 	return Invalidf("%s", problem)
+}
+
+// IsNil reports whether v, a client or database handle given to a
+// constructor, is nil or a typed nil in an interface (which would panic on
+// first use).
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	switch r.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return r.IsNil()
+	}
+	return false
 }

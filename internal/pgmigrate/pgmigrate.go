@@ -4,7 +4,6 @@
 package pgmigrate
 
 import (
-	"reflect"
 	"strconv"
 )
 
@@ -25,17 +24,3 @@ func Serialized(create string) string {
 // bytes 8 to 15 of the SHA-256 of "pglock migrate", made as pglock's key
 // for its waiters is.
 const Key int64 = -2338369163326999730
-
-// IsNil reports whether v, a database handle, is nil or a typed nil
-// pointer in an interface.
-func IsNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	r := reflect.ValueOf(v)
-	switch r.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return r.IsNil()
-	}
-	return false
-}

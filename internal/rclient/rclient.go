@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -16,13 +15,6 @@ import (
 
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
-
-// IsNil reports whether c is nil, including a typed nil client in an
-// interface (which would panic on first use).
-func IsNil(c any) bool {
-	v := reflect.ValueOf(c)
-	return c == nil || v.Kind() == reflect.Pointer && v.IsNil()
-}
 
 // Name returns how errors name the server(s) behind c: the address of a
 // single-node client, the seed addresses of a Cluster or Ring.
