@@ -176,13 +176,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	tctx, cancel := g.l.oneTry(ctx)
 	defer cancel()
 	start := time.Now()
-	var held bool
-	var err error
-	if g.sem != "" {
-		held, err = g.l.node.ExtendPermit(tctx, g.keys[0], g.sem, g.token, g.fence, ttl)
-	} else {
-		held, err = g.l.node.Extend(tctx, g.keys[:], g.token, g.holder, g.fence, ttl)
-	}
+	held, err := g.l.node.Extend(tctx, g.keys[:], g.token, g.holder, g.sem, g.fence, ttl)
 	if err != nil {
 		return time.Time{}, g.l.opErr(ctx, err, false)
 	}
@@ -210,17 +204,13 @@ func (g *grant) Release(ctx context.Context) error {
 	return nil
 }
 
-// giveBack is the Locker as an rnode.GiveBacker (cleanup).
+// giveBack is the Locker as an rnode.GiveBacker: it deletes whichever of
+// keys holds token, in the background, within a short bound, waking
+// nobody: the lock was never held. (A holder record expires with the
+// lock's TTL.)
 type giveBack Locker
 
 func (l *giveBack) GiveBack(ctx context.Context, _ *rnode.Node, keys []string, token string, ttl time.Duration) {
-	(*Locker)(l).cleanup(ctx, keys, token, ttl)
-}
-
-// cleanup deletes whichever of keys holds token, in the background, within
-// a short bound, waking nobody: the lock was never held. (A holder record
-// expires with the lock's TTL.)
-func (l *Locker) cleanup(ctx context.Context, keys []string, token string, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
 	go func() {
 		defer cancel()
@@ -270,7 +260,7 @@ func (l *Locker) begin(name, full string, ttl time.Duration) (attempt, error) {
 func (a *attempt) failed(ctx context.Context, err error, keys []string) error {
 	a.plan.Lost(0)
 	if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
-		a.l.cleanup(ctx, keys, a.token, a.ttl)
+		(*giveBack)(a.l).GiveBack(ctx, nil, keys, a.token, a.ttl)
 	}
 	return fmt.Errorf("dlock: acquire %q: %w", a.name, a.l.opErr(ctx, err, true))
 }
@@ -288,7 +278,7 @@ func (a *attempt) answered(ctx context.Context, status, place, expiry int64, bus
 		if validUntil.After(a.start.Add(elapsed)) {
 			return validUntil, nil
 		}
-		a.l.cleanup(ctx, []string{key}, a.token, a.ttl)
+		(*giveBack)(a.l).GiveBack(ctx, nil, []string{key}, a.token, a.ttl)
 		why = fmt.Sprintf("the acquisition took %v, no validity left of ttl %v", elapsed, a.ttl)
 	case rnode.LeftToQueue:
 		why = "free, but this Locker's release just woke the longest waiter, which goes first"

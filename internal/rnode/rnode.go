@@ -109,7 +109,7 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 	if a.Holder == "" && a.Before == nil {
 		cmd = run(ctx, n.batch, n.Client, AcquireScript, boxed.Key, ks, args)
 		if left, ok := cmd.Err().(*batch.LeftError); ok && a.Late != nil {
-			n.giveBackLate(ctx, left, acquireGranted, a.Late, a.Keys, a.Token, a.TTL)
+			n.giveBackLate(ctx, left, acquireReply, a.Late, a.Keys, a.Token, a.TTL)
 		}
 	} else {
 		calls := []call{{Script: AcquireScript, Keys: slices.Clone(ks), Args: slices.Clone(args)}}
@@ -132,7 +132,7 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 func (n *Node) Permit(ctx context.Context, keys []string, args []any, token string, ttl time.Duration, late GiveBacker) (any, error) {
 	v, err := run(ctx, n.batch, n.Client, SemaphoreScript, nil, keys, args).Result()
 	if left, ok := err.(*batch.LeftError); ok {
-		n.giveBackLate(ctx, left, permitGranted, late, keys[2:2+(len(keys)-2)/2], token, ttl)
+		n.giveBackLate(ctx, left, SemaphoreReply, late, keys[2:2+(len(keys)-2)/2], token, ttl)
 	}
 	return v, err
 }
@@ -217,9 +217,10 @@ func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token
 
 // Extend resets the TTL of keys if all of them still hold token, renews
 // their fence counters when fence is known (raising them to it) and the
-// holder records' (rec), in one round trip. held is false when some key no
-// longer holds token.
-func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string, fence int64, ttl time.Duration) (held bool, err error) {
+// holder records' (rec), in one round trip. A permit (sem: its semaphore,
+// fence known) also raises its limit record's TTL to ttl. held is false
+// when some key no longer holds token.
+func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec, sem string, fence int64, ttl time.Duration) (held bool, err error) {
 	if fence == 0 && rec == "" && len(lockKeys) == 1 && n.Features(ctx).SetIfEq {
 		// SET IFEQ renews the key alone: only for a lock whose fence is
 		// not known, where the script leaves the counter alone too.
@@ -233,8 +234,11 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string,
 	ms := n.ttlArg(ttl)
 	ks, args := lockKeys, []any{token, ms, 0}
 	if fence > 0 {
-		ks = append(append(make([]string, 0, 2*len(lockKeys)), lockKeys...), keys.Fences(lockKeys)...)
+		ks = append(append(make([]string, 0, 2*len(lockKeys)+1), lockKeys...), keys.Fences(lockKeys)...)
 		args = []any{token, ms, fence, n.fenceTTL}
+	}
+	if sem != "" {
+		ks = append(ks, keys.Limit(sem))
 	}
 	var v int64
 	if rec != "" {
@@ -243,19 +247,6 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string,
 	} else {
 		v, err = run(ctx, n.batch, n.Client, extendScript, nil, ks, args).Int64()
 	}
-	return v == 1, err
-}
-
-// ExtendPermit is Extend for a permit of the semaphore sem on key, which
-// also raises the TTL of the semaphore's limit record to the permit's.
-func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence int64, ttl time.Duration) (held bool, err error) {
-	limitKey := keys.Limit(sem)
-	ms := n.ttlArg(ttl)
-	ks, args := []string{key, limitKey}, []any{token, ms, 0}
-	if fence > 0 {
-		ks, args = []string{key, keys.Fence(key), limitKey}, []any{token, ms, fence, n.fenceTTL}
-	}
-	v, err := run(ctx, n.batch, n.Client, extendScript, nil, ks, args).Int64()
 	return v == 1, err
 }
 
