@@ -1,7 +1,7 @@
-// Package rnode is dlock's lock protocol on one Redis server: the scripts
-// and the one acquire, release and extend that redislock and redlock run,
-// through the node's batch or a pipeline with the holder record's scripts,
-// or with the server's own commands where the node probes for them.
+// Package rnode is dlock's lock protocol on one Redis server, for
+// redislock and redlock: the scripts, run through the node's batch (or a
+// pipeline with the holder record's), and the server's own commands where
+// the node probes for them.
 package rnode
 
 import (
@@ -37,9 +37,9 @@ type Node struct {
 	native  atomic.Pointer[rclient.Native] // what the probe found; nil: not probed yet
 }
 
-// New returns the node behind c. With a logger, the node probes the server
-// for its own release and extend commands on first use (and warns there
-// about an eviction policy); without, it always runs the scripts.
+// New returns the node behind c. With a logger it probes for the server's
+// own commands on first use (and warns of an eviction policy there);
+// without, it runs the scripts.
 func New(c redis.UniversalClient, name string, fenceTTL time.Duration, probe *slog.Logger) *Node {
 	return &Node{Client: c, Name: name, batch: batch.For(c), fenceTTL: fenceTTL.Milliseconds(),
 		logger: probe, probing: make(chan struct{}, 1)}
@@ -75,19 +75,18 @@ type Attempt struct {
 	Before    func(redis.Pipeliner) // if set, commands put before the script, in a pipeline
 }
 
-// GiveBacker gives back the keys of an attempt on node n that its caller
-// gave up on. (An interface: a *Locker in it costs no allocation.)
+// GiveBacker gives back the keys of an attempt on n that its caller gave up
+// on. (An interface: a *Locker in it costs no allocation.)
 type GiveBacker interface {
 	GiveBack(ctx context.Context, n *Node, keys []string, token string, ttl time.Duration)
 }
 
-// Acquire runs the acquire script (and the holder record's writes after
-// it, in the same round trip) and reads its reply (an unreadable one is an
-// error, not an error reply). boxed is what it boxed, for the release.
+// Acquire runs the acquire script (and the holder record's writes, in the
+// same round trip) and reads its reply. boxed is what it boxed, for the
+// release.
 func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed Boxed, err error) {
-	// The keys and arguments stay on the stack (for one key: the lock,
-	// fence and queue keys; the token, TTL, fence TTL, clock offset and
-	// the queue's five): the command copies them.
+	// On the stack, room for one key's keys and arguments: the command
+	// copies them.
 	var kb [3]string
 	var ab [9]any
 	ks := append(kb[:0], a.Keys...)
@@ -127,10 +126,10 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 }
 
 // Permit runs the semaphore script over keys (SemaphoreKeys) with args. A
-// call whose context ended in flight has late give back any slot it may
-// have taken for token (releasing the others changes nothing).
+// call that left in flight has late give back every slot: one may be
+// token's, the others are not touched.
 func (n *Node) Permit(ctx context.Context, keys []string, args []any, token string, ttl time.Duration, late GiveBacker) (any, error) {
-	v, err := run(ctx, n.batch, n.Client, SemaphoreScript, nil, keys, args).Result()
+	v, err := run(ctx, n.batch, n.Client, semaphoreScript, nil, keys, args).Result()
 	if left, ok := err.(*batch.LeftError); ok {
 		n.giveBackLate(ctx, left, SemaphoreReply, late, keys[2:2+(len(keys)-2)/2], token, ttl)
 	}
@@ -153,7 +152,7 @@ type Release struct {
 }
 
 // Release deletes the keys that hold the token (and the holder records
-// still rel.Holder) in one round trip; it counts the keys and waiters woken.
+// still rel.Holder) in one round trip, and counts the keys and waiters.
 func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, err error) {
 	one := len(rel.Keys) == 1 && rel.Fence == 0 && rel.Sem == ""
 	if one && rel.Holder == "" {
@@ -257,7 +256,7 @@ func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bo
 	for range 2 { // a second time with every slot that may be held
 		ks := SemaphoreKeys(sem, span)
 		ks = append(ks[:1:1], ks[2:2+span]...) // the limit record and the slots
-		v, err := run(ctx, n.batch, n.Client, SemLimitScript, nil, ks, []any{limit}).Int64Slice()
+		v, err := run(ctx, n.batch, n.Client, semLimitScript, nil, ks, []any{limit}).Int64Slice()
 		if err != nil {
 			return false, err
 		}
@@ -269,10 +268,11 @@ func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bo
 	return false, errors.New("the limit changed while it was being set")
 }
 
-// Features reports the server's own release and extend commands, probed
-// once with its eviction policy; a node made without a logger reports
-// none. A call waits for a probe in progress within ctx, else uses the
-// scripts; a probe that got no answer is made again by the next call.
+// Features reports the server's own commands, probed once with its
+// eviction policy (none without a logger). A call waits for a probe in
+// progress within ctx, else uses the scripts; a probe that got no answer
+// is made again by the next call.
+
 func (n *Node) Features(ctx context.Context) rclient.Native {
 	if n.logger == nil {
 		return rclient.Native{}

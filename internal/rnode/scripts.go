@@ -6,7 +6,7 @@ package rnode
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"fmt"
 	"slices"
 	"strconv"
@@ -19,46 +19,38 @@ import (
 	"github.com/dlock-go/dlock/internal/rclient"
 )
 
-var (
-	//go:embed queue.lua
-	queueSrc string
-	//go:embed acquire.lua
-	acquireSrc string
-	//go:embed release.lua
-	releaseSrc string
-	//go:embed extend.lua
-	extendSrc string
-	//go:embed wake.lua
-	wakeSrc string
-	//go:embed semaphore.lua
-	semaphoreSrc string
-	//go:embed semlimit.lua
-	semLimitSrc string
-	//go:embed holder.lua
-	holderSrc string
-)
+//go:embed *.lua
+var lua embed.FS
 
 var (
 	// Each .lua file says what its script takes and returns.
-	AcquireScript   = redis.NewScript(queueSrc + acquireSrc)
-	ReleaseScript   = redis.NewScript(releaseSrc)
-	extendScript    = redis.NewScript(extendSrc)
-	wakeScript      = redis.NewScript(wakeSrc) // after DELEX
-	SemaphoreScript = redis.NewScript(queueSrc + semaphoreSrc)
-	SemLimitScript  = redis.NewScript(semLimitSrc)
-	holderScript    = redis.NewScript(holderSrc)
+	AcquireScript   = load("queue", "acquire")
+	ReleaseScript   = load("release")
+	extendScript    = load("extend")
+	wakeScript      = load("wake") // after DELEX
+	semaphoreScript = load("queue", "semaphore")
+	semLimitScript  = load("semlimit")
+	holderScript    = load("holder")
 )
 
 // hashArgs holds the SHA of each script, boxed once for Cmd: one
 // allocation less per call.
-var hashArgs = func() map[*redis.Script]any {
-	m := map[*redis.Script]any{}
-	for _, s := range []*redis.Script{AcquireScript, ReleaseScript, extendScript, wakeScript,
-		SemaphoreScript, SemLimitScript, holderScript} {
-		m[s] = s.Hash()
+var hashArgs = map[*redis.Script]any{}
+
+// load returns the script of the named files, one after the other.
+func load(files ...string) *redis.Script {
+	var src []byte
+	for _, f := range files {
+		b, err := lua.ReadFile(f + ".lua")
+		if err != nil {
+			panic(err) // embedded: cannot happen
+		}
+		src = append(src, b...)
 	}
-	return m
-}()
+	s := redis.NewScript(string(src))
+	hashArgs[s] = s.Hash()
+	return s
+}
 
 // releaseReply reads the release script's reply: the number of keys
 // deleted, and of waiters woken.
