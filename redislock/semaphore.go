@@ -20,7 +20,6 @@ var _ driver.Semaphores = (*Locker)(nil)
 // Semaphores in the package documentation).
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
 
-// semaphore is the Locker of Semaphore.
 type semaphore struct {
 	l     *Locker
 	limit int
@@ -38,8 +37,8 @@ func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{
 	return s.l.register(name, s.l.semKey(name))
 }
 
-// semKey is the semaphore's name on the server (its slot keys' prefix,
-// with the Locker's), for its queue and limit record.
+// semKey is the semaphore's name on the server: its slot keys' prefix.
+
 func (l *Locker) semKey(name string) string { return l.cfg.Prefix + bridge.SlotPrefix(name) }
 
 func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
@@ -73,7 +72,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		n = int(r.Fence)
 	}
 	slot := a.full + strconv.FormatInt(r.Slot, 10)
-	validUntil, err := a.answered(ctx, r.Status, r.Place, r.Expiry, "all permits are held", slot)
+	validUntil, err := a.answered(ctx, r, "all permits are held", slot)
 	if r.Status == rnode.Conflict {
 		return nil, backend.LimitConflict(name, int(r.Fence), s.limit)
 	}
