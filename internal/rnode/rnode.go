@@ -171,9 +171,7 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 		args = append(args, rel.Sem)
 	}
 	if rel.Fence > 0 {
-		for _, k := range rel.Keys {
-			ks = append(ks, keys.Fence(k))
-		}
+		ks = append(ks, keys.Fences(rel.Keys)...)
 	}
 	if rel.Wake && rel.Sem != "" {
 		ks = append(ks, keys.Queue(rel.Sem))
