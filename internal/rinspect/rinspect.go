@@ -42,13 +42,11 @@ func Scan(ctx context.Context, c redis.UniversalClient, node, prefix, pattern st
 				found = append(found, k)
 			}
 		}
-		if len(found) > 0 {
-			r, err := Describe(ctx, c, node, prefix, found)
-			if err != nil {
-				return nil, err
-			}
-			rows = append(rows, r...)
+		r, err := Describe(ctx, c, node, prefix, found) // none found: no round trip
+		if err != nil {
+			return nil, err
 		}
+		rows = append(rows, r...)
 		if len(rows) >= limit {
 			return Sort(rows[:limit]), nil
 		}
