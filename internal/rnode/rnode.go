@@ -127,7 +127,7 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 
 // Permit runs the semaphore script over keys (SemaphoreKeys) with args. A
 // call that left in flight has late give back every slot: one may be
-// token's, the others are not touched.
+// token's, and releasing the others changes nothing.
 func (n *Node) Permit(ctx context.Context, keys []string, args []any, token string, ttl time.Duration, late GiveBacker) (any, error) {
 	v, err := run(ctx, n.batch, n.Client, semaphoreScript, nil, keys, args).Result()
 	if left, ok := err.(*batch.LeftError); ok {
