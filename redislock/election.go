@@ -20,8 +20,9 @@ const termRereads = 3
 // key, its fence counter (the grant's fence) and its holder record, which
 // a grant with an identity (driver.Identity) writes as WithHolderInfo
 // does. Leader (the identity, else host:pid) and Since come from a record
-// whose token is the key's; a holder without one (a bare TryAcquire,
-// another client) is reported with its fence and no Leader.
+// whose token is the key's; a holder without one is reported with its
+// fence and no Leader.
+
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err

@@ -16,17 +16,17 @@ import (
 
 var _ dlock.Inspector = (*Locker)(nil)
 
-// Inspect lists the held locks whose keys (without the Locker's prefix)
-// match pattern, a Redis glob ("*", "billing:*"), with each one's
-// remaining TTL, token, fence counter, holder (WithHolderInfo, `dlock
-// run`) and Lockers queued (Waiting: a Locker counts once). Any string key
-// with a TTL is listed, as another client's lock (SET NX PX) is one;
-// dlock's own keys (dlock:*) are not. The keys are found with SCAN ...
-// TYPE string (Redis 6 or later), never KEYS, on every master of a
-// Cluster. At most limit locks are returned (0: 1000), sorted by key: the
-// first the scan finds, not the first by name. It returns an error
-// matching dlock.ErrUnavailable when a server could not be reached or
-// answered with an error.
+// Inspect implements dlock.Inspector: the locks whose keys, without the
+// Locker's prefix, match pattern, with each one's TTL, token, fence
+// counter, holder (WithHolderInfo, `dlock run`) and Lockers queued
+// (Waiting: a Locker counts once). Any string key with a TTL is listed, as
+// another client's lock (SET NX PX) is one; dlock's own keys are not. The
+// keys are found with SCAN ... TYPE string (Redis 6 or later) on every
+// master of a Cluster. At most limit locks are returned (0: 1000), sorted
+// by key: the first the scan finds, not the first by name. It returns an
+// error matching dlock.ErrUnavailable when a server could not be reached
+// or answered with an error.
+
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
 	pattern, _, limit, err := backend.CheckInspect(ctx, pattern, limit)
 	if err != nil {

@@ -58,13 +58,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// TryAcquire makes one attempt to take the lock on key for ttl, in one
-// round trip. It returns an error matching dlock.ErrNotAcquired when
-// another owner holds key, dlock.ErrUnavailable when the server could not
-// be reached or answered with an error that may pass,
-// dlock.ErrMisconfigured when it refused for good (the reply is in the
-// chain: errors.As with redis.Error), and dlock.ErrInvalid for bad
-// arguments. An attempt that returns an error leaves no key of its own
+// TryAcquire implements dlock.Locker, in one round trip. An error reply
+// that may pass matches dlock.ErrUnavailable, a refusal for good
+// dlock.ErrMisconfigured (the reply is in the chain: errors.As with
+// redis.Error). An attempt that returns an error leaves no key of its own
 // behind: one whose reply was lost is deleted again (best effort, in the
 // background).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
@@ -79,8 +76,8 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		return nil, err
 	}
-	// WithHolderInfo's record, or an election candidate's; "" for none.
-	rec := holder.Grant(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), a.token)
+	rec := holder.Grant(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), a.token) // "": none
+
 	g := &grant{l: l, keys: [1]string{a.full}, token: a.token, holder: rec}
 	at := rnode.Attempt{Keys: g.keys[:], Token: a.token, TTL: ttl, Holder: g.holder, Late: (*giveBack)(l)}
 	at.Queue, at.QueueArgs = a.plan.Queue(0)
@@ -91,7 +88,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		return nil, a.failed(ctx, err, g.keys[:])
 	}
-	validUntil, err := a.answered(ctx, r.Status, r.Place, r.Expiry, "held by another owner", a.full)
+	validUntil, err := a.answered(ctx, r, "held by another owner", a.full)
 	if err != nil {
 		return nil, err
 	}
@@ -106,8 +103,8 @@ func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan s
 	return l.register(key, l.cfg.Prefix+key)
 }
 
-// register registers a wait for the release of the lock key, or the
-// semaphore, full (the caller's name, prefixed).
+// register waits for the release of full: the lock key, or the semaphore,
+// of name.
 func (l *Locker) register(name, full string) (<-chan struct{}, func()) {
 	if l.notify == nil || bridge.KeyProblem(name) != "" {
 		return nil, func() {}
@@ -116,10 +113,11 @@ func (l *Locker) register(name, full string) (<-chan struct{}, func()) {
 }
 
 // Close ends the Locker's subscription to release announcements (else
-// closed with the client, or after 30s without waiters) and takes the
-// Locker out of its waiter queues; waits then poll, and locks, TryAcquire
-// and Release keep working. It does not close the client, is safe to call
-// more than once and concurrently with other methods, and returns nil.
+// closed with the client, or after 30s without waiters) and takes it out
+// of its waiter queues; waits then poll, and everything else keeps
+// working. It does not close the client, is safe to call more than once
+// and concurrently with other methods, and returns nil.
+
 func (l *Locker) Close() error {
 	if l.notify != nil {
 		l.notify.Close()
@@ -167,8 +165,6 @@ type grant struct {
 	boxed  rnode.Boxed // the key and token as the attempt boxed them, for the release
 }
 
-// Extend resets the TTL if the key still holds the token, and renews the
-// fence counter's.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
@@ -176,13 +172,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	tctx, cancel := g.l.oneTry(ctx)
 	defer cancel()
 	start := time.Now()
-	var held bool
-	var err error
-	if g.sem != "" {
-		held, err = g.l.node.ExtendPermit(tctx, g.keys[0], g.sem, g.token, g.fence, ttl)
-	} else {
-		held, err = g.l.node.Extend(tctx, g.keys[:], g.token, g.holder, g.fence, ttl)
-	}
+	held, err := g.l.node.Extend(tctx, g.keys[:], g.token, g.holder, g.sem, g.fence, ttl)
 	if err != nil {
 		return time.Time{}, g.l.opErr(ctx, err, false)
 	}
@@ -192,8 +182,6 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	return bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 }
 
-// Release deletes the key if it still holds the token, and wakes the
-// longest waiter of the key in the same round trip.
 func (g *grant) Release(ctx context.Context) error {
 	tctx, cancel := g.l.oneTry(ctx)
 	defer cancel()
@@ -210,17 +198,13 @@ func (g *grant) Release(ctx context.Context) error {
 	return nil
 }
 
-// giveBack is the Locker as an rnode.GiveBacker (cleanup).
+// giveBack is the Locker as an rnode.GiveBacker: it deletes whichever of
+// keys holds token, in the background, within a short bound, waking
+// nobody: the lock was never held. (A holder record expires with the
+// lock's TTL.)
 type giveBack Locker
 
 func (l *giveBack) GiveBack(ctx context.Context, _ *rnode.Node, keys []string, token string, ttl time.Duration) {
-	(*Locker)(l).cleanup(ctx, keys, token, ttl)
-}
-
-// cleanup deletes whichever of keys holds token, in the background, within
-// a short bound, waking nobody: the lock was never held. (A holder record
-// expires with the lock's TTL.)
-func (l *Locker) cleanup(ctx context.Context, keys []string, token string, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
 	go func() {
 		defer cancel()
@@ -228,13 +212,11 @@ func (l *Locker) cleanup(ctx context.Context, keys []string, token string, ttl t
 	}()
 }
 
-// opErr classifies an error of a call to the server (nodeerr.Error).
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
 	return nodeerr.Error(ctx, l.node.Name, err, rclient.Kind(err), acquiring)
 }
 
-// oneTry bounds one try by the client's dial and read timeouts together
-// (see the package documentation).
+// oneTry bounds one try (see the package documentation).
 func (l *Locker) oneTry(ctx context.Context) (context.Context, context.CancelFunc) {
 	if l.tryTimeout <= 0 {
 		return ctx, func() {}
@@ -253,8 +235,7 @@ type attempt struct {
 	start time.Time  // when the request left
 }
 
-// begin starts an attempt on name, or refuses it when this Locker's own
-// release just woke the longest waiter, which goes first (wake.Plan).
+// begin starts an attempt on name, or refuses it (wake.Plan's yield).
 func (l *Locker) begin(name, full string, ttl time.Duration) (attempt, error) {
 	plan, yield := l.notify.Plan(full)
 	if yield {
@@ -263,32 +244,32 @@ func (l *Locker) begin(name, full string, ttl time.Duration) (attempt, error) {
 	return attempt{l: l, name: name, full: full, token: bridge.NewToken(), ttl: ttl, plan: plan}, nil
 }
 
-// failed returns the error of an attempt whose call failed with err. The
-// attempt may have queued the Locker. Unless it left its batch (Late gives
-// it back) or the server answered with an error, the reply was lost, not
-// the request: one of keys may be ours, so it is removed.
+// failed returns the error of an attempt whose call failed with err.
+// Unless it left its batch (Late gives it back) or the server answered
+// with an error, the reply was lost, not the request: one of keys may be
+// ours, so it is removed.
 func (a *attempt) failed(ctx context.Context, err error, keys []string) error {
 	a.plan.Lost(0)
 	if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
-		a.l.cleanup(ctx, keys, a.token, a.ttl)
+		(*giveBack)(a.l).GiveBack(ctx, nil, keys, a.token, a.ttl)
 	}
 	return fmt.Errorf("dlock: acquire %q: %w", a.name, a.l.opErr(ctx, err, true))
 }
 
-// answered records the server's answer to the attempt in its wake-up plan
-// and returns the grant's validity, or the refusal's error (busy says who
-// holds the key). A grant of key with no validity left is given back.
-func (a *attempt) answered(ctx context.Context, status, place, expiry int64, busy, key string) (time.Time, error) {
-	a.plan.Observe(0, status != rnode.Granted, place, expiry)
+// answered records the server's answer r in the attempt's plan and returns
+// the grant's validity, or the refusal's error (busy says who holds the
+// key). A grant of key with no validity left is given back.
+func (a *attempt) answered(ctx context.Context, r rnode.AcquireResult, busy, key string) (time.Time, error) {
+	a.plan.Observe(0, r.Status != rnode.Granted, r.Place, r.Expiry)
 	why := busy
-	switch status {
+	switch r.Status {
 	case rnode.Granted:
 		validUntil := bridge.ValidUntil(a.start, a.ttl, a.l.cfg.DriftFactor)
 		elapsed := time.Since(a.start)
 		if validUntil.After(a.start.Add(elapsed)) {
 			return validUntil, nil
 		}
-		a.l.cleanup(ctx, []string{key}, a.token, a.ttl)
+		(*giveBack)(a.l).GiveBack(ctx, nil, []string{key}, a.token, a.ttl)
 		why = fmt.Sprintf("the acquisition took %v, no validity left of ttl %v", elapsed, a.ttl)
 	case rnode.LeftToQueue:
 		why = "free, but this Locker's release just woke the longest waiter, which goes first"

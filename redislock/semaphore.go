@@ -20,7 +20,6 @@ var _ driver.Semaphores = (*Locker)(nil)
 // Semaphores in the package documentation).
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
 
-// semaphore is the Locker of Semaphore.
 type semaphore struct {
 	l     *Locker
 	limit int
@@ -38,8 +37,8 @@ func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{
 	return s.l.register(name, s.l.semKey(name))
 }
 
-// semKey is the semaphore's name on the server (its slot keys' prefix,
-// with the Locker's), for its queue and limit record.
+// semKey is the semaphore's name on the server: its slot keys' prefix.
+
 func (l *Locker) semKey(name string) string { return l.cfg.Prefix + bridge.SlotPrefix(name) }
 
 func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
@@ -57,7 +56,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 	tctx, cancel := l.oneTry(ctx)
 	defer cancel()
 	a.start = time.Now()
-	var r rnode.SemaphoreResult
+	var r rnode.AcquireResult
 	for range 2 { // a second time with every slot that may be held (Widen)
 		ks := rnode.SemaphoreKeys(a.full, n)
 		v, err := l.node.Permit(tctx, ks, args, a.token, ttl, (*giveBack)(l))
@@ -67,21 +66,21 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		if err != nil {
 			return nil, a.failed(ctx, err, ks[2:2+n]) // a slot may be ours
 		}
-		if r.Status != rnode.Widen || r.X <= int64(n) || r.X > bridge.MaxLimit {
+		if r.Status != rnode.Widen || r.Fence <= int64(n) || r.Fence > bridge.MaxLimit {
 			break
 		}
-		n = int(r.X)
+		n = int(r.Fence)
 	}
 	slot := a.full + strconv.FormatInt(r.Slot, 10)
-	validUntil, err := a.answered(ctx, r.Status, r.Place, r.Expiry, "all permits are held", slot)
+	validUntil, err := a.answered(ctx, r, "all permits are held", slot)
 	if r.Status == rnode.Conflict {
-		return nil, backend.LimitConflict(name, int(r.X), s.limit)
+		return nil, backend.LimitConflict(name, int(r.Fence), s.limit)
 	}
 	if err != nil {
 		return nil, err
 	}
-	g := &grant{l: l, keys: [1]string{slot}, token: a.token, fence: r.X, sem: a.full}
-	return driver.NewPermit(name, int(r.Slot), a.token, uint64(r.X), validUntil, g), nil
+	g := &grant{l: l, keys: [1]string{slot}, token: a.token, fence: r.Fence, sem: a.full}
+	return driver.NewPermit(name, int(r.Slot), a.token, uint64(r.Fence), validUntil, g), nil
 }
 
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): one script

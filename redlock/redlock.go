@@ -283,13 +283,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		if err := g.l.dupErr(n); err != nil {
 			return err
 		}
-		var held bool
-		var err error
-		if g.sem != "" {
-			held, err = n.ExtendPermit(ctx, g.keys[0], g.sem, g.token, g.fence, ttl)
-		} else {
-			held, err = n.Extend(ctx, g.keys, g.token, g.holder, g.fence, ttl)
-		}
+		held, err := n.Extend(ctx, g.keys, g.token, g.holder, g.sem, g.fence, ttl)
 		if err != nil {
 			return g.l.nodeErr(err, timeout)
 		}

@@ -114,13 +114,11 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 		if err != nil {
 			return &nodeReply{err: err} // a slot may be taken: the failed attempt releases it
 		}
-		if r.Status == rnode.Widen && r.X > int64(span) && r.X <= bridge.MaxLimit {
-			span = int(r.X)
+		if r.Status == rnode.Widen && r.Fence > int64(span) && r.Fence <= bridge.MaxLimit {
+			span = int(r.Fence)
 			continue
 		}
-		// X is the fence when Granted, the node's limit when Conflict.
-		res := rnode.AcquireResult{Status: r.Status, Fence: r.X, Holder: r.Holder, Expiry: r.Expiry, Place: r.Place}
-		return &nodeReply{AcquireResult: res, limit: r.X}
+		return &nodeReply{AcquireResult: r, limit: r.Fence} // Fence: the node's limit when Conflict
 	}
 	return &nodeReply{err: errors.New("the limit changed while this attempt read the semaphore")}
 }

@@ -9,18 +9,14 @@ import (
 )
 
 // Native says which of its own compare-and-delete and compare-and-set
-// commands a server has, each doing a script's work.
+// commands a server has (see Protocol in package redislock).
 type Native struct {
-	// Release names the command that deletes a key only while it holds a
-	// token: "delex" (DELEX key IFEQ token: Redis 8.4, Valkey 9.2),
-	// "delifeq" (DELIFEQ key token: Valkey 9.0), or "" (none: a script).
-	Release string
-	// SetIfEq: SET key token PX ttl IFEQ token (Redis 8.4, Valkey 8.1).
-	SetIfEq bool
+	Release string // "delex", "delifeq", or "" (none: a script)
+	SetIfEq bool   // SET key token PX ttl IFEQ token
 }
 
-// ReleaseArgs returns the command that deletes key if it holds token
-// (n.Release must not be ""). Its reply is the number of keys deleted.
+// ReleaseArgs returns the command that deletes key if it holds token (for
+// a Release not ""), whose reply is the number of keys deleted.
 func (n Native) ReleaseArgs(key, token string) []any {
 	if n.Release == "delifeq" {
 		return []any{"delifeq", key, token}
@@ -30,8 +26,8 @@ func (n Native) ReleaseArgs(key, token string) []any {
 
 // Probe asks the server behind c, in one round trip that changes nothing,
 // which native commands it has (each tried on a missing key) and its
-// maxmemory-policy ("" when CONFIG is denied or renamed). ok is false when
-// the server did not answer: probe again later.
+// maxmemory-policy ("" when CONFIG is denied). ok is false when the server
+// did not answer: probe again later.
 func Probe(ctx context.Context, c redis.UniversalClient, probeKey string) (n Native, policy string, ok bool) {
 	pipe := c.Pipeline()
 	delex := pipe.Do(ctx, "delex", probeKey, "IFEQ", "x")
@@ -48,8 +44,8 @@ func Probe(ctx context.Context, c redis.UniversalClient, probeKey string) (n Nat
 
 // decide reads the probe's replies: a command the server has answers 0 or
 // nil on a missing key; one it lacks (or an ACL denies, or a proxy does
-// not pass) answers an error, and the scripts do its work. A probe with a
-// command unanswered (a network error) decides nothing.
+// not pass) answers an error. A command unanswered decides nothing.
+
 func decide(delex, delifeq, set error) (n Native, ok bool) {
 	for _, err := range []error{delex, delifeq, set} {
 		if err != nil && err != redis.Nil && !IsReply(err) {

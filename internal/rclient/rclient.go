@@ -1,6 +1,5 @@
-// Package rclient holds what every Redis-backed package of dlock needs to
-// know of go-redis clients and their errors, and the probe of a server's
-// own commands.
+// Package rclient knows go-redis clients and their errors for dlock's
+// Redis packages, and probes a server's own commands.
 package rclient
 
 import (
@@ -31,9 +30,9 @@ func Name(c any) string {
 }
 
 // Timeouts returns how long one try on c may take: its dial plus its read
-// timeout, or 0 when its reads have none or it does not say (a Ring with
-// its shards' defaults, an unknown client). bound reports whether context
-// deadlines bound its reads (an unknown client: true, nothing to warn of).
+// timeout, or 0 when its reads have none or it does not say (a Ring, an
+// unknown client). bound reports whether context deadlines bound its reads
+// (an unknown client: true, nothing to warn of).
 func Timeouts(c any) (try time.Duration, bound bool) {
 	var dial, read time.Duration
 	bound = true
@@ -60,9 +59,7 @@ func IsReply(err error) bool {
 	return err != redis.Nil && errors.As(err, &re)
 }
 
-// Kind says what kind of failure err, a go-redis call's, is: a refusal
-// (nodeerr.Refused), another error reply (nodeerr.Answered: LOADING,
-// BUSY...), or no answer.
+// Kind says what kind of failure err, a go-redis call's, is.
 func Kind(err error) nodeerr.Kind {
 	if !IsReply(err) {
 		return nodeerr.Unreachable
@@ -73,21 +70,19 @@ func Kind(err error) nodeerr.Kind {
 	return nodeerr.Answered
 }
 
-// refusals are the beginnings of the error replies that stay the same
-// until someone changes the setup: no or wrong credentials, an ACL that
-// denies a key, command or channel, a key of another type, a replica
-// (go-redis already retried the failovers that end it), no memory left
-// under noeviction, writes stopped by a failed save, a command the server
-// does not have (renamed, or a proxy's).
+// refusals begin the error replies that stay until someone changes the
+// setup: credentials, an ACL, a key of another type, a replica (go-redis
+// already retried the failovers that end it), no memory under noeviction,
+// writes stopped by a failed save, a command renamed or a proxy's.
 var refusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "WRONGTYPE", "READONLY", "OOM", "MISCONF", "unknown command"}
 
 // Describe is nodeerr.Describe for the error of a go-redis call.
 func Describe(err error) error { return nodeerr.Describe(err, Kind(err)) }
 
 // Exec sends pipe's commands and gives each one that got no reply the
-// pipeline's error: go-redis leaves an error reply to the connection's
-// handshake (WRONGPASS, NOAUTH) off the commands, which would read as
-// empty successes.
+// pipeline's error: go-redis leaves a handshake's error reply (WRONGPASS,
+// NOAUTH) off the commands, which would read as empty successes.
+
 func Exec(ctx context.Context, pipe redis.Pipeliner) {
 	cmds, err := pipe.Exec(ctx)
 	if err == nil {

@@ -17,15 +17,15 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
-// scanCount is each SCAN's COUNT hint: the server looks at about that many
-// keys per call, so a call stays short however large the database.
+// scanCount is each SCAN's COUNT hint: a call stays short however large
+// the database.
 const scanCount = 1000
 
 // Scan lists, sorted, at most limit (> 0) held locks on one server whose
 // keys, without prefix, match pattern (string keys with a TTL); dlock's
 // own keys only if prefix+pattern starts with "dlock:".
 func Scan(ctx context.Context, c redis.UniversalClient, node, prefix, pattern string, limit int) ([]dlock.LockInfo, error) {
-	match := escape(prefix) + pattern
+	match := globQuoter.Replace(prefix) + pattern
 	skipOwn := !strings.HasPrefix(prefix+pattern, keys.Reserved)
 	seen := map[string]bool{}
 	var rows []dlock.LockInfo
@@ -42,13 +42,11 @@ func Scan(ctx context.Context, c redis.UniversalClient, node, prefix, pattern st
 				found = append(found, k)
 			}
 		}
-		if len(found) > 0 {
-			r, err := Describe(ctx, c, node, prefix, found)
-			if err != nil {
-				return nil, err
-			}
-			rows = append(rows, r...)
+		r, err := Describe(ctx, c, node, prefix, found) // none found: no round trip
+		if err != nil {
+			return nil, err
 		}
+		rows = append(rows, r...)
 		if len(rows) >= limit {
 			return Sort(rows[:limit]), nil
 		}
@@ -95,9 +93,9 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 			continue // no expiry (not a lock), or gone since the scan
 		}
 		info := dlock.LockInfo{Key: strings.TrimPrefix(k, prefix), Node: node, TTL: ttl, Token: token, Majority: true}
-		// A failed read's Val is empty, and leaves its field zero. The
-		// fence counter is the lock's fence on one node, this node's draw
-		// for Redlock (the lock's fence is the largest).
+		// A failed read's Val is empty: its field stays zero. On Redlock
+		// the counter is this node's draw (the lock's fence is the largest).
+
 		info.Fence, _ = strconv.ParseUint(r.fence.Val(), 10, 64)
 		var h Record
 		if json.Unmarshal([]byte(r.holder.Val()), &h) == nil {
@@ -120,14 +118,5 @@ func Sort(rows []dlock.LockInfo) []dlock.LockInfo {
 	return rows
 }
 
-// escape quotes the glob characters of a literal prefix.
-func escape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+// globQuoter quotes the glob characters of a literal prefix.
+var globQuoter = strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`, `\`, `\\`)

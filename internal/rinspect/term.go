@@ -18,8 +18,8 @@ type Term struct {
 	Record  *Record // the holder record, if its token is Token
 }
 
-// Record is what a holder publishes about itself in keys.Holder(key)
-// (package holder: dlock run, WithHolderInfo, an election's grant).
+// Record is the holder record of package holder, in keys.Holder(key).
+
 type Record struct {
 	Host     string    `json:"host"`
 	PID      int       `json:"pid"`

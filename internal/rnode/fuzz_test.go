@@ -42,8 +42,8 @@ func FuzzSemaphoreReply(f *testing.F) {
 				v = v[:n]
 			}
 			r, err := SemaphoreReply(v)
-			if err == nil && r.Status == Granted && (r.X <= 0 || r.Slot < 0) {
-				t.Fatalf("grant with fence %d on slot %d accepted from %v", r.X, r.Slot, v)
+			if err == nil && r.Status == Granted && (r.Fence <= 0 || r.Slot < 0) {
+				t.Fatalf("grant with fence %d on slot %d accepted from %v", r.Fence, r.Slot, v)
 			}
 			if err == nil && r.Holder != "" && r.Status != Busy {
 				t.Fatalf("holder %q read from a reply of status %d", r.Holder, r.Status)

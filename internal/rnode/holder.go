@@ -13,8 +13,8 @@ import (
 )
 
 // writeHolders returns the calls that write rec beside each of lockKeys
-// for ttl, each only while its key holds token: after an acquire or an
-// extend script in the same pipeline, they write only where it granted.
+// for ttl, each only while its key holds token (after an acquire or an
+// extend script in a pipeline: only where it granted).
 func writeHolders(lockKeys []string, token, rec string, ttl time.Duration) []call {
 	ms := bridge.Milliseconds(ttl)
 	calls := make([]call, len(lockKeys))
@@ -41,10 +41,9 @@ type call struct {
 	Args   []any
 }
 
-// pipelined runs calls in order in one round trip (EVALSHA), after the
-// commands that before (if not nil) queues, such as an INFO. From the
-// first call the server did not know (NOSCRIPT) on, the calls run again,
-// in order: those after it must be safe to repeat.
+// pipelined runs calls in order in one round trip, after the commands
+// that before (if not nil) queues. From the first NOSCRIPT on, the calls
+// run again, in order: those after it must be safe to repeat.
 func pipelined(ctx context.Context, c redis.UniversalClient, before func(redis.Pipeliner), calls ...call) []*redis.Cmd {
 	out := make([]*redis.Cmd, len(calls))
 	pipe := c.Pipeline()
@@ -64,8 +63,8 @@ func pipelined(ctx context.Context, c redis.UniversalClient, before func(redis.P
 	return out
 }
 
-// WriteHolders runs writeHolders' calls in one round trip (an election's
-// term record, once its fence is known).
+// WriteHolders runs writeHolders' calls in one round trip.
+
 func (n *Node) WriteHolders(ctx context.Context, lockKeys []string, token, rec string, ttl time.Duration) error {
 	return pipelined(ctx, n.Client, nil, writeHolders(lockKeys, token, rec, ttl)...)[0].Err()
 }

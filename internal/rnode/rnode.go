@@ -1,7 +1,7 @@
-// Package rnode is dlock's lock protocol on one Redis server: the scripts
-// and the one acquire, release and extend that redislock and redlock run,
-// through the node's batch or a pipeline with the holder record's scripts,
-// or with the server's own commands where the node probes for them.
+// Package rnode is dlock's lock protocol on one Redis server, for
+// redislock and redlock: the scripts, run through the node's batch (or a
+// pipeline with the holder record's), and the server's own commands where
+// the node probes for them.
 package rnode
 
 import (
@@ -37,9 +37,9 @@ type Node struct {
 	native  atomic.Pointer[rclient.Native] // what the probe found; nil: not probed yet
 }
 
-// New returns the node behind c. With a logger, the node probes the server
-// for its own release and extend commands on first use (and warns there
-// about an eviction policy); without, it always runs the scripts.
+// New returns the node behind c. With a logger it probes for the server's
+// own commands on first use (and warns of an eviction policy there);
+// without, it runs the scripts.
 func New(c redis.UniversalClient, name string, fenceTTL time.Duration, probe *slog.Logger) *Node {
 	return &Node{Client: c, Name: name, batch: batch.For(c), fenceTTL: fenceTTL.Milliseconds(),
 		logger: probe, probing: make(chan struct{}, 1)}
@@ -75,19 +75,18 @@ type Attempt struct {
 	Before    func(redis.Pipeliner) // if set, commands put before the script, in a pipeline
 }
 
-// GiveBacker gives back the keys of an attempt on node n that its caller
-// gave up on. (An interface: a *Locker in it costs no allocation.)
+// GiveBacker gives back the keys of an attempt on n that its caller gave up
+// on. (An interface: a *Locker in it costs no allocation.)
 type GiveBacker interface {
 	GiveBack(ctx context.Context, n *Node, keys []string, token string, ttl time.Duration)
 }
 
-// Acquire runs the acquire script (and the holder record's writes after
-// it, in the same round trip) and reads its reply (an unreadable one is an
-// error, not an error reply). boxed is what it boxed, for the release.
+// Acquire runs the acquire script (and the holder record's writes, in the
+// same round trip) and reads its reply. boxed is what it boxed, for the
+// release.
 func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed Boxed, err error) {
-	// The keys and arguments stay on the stack (for one key: the lock,
-	// fence and queue keys; the token, TTL, fence TTL, clock offset and
-	// the queue's five): the command copies them.
+	// On the stack, room for one key's keys and arguments: the command
+	// copies them.
 	var kb [3]string
 	var ab [9]any
 	ks := append(kb[:0], a.Keys...)
@@ -109,7 +108,7 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 	if a.Holder == "" && a.Before == nil {
 		cmd = run(ctx, n.batch, n.Client, AcquireScript, boxed.Key, ks, args)
 		if left, ok := cmd.Err().(*batch.LeftError); ok && a.Late != nil {
-			n.giveBackLate(ctx, left, acquireGranted, a.Late, a.Keys, a.Token, a.TTL)
+			n.giveBackLate(ctx, left, acquireReply, a.Late, a.Keys, a.Token, a.TTL)
 		}
 	} else {
 		calls := []call{{Script: AcquireScript, Keys: slices.Clone(ks), Args: slices.Clone(args)}}
@@ -127,12 +126,12 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 }
 
 // Permit runs the semaphore script over keys (SemaphoreKeys) with args. A
-// call whose context ended in flight has late give back any slot it may
-// have taken for token (releasing the others changes nothing).
+// call that left in flight has late give back every slot: one may be
+// token's, and releasing the others changes nothing.
 func (n *Node) Permit(ctx context.Context, keys []string, args []any, token string, ttl time.Duration, late GiveBacker) (any, error) {
-	v, err := run(ctx, n.batch, n.Client, SemaphoreScript, nil, keys, args).Result()
+	v, err := run(ctx, n.batch, n.Client, semaphoreScript, nil, keys, args).Result()
 	if left, ok := err.(*batch.LeftError); ok {
-		n.giveBackLate(ctx, left, permitGranted, late, keys[2:2+(len(keys)-2)/2], token, ttl)
+		n.giveBackLate(ctx, left, SemaphoreReply, late, keys[2:2+(len(keys)-2)/2], token, ttl)
 	}
 	return v, err
 }
@@ -153,7 +152,7 @@ type Release struct {
 }
 
 // Release deletes the keys that hold the token (and the holder records
-// still rel.Holder) in one round trip; it counts the keys and waiters woken.
+// still rel.Holder) in one round trip, and counts the keys and waiters.
 func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, err error) {
 	one := len(rel.Keys) == 1 && rel.Fence == 0 && rel.Sem == ""
 	if one && rel.Holder == "" {
@@ -172,9 +171,7 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 		args = append(args, rel.Sem)
 	}
 	if rel.Fence > 0 {
-		for _, k := range rel.Keys {
-			ks = append(ks, keys.Fence(k))
-		}
+		ks = append(ks, keys.Fences(rel.Keys)...)
 	}
 	if rel.Wake && rel.Sem != "" {
 		ks = append(ks, keys.Queue(rel.Sem))
@@ -217,9 +214,10 @@ func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token
 
 // Extend resets the TTL of keys if all of them still hold token, renews
 // their fence counters when fence is known (raising them to it) and the
-// holder records' (rec), in one round trip. held is false when some key no
-// longer holds token.
-func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string, fence int64, ttl time.Duration) (held bool, err error) {
+// holder records' (rec), in one round trip. A permit (sem: its semaphore,
+// fence known) also raises its limit record's TTL to ttl. held is false
+// when some key no longer holds token.
+func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec, sem string, fence int64, ttl time.Duration) (held bool, err error) {
 	if fence == 0 && rec == "" && len(lockKeys) == 1 && n.Features(ctx).SetIfEq {
 		// SET IFEQ renews the key alone: only for a lock whose fence is
 		// not known, where the script leaves the counter alone too.
@@ -233,8 +231,11 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string,
 	ms := n.ttlArg(ttl)
 	ks, args := lockKeys, []any{token, ms, 0}
 	if fence > 0 {
-		ks = append(append(make([]string, 0, 2*len(lockKeys)), lockKeys...), keys.Fences(lockKeys)...)
+		ks = append(append(make([]string, 0, 2*len(lockKeys)+1), lockKeys...), keys.Fences(lockKeys)...)
 		args = []any{token, ms, fence, n.fenceTTL}
+	}
+	if sem != "" {
+		ks = append(ks, keys.Limit(sem))
 	}
 	var v int64
 	if rec != "" {
@@ -246,19 +247,6 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec string,
 	return v == 1, err
 }
 
-// ExtendPermit is Extend for a permit of the semaphore sem on key, which
-// also raises the TTL of the semaphore's limit record to the permit's.
-func (n *Node) ExtendPermit(ctx context.Context, key, sem, token string, fence int64, ttl time.Duration) (held bool, err error) {
-	limitKey := keys.Limit(sem)
-	ms := n.ttlArg(ttl)
-	ks, args := []string{key, limitKey}, []any{token, ms, 0}
-	if fence > 0 {
-		ks, args = []string{key, keys.Fence(key), limitKey}, []any{token, ms, fence, n.fenceTTL}
-	}
-	v, err := run(ctx, n.batch, n.Client, extendScript, nil, ks, args).Int64()
-	return v == 1, err
-}
-
 // SetLimit records limit as the limit of the semaphore sem (its slot keys'
 // prefix) if one of its slots is held; recorded is false when none is.
 func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bool, err error) {
@@ -266,7 +254,7 @@ func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bo
 	for range 2 { // a second time with every slot that may be held
 		ks := SemaphoreKeys(sem, span)
 		ks = append(ks[:1:1], ks[2:2+span]...) // the limit record and the slots
-		v, err := run(ctx, n.batch, n.Client, SemLimitScript, nil, ks, []any{limit}).Int64Slice()
+		v, err := run(ctx, n.batch, n.Client, semLimitScript, nil, ks, []any{limit}).Int64Slice()
 		if err != nil {
 			return false, err
 		}
@@ -278,10 +266,11 @@ func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bo
 	return false, errors.New("the limit changed while it was being set")
 }
 
-// Features reports the server's own release and extend commands, probed
-// once with its eviction policy; a node made without a logger reports
-// none. A call waits for a probe in progress within ctx, else uses the
-// scripts; a probe that got no answer is made again by the next call.
+// Features reports the server's own commands, probed once with its
+// eviction policy (none without a logger). A call waits for a probe in
+// progress within ctx, else uses the scripts; a probe that got no answer
+// is made again by the next call.
+
 func (n *Node) Features(ctx context.Context) rclient.Native {
 	if n.logger == nil {
 		return rclient.Native{}

@@ -6,7 +6,7 @@ package rnode
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"fmt"
 	"slices"
 	"strconv"
@@ -19,46 +19,38 @@ import (
 	"github.com/dlock-go/dlock/internal/rclient"
 )
 
-var (
-	//go:embed queue.lua
-	queueSrc string
-	//go:embed acquire.lua
-	acquireSrc string
-	//go:embed release.lua
-	releaseSrc string
-	//go:embed extend.lua
-	extendSrc string
-	//go:embed wake.lua
-	wakeSrc string
-	//go:embed semaphore.lua
-	semaphoreSrc string
-	//go:embed semlimit.lua
-	semLimitSrc string
-	//go:embed holder.lua
-	holderSrc string
-)
+//go:embed *.lua
+var lua embed.FS
 
 var (
 	// Each .lua file says what its script takes and returns.
-	AcquireScript   = redis.NewScript(queueSrc + acquireSrc)
-	ReleaseScript   = redis.NewScript(releaseSrc)
-	extendScript    = redis.NewScript(extendSrc)
-	wakeScript      = redis.NewScript(wakeSrc) // after DELEX
-	SemaphoreScript = redis.NewScript(queueSrc + semaphoreSrc)
-	SemLimitScript  = redis.NewScript(semLimitSrc)
-	holderScript    = redis.NewScript(holderSrc)
+	AcquireScript   = load("queue", "acquire")
+	ReleaseScript   = load("release")
+	extendScript    = load("extend")
+	wakeScript      = load("wake") // after DELEX
+	semaphoreScript = load("queue", "semaphore")
+	semLimitScript  = load("semlimit")
+	holderScript    = load("holder")
 )
 
 // hashArgs holds the SHA of each script, boxed once for Cmd: one
 // allocation less per call.
-var hashArgs = func() map[*redis.Script]any {
-	m := map[*redis.Script]any{}
-	for _, s := range []*redis.Script{AcquireScript, ReleaseScript, extendScript, wakeScript,
-		SemaphoreScript, SemLimitScript, holderScript} {
-		m[s] = s.Hash()
+var hashArgs = map[*redis.Script]any{}
+
+// load returns the script of the named files, one after the other.
+func load(files ...string) *redis.Script {
+	var src []byte
+	for _, f := range files {
+		b, err := lua.ReadFile(f + ".lua")
+		if err != nil {
+			panic(err) // embedded: cannot happen
+		}
+		src = append(src, b...)
 	}
-	return m
-}()
+	s := redis.NewScript(string(src))
+	hashArgs[s] = s.Hash()
+	return s
+}
 
 // releaseReply reads the release script's reply: the number of keys
 // deleted, and of waiters woken.
@@ -89,22 +81,12 @@ const (
 	Widen       = 4  // a semaphore with more slots that may be held than were given
 )
 
-// SemaphoreResult is the semaphore script's reply.
-type SemaphoreResult struct {
-	Status int64
-	X      int64  // the fence (Granted), the recorded limit (Conflict), the span (Widen)
-	Holder string // the tried slot's token, when Busy on one slot (Redlock)
-	Expiry int64  // as AcquireResult's
-	Place  int64
-	Slot   int64 // when Granted
-}
-
 // SemaphoreReply reads the semaphore script's reply (semaphore.lua).
-func SemaphoreReply(reply any) (SemaphoreResult, error) {
+func SemaphoreReply(reply any) (AcquireResult, error) {
 	v, _ := reply.([]any)
-	var r SemaphoreResult
+	var r AcquireResult
 	ok := len(v) == 5
-	for i, p := range []*int64{&r.Status, &r.X, &r.Expiry, &r.Place, &r.Slot} {
+	for i, p := range []*int64{&r.Status, &r.Fence, &r.Expiry, &r.Place, &r.Slot} {
 		if !ok {
 			break
 		}
@@ -114,8 +96,8 @@ func SemaphoreReply(reply any) (SemaphoreResult, error) {
 		}
 		*p, ok = v[i].(int64)
 	}
-	if !ok || r.Status == Granted && (r.X <= 0 || r.Slot < 0) {
-		return SemaphoreResult{}, fmt.Errorf("unexpected reply %v from the semaphore script", reply)
+	if !ok || r.Status == Granted && (r.Fence <= 0 || r.Slot < 0) {
+		return AcquireResult{}, fmt.Errorf("unexpected reply %v from the semaphore script", reply)
 	}
 	return r, nil
 }
@@ -133,13 +115,14 @@ func SemaphoreKeys(sem string, n int) []string {
 	return ks
 }
 
-// AcquireResult is the acquire script's reply.
+// AcquireResult is the acquire or the semaphore script's reply.
 type AcquireResult struct {
 	Status int64
-	Fence  int64  // when Granted
-	Holder string // the token that made the server refuse, when busy
+	Fence  int64  // when Granted; a semaphore's recorded limit (Conflict) or span (Widen)
+	Holder string // the token that made the server refuse, when busy (a semaphore: on one slot)
 	Expiry int64  // ms until the busy key expires (0 when LeftToQueue), when the caller heads the queue; else -1
 	Place  int64  // the caller's place in the queue; 0: not queued
+	Slot   int64  // a permit's slot, when Granted
 }
 
 // acquireReply reads the acquire script's reply (acquire.lua).
@@ -216,28 +199,19 @@ func Cmd(ctx context.Context, s *redis.Script, key any, keys []string, args []an
 }
 
 // giveBackLate has late give back keys, for token, when the reply of a
-// call that left its batch comes, unless the reply shows that nothing was
-// taken: an error reply, or one that granted reads as no grant.
-func (n *Node) giveBackLate(ctx context.Context, left *batch.LeftError, granted func(any) bool,
+// call that left its batch comes, unless the reply, read by read, shows
+// that nothing was taken: an error reply, or a readable one that is no
+// grant.
+func (n *Node) giveBackLate(ctx context.Context, left *batch.LeftError, read func(any) (AcquireResult, error),
 	late GiveBacker, keys []string, token string, ttl time.Duration) {
 	left.OnReply(func(cmd redis.Cmder) {
 		c, ok := cmd.(*redis.Cmd)
-		if !ok || rclient.IsReply(c.Err()) || c.Err() == nil && !granted(c.Val()) {
+		if !ok || rclient.IsReply(c.Err()) {
+			return
+		}
+		if r, err := read(c.Val()); c.Err() == nil && err == nil && r.Status != Granted {
 			return
 		}
 		late.GiveBack(ctx, n, keys, token, ttl)
 	})
-}
-
-// acquireGranted reports whether an acquire script's reply may be a grant:
-// it is one, or it cannot be read.
-func acquireGranted(v any) bool {
-	r, err := acquireReply(v)
-	return err != nil || r.Status == Granted
-}
-
-// permitGranted is acquireGranted for the semaphore script.
-func permitGranted(v any) bool {
-	r, err := SemaphoreReply(v)
-	return err != nil || r.Status == Granted
 }

@@ -39,9 +39,9 @@ type interest struct {
 	due     time.Time   // retry's time, zero when none is pending
 }
 
-// placeUnknown is the place where an attempt that queued got no reply. The
-// next attempt asks as if not queued (the script keeps a place it finds),
-// and leaving removes it (ZREM of an absent member does nothing).
+// placeUnknown is the place of an attempt that queued and got no reply:
+// the next attempt asks as if not queued (the script keeps a place it
+// finds), and leaving removes it (a ZREM of nothing is harmless).
 const placeUnknown = -1
 
 type waiter struct {
@@ -58,8 +58,8 @@ func New(clients []redis.UniversalClient) *Notifier {
 		subs: make([]*sub, len(clients)), byKey: map[string]*interest{}, yields: map[string]time.Time{}, idle: time.Now()}
 }
 
-// Register is driver.ReleaseNotifier's NotifyRelease for the lock key full
-// (with prefix). It sends nothing. After Close the channel never fires.
+// Register waits for the release of full (the prefixed key). It sends
+// nothing; after Close the channel never fires.
 func (n *Notifier) Register(full string) (released <-chan struct{}, stop func()) {
 	w := &waiter{ch: make(chan struct{}, 1), full: full}
 	n.mu.Lock()
@@ -77,9 +77,8 @@ func (n *Notifier) Register(full string) (released <-chan struct{}, stop func())
 	return w.ch, func() { n.leave(w) }
 }
 
-// leave ends w's wait. An unused wake-up passes to the next local waiter;
-// the last one to leave takes the Locker out of the queues (forget). A
-// second call finds w gone and changes nothing.
+// leave ends w's wait; a second call changes nothing. An unused wake-up
+// passes to the next local waiter; the last one out forgets the key.
 func (n *Notifier) leave(w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -102,8 +101,8 @@ func (n *Notifier) leave(w *waiter) {
 	n.forget(w.full, in)
 }
 
-// forget cancels in's retry and takes the Locker out of full's queues, in
-// the background, within a second, so that releases do not wake nobody.
+// forget cancels in's retry and takes the Locker out of full's queues (in
+// the background, within a second), so that releases do not wake nobody.
 func (n *Notifier) forget(full string, in *interest) {
 	if in.retry != nil {
 		in.retry.Stop()
@@ -123,8 +122,8 @@ func (n *Notifier) forget(full string, in *interest) {
 	}
 }
 
-// Close ends the subscriptions and takes the Locker out of its queues (best
-// effort, within a second); waits go on by polling. It is idempotent.
+// Close ends the subscriptions and forgets every key; waits go on by
+// polling. It is idempotent.
 func (n *Notifier) Close() {
 	n.mu.Lock()
 	n.cancel()
@@ -147,11 +146,9 @@ func (n *Notifier) Close() {
 }
 
 // yieldFor is how long the Locker's own attempts on a key let the queue
-// head its release woke go first: else a Locker that takes the lock again
-// right after releasing it (a loop) beats the waiter it woke
-// (TestFairnessLongestWaiterFirst, TestWokenSoleWaiterGoesFirst). It
-// covers a waiter up to about 50ms away, and delays only this Locker's
-// attempts, which queue behind the head or retry when it ends.
+// head its release woke go first, else a loop over the lock beats the
+// waiter it woke. It covers a waiter up to about 50ms away and delays only
+// this Locker's attempts, which queue behind the head or retry at its end.
 const yieldFor = 50 * time.Millisecond
 
 // Woke records that the Locker's release of full woke its queue's head.
@@ -165,8 +162,7 @@ func (n *Notifier) Woke(full string) {
 	n.yields[full] = now.Add(yieldFor)
 }
 
-// Plan is where one waiting attempt on a key queues the Locker, and where
-// it already is.
+// Plan is where one waiting attempt on a key queues the Locker.
 type Plan struct {
 	n     *Notifier
 	in    *interest
@@ -176,11 +172,11 @@ type Plan struct {
 	until time.Time // when a yield ends (Woke; zero: none)
 }
 
-// Plan returns the queueing plan of an attempt on full, or nil when no
-// local Acquire waits for it (a TryAcquire, after Close, or n nil). yield
-// refuses the attempt without asking the servers: the Locker lets the head
-// its release woke go first, which a server where it is not subscribed
-// cannot do; it subscribes everywhere and retries when the yield ends.
+// Plan returns the plan of an attempt on full, nil when no local Acquire
+// waits for it (a TryAcquire, after Close, or n nil). yield refuses the
+// attempt unasked: the Locker lets the head its release woke go first,
+// which a server where it is not subscribed cannot do; it subscribes
+// everywhere and retries when the yield ends.
 func (n *Notifier) Plan(full string) (p *Plan, yield bool) {
 	if n == nil {
 		return nil, false
@@ -219,8 +215,8 @@ func (n *Notifier) Plan(full string) (p *Plan, yield bool) {
 	return nil, true
 }
 
-// Queue returns, for server i, the queue key and the acquire script's
-// waiting arguments, or "" and nil where the Locker is not subscribed.
+// Queue returns server i's queue key and the script's waiting arguments,
+// or "" and nil where the Locker is not subscribed.
 func (p *Plan) Queue(i int) (key string, args []any) {
 	if p == nil || p.args[i] == nil {
 		return "", nil
@@ -228,11 +224,11 @@ func (p *Plan) Queue(i int) (key string, args []any) {
 	return p.queue, p.args[i]
 }
 
-// Observe records server i's answer to the attempt: whether the key was
-// busy, the Locker's place in the queue (where it asked to queue), and the
-// busy key's expiry in ms when the Locker heads the queue (else negative).
-// A busy key opens the subscription there, and a known expiry arms the
-// retry just past it (Redis's 1ms precision), in case the holder crashed.
+// Observe records server i's answer: busy or not, the Locker's place, and
+// the busy key's expiry in ms when the Locker heads the queue (else
+// negative). A busy key opens the subscription there, and a known expiry
+// arms the retry just past it (Redis's 1ms precision): the holder may
+// have crashed.
 func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	if p == nil {
 		return
@@ -251,9 +247,8 @@ func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	}
 	n.subscribe(i)
 	if expiry >= 0 {
-		// A Locker that yields and heads the queue (the woken head was
-		// the only waiter) retries when the yield ends, in case that head
-		// is gone; behind others, it is woken in turn.
+		// Heading the queue while yielding (the woken head was the only
+		// waiter), retry at the yield's end in case that head is gone.
 		due := time.Now().Add(time.Duration(expiry+2) * time.Millisecond)
 		if end := p.until.Add(time.Millisecond); end.After(due) {
 			due = end
@@ -262,12 +257,12 @@ func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	}
 }
 
-// Lost records that server i gave no usable answer to the attempt: where
-// it asked to queue the Locker, its place is now unknown.
+// Lost records that server i gave no usable answer: the place is unknown.
 func (p *Plan) Lost(i int) { p.Observe(i, false, placeUnknown, -1) }
 
-// retryAt makes in's earliest waiter retry at due, unless a retry is due
-// sooner already. n.mu is held.
+// retryAt makes in's earliest waiter retry at due, unless one is due
+// sooner. n.mu is held.
+
 func (n *Notifier) retryAt(in *interest, due time.Time) {
 	if !in.due.IsZero() && !due.Before(in.due) {
 		return

@@ -1,8 +1,7 @@
-// Package wake implements wake-on-release for redislock (one server) and
-// redlock (one per node), as "Waiting" in package redislock describes it:
-// the scripts queue and wake, this package keeps a Locker's subscriptions,
-// its waiters, and the retries nobody announces (a busy key's expiry, the
-// end of a yield).
+// Package wake keeps a Locker's side of wake-on-release ("Waiting" in
+// package redislock) for redislock and redlock: its subscriptions, its
+// waiters, and the retries nobody announces (a busy key's expiry, the end
+// of a yield). The scripts queue and wake.
 package wake
 
 import (
@@ -17,27 +16,21 @@ import (
 )
 
 const (
-	// ChannelPrefix + Locker id is a Locker's wake-up channel (the release
-	// scripts spell it out).
-	ChannelPrefix = "dlock:wake:"
-	// QueueTTL (ms) is the queue's expiry, refreshed by every waiting
-	// attempt, so a queue of crashed Lockers goes away.
-	QueueTTL = 60_000
-	// IdleClose is how long a Locker keeps its subscription without
-	// waiters.
-	IdleClose = 30 * time.Second
+	ChannelPrefix = "dlock:wake:" // + Locker id (the release scripts spell it out)
+	// QueueTTL (ms), refreshed by every waiting attempt: a queue of crashed
+	// Lockers goes away.
+	QueueTTL  = 60_000
+	IdleClose = 30 * time.Second // how long a subscription outlives its last waiter
 
-	// A subscription silent this long is pinged, and one whose pong does
-	// not come within as long is made again on a new connection: a NAT that
-	// dropped the flow sends no RST, and TCP would retry for minutes. The
-	// cost: a PING a second per subscription, which lives only while its
-	// Locker waits (and IdleClose after).
+	// A subscription silent this long is pinged, and made again on a new
+	// connection if the pong does not come within as long: a NAT that
+	// dropped the flow sends no RST. The cost, a PING a second, lasts only
+	// while the Locker waits (and IdleClose after).
 	silence = time.Second
 )
 
 // sub is the Locker's subscription on server i, run by listen until Close,
-// the client's close, or IdleClose without waiters. go-redis redials a
-// broken connection; listen replaces a silent one.
+// the client's close, or IdleClose without waiters.
 type sub struct {
 	i  int
 	ps *redis.PubSub // guarded by the Notifier's mu
@@ -56,9 +49,8 @@ func (n *Notifier) subscribe(i int) {
 	n.wg.Go(func() { n.listen(s, ps) })
 }
 
-// listen receives s's messages on ps: it pings a connection that was
-// silent, replaces one whose pong did not come, and backs off after an
-// error.
+// listen receives s's messages on ps. go-redis redials a broken
+// connection; listen replaces a silent one and backs off after an error.
 func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
 	ctx := n.ctx
 	// A failed SUBSCRIBE is repeated by go-redis's reconnect in Receive.
@@ -90,9 +82,7 @@ func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
 				return
 			}
 			_ = ps.Subscribe(ctx, n.channel)
-		case timeout:
-			// A closed connection fails here and is redialled; a silent
-			// one is found by the missing pong.
+		case timeout: // a closed connection fails here and is redialled
 			pinged = ps.Ping(ctx) == nil
 		default:
 			pinged = false
@@ -110,9 +100,9 @@ func (n *Notifier) listen(s *sub, ps *redis.PubSub) {
 	}
 }
 
-// ended reports whether s is over, and forgets it: after Close, when its
-// client was closed (gone), or, asked after a silence (idle), after
-// IdleClose without waiters.
+// ended reports whether s is over, and forgets it: after Close, its
+// client's close (gone), or, asked after a silence (idle), IdleClose
+// without waiters.
 func (n *Notifier) ended(s *sub, gone, idle bool) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -142,8 +132,8 @@ func (n *Notifier) redial(s *sub) *redis.PubSub {
 }
 
 // confirmed records that s was confirmed (ok) or broke. A confirmation
-// wakes every waiter once: to queue on this server, or because
-// announcements may have been lost while the connection was down.
+// wakes every waiter once: to queue there, or to retry after
+// announcements lost while the connection was down.
 func (n *Notifier) confirmed(s *sub, ok bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -158,9 +148,10 @@ func (n *Notifier) confirmed(s *sub, ok bool) {
 	}
 }
 
-// released handles an announcement that the Locker headed the queue of
-// full, just freed. A yield on the key is over: that was the release of
-// the head it let go first, or of someone after it.
+// released handles an announcement that full, whose queue the Locker
+// headed, is free. It ends a yield on full: that was the release of the
+// head it let go first, or of someone after it.
+
 func (n *Notifier) released(full string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
