@@ -10,7 +10,6 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 var _ driver.TermReader = (*Locker)(nil)
@@ -37,25 +36,12 @@ const termSQL = `SELECT l.pid, coalesce(a.application_name, ''), coalesce(a.stat
 // same role, and to pg_read_all_stats). It returns an error matching
 // dlock.ErrUnavailable when the query fails.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
-	if err := l.cfg.CheckRead(ctx, key); err != nil {
-		return dlock.Term{}, err
-	}
-	k, err := l.keyFunc(l.cfg.Prefix + key)
-	if err != nil || !k.valid() {
-		return dlock.Term{}, nodeerr.Invalidf("key function refused %q: %v", key, err)
-	}
-	return l.readTerm(ctx, key, k)
+	return l.readTerm(ctx, key, nil)
 }
 
 // ReadTerm implements driver.TermReader for the lock on the Locker's Key.
 func (kl keyLocker) ReadTerm(ctx context.Context, name string) (dlock.Term, error) {
-	switch {
-	case ctx == nil:
-		return dlock.Term{}, nodeerr.Invalidf("nil context")
-	case !kl.k.valid():
-		return dlock.Term{}, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
-	}
-	return kl.l.readTerm(ctx, name, kl.k)
+	return kl.l.readTerm(ctx, name, &kl.k)
 }
 
 // termRereads is how many times readTerm reads again a holder caught
@@ -63,7 +49,11 @@ func (kl keyLocker) ReadTerm(ctx context.Context, name string) (dlock.Term, erro
 // takes the lock and writes the record, or a long one that writes none.
 const termRereads = 5
 
-func (l *Locker) readTerm(ctx context.Context, name string, k Key) (dlock.Term, error) {
+func (l *Locker) readTerm(ctx context.Context, name string, key *Key) (dlock.Term, error) {
+	k, err := l.resolve(ctx, name, key)
+	if err != nil {
+		return dlock.Term{}, err
+	}
 	classid, objid, objsubid := k.lockID()
 	return backend.Reread(ctx, termRereads, func() (dlock.Term, bool, error) {
 		var pid int32

@@ -13,11 +13,11 @@ func (l *Locker) TryAcquireGrant(ctx context.Context, key string, ttl time.Durat
 	if err := l.checkArgs(ctx, key, ttl); err != nil {
 		return nil, 0, time.Time{}, err
 	}
-	gr, fence, validUntil, err := l.grantLock(ctx, key, HashKey(key), ttl)
+	gr, validUntil, err := l.grant(ctx, key, HashKey(key), ttl)
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}
-	return gr, fence, validUntil, nil
+	return gr, gr.fence, validUntil, nil
 }
 
 // WaitKey is the advisory key a Locker's release listener holds.

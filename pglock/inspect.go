@@ -64,14 +64,26 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	if err != nil {
 		return nil, err
 	}
-	n := naming{l: l, mine: l.ownLocks()}
+	var named *Key // the key of pattern when it is a plain name
 	if !strings.ContainsAny(pattern, `*?[\`) {
 		if k, err := l.mapKey(pattern); err == nil {
-			n.pattern, n.named = pattern, &k
+			named = &k
 		}
 	}
+	mine := l.ownLocks()
 	rows, _ := l.pool.Query(ctx, inspectSQL) // its error comes back from CollectRows
-	out, err := pgx.CollectRows(rows, n.lockInfo)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dlock.LockInfo, error) {
+		info, id, err := l.lockInfo(row)
+		switch o, ok := mine[id]; {
+		case ok:
+			info.Key, info.Fence, info.Since = o.name, o.fence, o.since
+		case info.Key == "" && named != nil && id.is(*named):
+			info.Key = pattern
+		case info.Key == "":
+			info.Key = advisoryName(id.classid, id.objid, id.objsubid)
+		}
+		return info, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
 	}
@@ -102,56 +114,32 @@ func (id lockID) is(k Key) bool {
 func (l *Locker) ownLocks() map[lockID]*grant {
 	mine := map[lockID]*grant{}
 	l.grants.Range(func(k, _ any) bool {
-		g := k.(*grant)
-		c, o, s := g.key.lockID()
-		mine[lockID{c, o, int32(s), g.pid}] = g
+		mine[k.(*grant).lockID()] = k.(*grant)
 		return true
 	})
 	return mine
 }
 
-// naming is what Inspect knows of lock names beside what holders publish:
-// its own locks, and the key of the pattern when it is a plain name.
-type naming struct {
-	l       *Locker
-	mine    map[lockID]*grant
-	named   *Key
-	pattern string
-}
-
-// lockInfo reads one row of inspectSQL and names its lock (see Inspect).
-func (n naming) lockInfo(row pgx.CollectableRow) (dlock.LockInfo, error) {
-	var (
-		id      lockID
-		app     string
-		started pgtype.Timestamptz
-		waiting int64
-	)
+// lockInfo reads one row of inspectSQL, with the name its holder
+// published, if any, as Key.
+func (l *Locker) lockInfo(row pgx.CollectableRow) (info dlock.LockInfo, id lockID, err error) {
+	var app string
+	var started pgtype.Timestamptz
+	var waiting int64
 	if err := row.Scan(&id.classid, &id.objid, &id.objsubid, &id.pid, &app, &started, &waiting); err != nil {
-		return dlock.LockInfo{}, err
+		return info, id, err
 	}
-	info := dlock.LockInfo{Node: n.l.node, PID: int(id.pid), Service: app, Waiting: int(waiting), Majority: true}
+	info = dlock.LockInfo{Node: l.node, PID: int(id.pid), Service: app, Waiting: int(waiting), Majority: true}
 	if started.Valid {
 		info.Since = started.Time
 	}
-	name, service, published := n.l.publishedName(app, id)
-	if published {
-		info.Service = service
+	if name, service, ok := l.publishedName(app, id); ok {
+		info.Key, info.Service = name, service
 	}
 	if fence, who, ok := parseTerm(app); ok {
 		info.Fence, info.Service = fence, who // an election's leader: its term and identity
 	}
-	switch o, ok := n.mine[id]; {
-	case ok:
-		info.Key, info.Fence, info.Since = o.name, o.fence, o.since
-	case published:
-		info.Key = name
-	case n.named != nil && id.is(*n.named):
-		info.Key = n.pattern
-	default:
-		info.Key = advisoryName(id.classid, id.objid, id.objsubid)
-	}
-	return info, nil
+	return info, id, nil
 }
 
 // advisoryName names a lock whose name the Locker does not know by its

@@ -35,23 +35,20 @@ type Locker struct {
 	node     string // host:port, for dlock.NodeError
 	maxConns int32
 	keyFunc  func(name string) (Key, error)
-	cfg      backend.Config // the options every backend shares
+	cfg      backend.Config
 	notify   bool
 	lease    time.Duration // WithSessionLease margin; < 0: off
-	holder   bool          // WithHolderInfo: publish held locks' names
-	service  string        // WithHolderInfo's service
+	holder   bool          // WithHolderInfo
+	service  string
 
-	// plain are the statements of a grant that publishes nothing beyond
-	// what holder says, named those of one that publishes an identity
-	// (the same with holder info).
+	// The statements of a grant that publishes what holder says (plain),
+	// and of one that publishes an identity (named).
 	plain, named *statements
 	direct       bool // queryRow's hand-coded path: pgx's default query mode, no tracer
 
-	held atomic.Int32 // connections pinned by this Locker's locks
-
-	listener *listener // wake-on-release (notify.go)
-
-	grants sync.Map // the locks this Locker holds (*grant keys), for Inspect
+	held     atomic.Int32 // connections pinned by this Locker's locks
+	listener *listener
+	grants   sync.Map // the locks this Locker holds (*grant keys), for Inspect
 }
 
 var _ dlock.Locker = (*Locker)(nil)
@@ -208,31 +205,64 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds the lock, dlock.ErrMisconfigured when the server refused for a
-// reason retrying cannot change (with ErrNotMigrated or ErrReadOnly where
-// that is the reason; see Errors in the package documentation),
-// dlock.ErrUnavailable when it could not be reached or answered with
-// another error (with ErrOutOfLocks or ErrPoolExhausted where that is the
-// reason), and dlock.ErrInvalid for bad arguments. A wait for a free pool
-// connection ends with ctx, matching dlock.ErrNotAcquired and ctx.Err().
+// reason retrying cannot change, dlock.ErrUnavailable when it could not be
+// reached or answered with another error, each with pglock's own error
+// where there is one (see Errors in the package documentation), and
+// dlock.ErrInvalid for bad arguments. A wait for a free pool connection
+// ends with ctx, matching dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) {
-		if err := l.checkArgs(ctx, key, ttl); err != nil {
-			return nil, err
+	return l.acquire(ctx, key, nil, ttl)
+}
+
+// acquire is TryAcquire of name on k, or on the key name maps to when k
+// is nil.
+func (l *Locker) acquire(ctx context.Context, name string, k *Key, ttl time.Duration) (*dlock.Lock, error) {
+	return l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
+		key, err := l.resolve(ctx, name, k)
+		if err == nil {
+			err = l.checkTTL(ttl)
 		}
-		k, err := l.mapKey(key)
 		if err != nil {
 			return nil, err
 		}
-		return l.tryAcquire(ctx, key, k, ttl)
+		g, validUntil, err := l.grant(ctx, name, key, ttl)
+		if err != nil {
+			return nil, err
+		}
+		return driver.NewLock(name, bridge.NewToken(), g.fence, validUntil, g), nil
 	})
 }
 
+// checkArgs is backend.Config's Check without the drift margin: a session
+// lock's validity sets none aside.
+func (l *Locker) checkArgs(ctx context.Context, name string, ttl time.Duration) error {
+	if err := l.cfg.CheckRead(ctx, name); err != nil {
+		return err
+	}
+	return l.checkTTL(ttl)
+}
+
+// resolve checks ctx and name and returns k (ForKey's), or when k is nil
+// the key name maps to.
+func (l *Locker) resolve(ctx context.Context, name string, k *Key) (Key, error) {
+	if k != nil && !k.valid() {
+		return Key{}, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+	}
+	if err := l.cfg.CheckRead(ctx, name); err != nil {
+		return Key{}, err
+	}
+	if k != nil {
+		return *k, nil
+	}
+	return l.mapKey(name)
+}
+
 // mapKey returns the advisory key of name: WithPrefix's prefix and name,
-// mapped by the key function (HashKey, or WithKeyFunc's).
+// mapped by the key function.
 func (l *Locker) mapKey(name string) (Key, error) {
 	k, err := l.keyFunc(l.cfg.Prefix + name)
 	if err != nil {
-		return Key{}, fmt.Errorf("dlock: acquire %q: %w: key function: %w", name, dlock.ErrInvalid, nodeerr.OneLine(err))
+		return Key{}, fmt.Errorf("dlock: key %q: %w: key function: %w", name, dlock.ErrInvalid, nodeerr.OneLine(err))
 	}
 	if !k.valid() {
 		return Key{}, nodeerr.Invalidf("key function returned the zero Key for %q", name)
@@ -259,15 +289,7 @@ type keyLocker struct {
 }
 
 func (kl keyLocker) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	return kl.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
-		if !kl.k.valid() {
-			return nil, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
-		}
-		if err := kl.l.checkArgs(ctx, name, ttl); err != nil {
-			return nil, err
-		}
-		return kl.l.tryAcquire(ctx, name, kl.k, ttl)
-	})
+	return kl.l.acquire(ctx, name, &kl.k, ttl)
 }
 
 // NotifyRelease implements driver.ReleaseNotifier (see Locker.NotifyRelease).
@@ -275,40 +297,22 @@ func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{
 	return kl.l.notifyKeys(kl.k)
 }
 
-// checkArgs is backend.Config's Check without the drift margin: a
-// session lock's validity sets none aside.
-func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) error {
-	if err := l.cfg.CheckRead(ctx, key); err != nil {
-		return err
-	}
-	return l.checkTTL(ttl)
-}
-
-func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Duration) (*dlock.Lock, error) {
-	g, fence, validUntil, err := l.grantLock(ctx, name, k, ttl)
-	if err != nil {
-		return nil, err
-	}
-	return driver.NewLock(name, bridge.NewToken(), fence, validUntil, g), nil
-}
-
-// grantLock makes one attempt to take the session lock on k and returns
-// the grant, its fence and its validity.
-func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Duration) (*grant, uint64, time.Time, error) {
+// grant makes one attempt to take the session lock on k.
+func (l *Locker) grant(ctx context.Context, name string, k Key, ttl time.Duration) (*grant, time.Time, error) {
 	p, err := l.publication(ctx, name)
 	if err != nil {
-		return nil, 0, time.Time{}, err
+		return nil, time.Time{}, err
 	}
 	conn, err := l.pin(ctx, name)
 	if err != nil {
-		return nil, 0, time.Time{}, err
+		return nil, time.Time{}, err
 	}
 	return l.grantOn(ctx, conn, name, k, ttl, p)
 }
 
-// grantOn is grantLock on conn, which it pins for the lock when granted,
-// gives back to the pool when k is busy, and discards on an error.
-func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration, p pub) (*grant, uint64, time.Time, error) {
+// grantOn is grant on conn, which it pins for the lock when granted, gives
+// back to the pool when k is busy, and discards on an error.
+func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration, p pub) (*grant, time.Time, error) {
 	g := &grant{l: l, key: k, name: name, st: p.st}
 	args := g.key.args(g.args[:0])
 	dest := append(g.dest[:0], &g.drawn, &g.pid)
@@ -327,23 +331,22 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
-		return nil, 0, time.Time{}, acquireErr(ctx, name, l.node, err)
+		return nil, time.Time{}, acquireErr(ctx, name, l.node, err)
 	}
 	if !g.drawn.Valid {
 		conn.Release()
 		l.busy(k)
-		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
+		return nil, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
 	}
-	validUntil := start.Add(ttl)
 	if elapsed := time.Since(start); elapsed >= ttl {
 		discard(conn)
-		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
+		return nil, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
 	}
 	l.held.Add(1)
 	g.conn = conn
 	g.since, g.fence, g.identity = time.Now(), uint64(g.drawn.Int64), p.id
 	l.grants.Store(g, nil)
-	return g, g.fence, validUntil, nil
+	return g, start.Add(ttl), nil
 }
 
 // pin takes a connection from the pool for an attempt. It refuses at once
@@ -374,37 +377,41 @@ func discard(conn *pgxpool.Conn) {
 // grant is one held session lock: the pinned connection and what the
 // session must still show.
 type grant struct {
-	l    *Locker
-	key  Key
-	name string
-	st   *statements // the statements it was taken with, and is released with
-	pid  int32       // pg_backend_pid() at acquisition
-	// For Inspect and ReadTerm (identity: driver.Identity's, if any).
-	since    time.Time
-	fence    uint64
+	l     *Locker
+	key   Key
+	name  string
+	st    *statements // the statements it was taken with, and is released with
+	pid   int32       // pg_backend_pid() at acquisition
+	since time.Time   // since, fence and identity: for Inspect and ReadTerm
+	fence uint64
+	// identity is driver.Identity's, if any.
 	identity string
-	// prev are the values the session settings that the grant changed
-	// (sessionSettings: a lease's idle_session_timeout, holder info's
-	// application_name) had before, restored at release.
+	// prev are the values the session settings the grant changed had
+	// before, restored at release.
 	prev [2]string
 
 	mu   sync.Mutex // a pgx connection serves one statement at a time
 	conn *pgxpool.Conn
-	// Once conn is given up: why (without a sentinel), and whether it was
-	// because the session ended, which Extend reports as a lost lock.
+	// Once conn is given up: why (without a sentinel), and whether the
+	// session ended, which Extend reports as a lost lock.
 	ended       error
 	sessionGone bool
 
-	// Arguments and results of the acquiring and the releasing statement
-	// (the key arguments point into key: passing them allocates nothing).
-	// drawn is the fence, NULL when the lock was not granted; set says per
-	// session setting whether the grant set it.
+	// The acquiring and releasing statements' arguments and results,
+	// kept here so that passing them allocates nothing. drawn is the
+	// fence, NULL when not granted; set says per setting whether it was set.
 	args    [5]any
 	dest    [6]any
 	drawn   pgtype.Int8
 	set     [2]bool
 	outcome int32
 	bufs    rowBufs
+}
+
+// lockID is how pg_locks shows the grant.
+func (g *grant) lockID() lockID {
+	c, o, s := g.key.lockID()
+	return lockID{c, o, int32(s), g.pid}
 }
 
 // Extend checks that the lock's session is alive, is the one that took the
@@ -485,16 +492,14 @@ func (g *grant) Release(ctx context.Context) error {
 	if err := queryRow(ctx, g.l.direct, g.conn.Conn(), g.st.release[g.key.form()], &g.bufs, args, dest); err != nil {
 		return g.connErr(ctx, err, false)
 	}
-	if unlocked := g.outcome != 0; !unlocked {
+	if g.outcome == 0 {
 		// Should not happen while the session lives; do not hand a
 		// session in an unknown state to the next pool user.
 		g.end(false, errors.New("the session did not hold the advisory lock"))
 		return g.endedErr(false)
 	}
 	g.conn.Release()
-	g.conn, g.ended = nil, errors.New("released")
-	g.l.held.Add(-1)
-	g.l.grants.Delete(g)
+	g.forget(false, errors.New("released"))
 	return nil
 }
 
@@ -524,6 +529,11 @@ func (g *grant) connErr(ctx context.Context, err error, extend bool) error {
 // whether the session itself is over.
 func (g *grant) end(sessionGone bool, why error) {
 	discard(g.conn)
+	g.forget(sessionGone, why)
+}
+
+// forget records that the grant gave up its connection.
+func (g *grant) forget(sessionGone bool, why error) {
 	g.conn, g.ended, g.sessionGone = nil, why, sessionGone
 	g.l.held.Add(-1)
 	g.l.grants.Delete(g)

@@ -63,12 +63,6 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 			return nil, err
 		}
 		slot, k, err := l.semTake(ctx, conn, name, s.limit)
-		if errors.Is(err, dlock.ErrNotAcquired) {
-			// The waits are registered on every slot, the first one included.
-			if first, kerr := l.mapKey(bridge.SlotKey(name, 0)); kerr == nil {
-				l.busy(first)
-			}
-		}
 		if err != nil {
 			return nil, err
 		}
@@ -77,7 +71,7 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 			discard(conn) // in the grant's transaction
 			return nil, err
 		}
-		g, fence, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl, p)
+		g, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl, p)
 		if err != nil {
 			return nil, err
 		}
@@ -85,7 +79,7 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 			g.end(true, err)
 			return nil, acquireErr(ctx, name, l.node, err)
 		}
-		return driver.NewPermit(name, slot, bridge.NewToken(), fence, validUntil, g), nil
+		return driver.NewPermit(name, slot, bridge.NewToken(), g.fence, validUntil, g), nil
 	})
 }
 
@@ -95,15 +89,18 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 // ends the transaction and gives conn back, or discards it when the
 // server's answer is unknown.
 func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (int, Key, error) {
-	slot, k, err := l.semPick(ctx, conn, name, limit)
+	slot, keys, err := l.semPick(ctx, conn, name, limit)
 	switch {
 	case err == nil:
-		return slot, k, nil
+		return slot, keys[slot], nil
 	case errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrInvalid):
 		if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
 			discard(conn)
 		} else {
 			conn.Release()
+		}
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			l.busy(keys[0]) // waits register on every slot
 		}
 		return 0, Key{}, err
 	}
@@ -117,31 +114,30 @@ func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, l
 // dlock.ErrNotAcquired when limit or more permits are held (on every slot
 // that may be held). A record with no permit held is void: the limit
 // becomes this one's. It updates the row when that changes it.
-func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (slot int, k Key, err error) {
+func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (slot int, keys []Key, err error) {
 	full := l.semRow(name)
 	if _, err := conn.Exec(ctx, semBeginSQL); err != nil {
-		return 0, Key{}, err
+		return 0, nil, err
 	}
 	var permits, slots int
 	if err := conn.QueryRow(ctx, semRecordSQL, full, limit).Scan(&permits, &slots); err != nil {
-		return 0, Key{}, err
+		return 0, nil, err
 	}
-	keys, err := l.slotKeys(name, max(slots, limit))
-	if err != nil {
-		return 0, Key{}, err
+	if keys, err = l.slotKeys(name, max(slots, limit)); err != nil {
+		return 0, nil, err
 	}
 	var held []int
 	c, o, s := lockIDs(keys)
 	if err := conn.QueryRow(ctx, semHeldSQL, c, o, s).Scan(&held); err != nil {
-		return 0, Key{}, err
+		return 0, nil, err
 	}
 	switch {
 	case len(held) == 0:
 		permits, slots = limit, limit
 	case permits != limit:
-		return 0, Key{}, backend.LimitConflict(name, permits, limit)
+		return 0, keys, backend.LimitConflict(name, permits, limit)
 	case len(held) >= permits:
-		return 0, Key{}, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, permits)
+		return 0, keys, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, permits)
 	}
 	for slices.Contains(held, slot) {
 		slot++
@@ -152,10 +148,10 @@ func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, l
 	}
 	if high != slots || len(held) == 0 {
 		if _, err := conn.Exec(ctx, semUpdateSQL, full, permits, high); err != nil {
-			return 0, Key{}, err
+			return 0, nil, err
 		}
 	}
-	return slot, keys[slot], nil
+	return slot, keys, nil
 }
 
 // semRow is the name of name's row in semaphoreTable: the prefix, and
