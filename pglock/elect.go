@@ -15,26 +15,24 @@ import (
 var _ driver.TermReader = (*Locker)(nil)
 
 // termSQL finds the session that holds an advisory lock, and its
-// application_name, which PostgreSQL shows to every role.
+// application_name (PostgreSQL shows it to every role).
 const termSQL = `SELECT l.pid, coalesce(a.application_name, ''), coalesce(a.state = 'active', false)` +
 	heldSQL + `
 	AND l.classid::int8 = $1 AND l.objid::int8 = $2 AND l.objsubid = $3`
 
 // ReadTerm implements driver.TermReader: who holds the lock on key (mapped
-// as TryAcquire maps it), from pg_locks and pg_stat_activity, in one query
-// on a pooled connection. A grant made with an identity (driver.Identity;
-// see dlock.WithIdentity for its bounds here) publishes it with its fence
-// in its session's application_name, in the statement that takes the
-// lock: "name (#<fence> <identity>)", or "#<fence> <identity>" where the
-// name leaves no room. So the term and the leader of any holder, of any
-// process, are read from the server; Since only for this Locker's own
-// locks (the server does not record when a lock was granted). Another
-// session's lock without such a record is reported with Fence 0 and no
-// Leader; one caught in the statement that takes it, before it wrote its
-// record, is read again a millisecond later, a few times (where the role
-// may see the session's state: PostgreSQL shows it for sessions of the
-// same role, and to pg_read_all_stats). It returns an error matching
-// dlock.ErrUnavailable when the query fails.
+// as TryAcquire maps it), from pg_locks and pg_stat_activity, in one query.
+// A grant made with an identity (driver.Identity; see dlock.WithIdentity
+// for its bounds here) publishes it with its fence in its session's
+// application_name, in the statement that takes the lock:
+// "name (#<fence> <identity>)", or "#<fence> <identity>" where the name
+// leaves no room. So the term and leader of any process's holder are read
+// from the server; Since only for this Locker's own locks. Another
+// session's lock without such a record has Fence 0 and no Leader; one
+// caught in the statement that takes it, before its record, is read again
+// a millisecond later, a few times (where the role may see the session's
+// state: for sessions of the same role, and with pg_read_all_stats). It
+// returns an error matching dlock.ErrUnavailable when the query fails.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	return l.readTerm(ctx, key, nil)
 }
@@ -45,8 +43,8 @@ func (kl keyLocker) ReadTerm(ctx context.Context, name string) (dlock.Term, erro
 }
 
 // termRereads is how many times readTerm reads again a holder caught
-// running a statement without a term record: it may be the statement that
-// takes the lock and writes the record, or a long one that writes none.
+// running a statement without a term record: the one writing it, or a
+// long one that writes none.
 const termRereads = 5
 
 func (l *Locker) readTerm(ctx context.Context, name string, key *Key) (dlock.Term, error) {

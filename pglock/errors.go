@@ -54,16 +54,8 @@ var (
 
 // SQLSTATE codes pglock tells apart.
 const (
-	codeClassAuth      = "28" // invalid authorization: 28000, 28P01 (password)
-	codeNoPrivilege    = "42501"
-	codeNoDatabase     = "3D000"
-	codeNoSchema       = "3F000" // no schema on search_path to create in
 	codeUndefinedTable = "42P01"
 	codeReadOnly       = "25006"
-	codeDeadlock       = "40P01"
-	codeOutOfMemory    = "53200"
-	codeLockTimeout    = "55P03"
-	codeQueryCanceled  = "57014"
 )
 
 func sqlState(err error) string {
@@ -85,12 +77,13 @@ func nodeErr(node string, err error) *dlock.NodeError {
 // refusal that retrying cannot change (Errors in the package doc lists
 // them), another error the server sent, or no answer.
 func kind(err error) nodeerr.Kind {
-	code := sqlState(err)
-	switch {
+	switch code := sqlState(err); {
 	case code == "":
 		return nodeerr.Unreachable
-	case strings.HasPrefix(code, codeClassAuth), code == codeNoPrivilege, code == codeNoDatabase,
-		code == codeNoSchema, code == codeUndefinedTable, code == codeReadOnly:
+	case strings.HasPrefix(code, "28"), // invalid authorization: 28000, 28P01 (password)
+		code == "42501", code == "3D000", // no privilege, no database
+		code == "3F000", // no schema on search_path to create in
+		code == codeUndefinedTable, code == codeReadOnly:
 		return nodeerr.Refused
 	}
 	return nodeerr.Answered
@@ -112,11 +105,11 @@ func migrateErr(err error) error {
 func acquireErr(ctx context.Context, key string, node string, err error) error {
 	var detail []error // pglock's own reason, when it has one
 	switch sqlState(err) {
-	case codeDeadlock:
+	case "40P01":
 		return fmt.Errorf("dlock: acquire %q: %w: %w: %w", key, dlock.ErrNotAcquired, ErrDeadlock, nodeErr(node, err))
-	case codeLockTimeout:
+	case "55P03":
 		return fmt.Errorf("dlock: acquire %q: %w (lock_timeout ran out): %w", key, dlock.ErrNotAcquired, nodeErr(node, err))
-	case codeQueryCanceled:
+	case "57014":
 		if ctx.Err() == nil {
 			return fmt.Errorf("dlock: acquire %q: %w (statement cancelled, e.g. by statement_timeout): %w", key, dlock.ErrNotAcquired, nodeErr(node, err))
 		}
@@ -126,7 +119,7 @@ func acquireErr(ctx context.Context, key string, node string, err error) error {
 		detail = append(detail, ErrNotMigrated)
 	case codeReadOnly:
 		detail = append(detail, ErrReadOnly)
-	case codeOutOfMemory:
+	case "53200":
 		detail = append(detail, ErrOutOfLocks)
 	}
 	return fmt.Errorf("dlock: acquire %q: %w", key, nodeerr.Error(ctx, node, err, kind(err), true, detail...))

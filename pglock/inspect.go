@@ -17,18 +17,16 @@ import (
 
 var _ dlock.Inspector = (*Locker)(nil)
 
-// heldSQL is the FROM and WHERE of the queries of the exclusive advisory
-// locks granted in the current database (l), with their holders' sessions
-// (a).
+// heldSQL selects the exclusive advisory locks granted in the current
+// database (l), with their holders' sessions (a).
 const heldSQL = `
 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 
-// inspectSQL lists the locks of heldSQL and the number of sessions blocked
-// behind each. pg_locks is a view of the server's shared lock table, whose
-// size max_locks_per_transaction × max_connections bounds it, so it is read
-// whole and filtered here.
+// inspectSQL lists heldSQL's locks and the sessions blocked behind each.
+// pg_locks is bounded by the server's lock table, so it is read whole and
+// filtered here.
 const inspectSQL = `SELECT l.classid::int8, l.objid::int8, l.objsubid::int4, l.pid,
 	coalesce(a.application_name, ''), a.backend_start,
 	(SELECT count(*) FROM pg_locks w WHERE w.locktype = 'advisory' AND NOT w.granted
@@ -142,8 +140,7 @@ func (l *Locker) lockInfo(row pgx.CollectableRow) (info dlock.LockInfo, id lockI
 	return info, id, nil
 }
 
-// advisoryName names a lock whose name the Locker does not know by its
-// key: "advisory:<n>" for a bigint key, "advisory:<a>,<b>" for a pair.
+// advisoryName names a lock whose name the Locker does not know.
 func advisoryName(classid, objid int64, objsubid int32) string {
 	if objsubid == 2 {
 		return "advisory:" + strconv.Itoa(int(int32(uint32(classid)))) + "," + strconv.Itoa(int(int32(uint32(objid))))

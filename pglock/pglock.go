@@ -349,11 +349,9 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 	return g, start.Add(ttl), nil
 }
 
-// pin takes a connection from the pool for an attempt. It refuses at once
-// with ErrPoolExhausted when the Locker's own held locks pin every
-// connection: waiting cannot be trusted to change that (the locks may be
-// the caller's own, nested), so dlock.Acquire and dlock.Do return it at
-// once, as TryAcquire does.
+// pin takes a connection from the pool for an attempt, refusing at once,
+// for waits too, when this Locker's locks pin every connection: waiting
+// cannot be trusted to change that (they may be the caller's, nested).
 func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 	if n := l.held.Load(); n >= l.maxConns {
 		return nil, &bridge.Final{Err: fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
@@ -369,7 +367,7 @@ func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 }
 
 // discard closes a connection whose session may hold a lock, so the server
-// releases everything the session had, and takes it out of the pool.
+// frees it, and takes it out of the pool.
 func discard(conn *pgxpool.Conn) {
 	closeConn(conn.Hijack())
 }
@@ -382,24 +380,20 @@ type grant struct {
 	name  string
 	st    *statements // the statements it was taken with, and is released with
 	pid   int32       // pg_backend_pid() at acquisition
-	since time.Time   // since, fence and identity: for Inspect and ReadTerm
+	since time.Time   // since, fence and identity (driver.Identity's): for Inspect and ReadTerm
 	fence uint64
-	// identity is driver.Identity's, if any.
+	// identity and prev, the session settings' values before the grant,
+	// restored at release.
 	identity string
-	// prev are the values the session settings the grant changed had
-	// before, restored at release.
-	prev [2]string
+	prev     [2]string
 
-	mu   sync.Mutex // a pgx connection serves one statement at a time
-	conn *pgxpool.Conn
-	// Once conn is given up: why (without a sentinel), and whether the
-	// session ended, which Extend reports as a lost lock.
-	ended       error
-	sessionGone bool
+	mu          sync.Mutex // a pgx connection serves one statement at a time
+	conn        *pgxpool.Conn
+	ended       error // once conn is given up: why, without a sentinel
+	sessionGone bool  // the session ended: a lost lock for Extend
 
-	// The acquiring and releasing statements' arguments and results,
-	// kept here so that passing them allocates nothing. drawn is the
-	// fence, NULL when not granted; set says per setting whether it was set.
+	// The statements' arguments and results, kept here so that passing
+	// them allocates nothing. drawn is the fence, NULL when not granted.
 	args    [5]any
 	dest    [6]any
 	drawn   pgtype.Int8
@@ -421,10 +415,9 @@ func (g *grant) lockID() lockID {
 // dlock.ErrNotHeld when the live session no longer holds the lock.
 //
 // A cancellation of ctx does not interrupt a check in flight: pgx would
-// close the connection, and with it end the lock (dlock.Do cancels its
-// last check when its function returns, just before releasing). ctx's
-// deadline does interrupt it, and then the lock is lost; without a
-// deadline the check gives up after releaseBound.
+// close the connection, ending the lock (dlock.Do cancels its last check
+// just before releasing). ctx's deadline does, and then the lock is lost;
+// without one the check gives up after releaseBound.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := g.l.checkTTL(ttl); err != nil {
 		return time.Time{}, err
@@ -440,33 +433,32 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	classid, objid, objsubid := g.key.lockID()
+	c, o, sub := g.key.lockID()
 	start := time.Now()
 	var pid int32
-	var held, leased bool
-	sql := `SELECT pg_backend_pid(), EXISTS (SELECT 1 FROM pg_locks
-		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND mode = 'ExclusiveLock'
-		AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3)`
-	args := []any{classid, objid, objsubid}
-	dest := []any{&pid, &held}
+	var held bool
+	sql, args, dest := extendSQL, []any{c, o, sub}, []any{&pid, &held}
 	if g.l.lease >= 0 {
 		sql += `, set_config('idle_session_timeout', $4::text, false) IS NOT NULL`
-		args = append(args, g.l.leaseMS(ttl))
-		dest = append(dest, &leased)
+		args, dest = append(args, g.l.leaseMS(ttl)), append(dest, new(bool))
 	}
 	if err := g.conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
 		return time.Time{}, g.connErr(ctx, err, true)
 	}
 	switch {
 	case pid != g.pid:
-		g.end(true, fmt.Errorf("the session ended: %w (backend pid %d, was %d)", ErrSessionChanged, pid, g.pid))
-		return time.Time{}, g.endedErr(true)
+		return time.Time{}, g.end(true, true, fmt.Errorf("the session ended: %w (backend pid %d, was %d)", ErrSessionChanged, pid, g.pid))
 	case !held:
-		g.end(false, errors.New("the session no longer holds the advisory lock"))
-		return time.Time{}, g.endedErr(true)
+		return time.Time{}, g.end(false, true, errors.New("the session no longer holds the advisory lock"))
 	}
 	return start.Add(ttl), nil
 }
+
+// extendSQL reads the session's pid and whether it holds the advisory
+// lock whose pg_locks id is $1, $2, $3.
+const extendSQL = `SELECT pg_backend_pid(), EXISTS (SELECT 1 FROM pg_locks
+	WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND mode = 'ExclusiveLock'
+	AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3)`
 
 // Release unlocks on the pinned connection and gives it back to the pool.
 // It returns an error matching dlock.ErrNotHeld when the session no longer
@@ -479,9 +471,8 @@ func (g *grant) Release(ctx context.Context) error {
 	if g.conn == nil {
 		return g.endedErr(false)
 	}
-	// With notifications on, the statement sends a NOTIFY (a hint; waiters
-	// still have to win the lock) when someone waits. It is delivered when
-	// the statement's implicit transaction commits, after the unlock.
+	// A NOTIFY the statement sends is delivered when its implicit
+	// transaction commits, after the unlock.
 	args := g.key.args(g.args[:0])
 	dest := append(g.dest[:0], &g.outcome)
 	var restored [2]bool
@@ -495,8 +486,7 @@ func (g *grant) Release(ctx context.Context) error {
 	if g.outcome == 0 {
 		// Should not happen while the session lives; do not hand a
 		// session in an unknown state to the next pool user.
-		g.end(false, errors.New("the session did not hold the advisory lock"))
-		return g.endedErr(false)
+		return g.end(false, false, errors.New("the session did not hold the advisory lock"))
 	}
 	g.conn.Release()
 	g.forget(false, errors.New("released"))
@@ -505,11 +495,10 @@ func (g *grant) Release(ctx context.Context) error {
 
 // connErr classifies an error of a statement on the pinned connection
 // (extend says which operation). pgx closes the connection on a network
-// error, a timeout or a cancellation mid-statement, and on the server's
-// FATAL error (a terminated backend): the session is over, and the server
-// frees its locks as soon as it sees the close (in a silent partition,
-// once its TCP keepalive detection gives up). That is a lost lock. A
-// statement error on a live session leaves the lock held.
+// error, a timeout or a cancellation mid-statement, and on a FATAL error
+// (a terminated backend): the session is over, and the server frees its
+// locks once it sees the close. That is a lost lock. A statement error on
+// a live session leaves the lock held.
 func (g *grant) connErr(ctx context.Context, err error, extend bool) error {
 	if !g.conn.Conn().IsClosed() {
 		nerr := nodeerr.Error(ctx, g.l.node, err, kind(err), false)
@@ -517,19 +506,18 @@ func (g *grant) connErr(ctx context.Context, err error, extend bool) error {
 	}
 	nerr := g.l.serverErr(err)
 	if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		g.end(true, fmt.Errorf("the session ended: pgx closed its connection when the statement was interrupted, which frees the lock: %w", nerr))
-	} else {
-		g.end(true, fmt.Errorf("the session ended: %w", nerr))
+		return g.end(true, extend, fmt.Errorf("the session ended: pgx closed its connection when the statement was interrupted, which frees the lock: %w", nerr))
 	}
-	return g.endedErr(extend)
+	return g.end(true, extend, fmt.Errorf("the session ended: %w", nerr))
 }
 
-// end gives up the connection of a session that may hold something:
-// closed, so the server frees it. why says what happened; sessionGone
-// whether the session itself is over.
-func (g *grant) end(sessionGone bool, why error) {
+// end closes the connection of a session that may hold something, so the
+// server frees it, and returns endedErr. why says what happened,
+// sessionGone whether the session itself is over.
+func (g *grant) end(sessionGone, extend bool, why error) error {
 	discard(g.conn)
 	g.forget(sessionGone, why)
+	return g.endedErr(extend)
 }
 
 // forget records that the grant gave up its connection.

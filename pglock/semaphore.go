@@ -17,13 +17,12 @@ import (
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
-// semaphoreTable is where semaphores record their limits: a row per
-// semaphore name (with WithPrefix's prefix), created by MigrateSQL.
+// semaphoreTable holds a row per semaphore name (prefix included).
 const semaphoreTable = "dlock_semaphore"
 
 // The statements of a grant, in its transaction. semBeginSQL bounds how
-// long a client that stops mid-grant (paused, cut off) keeps the row's lock
-// from the others: the server ends its session then.
+// long a client stopped mid-grant keeps the row locked: the server ends
+// its session then.
 const (
 	semBeginSQL  = `BEGIN; SET LOCAL idle_in_transaction_session_timeout = 5000`
 	semRecordSQL = `INSERT INTO ` + semaphoreTable + ` AS s (name, permits, slots) VALUES ($1, $2, $2)
@@ -38,9 +37,8 @@ const (
 
 var _ driver.Semaphores = (*Locker)(nil)
 
-// Semaphore implements driver.Semaphores (see dlock.Semaphore): its
-// TryAcquire grants one of limit permits of name as the session lock on a
-// free slot (see Semaphores in the package documentation).
+// Semaphore implements driver.Semaphores (see dlock.Semaphore and
+// Semaphores in the package documentation).
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
 
 // semaphore is the Locker of Semaphore.
@@ -76,18 +74,16 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 			return nil, err
 		}
 		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-			g.end(true, err)
+			_ = g.end(true, false, err)
 			return nil, acquireErr(ctx, name, l.node, err)
 		}
 		return driver.NewPermit(name, slot, bridge.NewToken(), g.fence, validUntil, g), nil
 	})
 }
 
-// semTake begins the grant's transaction on conn, locks name's row of
-// semaphoreTable, and returns the free slot to take and its key, the row
-// already updated. On an error (a conflicting limit, every permit held) it
-// ends the transaction and gives conn back, or discards it when the
-// server's answer is unknown.
+// semTake is semPick, which returns the slot to take, ending the
+// transaction on an error: conn goes back to the pool after a refusal
+// (another limit, every permit held), or is discarded.
 func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (int, Key, error) {
 	slot, keys, err := l.semPick(ctx, conn, name, limit)
 	switch {
@@ -108,12 +104,11 @@ func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, l
 	return 0, Key{}, acquireErr(ctx, name, l.node, err)
 }
 
-// semPick reads name's record and its held slots in the grant's
-// transaction and picks the lowest free slot below the limit: an error
-// matching dlock.ErrInvalid when the record has another limit,
-// dlock.ErrNotAcquired when limit or more permits are held (on every slot
-// that may be held). A record with no permit held is void: the limit
-// becomes this one's. It updates the row when that changes it.
+// semPick begins the grant's transaction, locks name's row, and picks the
+// lowest free slot below the limit: an error matching dlock.ErrInvalid
+// when the row has another limit, dlock.ErrNotAcquired when limit or more
+// permits are held (on every slot that may be held). A row with no permit
+// held is void: the limit becomes this one's. The row is updated as needed.
 func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (slot int, keys []Key, err error) {
 	full := l.semRow(name)
 	if _, err := conn.Exec(ctx, semBeginSQL); err != nil {
@@ -154,9 +149,8 @@ func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, l
 	return slot, keys, nil
 }
 
-// semRow is the name of name's row in semaphoreTable: the prefix, and
-// what the names of its slots begin with ("{name}#"), so that the names
-// that share slots ("a" and "{a}") share a row.
+// semRow is name's row: the prefix and its slots' common start ("{name}#"),
+// so that names sharing slots ("a" and "{a}") share a row.
 func (l *Locker) semRow(name string) []byte { return []byte(l.cfg.Prefix + bridge.SlotPrefix(name)) }
 
 // slotKeys returns the keys of the first n slots of name's semaphore.
@@ -182,9 +176,9 @@ func lockIDs(keys []Key) (classids, objids []int64, objsubids []int16) {
 }
 
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): one UPDATE
-// of name's row of semaphoreTable, which waits for a grant in progress.
-// The slots that may be held stay counted (docs/semaphores.md). A name
-// with no row has never been used: nothing to change.
+// of name's row, which waits for a grant in progress. The slots that may
+// be held stay counted (docs/semaphores.md). A name with no row was never
+// used: nothing to change.
 func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
 		return err
@@ -195,13 +189,11 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 	return nil
 }
 
-// NotifyRelease implements driver.ReleaseNotifier for the semaphore's
-// waits: one registration on every slot of name with the Locker's release
-// listener (see WithReleaseNotify), so that the release of any permit
-// wakes the wait.
+// NotifyRelease implements driver.ReleaseNotifier: the release of any of
+// name's permits wakes the wait.
 func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struct{}, func()) {
 	l := s.l
-	if !l.notify || bridge.LimitProblem(s.limit) != "" || l.cfg.CheckKey(name) != nil {
+	if !l.notify || l.cfg.CheckLimit(ctx, name, s.limit) != nil {
 		return nil, func() {}
 	}
 	keys, err := l.slotKeys(name, s.limit)
@@ -211,42 +203,34 @@ func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struc
 	return l.notifyKeys(keys...)
 }
 
-// semLimits sets the Limit of the permits among infos (keys of the form
-// {name}#slot, named as the Locker names them) from semaphoreTable. A
-// database without the table has no semaphores.
+// semLimits sets the Limit of the permits among infos. A database without
+// semaphoreTable has no semaphores.
 func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
 	rows := map[string][]int{} // row name → indexes in infos
 	var names [][]byte
 	for i, info := range infos {
-		prefix, ok := bridge.SlotPrefixOf(info.Key)
-		if !ok {
-			continue
+		if prefix, ok := bridge.SlotPrefixOf(info.Key); ok {
+			row := l.cfg.Prefix + prefix
+			if rows[row] == nil {
+				names = append(names, []byte(row))
+			}
+			rows[row] = append(rows[row], i)
 		}
-		row := l.cfg.Prefix + prefix
-		if rows[row] == nil {
-			names = append(names, []byte(row))
-		}
-		rows[row] = append(rows[row], i)
 	}
 	if len(names) == 0 {
 		return nil
 	}
-	type limit struct {
-		Name    []byte
-		Permits int
-	}
+	var name []byte
+	var permits int
 	r, _ := l.pool.Query(ctx, `SELECT name, permits FROM `+semaphoreTable+` WHERE name = ANY($1)`, names)
-	limits, err := pgx.CollectRows(r, pgx.RowToStructByPos[limit])
-	if sqlState(err) == codeUndefinedTable {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
-	}
-	for _, lim := range limits {
-		for _, i := range rows[string(lim.Name)] {
-			infos[i].Limit = lim.Permits
+	_, err := pgx.ForEachRow(r, []any{&name, &permits}, func() error {
+		for _, i := range rows[string(name)] {
+			infos[i].Limit = permits
 		}
+		return nil
+	})
+	if err != nil && sqlState(err) != codeUndefinedTable {
+		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
 	}
 	return nil
 }
