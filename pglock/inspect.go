@@ -34,26 +34,21 @@ const inspectSQL = `SELECT l.classid::int8, l.objid::int8, l.objsubid::int4, l.p
 		AND w.objsubid = l.objsubid)` + heldSQL
 
 // Inspect lists the exclusive advisory locks held in the Locker's database
-// (by any session: this Locker's, another program's, psql's) whose names
-// match pattern (see dlock.Inspector). Each LockInfo has the holder's
-// backend pid (PID) and application_name (Service), and Waiting, the
-// sessions blocked in pg_advisory_lock behind it (pglock's own waiters
-// poll with pg_try_advisory_lock and are not counted). TTL is 0: a session
-// lock lasts as long as its session.
+// by any session whose names match pattern (see dlock.Inspector), with the
+// holder's backend pid (PID) and application_name (Service), and Waiting,
+// the sessions blocked in pg_advisory_lock behind it (not pglock's
+// waiters, which poll). TTL is 0: a session lock lasts as long as its
+// session.
 //
-// Key is the lock's name where the Locker can know it: for the locks it
-// holds itself (as its handles name them; then Fence and Since are the
-// grant's and Since is exact); for locks whose holder published its name
-// (WithHolderInfo, in any process: then Service is the holder's service),
-// when this Locker's prefix and key function map that name to the lock's
-// key; and, when pattern is a plain name without glob characters, for the
-// lock that name maps to (WithPrefix, WithKeyFunc). An advisory key is a
-// hash: a glob cannot be matched against the names behind it. Other locks
-// are listed as "advisory:<n>" (bigint keys) or "advisory:<a>,<b>" (int4
-// pairs), which a pattern may match too. The server does not record when a
-// lock was granted: for other sessions' locks, Since is the session's
-// backend_start, the one time never later than the grant (query_start,
-// state_change and xact_start can each be after it).
+// Key is the lock's name where the Locker can know it: for its own locks
+// (then Fence and Since are the grant's); for locks whose holder published
+// its name (WithHolderInfo, in any process; Service is then the holder's
+// service) when this Locker maps that name to the lock's key; and for the
+// lock a pattern without glob characters maps to (a glob cannot be matched
+// against the names behind a hash). Other locks are "advisory:<n>" (bigint
+// keys) or "advisory:<a>,<b>" (int4 pairs), which a pattern may match too.
+// For other sessions' locks Since is the session's backend_start, the one
+// time never later than the grant (the server does not record the grant's).
 //
 // At most limit locks are returned (0: 1000), sorted by key.
 // It returns an error matching dlock.ErrUnavailable when the query fails.

@@ -74,19 +74,16 @@ func WithKeyFunc(f func(name string) (Key, error)) Option {
 }
 
 // WithPrefix prepends prefix to every lock name before it is mapped to an
-// advisory key (by HashKey, or the WithKeyFunc function, which sees
-// prefix+name), so that applications sharing a database keep their lock
-// names apart, e.g. "billing:". Handles report the name without the prefix;
-// ForKey takes its Key as it is. The default is no prefix: the lock on
-// "invoice:42" is HashKey("invoice:42").
+// advisory key (WithKeyFunc's function sees prefix+name), so that
+// applications sharing a database keep their names apart, e.g. "billing:".
+// Handles report the name without the prefix; ForKey's Key is taken as it
+// is. The default is no prefix.
 func WithPrefix(prefix string) Option {
 	return func(l *Locker) error { return l.cfg.SetPrefix(prefix) }
 }
 
-// WithReleaseNotify turns wake-on-release on or off. When on, waiting
-// acquisitions LISTEN on the channel "dlock_release" (through one extra
-// connection per Locker while anyone waits: see Waiting in the package
-// documentation), so a waiter retries within about a round trip of a
+// WithReleaseNotify turns wake-on-release on or off (see Waiting in the
+// package documentation): a waiter retries within about a round trip of a
 // release instead of at its next poll. The default is on.
 func WithReleaseNotify(on bool) Option {
 	return func(l *Locker) error {
@@ -96,9 +93,8 @@ func WithReleaseNotify(on bool) Option {
 }
 
 // WithLogger sets where the Locker logs its events (see Events in package
-// dlock's documentation) and the troubles of its release listener (lost
-// connection, failed connect: waiters then poll until it is back). The
-// default is slog.Default().
+// dlock's documentation) and its release listener's troubles (waiters then
+// poll until it is back). The default is slog.Default().
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error { return l.cfg.SetLogger(logger) }
 }
@@ -112,21 +108,18 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 
 // WithSessionLease makes the server free a lock whose holder stops checking
 // it, as a Redis TTL would: the lock's session gets idle_session_timeout =
-// ttl + margin at acquisition and at every Extend (PostgreSQL ends a session
-// idle that long, and its locks with it), and its previous value back at
-// release. A paused, hung or cut-off holder then blocks others for about
-// ttl + margin instead of until its session dies some other way. The
-// holder's own validity (ttl from when its last check was sent) always ends
-// first, so a holder that resumes finds its handle expired before anyone
-// else can have the lock; its late writes still need a fence.
+// ttl + margin at acquisition and at every Extend (PostgreSQL ends a
+// session idle that long, and its locks with it), and its previous value
+// back at release. A paused, hung or cut-off holder then blocks others for
+// about ttl + margin. Its own validity always ends first, so a holder that
+// resumes finds its handle expired before anyone else can have the lock;
+// its late writes still need a fence.
 //
-// With a lease, a lock held without Do must be extended (Lock.Extend)
-// within every ttl + margin. margin must not be negative; keep it above a
-// round trip and a scheduling delay. ttl + margin must not exceed the
-// largest idle_session_timeout PostgreSQL accepts, 2147483647ms (about 24.8
-// days); TryAcquire and Extend reject a longer ttl with dlock.ErrInvalid.
-// Needs PostgreSQL 14 or later. The default is no lease: a lock lasts as
-// long as its session.
+// A lock held without Do must then be extended within every ttl + margin.
+// margin must not be negative; keep it above a round trip and a scheduling
+// delay. TryAcquire and Extend reject with dlock.ErrInvalid a ttl whose
+// ttl + margin exceeds idle_session_timeout's maximum, 2147483647ms (about
+// 24.8 days). Needs PostgreSQL 14 or later. The default is no lease.
 func WithSessionLease(margin time.Duration) Option {
 	return func(l *Locker) error {
 		if margin < 0 {
@@ -141,12 +134,10 @@ func WithSessionLease(margin time.Duration) Option {
 	}
 }
 
-// maxSessionLease is the largest idle_session_timeout PostgreSQL accepts:
-// INT_MAX milliseconds. A larger value makes every set_config fail.
+// maxSessionLease is the largest idle_session_timeout PostgreSQL accepts.
 const maxSessionLease = math.MaxInt32 * time.Millisecond
 
-// checkTTL rejects a ttl that no lock honours, or that, with the lease
-// margin, is above what idle_session_timeout accepts.
+// checkTTL rejects a ttl no lock honours, or too long for the lease.
 func (l *Locker) checkTTL(ttl time.Duration) error {
 	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil || l.lease < 0 {
 		return err
@@ -158,14 +149,13 @@ func (l *Locker) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// leaseMS returns the idle_session_timeout for ttl, in whole milliseconds,
-// rounded up.
+// leaseMS returns the idle_session_timeout for ttl.
 func (l *Locker) leaseMS(ttl time.Duration) string {
 	return strconv.FormatInt(bridge.Milliseconds(ttl+l.lease), 10)
 }
 
-// New returns a Locker over pool. It sends nothing to the server. The fence
-// sequence must exist (see Migrate) before the first acquisition. Size the
+// New returns a Locker over pool, sending nothing to the server. The fence
+// sequence must exist (Migrate) before the first acquisition; size the
 // pool as Connections in the package documentation says.
 func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	if pool == nil {
@@ -197,11 +187,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 }
 
 // TryAcquire makes one attempt to take the session-level advisory lock on
-// key (WithPrefix's prefix and key, mapped by HashKey or WithKeyFunc) and
-// to draw its fence, in one statement on a connection it pins for the life
-// of the lock. The lock lasts as long as the session; ttl is how long the
-// handle trusts it without a health check (see TTL in the package
-// documentation).
+// key (prefixed and mapped) and to draw its fence, in one statement on a
+// connection it pins for the life of the lock. The lock lasts as long as
+// the session; ttl is how long the handle trusts it without a health check
+// (see TTL in the package documentation).
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds the lock, dlock.ErrMisconfigured when the server refused for a
@@ -299,20 +288,21 @@ func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{
 
 // grant makes one attempt to take the session lock on k.
 func (l *Locker) grant(ctx context.Context, name string, k Key, ttl time.Duration) (*grant, time.Time, error) {
-	p, err := l.publication(ctx, name)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
 	conn, err := l.pin(ctx, name)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	return l.grantOn(ctx, conn, name, k, ttl, p)
+	return l.grantOn(ctx, conn, name, k, ttl)
 }
 
 // grantOn is grant on conn, which it pins for the lock when granted, gives
 // back to the pool when k is busy, and discards on an error.
-func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration, p pub) (*grant, time.Time, error) {
+func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration) (*grant, time.Time, error) {
+	p, err := l.publication(ctx, name)
+	if err != nil {
+		discard(conn) // it may be in a semaphore's grant transaction
+		return nil, time.Time{}, err
+	}
 	g := &grant{l: l, key: k, name: name, st: p.st}
 	args := g.key.args(g.args[:0])
 	dest := append(g.dest[:0], &g.drawn, &g.pid)

@@ -64,12 +64,7 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 		if err != nil {
 			return nil, err
 		}
-		p, err := l.publication(ctx, bridge.SlotKey(name, slot))
-		if err != nil {
-			discard(conn) // in the grant's transaction
-			return nil, err
-		}
-		g, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl, p)
+		g, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl)
 		if err != nil {
 			return nil, err
 		}
