@@ -41,7 +41,7 @@ type listener struct {
 	byKey   map[string][]chan struct{} // notifyID → waiters in arrival order
 	cancel  context.CancelFunc         // stops the running loop; nil when none runs
 	running sync.WaitGroup
-	closed  bool
+	closed  bool // after Close, or from the start without notifications
 }
 
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
@@ -63,13 +63,10 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 // notifyKeys is NotifyRelease for Keys: one registration on every key, so
 // that the release of any of them wakes the wait (a semaphore's slots).
 func (l *Locker) notifyKeys(keys ...Key) (released <-chan struct{}, stop func()) {
-	if !l.notify || slices.ContainsFunc(keys, func(k Key) bool { return !k.valid() }) {
-		return nil, func() {}
-	}
 	n := l.listener
 	w := make(chan struct{}, 1)
 	n.mu.Lock()
-	if n.closed {
+	if n.closed || slices.ContainsFunc(keys, func(k Key) bool { return !k.valid() }) {
 		n.mu.Unlock()
 		return nil, func() {}
 	}
@@ -104,9 +101,6 @@ func (l *Locker) Close() error {
 
 // busy makes sure the listener runs if anyone waits for k, found held.
 func (l *Locker) busy(k Key) {
-	if !l.notify {
-		return
-	}
 	n := l.listener
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -115,8 +109,7 @@ func (l *Locker) busy(k Key) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.running.Add(1)
-	go n.run(ctx)
+	n.running.Go(func() { n.run(ctx) })
 }
 
 // leave ends w's wait, passing a wake-up it did not use to the key's next
@@ -147,7 +140,6 @@ func (n *listener) leave(id string, w chan struct{}) {
 // run owns the LISTEN connection until ctx ends, reconnecting with a
 // backoff when it breaks.
 func (n *listener) run(ctx context.Context) {
-	defer n.running.Done()
 	var backoff time.Duration
 	for ctx.Err() == nil {
 		listened, err := n.listen(ctx)

@@ -173,10 +173,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		cfg:      backend.New(0, false),
 		direct:   cc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cc.Tracer == nil,
 	}
-	l.listener = &listener{l: l, byKey: map[string][]chan struct{}{}}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
+	l.listener = &listener{l: l, byKey: map[string][]chan struct{}{}, closed: !l.notify}
 	l.plain = l.buildStatements(l.sessionSettings(l.holder))
 	l.named = l.plain
 	if !l.holder {
@@ -465,10 +465,9 @@ func (g *grant) Release(ctx context.Context) error {
 	// transaction commits, after the unlock.
 	args := g.key.args(g.args[:0])
 	dest := append(g.dest[:0], &g.outcome)
-	var restored [2]bool
 	for i := range g.st.settings {
 		args = append(args, g.prev[i])
-		dest = append(dest, &restored[i])
+		dest = append(dest, &g.set[i]) // free since the grant
 	}
 	if err := queryRow(ctx, g.l.direct, g.conn.Conn(), g.st.release[g.key.form()], &g.bufs, args, dest); err != nil {
 		return g.connErr(ctx, err, false)
