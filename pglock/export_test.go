@@ -13,7 +13,11 @@ func (l *Locker) TryAcquireGrant(ctx context.Context, key string, ttl time.Durat
 	if err := l.checkArgs(ctx, key, ttl); err != nil {
 		return nil, 0, time.Time{}, err
 	}
-	gr, validUntil, err := l.grant(ctx, key, HashKey(key), ttl)
+	conn, err := l.pin(ctx, key)
+	if err != nil {
+		return nil, 0, time.Time{}, err
+	}
+	gr, validUntil, err := l.grantOn(ctx, conn, key, HashKey(key), ttl)
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}

@@ -7,11 +7,10 @@ import (
 	"strconv"
 )
 
-// Key is a position in PostgreSQL's advisory-lock key space: either one
-// bigint (the one-argument pg_advisory_lock form) or a pair of int4 (the
-// two-argument form). The two forms are separate key spaces in PostgreSQL:
-// HashKey("x") never collides with any KeyPair. A Key is a small value,
-// safe to copy and to use concurrently.
+// Key is a position in PostgreSQL's advisory-lock key space: one bigint
+// (pg_advisory_lock's one-argument form) or a pair of int4 (the two-argument
+// form), separate key spaces: HashKey("x") never collides with any KeyPair.
+// A Key is a small value, safe to copy and to use concurrently.
 type Key struct {
 	name string // names the key in handles and messages
 	n    int64  // the bigint form
@@ -35,10 +34,9 @@ const waitKey int64 = -3089797466993508641
 // including NUL and invalid UTF-8, which a PostgreSQL text value cannot
 // hold; SQL hashes such a name as bytea: sha256($1::bytea).
 //
-// Two different names share a lock when their hashes collide. With n names
-// in use the probability that any two collide is about n²/2^65: 3·10⁻⁸ for a
-// million names. A collision only makes two names exclude each other; it
-// never lets two holders of one name in.
+// Two names whose hashes collide share a lock: with n names in use, any
+// two collide with a probability of about n²/2^65 (3·10⁻⁸ for a million).
+// A collision only makes two names exclude each other.
 func HashKey(name string) Key {
 	sum := sha256.Sum256([]byte(name))
 	return Key{name: name, n: int64(binary.BigEndian.Uint64(sum[:8]))}

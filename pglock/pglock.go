@@ -214,7 +214,11 @@ func (l *Locker) acquire(ctx context.Context, name string, k *Key, ttl time.Dura
 		if err != nil {
 			return nil, err
 		}
-		g, validUntil, err := l.grant(ctx, name, key, ttl)
+		conn, err := l.pin(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		g, validUntil, err := l.grantOn(ctx, conn, name, key, ttl)
 		if err != nil {
 			return nil, err
 		}
@@ -286,17 +290,9 @@ func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{
 	return kl.l.notifyKeys(kl.k)
 }
 
-// grant makes one attempt to take the session lock on k.
-func (l *Locker) grant(ctx context.Context, name string, k Key, ttl time.Duration) (*grant, time.Time, error) {
-	conn, err := l.pin(ctx, name)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	return l.grantOn(ctx, conn, name, k, ttl)
-}
-
-// grantOn is grant on conn, which it pins for the lock when granted, gives
-// back to the pool when k is busy, and discards on an error.
+// grantOn makes one attempt to take the session lock on k on conn, which
+// it keeps pinned when granted, gives back when k is busy, and discards on
+// an error.
 func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration) (*grant, time.Time, error) {
 	p, err := l.publication(ctx, name)
 	if err != nil {
