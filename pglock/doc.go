@@ -79,12 +79,12 @@
 // dlock_fence, drawn in the statement that takes the lock, only if it was
 // granted. One sequence serves every key, so a later holder of a key gets
 // a larger fence than every earlier holder of it (each draws while it
-// holds the lock); one key's numbers have gaps. pglock never creates schema objects on its own: run Migrate once
-// (several processes may run it at once), or MigrateSQL; without them
-// acquisitions fail with ErrNotMigrated. setval, ALTER SEQUENCE ...
-// RESTART and restoring an old backup move fences back; guards then refuse
-// the repeated fences (safe, but the holders cannot write until the
-// sequence passes the old values).
+// holds the lock); one key's numbers have gaps. pglock never creates
+// schema objects on its own: run Migrate once (several processes may run
+// it at once), or MigrateSQL; without them acquisitions fail with
+// ErrNotMigrated. setval, ALTER SEQUENCE ... RESTART and restoring an old
+// backup move fences back; guards then refuse the repeated fences (safe,
+// but the holders cannot write until the sequence passes the old values).
 //
 // A fence returned by TryAcquire is as durable as a committed transaction:
 // the acquiring statement makes its commit flush the fence, writing, when

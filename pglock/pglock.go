@@ -165,7 +165,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	cc := cfg.ConnConfig
 	l := &Locker{
 		pool:     pool,
-		node:     net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
+		node:     nodeName(cc),
 		maxConns: cfg.MaxConns,
 		keyFunc:  func(name string) (Key, error) { return HashKey(name), nil },
 		notify:   true,
@@ -184,6 +184,15 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	}
 	l.cfg.Done("postgres")
 	return l, nil
+}
+
+// nodeName names the server of cc in errors: host:port.
+func nodeName(cc *pgx.ConnConfig) string {
+	return net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
+}
+
+func errZeroKey() error {
+	return nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
 }
 
 // TryAcquire makes one attempt to take the session-level advisory lock on
@@ -239,7 +248,7 @@ func (l *Locker) checkArgs(ctx context.Context, name string, ttl time.Duration) 
 // the key name maps to.
 func (l *Locker) resolve(ctx context.Context, name string, k *Key) (Key, error) {
 	if k != nil && !k.valid() {
-		return Key{}, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+		return Key{}, errZeroKey()
 	}
 	if err := l.cfg.CheckRead(ctx, name); err != nil {
 		return Key{}, err

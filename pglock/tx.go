@@ -89,14 +89,16 @@ func lockTx(ctx context.Context, tx any, k Key, stmts *[2]string) (uint64, error
 	case nodeerr.IsNil(tx):
 		return 0, nodeerr.Invalidf("nil transaction")
 	case !k.valid():
-		return 0, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+		return 0, errZeroKey()
 	}
 	var f pgtype.Int8 // a sql.Scanner too
 	var err error
 	node := sqlNode
 	switch tx := tx.(type) {
 	case pgx.Tx:
-		node = txNode(tx)
+		if c := tx.Conn(); c != nil && c.Config() != nil {
+			node = nodeName(c.Config())
+		}
 		err = tx.QueryRow(ctx, stmts[k.form()], k.args(nil)...).Scan(&f)
 	case *sql.Tx:
 		err = tx.QueryRowContext(ctx, stmts[k.form()], k.args(nil)...).Scan(&f)
@@ -108,11 +110,4 @@ func lockTx(ctx context.Context, tx any, k Key, stmts *[2]string) (uint64, error
 		return 0, fmt.Errorf("dlock: acquire %q: %w (held by another session)", k.String(), dlock.ErrNotAcquired)
 	}
 	return uint64(f.Int64), nil
-}
-
-func txNode(tx pgx.Tx) string {
-	if c := tx.Conn(); c != nil && c.Config() != nil {
-		return fmt.Sprintf("%s:%d", c.Config().Host, c.Config().Port)
-	}
-	return sqlNode
 }
