@@ -82,39 +82,34 @@ func (l *Locker) publishedName(app string, id lockID) (name, service string, ok 
 // "#<fence> " (a bigint has at most 19 digits).
 const maxIdentity = maxAppName - 19 - 2
 
-// pub is what a grant publishes: its statements, the two format strings
-// of its application_name (see buildStatements), and the identity.
-type pub struct {
-	st       *statements
-	app, alt string
-	id       string
-}
-
-// publication returns what a grant of name made with ctx publishes. With
-// an identity (driver.Identity) the format strings are
-// "name (#<fence> <id>)" and "#<fence> <id>"; without, appName twice.
-func (l *Locker) publication(ctx context.Context, name string) (pub, error) {
-	p := pub{st: l.plain, id: driver.Identity(ctx)}
-	if p.id == "" {
+// publish sets the statements and identity (driver.Identity's) of g, a
+// grant made with ctx, and appends to args the two format strings of its
+// application_name (see buildStatements) if it has one: with an identity
+// "name (#<fence> <id>)" and "#<fence> <id>"; else holder info's appName,
+// twice.
+func (l *Locker) publish(ctx context.Context, g *grant, args []any) ([]any, error) {
+	g.st, g.identity = l.plain, driver.Identity(ctx)
+	if g.identity == "" {
 		if l.holder {
-			p.app = strings.ReplaceAll(l.appName(l.cfg.Prefix+name), "%", "%%")
-			p.alt = p.app
+			app := strings.ReplaceAll(l.appName(l.cfg.Prefix+g.name), "%", "%%")
+			args = append(args, app, app)
 		}
-		return p, nil
+		return args, nil
 	}
-	if !publishable(p.id) || len(p.id) > maxIdentity {
-		return pub{}, nodeerr.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", p.id, maxIdentity)
+	if !publishable(g.identity) || len(g.identity) > maxIdentity {
+		return nil, nodeerr.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", g.identity, maxIdentity)
 	}
-	p.st, p.alt = l.named, "#%s "+strings.ReplaceAll(p.id, "%", "%%")
-	p.app = p.alt
-	if full := l.cfg.Prefix + name; publishable(full) {
-		p.app = strings.ReplaceAll(full, "%", "%%") + " (" + p.alt + ")"
+	alt := "#%s " + strings.ReplaceAll(g.identity, "%", "%%")
+	app := alt
+	if full := l.cfg.Prefix + g.name; publishable(full) {
+		app = strings.ReplaceAll(full, "%", "%%") + " (" + alt + ")"
 	}
-	return p, nil
+	g.st = l.named
+	return append(args, app, alt), nil
 }
 
 // parseTerm reads the term and identity in a leader's application_name
-// (see publication): the whole of it, or from the first " (#" that parses
+// (see publish): the whole of it, or from the first " (#" that parses
 // to the final ")".
 func parseTerm(app string) (fence uint64, id string, ok bool) {
 	if fence, id, ok := termRecord(app); ok {

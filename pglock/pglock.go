@@ -303,26 +303,23 @@ func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{
 // it keeps pinned when granted, gives back when k is busy, and discards on
 // an error.
 func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration) (*grant, time.Time, error) {
-	p, err := l.publication(ctx, name)
+	g := &grant{l: l, key: k, name: name}
+	args := g.key.args(g.args[:0])
+	if l.lease >= 0 {
+		args = append(args, l.leaseMS(ttl))
+	}
+	args, err := l.publish(ctx, g, args)
 	if err != nil {
 		discard(conn) // it may be in a semaphore's grant transaction
 		return nil, time.Time{}, err
 	}
-	g := &grant{l: l, key: k, name: name, st: p.st}
-	args := g.key.args(g.args[:0])
 	dest := append(g.dest[:0], &g.drawn, &g.pid)
-	if l.lease >= 0 {
-		args = append(args, l.leaseMS(ttl))
-	}
-	if p.st != l.plain || l.holder {
-		args = append(args, p.app, p.alt)
-	}
-	for i := range p.st.settings {
+	for i := range g.st.settings {
 		dest = append(dest, &g.set[i], &g.prev[i])
 	}
 
 	start := time.Now()
-	if err := queryRow(ctx, l.direct, conn.Conn(), p.st.acquire[k.form()], &g.bufs, args, dest); err != nil {
+	if err := queryRow(ctx, l.direct, conn.Conn(), g.st.acquire[k.form()], &g.bufs, args, dest); err != nil {
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
@@ -339,7 +336,7 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 	}
 	l.held.Add(1)
 	g.conn = conn
-	g.since, g.fence, g.identity = time.Now(), uint64(g.drawn.Int64), p.id
+	g.since, g.fence = time.Now(), uint64(g.drawn.Int64)
 	l.grants.Store(g, nil)
 	return g, start.Add(ttl), nil
 }

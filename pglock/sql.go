@@ -52,7 +52,7 @@ type statements struct {
 
 // buildStatements builds the statements that change the settings sets.
 // application_name takes two format strings in which %s stands for the
-// fence (see publication): the first if its result fits, else the second.
+// fence (see publish): the first if its result fits, else the second.
 func (l *Locker) buildStatements(sets []string) *statements {
 	st := &statements{settings: sets}
 	for i, pair := range []bool{false, true} {
