@@ -62,7 +62,7 @@ func (l *Locker) readTerm(ctx context.Context, name string, key *Key) (dlock.Ter
 			return dlock.Term{}, false, nil
 		}
 		if err != nil {
-			return dlock.Term{}, false, fmt.Errorf("dlock: leader %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(err))
+			return dlock.Term{}, false, fmt.Errorf("dlock: leader %q: %w: %w", name, dlock.ErrUnavailable, nodeErr(l.node, err))
 		}
 		if own, ok := l.ownLocks()[lockID{classid, objid, int32(objsubid), pid}]; ok {
 			return dlock.Term{Led: true, Leader: own.identity, Fence: own.fence, Since: own.since}, false, nil

@@ -60,9 +60,7 @@ func sqlState(err error) string {
 	return ""
 }
 
-// serverErr wraps err, naming the server, in a dlock.NodeError.
-func (l *Locker) serverErr(err error) error { return nodeErr(l.node, err) }
-
+// nodeErr wraps err, naming the server, in a dlock.NodeError.
 func nodeErr(node string, err error) *dlock.NodeError {
 	return &dlock.NodeError{Node: node, Err: nodeerr.Describe(err, kind(err))}
 }

@@ -78,7 +78,7 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		return info, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, nodeErr(l.node, err))
 	}
 	out = slices.DeleteFunc(out, func(info dlock.LockInfo) bool { return !match.MatchString(info.Key) })
 	slices.SortFunc(out, func(a, b dlock.LockInfo) int {

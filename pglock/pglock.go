@@ -495,7 +495,7 @@ func (g *grant) connErr(ctx context.Context, err error, extend bool) error {
 		nerr := nodeerr.Error(ctx, g.l.node, err, kind(err), false)
 		return fmt.Errorf("%w (the session still holds the lock)", nerr)
 	}
-	nerr := g.l.serverErr(err)
+	nerr := nodeErr(g.l.node, err)
 	if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return g.end(true, extend, fmt.Errorf("the session ended: pgx closed its connection when the statement was interrupted, which frees the lock: %w", nerr))
 	}

@@ -117,7 +117,12 @@ func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, l
 		return 0, nil, err
 	}
 	var held []int
-	c, o, s := lockIDs(keys)
+	var c, o []int64
+	var s []int16 // pg_locks' view of the keys, column by column
+	for _, k := range keys {
+		kc, ko, ks := k.lockID()
+		c, o, s = append(c, kc), append(o, ko), append(s, ks)
+	}
 	if err := conn.QueryRow(ctx, semHeldSQL, c, o, s).Scan(&held); err != nil {
 		return 0, nil, err
 	}
@@ -161,15 +166,6 @@ func (l *Locker) slotKeys(name string, n int) ([]Key, error) {
 	return keys, nil
 }
 
-// lockIDs returns how pg_locks shows keys, column by column.
-func lockIDs(keys []Key) (classids, objids []int64, objsubids []int16) {
-	for _, k := range keys {
-		c, o, s := k.lockID()
-		classids, objids, objsubids = append(classids, c), append(objids, o), append(objsubids, s)
-	}
-	return classids, objids, objsubids
-}
-
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): one UPDATE
 // of name's row, which waits for a grant in progress. The slots that may
 // be held stay counted (docs/semaphores.md). A name with no row was never
@@ -179,7 +175,7 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 		return err
 	}
 	if _, err := l.pool.Exec(ctx, semLimitSQL, l.semRow(name), limit); err != nil {
-		return fmt.Errorf("dlock: set limit %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(err))
+		return fmt.Errorf("dlock: set limit %q: %w: %w", name, dlock.ErrUnavailable, nodeErr(l.node, err))
 	}
 	return nil
 }
@@ -225,7 +221,7 @@ func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
 		return nil
 	})
 	if err != nil && sqlState(err) != codeUndefinedTable {
-		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, nodeErr(l.node, err))
 	}
 	return nil
 }
