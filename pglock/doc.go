@@ -148,14 +148,12 @@
 // this Locker's locks pin every connection, TryAcquire, dlock.Acquire and
 // dlock.Do fail at once with ErrPoolExhausted instead of waiting for a
 // connection that only a release can free (for nested locks, never); so
-// does a wait whose later attempt finds them all pinned.
-// Lockers sharing a pool count only their own locks: give each pool one
-// Locker. A pool's Close waits for pinned connections: release locks
-// first.
-//
-// With a Tracer, or a QueryExecMode other than pgx's default, the
-// acquiring and releasing statements go through QueryRow like any query
-// (otherwise they are prepared once per connection and encoded by hand).
+// does a wait whose later attempt finds them all pinned. Lockers sharing a
+// pool count only their own locks: give each pool one Locker. A pool's
+// Close waits for pinned connections: release locks first. The acquiring
+// and releasing statements are prepared once per connection and encoded by
+// hand, except with a Tracer or a QueryExecMode other than pgx's default,
+// where they go through QueryRow like any query.
 //
 // # Semaphores
 //
