@@ -17,13 +17,12 @@ type rowBufs struct {
 	ints   [16]byte
 }
 
-// queryRow runs an acquiring or releasing statement, the hot path of an
-// uncontended lock, as conn.QueryRow(ctx, sql, args...).Scan(dest...)
-// would. With direct, and a prepared description of exactly the expected
-// types, it encodes and decodes them by hand in the binary format, past
-// pgx's per-call type mapping (its saving: bench/RESULTS.md); the server
-// sees the same statements and values. args are *int64, *int32 or string;
-// dest *pgtype.Int8, *int32, *bool or *string.
+// queryRow runs an acquiring or releasing statement as
+// conn.QueryRow(ctx, sql, args...).Scan(dest...) would. With direct, and
+// exactly the expected types, it encodes and decodes them by hand in the
+// binary format, past pgx's per-call type mapping (bench/RESULTS.md).
+// args are *int64, *int32 or string; dest *pgtype.Int8, *int32, *bool or
+// *string.
 func queryRow(ctx context.Context, direct bool, conn *pgx.Conn, sql string, b *rowBufs, args, dest []any) error {
 	if !direct {
 		return conn.QueryRow(ctx, sql, args...).Scan(dest...)
@@ -50,8 +49,8 @@ func queryRow(ctx context.Context, direct bool, conn *pgx.Conn, sql string, b *r
 
 var binaryFormat = []int16{1} // one code: every parameter and column binary
 
-// encode writes args in the binary format of the statement's parameter
-// types; ok is false when an argument does not match its type.
+// encode writes args in the binary format of their parameter types, or
+// returns false when one does not match.
 func (b *rowBufs) encode(oids []uint32, args []any) (params [][]byte, ok bool) {
 	if len(oids) != len(args) || len(args) > len(b.params) {
 		return nil, false
@@ -88,8 +87,8 @@ func (b *rowBufs) encode(oids []uint32, args []any) (params [][]byte, ok bool) {
 	return b.params[:len(args)], true
 }
 
-// columnsFit reports whether the statement's columns have the types
-// decodeRow reads into dest.
+// columnsFit reports whether fields have the types decodeRow reads into
+// dest.
 func columnsFit(fields []pgconn.FieldDescription, dest []any) bool {
 	if len(fields) != len(dest) {
 		return false
@@ -102,8 +101,8 @@ func columnsFit(fields []pgconn.FieldDescription, dest []any) bool {
 	return true
 }
 
-// column returns the column type that decodeRow reads into d, and its
-// size in the binary format (-1: any).
+// column returns the column type decodeRow reads into d and its binary
+// size (-1: any).
 func column(d any) (oid uint32, size int) {
 	switch d.(type) {
 	case *pgtype.Int8:
@@ -118,8 +117,8 @@ func column(d any) (oid uint32, size int) {
 	return 0, 0
 }
 
-// decodeRow reads a row of binary values into dest (types as checked by
-// columnsFit). Only a *pgtype.Int8 takes NULL.
+// decodeRow reads a row of binary values into dest (see columnsFit). Only
+// a *pgtype.Int8 takes NULL.
 func decodeRow(vals [][]byte, dest []any) error {
 	if len(vals) != len(dest) {
 		return fmt.Errorf("pglock: %d columns, want %d", len(vals), len(dest))

@@ -13,11 +13,15 @@ func (l *Locker) TryAcquireGrant(ctx context.Context, key string, ttl time.Durat
 	if err := l.checkArgs(ctx, key, ttl); err != nil {
 		return nil, 0, time.Time{}, err
 	}
-	gr, fence, validUntil, err := l.grantLock(ctx, key, HashKey(key), ttl)
+	conn, err := l.pin(ctx, key)
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}
-	return gr, fence, validUntil, nil
+	gr, validUntil, err := l.grantOn(ctx, conn, key, HashKey(key), ttl)
+	if err != nil {
+		return nil, 0, time.Time{}, err
+	}
+	return gr, gr.fence, validUntil, nil
 }
 
 // WaitKey is the advisory key a Locker's release listener holds.

@@ -12,10 +12,9 @@ import (
 // WithHolderInfo makes the Locker publish the name of each lock it holds,
 // for Inspect (of any process: see there which names it trusts) and
 // pg_stat_activity: while the lock is held, its session's application_name
-// is the lock's name (WithPrefix's prefix included), followed by
-// " (service)" when service is not empty. It is set in the statement that
-// takes the lock and set back in the one that releases it: no extra round
-// trip.
+// is the lock's name (prefix included), followed by " (service)" when
+// service is not empty, set by the statements that take and release the
+// lock: no extra round trip.
 //
 // PostgreSQL keeps 63 bytes of application_name, printable ASCII only: a
 // name that does not fit is not published (application_name is then the
@@ -39,15 +38,13 @@ func WithHolderInfo(service string) Option {
 // (NAMEDATALEN - 1).
 const maxAppName = 63
 
-// publishable reports whether application_name can carry s unchanged:
-// PostgreSQL replaces bytes outside printable ASCII with '?' and
-// truncates to maxAppName bytes.
+// publishable reports whether application_name can carry s unchanged
+// (PostgreSQL replaces bytes outside printable ASCII with '?').
 func publishable(s string) bool {
 	return len(s) <= maxAppName && !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r > '~' })
 }
 
-// appName is the application_name that publishes name (prefix included)
-// while its lock is held.
+// appName is the application_name that publishes name (prefix included).
 func (l *Locker) appName(name string) string {
 	switch {
 	case !publishable(name):
@@ -58,9 +55,8 @@ func (l *Locker) appName(name string) string {
 	return name
 }
 
-// publishedName returns the lock name and service that a holder's
-// application_name (appName) carries, when this Locker's prefix and key
-// function map that name to the lock id. The name may itself contain
+// publishedName returns the lock name and service a holder's appName
+// carries, when this Locker maps that name to id. The name may contain
 // " (": every split is tried, the key decides.
 func (l *Locker) publishedName(app string, id lockID) (name, service string, ok bool) {
 	for end := len(app); end >= 0; end = strings.LastIndex(app[:end], " (") {
@@ -82,47 +78,39 @@ func (l *Locker) publishedName(app string, id lockID) (name, service string, ok 
 	return "", "", false
 }
 
-// maxIdentity is the longest identity a grant can publish: what
-// application_name leaves beside "#<fence> ", a fence having at most 19
-// digits (a bigint's).
+// maxIdentity is the longest identity a grant can publish beside
+// "#<fence> " (a bigint has at most 19 digits).
 const maxIdentity = maxAppName - 19 - 2
 
-// pub is what a grant publishes: the statements it is taken with, the two
-// format strings of its application_name (see buildStatements), and the
-// identity.
-type pub struct {
-	st       *statements
-	app, alt string
-	id       string
-}
-
-// publication returns what a grant of name (prefix not included) made
-// with ctx publishes. With an identity (driver.Identity) the format
-// strings are "name (#<fence> <id>)" and "#<fence> <id>"; without, holder
-// info's appName, twice.
-func (l *Locker) publication(ctx context.Context, name string) (pub, error) {
-	p := pub{st: l.plain, id: driver.Identity(ctx)}
-	if p.id == "" {
+// publish sets the statements and identity (driver.Identity's) of g, a
+// grant made with ctx, and appends to args the two format strings of its
+// application_name (see buildStatements) if it has one: with an identity
+// "name (#<fence> <id>)" and "#<fence> <id>"; else holder info's appName,
+// twice.
+func (l *Locker) publish(ctx context.Context, g *grant, args []any) ([]any, error) {
+	g.st, g.identity = l.plain, driver.Identity(ctx)
+	if g.identity == "" {
 		if l.holder {
-			p.app = strings.ReplaceAll(l.appName(l.cfg.Prefix+name), "%", "%%")
-			p.alt = p.app
+			app := strings.ReplaceAll(l.appName(l.cfg.Prefix+g.name), "%", "%%")
+			args = append(args, app, app)
 		}
-		return p, nil
+		return args, nil
 	}
-	if !publishable(p.id) || len(p.id) > maxIdentity {
-		return pub{}, nodeerr.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", p.id, maxIdentity)
+	if !publishable(g.identity) || len(g.identity) > maxIdentity {
+		return nil, nodeerr.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", g.identity, maxIdentity)
 	}
-	p.st, p.alt = l.named, "#%s "+strings.ReplaceAll(p.id, "%", "%%")
-	p.app = p.alt
-	if full := l.cfg.Prefix + name; publishable(full) {
-		p.app = strings.ReplaceAll(full, "%", "%%") + " (" + p.alt + ")"
+	alt := "#%s " + strings.ReplaceAll(g.identity, "%", "%%")
+	app := alt
+	if full := l.cfg.Prefix + g.name; publishable(full) {
+		app = strings.ReplaceAll(full, "%", "%%") + " (" + alt + ")"
 	}
-	return p, nil
+	g.st = l.named
+	return append(args, app, alt), nil
 }
 
-// parseTerm reads the term and identity that a leader's application_name
-// carries (see publication): the whole of it, or what a " (#" starts and
-// the final ")" ends, from the first such " (#" that parses.
+// parseTerm reads the term and identity in a leader's application_name
+// (see publish): the whole of it, or from the first " (#" that parses
+// to the final ")".
 func parseTerm(app string) (fence uint64, id string, ok bool) {
 	if fence, id, ok := termRecord(app); ok {
 		return fence, id, true

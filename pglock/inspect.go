@@ -17,18 +17,16 @@ import (
 
 var _ dlock.Inspector = (*Locker)(nil)
 
-// heldSQL is the FROM and WHERE of the queries of the exclusive advisory
-// locks granted in the current database (l), with their holders' sessions
-// (a).
+// heldSQL selects the exclusive advisory locks granted in the current
+// database (l), with their holders' sessions (a).
 const heldSQL = `
 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock'
 	AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 
-// inspectSQL lists the locks of heldSQL and the number of sessions blocked
-// behind each. pg_locks is a view of the server's shared lock table, whose
-// size max_locks_per_transaction × max_connections bounds it, so it is read
-// whole and filtered here.
+// inspectSQL lists heldSQL's locks and the sessions blocked behind each.
+// pg_locks is bounded by the server's lock table, so it is read whole and
+// filtered here.
 const inspectSQL = `SELECT l.classid::int8, l.objid::int8, l.objsubid::int4, l.pid,
 	coalesce(a.application_name, ''), a.backend_start,
 	(SELECT count(*) FROM pg_locks w WHERE w.locktype = 'advisory' AND NOT w.granted
@@ -36,26 +34,21 @@ const inspectSQL = `SELECT l.classid::int8, l.objid::int8, l.objsubid::int4, l.p
 		AND w.objsubid = l.objsubid)` + heldSQL
 
 // Inspect lists the exclusive advisory locks held in the Locker's database
-// (by any session: this Locker's, another program's, psql's) whose names
-// match pattern (see dlock.Inspector). Each LockInfo has the holder's
-// backend pid (PID) and application_name (Service), and Waiting, the
-// sessions blocked in pg_advisory_lock behind it (pglock's own waiters
-// poll with pg_try_advisory_lock and are not counted). TTL is 0: a session
-// lock lasts as long as its session.
+// by any session whose names match pattern (see dlock.Inspector), with the
+// holder's backend pid (PID) and application_name (Service), and Waiting,
+// the sessions blocked in pg_advisory_lock behind it (not pglock's
+// waiters, which poll). TTL is 0: a session lock lasts as long as its
+// session.
 //
-// Key is the lock's name where the Locker can know it: for the locks it
-// holds itself (as its handles name them; then Fence and Since are the
-// grant's and Since is exact); for locks whose holder published its name
-// (WithHolderInfo, in any process: then Service is the holder's service),
-// when this Locker's prefix and key function map that name to the lock's
-// key; and, when pattern is a plain name without glob characters, for the
-// lock that name maps to (WithPrefix, WithKeyFunc). An advisory key is a
-// hash: a glob cannot be matched against the names behind it. Other locks
-// are listed as "advisory:<n>" (bigint keys) or "advisory:<a>,<b>" (int4
-// pairs), which a pattern may match too. The server does not record when a
-// lock was granted: for other sessions' locks, Since is the session's
-// backend_start, the one time never later than the grant (query_start,
-// state_change and xact_start can each be after it).
+// Key is the lock's name where the Locker can know it: for its own locks
+// (then Fence and Since are the grant's); for locks whose holder published
+// its name (WithHolderInfo, in any process; Service is then the holder's
+// service) when this Locker maps that name to the lock's key; and for the
+// lock a pattern without glob characters maps to (a glob cannot be matched
+// against the names behind a hash). Other locks are "advisory:<n>" (bigint
+// keys) or "advisory:<a>,<b>" (int4 pairs), which a pattern may match too.
+// For other sessions' locks Since is the session's backend_start, the one
+// time never later than the grant (the server does not record the grant's).
 //
 // At most limit locks are returned (0: 1000), sorted by key.
 // It returns an error matching dlock.ErrUnavailable when the query fails.
@@ -64,16 +57,28 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	if err != nil {
 		return nil, err
 	}
-	n := naming{l: l, mine: l.ownLocks()}
+	var named *Key // the key of pattern when it is a plain name
 	if !strings.ContainsAny(pattern, `*?[\`) {
 		if k, err := l.mapKey(pattern); err == nil {
-			n.pattern, n.named = pattern, &k
+			named = &k
 		}
 	}
+	mine := l.ownLocks()
 	rows, _ := l.pool.Query(ctx, inspectSQL) // its error comes back from CollectRows
-	out, err := pgx.CollectRows(rows, n.lockInfo)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dlock.LockInfo, error) {
+		info, id, err := l.lockInfo(row)
+		switch o, ok := mine[id]; {
+		case ok:
+			info.Key, info.Fence, info.Since = o.name, o.fence, o.since
+		case info.Key == "" && named != nil && id.is(*named):
+			info.Key = pattern
+		case info.Key == "":
+			info.Key = advisoryName(id.classid, id.objid, id.objsubid)
+		}
+		return info, err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
+		return nil, fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, nodeErr(l.node, err))
 	}
 	out = slices.DeleteFunc(out, func(info dlock.LockInfo) bool { return !match.MatchString(info.Key) })
 	slices.SortFunc(out, func(a, b dlock.LockInfo) int {
@@ -102,60 +107,35 @@ func (id lockID) is(k Key) bool {
 func (l *Locker) ownLocks() map[lockID]*grant {
 	mine := map[lockID]*grant{}
 	l.grants.Range(func(k, _ any) bool {
-		g := k.(*grant)
-		c, o, s := g.key.lockID()
-		mine[lockID{c, o, int32(s), g.pid}] = g
+		mine[k.(*grant).lockID()] = k.(*grant)
 		return true
 	})
 	return mine
 }
 
-// naming is what Inspect knows of lock names beside what holders publish:
-// its own locks, and the key of the pattern when it is a plain name.
-type naming struct {
-	l       *Locker
-	mine    map[lockID]*grant
-	named   *Key
-	pattern string
-}
-
-// lockInfo reads one row of inspectSQL and names its lock (see Inspect).
-func (n naming) lockInfo(row pgx.CollectableRow) (dlock.LockInfo, error) {
-	var (
-		id      lockID
-		app     string
-		started pgtype.Timestamptz
-		waiting int64
-	)
+// lockInfo reads one row of inspectSQL, with the name its holder
+// published, if any, as Key.
+func (l *Locker) lockInfo(row pgx.CollectableRow) (info dlock.LockInfo, id lockID, err error) {
+	var app string
+	var started pgtype.Timestamptz
+	var waiting int64
 	if err := row.Scan(&id.classid, &id.objid, &id.objsubid, &id.pid, &app, &started, &waiting); err != nil {
-		return dlock.LockInfo{}, err
+		return info, id, err
 	}
-	info := dlock.LockInfo{Node: n.l.node, PID: int(id.pid), Service: app, Waiting: int(waiting), Majority: true}
+	info = dlock.LockInfo{Node: l.node, PID: int(id.pid), Service: app, Waiting: int(waiting), Majority: true}
 	if started.Valid {
 		info.Since = started.Time
 	}
-	name, service, published := n.l.publishedName(app, id)
-	if published {
-		info.Service = service
+	if name, service, ok := l.publishedName(app, id); ok {
+		info.Key, info.Service = name, service
 	}
 	if fence, who, ok := parseTerm(app); ok {
 		info.Fence, info.Service = fence, who // an election's leader: its term and identity
 	}
-	switch o, ok := n.mine[id]; {
-	case ok:
-		info.Key, info.Fence, info.Since = o.name, o.fence, o.since
-	case published:
-		info.Key = name
-	case n.named != nil && id.is(*n.named):
-		info.Key = n.pattern
-	default:
-		info.Key = advisoryName(id.classid, id.objid, id.objsubid)
-	}
-	return info, nil
+	return info, id, nil
 }
 
-// advisoryName names a lock whose name the Locker does not know by its
-// key: "advisory:<n>" for a bigint key, "advisory:<a>,<b>" for a pair.
+// advisoryName names a lock whose name the Locker does not know.
 func advisoryName(classid, objid int64, objsubid int32) string {
 	if objsubid == 2 {
 		return "advisory:" + strconv.Itoa(int(int32(uint32(classid)))) + "," + strconv.Itoa(int(int32(uint32(objid))))

@@ -7,11 +7,10 @@ import (
 	"strconv"
 )
 
-// Key is a position in PostgreSQL's advisory-lock key space: either one
-// bigint (the one-argument pg_advisory_lock form) or a pair of int4 (the
-// two-argument form). The two forms are separate key spaces in PostgreSQL:
-// HashKey("x") never collides with any KeyPair. A Key is a small value,
-// safe to copy and to use concurrently.
+// Key is a position in PostgreSQL's advisory-lock key space: one bigint
+// (pg_advisory_lock's one-argument form) or a pair of int4 (the two-argument
+// form), separate key spaces: HashKey("x") never collides with any KeyPair.
+// A Key is a small value, safe to copy and to use concurrently.
 type Key struct {
 	name string // names the key in handles and messages
 	n    int64  // the bigint form
@@ -19,10 +18,9 @@ type Key struct {
 	pair bool
 }
 
-// waitKey is the one bigint advisory key pglock reserves: release
-// listeners hold it in share mode while anyone waits (notify.go). It is
-// bytes 8 to 15 of the SHA-256 of "pglock waiters", so no HashKey name maps
-// to it except by the same 2^-64 chance as any other collision.
+// waitKey is the bigint advisory key release listeners hold in share mode
+// while anyone waits (notify.go): bytes 8 to 15 of the SHA-256 of "pglock
+// waiters", so a HashKey name maps to it only by a 2^-64 chance.
 const waitKey int64 = -3089797466993508641
 
 // HashKey maps a lock name to a bigint advisory key: the first 8 bytes of
@@ -36,10 +34,9 @@ const waitKey int64 = -3089797466993508641
 // including NUL and invalid UTF-8, which a PostgreSQL text value cannot
 // hold; SQL hashes such a name as bytea: sha256($1::bytea).
 //
-// Two different names share a lock when their hashes collide. With n names
-// in use the probability that any two collide is about n²/2^65: 3·10⁻⁸ for a
-// million names. A collision only makes two names exclude each other; it
-// never lets two holders of one name in.
+// Two names whose hashes collide share a lock: with n names in use, any
+// two collide with a probability of about n²/2^65 (3·10⁻⁸ for a million).
+// A collision only makes two names exclude each other.
 func HashKey(name string) Key {
 	sum := sha256.Sum256([]byte(name))
 	return Key{name: name, n: int64(binary.BigEndian.Uint64(sum[:8]))}
@@ -70,7 +67,7 @@ func (k Key) Pair() (a, b int32, ok bool) { return k.a, k.b, k.pair }
 
 func (k Key) valid() bool { return k.name != "" }
 
-// form indexes a Locker's statements: 0 for a bigint key, 1 for a pair.
+// form indexes statements: 0 for a bigint key, 1 for a pair.
 func (k Key) form() int {
 	if k.pair {
 		return 1
@@ -78,8 +75,8 @@ func (k Key) form() int {
 	return 0
 }
 
-// args appends the key's statement arguments ($1, or $1 and $2) to dst,
-// as pointers into k: passing them allocates nothing.
+// args appends the key's statement arguments to dst, as pointers into k:
+// passing them allocates nothing.
 func (k *Key) args(dst []any) []any {
 	if k.pair {
 		return append(dst, &k.a, &k.b)
@@ -96,9 +93,8 @@ func (k Key) lockID() (classid, objid int64, objsubid int16) {
 	return int64(u >> 32), int64(u & 0xffffffff), 1
 }
 
-// notifyID names the key in release notifications: short and fixed-size,
-// whatever the length of the lock name. The release statement computes the
-// same text in SQL (sql.go).
+// notifyID names the key in release notifications, as the release
+// statement does in SQL: short, whatever the length of the lock name.
 func (k Key) notifyID() string {
 	if k.pair {
 		return "p" + strconv.FormatInt(int64(k.a), 10) + "," + strconv.FormatInt(int64(k.b), 10)

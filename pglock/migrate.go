@@ -20,14 +20,13 @@ const FenceSequence = "dlock_fence"
 
 // MigrateSQL creates the fence sequence and the table where semaphores
 // record their limits (dlock_semaphore). Migrate runs it (and checks the
-// sequence's settings); run it yourself where schema changes go through a
-// migration tool. CACHE 1 matters: with a per-session cache two sessions
-// would hand out numbers from different ranges, and a later holder could
-// get a smaller fence. A semaphore's row holds its limit (permits) and how
-// many slots may be held (slots: above the limit after SetLimit shrank it,
-// while their holders finish). Run from several sessions at once it can
-// fail with a unique violation (SQLSTATE 23505); Migrate serializes itself
-// and does not.
+// sequence); run it yourself where schema changes go through a migration
+// tool. CACHE 1 matters: with a per-session cache, sessions would hand out
+// numbers from different ranges, and a later holder could get a smaller
+// fence. A semaphore's row holds its limit (permits) and how many slots
+// may be held (slots: above the limit while the holders of a shrunk
+// semaphore finish). Run from several sessions at once it can fail with a
+// unique violation (SQLSTATE 23505); Migrate serializes itself.
 const MigrateSQL = `CREATE SEQUENCE IF NOT EXISTS ` + FenceSequence + `
 	AS bigint INCREMENT BY 1 MINVALUE 1 NO MAXVALUE START WITH 1 CACHE 1 NO CYCLE;
 CREATE TABLE IF NOT EXISTS dlock_semaphore (
@@ -66,35 +65,26 @@ func Migrate(ctx context.Context, db Execer) error {
 	return checkSequence(ctx, db)
 }
 
-// querier can run a query: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// checkSequence verifies the fence sequence's settings, when db can also run
-// a query (every pgx handle can).
+// checkSequence verifies the fence sequence's settings, when db can also
+// run a query (every pgx handle can).
 func checkSequence(ctx context.Context, db Execer) error {
-	qr, ok := db.(querier)
+	qr, ok := db.(interface {
+		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	})
 	if !ok {
 		return nil
 	}
-	rows, err := qr.Query(ctx, checkSequenceSQL)
-	if err != nil {
-		return migrateErr(err)
-	}
-	type settings struct {
-		Inc, Min, Cache int64
-		Cycle           bool
-	}
-	seq, err := pgx.CollectOneRow(rows, pgx.RowToStructByPos[settings])
+	var inc, minimum, cache int64
+	var cycle bool
+	err := qr.QueryRow(ctx, checkSequenceSQL).Scan(&inc, &minimum, &cache, &cycle)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("pglock: migrate: %w: %s is not a sequence", dlock.ErrInvalid, FenceSequence)
 	case err != nil:
 		return migrateErr(err)
-	case seq.Inc != 1 || seq.Min < 1 || seq.Cache != 1 || seq.Cycle:
+	case inc != 1 || minimum < 1 || cache != 1 || cycle:
 		return fmt.Errorf("pglock: migrate: %w: sequence %s has INCREMENT %d, MINVALUE %d, CACHE %d, CYCLE %v; fences need INCREMENT 1, MINVALUE >= 1, CACHE 1 and NO CYCLE (ALTER SEQUENCE %s INCREMENT 1 CACHE 1 NO CYCLE)",
-			dlock.ErrInvalid, FenceSequence, seq.Inc, seq.Min, seq.Cache, seq.Cycle, FenceSequence)
+			dlock.ErrInvalid, FenceSequence, inc, minimum, cache, cycle, FenceSequence)
 	}
 	return nil
 }

@@ -10,30 +10,25 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
-	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Wake-on-release (Waiting in the package documentation; the release
-// statement: buildStatements). With nobody waiting anywhere a release
-// sends no NOTIFY (an xid and a WAL flush), and costs only a lock-table
-// entry made and dropped (bench/RESULTS.md).
+// statement: buildStatements). With nobody waiting, a release sends no
+// NOTIFY (an xid and a WAL flush; bench/RESULTS.md).
 //
 // No release is missed. The listener wakes every waiter once after its
-// LISTEN and its waitKey lock are both in place. A release whose unlock
-// comes before that wake-up is found by the waiter's retry. A release whose
-// unlock comes after it looks for waitKey after the unlock (CASE evaluates
-// in order), so after the wake-up, finds it held, and NOTIFYs after the
-// LISTEN. A waiter that registers while the listener runs is covered too:
-// it registers before its attempt, and the listener holds waitKey for as
-// long as anyone is registered. A release that finds waitKey held only by
-// another releaser's short exclusive lock sends a NOTIFY nobody needed;
-// that costs, but is harmless.
+// LISTEN and its waitKey lock are both in place: a release unlocking
+// before that is found by the waiter's retry; one unlocking after looks
+// for waitKey after the unlock (CASE evaluates in order), finds it held,
+// and NOTIFYs after the LISTEN. A waiter registers before its attempt, and
+// the listener holds waitKey while anyone is registered. A release that
+// finds waitKey held only by another releaser's short exclusive lock sends
+// a needless NOTIFY: harmless.
 //
 // A notification is only a hint: the woken waiter must still win
-// pg_try_advisory_lock, so it cannot cause a double grant. Releases that
-// send none (a dying session, a Locker without notifications, a lost
-// listener connection) are found by polling at dlock.WithRetryDelay.
+// pg_try_advisory_lock. Releases that send none (a dying session, no
+// notifications, a lost listener) are found by polling.
 
 const notifyChannel = "dlock_release"
 
@@ -41,13 +36,12 @@ var _ driver.ReleaseNotifier = (*Locker)(nil)
 
 // listener is a Locker's LISTEN connection and the registry of its waiters.
 type listener struct {
-	l *Locker
-
+	l       *Locker
 	mu      sync.Mutex
 	byKey   map[string][]chan struct{} // notifyID → waiters in arrival order
 	cancel  context.CancelFunc         // stops the running loop; nil when none runs
 	running sync.WaitGroup
-	closed  bool
+	closed  bool // after Close, or from the start without notifications
 }
 
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
@@ -56,10 +50,10 @@ type listener struct {
 // off (WithReleaseNotify(false)), for keys the key function rejects, and
 // after Close the channel never fires and waits poll.
 func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func()) {
-	if !l.notify || bridge.KeyProblem(key) != "" {
+	if !l.notify {
 		return nil, func() {}
 	}
-	k, err := l.mapKey(key)
+	k, err := l.resolve(ctx, key, nil)
 	if err != nil {
 		return nil, func() {}
 	}
@@ -69,13 +63,10 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 // notifyKeys is NotifyRelease for Keys: one registration on every key, so
 // that the release of any of them wakes the wait (a semaphore's slots).
 func (l *Locker) notifyKeys(keys ...Key) (released <-chan struct{}, stop func()) {
-	if !l.notify || slices.ContainsFunc(keys, func(k Key) bool { return !k.valid() }) {
-		return nil, func() {}
-	}
 	n := l.listener
 	w := make(chan struct{}, 1)
 	n.mu.Lock()
-	if n.closed {
+	if n.closed || slices.ContainsFunc(keys, func(k Key) bool { return !k.valid() }) {
 		n.mu.Unlock()
 		return nil, func() {}
 	}
@@ -92,11 +83,10 @@ func (l *Locker) notifyKeys(keys ...Key) (released <-chan struct{}, stop func())
 	})
 }
 
-// Close stops the Locker's release listener (a goroutine and one
-// connection that exist only while acquisitions wait) and waits for it.
-// Waits in progress and later ones poll. Held locks, TryAcquire and Release
-// keep working. Close does not close the pool, is safe to call more than
-// once, and returns nil.
+// Close stops the Locker's release listener (a goroutine and a connection
+// that exist only while acquisitions wait) and waits for it; waits then
+// poll. Locks, TryAcquire and Release keep working. Close does not close
+// the pool, may be called more than once, and returns nil.
 func (l *Locker) Close() error {
 	n := l.listener
 	n.mu.Lock()
@@ -109,12 +99,8 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-// busy is called when an attempt on k found it held: if anyone waits for
-// k, make sure the listener runs.
+// busy makes sure the listener runs if anyone waits for k, found held.
 func (l *Locker) busy(k Key) {
-	if !l.notify {
-		return
-	}
 	n := l.listener
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -123,12 +109,11 @@ func (l *Locker) busy(k Key) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.running.Add(1)
-	go n.run(ctx)
+	n.running.Go(func() { n.run(ctx) })
 }
 
-// leave ends w's wait. A wake-up w did not use passes to the next waiter
-// for the key; the last waiter of all stops the listener.
+// leave ends w's wait, passing a wake-up it did not use to the key's next
+// waiter; the last waiter of all stops the listener.
 func (n *listener) leave(id string, w chan struct{}) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -155,7 +140,6 @@ func (n *listener) leave(id string, w chan struct{}) {
 // run owns the LISTEN connection until ctx ends, reconnecting with a
 // backoff when it breaks.
 func (n *listener) run(ctx context.Context) {
-	defer n.running.Done()
 	var backoff time.Duration
 	for ctx.Err() == nil {
 		listened, err := n.listen(ctx)
@@ -174,18 +158,17 @@ func (n *listener) run(ctx context.Context) {
 	}
 }
 
-// listen opens its own connection, LISTENs and takes waitKey in share mode,
-// wakes every waiter once (a release may have come before both were in
-// place), and dispatches notifications until ctx ends (nil) or the
-// connection fails. listened says whether it got that far.
+// listen opens its connection, LISTENs and takes waitKey in share mode,
+// wakes every waiter once (a release may have come before), and dispatches
+// notifications until ctx ends (nil) or the connection fails (listened:
+// after the LISTEN).
 func (n *listener) listen(ctx context.Context) (listened bool, err error) {
 	conn, err := n.l.connectListener(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer closeConn(conn)
-	// The share lock waits only for a release that holds waitKey for the
-	// length of its statement. It ends with the session.
+	// The share lock waits only for a release's statement-long hold.
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel+"; SELECT pg_advisory_lock_shared("+waitKeySQL+")"); err != nil {
 		return false, err
 	}
@@ -230,9 +213,8 @@ func signal(w chan struct{}) {
 }
 
 // connectListener opens the LISTEN connection outside the pool, with the
-// pool's settings and connect hooks. Taken from the pool, it would compete
-// with the attempts it serves: on a pool of two with one lock held, it took
-// the last connection and every attempt waited for it until its deadline.
+// pool's settings and connect hooks: from the pool, it would take the
+// connection the attempts it serves need (a pool of two, one lock held).
 func (l *Locker) connectListener(ctx context.Context) (*pgx.Conn, error) {
 	cfg := l.pool.Config()
 	cc := cfg.ConnConfig // a copy already
@@ -254,8 +236,7 @@ func (l *Locker) connectListener(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// closeConn closes conn, waiting at most a second for the server: the
-// socket is closed even if Terminate cannot be sent.
+// closeConn closes conn, waiting at most a second to send Terminate.
 func closeConn(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	conn.Close(ctx)

@@ -35,23 +35,20 @@ type Locker struct {
 	node     string // host:port, for dlock.NodeError
 	maxConns int32
 	keyFunc  func(name string) (Key, error)
-	cfg      backend.Config // the options every backend shares
+	cfg      backend.Config
 	notify   bool
 	lease    time.Duration // WithSessionLease margin; < 0: off
-	holder   bool          // WithHolderInfo: publish held locks' names
-	service  string        // WithHolderInfo's service
+	holder   bool          // WithHolderInfo
+	service  string
 
-	// plain are the statements of a grant that publishes nothing beyond
-	// what holder says, named those of one that publishes an identity
-	// (the same with holder info).
+	// The statements of a grant that publishes what holder says (plain),
+	// and of one that publishes an identity (named).
 	plain, named *statements
 	direct       bool // queryRow's hand-coded path: pgx's default query mode, no tracer
 
-	held atomic.Int32 // connections pinned by this Locker's locks
-
-	listener *listener // wake-on-release (notify.go)
-
-	grants sync.Map // the locks this Locker holds (*grant keys), for Inspect
+	held     atomic.Int32 // connections pinned by this Locker's locks
+	listener *listener
+	grants   sync.Map // the locks this Locker holds (*grant keys), for Inspect
 }
 
 var _ dlock.Locker = (*Locker)(nil)
@@ -77,19 +74,16 @@ func WithKeyFunc(f func(name string) (Key, error)) Option {
 }
 
 // WithPrefix prepends prefix to every lock name before it is mapped to an
-// advisory key (by HashKey, or the WithKeyFunc function, which sees
-// prefix+name), so that applications sharing a database keep their lock
-// names apart, e.g. "billing:". Handles report the name without the prefix;
-// ForKey takes its Key as it is. The default is no prefix: the lock on
-// "invoice:42" is HashKey("invoice:42").
+// advisory key (WithKeyFunc's function sees prefix+name), so that
+// applications sharing a database keep their names apart, e.g. "billing:".
+// Handles report the name without the prefix; ForKey's Key is taken as it
+// is. The default is no prefix.
 func WithPrefix(prefix string) Option {
 	return func(l *Locker) error { return l.cfg.SetPrefix(prefix) }
 }
 
-// WithReleaseNotify turns wake-on-release on or off. When on, waiting
-// acquisitions LISTEN on the channel "dlock_release" (through one extra
-// connection per Locker while anyone waits: see Waiting in the package
-// documentation), so a waiter retries within about a round trip of a
+// WithReleaseNotify turns wake-on-release on or off (see Waiting in the
+// package documentation): a waiter retries within about a round trip of a
 // release instead of at its next poll. The default is on.
 func WithReleaseNotify(on bool) Option {
 	return func(l *Locker) error {
@@ -99,9 +93,8 @@ func WithReleaseNotify(on bool) Option {
 }
 
 // WithLogger sets where the Locker logs its events (see Events in package
-// dlock's documentation) and the troubles of its release listener (lost
-// connection, failed connect: waiters then poll until it is back). The
-// default is slog.Default().
+// dlock's documentation) and its release listener's troubles (waiters then
+// poll until it is back). The default is slog.Default().
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) error { return l.cfg.SetLogger(logger) }
 }
@@ -115,21 +108,18 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 
 // WithSessionLease makes the server free a lock whose holder stops checking
 // it, as a Redis TTL would: the lock's session gets idle_session_timeout =
-// ttl + margin at acquisition and at every Extend (PostgreSQL ends a session
-// idle that long, and its locks with it), and its previous value back at
-// release. A paused, hung or cut-off holder then blocks others for about
-// ttl + margin instead of until its session dies some other way. The
-// holder's own validity (ttl from when its last check was sent) always ends
-// first, so a holder that resumes finds its handle expired before anyone
-// else can have the lock; its late writes still need a fence.
+// ttl + margin at acquisition and at every Extend (PostgreSQL ends a
+// session idle that long, and its locks with it), and its previous value
+// back at release. A paused, hung or cut-off holder then blocks others for
+// about ttl + margin. Its own validity always ends first, so a holder that
+// resumes finds its handle expired before anyone else can have the lock;
+// its late writes still need a fence.
 //
-// With a lease, a lock held without Do must be extended (Lock.Extend)
-// within every ttl + margin. margin must not be negative; keep it above a
-// round trip and a scheduling delay. ttl + margin must not exceed the
-// largest idle_session_timeout PostgreSQL accepts, 2147483647ms (about 24.8
-// days); TryAcquire and Extend reject a longer ttl with dlock.ErrInvalid.
-// Needs PostgreSQL 14 or later. The default is no lease: a lock lasts as
-// long as its session.
+// A lock held without Do must then be extended within every ttl + margin.
+// margin must not be negative; keep it above a round trip and a scheduling
+// delay. TryAcquire and Extend reject with dlock.ErrInvalid a ttl whose
+// ttl + margin exceeds idle_session_timeout's maximum, 2147483647ms (about
+// 24.8 days). Needs PostgreSQL 14 or later. The default is no lease.
 func WithSessionLease(margin time.Duration) Option {
 	return func(l *Locker) error {
 		if margin < 0 {
@@ -144,12 +134,10 @@ func WithSessionLease(margin time.Duration) Option {
 	}
 }
 
-// maxSessionLease is the largest idle_session_timeout PostgreSQL accepts:
-// INT_MAX milliseconds. A larger value makes every set_config fail.
+// maxSessionLease is the largest idle_session_timeout PostgreSQL accepts.
 const maxSessionLease = math.MaxInt32 * time.Millisecond
 
-// checkTTL rejects a ttl that no lock honours, or that, with the lease
-// margin, is above what idle_session_timeout accepts.
+// checkTTL rejects a ttl no lock honours, or too long for the lease.
 func (l *Locker) checkTTL(ttl time.Duration) error {
 	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil || l.lease < 0 {
 		return err
@@ -161,14 +149,13 @@ func (l *Locker) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// leaseMS returns the idle_session_timeout for ttl, in whole milliseconds,
-// rounded up.
+// leaseMS returns the idle_session_timeout for ttl.
 func (l *Locker) leaseMS(ttl time.Duration) string {
 	return strconv.FormatInt(bridge.Milliseconds(ttl+l.lease), 10)
 }
 
-// New returns a Locker over pool. It sends nothing to the server. The fence
-// sequence must exist (see Migrate) before the first acquisition. Size the
+// New returns a Locker over pool, sending nothing to the server. The fence
+// sequence must exist (Migrate) before the first acquisition; size the
 // pool as Connections in the package documentation says.
 func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	if pool == nil {
@@ -178,7 +165,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	cc := cfg.ConnConfig
 	l := &Locker{
 		pool:     pool,
-		node:     net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))),
+		node:     nodeName(cc),
 		maxConns: cfg.MaxConns,
 		keyFunc:  func(name string) (Key, error) { return HashKey(name), nil },
 		notify:   true,
@@ -186,10 +173,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		cfg:      backend.New(0, false),
 		direct:   cc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cc.Tracer == nil,
 	}
-	l.listener = &listener{l: l, byKey: map[string][]chan struct{}{}}
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
+	l.listener = &listener{l: l, byKey: map[string][]chan struct{}{}, closed: !l.notify}
 	l.plain = l.buildStatements(l.sessionSettings(l.holder))
 	l.named = l.plain
 	if !l.holder {
@@ -199,40 +186,85 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
+// nodeName names the server of cc in errors: host:port.
+func nodeName(cc *pgx.ConnConfig) string {
+	return net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
+}
+
+func errZeroKey() error {
+	return nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+}
+
 // TryAcquire makes one attempt to take the session-level advisory lock on
-// key (WithPrefix's prefix and key, mapped by HashKey or WithKeyFunc) and
-// to draw its fence, in one statement on a connection it pins for the life
-// of the lock. The lock lasts as long as the session; ttl is how long the
-// handle trusts it without a health check (see TTL in the package
-// documentation).
+// key (prefixed and mapped) and to draw its fence, in one statement on a
+// connection it pins for the life of the lock. The lock lasts as long as
+// the session; ttl is how long the handle trusts it without a health check
+// (see TTL in the package documentation).
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds the lock, dlock.ErrMisconfigured when the server refused for a
-// reason retrying cannot change (with ErrNotMigrated or ErrReadOnly where
-// that is the reason; see Errors in the package documentation),
-// dlock.ErrUnavailable when it could not be reached or answered with
-// another error (with ErrOutOfLocks or ErrPoolExhausted where that is the
-// reason), and dlock.ErrInvalid for bad arguments. A wait for a free pool
-// connection ends with ctx, matching dlock.ErrNotAcquired and ctx.Err().
+// reason retrying cannot change, dlock.ErrUnavailable when it could not be
+// reached or answered with another error, each with pglock's own error
+// where there is one (see Errors in the package documentation), and
+// dlock.ErrInvalid for bad arguments. A wait for a free pool connection
+// ends with ctx, matching dlock.ErrNotAcquired and ctx.Err().
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) {
-		if err := l.checkArgs(ctx, key, ttl); err != nil {
-			return nil, err
+	return l.acquire(ctx, key, nil, ttl)
+}
+
+// acquire is TryAcquire of name on k, or on the key name maps to when k
+// is nil.
+func (l *Locker) acquire(ctx context.Context, name string, k *Key, ttl time.Duration) (*dlock.Lock, error) {
+	return l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
+		key, err := l.resolve(ctx, name, k)
+		if err == nil {
+			err = l.checkTTL(ttl)
 		}
-		k, err := l.mapKey(key)
 		if err != nil {
 			return nil, err
 		}
-		return l.tryAcquire(ctx, key, k, ttl)
+		conn, err := l.pin(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		g, validUntil, err := l.grantOn(ctx, conn, name, key, ttl)
+		if err != nil {
+			return nil, err
+		}
+		return driver.NewLock(name, bridge.NewToken(), g.fence, validUntil, g), nil
 	})
 }
 
+// checkArgs is backend.Config's Check without the drift margin: a session
+// lock's validity sets none aside.
+func (l *Locker) checkArgs(ctx context.Context, name string, ttl time.Duration) error {
+	if err := l.cfg.CheckRead(ctx, name); err != nil {
+		return err
+	}
+	return l.checkTTL(ttl)
+}
+
+// resolve checks ctx and name and returns k (ForKey's), or when k is nil
+// the key name maps to.
+func (l *Locker) resolve(ctx context.Context, name string, k *Key) (Key, error) {
+	if k != nil && !k.valid() {
+		return Key{}, errZeroKey()
+	}
+	if err := l.cfg.CheckRead(ctx, name); err != nil {
+		return Key{}, err
+	}
+	if k != nil {
+		return *k, nil
+	}
+	return l.mapKey(name)
+}
+
 // mapKey returns the advisory key of name: WithPrefix's prefix and name,
-// mapped by the key function (HashKey, or WithKeyFunc's).
+// mapped by the key function.
 func (l *Locker) mapKey(name string) (Key, error) {
 	k, err := l.keyFunc(l.cfg.Prefix + name)
 	if err != nil {
-		return Key{}, fmt.Errorf("dlock: acquire %q: %w: key function: %w", name, dlock.ErrInvalid, nodeerr.OneLine(err))
+		return Key{}, fmt.Errorf("dlock: key %q: %w: key function: %w", name, dlock.ErrInvalid, nodeerr.OneLine(err))
 	}
 	if !k.valid() {
 		return Key{}, nodeerr.Invalidf("key function returned the zero Key for %q", name)
@@ -259,15 +291,7 @@ type keyLocker struct {
 }
 
 func (kl keyLocker) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
-	return kl.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
-		if !kl.k.valid() {
-			return nil, nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
-		}
-		if err := kl.l.checkArgs(ctx, name, ttl); err != nil {
-			return nil, err
-		}
-		return kl.l.tryAcquire(ctx, name, kl.k, ttl)
-	})
+	return kl.l.acquire(ctx, name, &kl.k, ttl)
 }
 
 // NotifyRelease implements driver.ReleaseNotifier (see Locker.NotifyRelease).
@@ -275,82 +299,51 @@ func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{
 	return kl.l.notifyKeys(kl.k)
 }
 
-// checkArgs is backend.Config's Check without the drift margin: a
-// session lock's validity sets none aside.
-func (l *Locker) checkArgs(ctx context.Context, key string, ttl time.Duration) error {
-	if err := l.cfg.CheckRead(ctx, key); err != nil {
-		return err
-	}
-	return l.checkTTL(ttl)
-}
-
-func (l *Locker) tryAcquire(ctx context.Context, name string, k Key, ttl time.Duration) (*dlock.Lock, error) {
-	g, fence, validUntil, err := l.grantLock(ctx, name, k, ttl)
-	if err != nil {
-		return nil, err
-	}
-	return driver.NewLock(name, bridge.NewToken(), fence, validUntil, g), nil
-}
-
-// grantLock makes one attempt to take the session lock on k and returns
-// the grant, its fence and its validity.
-func (l *Locker) grantLock(ctx context.Context, name string, k Key, ttl time.Duration) (*grant, uint64, time.Time, error) {
-	p, err := l.publication(ctx, name)
-	if err != nil {
-		return nil, 0, time.Time{}, err
-	}
-	conn, err := l.pin(ctx, name)
-	if err != nil {
-		return nil, 0, time.Time{}, err
-	}
-	return l.grantOn(ctx, conn, name, k, ttl, p)
-}
-
-// grantOn is grantLock on conn, which it pins for the lock when granted,
-// gives back to the pool when k is busy, and discards on an error.
-func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration, p pub) (*grant, uint64, time.Time, error) {
-	g := &grant{l: l, key: k, name: name, st: p.st}
+// grantOn makes one attempt to take the session lock on k on conn, which
+// it keeps pinned when granted, gives back when k is busy, and discards on
+// an error.
+func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration) (*grant, time.Time, error) {
+	g := &grant{l: l, key: k, name: name}
 	args := g.key.args(g.args[:0])
-	dest := append(g.dest[:0], &g.drawn, &g.pid)
 	if l.lease >= 0 {
 		args = append(args, l.leaseMS(ttl))
 	}
-	if p.st != l.plain || l.holder {
-		args = append(args, p.app, p.alt)
+	args, err := l.publish(ctx, g, args)
+	if err != nil {
+		discard(conn) // it may be in a semaphore's grant transaction
+		return nil, time.Time{}, err
 	}
-	for i := range p.st.settings {
+	dest := append(g.dest[:0], &g.drawn, &g.pid)
+	for i := range g.st.settings {
 		dest = append(dest, &g.set[i], &g.prev[i])
 	}
 
 	start := time.Now()
-	if err := queryRow(ctx, l.direct, conn.Conn(), p.st.acquire[k.form()], &g.bufs, args, dest); err != nil {
+	if err := queryRow(ctx, l.direct, conn.Conn(), g.st.acquire[k.form()], &g.bufs, args, dest); err != nil {
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
-		return nil, 0, time.Time{}, acquireErr(ctx, name, l.node, err)
+		return nil, time.Time{}, acquireErr(ctx, name, l.node, err)
 	}
 	if !g.drawn.Valid {
 		conn.Release()
 		l.busy(k)
-		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
+		return nil, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (held by another session)", name, dlock.ErrNotAcquired)
 	}
-	validUntil := start.Add(ttl)
 	if elapsed := time.Since(start); elapsed >= ttl {
 		discard(conn)
-		return nil, 0, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
+		return nil, time.Time{}, fmt.Errorf("dlock: acquire %q: %w (the acquisition took %v, longer than the ttl %v)", name, dlock.ErrNotAcquired, elapsed, ttl)
 	}
 	l.held.Add(1)
 	g.conn = conn
-	g.since, g.fence, g.identity = time.Now(), uint64(g.drawn.Int64), p.id
+	g.since, g.fence = time.Now(), uint64(g.drawn.Int64)
 	l.grants.Store(g, nil)
-	return g, g.fence, validUntil, nil
+	return g, start.Add(ttl), nil
 }
 
-// pin takes a connection from the pool for an attempt. It refuses at once
-// with ErrPoolExhausted when the Locker's own held locks pin every
-// connection: waiting cannot be trusted to change that (the locks may be
-// the caller's own, nested), so dlock.Acquire and dlock.Do return it at
-// once, as TryAcquire does.
+// pin takes a connection from the pool for an attempt, refusing at once,
+// for waits too, when this Locker's locks pin every connection: waiting
+// cannot be trusted to change that (they may be the caller's, nested).
 func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 	if n := l.held.Load(); n >= l.maxConns {
 		return nil, &bridge.Final{Err: fmt.Errorf("dlock: acquire %q: %w: %w (%d held locks pin all %d connections; raise MaxConns or release locks)",
@@ -366,7 +359,7 @@ func (l *Locker) pin(ctx context.Context, name string) (*pgxpool.Conn, error) {
 }
 
 // discard closes a connection whose session may hold a lock, so the server
-// releases everything the session had, and takes it out of the pool.
+// frees it, and takes it out of the pool.
 func discard(conn *pgxpool.Conn) {
 	closeConn(conn.Hijack())
 }
@@ -374,37 +367,37 @@ func discard(conn *pgxpool.Conn) {
 // grant is one held session lock: the pinned connection and what the
 // session must still show.
 type grant struct {
-	l    *Locker
-	key  Key
-	name string
-	st   *statements // the statements it was taken with, and is released with
-	pid  int32       // pg_backend_pid() at acquisition
-	// For Inspect and ReadTerm (identity: driver.Identity's, if any).
-	since    time.Time
-	fence    uint64
+	l     *Locker
+	key   Key
+	name  string
+	st    *statements // the statements it was taken with, and is released with
+	pid   int32       // pg_backend_pid() at acquisition
+	since time.Time   // since, fence and identity (driver.Identity's): for Inspect and ReadTerm
+	fence uint64
+	// identity and prev, the session settings' values before the grant,
+	// restored at release.
 	identity string
-	// prev are the values the session settings that the grant changed
-	// (sessionSettings: a lease's idle_session_timeout, holder info's
-	// application_name) had before, restored at release.
-	prev [2]string
+	prev     [2]string
 
-	mu   sync.Mutex // a pgx connection serves one statement at a time
-	conn *pgxpool.Conn
-	// Once conn is given up: why (without a sentinel), and whether it was
-	// because the session ended, which Extend reports as a lost lock.
-	ended       error
-	sessionGone bool
+	mu          sync.Mutex // a pgx connection serves one statement at a time
+	conn        *pgxpool.Conn
+	ended       error // once conn is given up: why, without a sentinel
+	sessionGone bool  // the session ended: a lost lock for Extend
 
-	// Arguments and results of the acquiring and the releasing statement
-	// (the key arguments point into key: passing them allocates nothing).
-	// drawn is the fence, NULL when the lock was not granted; set says per
-	// session setting whether the grant set it.
+	// The statements' arguments and results, kept here so that passing
+	// them allocates nothing. drawn is the fence, NULL when not granted.
 	args    [5]any
 	dest    [6]any
 	drawn   pgtype.Int8
 	set     [2]bool
 	outcome int32
 	bufs    rowBufs
+}
+
+// lockID is how pg_locks shows the grant.
+func (g *grant) lockID() lockID {
+	c, o, s := g.key.lockID()
+	return lockID{c, o, int32(s), g.pid}
 }
 
 // Extend checks that the lock's session is alive, is the one that took the
@@ -414,10 +407,9 @@ type grant struct {
 // dlock.ErrNotHeld when the live session no longer holds the lock.
 //
 // A cancellation of ctx does not interrupt a check in flight: pgx would
-// close the connection, and with it end the lock (dlock.Do cancels its
-// last check when its function returns, just before releasing). ctx's
-// deadline does interrupt it, and then the lock is lost; without a
-// deadline the check gives up after releaseBound.
+// close the connection, ending the lock (dlock.Do cancels its last check
+// just before releasing). ctx's deadline does, and then the lock is lost;
+// without one the check gives up after releaseBound.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := g.l.checkTTL(ttl); err != nil {
 		return time.Time{}, err
@@ -433,33 +425,32 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	classid, objid, objsubid := g.key.lockID()
+	c, o, sub := g.key.lockID()
 	start := time.Now()
 	var pid int32
-	var held, leased bool
-	sql := `SELECT pg_backend_pid(), EXISTS (SELECT 1 FROM pg_locks
-		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND mode = 'ExclusiveLock'
-		AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3)`
-	args := []any{classid, objid, objsubid}
-	dest := []any{&pid, &held}
+	var held bool
+	sql, args, dest := extendSQL, []any{c, o, sub}, []any{&pid, &held}
 	if g.l.lease >= 0 {
 		sql += `, set_config('idle_session_timeout', $4::text, false) IS NOT NULL`
-		args = append(args, g.l.leaseMS(ttl))
-		dest = append(dest, &leased)
+		args, dest = append(args, g.l.leaseMS(ttl)), append(dest, new(bool))
 	}
 	if err := g.conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
 		return time.Time{}, g.connErr(ctx, err, true)
 	}
 	switch {
 	case pid != g.pid:
-		g.end(true, fmt.Errorf("the session ended: %w (backend pid %d, was %d)", ErrSessionChanged, pid, g.pid))
-		return time.Time{}, g.endedErr(true)
+		return time.Time{}, g.end(true, true, fmt.Errorf("the session ended: %w (backend pid %d, was %d)", ErrSessionChanged, pid, g.pid))
 	case !held:
-		g.end(false, errors.New("the session no longer holds the advisory lock"))
-		return time.Time{}, g.endedErr(true)
+		return time.Time{}, g.end(false, true, errors.New("the session no longer holds the advisory lock"))
 	}
 	return start.Add(ttl), nil
 }
+
+// extendSQL reads the session's pid and whether it holds the advisory
+// lock whose pg_locks id is $1, $2, $3.
+const extendSQL = `SELECT pg_backend_pid(), EXISTS (SELECT 1 FROM pg_locks
+	WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND mode = 'ExclusiveLock'
+	AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = $3)`
 
 // Release unlocks on the pinned connection and gives it back to the pool.
 // It returns an error matching dlock.ErrNotHeld when the session no longer
@@ -472,58 +463,56 @@ func (g *grant) Release(ctx context.Context) error {
 	if g.conn == nil {
 		return g.endedErr(false)
 	}
-	// With notifications on, the statement sends a NOTIFY (a hint; waiters
-	// still have to win the lock) when someone waits. It is delivered when
-	// the statement's implicit transaction commits, after the unlock.
+	// A NOTIFY the statement sends is delivered when its implicit
+	// transaction commits, after the unlock.
 	args := g.key.args(g.args[:0])
 	dest := append(g.dest[:0], &g.outcome)
-	var restored [2]bool
 	for i := range g.st.settings {
 		args = append(args, g.prev[i])
-		dest = append(dest, &restored[i])
+		dest = append(dest, &g.set[i]) // free since the grant
 	}
 	if err := queryRow(ctx, g.l.direct, g.conn.Conn(), g.st.release[g.key.form()], &g.bufs, args, dest); err != nil {
 		return g.connErr(ctx, err, false)
 	}
-	if unlocked := g.outcome != 0; !unlocked {
+	if g.outcome == 0 {
 		// Should not happen while the session lives; do not hand a
 		// session in an unknown state to the next pool user.
-		g.end(false, errors.New("the session did not hold the advisory lock"))
-		return g.endedErr(false)
+		return g.end(false, false, errors.New("the session did not hold the advisory lock"))
 	}
 	g.conn.Release()
-	g.conn, g.ended = nil, errors.New("released")
-	g.l.held.Add(-1)
-	g.l.grants.Delete(g)
+	g.forget(false, errors.New("released"))
 	return nil
 }
 
 // connErr classifies an error of a statement on the pinned connection
 // (extend says which operation). pgx closes the connection on a network
-// error, a timeout or a cancellation mid-statement, and on the server's
-// FATAL error (a terminated backend): the session is over, and the server
-// frees its locks as soon as it sees the close (in a silent partition,
-// once its TCP keepalive detection gives up). That is a lost lock. A
-// statement error on a live session leaves the lock held.
+// error, a timeout or a cancellation mid-statement, and on a FATAL error
+// (a terminated backend): the session is over, and the server frees its
+// locks once it sees the close. That is a lost lock. A statement error on
+// a live session leaves the lock held.
 func (g *grant) connErr(ctx context.Context, err error, extend bool) error {
 	if !g.conn.Conn().IsClosed() {
 		nerr := nodeerr.Error(ctx, g.l.node, err, kind(err), false)
 		return fmt.Errorf("%w (the session still holds the lock)", nerr)
 	}
-	nerr := g.l.serverErr(err)
+	nerr := nodeErr(g.l.node, err)
 	if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		g.end(true, fmt.Errorf("the session ended: pgx closed its connection when the statement was interrupted, which frees the lock: %w", nerr))
-	} else {
-		g.end(true, fmt.Errorf("the session ended: %w", nerr))
+		return g.end(true, extend, fmt.Errorf("the session ended: pgx closed its connection when the statement was interrupted, which frees the lock: %w", nerr))
 	}
+	return g.end(true, extend, fmt.Errorf("the session ended: %w", nerr))
+}
+
+// end closes the connection of a session that may hold something, so the
+// server frees it, and returns endedErr. why says what happened,
+// sessionGone whether the session itself is over.
+func (g *grant) end(sessionGone, extend bool, why error) error {
+	discard(g.conn)
+	g.forget(sessionGone, why)
 	return g.endedErr(extend)
 }
 
-// end gives up the connection of a session that may hold something:
-// closed, so the server frees it. why says what happened; sessionGone
-// whether the session itself is over.
-func (g *grant) end(sessionGone bool, why error) {
-	discard(g.conn)
+// forget records that the grant gave up its connection.
+func (g *grant) forget(sessionGone bool, why error) {
 	g.conn, g.ended, g.sessionGone = nil, why, sessionGone
 	g.l.held.Add(-1)
 	g.l.grants.Delete(g)

@@ -17,13 +17,12 @@ import (
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
-// semaphoreTable is where semaphores record their limits: a row per
-// semaphore name (with WithPrefix's prefix), created by MigrateSQL.
+// semaphoreTable holds a row per semaphore name (prefix included).
 const semaphoreTable = "dlock_semaphore"
 
 // The statements of a grant, in its transaction. semBeginSQL bounds how
-// long a client that stops mid-grant (paused, cut off) keeps the row's lock
-// from the others: the server ends its session then.
+// long a client stopped mid-grant keeps the row locked: the server ends
+// its session then.
 const (
 	semBeginSQL  = `BEGIN; SET LOCAL idle_in_transaction_session_timeout = 5000`
 	semRecordSQL = `INSERT INTO ` + semaphoreTable + ` AS s (name, permits, slots) VALUES ($1, $2, $2)
@@ -38,9 +37,8 @@ const (
 
 var _ driver.Semaphores = (*Locker)(nil)
 
-// Semaphore implements driver.Semaphores (see dlock.Semaphore): its
-// TryAcquire grants one of limit permits of name as the session lock on a
-// free slot (see Semaphores in the package documentation).
+// Semaphore implements driver.Semaphores (see dlock.Semaphore and
+// Semaphores in the package documentation).
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
 
 // semaphore is the Locker of Semaphore.
@@ -63,47 +61,37 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 			return nil, err
 		}
 		slot, k, err := l.semTake(ctx, conn, name, s.limit)
-		if errors.Is(err, dlock.ErrNotAcquired) {
-			// The waits are registered on every slot, the first one included.
-			if first, kerr := l.mapKey(bridge.SlotKey(name, 0)); kerr == nil {
-				l.busy(first)
-			}
-		}
 		if err != nil {
 			return nil, err
 		}
-		p, err := l.publication(ctx, bridge.SlotKey(name, slot))
-		if err != nil {
-			discard(conn) // in the grant's transaction
-			return nil, err
-		}
-		g, fence, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl, p)
+		g, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl)
 		if err != nil {
 			return nil, err
 		}
 		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-			g.end(true, err)
+			_ = g.end(true, false, err)
 			return nil, acquireErr(ctx, name, l.node, err)
 		}
-		return driver.NewPermit(name, slot, bridge.NewToken(), fence, validUntil, g), nil
+		return driver.NewPermit(name, slot, bridge.NewToken(), g.fence, validUntil, g), nil
 	})
 }
 
-// semTake begins the grant's transaction on conn, locks name's row of
-// semaphoreTable, and returns the free slot to take and its key, the row
-// already updated. On an error (a conflicting limit, every permit held) it
-// ends the transaction and gives conn back, or discards it when the
-// server's answer is unknown.
+// semTake is semPick, which returns the slot to take, ending the
+// transaction on an error: conn goes back to the pool after a refusal
+// (another limit, every permit held), or is discarded.
 func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (int, Key, error) {
-	slot, k, err := l.semPick(ctx, conn, name, limit)
+	slot, keys, err := l.semPick(ctx, conn, name, limit)
 	switch {
 	case err == nil:
-		return slot, k, nil
+		return slot, keys[slot], nil
 	case errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrInvalid):
 		if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
 			discard(conn)
 		} else {
 			conn.Release()
+		}
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			l.busy(keys[0]) // waits register on every slot
 		}
 		return 0, Key{}, err
 	}
@@ -111,37 +99,40 @@ func (l *Locker) semTake(ctx context.Context, conn *pgxpool.Conn, name string, l
 	return 0, Key{}, acquireErr(ctx, name, l.node, err)
 }
 
-// semPick reads name's record and its held slots in the grant's
-// transaction and picks the lowest free slot below the limit: an error
-// matching dlock.ErrInvalid when the record has another limit,
-// dlock.ErrNotAcquired when limit or more permits are held (on every slot
-// that may be held). A record with no permit held is void: the limit
-// becomes this one's. It updates the row when that changes it.
-func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (slot int, k Key, err error) {
+// semPick begins the grant's transaction, locks name's row, and picks the
+// lowest free slot below the limit: an error matching dlock.ErrInvalid
+// when the row has another limit, dlock.ErrNotAcquired when limit or more
+// permits are held (on every slot that may be held). A row with no permit
+// held is void: the limit becomes this one's. The row is updated as needed.
+func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, limit int) (slot int, keys []Key, err error) {
 	full := l.semRow(name)
 	if _, err := conn.Exec(ctx, semBeginSQL); err != nil {
-		return 0, Key{}, err
+		return 0, nil, err
 	}
 	var permits, slots int
 	if err := conn.QueryRow(ctx, semRecordSQL, full, limit).Scan(&permits, &slots); err != nil {
-		return 0, Key{}, err
+		return 0, nil, err
 	}
-	keys, err := l.slotKeys(name, max(slots, limit))
-	if err != nil {
-		return 0, Key{}, err
+	if keys, err = l.slotKeys(name, max(slots, limit)); err != nil {
+		return 0, nil, err
 	}
 	var held []int
-	c, o, s := lockIDs(keys)
+	var c, o []int64
+	var s []int16 // pg_locks' view of the keys, column by column
+	for _, k := range keys {
+		kc, ko, ks := k.lockID()
+		c, o, s = append(c, kc), append(o, ko), append(s, ks)
+	}
 	if err := conn.QueryRow(ctx, semHeldSQL, c, o, s).Scan(&held); err != nil {
-		return 0, Key{}, err
+		return 0, nil, err
 	}
 	switch {
 	case len(held) == 0:
 		permits, slots = limit, limit
 	case permits != limit:
-		return 0, Key{}, backend.LimitConflict(name, permits, limit)
+		return 0, keys, backend.LimitConflict(name, permits, limit)
 	case len(held) >= permits:
-		return 0, Key{}, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, permits)
+		return 0, keys, fmt.Errorf("dlock: acquire %q: %w (all %d permits are held)", name, dlock.ErrNotAcquired, permits)
 	}
 	for slices.Contains(held, slot) {
 		slot++
@@ -152,15 +143,14 @@ func (l *Locker) semPick(ctx context.Context, conn *pgxpool.Conn, name string, l
 	}
 	if high != slots || len(held) == 0 {
 		if _, err := conn.Exec(ctx, semUpdateSQL, full, permits, high); err != nil {
-			return 0, Key{}, err
+			return 0, nil, err
 		}
 	}
-	return slot, keys[slot], nil
+	return slot, keys, nil
 }
 
-// semRow is the name of name's row in semaphoreTable: the prefix, and
-// what the names of its slots begin with ("{name}#"), so that the names
-// that share slots ("a" and "{a}") share a row.
+// semRow is name's row: the prefix and its slots' common start ("{name}#"),
+// so that names sharing slots ("a" and "{a}") share a row.
 func (l *Locker) semRow(name string) []byte { return []byte(l.cfg.Prefix + bridge.SlotPrefix(name)) }
 
 // slotKeys returns the keys of the first n slots of name's semaphore.
@@ -176,36 +166,25 @@ func (l *Locker) slotKeys(name string, n int) ([]Key, error) {
 	return keys, nil
 }
 
-// lockIDs returns how pg_locks shows keys, column by column.
-func lockIDs(keys []Key) (classids, objids []int64, objsubids []int16) {
-	for _, k := range keys {
-		c, o, s := k.lockID()
-		classids, objids, objsubids = append(classids, c), append(objids, o), append(objsubids, s)
-	}
-	return classids, objids, objsubids
-}
-
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): one UPDATE
-// of name's row of semaphoreTable, which waits for a grant in progress.
-// The slots that may be held stay counted (docs/semaphores.md). A name
-// with no row has never been used: nothing to change.
+// of name's row, which waits for a grant in progress. The slots that may
+// be held stay counted (docs/semaphores.md). A name with no row was never
+// used: nothing to change.
 func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
 		return err
 	}
 	if _, err := l.pool.Exec(ctx, semLimitSQL, l.semRow(name), limit); err != nil {
-		return fmt.Errorf("dlock: set limit %q: %w: %w", name, dlock.ErrUnavailable, l.serverErr(err))
+		return fmt.Errorf("dlock: set limit %q: %w: %w", name, dlock.ErrUnavailable, nodeErr(l.node, err))
 	}
 	return nil
 }
 
-// NotifyRelease implements driver.ReleaseNotifier for the semaphore's
-// waits: one registration on every slot of name with the Locker's release
-// listener (see WithReleaseNotify), so that the release of any permit
-// wakes the wait.
+// NotifyRelease implements driver.ReleaseNotifier: the release of any of
+// name's permits wakes the wait.
 func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struct{}, func()) {
 	l := s.l
-	if !l.notify || bridge.LimitProblem(s.limit) != "" || l.cfg.CheckKey(name) != nil {
+	if !l.notify || l.cfg.CheckLimit(ctx, name, s.limit) != nil {
 		return nil, func() {}
 	}
 	keys, err := l.slotKeys(name, s.limit)
@@ -215,42 +194,34 @@ func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struc
 	return l.notifyKeys(keys...)
 }
 
-// semLimits sets the Limit of the permits among infos (keys of the form
-// {name}#slot, named as the Locker names them) from semaphoreTable. A
-// database without the table has no semaphores.
+// semLimits sets the Limit of the permits among infos. A database without
+// semaphoreTable has no semaphores.
 func (l *Locker) semLimits(ctx context.Context, infos []dlock.LockInfo) error {
 	rows := map[string][]int{} // row name → indexes in infos
 	var names [][]byte
 	for i, info := range infos {
-		prefix, ok := bridge.SlotPrefixOf(info.Key)
-		if !ok {
-			continue
+		if prefix, ok := bridge.SlotPrefixOf(info.Key); ok {
+			row := l.cfg.Prefix + prefix
+			if rows[row] == nil {
+				names = append(names, []byte(row))
+			}
+			rows[row] = append(rows[row], i)
 		}
-		row := l.cfg.Prefix + prefix
-		if rows[row] == nil {
-			names = append(names, []byte(row))
-		}
-		rows[row] = append(rows[row], i)
 	}
 	if len(names) == 0 {
 		return nil
 	}
-	type limit struct {
-		Name    []byte
-		Permits int
-	}
+	var name []byte
+	var permits int
 	r, _ := l.pool.Query(ctx, `SELECT name, permits FROM `+semaphoreTable+` WHERE name = ANY($1)`, names)
-	limits, err := pgx.CollectRows(r, pgx.RowToStructByPos[limit])
-	if sqlState(err) == codeUndefinedTable {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, l.serverErr(err))
-	}
-	for _, lim := range limits {
-		for _, i := range rows[string(lim.Name)] {
-			infos[i].Limit = lim.Permits
+	_, err := pgx.ForEachRow(r, []any{&name, &permits}, func() error {
+		for _, i := range rows[string(name)] {
+			infos[i].Limit = permits
 		}
+		return nil
+	})
+	if err != nil && sqlState(err) != codeUndefinedTable {
+		return fmt.Errorf("dlock: inspect: %w: %w", dlock.ErrUnavailable, nodeErr(l.node, err))
 	}
 	return nil
 }

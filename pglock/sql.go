@@ -2,8 +2,8 @@ package pglock
 
 import "strconv"
 
-// keyParams are the advisory-lock function arguments of a key, $1 for the
-// bigint form, $1 and $2 for the pair form, and the next parameter's number.
+// keyParams are the advisory-lock function arguments of a key ($1, or $1
+// and $2 for a pair), and the next parameter's number.
 func keyParams(pair bool) (params string, next int) {
 	if pair {
 		return "($1::int4, $2::int4)", 3
@@ -12,21 +12,17 @@ func keyParams(pair bool) (params string, next int) {
 }
 
 // fenceExpr returns an expression that is NULL when granted (an SQL
-// boolean, evaluated first; "" for a lock already held) is false, and
-// otherwise draws the next fence and yields it. It is one CASE, whose
-// branches PostgreSQL evaluates in order and only as far as needed: the
-// lock, nextval (never NULL, so its branch only draws), the durability
-// check, which must come after nextval, then currval, the value just
-// drawn. One CASE rather than a materialized CTE, whose subplan and
-// tuplestore cost; every function call costs too, evaluated or not
-// (bench/RESULTS.md has both costs).
+// boolean; "" for a lock already held) is false, and otherwise draws the
+// next fence and yields it. One CASE, evaluated in order and only as far
+// as needed: the lock, nextval (never NULL: its branch only draws), the
+// durability check, which must follow nextval, then currval. One CASE, not
+// a materialized CTE, and few function calls: both cost (bench/RESULTS.md).
 //
 // Durability (docs/fences.md, "PostgreSQL"): when the WAL insert position,
 // read after nextval, is ahead of the flush position, or synchronous
-// standbys must confirm, a transactional logical message with the prefix
-// "dlock" (it takes an xid) makes the commit flush past the record
-// covering the fence, and wait for the standbys. With synchronous_commit =
-// off commits do not flush at all, so there is nothing to gain.
+// standbys must confirm, a transactional logical message (it takes an xid)
+// makes the commit flush past the fence's record and wait for the
+// standbys. With synchronous_commit = off commits do not flush anyway.
 func fenceExpr(granted string) string {
 	currval := `currval('` + FenceSequence + `')`
 	e := `CASE`
@@ -41,36 +37,30 @@ func fenceExpr(granted string) string {
 	ELSE ` + currval + ` END`
 }
 
-// nextvalSQL draws the next fence.
 const nextvalSQL = `nextval('` + FenceSequence + `')`
 
-// waitKeySQL is waitKey as an SQL literal.
 var waitKeySQL = strconv.FormatInt(waitKey, 10)
 
 // statements are a Locker's acquire and release statements, for bigint
-// keys ([0]) and pairs ([1]), and the session settings they change: one
-// statement per acquisition and per release, built once per Locker so
-// that pgx prepares each once per connection.
+// keys ([0]) and pairs ([1]), and the session settings they change; built
+// once per Locker, so that pgx prepares each once per connection.
 type statements struct {
 	settings []string
 	acquire  [2]string
 	release  [2]string
 }
 
-// buildStatements builds the statements that change the session settings
-// sets (see sessionSettings). application_name takes two arguments, format
-// strings in which %s stands for the fence just drawn (see publication):
-// it is set from the first when the result fits in what PostgreSQL keeps,
-// else from the second.
+// buildStatements builds the statements that change the settings sets.
+// application_name takes two format strings in which %s stands for the
+// fence (see publish): the first if its result fits, else the second.
 func (l *Locker) buildStatements(sets []string) *statements {
 	st := &statements{settings: sets}
 	for i, pair := range []bool{false, true} {
 		p, next := keyParams(pair)
 
 		// The columns: the fence (NULL when not granted), the backend's
-		// pid, and for each session setting whether it was set and its
-		// previous value, read in the CTE before set_config changes it.
-		// The settings change only when the lock was granted.
+		// pid, and per setting whether it was set (only when granted) and
+		// its previous value, read in the CTE before set_config.
 		fence := fenceExpr(`pg_try_advisory_lock` + p)
 		if len(sets) == 0 {
 			st.acquire[i] = `SELECT ` + fence + `, pg_backend_pid()`
@@ -93,10 +83,8 @@ func (l *Locker) buildStatements(sets []string) *statements {
 		}
 
 		// The release's first column: 0 when the session did not hold the
-		// lock, 1 when it was released and nobody waits, 2 when it was
-		// released and a NOTIFY went out, its payload the key's notifyID.
-		// CASE evaluates its conditions in order, so the waiters are looked
-		// for after the unlock (see notify.go for why that order matters).
+		// lock, 1 when released, 2 when released with a NOTIFY of the
+		// key's notifyID. Waiters are looked for after the unlock (notify.go).
 		rel := `SELECT CASE WHEN NOT pg_advisory_unlock` + p + ` THEN 0`
 		if l.notify {
 			payload := `'i' || $1::int8`
@@ -115,9 +103,8 @@ func (l *Locker) buildStatements(sets []string) *statements {
 	return st
 }
 
-// sessionSettings are the settings a grant changes on its session and
-// release restores, in the order of the statements' columns and
-// arguments: idle_session_timeout with a lease, application_name when the
+// sessionSettings are the settings a grant changes and its release
+// restores: idle_session_timeout with a lease, application_name when the
 // grant publishes something (holder info, an identity).
 func (l *Locker) sessionSettings(publish bool) []string {
 	sets := make([]string, 0, 2)

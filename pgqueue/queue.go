@@ -18,17 +18,11 @@ import (
 	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
 
-// SQLSTATEs Queue's errors tell apart.
-const (
-	codeUndefinedTable = "42P01"
-	codeNotNull        = "23502"
-)
-
-// Queue is a job table from which many workers claim distinct jobs (see
-// the package documentation). The jobs' effects must be written in the
-// claiming transaction for "exactly once" to hold; a side effect outside
-// the database (an e-mail) can happen again when a transaction fails after
-// it. A Queue is a description of a table and safe for concurrent use.
+// Queue is a job table from which many workers claim distinct jobs. The
+// jobs' effects must be written in the claiming transaction for "exactly
+// once" to hold; a side effect outside the database (an e-mail) can happen
+// again when a transaction fails after it. A Queue is safe for concurrent
+// use.
 type Queue struct {
 	table string // quoted, possibly schema-qualified
 	name  string // as given, for messages
@@ -94,8 +88,7 @@ func (q *Queue) Enqueue(ctx context.Context, db Querier, payloads ...[]byte) ([]
 	if len(payloads) == 0 {
 		return nil, nil
 	}
-	// A nil payload is stored empty (payload is NOT NULL in Migrate's
-	// table), by the server: the caller's slice is left as it is.
+	// The server stores a nil payload empty (payload is NOT NULL).
 	rows, err := db.Query(ctx, `INSERT INTO `+q.table+` (payload)
 		SELECT coalesce(p, '') FROM unnest($1::bytea[]) WITH ORDINALITY AS u(p, n) ORDER BY n RETURNING id`, payloads)
 	if err != nil {
@@ -159,8 +152,7 @@ func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx cont
 		return 0, q.err("begin", err)
 	}
 	defer func() {
-		// After a commit this does nothing (pgx.ErrTxClosed). Otherwise it
-		// must happen even when ctx is why fn gave up.
+		// A no-op after a commit; needed even when ctx is why fn gave up.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = tx.Rollback(rctx)
 		cancel()
@@ -173,8 +165,7 @@ func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx cont
 		return 0, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		// A lost commit reply leaves the outcome unknown; the jobs' effects
-		// and their deletion are atomic either way.
+		// After a lost reply, effects and deletion are still atomic.
 		return 0, q.err("commit", err)
 	}
 	return len(jobs), nil
@@ -184,9 +175,9 @@ func (q *Queue) err(op string, err error) error {
 	var pe *pgconn.PgError
 	switch {
 	case !errors.As(err, &pe):
-	case pe.Code == codeUndefinedTable:
+	case pe.Code == "42P01": // undefined_table
 		return fmt.Errorf("pgqueue: queue %q: %s: %w: table missing (create it with Queue.Migrate): %w", q.name, op, dlock.ErrUnavailable, nodeerr.OneLine(err))
-	case pe.Code == codeNotNull && pe.ColumnName == "id":
+	case pe.Code == "23502" && pe.ColumnName == "id": // not_null_violation
 		// Retrying cannot help: the table must change.
 		return fmt.Errorf("pgqueue: queue %q: %s: %w: the table's id column has no default; make it number new rows (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, or bigserial), or create the table with Queue.Migrate: %w",
 			q.name, op, dlock.ErrInvalid, nodeerr.OneLine(err))
