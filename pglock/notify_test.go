@@ -410,3 +410,17 @@ func TestNotifyReleaseChecksBeforeKeyFunc(t *testing.T) {
 		}
 	}
 }
+
+// A TryAcquire whose ttl is refused never reaches the user's key function,
+// which may be costly or have effects of its own.
+func TestTryAcquireChecksTTLBeforeKeyFunc(t *testing.T) {
+	var calls atomic.Int32
+	l := newLocker(t, 2, pglock.WithKeyFunc(func(name string) (pglock.Key, error) {
+		calls.Add(1)
+		return pglock.HashKey(name), nil
+	}))
+	_, err := l.TryAcquire(testCtx(t), "k", 0)
+	if !errors.Is(err, dlock.ErrInvalid) || calls.Load() != 0 {
+		t.Errorf("TryAcquire with ttl 0: err %v, key function called %d times; want ErrInvalid and none", err, calls.Load())
+	}
+}

@@ -216,10 +216,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // is nil.
 func (l *Locker) acquire(ctx context.Context, name string, k *Key, ttl time.Duration) (*dlock.Lock, error) {
 	return l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
-		key, err := l.resolve(ctx, name, k)
-		if err == nil {
-			err = l.checkTTL(ttl)
+		if err := l.checkTTL(ttl); err != nil {
+			return nil, err
 		}
+		key, err := l.resolve(ctx, name, k)
 		if err != nil {
 			return nil, err
 		}
