@@ -27,15 +27,11 @@ type grant interface {
 	Release(ctx context.Context) error
 }
 
-// A Lock's state. Held is the only state with a validity; nothing leads
-// back to it.
+// A Lock's state; nothing leads back to held.
 //
-//	held -> lost       an extension was refused, the validity ran out, or
-//	                   the backend reported the lock's session gone
-//	held, lost -> releasing    Release was called
-//	releasing -> releasing     its outcome is unknown: Release may be retried
-//	releasing -> released      the server answered (deleted, not held, or
-//	                           the session gone)
+//	held -> lost               refused extension, spent validity, session gone
+//	held, lost -> releasing    Release was called (again while its outcome is unknown)
+//	releasing -> released      the server answered
 type lockState uint8
 
 const (
@@ -67,27 +63,24 @@ type Lock struct {
 	nodes     int // how many of the backend's nodes granted the lock
 
 	mu sync.Mutex
-	// turn is taken by every call into grant, so that Extends apply in
-	// the order their replies are recorded. turnFree, made only by a call
-	// that waits for the turn, is closed when the turn is given back.
+	// turn is held by the call into grant in flight, so that Extends
+	// apply in the order their replies are recorded; turnFree, made by a
+	// call that waits for it, is closed when it is given back.
 	turn       bool
 	turnFree   chan struct{}
 	state      lockState
 	validUntil time.Time
-	lostCause  error // why the lock was lost, if it was (kept once releasing)
+	lostCause  error // kept once releasing
 	// changed, once watch made it, is closed at the next change of state
-	// or validUntil, so that Do follows the handle without polling it.
+	// or validUntil: Do follows the handle without polling it.
 	changed chan struct{}
-	// pending are the events recorded under mu and not delivered yet, in
-	// order; buf holds the first, so that an event costs no allocation.
-	// delivering is set while a goroutine delivers them.
+	// pending are the events not delivered yet; buf holds the first, so
+	// that an event costs no allocation.
 	pending    []queued
 	buf        [1]queued
 	delivering bool
-	// backend and observe are set by driver.Events before the lock is
-	// returned; observe is nil when the Locker has no observers.
-	backend string
-	observe func(context.Context, Event)
+	backend    string                       // set by driver.Events
+	observe    func(context.Context, Event) // nil: no observers
 }
 
 // nodeCounter and clocked are a grant's optional methods (driver.Grant).
@@ -273,8 +266,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// takeTurn waits until no other call into the grant is in flight, or ctx
-// ends (nothing was sent then).
+// takeTurn waits for the turn, or until ctx ends (nothing was sent then).
 func (l *Lock) takeTurn(ctx context.Context, op string) error {
 	l.mu.Lock()
 	for l.turn {
@@ -305,9 +297,8 @@ func (l *Lock) endTurn() {
 	l.mu.Unlock()
 }
 
-// known returns a grant's error as it is when it matches a sentinel, and
-// as ErrUnavailable (outcome unknown) when it matches none (a bare context
-// error).
+// known makes a grant's error that matches no sentinel (a bare context
+// error) an ErrUnavailable: the outcome is unknown.
 func known(err error) error {
 	if !matchesSentinel(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -315,9 +306,8 @@ func known(err error) error {
 	return err
 }
 
-// lose declares the lock lost with cause, detected how, if it is held: at
-// once for driver.Lost (lostSession), once its validity has run out for
-// Do (lostExpired, saying why).
+// lose declares the held lock lost with cause, detected how; Do's
+// lostExpired only once the validity has run out.
 func (l *Lock) lose(cause error, how string) {
 	defer l.deliver()
 	l.mu.Lock()
@@ -327,8 +317,7 @@ func (l *Lock) lose(cause error, how string) {
 	}
 }
 
-// recheck looks at the lock's clock again after it jumped (driver.Recheck);
-// Do, woken, reschedules its extension.
+// recheck is driver.Recheck; Do, woken, reschedules its extension.
 func (l *Lock) recheck() {
 	defer l.deliver()
 	l.mu.Lock()
@@ -337,24 +326,21 @@ func (l *Lock) recheck() {
 	l.notifyLocked()
 }
 
-// released reports whether the lock was released (the server answered).
 func (l *Lock) released() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state == stateReleased
 }
 
-// snapshot is what Do follows of a Lock: its validity, the channel closed
-// at its next change, and whether and why it is no longer held.
+// snapshot is what Do follows of a Lock.
 type snapshot struct {
 	until     time.Time
-	changed   <-chan struct{}
-	gone      error // nil while the lock is held and valid; else why not
-	lost      bool  // gone because the lock was lost
-	releasing bool  // gone because Release was called, outcome not known yet
+	changed   <-chan struct{} // closed at the next change
+	gone      error           // goneLocked's
+	lost      bool
+	releasing bool // Release was called, its outcome not known yet
 }
 
-// watch returns a snapshot of the lock (see goneLocked).
 func (l *Lock) watch() snapshot {
 	defer l.deliver()
 	l.mu.Lock()
@@ -368,9 +354,8 @@ func (l *Lock) watch() snapshot {
 }
 
 // loss returns why the lock in s is lost, or nil: its recorded loss, or a
-// validity that ran out by now while a Release was under way or left its
-// outcome unknown (the key may have expired and another owner taken it;
-// the handle stays releasing, so that Release may be retried).
+// validity spent by now while a Release was under way or of unknown
+// outcome (another owner may hold the key; Release may still be retried).
 func (s snapshot) loss(key string, now time.Time) error {
 	switch {
 	case s.lost:
@@ -382,10 +367,9 @@ func (s snapshot) loss(key string, now time.Time) error {
 	return nil
 }
 
-// end returns why the holder of the lock in s must stop, or nil: its loss,
-// matching ErrLockLost alone (an extension refused with ErrNotHeld is its
-// detail), or its release with its ErrNotHeld. A Release under way is not
-// yet the end: the owner that called it may still need its context.
+// end returns why the holder of the lock in s must stop, or nil: its loss
+// (matching ErrLockLost alone), or its release (ErrNotHeld). A Release
+// under way is not the end yet: its caller may still need its context.
 func (s snapshot) end(key string, now time.Time) error {
 	if lost := s.loss(key, now); lost != nil {
 		return asLoss(lost)
@@ -396,7 +380,6 @@ func (s snapshot) end(key string, now time.Time) error {
 	return s.gone
 }
 
-// gone is goneLocked for callers that do not hold l.mu.
 func (l *Lock) gone(op string) error {
 	defer l.deliver()
 	l.mu.Lock()
@@ -404,9 +387,9 @@ func (l *Lock) gone(op string) error {
 	return l.goneLocked(op)
 }
 
-// goneLocked returns nil while the lock is held and valid, and otherwise
-// the error of operation op on it: the loss cause, or ErrNotHeld once
-// Release was called. A validity found spent marks the lock lost.
+// goneLocked returns nil while the lock is held and valid, else the error
+// of op on it: the loss, or ErrNotHeld once Release was called. A
+// validity found spent marks the lock lost.
 func (l *Lock) goneLocked(op string) error {
 	if l.state == stateHeld && !l.validUntil.After(l.now()) {
 		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out at %v", ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano)), lostExpired)
@@ -445,8 +428,7 @@ func (l *Lock) setValidLocked(until time.Time) {
 	l.notifyLocked()
 }
 
-// notifyLocked tells the watcher, if any, that the lock changed; the next
-// watch makes a new channel.
+// notifyLocked tells the watcher, if any, that the lock changed.
 func (l *Lock) notifyLocked() {
 	if l.changed != nil {
 		close(l.changed)
