@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"time"
 
@@ -99,46 +98,38 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 }
 
 // NotifyRelease announces a release of any slot of name that the Locker's
-// own NotifyRelease announces (a nil channel when it announces none).
+// own NotifyRelease announces.
 func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struct{}, func()) {
 	n, ok := s.l.(releaseNotifier)
 	if !ok || bridge.LimitProblem(s.limit) != "" {
 		return nil, func() {}
 	}
-	done := make(chan struct{})
-	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(done)}}
-	stops := make([]func(), 0, s.limit)
-	for slot := range s.limit {
-		released, stop := n.NotifyRelease(ctx, bridge.SlotKey(name, slot))
-		stops = append(stops, stop)
-		if released != nil {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(released)})
-		}
-	}
-	if len(cases) == 1 { // none will be announced
-		for _, stop := range stops {
-			stop()
-		}
-		return nil, func() {}
-	}
-	out := make(chan struct{}, 1)
+	out, done := make(chan struct{}, 1), make(chan struct{})
+	stops := make([]func(), s.limit)
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			i, _, ok := reflect.Select(cases)
-			switch {
-			case i == 0:
-				return
-			case !ok:
-				cases[i].Chan = reflect.Value{} // closed: never selected again
-			default:
+	for slot := range s.limit {
+		var released <-chan struct{}
+		released, stops[slot] = n.NotifyRelease(ctx, bridge.SlotKey(name, slot))
+		if released == nil {
+			continue
+		}
+		wg.Go(func() {
+			for {
 				select {
-				case out <- struct{}{}:
-				default:
+				case <-done:
+					return
+				case _, ok := <-released:
+					if !ok {
+						return
+					}
+					select {
+					case out <- struct{}{}:
+					default:
+					}
 				}
 			}
-		}
-	})
+		})
+	}
 	return out, func() {
 		close(done)
 		wg.Wait()

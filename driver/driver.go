@@ -15,6 +15,7 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -126,10 +127,7 @@ func Check(ctx context.Context, key string, ttl time.Duration) error {
 	if ctx == nil {
 		return nodeerr.Invalidf("nil context")
 	}
-	if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
-		return err
-	}
-	return nodeerr.Invalid(bridge.ValidityProblem(ttl, bridge.DefaultDriftFactor))
+	return nodeerr.Invalid(cmp.Or(bridge.KeyProblem(key), bridge.ValidityProblem(ttl, bridge.DefaultDriftFactor)))
 }
 
 // ValidUntil returns the validity deadline of a lock acquired or extended
