@@ -40,7 +40,7 @@ func (t Term) String() string {
 	return s
 }
 
-// termReader is driver.TermReader, which documents it.
+// termReader is driver.TermReader.
 type termReader interface {
 	ReadTerm(ctx context.Context, key string) (Term, error)
 }

@@ -21,7 +21,7 @@ type Locker interface {
 	TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error)
 }
 
-// grant is driver.Grant, which documents it.
+// grant is driver.Grant.
 type grant interface {
 	Extend(ctx context.Context, ttl time.Duration) (validUntil time.Time, err error)
 	Release(ctx context.Context) error

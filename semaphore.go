@@ -10,7 +10,7 @@ import (
 	"github.com/dlock-go/dlock/internal/bridge"
 )
 
-// semaphores is driver.Semaphores, which documents it.
+// semaphores is driver.Semaphores.
 type semaphores interface {
 	Semaphore(limit int) Locker
 	SetLimit(ctx context.Context, name string, limit int) error
@@ -69,8 +69,7 @@ func SetLimit(ctx context.Context, l Locker, name string, limit int) error {
 	return s.SetLimit(ctx, name, limit)
 }
 
-// semaphore is Semaphore's Locker for a Locker without semaphores of its
-// own: limit locks, one per slot.
+// semaphore is Semaphore's for a Locker without semaphores of its own.
 type semaphore struct {
 	l     Locker
 	limit int
