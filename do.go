@@ -93,7 +93,7 @@ func do(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *confi
 		if !errors.Is(lost, ErrLockLost) {
 			// base may have ended with ctx's cause before the loss: the
 			// handle's record is what counts.
-			lost = asLoss(lock.watch().loss(lock.Key(), lock.now()))
+			lost = lock.watch().loss
 		}
 		var relErr error
 		if !lock.released() { // fn may have released it itself
@@ -147,7 +147,7 @@ func (c *lockContext) check() {
 	if c.Context.Err() != nil {
 		return
 	}
-	if cause := c.lock.watch().end(c.lock.Key(), c.lock.now()); cause != nil {
+	if cause := c.lock.watch().end; cause != nil {
 		c.cancel(cause)
 	}
 }
@@ -202,12 +202,11 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 	defer k.close()
 	for {
 		s := lock.watch()
-		now := lock.now()
-		if cause := s.end(lock.Key(), now); cause != nil {
-			end(cause)
+		if s.end != nil {
+			end(s.end)
 			return
 		}
-		k.arm(s, now)
+		k.arm(s, lock.now())
 		select {
 		case <-stop:
 			return
@@ -252,7 +251,7 @@ type keeper struct {
 func (k *keeper) arm(s snapshot, now time.Time) {
 	k.deadline.Reset(s.until.Sub(now))
 	switch {
-	case s.gone != nil, k.result != nil, k.limited:
+	case !s.held, k.result != nil, k.limited:
 		k.next.Stop()
 	case !k.retryAt.IsZero():
 		k.next.Reset(k.retryAt.Sub(now))

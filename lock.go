@@ -332,15 +332,19 @@ func (l *Lock) released() bool {
 	return l.state == stateReleased
 }
 
-// snapshot is what Do follows of a Lock.
+// snapshot is what Do follows of a Lock (see watch).
 type snapshot struct {
-	until     time.Time
-	changed   <-chan struct{} // closed at the next change
-	gone      error           // goneLocked's
-	lost      bool
-	releasing bool // Release was called, its outcome not known yet
+	until   time.Time
+	changed <-chan struct{} // closed at the next change
+	held    bool            // held and valid: extensions are due
+	loss    error           // why the lock is lost, matching ErrLockLost alone
+	end     error           // why its holder must stop: the loss, or ErrNotHeld
 }
 
+// watch returns a snapshot of the lock. A validity spent while a Release
+// was under way or of unknown outcome is a loss (another owner may hold
+// the key; Release may still be retried). A Release under way is not the
+// end yet: its caller may still need its context.
 func (l *Lock) watch() snapshot {
 	defer l.deliver()
 	l.mu.Lock()
@@ -349,35 +353,20 @@ func (l *Lock) watch() snapshot {
 	if l.changed == nil {
 		l.changed = make(chan struct{})
 	}
-	return snapshot{until: l.validUntil, changed: l.changed, gone: gone,
-		lost: l.lostCause != nil, releasing: l.state == stateReleasing}
-}
-
-// loss returns why the lock in s is lost, or nil: its recorded loss, or a
-// validity spent by now while a Release was under way or of unknown
-// outcome (another owner may hold the key; Release may still be retried).
-func (s snapshot) loss(key string, now time.Time) error {
+	s := snapshot{until: l.validUntil, changed: l.changed, held: gone == nil, end: gone}
 	switch {
-	case s.lost:
-		return s.gone
-	case s.releasing && !s.until.After(now):
-		return fmt.Errorf("dlock: %w: validity of %q ran out at %v while its release was under way or of unknown outcome",
-			ErrLockLost, key, s.until.Round(0).Format(time.RFC3339Nano))
+	case l.lostCause != nil:
+		s.loss = asLoss(gone)
+	case l.state == stateReleasing && !l.validUntil.After(l.now()):
+		s.loss = fmt.Errorf("dlock: %w: validity of %q ran out at %v while its release was under way or of unknown outcome",
+			ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano))
+	case l.state == stateReleasing:
+		s.end = nil
 	}
-	return nil
-}
-
-// end returns why the holder of the lock in s must stop, or nil: its loss
-// (matching ErrLockLost alone), or its release (ErrNotHeld). A Release
-// under way is not the end yet: its caller may still need its context.
-func (s snapshot) end(key string, now time.Time) error {
-	if lost := s.loss(key, now); lost != nil {
-		return asLoss(lost)
+	if s.loss != nil {
+		s.end = s.loss
 	}
-	if s.releasing {
-		return nil
-	}
-	return s.gone
+	return s
 }
 
 func (l *Lock) gone(op string) error {
