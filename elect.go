@@ -56,24 +56,18 @@ func TermFromContext(ctx context.Context) (Term, bool) {
 }
 
 // Lead runs fn while this process leads the election name, on l: it
-// campaigns as Acquire waits for a lock, then holds it through Do: fn's
-// context carries the Term (TermFromContext) and ends with cause
-// ErrLockLost the moment the leadership may be lost, and the resignation
-// (the release, which wakes the next candidate) comes only after fn
-// returned.
+// campaigns as Acquire waits for a lock, then holds it through Do, whose
+// options apply too: fn's context carries the Term (TermFromContext) and
+// ends with cause ErrLockLost the moment the leadership may be lost; the
+// resignation (the release, which wakes the next candidate) comes after
+// fn returned.
 //
-// When the leadership is lost, Lead campaigns again for a new term, with a
-// new grant and a higher fence: it never takes back the old one. With
-// WithRecampaign(false) it returns the loss instead (an error matching
-// ErrLockLost). It returns when fn returns (fn's error, joined with the
-// release's as Do does), when ctx ends while it campaigns (an error
-// matching ctx.Err() and ErrNotAcquired or ErrUnavailable, as Acquire's),
-// or at once for bad arguments (ErrInvalid) and for what waiting cannot
-// change.
-//
-// Each grant publishes the candidate's identity (WithIdentity; host:pid
-// by default), for Leader and Observe. The options of Acquire and Do apply
-// to each campaign and term.
+// After a loss Lead campaigns again for a new term, with a new grant and a
+// higher fence (WithRecampaign(false): it returns the loss). It returns
+// what Do returns when fn returns, what Acquire returns when ctx ends while
+// it campaigns, and at once ErrInvalid or what waiting cannot change. Each
+// grant publishes the candidate's identity (WithIdentity; host:pid by
+// default), for Leader and Observe.
 //
 // A leader that is paused (GC, SIGSTOP, a frozen VM) past its validity
 // can still act when it resumes, beside the next leader, before it looks
