@@ -64,15 +64,14 @@ type Lock struct {
 
 	mu sync.Mutex
 	// turn is held by the call into grant in flight, so that Extends
-	// apply in the order their replies are recorded; turnFree, made by a
-	// call that waits for it, is closed when it is given back.
+	// apply in the order their replies are recorded.
 	turn       bool
-	turnFree   chan struct{}
 	state      lockState
 	validUntil time.Time
 	lostCause  error // kept once releasing
-	// changed, once watch made it, is closed at the next change of state
-	// or validUntil: Do follows the handle without polling it.
+	// changed, once a waiter made it, is closed at the next change of
+	// state, validUntil or turn: Do and a call waiting for the turn follow
+	// the handle without polling it.
 	changed chan struct{}
 	// pending are the events not delivered yet; buf holds the first, so
 	// that an event costs no allocation.
@@ -270,13 +269,10 @@ func (l *Lock) Release(ctx context.Context) error {
 func (l *Lock) takeTurn(ctx context.Context, op string) error {
 	l.mu.Lock()
 	for l.turn {
-		if l.turnFree == nil {
-			l.turnFree = make(chan struct{})
-		}
-		free := l.turnFree
+		changed := l.changedLocked()
 		l.mu.Unlock()
 		select {
-		case <-free:
+		case <-changed:
 		case <-ctx.Done():
 			return &opError{op, l.key, fmt.Errorf("%w: waiting for the handle's call in flight: %w", ErrUnavailable, ctxErr(ctx))}
 		}
@@ -290,10 +286,7 @@ func (l *Lock) takeTurn(ctx context.Context, op string) error {
 func (l *Lock) endTurn() {
 	l.mu.Lock()
 	l.turn = false
-	if l.turnFree != nil {
-		close(l.turnFree)
-		l.turnFree = nil
-	}
+	l.notifyLocked()
 	l.mu.Unlock()
 }
 
@@ -350,10 +343,7 @@ func (l *Lock) watch() snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	gone := l.goneLocked("hold")
-	if l.changed == nil {
-		l.changed = make(chan struct{})
-	}
-	s := snapshot{until: l.validUntil, changed: l.changed, held: gone == nil, end: gone}
+	s := snapshot{until: l.validUntil, changed: l.changedLocked(), held: gone == nil, end: gone}
 	switch {
 	case l.lostCause != nil:
 		s.loss = asLoss(gone)
@@ -417,7 +407,14 @@ func (l *Lock) setValidLocked(until time.Time) {
 	l.notifyLocked()
 }
 
-// notifyLocked tells the watcher, if any, that the lock changed.
+func (l *Lock) changedLocked() <-chan struct{} {
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return l.changed
+}
+
+// notifyLocked tells the waiters, if any, that the lock changed.
 func (l *Lock) notifyLocked() {
 	if l.changed != nil {
 		close(l.changed)
