@@ -137,38 +137,25 @@ func (l *Lock) recordLocked(ctx context.Context, e Event) {
 
 // deliver sends the recorded events to the observer, one at a time, in
 // order, unless another goroutine is delivering (an observer that called
-// back into the lock, a concurrent call): that one sends them.
+// back into the lock, a concurrent call): that one sends them. If the
+// observer panics, the panic goes on, and the next deliver sends the rest.
 func (l *Lock) deliver() {
 	l.mu.Lock()
-	if l.delivering || len(l.pending) == 0 {
-		l.mu.Unlock()
+	defer l.mu.Unlock()
+	if l.delivering {
 		return
 	}
 	l.delivering = true
+	defer func() { l.delivering = false }()
 	for len(l.pending) > 0 {
 		q := l.pending[0]
 		l.pending[0] = queued{}
 		l.pending = l.pending[1:]
 		observe := l.observe
 		l.mu.Unlock()
-		l.send(observe, q)
-		l.mu.Lock()
+		func() {
+			defer l.mu.Lock()
+			observe(q.ctx, q.e)
+		}()
 	}
-	l.delivering = false
-	l.mu.Unlock()
-}
-
-// send calls the observer. If it panics, the panic goes on, and the next
-// deliver sends the events after q.
-func (l *Lock) send(observe func(context.Context, Event), q queued) {
-	sent := false
-	defer func() {
-		if !sent {
-			l.mu.Lock()
-			l.delivering = false
-			l.mu.Unlock()
-		}
-	}()
-	observe(q.ctx, q.e)
-	sent = true
 }
