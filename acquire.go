@@ -100,10 +100,7 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 			return nil, err
 		}
 
-		wait := cfg.retryDelay
-		if unreachable > 0 {
-			wait = backoff(cfg.retryDelay, unreachable)
-		}
+		wait := backoff(cfg.retryDelay, unreachable)
 		select {
 		case <-ctx.Done():
 			return nil, waitEnded(ctx, key, last, nil)
@@ -128,8 +125,8 @@ const (
 	quickRetries = 3
 )
 
-// backoff is the wait after the n-th unreachable attempt in a row (see
-// Acquire): from at least 1ms, half of it random, so that the waiters an
+// backoff is the wait after the n-th unreachable attempt in a row (0: a
+// busy one; see Acquire): from at least 1ms, half of it random, so that the waiters an
 // outage stopped do not all come back at once.
 func backoff(delay time.Duration, n int) time.Duration {
 	if n <= quickRetries {
