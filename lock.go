@@ -169,17 +169,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return &opError{"extend", l.key, err}
 	}
-	if err := l.gone("extend"); err != nil {
-		return err
-	}
 	defer l.deliver() // the events, once the turn is given back
-	if err := l.takeTurn(ctx, "extend"); err != nil {
+	if err := l.takeTurn(ctx, "extend", func() error { return l.goneLocked("extend") }); err != nil {
 		return err
 	}
 	defer l.endTurn()
-	if err := l.gone("extend"); err != nil {
-		return err
-	}
 	start := l.now()
 	until, err := l.grant.Extend(ctx, ttl)
 
@@ -230,25 +224,23 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // out, so that a key that is still there does not block others until its
 // TTL ends.
 func (l *Lock) Release(ctx context.Context) error {
-	l.mu.Lock()
-	if l.state == stateReleased {
-		l.mu.Unlock()
-		return &opError{"release", l.key, fmt.Errorf("%w (already released)", ErrNotHeld)}
-	}
-	l.setStateLocked(stateReleasing)
-	l.mu.Unlock()
-
 	defer l.deliver() // the events, once the turn is given back
-	if err := l.takeTurn(ctx, "release"); err != nil {
+	err := l.takeTurn(ctx, "release", func() error {
+		if l.state == stateReleased { // also by a Release that had the turn before
+			return &opError{"release", l.key, fmt.Errorf("%w (already released)", ErrNotHeld)}
+		}
+		if l.state != stateReleasing {
+			l.setStateLocked(stateReleasing)
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	defer l.endTurn()
-	if l.released() { // by a Release that had the turn before
-		return &opError{"release", l.key, fmt.Errorf("%w (already released)", ErrNotHeld)}
-	}
 
 	start := l.now()
-	err := l.grant.Release(ctx)
+	err = l.grant.Release(ctx)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -265,22 +257,29 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// takeTurn waits for the turn, or until ctx ends (nothing was sent then).
-func (l *Lock) takeTurn(ctx context.Context, op string) error {
+// takeTurn waits for the turn, until ctx ends (nothing was sent then) or
+// check, called under l.mu before each wait, refuses the call.
+func (l *Lock) takeTurn(ctx context.Context, op string, check func() error) error {
 	l.mu.Lock()
-	for l.turn {
+	defer l.mu.Unlock()
+	for {
+		if err := check(); err != nil {
+			return err
+		}
+		if !l.turn {
+			l.turn = true
+			return nil
+		}
 		changed := l.changedLocked()
 		l.mu.Unlock()
 		select {
 		case <-changed:
 		case <-ctx.Done():
+			l.mu.Lock()
 			return &opError{op, l.key, fmt.Errorf("%w: waiting for the handle's call in flight: %w", ErrUnavailable, ctxErr(ctx))}
 		}
 		l.mu.Lock()
 	}
-	l.turn = true
-	l.mu.Unlock()
-	return nil
 }
 
 func (l *Lock) endTurn() {
@@ -357,13 +356,6 @@ func (l *Lock) watch() snapshot {
 		s.end = s.loss
 	}
 	return s
-}
-
-func (l *Lock) gone(op string) error {
-	defer l.deliver()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.goneLocked(op)
 }
 
 // goneLocked returns nil while the lock is held and valid, else the error
