@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -79,15 +80,12 @@ func do(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *confi
 	defer cancel(nil)
 	fnCtx := &lockContext{Context: base, lock: lock, cancel: cancel}
 	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		keepAlive(ctx, lock, ttl, cfg, stop, cancel)
-	}()
+	var keeping sync.WaitGroup
+	keeping.Go(func() { keepAlive(ctx, lock, ttl, cfg, stop, cancel) })
 
 	defer func() {
 		close(stop)
-		<-done
+		keeping.Wait()
 		fnCtx.check() // a validity that ran out as fn returned is a loss too
 		lost := context.Cause(base)
 		if !errors.Is(lost, ErrLockLost) {
