@@ -82,18 +82,14 @@ type Lock struct {
 	observe    func(context.Context, Event) // nil: no observers
 }
 
-// nodeCounter and clocked are a grant's optional methods (driver.Grant).
-type nodeCounter interface{ Nodes() int }
-type clocked interface{ Now() time.Time }
-
 func init() {
 	bridge.NewLock = func(key string, slot int, token string, fence uint64, validUntil time.Time, g any) any {
 		l := &Lock{key: key, slot: slot, token: token, fence: fence, grant: g.(grant), now: time.Now,
 			nodes: 1, validUntil: validUntil}
-		if n, ok := g.(nodeCounter); ok {
+		if n, ok := g.(interface{ Nodes() int }); ok {
 			l.nodes = n.Nodes()
 		}
-		if c, ok := g.(clocked); ok {
+		if c, ok := g.(interface{ Now() time.Time }); ok {
 			l.now = c.Now
 		}
 		l.grantedAt = l.now()
