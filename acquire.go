@@ -10,7 +10,7 @@ import (
 	"github.com/dlock-go/dlock/internal/bridge"
 )
 
-// releaseNotifier is driver.ReleaseNotifier, which documents it.
+// releaseNotifier is driver.ReleaseNotifier.
 type releaseNotifier interface {
 	NotifyRelease(ctx context.Context, key string) (released <-chan struct{}, stop func())
 }
@@ -65,7 +65,7 @@ func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *
 	return lock, err
 }
 
-// wait is Acquire's loop of attempts, counted in w, which ctx carries.
+// wait is Acquire's loop of attempts, counted in w (in ctx).
 func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config, w *waiting) (*Lock, error) {
 	var released <-chan struct{}
 	if n, ok := l.(releaseNotifier); ok && cfg.retryCount != 0 {
@@ -100,10 +100,7 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 			return nil, err
 		}
 
-		wait := cfg.retryDelay
-		if unreachable > 0 {
-			wait = backoff(cfg.retryDelay, unreachable)
-		}
+		wait := backoff(cfg.retryDelay, unreachable)
 		select {
 		case <-ctx.Done():
 			return nil, waitEnded(ctx, key, last, nil)
@@ -114,7 +111,6 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 	}
 }
 
-// jittered returns d plus a random share of the retry jitter.
 func (c *config) jittered(d time.Duration) time.Duration {
 	if c.retryJitter > 0 {
 		d += rand.N(c.retryJitter)
@@ -123,21 +119,15 @@ func (c *config) jittered(d time.Duration) time.Duration {
 }
 
 const (
-	// maxBackoff caps the wait after attempts that could not reach the
-	// backend, so that a waiter notices the end of an outage within about
-	// a second.
-	maxBackoff = time.Second
-	// quickRetries is how many attempts in a row may find the backend
-	// unreachable before the waits grow: a blip (a Redlock node timeout on
-	// a loaded machine) costs no more than a busy lock does.
+	maxBackoff = time.Second // a waiter notices the end of an outage soon
+	// quickRetries unreachable attempts in a row wait no longer than a
+	// busy lock: a blip (a Redlock node timeout on a loaded machine).
 	quickRetries = 3
 )
 
-// backoff is the wait after the n-th attempt in a row that could not reach
-// the backend: the retry delay for the first quickRetries, then (from at
-// least 1ms) doubled for each further one, up to the cap, half of it
-// random, so that the waiters an outage stopped do not all come back at
-// once.
+// backoff is the wait after the n-th unreachable attempt in a row (0: a
+// busy one; see Acquire): from at least 1ms, half of it random, so that
+// the waiters an outage stopped do not all come back at once.
 func backoff(delay time.Duration, n int) time.Duration {
 	if n <= quickRetries {
 		return delay
@@ -151,10 +141,8 @@ func backoff(delay time.Duration, n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// waitEnded is the error of a wait that ended with its context: it matches
-// ctx.Err() (and its cause) and the sentinel of the last attempt that
-// ended before ctx did, else of the interrupted one, whose error is its
-// detail.
+// waitEnded is the error of a wait that ctx ended (see Acquire); cut is
+// the attempt ctx interrupted.
 func waitEnded(ctx context.Context, key string, last, cut error) error {
 	if last == nil {
 		last = cut

@@ -32,7 +32,6 @@ type Candidate struct {
 	resigned bool // Resign was called
 }
 
-// errResigned is the cause with which Resign ends a campaign.
 var errResigned = errors.New("resigned")
 
 // Campaign starts a Candidate for the election name on l, campaigning in
@@ -53,8 +52,7 @@ func Campaign(ctx context.Context, l Locker, name string, ttl time.Duration, opt
 	return c, nil
 }
 
-// serve is the candidate's function while it leads: it publishes the term
-// until the leadership ends (lost, or the campaign's context ended).
+// serve publishes the term while the candidate leads.
 func (c *Candidate) serve(ctx context.Context) error {
 	t, _ := TermFromContext(ctx)
 	c.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -53,8 +54,7 @@ func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ct
 	return do(ctx, l, key, ttl, &cfg, fn)
 }
 
-// doConfig checks the arguments of Do (but fn), and of Lead and Campaign,
-// and returns their options.
+// doConfig checks the arguments of Do, Lead and Campaign but fn.
 func doConfig(ctx context.Context, l Locker, ttl time.Duration, opts []Option) (config, error) {
 	if err := checkCall(ctx, l, "", ""); err != nil {
 		return config{}, err
@@ -80,21 +80,18 @@ func do(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *confi
 	defer cancel(nil)
 	fnCtx := &lockContext{Context: base, lock: lock, cancel: cancel}
 	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		keepAlive(ctx, lock, ttl, cfg, stop, cancel)
-	}()
+	var keeping sync.WaitGroup
+	keeping.Go(func() { keepAlive(ctx, lock, ttl, cfg, stop, cancel) })
 
 	defer func() {
 		close(stop)
-		<-done
+		keeping.Wait()
 		fnCtx.check() // a validity that ran out as fn returned is a loss too
 		lost := context.Cause(base)
 		if !errors.Is(lost, ErrLockLost) {
 			// base may have ended with ctx's cause before the loss: the
 			// handle's record is what counts.
-			lost = asLoss(lock.watch().loss(lock.Key(), lock.now()))
+			lost = lock.watch().loss
 		}
 		var relErr error
 		if !lock.released() { // fn may have released it itself
@@ -119,14 +116,13 @@ func LockFromContext(ctx context.Context) *Lock {
 }
 
 // lockContext is the context Do gives its function. Err, Done and Value
-// (through which context.Cause finds the cancellation) first compare the
-// lock's validity with the clock: Do's keep-alive goroutine does the same,
-// but only when it gets to run, which in a process resumed after SIGSTOP
-// may be a moment later.
+// (through which context.Cause finds the cancellation) look at the lock
+// first: Do's keep-alive goroutine may run a moment late in a process
+// resumed after SIGSTOP.
 type lockContext struct {
-	context.Context // ended by cancel with the reason the lock is gone
-	lock            *Lock
-	cancel          context.CancelCauseFunc
+	context.Context
+	lock   *Lock
+	cancel context.CancelCauseFunc
 }
 
 func (c *lockContext) Err() error {
@@ -149,7 +145,7 @@ func (c *lockContext) check() {
 	if c.Context.Err() != nil {
 		return
 	}
-	if cause := c.lock.watch().end(c.lock.Key(), c.lock.now()); cause != nil {
+	if cause := c.lock.watch().end; cause != nil {
 		c.cancel(cause)
 	}
 }
@@ -162,9 +158,7 @@ func asLoss(cause error) error {
 	return fmt.Errorf("dlock: %w: %w", ErrLockLost, hideSentinels{cause})
 }
 
-// doResult is Do's error: fn's own error first, then the loss, or else the
-// release error, on one line. After a loss the release error is only
-// detail: the error matches ErrLockLost alone.
+// doResult is Do's error (see Do).
 func doResult(fnErr, lost, relErr error) error {
 	own := relErr
 	if lost != nil {
@@ -185,9 +179,8 @@ func doResult(fnErr, lost, relErr error) error {
 	return fmt.Errorf("%w; %w", fnErr, own)
 }
 
-// releaseDetached releases lock after the work under it returned, within a
-// bound that does not depend on ctx, which may be the very reason it
-// returned.
+// releaseDetached releases lock within a bound of its own: ctx may be why
+// the work returned.
 func releaseDetached(ctx context.Context, lock *Lock, ttl time.Duration) error {
 	bound := min(max(ttl, time.Second), 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
@@ -195,9 +188,9 @@ func releaseDetached(ctx context.Context, lock *Lock, ttl time.Duration) error {
 	return lock.Release(ctx)
 }
 
-// keepAlive extends lock until stop is closed, and calls end when the lock
-// is no longer held (snapshot.end). It follows every change of the
-// handle's validity, fn's own extensions included, through lock.watch.
+// keepAlive extends lock until stop is closed, following every change of
+// the handle (fn's own Extend and Release too), and calls end when the
+// lock is no longer held.
 func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, stop <-chan struct{}, end context.CancelCauseFunc) {
 	k := keeper{cfg: cfg, acquiredAt: lock.now(),
 		// Extensions do not stop when ctx is cancelled: fn may still be
@@ -207,12 +200,11 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 	defer k.close()
 	for {
 		s := lock.watch()
-		now := lock.now()
-		if cause := s.end(lock.Key(), now); cause != nil {
-			end(cause)
+		if s.end != nil {
+			end(s.end)
 			return
 		}
-		k.arm(s, now)
+		k.arm(s, lock.now())
 		select {
 		case <-stop:
 			return
@@ -230,17 +222,15 @@ func keepAlive(ctx context.Context, lock *Lock, ttl time.Duration, cfg *config, 
 			k.cancelReq()
 			k.result, k.retryAt, k.lastErr = nil, time.Time{}, err
 			if err != nil {
-				// A refusal has marked the lock lost (watch reports it).
-				// Otherwise the backend was unreachable and the lock may
-				// still be held: try again soon; the deadline declares the
-				// loss if it lasts.
+				// A refusal marked the lock lost; otherwise it may still be
+				// held: try again soon, until the deadline.
 				k.retryAt = lock.now().Add(max(cfg.extendThreshold/8, time.Millisecond))
 			}
 		}
 	}
 }
 
-// keeper is keepAlive's state between the changes of its lock.
+// keeper is keepAlive's state.
 type keeper struct {
 	cfg            *config
 	acquiredAt     time.Time
@@ -254,14 +244,12 @@ type keeper struct {
 	limited   bool      // WithMaxHold reached: no more extensions
 }
 
-// arm sets the timers for the lock's state s at now: the deadline at the
-// validity's end, and the next extension unless none is due (fn is
-// releasing the lock, an extension is in flight, or the hold limit
-// stopped them).
+// arm sets the timers for s at now: the deadline at the validity's end,
+// and the next extension unless none is due.
 func (k *keeper) arm(s snapshot, now time.Time) {
 	k.deadline.Reset(s.until.Sub(now))
 	switch {
-	case s.gone != nil, k.result != nil, k.limited:
+	case !s.held, k.result != nil, k.limited:
 		k.next.Stop()
 	case !k.retryAt.IsZero():
 		k.next.Reset(k.retryAt.Sub(now))
@@ -283,8 +271,8 @@ func (k *keeper) why() error {
 	return errors.New("before it was extended")
 }
 
-// close stops the timers and abandons the extension in flight, waiting for
-// its goroutine.
+// close stops the timers and abandons the extension in flight, waiting
+// for its goroutine.
 func (k *keeper) close() {
 	k.deadline.Stop()
 	k.next.Stop()
@@ -294,9 +282,7 @@ func (k *keeper) close() {
 	}
 }
 
-// extendAsync extends lock in a goroutine, with a request bounded by the
-// validity it had when sent, and returns where the outcome arrives and how
-// to abandon the request.
+// extendAsync extends lock in a goroutine, within the validity it had.
 func extendAsync(ctx context.Context, lock *Lock, ttl time.Duration, until time.Time) (<-chan error, context.CancelFunc) {
 	ctx, cancel := context.WithDeadline(ctx, until)
 	result := make(chan error, 1)

@@ -5,15 +5,11 @@
 // function runs and tells the function, through its context, the moment the
 // lock may be lost.
 //
-// This package holds what a user of locks programs against: the Locker
-// interface (TryAcquire: one attempt), the Lock handle, waiting (Acquire:
-// with jitter, through short outages, woken by backends that announce
-// releases), auto-extension (Do), leader election (Lead, Leader, Observe,
-// Campaign), the errors, events for observers (Event) and inspection
-// (Inspector). It imports only the standard library. Package driver has
-// what only a backend needs, package locktest the conformance suite, and
-// package dlocktest an in-memory Locker for the unit tests of code that
-// uses locks.
+// This package holds what code that uses locks programs against, and
+// imports only the standard library. Package driver has what only a
+// backend needs, package locktest the conformance suite, and package
+// dlocktest an in-memory Locker for the unit tests of code that uses
+// locks.
 //
 // # Quick start
 //
@@ -49,13 +45,14 @@
 //
 // # Events and inspection
 //
-// A lock's events go to the observers of the Locker that made it, attached
-// once by each backend's WithObserver and WithLogger options: every
-// attempt, from a bare TryAcquire or within Acquire and Do (Event.Attempts
-// counts them), the grant or refusal (Acquire reports it once, when the
-// wait ends, with its Wait), then the lock's extensions, its loss (and how
-// it was detected) and its release (with the hold time). A Locker written
-// elsewhere reports events through package driver's Events.
+// A lock's events go to the observers of the Locker that made it (each
+// backend's WithObserver and WithLogger options): every attempt, from a
+// bare TryAcquire or within Acquire and Do, the grant or refusal (Acquire
+// reports it once, when the wait ends), then the lock's extensions, its
+// loss and its release (see Event). A Locker written elsewhere reports
+// events through package driver's Events; driver.NewEvents says what the
+// loggers write, and package github.com/dlock-go/dlock/dlockotel turns
+// events into OpenTelemetry metrics and spans.
 //
 // An observer gets the context of the call the event belongs to (a loss
 // has none and gets context.Background()), so that a span can find its
@@ -64,69 +61,50 @@
 // time, in order, on the goroutine of their call (or, while an earlier
 // event of the same lock is being observed, on that one's, once it
 // returns). It should return quickly: the call it observes waits for it.
-// A Locker without observers (a logger that discards, and no WithObserver)
-// builds no event.
+// A Locker without observers builds no event.
 //
-// The backends' loggers write a Warn record for a lost lock, a failed
-// extension or a backend's first refusal that matches ErrMisconfigured,
-// and Debug records for the rest; package
-// github.com/dlock-go/dlock/dlockotel turns events into OpenTelemetry
-// metrics and spans. Every backend is an Inspector: it lists the held locks
-// matching a pattern, with their remaining TTL, fence, holder and waiters,
-// as `dlock inspect` shows them.
+// Every backend is an Inspector: it lists the held locks matching a
+// pattern, with their remaining TTL, fence, holder and waiters, as `dlock
+// inspect` shows them.
 //
 // # Leader election
 //
 // An election is a lock: Lead runs a function while this process holds
-// the lock on the election's name through Do, so the function's context
-// ends the moment the leadership may be lost. The term number is the
-// grant's fence, so terms strictly increase per name on every backend;
-// pass Term.Fence to the resources the leader writes (see "What a lock can
-// and cannot guarantee", and Lead).
-//
+// the lock on the election's name through Do, and the term number is the
+// grant's fence, so terms strictly increase per name on every backend.
 // Leader says who leads now, Observe reports every change it sees, and
-// Campaign starts a long-lived Candidate for code that asks "am I the
-// leader?" elsewhere (a gocron v2 Elector). docs/election.md compares the
-// backends and their hand-off times.
+// Campaign starts a long-lived Candidate (a gocron v2 Elector). See Lead,
+// and docs/election.md for the backends and their hand-off times.
 //
 // # Semaphores
 //
-// Semaphore admits up to N holders of one name at once (five replicas
-// calling a vendor's API that allows five connections). A permit is a lock
+// Semaphore admits up to N holders of one name at once. A permit is a lock
 // on one of the name's N slots, so Acquire, Do, events, inspection and
-// fences work on it as on any lock (see Semaphore's example), and
-// successive holders of a slot get increasing fences.
-//
-// A permit's lease ends on the server's clock, never a client's, and a
-// killed holder's permit comes back within its TTL (PostgreSQL: when its
-// session ends); an attempt that fails leaves nothing behind, and a
-// release wakes a waiter. The limit is agreed on the servers (see
-// Semaphore and SetLimit). Why slots rather than a count (on Redlock a
-// count kept per node admits more than N), and how each backend grants a
-// slot and at what cost: docs/semaphores.md.
+// fences work on it as on any lock, and successive holders of a slot get
+// increasing fences. Its lease ends on the server's clock, a killed
+// holder's permit comes back within its TTL (PostgreSQL: when its session
+// ends), an attempt that fails leaves nothing behind, and a release wakes
+// a waiter. The limit is agreed on the servers (see SetLimit).
+// docs/semaphores.md says why slots rather than a count and what each
+// backend costs.
 //
 // # Errors
 //
-// Every error matches exactly one sentinel (ErrNotAcquired, ErrNotHeld,
-// ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid: see their
-// documentation), and a wait that ended with its context also matches
-// ctx.Err(). Which node said what is available through errors.As with
-// *NodeError (and the backends' own types).
+// Every error matches exactly one sentinel (see ErrNotAcquired and the
+// others); errors.As with *NodeError says which node said what.
 //
 // # What a lock can and cannot guarantee
 //
-// A lock with a TTL protects against a holder that crashed: the key
-// expires and others go on. It does not protect against a holder that is
-// merely slow (a GC pause, a stalled network, a suspended VM): it cannot
-// tell that its TTL ran out while it was paused, and a pause can fall
-// between its last check and its write. So a lease alone is fine for
-// efficiency (avoiding duplicate work), not for correctness. dlock
-// measures validity on the monotonic clock and never returns a lock whose
-// validity is spent, and hands out a fence with every grant, on every
-// backend, so that a resource that takes part (package fence) rejects a
-// stale holder's late write. If overlap would corrupt data, use the fence.
-// docs/guarantees.md gives the argument (Kleppmann's and antirez's) and
-// each backend's limits.
+// A lock with a TTL protects against a holder that crashed, not against
+// one that is merely slow (a GC pause, a stalled network, a suspended VM):
+// it cannot tell that its TTL ran out while it was paused, and a pause can
+// fall between its last check and its write. So a lease alone is fine for
+// efficiency, not for correctness. dlock never returns a lock whose
+// validity (on the monotonic clock) is spent, and hands out a fence with
+// every grant, on every backend, so that a resource that takes part
+// (package fence) rejects a stale holder's late write. If overlap would
+// corrupt data, use the fence. docs/guarantees.md gives the argument
+// (Kleppmann's and antirez's) and each backend's limits.
 //
 // # Which backend
 //

@@ -10,14 +10,11 @@ import (
 	"time"
 )
 
-// Term is one leadership of an election: who leads the election name, and
-// from which grant. An election is a lock: its name is the lock's key, a
-// leadership is a grant of it, and the term number is the grant's fence,
-// so terms strictly increase per name on every backend.
-//
-// Led is false when nobody leads; the other fields but Name are zero then.
-// A leader's Leader, Fence and Since are zero where the backend cannot
-// tell them (see Leader).
+// Term is one leadership of an election: a grant of the lock on its name,
+// whose fence is the term number, so terms strictly increase per name on
+// every backend. Led is false when nobody leads; the other fields but Name
+// are zero then. A leader's Leader, Fence and Since are zero where the
+// backend cannot tell them (see Leader).
 type Term struct {
 	Name   string    // the election: the lock's key
 	Led    bool      // whether someone leads
@@ -43,7 +40,7 @@ func (t Term) String() string {
 	return s
 }
 
-// termReader is driver.TermReader, which documents it.
+// termReader is driver.TermReader.
 type termReader interface {
 	ReadTerm(ctx context.Context, key string) (Term, error)
 }
@@ -59,24 +56,18 @@ func TermFromContext(ctx context.Context) (Term, bool) {
 }
 
 // Lead runs fn while this process leads the election name, on l: it
-// campaigns as Acquire waits for a lock, then holds it through Do: fn's
-// context carries the Term (TermFromContext) and ends with cause
-// ErrLockLost the moment the leadership may be lost, and the resignation
-// (the release, which wakes the next candidate) comes only after fn
-// returned.
+// campaigns as Acquire waits for a lock, then holds it through Do, whose
+// options apply too: fn's context carries the Term (TermFromContext) and
+// ends with cause ErrLockLost the moment the leadership may be lost; the
+// resignation (the release, which wakes the next candidate) comes after
+// fn returned.
 //
-// When the leadership is lost, Lead campaigns again for a new term, with a
-// new grant and a higher fence: it never takes back the old one. With
-// WithRecampaign(false) it returns the loss instead (an error matching
-// ErrLockLost). It returns when fn returns (fn's error, joined with the
-// release's as Do does), when ctx ends while it campaigns (an error
-// matching ctx.Err() and ErrNotAcquired or ErrUnavailable, as Acquire's),
-// or at once for bad arguments (ErrInvalid) and for what waiting cannot
-// change.
-//
-// Each grant publishes the candidate's identity (WithIdentity; host:pid
-// by default), for Leader and Observe. The options of Acquire and Do apply
-// to each campaign and term.
+// After a loss Lead campaigns again for a new term, with a new grant and a
+// higher fence (WithRecampaign(false): it returns the loss). It returns
+// what Do returns when fn returns, what Acquire returns when ctx ends while
+// it campaigns, and at once ErrInvalid or what waiting cannot change. Each
+// grant publishes the candidate's identity (WithIdentity; host:pid by
+// default), for Leader and Observe.
 //
 // A leader that is paused (GC, SIGSTOP, a frozen VM) past its validity
 // can still act when it resumes, beside the next leader, before it looks
@@ -93,7 +84,6 @@ func Lead(ctx context.Context, l Locker, name string, ttl time.Duration, fn func
 	return lead(ctx, l, name, ttl, &cfg, fn)
 }
 
-// leadConfig is doConfig for Lead and Campaign, with the default identity.
 func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, opts []Option) (config, error) {
 	if err := checkCall(ctx, l, "election", name); err != nil {
 		return config{}, err
@@ -109,7 +99,7 @@ func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, o
 }
 
 // checkCall refuses a nil Locker or context and, unless what is "", an
-// empty name of what (an election, a semaphore).
+// empty name of what.
 func checkCall(ctx context.Context, l Locker, what, name string) error {
 	switch {
 	case l == nil:
@@ -122,7 +112,6 @@ func checkCall(ctx context.Context, l Locker, what, name string) error {
 	return nil
 }
 
-// lead is Lead with its arguments checked.
 func lead(ctx context.Context, l Locker, name string, ttl time.Duration, cfg *config, fn func(ctx context.Context) error) error {
 	for {
 		err := do(ctx, l, name, ttl, cfg, func(ctx context.Context) error {
@@ -136,8 +125,7 @@ func lead(ctx context.Context, l Locker, name string, ttl time.Duration, cfg *co
 	}
 }
 
-// defaultIdentity is host:pid, with the host name cut to 32 bytes so that
-// every backend can carry it.
+// defaultIdentity is host:pid, the host cut to 32 bytes for every backend.
 func defaultIdentity() string {
 	host, err := os.Hostname()
 	if err != nil || checkIdentity(host) != nil {
@@ -149,7 +137,6 @@ func defaultIdentity() string {
 	return host + ":" + strconv.Itoa(os.Getpid())
 }
 
-// probeTTL is the TTL of Leader's probe.
 const probeTTL = time.Second
 
 // Leader returns who leads the election name on l now, as its backend
@@ -238,9 +225,7 @@ type observation struct {
 	begun bool
 }
 
-// next returns what to yield for (t, err), if anything: every error; the
-// first answer, and the first after an error; then each change, but never
-// a term below the highest yielded.
+// next returns what to yield for (t, err), if anything (see Observe).
 func (o *observation) next(t Term, err error) (Term, bool) {
 	if err != nil {
 		o.fresh = true

@@ -66,12 +66,10 @@ func (e *NodeError) Error() string { return fmt.Sprintf("node %s: %v", e.Node, e
 // Unwrap returns the node's error.
 func (e *NodeError) Unwrap() error { return e.Err }
 
-// invalidf returns an error that matches ErrInvalid.
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// checkTTL refuses a TTL that no backend accepts.
 func checkTTL(ttl time.Duration) error {
 	if p := bridge.TTLProblem(ttl); p != "" {
 		return invalidf("%s", p)
@@ -83,13 +81,11 @@ var sentinels = []error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable,
 
 func isSentinel(err error) bool { return slices.Contains(sentinels, err) }
 
-// matchesSentinel reports whether err matches one of the sentinels.
 func matchesSentinel(err error) bool {
 	return slices.ContainsFunc(sentinels, func(s error) bool { return errors.Is(err, s) })
 }
 
-// ctxErr is ctx's error, and its cause when one was given: the result
-// matches both (but none of dlock's sentinels through the cause).
+// ctxErr is ctx's error and its cause, if any (hiding its sentinels).
 func ctxErr(ctx context.Context) error {
 	err, cause := ctx.Err(), context.Cause(ctx)
 	if cause == nil || cause == err {
@@ -98,8 +94,8 @@ func ctxErr(ctx context.Context) error {
 	return fmt.Errorf("%w (%w)", err, hideSentinels{cause})
 }
 
-// message is err's message inside another dlock error: without its
-// "dlock: " prefix, on one line.
+// message is err's message inside another dlock error: one line, no
+// second "dlock: ".
 func message(err error) string {
 	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), "dlock: "), "\n", "; ")
 }
@@ -114,8 +110,8 @@ func (e *opError) Error() string { return fmt.Sprintf("dlock: %s %q: %s", e.op, 
 func (e *opError) Unwrap() error { return e.err }
 
 // hideSentinels carries err as the detail of an error whose sentinel
-// differs (a lost lock whose extension was refused): errors.Is finds in it
-// everything but dlock's sentinels, errors.As finds everything.
+// differs (a loss whose extension was refused): errors.Is finds in it all
+// but dlock's sentinels.
 type hideSentinels struct{ err error }
 
 func (h hideSentinels) Error() string        { return message(h.err) }

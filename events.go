@@ -69,10 +69,8 @@ type Event struct {
 	Detected string
 }
 
-// waiting is Acquire's record of its wait, in the context of each attempt:
-// the attempt's number, the identity to publish (driver.Identity), and
-// where the Locker's events go (driver.Events), for Acquire's own grant or
-// refusal.
+// waiting is Acquire's record of its wait, in each attempt's context; the
+// attempts set backend and observe for Acquire's grant or refusal.
 type waiting struct {
 	attempts int
 	identity string
@@ -82,8 +80,7 @@ type waiting struct {
 
 type waitKey struct{}
 
-// waitingIn returns the waiting that ctx carries, or nil for a bare
-// TryAcquire's (whose ctx may be nil: the attempt refuses it).
+// waitingIn returns ctx's waiting, or nil (a bare TryAcquire's; ctx may be nil).
 func waitingIn(ctx context.Context) *waiting {
 	if ctx == nil {
 		return nil
@@ -116,17 +113,14 @@ func init() {
 	}
 }
 
-// queued is an event recorded for delivery, with its call's context.
 type queued struct {
 	ctx context.Context
 	e   Event
 }
 
-// recordLocked fills e with what the lock knows and queues it for the
-// observer, if there is one; l.mu is held. The observer is a callback of
-// the user's: it runs later, in deliver, under none of the lock's mutex
-// and turn, so that it may look into ctx (Do's context looks at the lock)
-// and call the lock's methods.
+// recordLocked fills e in and queues it for deliver, which calls the
+// observer under none of the lock's mutex and turn: it may look into ctx
+// (Do's context looks at the lock) and call the lock's methods.
 func (l *Lock) recordLocked(ctx context.Context, e Event) {
 	if l.observe == nil {
 		return
@@ -142,40 +136,26 @@ func (l *Lock) recordLocked(ctx context.Context, e Event) {
 }
 
 // deliver sends the recorded events to the observer, one at a time, in
-// order; it must be called without l.mu and the turn. When another
-// goroutine is delivering (an observer that called back into the lock, or
-// a concurrent call), that one sends them.
+// order, unless another goroutine is delivering (an observer that called
+// back into the lock, a concurrent call): that one sends them. If the
+// observer panics, the panic goes on, and the next deliver sends the rest.
 func (l *Lock) deliver() {
 	l.mu.Lock()
-	if l.delivering || len(l.pending) == 0 {
-		l.mu.Unlock()
+	defer l.mu.Unlock()
+	if l.delivering {
 		return
 	}
 	l.delivering = true
+	defer func() { l.delivering = false }()
 	for len(l.pending) > 0 {
 		q := l.pending[0]
 		l.pending[0] = queued{}
 		l.pending = l.pending[1:]
 		observe := l.observe
 		l.mu.Unlock()
-		l.send(observe, q)
-		l.mu.Lock()
+		func() {
+			defer l.mu.Lock()
+			observe(q.ctx, q.e)
+		}()
 	}
-	l.delivering = false
-	l.mu.Unlock()
-}
-
-// send calls the observer with q. If the observer panics, the panic goes
-// on, and the next call of deliver sends the events after q.
-func (l *Lock) send(observe func(context.Context, Event), q queued) {
-	sent := false
-	defer func() {
-		if !sent {
-			l.mu.Lock()
-			l.delivering = false
-			l.mu.Unlock()
-		}
-	}()
-	observe(q.ctx, q.e)
-	sent = true
 }

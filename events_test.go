@@ -165,3 +165,38 @@ func TestObserversAllReceive(t *testing.T) {
 		t.Fatalf("observers saw %v and %v", ka, kb)
 	}
 }
+
+// An observer that panics: the panic reaches the call that delivered the
+// event, the handle stays usable (no mutex left held), and the next call
+// delivers the events after it.
+func TestObserverPanicLeavesTheLockUsable(t *testing.T) {
+	var r recorder
+	m := newObserved(func(ctx context.Context, e dlock.Event) {
+		if e.Kind == dlock.EventExtended {
+			panic("observer")
+		}
+		r.observe(ctx, e)
+	})
+	ctx := context.Background()
+	lock, err := m.TryAcquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("Extend did not pass the observer's panic on")
+			}
+		}()
+		_ = lock.Extend(ctx, time.Minute)
+	}()
+	if !lock.Held() {
+		t.Fatal("the lock is not held after the observer's panic")
+	}
+	if err := lock.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.kinds(); !slices.Equal(got, []string{"attempt", "granted", "released"}) {
+		t.Errorf("events %v, want attempt, granted, released", got)
+	}
+}

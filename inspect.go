@@ -65,8 +65,7 @@ type LockInfo struct {
 	Since   time.Time
 }
 
-// lockInfoJSON is LockInfo's JSON form; its field names are part of the
-// dlock command's contract.
+// lockInfoJSON is LockInfo's JSON form, part of the dlock command's contract.
 type lockInfoJSON struct {
 	Key      string      `json:"key"`
 	Node     string      `json:"node"`

@@ -21,21 +21,17 @@ type Locker interface {
 	TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error)
 }
 
-// grant is driver.Grant, which documents it.
+// grant is driver.Grant.
 type grant interface {
 	Extend(ctx context.Context, ttl time.Duration) (validUntil time.Time, err error)
 	Release(ctx context.Context) error
 }
 
-// A Lock's state. Held is the only state with a validity; nothing leads
-// back to it.
+// A Lock's state; nothing leads back to held.
 //
-//	held -> lost       an extension was refused, the validity ran out, or
-//	                   the backend reported the lock's session gone
-//	held, lost -> releasing    Release was called
-//	releasing -> releasing     its outcome is unknown: Release may be retried
-//	releasing -> released      the server answered (deleted, not held, or
-//	                           the session gone)
+//	held -> lost               refused extension, spent validity, session gone
+//	held, lost -> releasing    Release was called (again while its outcome is unknown)
+//	releasing -> released      the server answered
 type lockState uint8
 
 const (
@@ -67,41 +63,33 @@ type Lock struct {
 	nodes     int // how many of the backend's nodes granted the lock
 
 	mu sync.Mutex
-	// turn is taken by every call into grant, so that Extends apply in
-	// the order their replies are recorded. turnFree, made only by a call
-	// that waits for the turn, is closed when the turn is given back.
+	// turn is held by the call into grant in flight, so that Extends
+	// apply in the order their replies are recorded.
 	turn       bool
-	turnFree   chan struct{}
 	state      lockState
 	validUntil time.Time
-	lostCause  error // why the lock was lost, if it was (kept once releasing)
-	// changed, once watch made it, is closed at the next change of state
-	// or validUntil, so that Do follows the handle without polling it.
+	lostCause  error // kept once releasing
+	// changed, once a waiter made it, is closed at the next change of
+	// state, validUntil or turn: Do and a call waiting for the turn follow
+	// the handle without polling it.
 	changed chan struct{}
-	// pending are the events recorded under mu and not delivered yet, in
-	// order; buf holds the first, so that an event costs no allocation.
-	// delivering is set while a goroutine delivers them.
+	// pending are the events not delivered yet; buf holds the first, so
+	// that an event costs no allocation.
 	pending    []queued
 	buf        [1]queued
 	delivering bool
-	// backend and observe are set by driver.Events before the lock is
-	// returned; observe is nil when the Locker has no observers.
-	backend string
-	observe func(context.Context, Event)
+	backend    string                       // set by driver.Events
+	observe    func(context.Context, Event) // nil: no observers
 }
-
-// nodeCounter and clocked are a grant's optional methods (driver.Grant).
-type nodeCounter interface{ Nodes() int }
-type clocked interface{ Now() time.Time }
 
 func init() {
 	bridge.NewLock = func(key string, slot int, token string, fence uint64, validUntil time.Time, g any) any {
 		l := &Lock{key: key, slot: slot, token: token, fence: fence, grant: g.(grant), now: time.Now,
 			nodes: 1, validUntil: validUntil}
-		if n, ok := g.(nodeCounter); ok {
+		if n, ok := g.(interface{ Nodes() int }); ok {
 			l.nodes = n.Nodes()
 		}
-		if c, ok := g.(clocked); ok {
+		if c, ok := g.(interface{ Now() time.Time }); ok {
 			l.now = c.Now
 		}
 		l.grantedAt = l.now()
@@ -177,17 +165,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return &opError{"extend", l.key, err}
 	}
-	if err := l.gone("extend"); err != nil {
-		return err
-	}
 	defer l.deliver() // the events, once the turn is given back
-	if err := l.takeTurn(ctx, "extend"); err != nil {
+	if err := l.takeTurn(ctx, "extend", func() error { return l.goneLocked("extend") }); err != nil {
 		return err
 	}
 	defer l.endTurn()
-	if err := l.gone("extend"); err != nil {
-		return err
-	}
 	start := l.now()
 	until, err := l.grant.Extend(ctx, ttl)
 
@@ -238,25 +220,23 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // out, so that a key that is still there does not block others until its
 // TTL ends.
 func (l *Lock) Release(ctx context.Context) error {
-	l.mu.Lock()
-	if l.state == stateReleased {
-		l.mu.Unlock()
-		return &opError{"release", l.key, fmt.Errorf("%w (already released)", ErrNotHeld)}
-	}
-	l.setStateLocked(stateReleasing)
-	l.mu.Unlock()
-
 	defer l.deliver() // the events, once the turn is given back
-	if err := l.takeTurn(ctx, "release"); err != nil {
+	err := l.takeTurn(ctx, "release", func() error {
+		if l.state == stateReleased { // also by a Release that had the turn before
+			return &opError{"release", l.key, fmt.Errorf("%w (already released)", ErrNotHeld)}
+		}
+		if l.state != stateReleasing {
+			l.setStateLocked(stateReleasing)
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	defer l.endTurn()
-	if l.released() { // by a Release that had the turn before
-		return &opError{"release", l.key, fmt.Errorf("%w (already released)", ErrNotHeld)}
-	}
 
 	start := l.now()
-	err := l.grant.Release(ctx)
+	err = l.grant.Release(ctx)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -273,41 +253,40 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// takeTurn waits until no other call into the grant is in flight, or ctx
-// ends (nothing was sent then).
-func (l *Lock) takeTurn(ctx context.Context, op string) error {
+// takeTurn waits for the turn, until ctx ends (nothing was sent then) or
+// check, called under l.mu before each wait, refuses the call.
+func (l *Lock) takeTurn(ctx context.Context, op string, check func() error) error {
 	l.mu.Lock()
-	for l.turn {
-		if l.turnFree == nil {
-			l.turnFree = make(chan struct{})
+	defer l.mu.Unlock()
+	for {
+		if err := check(); err != nil {
+			return err
 		}
-		free := l.turnFree
+		if !l.turn {
+			l.turn = true
+			return nil
+		}
+		changed := l.changedLocked()
 		l.mu.Unlock()
 		select {
-		case <-free:
+		case <-changed:
 		case <-ctx.Done():
+			l.mu.Lock()
 			return &opError{op, l.key, fmt.Errorf("%w: waiting for the handle's call in flight: %w", ErrUnavailable, ctxErr(ctx))}
 		}
 		l.mu.Lock()
 	}
-	l.turn = true
-	l.mu.Unlock()
-	return nil
 }
 
 func (l *Lock) endTurn() {
 	l.mu.Lock()
 	l.turn = false
-	if l.turnFree != nil {
-		close(l.turnFree)
-		l.turnFree = nil
-	}
+	l.notifyLocked()
 	l.mu.Unlock()
 }
 
-// known returns a grant's error as it is when it matches a sentinel, and
-// as ErrUnavailable (outcome unknown) when it matches none (a bare context
-// error).
+// known makes a grant's error that matches no sentinel (a bare context
+// error) an ErrUnavailable: the outcome is unknown.
 func known(err error) error {
 	if !matchesSentinel(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -315,9 +294,8 @@ func known(err error) error {
 	return err
 }
 
-// lose declares the lock lost with cause, detected how, if it is held: at
-// once for driver.Lost (lostSession), once its validity has run out for
-// Do (lostExpired, saying why).
+// lose declares the held lock lost with cause, detected how; Do's
+// lostExpired only once the validity has run out.
 func (l *Lock) lose(cause error, how string) {
 	defer l.deliver()
 	l.mu.Lock()
@@ -327,8 +305,7 @@ func (l *Lock) lose(cause error, how string) {
 	}
 }
 
-// recheck looks at the lock's clock again after it jumped (driver.Recheck);
-// Do, woken, reschedules its extension.
+// recheck is driver.Recheck; Do, woken, reschedules its extension.
 func (l *Lock) recheck() {
 	defer l.deliver()
 	l.mu.Lock()
@@ -337,76 +314,49 @@ func (l *Lock) recheck() {
 	l.notifyLocked()
 }
 
-// released reports whether the lock was released (the server answered).
 func (l *Lock) released() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state == stateReleased
 }
 
-// snapshot is what Do follows of a Lock: its validity, the channel closed
-// at its next change, and whether and why it is no longer held.
+// snapshot is what Do follows of a Lock (see watch).
 type snapshot struct {
-	until     time.Time
-	changed   <-chan struct{}
-	gone      error // nil while the lock is held and valid; else why not
-	lost      bool  // gone because the lock was lost
-	releasing bool  // gone because Release was called, outcome not known yet
+	until   time.Time
+	changed <-chan struct{} // closed at the next change
+	held    bool            // held and valid: extensions are due
+	loss    error           // why the lock is lost, matching ErrLockLost alone
+	end     error           // why its holder must stop: the loss, or ErrNotHeld
 }
 
-// watch returns a snapshot of the lock (see goneLocked).
+// watch returns a snapshot of the lock. A validity spent while a Release
+// was under way or of unknown outcome is a loss (another owner may hold
+// the key; Release may still be retried). A Release under way is not the
+// end yet: its caller may still need its context.
 func (l *Lock) watch() snapshot {
 	defer l.deliver()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	gone := l.goneLocked("hold")
-	if l.changed == nil {
-		l.changed = make(chan struct{})
-	}
-	return snapshot{until: l.validUntil, changed: l.changed, gone: gone,
-		lost: l.lostCause != nil, releasing: l.state == stateReleasing}
-}
-
-// loss returns why the lock in s is lost, or nil: its recorded loss, or a
-// validity that ran out by now while a Release was under way or left its
-// outcome unknown (the key may have expired and another owner taken it;
-// the handle stays releasing, so that Release may be retried).
-func (s snapshot) loss(key string, now time.Time) error {
+	s := snapshot{until: l.validUntil, changed: l.changedLocked(), held: gone == nil, end: gone}
 	switch {
-	case s.lost:
-		return s.gone
-	case s.releasing && !s.until.After(now):
-		return fmt.Errorf("dlock: %w: validity of %q ran out at %v while its release was under way or of unknown outcome",
-			ErrLockLost, key, s.until.Round(0).Format(time.RFC3339Nano))
+	case l.lostCause != nil:
+		s.loss = asLoss(gone)
+	case l.state == stateReleasing && !l.validUntil.After(l.now()):
+		s.loss = fmt.Errorf("dlock: %w: validity of %q ran out at %v while its release was under way or of unknown outcome",
+			ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano))
+	case l.state == stateReleasing:
+		s.end = nil
 	}
-	return nil
+	if s.loss != nil {
+		s.end = s.loss
+	}
+	return s
 }
 
-// end returns why the holder of the lock in s must stop, or nil: its loss,
-// matching ErrLockLost alone (an extension refused with ErrNotHeld is its
-// detail), or its release with its ErrNotHeld. A Release under way is not
-// yet the end: the owner that called it may still need its context.
-func (s snapshot) end(key string, now time.Time) error {
-	if lost := s.loss(key, now); lost != nil {
-		return asLoss(lost)
-	}
-	if s.releasing {
-		return nil
-	}
-	return s.gone
-}
-
-// gone is goneLocked for callers that do not hold l.mu.
-func (l *Lock) gone(op string) error {
-	defer l.deliver()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.goneLocked(op)
-}
-
-// goneLocked returns nil while the lock is held and valid, and otherwise
-// the error of operation op on it: the loss cause, or ErrNotHeld once
-// Release was called. A validity found spent marks the lock lost.
+// goneLocked returns nil while the lock is held and valid, else the error
+// of op on it: the loss, or ErrNotHeld once Release was called. A
+// validity found spent marks the lock lost.
 func (l *Lock) goneLocked(op string) error {
 	if l.state == stateHeld && !l.validUntil.After(l.now()) {
 		l.loseLocked(fmt.Errorf("dlock: %w: validity of %q ran out at %v", ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano)), lostExpired)
@@ -445,8 +395,14 @@ func (l *Lock) setValidLocked(until time.Time) {
 	l.notifyLocked()
 }
 
-// notifyLocked tells the watcher, if any, that the lock changed; the next
-// watch makes a new channel.
+func (l *Lock) changedLocked() <-chan struct{} {
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return l.changed
+}
+
+// notifyLocked tells the waiters, if any, that the lock changed.
 func (l *Lock) notifyLocked() {
 	if l.changed != nil {
 		close(l.changed)

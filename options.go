@@ -61,26 +61,14 @@ func WithRetryCount(n int) Option {
 // WithRetryDelay sets the base delay between attempts: only the fallback
 // poll interval on backends that announce releases. The default is 50ms.
 func WithRetryDelay(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return invalidf("retry delay %v: must not be negative", d)
-		}
-		c.retryDelay = d
-		return nil
-	}
+	return duration("retry delay", d, true, func(c *config) *time.Duration { return &c.retryDelay })
 }
 
 // WithRetryJitter adds a random delay in [0, d) to every wait, so that
 // contenders that failed together do not retry together. The default is
 // 50ms.
 func WithRetryJitter(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return invalidf("retry jitter %v: must not be negative", d)
-		}
-		c.retryJitter = d
-		return nil
-	}
+	return duration("retry jitter", d, true, func(c *config) *time.Duration { return &c.retryJitter })
 }
 
 // WithExtendThreshold makes Do extend the lock when no more than d of its
@@ -88,13 +76,7 @@ func WithRetryJitter(d time.Duration) Option {
 // below the TTL; leave enough for a round trip and a retry. The default is
 // half the TTL.
 func WithExtendThreshold(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalidf("extend threshold %v: must be positive", d)
-		}
-		c.extendThreshold = d
-		return nil
-	}
+	return duration("extend threshold", d, false, func(c *config) *time.Duration { return &c.extendThreshold })
 }
 
 // WithMaxHold caps how long Do keeps a lock by auto-extension. Once the next
@@ -103,13 +85,7 @@ func WithExtendThreshold(d time.Duration) Option {
 // validity runs out, so a stuck function cannot hold a lock forever. The
 // default is no limit.
 func WithMaxHold(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return invalidf("max hold %v: must be positive", d)
-		}
-		c.maxHold = d
-		return nil
-	}
+	return duration("max hold", d, false, func(c *config) *time.Duration { return &c.maxHold })
 }
 
 // WithIdentity sets the identity that each grant publishes (see
@@ -136,6 +112,21 @@ func WithIdentity(id string) Option {
 func WithRecampaign(on bool) Option {
 	return func(c *config) error {
 		c.stopOnLoss = !on
+		return nil
+	}
+}
+
+// duration is an Option that sets the field of c that field returns to d,
+// which must be positive, or may be 0 if zeroOK.
+func duration(what string, d time.Duration, zeroOK bool, field func(*config) *time.Duration) Option {
+	return func(c *config) error {
+		switch {
+		case zeroOK && d < 0:
+			return invalidf("%s %v: must not be negative", what, d)
+		case !zeroOK && d <= 0:
+			return invalidf("%s %v: must be positive", what, d)
+		}
+		*field(c) = d
 		return nil
 	}
 }

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/bridge"
 )
 
-// semaphores is driver.Semaphores, which documents it.
+// semaphores is driver.Semaphores.
 type semaphores interface {
 	Semaphore(limit int) Locker
 	SetLimit(ctx context.Context, name string, limit int) error
@@ -70,8 +69,7 @@ func SetLimit(ctx context.Context, l Locker, name string, limit int) error {
 	return s.SetLimit(ctx, name, limit)
 }
 
-// semaphore is Semaphore's Locker for a Locker without semaphores of its
-// own: limit locks, one per slot.
+// semaphore is Semaphore's for a Locker without semaphores of its own.
 type semaphore struct {
 	l     Locker
 	limit int
@@ -99,46 +97,38 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 }
 
 // NotifyRelease announces a release of any slot of name that the Locker's
-// own NotifyRelease announces (a nil channel when it announces none).
+// own NotifyRelease announces.
 func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struct{}, func()) {
 	n, ok := s.l.(releaseNotifier)
 	if !ok || bridge.LimitProblem(s.limit) != "" {
 		return nil, func() {}
 	}
-	done := make(chan struct{})
-	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(done)}}
-	stops := make([]func(), 0, s.limit)
-	for slot := range s.limit {
-		released, stop := n.NotifyRelease(ctx, bridge.SlotKey(name, slot))
-		stops = append(stops, stop)
-		if released != nil {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(released)})
-		}
-	}
-	if len(cases) == 1 { // none will be announced
-		for _, stop := range stops {
-			stop()
-		}
-		return nil, func() {}
-	}
-	out := make(chan struct{}, 1)
+	out, done := make(chan struct{}, 1), make(chan struct{})
+	stops := make([]func(), s.limit)
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			i, _, ok := reflect.Select(cases)
-			switch {
-			case i == 0:
-				return
-			case !ok:
-				cases[i].Chan = reflect.Value{} // closed: never selected again
-			default:
+	for slot := range s.limit {
+		var released <-chan struct{}
+		released, stops[slot] = n.NotifyRelease(ctx, bridge.SlotKey(name, slot))
+		if released == nil {
+			continue
+		}
+		wg.Go(func() {
+			for {
 				select {
-				case out <- struct{}{}:
-				default:
+				case <-done:
+					return
+				case _, ok := <-released:
+					if !ok {
+						return
+					}
+					select {
+					case out <- struct{}{}:
+					default:
+					}
 				}
 			}
-		}
-	})
+		})
+	}
 	return out, func() {
 		close(done)
 		wg.Wait()

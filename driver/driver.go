@@ -15,6 +15,7 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -26,14 +27,11 @@ import (
 // Grant is a backend's side of one acquired lock: the two operations that
 // talk to servers. The Lock handle calls it only on a lock it believes
 // held, and never concurrently with itself. A Grant may also have a method
-// Nodes() int: how many nodes granted the lock (dlock.Event's Nodes; one
-// without it).
-//
-// A Grant whose time is not the machine's (package dlocktest, whose tests
-// move the clock by hand) may also have a method Now() time.Time, whose
-// readings never go back: the Lock then reads the time from it instead of
-// time.Now, the backend computes its validity deadlines on that clock,
-// and calls Recheck for its locks when the clock jumps.
+// Nodes() int: how many nodes granted the lock (one without it); and one
+// whose time is not the machine's (package dlocktest's) a method Now()
+// time.Time that never goes back, which the Lock then reads instead of
+// time.Now: the backend computes its validity on that clock, and calls
+// Recheck for its locks when the clock jumps.
 type Grant interface {
 	// Extend resets the lock's TTL to ttl if the server(s) still hold the
 	// lock's token, and returns the new validity deadline (see ValidUntil).
@@ -78,14 +76,12 @@ func Recheck(lock *dlock.Lock) {
 }
 
 // A ReleaseNotifier is a Locker that can announce releases, so that
-// dlock.Acquire retries as soon as the holder lets go instead of at its
-// next poll. A notification is only a hint: the retry still has to win.
-//
-// dlock.Acquire and dlock.Do register before their first attempt (unless
-// they make just one) and stop after their last, so a registration also
-// tells the backend that a wait on key is in progress, for which its
-// TryAcquire may keep a place (redislock and redlock queue for a wake-up
-// that way, etcdlock in the lock's own queue).
+// dlock.Acquire retries as soon as the holder lets go; the retry still has
+// to win. dlock.Acquire registers before its first attempt (unless it
+// makes just one) and stops after its last, so a registration also tells
+// the backend that a wait on key is in progress, for which its TryAcquire
+// may keep a place (redislock and redlock queue for a wake-up, etcdlock
+// in the lock's own queue).
 type ReleaseNotifier interface {
 	// NotifyRelease registers interest in key. The channel receives a
 	// value when key may have been released; a nil channel says that no
@@ -126,10 +122,7 @@ func Check(ctx context.Context, key string, ttl time.Duration) error {
 	if ctx == nil {
 		return nodeerr.Invalidf("nil context")
 	}
-	if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
-		return err
-	}
-	return nodeerr.Invalid(bridge.ValidityProblem(ttl, bridge.DefaultDriftFactor))
+	return nodeerr.Invalid(cmp.Or(bridge.KeyProblem(key), bridge.ValidityProblem(ttl, bridge.DefaultDriftFactor)))
 }
 
 // ValidUntil returns the validity deadline of a lock acquired or extended
@@ -144,25 +137,15 @@ func ValidUntil(start time.Time, ttl time.Duration) time.Time {
 	return bridge.ValidUntil(start, ttl, bridge.DefaultDriftFactor)
 }
 
-// Semaphores is a Locker with semaphores of its own (every backend of this
-// repository): dlock.Semaphore returns its Semaphore(limit), dlock.SetLimit
-// calls its SetLimit. Without it, package dlock's semaphores try the slots
-// one by one and keep no limit on the servers.
+// Semaphores is a Locker with semaphores of its own, whose methods
+// dlock.Semaphore and dlock.SetLimit return and call, and whose contract
+// they document. Without it, package dlock's semaphores try the slots one
+// by one and keep no limit on the servers.
 type Semaphores interface {
-	// Semaphore returns a Locker whose TryAcquire(ctx, name, ttl) makes
-	// one attempt to grant a permit: a lock on a free slot of name (0 to
-	// limit - 1) made with NewPermit, whose Extend and Release act on that
-	// slot alone, with increasing fences per slot. The first grant records
-	// limit on the servers for as long as a permit of name may be held; a
-	// grant is made only while fewer permits than the record are held, and
-	// an attempt with another limit fails with dlock.ErrInvalid, as does a
-	// limit below 1 or above 1000. Every permit held is
-	// dlock.ErrNotAcquired.
+	// Semaphore's TryAcquire makes one attempt to grant a permit, made
+	// with NewPermit, whose Extend and Release act on its slot alone, with
+	// increasing fences per slot; a grant is made only while fewer permits
+	// than the recorded limit are held.
 	Semaphore(limit int) dlock.Locker
-
-	// SetLimit replaces the recorded limit of name's semaphore: permits
-	// held above it are kept until released or lost, and none is granted
-	// while limit or more are held. With no permit held there is no record
-	// to change, and it does nothing.
 	SetLimit(ctx context.Context, name string, limit int) error
 }

@@ -41,11 +41,7 @@ func NewEvents(backend string, logger *slog.Logger, observers ...func(ctx contex
 	list := slices.DeleteFunc(append([]observer{logEvents(logger)}, observers...),
 		func(o observer) bool { return o == nil })
 	ev := Events{backend: backend}
-	switch len(list) {
-	case 0:
-	case 1:
-		ev.observe = list[0]
-	default:
+	if len(list) > 0 {
 		ev.observe = func(ctx context.Context, e dlock.Event) {
 			for _, o := range list {
 				o(ctx, e)

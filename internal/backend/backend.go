@@ -5,6 +5,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,11 +63,12 @@ func Apply[L any, O ~func(L) error](l L, opts []O) error {
 	return nil
 }
 
-// Done builds the Events of a Locker of backend, once the options are
-// applied.
+// Done builds the Events of a Locker of backend, once its options are set.
 func (c *Config) Done(backend string) { c.Events = driver.NewEvents(backend, c.Logger, c.observers...) }
 
-// SetPrefix sets WithPrefix's prefix, refusing one in the reserved namespace.
+// The setters of the options of the same names (WithPrefix, ...), each
+// refusing the values its option's doc refuses.
+
 func (c *Config) SetPrefix(prefix string) error {
 	if c.reserved != "" && strings.HasPrefix(prefix, c.reserved) {
 		return nodeerr.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, c.reserved)
@@ -75,7 +77,6 @@ func (c *Config) SetPrefix(prefix string) error {
 	return nil
 }
 
-// SetDriftFactor sets WithDriftFactor's factor, which must be in [0, 1).
 func (c *Config) SetDriftFactor(f float64) error {
 	if !(f >= 0 && f < 1) {
 		return nodeerr.Invalidf("drift factor %v: must be in [0, 1)", f)
@@ -84,7 +85,6 @@ func (c *Config) SetDriftFactor(f float64) error {
 	return nil
 }
 
-// SetLogger sets the logger (WithLogger), refusing nil.
 func (c *Config) SetLogger(logger *slog.Logger) error {
 	if logger == nil {
 		return nodeerr.Invalidf("nil logger")
@@ -93,7 +93,6 @@ func (c *Config) SetLogger(logger *slog.Logger) error {
 	return nil
 }
 
-// AddObserver adds an observer (WithObserver), refusing nil.
 func (c *Config) AddObserver(observe func(ctx context.Context, e dlock.Event)) error {
 	if observe == nil {
 		return nodeerr.Invalidf("nil observer")
@@ -102,13 +101,12 @@ func (c *Config) AddObserver(observe func(ctx context.Context, e dlock.Event)) e
 	return nil
 }
 
-// SetHolderInfo turns WithHolderInfo's record on; service may be empty.
 func (c *Config) SetHolderInfo(service string) error {
 	c.HolderHead = holder.Head(service)
 	return nil
 }
 
-// SetFenceTTL sets WithFenceTTL's TTL, between least and bridge.MaxTTL.
+// SetFenceTTL's d must lie between least and bridge.MaxTTL.
 func (c *Config) SetFenceTTL(d, least time.Duration) error {
 	if d < least || d > bridge.MaxTTL {
 		return nodeerr.Invalidf("fence ttl %v: must be between %v and %v", d, least, bridge.MaxTTL)
@@ -136,34 +134,23 @@ func (c *Config) CheckTTL(ttl time.Duration) error {
 	return nodeerr.Invalid(bridge.ValidityProblem(ttl, c.DriftFactor))
 }
 
-// Check refuses the arguments of an attempt.
+// The checks of the arguments of an attempt (Check), a semaphore's
+// (CheckPermit), SetLimit (CheckLimit), a read of one key (CheckRead:
+// ReadTerm) and an operation that takes a token instead of a handle
+// (CheckToken). Each refuses the first bad argument, in order.
+
 func (c *Config) Check(ctx context.Context, key string, ttl time.Duration) error {
-	if err := c.CheckRead(ctx, key); err != nil {
-		return err
-	}
-	return c.CheckTTL(ttl)
+	return cmp.Or(c.CheckRead(ctx, key), c.CheckTTL(ttl))
 }
 
-// CheckPermit refuses the arguments of a semaphore's attempt: a bad limit,
-// then what Check refuses.
 func (c *Config) CheckPermit(ctx context.Context, name string, ttl time.Duration, limit int) error {
-	if err := nodeerr.Invalid(bridge.LimitProblem(limit)); err != nil {
-		return err
-	}
-	return c.Check(ctx, name, ttl)
+	return cmp.Or(nodeerr.Invalid(bridge.LimitProblem(limit)), c.Check(ctx, name, ttl))
 }
 
-// CheckLimit refuses the arguments of SetLimit: a bad limit, then what
-// CheckRead refuses.
 func (c *Config) CheckLimit(ctx context.Context, name string, limit int) error {
-	if err := nodeerr.Invalid(bridge.LimitProblem(limit)); err != nil {
-		return err
-	}
-	return c.CheckRead(ctx, name)
+	return cmp.Or(nodeerr.Invalid(bridge.LimitProblem(limit)), c.CheckRead(ctx, name))
 }
 
-// CheckRead refuses the arguments of a read of one key (ReadTerm): a nil
-// ctx or a bad key.
 func (c *Config) CheckRead(ctx context.Context, key string) error {
 	if ctx == nil {
 		return nodeerr.Invalidf("nil context")
@@ -171,16 +158,11 @@ func (c *Config) CheckRead(ctx context.Context, key string) error {
 	return c.CheckKey(key)
 }
 
-// CheckToken refuses the arguments of an operation that takes a token
-// instead of a handle: what CheckRead refuses, or an empty token.
 func (c *Config) CheckToken(ctx context.Context, key, token string) error {
-	if err := c.CheckRead(ctx, key); err != nil {
+	if err := c.CheckRead(ctx, key); err != nil || token != "" {
 		return err
 	}
-	if token == "" {
-		return nodeerr.Invalidf("empty token")
-	}
-	return nil
+	return nodeerr.Invalidf("empty token")
 }
 
 // LimitConflict is the error of an attempt on name's semaphore with limit

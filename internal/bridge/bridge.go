@@ -1,10 +1,7 @@
-// Package bridge holds what package dlock shares with package driver
-// without showing it to users of locks: the one home of the rules every
-// backend applies (the TTL's limits and rounding, validity, a key, a
-// token, a semaphore's slots and limit), and the hooks into *dlock.Lock
-// that package dlock sets from an init function (driver imports dlock, so
-// dlock cannot import driver). A hook takes and returns a *dlock.Lock as
-// any.
+// Package bridge is the one home of the rules every backend applies (a
+// TTL, its validity, a key, a token, a semaphore's slots and limit), and
+// holds the hooks into *dlock.Lock (as any) that package dlock sets for
+// package driver, which imports it.
 package bridge
 
 import (
@@ -18,16 +15,13 @@ import (
 	"github.com/dlock-go/dlock/internal/keys"
 )
 
-// MaxTTL is the longest TTL any backend accepts: a crashed holder would
-// block everyone for that long.
+// MaxTTL is the longest TTL: a crashed holder blocks everyone that long.
 const MaxTTL = 30 * 24 * time.Hour
 
-// DefaultDriftFactor is the share of the TTL set aside for clocks that
-// tick at slightly different rates, as in the Redis documentation's
-// reference clients.
+// DefaultDriftFactor is the share of the TTL set aside for clock drift
+// (see Drift).
 const DefaultDriftFactor = 0.01
 
-// MaxLimit is the largest limit a semaphore may have.
 const MaxLimit = 1000
 
 // The hooks package dlock sets (see driver's functions of the same names).
@@ -48,11 +42,7 @@ var (
 	Identity func(ctx context.Context) string
 )
 
-// SlotKey returns the key of slot of name's semaphore, its permits' Key:
-// {name}#slot, or name#slot for a name that has a Redis Cluster hash tag
-// already ("{tenant:7}:exports#2"). The tag puts every slot of a name in
-// one Cluster slot, so that one Redis script can look at them all. Names
-// that differ only by such braces ("a" and "{a}") name one semaphore.
+// SlotKey returns the key of slot of name's semaphore (see dlock.Semaphore).
 func SlotKey(name string, slot int) string {
 	if keys.HasHashTag(name) {
 		return name + "#" + strconv.Itoa(slot)
@@ -60,8 +50,8 @@ func SlotKey(name string, slot int) string {
 	return "{" + name + "}#" + strconv.Itoa(slot)
 }
 
-// SlotPrefix is what the keys of name's slots begin with, the slot's
-// number following; it names the semaphore on the servers.
+// SlotPrefix is what the keys of name's slots begin with; it names the
+// semaphore on the servers.
 func SlotPrefix(name string) string { return strings.TrimSuffix(SlotKey(name, 0), "0") }
 
 // SlotPrefixOf returns SlotPrefix of the semaphore whose slot key key is,
@@ -83,16 +73,14 @@ func LimitProblem(limit int) string {
 }
 
 // Final carries an attempt's error that waiting cannot change, though its
-// sentinel is one dlock.Acquire would retry: a pool whose connections are
-// all pinned by the Locker's own locks (pglock's ErrPoolExhausted), which
-// may be the caller's. dlock.Acquire and dlock.Do return it at once.
+// sentinel is one dlock.Acquire would retry (pglock's ErrPoolExhausted):
+// dlock.Acquire returns it at once.
 type Final struct{ Err error }
 
 func (f *Final) Error() string { return f.Err.Error() }
 func (f *Final) Unwrap() error { return f.Err }
 
-// TTLProblem says what is wrong with ttl, or "" when every backend can
-// honour it.
+// TTLProblem says what is wrong with ttl, or "".
 func TTLProblem(ttl time.Duration) string {
 	switch {
 	case ttl <= 0:
@@ -106,7 +94,7 @@ func TTLProblem(ttl time.Duration) string {
 }
 
 // ValidityProblem is TTLProblem, or that ttl leaves no validity after the
-// drift margin of factor (see Drift).
+// drift margin of factor.
 func ValidityProblem(ttl time.Duration, factor float64) string {
 	if p := TTLProblem(ttl); p != "" {
 		return p
@@ -125,19 +113,16 @@ func KeyProblem(key string) string {
 	return ""
 }
 
-// Milliseconds returns ttl in whole milliseconds, rounded up, as Redis's
-// PX and PEXPIRE take it.
+// Milliseconds returns ttl in whole milliseconds, rounded up (Redis's PX).
 func Milliseconds(ttl time.Duration) int64 {
 	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
 }
 
-// NewToken returns a fresh random lock token: 128 bits from crypto/rand,
-// as 26 base32 characters.
+// NewToken returns a random lock token: 128 bits, 26 base32 characters.
 func NewToken() string { return rand.Text() }
 
-// Drift returns the margin subtracted from a TTL for a lock's validity:
-// ttl × factor plus 2 ms (1 ms for Redis's expiry precision and 1 ms as a
-// floor), as in antirez's reference implementation.
+// Drift returns the margin subtracted from a TTL for a lock's validity
+// (see driver.ValidUntil).
 func Drift(ttl time.Duration, factor float64) time.Duration {
 	return time.Duration(float64(ttl)*factor) + 2*time.Millisecond
 }

@@ -1,7 +1,6 @@
-// Package holder builds the holder record that the backends' WithHolderInfo
-// options publish beside (Redis) or as the value of (etcd) a lock: the JSON
-// object {"host", "pid", "service", "since"} that Inspect reads. The record
-// is informational only: the lock's key and token decide who holds it.
+// Package holder builds the holder record, {"host", "pid", "service",
+// "since"}, that WithHolderInfo publishes beside (Redis) or as the value of
+// (etcd) a lock, for Inspect. Only the key and token decide who holds it.
 package holder
 
 import (
@@ -26,15 +25,13 @@ func Record(head string, since time.Time) string {
 	return head + since.UTC().Format(time.RFC3339Nano) + `"}`
 }
 
-// defaultHead is the head of grants that publish an identity without
-// WithHolderInfo.
+// defaultHead is for grants that publish an identity without WithHolderInfo.
 var defaultHead = sync.OnceValue(func() string { return Head("") })
 
 // Term returns the record of a grant made at since: the holder record
-// (head, or this process's when ""), the identity of an election's
-// candidate (if any), the grant's fence (if known), and its token, which
-// a reader checks against the lock key's so that it never takes a record
-// an earlier holder left behind for the current holder's (Redis).
+// (head, or this process's when ""), the identity (if any), the fence (if
+// known), and the token, which a reader checks against the lock key's so
+// as not to take an earlier holder's record for the current one's.
 func Term(head string, since time.Time, identity, token string, fence uint64) string {
 	if head == "" {
 		head = defaultHead()

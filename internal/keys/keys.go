@@ -1,7 +1,7 @@
-// Package keys derives the auxiliary Redis keys that sit beside a lock key,
-// in its Redis Cluster slot so that one script can touch both. The lock key
-// itself is the resource name (plus the user's prefix) and holds the token,
-// as in node-redlock and redsync, so mixed fleets exclude each other.
+// Package keys derives the Redis keys that sit beside a lock key, in its
+// Cluster slot so that one script can touch both. The lock key itself is
+// the resource name (plus the prefix) holding the token, as in
+// node-redlock and redsync, so mixed fleets exclude each other.
 package keys
 
 import "strings"
@@ -28,13 +28,10 @@ func Limit(slotPrefix string) string { return derive("dlock:limit:", slotPrefix)
 // Holder returns the key of lockKey's holder record.
 func Holder(lockKey string) string { return derive("dlock:holder:", lockKey) }
 
-// derive names a key beside lockKey in its Cluster slot. A lock key without
-// a hash tag becomes the tag: prefix+"{"+lockKey+"}". One with a tag keeps
-// it, behind "t:": prefix+"t:"+lockKey. The "t:" keeps the two forms apart,
-// so that no two lock keys share a derived key ("a" and "{a}" would
-// otherwise both give prefix+"{a}"). Keys containing '}' but no valid hash
-// tag cannot be tagged either way; on a Cluster their scripts fail with
-// CROSSSLOT.
+// derive names a key beside lockKey in its Cluster slot: lockKey becomes
+// the hash tag, or keeps its own behind "t:", so that "a" and "{a}" derive
+// different keys. A key with a '}' but no valid tag cannot be tagged
+// either way; on a Cluster its scripts fail with CROSSSLOT.
 func derive(prefix, lockKey string) string {
 	if HasHashTag(lockKey) {
 		return prefix + "t:" + lockKey
@@ -53,6 +50,5 @@ func HasHashTag(key string) bool {
 	return end > 0
 }
 
-// Reserved is the namespace of dlock's own keys on a Redis server (fence
-// counters, waiter queues, holder records). No lock key may lie inside it.
+// Reserved is the namespace of dlock's own keys, where no lock key may lie.
 const Reserved = "dlock:"

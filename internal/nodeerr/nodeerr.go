@@ -1,8 +1,6 @@
-// Package nodeerr is the one home of the errors of calls to a backend's
-// servers: each backend says what kind of failure a call met (Kind), and
-// this package says how it reads (Describe) and which of dlock's
-// sentinels it matches (Error). It also makes the error of a bad argument
-// (Invalid, Invalidf) for every package of this repository.
+// Package nodeerr makes the errors of calls to a backend's servers, from
+// the kind of failure a backend saw (Kind), and the error of a bad
+// argument (Invalid, Invalidf), for every package of this repository.
 package nodeerr
 
 import (
@@ -20,24 +18,15 @@ import (
 type Kind int
 
 const (
-	// Unreachable: no answer came (no connection, a cut, a timeout). The
-	// outcome of the call may be unknown; retrying may help.
-	Unreachable Kind = iota
-	// Answered: the server answered with an error that may pass (a server
-	// loading its data, a busy script, a full lock table).
-	Answered
-	// Refused: the server refused the call for a reason that retrying
-	// cannot change until someone fixes the setup (credentials, ACL
-	// permissions, a key of another type, a replica, no memory left, a
-	// missing schema object). It matches dlock.ErrMisconfigured.
-	Refused
+	Unreachable Kind = iota // no answer came: the outcome may be unknown
+	Answered                // an error that may pass (loading, a busy script)
+	Refused                 // what only a fix of the setup changes: dlock.ErrMisconfigured
 )
 
-// Describe returns err as a node's error whose message says what happened,
-// on one line: the server's own answer (kept in the chain, so errors.As
-// finds the client's error type), no reply in time, or no connection. A
-// timeout or a cancellation is the node's failure and is not kept in the
-// chain, so that it does not match the caller's context errors.
+// Describe returns err as a node's error saying, on one line, what
+// happened: the server's own answer (kept in the chain for errors.As), no
+// reply in time, or no connection. A timeout or a cancellation is the
+// node's and leaves the chain, so as not to match the caller's context.
 func Describe(err error, k Kind) error {
 	switch {
 	case k == Refused:
@@ -81,9 +70,8 @@ func Error(ctx context.Context, node string, err error, k Kind, acquiring bool, 
 	return fmt.Errorf(strings.Repeat("%w: ", len(chain)-1)+"%w", chain...)
 }
 
-// CtxErr returns the context's error, counting a deadline that has passed
-// but whose timer has not fired yet: a client's socket deadline, the
-// context's, may time out a read a moment before ctx.Err() turns non-nil.
+// CtxErr is ctx.Err(), counting a deadline passed whose timer has not
+// fired yet: a socket deadline, the context's, may time out a read first.
 func CtxErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -100,9 +88,8 @@ func IsTimeout(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// OneLine returns err with its message on one line (for logs and a CLI's
-// stderr), keeping its chain. Some clients put each address they tried on
-// a line of its own (pgx: "failed to connect to ...:\n\t...").
+// OneLine returns err with its message on one line, keeping its chain
+// (pgx puts each address it tried on a line of its own).
 func OneLine(err error) error {
 	if !strings.ContainsAny(err.Error(), "\r\n") {
 		return err
@@ -137,8 +124,8 @@ func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", dlock.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// Invalid returns problem (a rule's text from package bridge) as an error
-// that matches dlock.ErrInvalid, or nil for "".
+// Invalid returns problem (from package bridge) as Invalidf does, or nil
+// for "".
 func Invalid(problem string) error {
 	if problem == "" {
 		return nil
@@ -146,9 +133,8 @@ func Invalid(problem string) error {
 	return Invalidf("%s", problem)
 }
 
-// IsNil reports whether v, a client or database handle given to a
-// constructor, is nil or a typed nil in an interface (which would panic on
-// first use).
+// IsNil reports whether v, a constructor's client or handle, is nil or a
+// typed nil (which would panic on first use).
 func IsNil(v any) bool {
 	if v == nil {
 		return true
