@@ -247,7 +247,7 @@ func (l *Locker) awaitMajority(c *inflight[*nodeReply]) (int64, bool) {
 	var fence int64
 	granted := 0
 	for c.left > 0 {
-		r := c.out[c.next()]
+		r := c.out[c.next(nil)]
 		if r.granted() {
 			granted++
 			fence = max(fence, r.Fence)

@@ -27,7 +27,7 @@ func (l *Locker) publishTerm(ctx context.Context, g *grant, since time.Time, ide
 		return n.WriteHolders(ctx, g.keys, g.token, rec, ttl)
 	})
 	for ok := 0; c.left > 0 && ok < l.quorum; {
-		if c.out[c.next()] == nil {
+		if c.out[c.next(nil)] == nil {
 			ok++
 		}
 	}

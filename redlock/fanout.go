@@ -8,15 +8,14 @@ import (
 	"time"
 )
 
-// inflight is one request sent to every node in parallel, whose replies can
-// be taken as they arrive: an acquisition or a release stops listening once
-// a majority has answered as it hoped.
+// inflight is one request sent to every node in parallel, whose replies
+// are taken as they arrive.
 type inflight[T any] struct {
 	ch       chan indexed[T]
-	out      []T       // per node, valid where got is set
-	got      []bool    // which nodes have answered (or failed)
-	left     int       // replies not yet taken
-	progress *progress // sending.progress
+	out      []T    // per node, valid where got is set
+	got      []bool // which nodes have answered (or failed)
+	left     int    // replies not yet taken
+	progress *progress
 	stop     context.CancelFunc
 }
 
@@ -26,8 +25,7 @@ type indexed[T any] struct {
 }
 
 // progress tells which nodes' calls of one fan-out have returned, so that
-// a later call to node i can wait for node i's alone (turn), not for the
-// slowest node.
+// a later call to node i waits for node i's alone, not for the slowest.
 type progress struct {
 	done     chan struct{} // closed when every call returned
 	mu       sync.Mutex
@@ -37,8 +35,7 @@ type progress struct {
 
 func newProgress() *progress { return &progress{done: make(chan struct{})} }
 
-// markReturned records that node i's call returned, and wakes a later call
-// waiting for it.
+// markReturned records that node i's call returned.
 func (p *progress) markReturned(i int) {
 	if p == nil {
 		return
@@ -82,35 +79,30 @@ func (p *progress) turn(i int) <-chan struct{} {
 	return p.turns[i]
 }
 
-// errBehind is a node's result in an acquisition that gave up on it unsent:
-// the Locker's earlier request there was still running a timeout later.
+// errBehind: the Locker's earlier request to the node was still running a
+// timeout after the send, so the acquisition's was not sent.
 var errBehind = errors.New("still busy with this Locker's earlier request on the key after the node timeout (not sent)")
 
 // sending says how send sends.
 type sending struct {
 	timeout time.Duration // for each node's call
-	// after, if set, is an earlier fan-out whose call to node i must have
-	// returned before node i's call here starts.
-	after *progress
+	after   *progress     // if set, node i's call here starts after node i's there returned
 	// giveUp: a call that waited a whole timeout for its turn is not sent
-	// (f gets a context ended with cause errBehind): for an acquisition the
-	// node is as good as down, and a request not sent leaves no key behind.
+	// (its context ends with cause errBehind): for an acquisition the node
+	// is as good as down, and a request not sent leaves no key behind.
 	giveUp   bool
 	progress *progress // if set, records this fan-out's progress
 	finally  func()    // if set, runs once every call returned
 }
 
 // send runs f on every node in parallel and returns at once. The calls
-// share one context with the timeout, cancelled by the last of them to
-// return, so that taking only some replies cancels nothing. A call that
-// waits for its turn (after) gets a whole timeout of its own once its turn
-// has come: counted from the send, a chain of waits could leave it no time
-// to be sent, and a release would leave its key behind until the TTL. So an
-// acquisition's call (giveUp) ends within two timeouts of its send, and a
-// release's, which waits for its acquisition's call, within three. f
-// rewrites network and timeout errors so that they do not match the
-// caller's context errors: a node that did not answer in time is the
-// node's failure, not the caller's deadline.
+// share one context with the timeout, cancelled by the last to return, so
+// that taking only some replies cancels nothing. A call that waited for its
+// turn (after) gets a whole timeout of its own from then, or a chain of
+// waits could leave a release no time to be sent: an acquisition's call
+// ends within two timeouts of its send, a release's within three. f
+// rewrites timeout errors so that they do not match the caller's context
+// errors: a node that did not answer in time is the node's failure.
 func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.Context, i int, n *node) T) *inflight[T] {
 	c := &inflight[T]{
 		ch:       make(chan indexed[T], len(l.nodes)),
@@ -150,8 +142,8 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 }
 
 // waitTurn waits for turn and returns the context of the call that waited:
-// a whole timeout from now, or, with giveUp after a whole timeout, one
-// ended with cause errBehind.
+// a whole timeout from now, or, with giveUp after a timeout, one ended
+// with cause errBehind.
 func (s sending) waitTurn(ctx context.Context, turn <-chan struct{}) (context.Context, context.CancelFunc) {
 	if !s.giveUp {
 		<-turn // the earlier call ends within two timeouts of its send
@@ -169,31 +161,23 @@ func (s sending) waitTurn(ctx context.Context, turn <-chan struct{}) (context.Co
 	}
 }
 
-// next takes the next reply to arrive and returns its node's index.
-func (c *inflight[T]) next() int {
-	return c.take(<-c.ch)
-}
-
-// nextCtx is next, or -1 when ctx ends first.
-func (c *inflight[T]) nextCtx(ctx context.Context) int {
+// next takes the next reply to arrive and returns its node's index, or -1
+// when done (nil: never) is closed first.
+func (c *inflight[T]) next(done <-chan struct{}) int {
 	select {
 	case r := <-c.ch:
-		return c.take(r)
-	case <-ctx.Done():
+		c.out[r.i], c.got[r.i] = r.v, true
+		c.left--
+		return r.i
+	case <-done:
 		return -1
 	}
-}
-
-func (c *inflight[T]) take(r indexed[T]) int {
-	c.out[r.i], c.got[r.i] = r.v, true
-	c.left--
-	return r.i
 }
 
 // all takes every reply not yet taken and returns them in node order.
 func (c *inflight[T]) all() []T {
 	for c.left > 0 {
-		c.next()
+		c.next(nil)
 	}
 	return c.out
 }
@@ -205,10 +189,9 @@ func fanOut[T any](ctx context.Context, l *Locker, timeout time.Duration, f func
 
 // workers runs the calls of fan-outs on goroutines kept between them: a
 // fresh goroutine grows its stack through go-redis's call path on every
-// call, a kept one once (what that saves: bench/RESULTS.md). An idle
-// worker exits after workerIdle (long against the gap between a lock's
-// calls, short enough that a Locker nobody closes leaves nothing running
-// for long), or at once after Close.
+// call, a kept one once (bench/RESULTS.md). An idle worker exits after
+// workerIdle, long against the gap between a lock's calls, short enough
+// that a Locker nobody closes leaves nothing running for long.
 type workers struct {
 	calls chan func()
 	stop  chan struct{}

@@ -28,20 +28,19 @@ import (
 type Locker struct {
 	nodes       []*node
 	quorum      int
-	cfg         backend.Config // the options every backend shares
+	cfg         backend.Config
 	nodeTimeout time.Duration
 	strict      bool
-	notify      *wake.Notifier // wake-on-release
-	workers     workers        // the goroutines of the fan-outs (fanout.go)
-	distinct    atomic.Bool    // every node answered with a run_id of its own (awaitMajority)
-	releasing   sync.Map       // the keys of each release under way to its *progress (releasingOn)
+	notify      *wake.Notifier
+	workers     workers     // the goroutines of the fan-outs
+	distinct    atomic.Bool // every node answered with a run_id of its own (awaitMajority)
+	releasing   sync.Map    // the keys of each release under way to its *progress (releasingOn)
 }
 
 type node struct {
-	*rnode.Node // the protocol on the node
-	// dupOf is 1+the index of an earlier node that turned out to be the same
-	// server (same run_id); 0 while none did. A duplicate's votes do not
-	// count: the quorum must count machines, not clients.
+	*rnode.Node
+	// dupOf is 1+the index of an earlier node found to be the same server
+	// (0: none): its votes do not count, the quorum counts machines.
 	dupOf atomic.Int32
 	run   atomic.Pointer[string] // the server's run_id, once it answered
 }
@@ -207,7 +206,7 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 }
 
 // byToken returns the grant of a lock known by its key and token, with a
-// fence read from the nodes (readFence) for op.
+// fence read from the nodes.
 func (l *Locker) byToken(ctx context.Context, op, key, token string) (*grant, error) {
 	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return nil, err
@@ -237,9 +236,8 @@ func (l *Locker) checkKeys(ks []string) error {
 	return nil
 }
 
-// timeout is the per-node timeout for an operation with ttl: the node
-// timeout, but never beyond the TTL's validity, since a later reply could not
-// leave any.
+// timeout is the node timeout for an operation with ttl, cut to the TTL's
+// validity: a later reply could leave none.
 func (l *Locker) timeout(ttl time.Duration) time.Duration {
 	return min(l.nodeTimeout, ttl-bridge.Drift(ttl, l.cfg.DriftFactor))
 }
@@ -250,18 +248,14 @@ type grant struct {
 	keys   []string // with the prefix
 	token  string
 	holder string // the holder record written with the grant ("": none)
-	// fence is the lock's fence, which its extensions and its release
-	// write to every node's counters below it.
-	fence int64
+	fence  int64  // written by extensions and the release to every counter below it
 	// acquiring tells which nodes have answered the acquisition (nil: all
-	// had): a later request to node i waits for node i's answer, which it
-	// would otherwise overtake, leaving a key behind until its TTL.
+	// had): a later request to node i waits for node i's answer, or it
+	// could overtake it and leave a key behind until its TTL.
 	acquiring *progress
-	nodes     int  // how many nodes granted the lock when it counted as held
-	waitAll   bool // Release waits for every node (ReleaseToken: the caller may exit)
-	// sem is a permit's semaphore ("" for a lock): its extension keeps the
-	// limit record alive, its release wakes the semaphore's waiters.
-	sem string
+	nodes     int    // how many nodes granted the lock when it counted as held
+	waitAll   bool   // Release waits for every node (ReleaseToken: the caller may exit)
+	sem       string // a permit's semaphore ("": a lock)
 }
 
 // Extend resets the TTL on every node that still holds the token, in
@@ -312,7 +306,7 @@ func (g *grant) Release(ctx context.Context) error {
 	c := g.l.release(ctx, rnode.Release{Keys: g.keys, Token: g.token, Holder: g.holder, Fence: g.fence, Wake: true, Sem: g.sem}, g.acquiring)
 	ok := 0
 	for c.left > 0 {
-		i := c.nextCtx(ctx)
+		i := c.next(ctx.Done())
 		if i < 0 {
 			break
 		}
@@ -336,9 +330,8 @@ func (g *grant) Release(ctx context.Context) error {
 	return g.l.withCtx(ctx, qe)
 }
 
-// dupErr returns an error for a node that is the same server as an earlier
-// one: extend and release skip it, since the earlier node does the work and
-// a second answer from the same server would count twice.
+// dupErr is the error of a node that is the same server as an earlier one,
+// which operations after the acquisition skip: it would vote twice.
 func (l *Locker) dupErr(n *node) error {
 	if d := n.dupOf.Load(); d != 0 {
 		return fmt.Errorf("same server as node %s: skipped, its vote does not count twice", l.nodes[d-1].Name)
@@ -351,13 +344,11 @@ var (
 	errNoAnswerYet = errors.New("no answer yet when the caller's context ended")
 )
 
-// release sends the deletion rel to every node, each node's after that
-// node answered the acquisition (after), and returns at once; each node's
-// outcome is nil when it deleted. The deletions run to the end even when
-// ctx is cancelled (each within the node timeout), so that giving up on a
-// release leaves no key behind; until they have, the Locker's next
-// acquisition of the same keys waits for them (releasingOn). rnode.Release
-// says what each node does (fence, wake-up, holder record).
+// release sends rel to every node, each node's after that node answered
+// the acquisition (after), and returns at once; a node's outcome is nil
+// when it deleted. The deletions run to the end whatever ctx, so that
+// giving up on a release leaves no key behind; until they have, the
+// Locker's next acquisition of the keys waits for them (releasingOn).
 func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress) *inflight[error] {
 	lockKeys := rel.Keys
 	announced := lockKeys[0]
@@ -387,11 +378,9 @@ func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress
 }
 
 // releasingOn returns the progress of this Locker's release of keys while
-// it is still under way on some node (nil when none is). Release returns
-// once a majority deleted; a Locker taking the same lock again at once sends
-// its attempt to each node after that node's deletion, or it would find its
-// own old key on the late nodes and lose them from its majority (and their
-// fence counters would fall behind).
+// it is under way on some node (nil: none is). An attempt on the same keys
+// goes to each node after that node's deletion, or it would find its own
+// old key on the late nodes and lose them from its majority.
 func (l *Locker) releasingOn(keys []string) *progress {
 	v, ok := l.releasing.Load(strings.Join(keys, "\x00"))
 	if !ok {
@@ -401,18 +390,16 @@ func (l *Locker) releasingOn(keys []string) *progress {
 }
 
 // releaseEverywhere undoes a failed acquisition on every node, including
-// those whose reply was lost, and waits (at most one node timeout) so that
-// the attempt leaves nothing behind when TryAcquire returns. It announces
-// nothing: the lock was never held, and waking a waiter (maybe this Locker
-// itself) would only make it retry against the same holder. The attempt's
-// holder record is deleted where it was written.
+// those whose reply was lost, and waits for them (a node timeout at most).
+// It wakes nobody: the lock was never held, and a waiter would only retry
+// against the same holder.
 func (l *Locker) releaseEverywhere(ctx context.Context, t *try) {
 	l.release(ctx, rnode.Release{Keys: t.full, Token: t.token, Holder: t.rec}, nil).all()
 }
 
-// tally counts the nodes whose result is nil (each server once) and those
-// that answered with refused, and builds the per-node report; got, if not
-// nil, tells which nodes answered.
+// tally counts the nodes whose result is nil and those that answered with
+// refused, and builds the per-node report; got, if not nil, tells which
+// nodes answered.
 func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nodes []NodeResult) {
 	nodes = make([]NodeResult, len(res))
 	for i, err := range res {
@@ -435,41 +422,25 @@ func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nod
 // cannot change (a wrong password, an ACL, a replica: rclient.Kind).
 func isRefusal(err error) bool { return err != nil && rclient.Kind(err) == nodeerr.Refused }
 
-// tooMany reports whether n nodes that refuse for good leave too few for
-// a majority: then no attempt can succeed until someone fixes them.
+// tooMany reports whether n nodes that refuse for good leave no majority.
 func (l *Locker) tooMany(n int) bool { return n > len(l.nodes)-l.quorum }
 
 // misconfigured makes qe, an operation that failed as unavailable, a
 // dlock.ErrMisconfigured when too many nodes refused it for good.
 func (l *Locker) misconfigured(qe *QuorumError) {
-	errs := make([]error, len(qe.Nodes))
-	for i, n := range qe.Nodes {
-		errs[i] = n.Err
+	refused := 0
+	for _, n := range qe.Nodes {
+		if isRefusal(n.Err) {
+			refused++
+		}
 	}
-	if qe.sentinel == dlock.ErrUnavailable && l.failed(errs) == dlock.ErrMisconfigured {
+	if qe.sentinel == dlock.ErrUnavailable && l.tooMany(refused) {
 		qe.sentinel, qe.Reason = dlock.ErrMisconfigured, "too many nodes refused for a majority: fix their setup"
 	}
 }
 
-// failed returns the sentinel of an operation whose nodes failed with
-// errs: dlock.ErrMisconfigured when too many refused for good (isRefusal),
-// dlock.ErrUnavailable otherwise.
-func (l *Locker) failed(errs []error) error {
-	refused := 0
-	for _, err := range errs {
-		if isRefusal(err) {
-			refused++
-		}
-	}
-	if l.tooMany(refused) {
-		return dlock.ErrMisconfigured
-	}
-	return dlock.ErrUnavailable
-}
-
-// withCtx adds the caller's context error when the context ended during the
-// operation, so that a cancelled call matches context.Canceled or
-// context.DeadlineExceeded as well.
+// withCtx adds the caller's context error when it ended during the
+// operation, for errors.Is.
 func (l *Locker) withCtx(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("%w: %w", err, cerr)
