@@ -32,8 +32,7 @@ type nodeReply struct {
 
 func (r *nodeReply) granted() bool { return r.err == nil && r.Status == rnode.Granted }
 
-// try is one acquisition's arguments: a lock on keys, or a permit on one
-// slot of a semaphore.
+// try is one acquisition: a lock on keys, or a permit on one slot.
 type try struct {
 	full    []string // the keys, with the prefix (a permit: its slot's)
 	display string   // the name the caller gave
@@ -41,10 +40,9 @@ type try struct {
 	rec     string // the holder record ("": none)
 	ttl     time.Duration
 	plan    *wake.Plan
-	// sem is a permit's semaphore (what its slot keys begin with; "": a
-	// lock), slot the slot tried and limit the Locker's.
-	sem         string
-	slot, limit int
+	sem     string // a permit's semaphore, its slot keys' prefix ("": a lock)
+	slot    int
+	limit   int
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
@@ -66,7 +64,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 	return driver.NewLock(display, token, uint64(g.fence), validUntil, g), nil
 }
 
-// acquireMajority makes one attempt t (rounds again after split votes) and
+// acquireMajority makes the attempt t, again after split votes, and
 // returns the grant held by a majority and its validity, or the error of
 // an attempt released on every node.
 func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time, error) {
@@ -123,9 +121,8 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 }
 
 // prepare checks an attempt's arguments and returns its keys with the
-// prefix and, for a waiting attempt on one key, its place in the wake-up
-// queue; it refuses the attempt when this Locker's release just woke the
-// longest waiter, which goes first.
+// prefix and, for one key, its wake-up plan; it refuses the attempt when
+// this Locker's release just woke the longest waiter, which goes first.
 func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl time.Duration) ([]string, *wake.Plan, error) {
 	if ctx == nil {
 		return nil, nil, nodeerr.Invalidf("nil context")
@@ -140,7 +137,7 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 	var plan *wake.Plan
 	var yield bool
 	if len(full) == 1 {
-		plan, yield = l.notify.Plan(full[0]) // a local Acquire waits: queue for a wake-up
+		plan, yield = l.notify.Plan(full[0])
 	}
 	if yield {
 		return nil, nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", display, dlock.ErrNotAcquired)
@@ -148,11 +145,10 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 	return full, plan, nil
 }
 
-// sendRound sends the acquire script (a permit: the semaphore script) to
-// every node, each node's after this Locker's release of the same keys
-// returned there (releasingOn), and returns at once. A waiting attempt on
-// one key also queues the Locker for a wake-up on the nodes where it
-// listens (plan); the holder record (rec) goes in the same round trip.
+// sendRound sends the attempt to every node, each node's after this
+// Locker's release of the same keys returned there (releasingOn), and
+// returns at once. The wake-up queueing and the holder record go in the
+// same round trip.
 func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 	timeout := l.timeout(t.ttl)
 	s := sending{timeout: timeout, after: l.releasingOn(t.full), giveUp: true, progress: newProgress()}
@@ -177,8 +173,8 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 	})
 }
 
-// attempt runs the attempt a on one node; the first call to a node also
-// probes it (probe), in the same round trip.
+// attempt runs a on node n; the first call to a node also probes it, in
+// the same round trip.
 func (l *Locker) attempt(ctx context.Context, n *node, a rnode.Attempt, timeout time.Duration) *nodeReply {
 	var read func()
 	if n.run.Load() == nil {
@@ -195,9 +191,9 @@ func (l *Locker) attempt(ctx context.Context, n *node, a rnode.Attempt, timeout 
 	return &nodeReply{AcquireResult: res}
 }
 
-// probe asks node n, in p, for its run_id, to find two nodes that are the
-// same server, and its eviction policy; read, once p ran, records the
-// run_id and warns about the policy (rclient.WarnEviction) the first time.
+// probe asks node n, in p, for its run_id (two nodes may be one server)
+// and its eviction policy; read, once p ran, records the run_id and warns
+// about the policy the first time.
 func (l *Locker) probe(ctx context.Context, n *node, p redis.Pipeliner) (read func()) {
 	info, policy := p.Info(ctx, "server"), p.ConfigGet(ctx, "maxmemory-policy")
 	return func() {
@@ -211,8 +207,7 @@ func (l *Locker) probe(ctx context.Context, n *node, p redis.Pipeliner) (read fu
 
 // giveBack is the Locker as an rnode.GiveBacker: it deletes the keys on n
 // that an attempt that gave up there may have taken (its grant was not
-// counted), within the node timeout whatever ctx, and wakes nobody: the
-// lock was not granted, or it is held on the other nodes.
+// counted), within the node timeout whatever ctx, and wakes nobody.
 type giveBack Locker
 
 func (g *giveBack) GiveBack(ctx context.Context, n *rnode.Node, keys []string, token string, _ time.Duration) {
@@ -234,12 +229,11 @@ func runID(info string) string {
 	return strings.TrimSuffix(id, "\r")
 }
 
-// awaitMajority takes replies as they arrive until a majority of the nodes
-// has granted the lock, and returns the largest fence among them without
-// waiting for the others (the grant orders its later requests after them).
-// Until every node has answered with a run_id of its own it returns false
-// at once, and the caller waits for every reply, so that one server behind
-// two clients never counts twice.
+// awaitMajority takes replies until a majority has granted, and returns
+// their largest fence without waiting for the others (the grant orders its
+// later requests after them). Until every node has answered with a run_id
+// of its own it returns false at once: the caller then waits for every
+// reply, so that one server behind two clients never counts twice.
 func (l *Locker) awaitMajority(c *inflight[*nodeReply]) (int64, bool) {
 	if !l.distinct.Load() {
 		return 0, false
@@ -259,14 +253,30 @@ func (l *Locker) awaitMajority(c *inflight[*nodeReply]) (int64, bool) {
 	return 0, false
 }
 
-// maxSplitRetries bounds how often one TryAcquire tries again after a split
-// vote.
+// maxSplitRetries bounds one TryAcquire's rounds after split votes.
 const maxSplitRetries = 6
 
-// fail releases a failed attempt on every node and builds its error.
+// fail releases a failed attempt on every node and returns its error,
+// with what each node answered.
 func (l *Locker) fail(ctx context.Context, t *try, replies []*nodeReply, sentinel error, reason string) error {
 	l.releaseEverywhere(ctx, t)
-	qe := l.acquireError(replies, sentinel, reason)
+	qe := &QuorumError{Op: "acquire", Need: l.quorum, Reason: reason, sentinel: sentinel}
+	for i, r := range replies {
+		nr := NodeResult{Node: l.nodes[i].Name, OK: r.granted(), Err: r.err}
+		switch {
+		case r.err != nil:
+		case r.Status == rnode.Busy || r.Status == rnode.LeftToQueue:
+			nr.Err = errBusy
+		case r.Status == rnode.NoExpiry:
+			nr.Err = fmt.Errorf("%w, and the key has no expiry (set by hand?)", errBusy)
+		case r.Status == rnode.Conflict:
+			nr.Err = fmt.Errorf("limit conflict: the node has %d", r.limit)
+		}
+		if nr.OK {
+			qe.Got++
+		}
+		qe.Nodes = append(qe.Nodes, nr)
+	}
 	l.misconfigured(qe)
 	if cerr := ctx.Err(); cerr != nil && qe.sentinel != dlock.ErrMisconfigured {
 		qe.sentinel = dlock.ErrNotAcquired
@@ -275,10 +285,9 @@ func (l *Locker) fail(ctx context.Context, t *try, replies []*nodeReply, sentine
 	return fmt.Errorf("dlock: acquire %q: %w", t.display, qe)
 }
 
-// splitVote reports whether no other owner can hold a majority: the nodes
-// that refused name different holders, and even with every silent node on
-// its side no single holder reaches N/2+1. Then the lock is free and the
-// attempt lost only to other contenders of the same moment.
+// splitVote reports whether no other owner can hold a majority: even with
+// every silent node on its side, no holder the refusing nodes name reaches
+// a quorum. The attempt then lost only to contenders of the same moment.
 func (l *Locker) splitVote(replies []*nodeReply) bool {
 	silent := 0
 	holders := map[string]int{}
@@ -301,10 +310,9 @@ func (l *Locker) splitVote(replies []*nodeReply) bool {
 	return true
 }
 
-// dedupe marks replies from a server that an earlier node already is (same
-// run_id) as failures, so one machine never votes twice. In strict mode it is
-// an error. Once every node has a run_id and none is repeated, attempts may
-// return on a majority's grants (awaitMajority).
+// dedupe makes the replies of a server that an earlier node already is
+// (same run_id) failures, or, in strict mode, returns an error. Once every
+// node has a run_id of its own, attempts return on a majority's grants.
 func (l *Locker) dedupe(replies []*nodeReply) error {
 	seen := map[string]int{}
 	for i, r := range replies {
@@ -334,33 +342,10 @@ func (l *Locker) dedupe(replies []*nodeReply) error {
 	return nil
 }
 
-func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason string) *QuorumError {
-	qe := &QuorumError{Op: "acquire", Need: l.quorum, Reason: reason, sentinel: sentinel}
-	for i, r := range replies {
-		nr := NodeResult{Node: l.nodes[i].Name, OK: r.granted(), Err: r.err}
-		switch {
-		case r.err != nil:
-		case r.Status == rnode.Busy || r.Status == rnode.LeftToQueue:
-			nr.Err = errBusy
-		case r.Status == rnode.NoExpiry:
-			nr.Err = fmt.Errorf("%w, and the key has no expiry (set by hand?)", errBusy)
-		case r.Status == rnode.Conflict:
-			nr.Err = fmt.Errorf("limit conflict: the node has %d", r.limit)
-		}
-		if nr.OK {
-			qe.Got++
-		}
-		qe.Nodes = append(qe.Nodes, nr)
-	}
-	return qe
-}
-
 // readFence returns, for a release or extension by token, a fence at least
-// the lock's: the largest of every node's counters and clock (TIME), plus
-// the fence TTL when some node did not answer (its draw may have been the
-// fence, up to D above the others' clocks). With no answer at all there is
-// nothing to bound the fence by: an error matching dlock.ErrUnavailable.
-// The argument is case 1 of docs/fences.md.
+// the lock's: the largest of every node's counters and clock, plus the
+// fence TTL when some node did not answer (case 1 of docs/fences.md); with
+// no answer at all, an error matching dlock.ErrUnavailable.
 func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 	counters := keys.Fences(full)
 	type read struct {

@@ -53,8 +53,8 @@
 // wait between attempts with dlock's retry options (node-redlock's
 // retryCount, retryDelay, retryJitter and automaticExtensionThreshold are
 // dlock.WithRetryCount, WithRetryDelay, WithRetryJitter and
-// WithExtendThreshold, given with each call). TryAcquire never returns a
-// lock with no validity left.
+// WithExtendThreshold). TryAcquire never returns a lock with no validity
+// left.
 //
 // Extend runs a compare-and-PEXPIRE on every node at once and succeeds only
 // if a majority still held the token; the new validity is measured from
@@ -69,10 +69,9 @@
 // wake-on-release on every node: each node's release wakes that node's
 // longest waiter, and the first wake-up from any node makes the Locker's
 // earliest waiter retry, which must still win a majority. Releases that
-// announce nothing (node-redlock or other peers, dead nodes, lost messages)
-// are found by polling at the retry delay plus jitter, and a queued Locker
-// that is gone costs the others at most that. Waits on a Keys Locker only
-// poll.
+// announce nothing (other clients, dead nodes, lost messages) are found by
+// polling at the retry delay plus jitter, and a queued Locker that is gone
+// costs the others at most that. Waits on a Keys Locker only poll.
 //
 // # Keys on each node
 //
@@ -81,14 +80,6 @@
 // exclude each other. The fence counter expires WithFenceTTL after the last
 // grant, extension or release that wrote it; after that, a node holds
 // nothing of dlock's for a released lock.
-//
-// # Leader election
-//
-// dlock.Lead, Leader, Observe and Campaign need nothing more on the nodes.
-// The leader is the token a majority of the nodes holds (see ReadTerm). An
-// election's grant publishes the lock's fence in its holder record once a
-// majority granted: one more round trip per grant, before TryAcquire
-// returns.
 //
 // # What it guarantees, and what it does not
 //
@@ -105,16 +96,16 @@
 // lease can stop a holder that paused after its last check (package dlock,
 // "What a lock can and cannot guarantee"). Delays during the acquisition are
 // caught here (the whole attempt counts against the validity); a pause after
-// it only the resource can stop: pass Fence to it (dlock's fence guards), and
-// an overlap costs a rejected write, not corrupted data.
+// it only the resource can stop: pass Fence to it (dlock's fence guards),
+// and an overlap costs a rejected write, not corrupted data.
 //
 // Delayed restarts. A node that restarts without persistence has forgotten
 // its lock keys; if it rejoins within a TTL, a second client can gather a
-// majority that includes it while the first still holds the lock (the tests
-// show exactly that double grant). Restart a node without persistence only
-// after the longest TTL in use has passed (or run appendonly yes with
-// appendfsync always). A majority that crashes together then blocks every
-// lock for one TTL. Fences stay monotonic either way.
+// majority that includes it while the first still holds the lock. Restart a
+// node without persistence only after the longest TTL in use has passed (or
+// run appendonly yes with appendfsync always). A majority that crashes
+// together then blocks every lock for one TTL. Fences stay monotonic either
+// way.
 //
 // # Fencing
 //
@@ -125,20 +116,19 @@
 // and the time a node that lost its counter takes to come back (at least a
 // TTL, by the delayed-restart rule); lock exclusion is not assumed. A node
 // whose clock steps back further can hand out a lower fence, whose writes
-// the guards at the resource then reject. The rule (each granting node
-// draws from its counter and clock; the lock's fence is the majority's
-// largest draw) and its argument are in docs/fences.md.
+// the guards at the resource then reject. The rule (the lock's fence is the
+// largest of its majority's draws) and its argument are in docs/fences.md.
 //
-// # Semaphores
+// # Elections and semaphores
 //
-// A permit of dlock.Semaphore (Locker.Semaphore) is a Redlock lock on one
-// slot key of the name, the slots tried in order, one round to every node
-// per slot tried. It needs a majority of nodes on the same slot, so at most
-// N are held whatever the partitions. A node whose recorded limit differs
-// refuses the slot; the attempt fails at once with dlock.ErrInvalid when no
-// majority is left without those nodes (a stale record on a minority blocks
-// nobody). The limit rules, SetLimit and shrinking are in
-// docs/semaphores.md.
+// dlock.Lead, Leader, Observe and Campaign need nothing more on the nodes:
+// the leader is the token a majority of the nodes holds (see ReadTerm).
+// A permit of dlock.Semaphore is a Redlock lock on one slot key of the
+// name, the slots tried in order, and needs a majority of nodes on the same
+// slot, so at most N are held whatever the partitions. A node whose
+// recorded limit differs refuses the slot; the attempt fails at once with
+// dlock.ErrInvalid when no majority is left without those nodes. The limit
+// rules, SetLimit and shrinking are in docs/semaphores.md.
 //
 // # Errors and configuration
 //

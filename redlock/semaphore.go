@@ -17,10 +17,9 @@ import (
 var _ driver.Semaphores = (*Locker)(nil)
 
 // Semaphore implements driver.Semaphores (see dlock.Semaphore): its
-// TryAcquire tries the slots of name in order, from {name}#0, each a
-// Redlock round of its own until a majority grants one: on each node one
-// script checks the limit recorded there and takes the slot only if it is
-// free. See Semaphores in the package documentation.
+// TryAcquire tries the slots of name in order, each a Redlock round of its
+// own, until a majority grants one (see Semaphores in the package
+// documentation).
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
 
 // semaphore is the Locker of Semaphore.
@@ -35,9 +34,8 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 	return s.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) { return s.try(ctx, name, ttl) })
 }
 
-// NotifyRelease implements driver.ReleaseNotifier: a release of any
-// permit of name wakes the Locker's waiter that heads the semaphore's
-// queue on the nodes, as a lock's release does (see Locker.NotifyRelease).
+// NotifyRelease implements driver.ReleaseNotifier: a release of any permit
+// of name wakes the semaphore's longest waiter, as a lock's release does.
 func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{}, func()) {
 	if bridge.KeyProblem(name) != "" {
 		return nil, func() {}
@@ -69,9 +67,9 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 }
 
 // conflict returns the error of a permit's attempt that so many nodes
-// refused for another limit recorded there that no majority can grant it
-// (more than N - quorum), after releasing the attempt on every node; nil
-// when they were fewer (a minority's stale record does not block).
+// refused for another recorded limit that no majority is left, after
+// releasing it everywhere; nil when they were fewer (a minority's stale
+// record blocks nobody).
 func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) error {
 	if t.sem == "" {
 		return nil
@@ -89,11 +87,9 @@ func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) err
 	return backend.LimitConflict(t.display, int(server), t.limit)
 }
 
-// attemptPermit runs the semaphore script for t's slot on node n: it
-// grants the slot only where it is free, no slot at or above the limit is
-// held, and the limit recorded there (if any permit is held there) is
-// t's. A first call to a node probes it first, in a round trip of its own
-// (rnode.Permit takes no Before).
+// attemptPermit runs the semaphore script for t's slot on node n (the
+// script checks the slot and the limit recorded there). A first call to a
+// node probes it in a round trip of its own: rnode.Permit takes no Before.
 func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, timeout time.Duration) *nodeReply {
 	if n.run.Load() == nil {
 		p := n.Client.Pipeline()
@@ -125,9 +121,9 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): it records
 // limit on every node where a slot of name is held, and succeeds when a
-// majority did, or when so many nodes hold no slot of name that no permit
-// can be held (there is nothing to change). It returns an error matching
-// dlock.ErrUnavailable, with a *QuorumError, otherwise.
+// majority did, or when so many nodes hold no slot that no permit can be
+// held. It returns an error matching dlock.ErrUnavailable, with a
+// *QuorumError, otherwise.
 func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
 		return err
