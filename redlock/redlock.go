@@ -66,6 +66,9 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		cfg:         backend.New(backend.FenceTTL, true),
 		nodeTimeout: defaultNodeTimeout,
 	}
+	if err := backend.Apply(l, opts); err != nil {
+		return nil, err
+	}
 	for i, c := range clients {
 		if nodeerr.IsNil(c) {
 			return nil, nodeerr.Invalidf("redis client #%d is nil", i+1)
@@ -76,11 +79,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		case *redis.Ring:
 			return nil, nodeerr.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
 		}
-	}
-	if err := backend.Apply(l, opts); err != nil {
-		return nil, err
-	}
-	for i, c := range clients {
 		l.nodes = append(l.nodes, &node{Node: rnode.New(c, nodeName(c, i), l.cfg.FenceTTL, nil)})
 	}
 	l.notify = wake.New(clients)
@@ -123,12 +121,7 @@ func (g *grant) Nodes() int { return g.nodes }
 // every node before TryAcquire returns. A *QuorumError in the chain says
 // what each node answered.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) {
-		if err := l.cfg.CheckKey(key); err != nil {
-			return nil, err
-		}
-		return l.tryAcquire(ctx, []string{key}, key, ttl)
-	})
+	return multi{l, []string{key}}.TryAcquire(ctx, key, ttl)
 }
 
 // Keys returns a Locker that takes the locks on all of keys at once, or
@@ -147,7 +140,7 @@ func (l *Locker) Keys(keys ...string) dlock.Locker {
 	return multi{l, slices.Clone(keys)}
 }
 
-// multi is the Locker of Keys.
+// multi is the Locker of Keys, and of TryAcquire (one key, named by itself).
 type multi struct {
 	l    *Locker
 	keys []string
@@ -265,15 +258,9 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
-	if g.acquiring != nil {
-		select { // every node has answered the acquisition (within a node timeout)
-		case <-g.acquiring.done:
-		case <-ctx.Done():
-		}
-	}
 	start := time.Now()
 	timeout := g.l.timeout(ttl)
-	res := fanOut(ctx, g.l, timeout, func(ctx context.Context, _ int, n *node) error {
+	res := send(ctx, g.l, sending{timeout: timeout, after: g.acquiring}, func(ctx context.Context, _ int, n *node) error {
 		if err := g.l.dupErr(n); err != nil {
 			return err
 		}
@@ -285,7 +272,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 			return errNotHeldHere
 		}
 		return nil
-	})
+	}).all()
 	ok, refused, nodes := g.l.tally(res, nil, errNotHeldHere)
 	if ok >= g.l.quorum {
 		return bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
