@@ -27,56 +27,30 @@ type indexed[T any] struct {
 // progress tells which nodes' calls of one fan-out have returned, so that
 // a later call to node i waits for node i's alone, not for the slowest.
 type progress struct {
-	done     chan struct{} // closed when every call returned
-	mu       sync.Mutex
-	returned uint64                // bit i: node i's call returned (nodes 0-63)
-	turns    map[int]chan struct{} // made for a later call that waits
+	done  chan struct{}   // closed when every call returned
+	nodes []chan struct{} // nodes[i] closed when node i's call returned
 }
 
-func newProgress() *progress { return &progress{done: make(chan struct{})} }
-
-// markReturned records that node i's call returned.
-func (p *progress) markReturned(i int) {
-	if p == nil {
-		return
+func newProgress(n int) *progress {
+	p := &progress{done: make(chan struct{}), nodes: make([]chan struct{}, n)}
+	for i := range p.nodes {
+		p.nodes[i] = make(chan struct{})
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if i < 64 {
-		p.returned |= 1 << i
-	}
-	if c, ok := p.turns[i]; ok {
-		close(c)
-		delete(p.turns, i)
-	}
+	return p
 }
 
 // turn returns a channel closed once node i's call has returned, or nil
-// when it has (or p is nil). Beyond 64 nodes it waits for every call.
+// when it has (or p is nil).
 func (p *progress) turn(i int) <-chan struct{} {
 	if p == nil {
 		return nil
 	}
 	select {
-	case <-p.done:
+	case <-p.nodes[i]:
 		return nil
 	default:
+		return p.nodes[i]
 	}
-	if i >= 64 {
-		return p.done
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.returned&(1<<i) != 0 {
-		return nil
-	}
-	if p.turns[i] == nil {
-		if p.turns == nil {
-			p.turns = map[int]chan struct{}{}
-		}
-		p.turns[i] = make(chan struct{})
-	}
-	return p.turns[i]
 }
 
 // errBehind: the Locker's earlier request to the node was still running a
@@ -125,7 +99,9 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 			} else {
 				v = f(shared, i, n)
 			}
-			c.progress.markReturned(i)
+			if c.progress != nil {
+				close(c.progress.nodes[i])
+			}
 			c.ch <- indexed[T]{i, v}
 			if running.Add(-1) == 0 {
 				c.stop()

@@ -343,7 +343,7 @@ func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress
 		announced = rel.Sem
 	}
 	// Registered before the deletions are sent, for the last to remove.
-	id, p := strings.Join(lockKeys, "\x00"), newProgress()
+	id, p := strings.Join(lockKeys, "\x00"), newProgress(len(l.nodes))
 	l.releasing.Store(id, p)
 	finally := func() { l.releasing.CompareAndDelete(id, p) }
 	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, _ int, n *node) error {
