@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -365,8 +366,7 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 		f := now.Val().UnixMicro() + n.ClockOffset
 		for _, v := range vs.Val() {
 			s, _ := v.(string)
-			var x int64
-			if _, err := fmt.Sscan(s, &x); err == nil {
+			if x, err := strconv.ParseInt(s, 10, 64); err == nil {
 				f = max(f, x)
 			}
 		}

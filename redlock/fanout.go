@@ -11,17 +11,12 @@ import (
 // inflight is one request sent to every node in parallel, whose replies
 // are taken as they arrive.
 type inflight[T any] struct {
-	ch       chan indexed[T]
-	out      []T    // per node, valid where got is set
-	got      []bool // which nodes have answered (or failed)
-	left     int    // replies not yet taken
+	ch       chan int // the nodes whose out is written, as they are
+	out      []T      // per node, to be read only where got is set
+	got      []bool   // which nodes' replies were taken
+	left     int      // replies not yet taken
 	progress *progress
 	stop     context.CancelFunc
-}
-
-type indexed[T any] struct {
-	i int
-	v T
 }
 
 // progress tells which nodes' calls of one fan-out have returned, so that
@@ -78,31 +73,25 @@ type sending struct {
 // rewrites timeout errors so that they do not match the caller's context
 // errors: a node that did not answer in time is the node's failure.
 func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.Context, i int, n *node) T) *inflight[T] {
-	c := &inflight[T]{
-		ch:       make(chan indexed[T], len(l.nodes)),
-		out:      make([]T, len(l.nodes)),
-		got:      make([]bool, len(l.nodes)),
-		left:     len(l.nodes),
-		progress: s.progress,
-	}
+	n := len(l.nodes)
+	c := &inflight[T]{ch: make(chan int, n), out: make([]T, n), got: make([]bool, n), left: n, progress: s.progress}
 	shared, stop := context.WithTimeout(ctx, s.timeout)
 	c.stop = stop
 	var running atomic.Int32
-	running.Store(int32(len(l.nodes)))
-	for i, n := range l.nodes {
+	running.Store(int32(n))
+	for i, nd := range l.nodes {
 		l.workers.run(func() {
-			var v T
 			if turn := s.after.turn(i); turn != nil {
 				nctx, cancel := s.waitTurn(ctx, turn)
-				v = f(nctx, i, n)
+				c.out[i] = f(nctx, i, nd)
 				cancel()
 			} else {
-				v = f(shared, i, n)
+				c.out[i] = f(shared, i, nd)
 			}
 			if c.progress != nil {
 				close(c.progress.nodes[i])
 			}
-			c.ch <- indexed[T]{i, v}
+			c.ch <- i
 			if running.Add(-1) == 0 {
 				c.stop()
 				if c.progress != nil {
@@ -141,10 +130,10 @@ func (s sending) waitTurn(ctx context.Context, turn <-chan struct{}) (context.Co
 // when done (nil: never) is closed first.
 func (c *inflight[T]) next(done <-chan struct{}) int {
 	select {
-	case r := <-c.ch:
-		c.out[r.i], c.got[r.i] = r.v, true
+	case i := <-c.ch:
+		c.got[i] = true
 		c.left--
-		return r.i
+		return i
 	case <-done:
 		return -1
 	}

@@ -89,14 +89,11 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	} else if n%2 == 0 {
 		problems = append(problems, fmt.Sprintf("%d nodes: an even number tolerates no more failures than %d, and splits can leave nobody a majority", n, n-1))
 	}
-	seen := map[string]int{}
 	for i, nd := range l.nodes {
-		if j, ok := seen[nd.Name]; ok {
+		if j := slices.IndexFunc(l.nodes[:i], func(m *node) bool { return m.Name == nd.Name }); j >= 0 {
 			problems = append(problems, fmt.Sprintf("clients #%d and #%d both point to %s: one server would vote twice", j+1, i+1, nd.Name))
 			nd.dupOf.Store(int32(j + 1))
-			continue
 		}
-		seen[nd.Name] = i
 	}
 	for _, p := range problems {
 		if l.strict {
@@ -216,15 +213,13 @@ func (l *Locker) checkKeys(ks []string) error {
 	if len(ks) == 0 {
 		return nodeerr.Invalidf("no keys")
 	}
-	seen := make(map[string]bool, len(ks))
-	for _, k := range ks {
+	for i, k := range ks {
 		if err := l.cfg.CheckKey(k); err != nil {
 			return err
 		}
-		if seen[k] {
+		if slices.Contains(ks[:i], k) {
 			return nodeerr.Invalidf("key %q given twice", k)
 		}
-		seen[k] = true
 	}
 	return nil
 }
@@ -389,12 +384,12 @@ func (l *Locker) releaseEverywhere(ctx context.Context, t *try) {
 // nodes answered.
 func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nodes []NodeResult) {
 	nodes = make([]NodeResult, len(res))
-	for i, err := range res {
-		nd := l.nodes[i]
-		if got != nil && !got[i] {
-			err = errNoAnswerYet
+	for i := range res {
+		err := errNoAnswerYet // res[i] may still be written
+		if got == nil || got[i] {
+			err = res[i]
 		}
-		nodes[i] = NodeResult{Node: nd.Name, OK: err == nil, Err: err}
+		nodes[i] = NodeResult{Node: l.nodes[i].Name, OK: err == nil, Err: err}
 		switch {
 		case err == nil:
 			ok++
