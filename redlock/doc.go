@@ -27,41 +27,38 @@
 //
 // TryAcquire returns once a majority has granted (it waits for every node
 // until each has answered once with a run_id of its own, so that one server
-// reached through two clients never votes twice), and Release once a
-// majority has deleted the key; the other nodes finish within the node
-// timeout, even if ctx is cancelled. A request to a node is sent only after
-// the same lock's previous request there returned (a release after a late
-// acquisition, the next attempt after a late release), and then has a whole
-// node timeout of its own; an attempt whose turn has not come within one
-// node timeout leaves that node out, unsent. So a late reply leaves no key
-// behind, and one slow node delays no request to the others, except a node
-// that holds a request past its timeout (a paused server): it may run a
-// request given up on after the release meant to undo it, and that key
-// expires with its TTL.
+// reached through two clients never votes twice). Extend runs a
+// compare-and-PEXPIRE on every node and succeeds if a majority still held
+// the token; the new validity counts from before the requests were sent.
+// Release deletes the keys that still hold the token and returns once a
+// majority has; the other nodes finish within the node timeout, even if ctx
+// is cancelled. Do cancels its function's context with dlock.ErrLockLost
+// when an extension cannot reach a majority before the validity runs out.
 //
-// Concurrent attempts, releases and extensions to one node share its round
-// trips, as a group commit (see package redislock, "Concurrent calls"); a
-// call's node timeout includes its wait for the next round trip, and a call
-// that gives up on a node while its round trip is in flight has the keys it
-// may have set there released when the reply comes.
+// A request to a node is sent only after the same lock's previous request
+// there returned (a release after a late acquisition, the next attempt
+// after a late release), and then has a whole node timeout of its own; an
+// attempt whose turn has not come within one node timeout leaves that node
+// out, unsent. So a late reply leaves no key behind, and one slow node
+// delays no request to the others, except a node that holds a request past
+// its timeout (a paused server): it may run a request given up on after the
+// release meant to undo it, and that key expires with its TTL.
 //
-// When the vote split (the refusing nodes name different holders, and no
-// single holder can have a majority even counting the silent nodes), nobody
-// holds the lock; TryAcquire retries by itself a few times after a random
-// pause that grows with each split, so a one-shot attempt answers "busy"
-// only when someone may really hold the lock. dlock.Acquire and dlock.Do
-// wait between attempts with dlock's retry options (node-redlock's
-// retryCount, retryDelay, retryJitter and automaticExtensionThreshold are
-// dlock.WithRetryCount, WithRetryDelay, WithRetryJitter and
-// WithExtendThreshold). TryAcquire never returns a lock with no validity
-// left.
+// Concurrent calls to one node share its round trips, as a group commit
+// (see package redislock, "Concurrent calls"); a call's node timeout
+// includes its wait for the next round trip, and a call that gives up on a
+// node while its round trip is in flight has the keys it may have set there
+// released when the reply comes.
 //
-// Extend runs a compare-and-PEXPIRE on every node at once and succeeds only
-// if a majority still held the token; the new validity is measured from
-// before the requests were sent. Release deletes the keys that still hold
-// the token on every node. Do cancels its function's context with
-// dlock.ErrLockLost when an extension cannot reach a majority before the
-// validity runs out.
+// When the vote split (no single holder the refusing nodes name can have a
+// majority, even counting the silent nodes), nobody holds the lock;
+// TryAcquire retries by itself a few times after a random pause that grows
+// with each split, so a one-shot attempt answers "busy" only when someone
+// may really hold the lock. It never returns a lock with no validity left.
+// dlock.Acquire and dlock.Do wait between attempts with dlock's retry
+// options (node-redlock's retryCount, retryDelay, retryJitter and
+// automaticExtensionThreshold are dlock.WithRetryCount, WithRetryDelay,
+// WithRetryJitter and WithExtendThreshold).
 //
 // # Waiting
 //

@@ -126,8 +126,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // lock is held when a majority of nodes granted all of them. Its
 // TryAcquire's key names the group (the handle's Key and the events' key)
 // and sets no key of its own. The handle's fence is above the earlier
-// fences of every one of keys; Extend and Release act on all of them. Wait
-// for it with dlock.Acquire and dlock.Do, like any Locker (its waits poll):
+// fences of every one of keys; Extend and Release act on all of them. Its
+// waits poll:
 //
 //	err := dlock.Do(ctx, locker.Keys("account:1", "account:2"), "transfer", ttl, fn)
 //
@@ -156,16 +156,16 @@ func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (
 }
 
 // ReleaseToken releases the lock on key if it still holds token, on every
-// node, and waits for every node's answer (unlike Lock.Release, which
-// returns on a majority's). It is for holders that kept only the token,
-// such as shell scripts using `dlock acquire`. It returns an error matching
+// node, and waits for every node's answer (Lock.Release returns on a
+// majority's). It is for holders that kept only the token, such as shell
+// scripts using `dlock acquire`. It returns an error matching
 // dlock.ErrNotHeld when no majority of nodes held key with token, and
 // dlock.ErrUnavailable when too few nodes answered to tell (call it again).
 //
 // Without the handle it does not know the lock's fence, which it must write
 // to every node's counter: it reads the nodes' counters and clocks first and
-// takes the largest, plus the fence TTL when some node did not answer (see
-// docs/fences.md), so fences then jump by the fence TTL. When no node
+// takes the largest, plus the fence TTL when some node did not answer (so
+// fences then jump by the fence TTL; see docs/fences.md). When no node
 // answers that read, it deletes nothing and returns an error matching
 // dlock.ErrUnavailable.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
@@ -246,9 +246,9 @@ type grant struct {
 	sem       string // a permit's semaphore ("": a lock)
 }
 
-// Extend resets the TTL on every node that still holds the token, in
-// parallel; it succeeds with a majority and returns the new validity,
-// measured from before the requests were sent.
+// Extend resets the TTL on every node that still holds the token; it
+// succeeds with a majority, and the new validity counts from before the
+// requests were sent.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
@@ -280,10 +280,9 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	return time.Time{}, g.l.withCtx(ctx, qe)
 }
 
-// Release deletes the keys on every node that still holds the token, in
-// parallel. It returns as soon as a majority has deleted them: the lock is
-// then released, and the other nodes' deletions finish within the node
-// timeout. It also returns when ctx ends, with the deletions still under way.
+// Release deletes the keys on every node that still holds the token, and
+// returns once a majority has (the others finish within the node timeout)
+// or ctx ends, with the deletions still under way.
 func (g *grant) Release(ctx context.Context) error {
 	c := g.l.release(ctx, rnode.Release{Keys: g.keys, Token: g.token, Holder: g.holder, Fence: g.fence, Wake: true, Sem: g.sem}, g.acquiring)
 	ok := 0
@@ -448,8 +447,7 @@ func nodeName(c redis.UniversalClient, i int) string {
 var _ driver.ReleaseNotifier = (*Locker)(nil)
 
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
-// value when the lock on key may have been released on some node, so a
-// waiting Acquire retries at once instead of at its next poll. It sends
+// value when the lock on key may have been released on some node. It sends
 // nothing; the subscription to a node opens when a waiting attempt first
 // finds the key busy there. stop must be called exactly once. After Close
 // the channel never fires and waits poll.
@@ -464,9 +462,9 @@ func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan s
 // pub/sub connection and goroutine per node, opened by waiting Acquires,
 // otherwise closed with the clients or after 30s without waiters) and takes
 // the Locker out of the waiter queues it is in; waits fall back to polling,
-// locks keep working. It also waits for releases still under way on some
-// nodes (Release returns once a majority deleted), at most about two node
-// timeouts: a program that exits right after releasing should call Close
+// locks keep working. It also waits, about two node timeouts at most, for
+// releases still under way on some nodes (Release returns once a majority
+// deleted): a program that exits right after releasing should call Close
 // first, or the slower nodes keep the key until its TTL. It does not close
 // the clients, is safe to call more than once and concurrently with other
 // methods, and returns nil.
