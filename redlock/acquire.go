@@ -149,13 +149,16 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 // sendRound sends the attempt to every node, each node's after this
 // Locker's release of the same keys returned there (releasingOn), and
 // returns at once. The wake-up queueing and the holder record go in the
-// same round trip.
+// attempt's round trip; a node's first attempt probes it first.
 func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 	timeout := l.timeout(t.ttl)
 	s := sending{timeout: timeout, after: l.releasingOn(t.full), giveUp: true, progress: newProgress(len(l.nodes))}
 	return send(ctx, l, s, func(ctx context.Context, i int, n *node) *nodeReply {
 		if context.Cause(ctx) == errBehind {
 			return &nodeReply{err: errBehind}
+		}
+		if n.run.Load() == nil {
+			l.probe(ctx, n) // before the node's first attempt
 		}
 		var r *nodeReply
 		if t.sem != "" {
@@ -174,35 +177,25 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 	})
 }
 
-// attempt runs a on node n; the first call to a node also probes it, in
-// the same round trip.
+// attempt runs a on node n.
 func (l *Locker) attempt(ctx context.Context, n *node, a rnode.Attempt, timeout time.Duration) *nodeReply {
-	var read func()
-	if n.run.Load() == nil {
-		a.Before = func(p redis.Pipeliner) { read = l.probe(ctx, n, p) }
-	}
 	a.Late = (*giveBack)(l)
 	res, _, err := n.Acquire(ctx, a)
-	if read != nil {
-		read()
-	}
 	if err != nil {
 		return &nodeReply{err: l.nodeErr(err, timeout)}
 	}
 	return &nodeReply{AcquireResult: res}
 }
 
-// probe asks node n, in p, for its run_id (two nodes may be one server)
-// and its eviction policy; read, once p ran, records the run_id and warns
-// about the policy the first time.
-func (l *Locker) probe(ctx context.Context, n *node, p redis.Pipeliner) (read func()) {
+// probe asks node n, in one round trip, for its run_id (two nodes may be
+// one server) and its eviction policy, and warns about the policy the
+// first time it reads a run_id.
+func (l *Locker) probe(ctx context.Context, n *node) {
+	p := n.Client.Pipeline()
 	info, policy := p.Info(ctx, "server"), p.ConfigGet(ctx, "maxmemory-policy")
-	return func() {
-		if s, err := info.Result(); err == nil {
-			if run := runID(s); run != "" && n.run.CompareAndSwap(nil, &run) {
-				rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
-			}
-		}
+	_, _ = p.Exec(ctx)
+	if run := runID(info.Val()); run != "" && n.run.CompareAndSwap(nil, &run) {
+		rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
 	}
 }
 

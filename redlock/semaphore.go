@@ -88,15 +88,8 @@ func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) err
 }
 
 // attemptPermit runs the semaphore script for t's slot on node n (the
-// script checks the slot and the limit recorded there). A first call to a
-// node probes it in a round trip of its own: rnode.Permit takes no Before.
+// script checks the slot and the limit recorded there).
 func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, timeout time.Duration) *nodeReply {
-	if n.run.Load() == nil {
-		p := n.Client.Pipeline()
-		read := l.probe(ctx, n, p)
-		_, _ = p.Exec(ctx)
-		read()
-	}
 	args := []any{t.token, bridge.Milliseconds(t.ttl), l.cfg.FenceTTL.Milliseconds(), t.limit, "", "", "", "", "", t.slot}
 	_, queue := t.plan.Queue(i)
 	copy(args[4:9], queue)
