@@ -346,7 +346,7 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 		f   int64
 		err error
 	}
-	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) read {
+	res := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) read {
 		var vs *redis.SliceCmd
 		var now *redis.TimeCmd
 		_, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -364,7 +364,7 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 			}
 		}
 		return read{f: f}
-	})
+	}).all()
 	var f int64
 	all, some, refused := true, false, 0
 	var last *dlock.NodeError

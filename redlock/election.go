@@ -66,7 +66,7 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 		t   rinspect.Term
 		err error
 	}
-	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) read {
+	res := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) read {
 		if err := l.dupErr(n); err != nil {
 			return read{err: err}
 		}
@@ -75,7 +75,7 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 			err = l.nodeErr(err, l.nodeTimeout)
 		}
 		return read{t, err}
-	})
+	}).all()
 	votes := map[string]int{}
 	errs := make([]error, len(res))
 	best := 0

@@ -147,11 +147,6 @@ func (c *inflight[T]) all() []T {
 	return c.out
 }
 
-// fanOut is send's results, in node order, once all calls returned.
-func fanOut[T any](ctx context.Context, l *Locker, timeout time.Duration, f func(ctx context.Context, i int, n *node) T) []T {
-	return send(ctx, l, sending{timeout: timeout}, f).all()
-}
-
 // workers runs the calls of fan-outs on goroutines kept between them: a
 // fresh goroutine grows its stack through go-redis's call path on every
 // call, a kept one once (bench/RESULTS.md). An idle worker exits after

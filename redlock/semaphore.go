@@ -126,7 +126,7 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 		recorded bool
 		err      error
 	}
-	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) answer {
+	res := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) answer {
 		if err := l.dupErr(n); err != nil {
 			return answer{err: err}
 		}
@@ -135,7 +135,7 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 			return answer{err: l.nodeErr(err, l.nodeTimeout)}
 		}
 		return answer{recorded: recorded}
-	})
+	}).all()
 	qe := &QuorumError{Op: "set limit", Need: l.quorum, sentinel: dlock.ErrUnavailable,
 		Reason: "too few nodes recorded the limit"}
 	empty := 0
