@@ -1,13 +1,7 @@
 // Package batch sends the commands of concurrent callers over one go-redis
-// client as a group commit: while one batch is in flight, commands that
-// arrive wait, and are sent together, as one pipeline, when it returns. A
-// caller alone sends its command at once with its own context. It buys
-// throughput under many keys (bench/RESULTS.md, "Group commit in the
-// library").
-//
-// Every caller keeps its own deadline (the rules, as users see them: package
-// redislock, "Concurrent calls"). A waiting caller whose context ends
-// leaves the queue unsent. A batch is sent by the waiting caller with the
+// client as a group commit, with the rules users see in package redislock,
+// "Concurrent calls" (the throughput it buys: bench/RESULTS.md, "Group
+// commit in the library"). A batch is sent by the waiting caller with the
 // latest deadline, under it, and carries only callers whose deadline is not
 // later. A caller whose context ends while its command is in flight returns
 // at once, and may ask for the reply when it comes, to undo the command's
