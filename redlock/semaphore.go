@@ -112,6 +112,10 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 	return &nodeReply{err: errors.New("the limit changed while this attempt read the semaphore")}
 }
 
+// errNoSlot is SetLimit's answer from a node that holds no slot of the
+// semaphore, so there is no limit to change.
+var errNoSlot = errors.New("holds no slot of the semaphore: nothing to change")
+
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): it records
 // limit on every node where a slot of name is held, and succeeds when a
 // majority did, or when so many nodes hold no slot that no permit can be
@@ -122,35 +126,25 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 		return err
 	}
 	sem := l.cfg.Prefix + bridge.SlotPrefix(name)
-	type answer struct {
-		recorded bool
-		err      error
-	}
-	res := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) answer {
+	res := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) error {
 		if err := l.dupErr(n); err != nil {
-			return answer{err: err}
+			return err
 		}
 		recorded, err := n.SetLimit(ctx, sem, limit)
-		if err != nil {
-			return answer{err: l.nodeErr(err, l.nodeTimeout)}
-		}
-		return answer{recorded: recorded}
-	}).all()
-	qe := &QuorumError{Op: "set limit", Need: l.quorum, sentinel: dlock.ErrUnavailable,
-		Reason: "too few nodes recorded the limit"}
-	empty := 0
-	for i, a := range res {
-		qe.Nodes = append(qe.Nodes, NodeResult{Node: l.nodes[i].Name, OK: a.recorded, Err: a.err})
 		switch {
-		case a.recorded:
-			qe.Got++
-		case a.err == nil:
-			empty++
+		case err != nil:
+			return l.nodeErr(err, l.nodeTimeout)
+		case !recorded:
+			return errNoSlot
 		}
-	}
-	if qe.Got >= l.quorum || l.tooMany(empty) {
+		return nil
+	}).all()
+	ok, empty, nodes := l.tally(res, nil, errNoSlot)
+	if ok >= l.quorum || l.tooMany(empty) {
 		return nil
 	}
+	qe := &QuorumError{Op: "set limit", Got: ok, Need: l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable,
+		Reason: "too few nodes recorded the limit"}
 	l.misconfigured(qe)
 	return fmt.Errorf("dlock: set limit of %q: %w", name, l.withCtx(ctx, qe))
 }
