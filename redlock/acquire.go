@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -164,9 +165,13 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 		if t.sem != "" {
 			r = l.attemptPermit(ctx, i, n, t, timeout)
 		} else {
-			a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec}
+			a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec, Late: (*giveBack)(l)}
 			a.Queue, a.QueueArgs = t.plan.Queue(i)
-			r = l.attempt(ctx, n, a, timeout)
+			res, _, err := n.Acquire(ctx, a)
+			r = &nodeReply{AcquireResult: res}
+			if err != nil {
+				r = &nodeReply{err: l.nodeErr(err, timeout)}
+			}
 		}
 		if r.err == nil {
 			t.plan.Observe(i, r.Status != rnode.Granted, r.Place, r.Expiry)
@@ -175,16 +180,6 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 		}
 		return r
 	})
-}
-
-// attempt runs a on node n.
-func (l *Locker) attempt(ctx context.Context, n *node, a rnode.Attempt, timeout time.Duration) *nodeReply {
-	a.Late = (*giveBack)(l)
-	res, _, err := n.Acquire(ctx, a)
-	if err != nil {
-		return &nodeReply{err: l.nodeErr(err, timeout)}
-	}
-	return &nodeReply{AcquireResult: res}
 }
 
 // probe asks node n, in one round trip, for its run_id (two nodes may be
@@ -342,11 +337,8 @@ func (l *Locker) dedupe(replies []*nodeReply) error {
 // no answer at all, an error matching dlock.ErrUnavailable.
 func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 	counters := keys.Fences(full)
-	type read struct {
-		f   int64
-		err error
-	}
-	res := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) read {
+	fences := make([]int64, len(l.nodes)) // each node's largest, read before it answers
+	errs := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, i int, n *node) error {
 		var vs *redis.SliceCmd
 		var now *redis.TimeCmd
 		_, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -354,25 +346,24 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 			return nil
 		})
 		if err != nil {
-			return read{err: err}
+			return err
 		}
-		f := now.Val().UnixMicro() + n.ClockOffset
+		fences[i] = now.Val().UnixMicro() + n.ClockOffset
 		for _, v := range vs.Val() {
 			s, _ := v.(string)
 			if x, err := strconv.ParseInt(s, 10, 64); err == nil {
-				f = max(f, x)
+				fences[i] = max(fences[i], x)
 			}
 		}
-		return read{f: f}
+		return nil
 	}).all()
-	var f int64
+	f := slices.Max(fences)
 	all, some, refused := true, false, 0
 	var last *dlock.NodeError
-	for i, r := range res {
-		f = max(f, r.f)
-		all, some = all && r.err == nil, some || r.err == nil
-		if isRefusal(r.err) {
-			refused, last = refused+1, &dlock.NodeError{Node: l.nodes[i].Name, Err: rclient.Describe(r.err)}
+	for i, err := range errs {
+		all, some = all && err == nil, some || err == nil
+		if isRefusal(err) {
+			refused, last = refused+1, &dlock.NodeError{Node: l.nodes[i].Name, Err: rclient.Describe(err)}
 		}
 	}
 	switch {

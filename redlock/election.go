@@ -62,27 +62,23 @@ func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 // and whether it is an election's grant whose fence is not published yet.
 func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pending bool, _ error) {
 	full := l.cfg.Prefix + key
-	type read struct {
-		t   rinspect.Term
-		err error
-	}
-	res := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) read {
+	terms := make([]rinspect.Term, len(l.nodes)) // each node's, read before it answers
+	errs := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, i int, n *node) error {
 		if err := l.dupErr(n); err != nil {
-			return read{err: err}
+			return err
 		}
-		t, err := rinspect.ReadTerm(ctx, n.Client, full)
-		if err != nil {
-			err = l.nodeErr(err, l.nodeTimeout)
+		var err error
+		if terms[i], err = rinspect.ReadTerm(ctx, n.Client, full); err != nil {
+			return l.nodeErr(err, l.nodeTimeout)
 		}
-		return read{t, err}
+		return nil
 	}).all()
 	votes := map[string]int{}
-	errs := make([]error, len(res))
 	best := 0
-	for i, r := range res {
-		if errs[i] = r.err; r.err == nil {
-			votes[r.t.Token]++
-			best = max(best, votes[r.t.Token])
+	for i, err := range errs {
+		if err == nil {
+			votes[terms[i].Token]++
+			best = max(best, votes[terms[i].Token])
 		}
 	}
 	for tok, n := range votes { // at most one has a majority
@@ -93,8 +89,8 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 			return dlock.Term{}, false, nil // a majority holds no key
 		}
 		t := dlock.Term{Led: true}
-		for _, r := range res {
-			if rec := r.t.Record; r.err == nil && r.t.Token == tok && rec != nil {
+		for i, r := range terms {
+			if rec := r.Record; errs[i] == nil && r.Token == tok && rec != nil {
 				t.Leader, t.Since, t.Fence = rec.Leader(), rec.Since, max(t.Fence, rec.Fence)
 				pending = rec.Identity != ""
 			}
