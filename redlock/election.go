@@ -19,10 +19,7 @@ var _ driver.TermReader = (*Locker)(nil)
 // majority of the writes (a node timeout at most).
 func (l *Locker) publishTerm(ctx context.Context, g *grant, since time.Time, identity string, ttl time.Duration) {
 	rec := holder.Term(l.cfg.HolderHead, since, identity, g.token, uint64(g.fence))
-	c := send(context.WithoutCancel(ctx), l, sending{timeout: l.timeout(ttl), after: g.acquiring}, func(ctx context.Context, _ int, n *node) error {
-		if err := l.dupErr(n); err != nil {
-			return err
-		}
+	c := vote(context.WithoutCancel(ctx), l, sending{timeout: l.timeout(ttl), after: g.acquiring}, func(ctx context.Context, _ int, n *node) error {
 		return n.WriteHolders(ctx, g.keys, g.token, rec, ttl)
 	})
 	for ok := 0; c.left > 0 && ok < l.quorum; {
@@ -63,10 +60,7 @@ func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pending bool, _ error) {
 	full := l.cfg.Prefix + key
 	terms := make([]rinspect.Term, len(l.nodes)) // each node's, read before it answers
-	errs := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, i int, n *node) error {
-		if err := l.dupErr(n); err != nil {
-			return err
-		}
+	errs := vote(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, i int, n *node) error {
 		var err error
 		if terms[i], err = rinspect.ReadTerm(ctx, n.Client, full); err != nil {
 			return l.nodeErr(err, l.nodeTimeout)

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,7 +75,13 @@ type sending struct {
 // errors: a node that did not answer in time is the node's failure.
 func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.Context, i int, n *node) T) *inflight[T] {
 	n := len(l.nodes)
-	c := &inflight[T]{ch: make(chan int, n), out: make([]T, n), got: make([]bool, n), left: n, progress: s.progress}
+	c := &inflight[T]{
+		ch:       make(chan int, n),
+		out:      make([]T, n),
+		got:      make([]bool, n),
+		left:     n,
+		progress: s.progress,
+	}
 	shared, stop := context.WithTimeout(ctx, s.timeout)
 	c.stop = stop
 	var running atomic.Int32
@@ -104,6 +111,18 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 		})
 	}
 	return c
+}
+
+// vote is send for a call after the acquisition, which returns only an
+// error: a node found to be the same server as an earlier one fails at
+// once, or its answer would count twice.
+func vote(ctx context.Context, l *Locker, s sending, f func(ctx context.Context, i int, n *node) error) *inflight[error] {
+	return send(ctx, l, s, func(ctx context.Context, i int, n *node) error {
+		if d := n.dupOf.Load(); d != 0 {
+			return fmt.Errorf("same server as node %s: skipped, its vote does not count twice", l.nodes[d-1].Name)
+		}
+		return f(ctx, i, n)
+	})
 }
 
 // waitTurn waits for turn and returns the context of the call that waited:

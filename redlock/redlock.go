@@ -255,10 +255,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	}
 	start := time.Now()
 	timeout := g.l.timeout(ttl)
-	res := send(ctx, g.l, sending{timeout: timeout, after: g.acquiring}, func(ctx context.Context, _ int, n *node) error {
-		if err := g.l.dupErr(n); err != nil {
-			return err
-		}
+	res := vote(ctx, g.l, sending{timeout: timeout, after: g.acquiring}, func(ctx context.Context, _ int, n *node) error {
 		held, err := n.Extend(ctx, g.keys, g.token, g.holder, g.sem, g.fence, ttl)
 		if err != nil {
 			return g.l.nodeErr(err, timeout)
@@ -311,15 +308,6 @@ func (g *grant) Release(ctx context.Context) error {
 	return g.l.withCtx(ctx, qe)
 }
 
-// dupErr is the error of a node that is the same server as an earlier one,
-// which operations after the acquisition skip: it would vote twice.
-func (l *Locker) dupErr(n *node) error {
-	if d := n.dupOf.Load(); d != 0 {
-		return fmt.Errorf("same server as node %s: skipped, its vote does not count twice", l.nodes[d-1].Name)
-	}
-	return nil
-}
-
 var (
 	errNotHeldHere = errors.New("does not hold the lock's token")
 	errNoAnswerYet = errors.New("no answer yet when the caller's context ended")
@@ -340,10 +328,7 @@ func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress
 	id, p := strings.Join(lockKeys, "\x00"), newProgress(len(l.nodes))
 	l.releasing.Store(id, p)
 	finally := func() { l.releasing.CompareAndDelete(id, p) }
-	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, _ int, n *node) error {
-		if err := l.dupErr(n); err != nil {
-			return err
-		}
+	return vote(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, _ int, n *node) error {
 		deleted, woken, err := n.Release(ctx, rel)
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)

@@ -126,10 +126,7 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 		return err
 	}
 	sem := l.cfg.Prefix + bridge.SlotPrefix(name)
-	res := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) error {
-		if err := l.dupErr(n); err != nil {
-			return err
-		}
+	res := vote(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) error {
 		recorded, err := n.SetLimit(ctx, sem, limit)
 		switch {
 		case err != nil:
