@@ -109,14 +109,10 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 func (g *grant) Nodes() int { return g.nodes }
 
 // TryAcquire makes one attempt to take the lock on key on a majority of the
-// nodes for ttl, and issues its fence. It returns an error matching
-// dlock.ErrNotAcquired when the lock is held elsewhere, the vote split, or
-// the attempt took so long that no validity was left; dlock.ErrUnavailable
-// when fewer than a majority of nodes answered; dlock.ErrMisconfigured when
-// so many refused for good (a wrong password, say) that no majority is
-// left; dlock.ErrInvalid for bad arguments. Failed attempts are released on
-// every node before TryAcquire returns. A *QuorumError in the chain says
-// what each node answered.
+// nodes for ttl, and issues its fence. A failed attempt is released on
+// every node before it returns, with dlock.ErrInvalid for bad arguments,
+// else a *QuorumError whose sentinel says why (dlock.ErrNotAcquired also
+// when the attempt took so long that no validity was left).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	return multi{l, []string{key}}.TryAcquire(ctx, key, ttl)
 }
