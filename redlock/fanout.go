@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -173,14 +172,15 @@ func (c *inflight[T]) all() []T {
 // that a Locker nobody closes leaves nothing running for long.
 type workers struct {
 	calls chan func()
-	stop  chan struct{}
-	once  sync.Once
+	stop  context.Context    // done after close
+	close context.CancelFunc // makes idle workers exit, busy ones once their call returns
 }
 
 const workerIdle = 100 * time.Millisecond
 
 func newWorkers() workers {
-	return workers{calls: make(chan func()), stop: make(chan struct{})}
+	stop, cancel := context.WithCancel(context.Background())
+	return workers{calls: make(chan func()), stop: stop, close: cancel}
 }
 
 // run runs f on an idle worker, or on a new one.
@@ -202,11 +202,8 @@ func (w *workers) work(f func()) {
 		case f = <-w.calls:
 		case <-idle.C:
 			return
-		case <-w.stop:
+		case <-w.stop.Done():
 			return
 		}
 	}
 }
-
-// close makes idle workers exit, and busy ones once their call returns.
-func (w *workers) close() { w.once.Do(func() { close(w.stop) }) }
