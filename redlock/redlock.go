@@ -109,10 +109,10 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 func (g *grant) Nodes() int { return g.nodes }
 
 // TryAcquire makes one attempt to take the lock on key on a majority of the
-// nodes for ttl, and issues its fence. A failed attempt is released on
-// every node before it returns, with dlock.ErrInvalid for bad arguments,
-// else a *QuorumError whose sentinel says why (dlock.ErrNotAcquired also
-// when the attempt took so long that no validity was left).
+// nodes for ttl, and issues its fence. It returns dlock.ErrInvalid for bad
+// arguments; any other failure is a *QuorumError whose sentinel says why
+// (dlock.ErrNotAcquired also when the attempt took so long that no
+// validity was left), returned once the attempt was undone on every node.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
 	return multi{l, []string{key}}.TryAcquire(ctx, key, ttl)
 }
