@@ -25,11 +25,11 @@ import (
 	"github.com/dlock-go/dlock/internal/wake"
 )
 
-// nodeReply is one node's answer to an attempt.
+// nodeReply is one node's answer to an attempt (a permit's Fence is the
+// node's limit when Status is rnode.Conflict).
 type nodeReply struct {
 	err error
 	rnode.AcquireResult
-	limit int64 // the node's recorded limit, when a permit's Status is rnode.Conflict
 }
 
 func (r *nodeReply) granted() bool { return r.err == nil && r.Status == rnode.Granted }
@@ -259,7 +259,7 @@ func (l *Locker) fail(ctx context.Context, t *try, replies []*nodeReply, sentine
 		case r.Status == rnode.NoExpiry:
 			nr.Err = fmt.Errorf("%w, and the key has no expiry (set by hand?)", errBusy)
 		case r.Status == rnode.Conflict:
-			nr.Err = fmt.Errorf("limit conflict: the node has %d", r.limit)
+			nr.Err = fmt.Errorf("limit conflict: the node has %d", r.Fence)
 		}
 		if nr.OK {
 			qe.Got++

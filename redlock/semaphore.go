@@ -77,7 +77,7 @@ func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) err
 	n, server := 0, int64(0)
 	for _, r := range replies {
 		if r.err == nil && r.Status == rnode.Conflict {
-			n, server = n+1, r.limit
+			n, server = n+1, r.Fence
 		}
 	}
 	if !l.tooMany(n) {
@@ -107,7 +107,7 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 			span = int(r.Fence)
 			continue
 		}
-		return &nodeReply{AcquireResult: r, limit: r.Fence} // Fence: the node's limit when Conflict
+		return &nodeReply{AcquireResult: r}
 	}
 	return &nodeReply{err: errors.New("the limit changed while this attempt read the semaphore")}
 }
