@@ -279,16 +279,13 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 func (g *grant) Release(ctx context.Context) error {
 	c := g.l.release(ctx, rnode.Release{Keys: g.keys, Token: g.token, Holder: g.holder, Fence: g.fence, Wake: true, Sem: g.sem}, g.acquiring)
 	ok := 0
-	for c.left > 0 {
+	for c.left > 0 && (ok < g.l.quorum || g.waitAll) {
 		i := c.next(ctx.Done())
 		if i < 0 {
 			break
 		}
 		if c.out[i] == nil {
 			ok++
-		}
-		if ok >= g.l.quorum && !g.waitAll {
-			return nil
 		}
 	}
 	if ok >= g.l.quorum {
