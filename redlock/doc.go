@@ -136,9 +136,8 @@
 // answer in time does not match context.DeadlineExceeded, which stays the
 // caller's own context's.
 //
-// A server reached through two clients under different names is found by
-// its run_id and votes once. Nodes must be independent masters: a replica
-// answers READONLY and counts as refusing.
+// Nodes must be independent masters: a replica answers READONLY and counts
+// as refusing.
 //
 // Client settings: set ContextTimeoutEnabled on each go-redis client so that
 // the node timeout bounds the socket reads. go-redis retries a refused dial
