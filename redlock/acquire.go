@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,17 +25,16 @@ import (
 	"github.com/dlock-go/dlock/internal/wake"
 )
 
-// nodeReply is one node's answer to an attempt.
+// nodeReply is one node's answer to an attempt (a permit's Fence is the
+// node's limit when Status is rnode.Conflict).
 type nodeReply struct {
 	err error
 	rnode.AcquireResult
-	limit int64 // the node's recorded limit, when a permit's Status is rnode.Conflict
 }
 
 func (r *nodeReply) granted() bool { return r.err == nil && r.Status == rnode.Granted }
 
-// try is one acquisition's arguments: a lock on keys, or a permit on one
-// slot of a semaphore.
+// try is one acquisition: a lock on keys, or a permit on one slot.
 type try struct {
 	full    []string // the keys, with the prefix (a permit: its slot's)
 	display string   // the name the caller gave
@@ -41,10 +42,9 @@ type try struct {
 	rec     string // the holder record ("": none)
 	ttl     time.Duration
 	plan    *wake.Plan
-	// sem is a permit's semaphore (what its slot keys begin with; "": a
-	// lock), slot the slot tried and limit the Locker's.
-	sem         string
-	slot, limit int
+	sem     string // a permit's semaphore, its slot keys' prefix ("": a lock)
+	slot    int
+	limit   int
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
@@ -66,7 +66,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 	return driver.NewLock(display, token, uint64(g.fence), validUntil, g), nil
 }
 
-// acquireMajority makes one attempt t (rounds again after split votes) and
+// acquireMajority makes the attempt t, again after split votes, and
 // returns the grant held by a majority and its validity, or the error of
 // an attempt released on every node.
 func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time, error) {
@@ -123,9 +123,8 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 }
 
 // prepare checks an attempt's arguments and returns its keys with the
-// prefix and, for a waiting attempt on one key, its place in the wake-up
-// queue; it refuses the attempt when this Locker's release just woke the
-// longest waiter, which goes first.
+// prefix and, for one key, its wake-up plan; it refuses the attempt when
+// this Locker's release just woke the longest waiter, which goes first.
 func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl time.Duration) ([]string, *wake.Plan, error) {
 	if ctx == nil {
 		return nil, nil, nodeerr.Invalidf("nil context")
@@ -140,7 +139,7 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 	var plan *wake.Plan
 	var yield bool
 	if len(full) == 1 {
-		plan, yield = l.notify.Plan(full[0]) // a local Acquire waits: queue for a wake-up
+		plan, yield = l.notify.Plan(full[0])
 	}
 	if yield {
 		return nil, nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", display, dlock.ErrNotAcquired)
@@ -148,25 +147,31 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 	return full, plan, nil
 }
 
-// sendRound sends the acquire script (a permit: the semaphore script) to
-// every node, each node's after this Locker's release of the same keys
-// returned there (releasingOn), and returns at once. A waiting attempt on
-// one key also queues the Locker for a wake-up on the nodes where it
-// listens (plan); the holder record (rec) goes in the same round trip.
+// sendRound sends the attempt to every node, each node's after this
+// Locker's release of the same keys returned there (releasingOn), and
+// returns at once. The wake-up queueing and the holder record go in the
+// attempt's round trip; a node's first attempt probes it first.
 func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 	timeout := l.timeout(t.ttl)
-	s := sending{timeout: timeout, after: l.releasingOn(t.full), giveUp: true, progress: newProgress()}
+	s := sending{timeout: timeout, after: l.releasingOn(t.full), giveUp: true, progress: newProgress(len(l.nodes))}
 	return send(ctx, l, s, func(ctx context.Context, i int, n *node) *nodeReply {
 		if context.Cause(ctx) == errBehind {
 			return &nodeReply{err: errBehind}
+		}
+		if n.run.Load() == nil {
+			l.probe(ctx, n) // before the node's first attempt
 		}
 		var r *nodeReply
 		if t.sem != "" {
 			r = l.attemptPermit(ctx, i, n, t, timeout)
 		} else {
-			a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec}
+			a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec, Late: (*giveBack)(l)}
 			a.Queue, a.QueueArgs = t.plan.Queue(i)
-			r = l.attempt(ctx, n, a, timeout)
+			res, _, err := n.Acquire(ctx, a)
+			r = &nodeReply{AcquireResult: res}
+			if err != nil {
+				r = &nodeReply{err: l.nodeErr(err, timeout)}
+			}
 		}
 		if r.err == nil {
 			t.plan.Observe(i, r.Status != rnode.Granted, r.Place, r.Expiry)
@@ -177,42 +182,21 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 	})
 }
 
-// attempt runs the attempt a on one node; the first call to a node also
-// probes it (probe), in the same round trip.
-func (l *Locker) attempt(ctx context.Context, n *node, a rnode.Attempt, timeout time.Duration) *nodeReply {
-	var read func()
-	if n.run.Load() == nil {
-		a.Before = func(p redis.Pipeliner) { read = l.probe(ctx, n, p) }
-	}
-	a.Late = (*giveBack)(l)
-	res, _, err := n.Acquire(ctx, a)
-	if read != nil {
-		read()
-	}
-	if err != nil {
-		return &nodeReply{err: l.nodeErr(err, timeout)}
-	}
-	return &nodeReply{AcquireResult: res}
-}
-
-// probe asks node n, in p, for its run_id, to find two nodes that are the
-// same server, and its eviction policy; read, once p ran, records the
-// run_id and warns about the policy (rclient.WarnEviction) the first time.
-func (l *Locker) probe(ctx context.Context, n *node, p redis.Pipeliner) (read func()) {
+// probe asks node n, in one round trip, for its run_id (two nodes may be
+// one server) and its eviction policy, and warns about the policy the
+// first time it reads a run_id.
+func (l *Locker) probe(ctx context.Context, n *node) {
+	p := n.Client.Pipeline()
 	info, policy := p.Info(ctx, "server"), p.ConfigGet(ctx, "maxmemory-policy")
-	return func() {
-		if s, err := info.Result(); err == nil {
-			if run := runID(s); run != "" && n.run.CompareAndSwap(nil, &run) {
-				rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
-			}
-		}
+	_, _ = p.Exec(ctx)
+	if run := runID(info.Val()); run != "" && n.run.CompareAndSwap(nil, &run) {
+		rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
 	}
 }
 
 // giveBack is the Locker as an rnode.GiveBacker: it deletes the keys on n
 // that an attempt that gave up there may have taken (its grant was not
-// counted), within the node timeout whatever ctx, and wakes nobody: the
-// lock was not granted, or it is held on the other nodes.
+// counted), within the node timeout whatever ctx, and wakes nobody.
 type giveBack Locker
 
 func (g *giveBack) GiveBack(ctx context.Context, n *rnode.Node, keys []string, token string, _ time.Duration) {
@@ -234,12 +218,11 @@ func runID(info string) string {
 	return strings.TrimSuffix(id, "\r")
 }
 
-// awaitMajority takes replies as they arrive until a majority of the nodes
-// has granted the lock, and returns the largest fence among them without
-// waiting for the others (the grant orders its later requests after them).
-// Until every node has answered with a run_id of its own it returns false
-// at once, and the caller waits for every reply, so that one server behind
-// two clients never counts twice.
+// awaitMajority takes replies until a majority has granted, and returns
+// their largest fence without waiting for the others (the grant orders its
+// later requests after them). Until every node has answered with a run_id
+// of its own it returns false at once: the caller then waits for every
+// reply, so that one server behind two clients never counts twice.
 func (l *Locker) awaitMajority(c *inflight[*nodeReply]) (int64, bool) {
 	if !l.distinct.Load() {
 		return 0, false
@@ -247,7 +230,7 @@ func (l *Locker) awaitMajority(c *inflight[*nodeReply]) (int64, bool) {
 	var fence int64
 	granted := 0
 	for c.left > 0 {
-		r := c.out[c.next()]
+		r := c.out[c.next(nil)]
 		if r.granted() {
 			granted++
 			fence = max(fence, r.Fence)
@@ -259,14 +242,30 @@ func (l *Locker) awaitMajority(c *inflight[*nodeReply]) (int64, bool) {
 	return 0, false
 }
 
-// maxSplitRetries bounds how often one TryAcquire tries again after a split
-// vote.
+// maxSplitRetries bounds one TryAcquire's rounds after split votes.
 const maxSplitRetries = 6
 
-// fail releases a failed attempt on every node and builds its error.
+// fail releases a failed attempt on every node and returns its error,
+// with what each node answered.
 func (l *Locker) fail(ctx context.Context, t *try, replies []*nodeReply, sentinel error, reason string) error {
 	l.releaseEverywhere(ctx, t)
-	qe := l.acquireError(replies, sentinel, reason)
+	qe := &QuorumError{Op: "acquire", Need: l.quorum, Reason: reason, sentinel: sentinel}
+	for i, r := range replies {
+		nr := NodeResult{Node: l.nodes[i].Name, OK: r.granted(), Err: r.err}
+		switch {
+		case r.err != nil:
+		case r.Status == rnode.Busy || r.Status == rnode.LeftToQueue:
+			nr.Err = errBusy
+		case r.Status == rnode.NoExpiry:
+			nr.Err = fmt.Errorf("%w, and the key has no expiry (set by hand?)", errBusy)
+		case r.Status == rnode.Conflict:
+			nr.Err = fmt.Errorf("limit conflict: the node has %d", r.Fence)
+		}
+		if nr.OK {
+			qe.Got++
+		}
+		qe.Nodes = append(qe.Nodes, nr)
+	}
 	l.misconfigured(qe)
 	if cerr := ctx.Err(); cerr != nil && qe.sentinel != dlock.ErrMisconfigured {
 		qe.sentinel = dlock.ErrNotAcquired
@@ -275,10 +274,9 @@ func (l *Locker) fail(ctx context.Context, t *try, replies []*nodeReply, sentine
 	return fmt.Errorf("dlock: acquire %q: %w", t.display, qe)
 }
 
-// splitVote reports whether no other owner can hold a majority: the nodes
-// that refused name different holders, and even with every silent node on
-// its side no single holder reaches N/2+1. Then the lock is free and the
-// attempt lost only to other contenders of the same moment.
+// splitVote reports whether no other owner can hold a majority: even with
+// every silent node on its side, no holder the refusing nodes name reaches
+// a quorum. The attempt then lost only to contenders of the same moment.
 func (l *Locker) splitVote(replies []*nodeReply) bool {
 	silent := 0
 	holders := map[string]int{}
@@ -301,10 +299,9 @@ func (l *Locker) splitVote(replies []*nodeReply) bool {
 	return true
 }
 
-// dedupe marks replies from a server that an earlier node already is (same
-// run_id) as failures, so one machine never votes twice. In strict mode it is
-// an error. Once every node has a run_id and none is repeated, attempts may
-// return on a majority's grants (awaitMajority).
+// dedupe makes the replies of a server that an earlier node already is
+// (same run_id) failures, or, in strict mode, returns an error. Once every
+// node has a run_id of its own, attempts return on a majority's grants.
 func (l *Locker) dedupe(replies []*nodeReply) error {
 	seen := map[string]int{}
 	for i, r := range replies {
@@ -334,40 +331,14 @@ func (l *Locker) dedupe(replies []*nodeReply) error {
 	return nil
 }
 
-func (l *Locker) acquireError(replies []*nodeReply, sentinel error, reason string) *QuorumError {
-	qe := &QuorumError{Op: "acquire", Need: l.quorum, Reason: reason, sentinel: sentinel}
-	for i, r := range replies {
-		nr := NodeResult{Node: l.nodes[i].Name, OK: r.granted(), Err: r.err}
-		switch {
-		case r.err != nil:
-		case r.Status == rnode.Busy || r.Status == rnode.LeftToQueue:
-			nr.Err = errBusy
-		case r.Status == rnode.NoExpiry:
-			nr.Err = fmt.Errorf("%w, and the key has no expiry (set by hand?)", errBusy)
-		case r.Status == rnode.Conflict:
-			nr.Err = fmt.Errorf("limit conflict: the node has %d", r.limit)
-		}
-		if nr.OK {
-			qe.Got++
-		}
-		qe.Nodes = append(qe.Nodes, nr)
-	}
-	return qe
-}
-
 // readFence returns, for a release or extension by token, a fence at least
-// the lock's: the largest of every node's counters and clock (TIME), plus
-// the fence TTL when some node did not answer (its draw may have been the
-// fence, up to D above the others' clocks). With no answer at all there is
-// nothing to bound the fence by: an error matching dlock.ErrUnavailable.
-// The argument is case 1 of docs/fences.md.
+// the lock's: the largest of every node's counters and clock, plus the
+// fence TTL when some node did not answer (case 1 of docs/fences.md); with
+// no answer at all, an error matching dlock.ErrUnavailable.
 func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 	counters := keys.Fences(full)
-	type read struct {
-		f   int64
-		err error
-	}
-	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) read {
+	fences := make([]int64, len(l.nodes)) // each node's largest, read before it answers
+	errs := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, i int, n *node) error {
 		var vs *redis.SliceCmd
 		var now *redis.TimeCmd
 		_, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -375,26 +346,24 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 			return nil
 		})
 		if err != nil {
-			return read{err: err}
+			return err
 		}
-		f := now.Val().UnixMicro() + n.ClockOffset
+		fences[i] = now.Val().UnixMicro() + n.ClockOffset
 		for _, v := range vs.Val() {
 			s, _ := v.(string)
-			var x int64
-			if _, err := fmt.Sscan(s, &x); err == nil {
-				f = max(f, x)
+			if x, err := strconv.ParseInt(s, 10, 64); err == nil {
+				fences[i] = max(fences[i], x)
 			}
 		}
-		return read{f: f}
-	})
-	var f int64
+		return nil
+	}).all()
+	f := slices.Max(fences)
 	all, some, refused := true, false, 0
 	var last *dlock.NodeError
-	for i, r := range res {
-		f = max(f, r.f)
-		all, some = all && r.err == nil, some || r.err == nil
-		if isRefusal(r.err) {
-			refused, last = refused+1, &dlock.NodeError{Node: l.nodes[i].Name, Err: rclient.Describe(r.err)}
+	for i, err := range errs {
+		all, some = all && err == nil, some || err == nil
+		if isRefusal(err) {
+			refused, last = refused+1, &dlock.NodeError{Node: l.nodes[i].Name, Err: rclient.Describe(err)}
 		}
 	}
 	switch {

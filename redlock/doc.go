@@ -27,41 +27,38 @@
 //
 // TryAcquire returns once a majority has granted (it waits for every node
 // until each has answered once with a run_id of its own, so that one server
-// reached through two clients never votes twice), and Release once a
-// majority has deleted the key; the other nodes finish within the node
-// timeout, even if ctx is cancelled. A request to a node is sent only after
-// the same lock's previous request there returned (a release after a late
-// acquisition, the next attempt after a late release), and then has a whole
-// node timeout of its own; an attempt whose turn has not come within one
-// node timeout leaves that node out, unsent. So a late reply leaves no key
-// behind, and one slow node delays no request to the others, except a node
-// that holds a request past its timeout (a paused server): it may run a
-// request given up on after the release meant to undo it, and that key
-// expires with its TTL.
+// reached through two clients never votes twice). Extend runs a
+// compare-and-PEXPIRE on every node and succeeds if a majority still held
+// the token; the new validity counts from before the requests were sent.
+// Release deletes the keys that still hold the token and returns once a
+// majority has; the other nodes finish within the node timeout, even if ctx
+// is cancelled. Do cancels its function's context with dlock.ErrLockLost
+// when an extension cannot reach a majority before the validity runs out.
 //
-// Concurrent attempts, releases and extensions to one node share its round
-// trips, as a group commit (see package redislock, "Concurrent calls"); a
-// call's node timeout includes its wait for the next round trip, and a call
-// that gives up on a node while its round trip is in flight has the keys it
-// may have set there released when the reply comes.
+// A request to a node is sent only after the same lock's previous request
+// there returned (a release after a late acquisition, the next attempt
+// after a late release), and then has a whole node timeout of its own; an
+// attempt whose turn has not come within one node timeout leaves that node
+// out, unsent. So a late reply leaves no key behind, and one slow node
+// delays no request to the others, except a node that holds a request past
+// its timeout (a paused server): it may run a request given up on after the
+// release meant to undo it, and that key expires with its TTL.
 //
-// When the vote split (the refusing nodes name different holders, and no
-// single holder can have a majority even counting the silent nodes), nobody
-// holds the lock; TryAcquire retries by itself a few times after a random
-// pause that grows with each split, so a one-shot attempt answers "busy"
-// only when someone may really hold the lock. dlock.Acquire and dlock.Do
-// wait between attempts with dlock's retry options (node-redlock's
-// retryCount, retryDelay, retryJitter and automaticExtensionThreshold are
-// dlock.WithRetryCount, WithRetryDelay, WithRetryJitter and
-// WithExtendThreshold, given with each call). TryAcquire never returns a
-// lock with no validity left.
+// Concurrent calls to one node share its round trips, as a group commit
+// (see package redislock, "Concurrent calls"); a call's node timeout
+// includes its wait for the next round trip, and a call that gives up on a
+// node while its round trip is in flight has the keys it may have set there
+// released when the reply comes.
 //
-// Extend runs a compare-and-PEXPIRE on every node at once and succeeds only
-// if a majority still held the token; the new validity is measured from
-// before the requests were sent. Release deletes the keys that still hold
-// the token on every node. Do cancels its function's context with
-// dlock.ErrLockLost when an extension cannot reach a majority before the
-// validity runs out.
+// When the vote split (no single holder the refusing nodes name can have a
+// majority, even counting the silent nodes), nobody holds the lock;
+// TryAcquire retries by itself a few times after a random pause that grows
+// with each split, so a one-shot attempt answers "busy" only when someone
+// may really hold the lock. It never returns a lock with no validity left.
+// dlock.Acquire and dlock.Do wait between attempts with dlock's retry
+// options (node-redlock's retryCount, retryDelay, retryJitter and
+// automaticExtensionThreshold are dlock.WithRetryCount, WithRetryDelay,
+// WithRetryJitter and WithExtendThreshold).
 //
 // # Waiting
 //
@@ -69,10 +66,9 @@
 // wake-on-release on every node: each node's release wakes that node's
 // longest waiter, and the first wake-up from any node makes the Locker's
 // earliest waiter retry, which must still win a majority. Releases that
-// announce nothing (node-redlock or other peers, dead nodes, lost messages)
-// are found by polling at the retry delay plus jitter, and a queued Locker
-// that is gone costs the others at most that. Waits on a Keys Locker only
-// poll.
+// announce nothing (other clients, dead nodes, lost messages) are found by
+// polling at the retry delay plus jitter, and a queued Locker that is gone
+// costs the others at most that. Waits on a Keys Locker only poll.
 //
 // # Keys on each node
 //
@@ -81,14 +77,6 @@
 // exclude each other. The fence counter expires WithFenceTTL after the last
 // grant, extension or release that wrote it; after that, a node holds
 // nothing of dlock's for a released lock.
-//
-// # Leader election
-//
-// dlock.Lead, Leader, Observe and Campaign need nothing more on the nodes.
-// The leader is the token a majority of the nodes holds (see ReadTerm). An
-// election's grant publishes the lock's fence in its holder record once a
-// majority granted: one more round trip per grant, before TryAcquire
-// returns.
 //
 // # What it guarantees, and what it does not
 //
@@ -105,16 +93,16 @@
 // lease can stop a holder that paused after its last check (package dlock,
 // "What a lock can and cannot guarantee"). Delays during the acquisition are
 // caught here (the whole attempt counts against the validity); a pause after
-// it only the resource can stop: pass Fence to it (dlock's fence guards), and
-// an overlap costs a rejected write, not corrupted data.
+// it only the resource can stop: pass Fence to it (dlock's fence guards),
+// and an overlap costs a rejected write, not corrupted data.
 //
 // Delayed restarts. A node that restarts without persistence has forgotten
 // its lock keys; if it rejoins within a TTL, a second client can gather a
-// majority that includes it while the first still holds the lock (the tests
-// show exactly that double grant). Restart a node without persistence only
-// after the longest TTL in use has passed (or run appendonly yes with
-// appendfsync always). A majority that crashes together then blocks every
-// lock for one TTL. Fences stay monotonic either way.
+// majority that includes it while the first still holds the lock. Restart a
+// node without persistence only after the longest TTL in use has passed (or
+// run appendonly yes with appendfsync always). A majority that crashes
+// together then blocks every lock for one TTL. Fences stay monotonic either
+// way.
 //
 // # Fencing
 //
@@ -125,20 +113,19 @@
 // and the time a node that lost its counter takes to come back (at least a
 // TTL, by the delayed-restart rule); lock exclusion is not assumed. A node
 // whose clock steps back further can hand out a lower fence, whose writes
-// the guards at the resource then reject. The rule (each granting node
-// draws from its counter and clock; the lock's fence is the majority's
-// largest draw) and its argument are in docs/fences.md.
+// the guards at the resource then reject. The rule (the lock's fence is the
+// largest of its majority's draws) and its argument are in docs/fences.md.
 //
-// # Semaphores
+// # Elections and semaphores
 //
-// A permit of dlock.Semaphore (Locker.Semaphore) is a Redlock lock on one
-// slot key of the name, the slots tried in order, one round to every node
-// per slot tried. It needs a majority of nodes on the same slot, so at most
-// N are held whatever the partitions. A node whose recorded limit differs
-// refuses the slot; the attempt fails at once with dlock.ErrInvalid when no
-// majority is left without those nodes (a stale record on a minority blocks
-// nobody). The limit rules, SetLimit and shrinking are in
-// docs/semaphores.md.
+// dlock.Lead, Leader, Observe and Campaign need nothing more on the nodes:
+// the leader is the token a majority of the nodes holds (see ReadTerm).
+// A permit of dlock.Semaphore is a Redlock lock on one slot key of the
+// name, the slots tried in order, and needs a majority of nodes on the same
+// slot, so at most N are held whatever the partitions. A node whose
+// recorded limit differs refuses the slot; the attempt fails at once with
+// dlock.ErrInvalid when no majority is left without those nodes. The limit
+// rules, SetLimit and shrinking are in docs/semaphores.md.
 //
 // # Errors and configuration
 //
@@ -149,9 +136,8 @@
 // answer in time does not match context.DeadlineExceeded, which stays the
 // caller's own context's.
 //
-// A server reached through two clients under different names is found by
-// its run_id and votes once. Nodes must be independent masters: a replica
-// answers READONLY and counts as refusing.
+// Nodes must be independent masters: a replica answers READONLY and counts
+// as refusing.
 //
 // Client settings: set ContextTimeoutEnabled on each go-redis client so that
 // the node timeout bounds the socket reads. go-redis retries a refused dial

@@ -14,37 +14,31 @@ import (
 
 var _ driver.TermReader = (*Locker)(nil)
 
-// publishTerm writes the term record of an election's grant, now that its
-// fence is known, on every node where its key holds the token, and waits
-// for a majority of the writes (at most one node timeout). The grant's
-// extensions then keep this record and its release deletes it.
+// publishTerm writes the term record of an election's grant, with its
+// fence, on every node where its key holds the token, and waits for a
+// majority of the writes (a node timeout at most).
 func (l *Locker) publishTerm(ctx context.Context, g *grant, since time.Time, identity string, ttl time.Duration) {
 	rec := holder.Term(l.cfg.HolderHead, since, identity, g.token, uint64(g.fence))
-	c := send(context.WithoutCancel(ctx), l, sending{timeout: l.timeout(ttl), after: g.acquiring}, func(ctx context.Context, _ int, n *node) error {
-		if err := l.dupErr(n); err != nil {
-			return err
-		}
+	c := vote(context.WithoutCancel(ctx), l, sending{timeout: l.timeout(ttl), after: g.acquiring}, func(ctx context.Context, _ int, n *node) error {
 		return n.WriteHolders(ctx, g.keys, g.token, rec, ttl)
 	})
 	for ok := 0; c.left > 0 && ok < l.quorum; {
-		if c.out[c.next()] == nil {
+		if c.out[c.next(nil)] == nil {
 			ok++
 		}
 	}
 	g.holder = rec
 }
 
-// termRereads is how many times ReadTerm reads again, a millisecond
-// apart, a majority holder whose record does not have its fence yet (an
-// election's grant between its majority and publishTerm's writes).
+// termRereads is how many times ReadTerm reads again, a millisecond apart,
+// an election's grant whose record does not have its fence yet.
 const termRereads = 5
 
 // ReadTerm implements driver.TermReader: who holds the lock on key, as a
-// majority of the nodes report it, each node read in one MULTI/EXEC (the
-// key, its fence counter and its holder record). The holder is the token
-// that a majority of the nodes hold, and nobody leads when a majority hold
-// no key; anything else (the nodes split, too few answering) is an error
-// matching dlock.ErrUnavailable with a *QuorumError.
+// majority of the nodes report it (each node read in one MULTI/EXEC). The
+// holder is the token that a majority of the nodes hold, and nobody leads
+// when a majority hold no key; anything else (the nodes split, too few
+// answering) is an error matching dlock.ErrUnavailable with a *QuorumError.
 //
 // An election's grant (driver.Identity) publishes its identity and token in
 // its holder record, "dlock:holder:{key}" on each node, in the grant's own
@@ -52,9 +46,8 @@ const termRereads = 5
 // more round trip per election grant, before TryAcquire returns): Leader,
 // Fence and Since come from those records. A grant with WithHolderInfo
 // publishes its host:pid (its Leader) without the fence, and a holder
-// without a record (a bare TryAcquire, another client) has no Leader;
-// either has Fence 0, since no node knows the lock's fence (the largest of
-// its majority's draws).
+// without a record has no Leader; either has Fence 0, since no node knows
+// the lock's fence.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err
@@ -62,44 +55,36 @@ func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	return backend.Reread(ctx, termRereads, func() (dlock.Term, bool, error) { return l.readTerm(ctx, key) })
 }
 
-// readTerm reads the holder of key on every node and returns what a
-// majority reports, and whether the holder is an election's grant whose
-// fence is not published yet.
+// readTerm returns what a majority of the nodes report of key's holder,
+// and whether it is an election's grant whose fence is not published yet.
 func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pending bool, _ error) {
 	full := l.cfg.Prefix + key
-	type read struct {
-		t   rinspect.Term
-		err error
-	}
-	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) read {
-		if err := l.dupErr(n); err != nil {
-			return read{err: err}
+	terms := make([]rinspect.Term, len(l.nodes)) // each node's, read before it answers
+	errs := vote(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, i int, n *node) error {
+		var err error
+		if terms[i], err = rinspect.ReadTerm(ctx, n.Client, full); err != nil {
+			return l.nodeErr(err, l.nodeTimeout)
 		}
-		t, err := rinspect.ReadTerm(ctx, n.Client, full)
-		if err != nil {
-			err = l.nodeErr(err, l.nodeTimeout)
-		}
-		return read{t, err}
-	})
+		return nil
+	}).all()
 	votes := map[string]int{}
-	errs := make([]error, len(res))
 	best := 0
-	for i, r := range res {
-		if errs[i] = r.err; r.err == nil {
-			votes[r.t.Token]++
-			best = max(best, votes[r.t.Token])
+	for i, err := range errs {
+		if err == nil {
+			votes[terms[i].Token]++
+			best = max(best, votes[terms[i].Token])
 		}
 	}
-	if votes[""] >= l.quorum {
-		return dlock.Term{}, false, nil
-	}
-	for tok, n := range votes {
-		if tok == "" || n < l.quorum {
+	for tok, n := range votes { // at most one has a majority
+		if n < l.quorum {
 			continue
 		}
+		if tok == "" {
+			return dlock.Term{}, false, nil // a majority holds no key
+		}
 		t := dlock.Term{Led: true}
-		for _, r := range res {
-			if rec := r.t.Record; r.err == nil && r.t.Token == tok && rec != nil {
+		for i, r := range terms {
+			if rec := r.Record; errs[i] == nil && r.Token == tok && rec != nil {
 				t.Leader, t.Since, t.Fence = rec.Leader(), rec.Since, max(t.Fence, rec.Fence)
 				pending = rec.Identity != ""
 			}

@@ -15,14 +15,14 @@ type NodeResult struct {
 }
 
 // QuorumError reports an operation that did not reach a majority of nodes
-// (or, for an acquisition, reached it without validity left), with
-// every node's answer. Its Unwrap returns the matching dlock sentinel first
+// (or, for an acquisition, reached it without validity left), with every
+// node's answer. Its Unwrap returns the matching dlock sentinel first
 // (dlock.ErrNotAcquired when the lock was busy or the vote split,
 // dlock.ErrUnavailable when fewer than a majority of nodes answered at all,
-// dlock.ErrMisconfigured when too many nodes refused for good for a
-// majority to be left, dlock.ErrNotHeld for an extension or release that a
-// majority answered without the key) and
-// then a *dlock.NodeError for every node that failed.
+// dlock.ErrMisconfigured when so many refused for good, a wrong password
+// say, that no majority is left, dlock.ErrNotHeld for an extension or
+// release that a majority answered without the key), then a
+// *dlock.NodeError for every node that failed.
 type QuorumError struct {
 	Op     string // "acquire", "extend", "release", "set limit" or "leader"
 	Got    int    // nodes that granted (extended, released)

@@ -3,138 +3,101 @@ package redlock
 import (
 	"context"
 	"errors"
-	"sync"
+	"fmt"
 	"sync/atomic"
 	"time"
 )
 
-// inflight is one request sent to every node in parallel, whose replies can
-// be taken as they arrive: an acquisition or a release stops listening once
-// a majority has answered as it hoped.
+// inflight is one request sent to every node in parallel, whose replies
+// are taken as they arrive.
 type inflight[T any] struct {
-	ch       chan indexed[T]
-	out      []T       // per node, valid where got is set
-	got      []bool    // which nodes have answered (or failed)
-	left     int       // replies not yet taken
-	progress *progress // sending.progress
+	ch       chan int // the nodes whose out is written, as they are
+	out      []T      // per node, to be read only where got is set
+	got      []bool   // which nodes' replies were taken
+	left     int      // replies not yet taken
+	progress *progress
 	stop     context.CancelFunc
 }
 
-type indexed[T any] struct {
-	i int
-	v T
-}
-
 // progress tells which nodes' calls of one fan-out have returned, so that
-// a later call to node i can wait for node i's alone (turn), not for the
-// slowest node.
+// a later call to node i waits for node i's alone, not for the slowest.
 type progress struct {
-	done     chan struct{} // closed when every call returned
-	mu       sync.Mutex
-	returned uint64                // bit i: node i's call returned (nodes 0-63)
-	turns    map[int]chan struct{} // made for a later call that waits
+	done  chan struct{}   // closed when every call returned
+	nodes []chan struct{} // nodes[i] closed when node i's call returned
 }
 
-func newProgress() *progress { return &progress{done: make(chan struct{})} }
-
-// markReturned records that node i's call returned, and wakes a later call
-// waiting for it.
-func (p *progress) markReturned(i int) {
-	if p == nil {
-		return
+func newProgress(n int) *progress {
+	p := &progress{done: make(chan struct{}), nodes: make([]chan struct{}, n)}
+	for i := range p.nodes {
+		p.nodes[i] = make(chan struct{})
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if i < 64 {
-		p.returned |= 1 << i
-	}
-	if c, ok := p.turns[i]; ok {
-		close(c)
-		delete(p.turns, i)
-	}
+	return p
 }
 
 // turn returns a channel closed once node i's call has returned, or nil
-// when it has (or p is nil). Beyond 64 nodes it waits for every call.
+// when it has (or p is nil).
 func (p *progress) turn(i int) <-chan struct{} {
 	if p == nil {
 		return nil
 	}
 	select {
-	case <-p.done:
+	case <-p.nodes[i]:
 		return nil
 	default:
+		return p.nodes[i]
 	}
-	if i >= 64 {
-		return p.done
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.returned&(1<<i) != 0 {
-		return nil
-	}
-	if p.turns[i] == nil {
-		if p.turns == nil {
-			p.turns = map[int]chan struct{}{}
-		}
-		p.turns[i] = make(chan struct{})
-	}
-	return p.turns[i]
 }
 
-// errBehind is a node's result in an acquisition that gave up on it unsent:
-// the Locker's earlier request there was still running a timeout later.
+// errBehind: the Locker's earlier request to the node was still running a
+// timeout after the send, so the acquisition's was not sent.
 var errBehind = errors.New("still busy with this Locker's earlier request on the key after the node timeout (not sent)")
 
 // sending says how send sends.
 type sending struct {
 	timeout time.Duration // for each node's call
-	// after, if set, is an earlier fan-out whose call to node i must have
-	// returned before node i's call here starts.
-	after *progress
+	after   *progress     // if set, node i's call here starts after node i's there returned
 	// giveUp: a call that waited a whole timeout for its turn is not sent
-	// (f gets a context ended with cause errBehind): for an acquisition the
-	// node is as good as down, and a request not sent leaves no key behind.
+	// (its context ends with cause errBehind): for an acquisition the node
+	// is as good as down, and a request not sent leaves no key behind.
 	giveUp   bool
 	progress *progress // if set, records this fan-out's progress
 	finally  func()    // if set, runs once every call returned
 }
 
 // send runs f on every node in parallel and returns at once. The calls
-// share one context with the timeout, cancelled by the last of them to
-// return, so that taking only some replies cancels nothing. A call that
-// waits for its turn (after) gets a whole timeout of its own once its turn
-// has come: counted from the send, a chain of waits could leave it no time
-// to be sent, and a release would leave its key behind until the TTL. So an
-// acquisition's call (giveUp) ends within two timeouts of its send, and a
-// release's, which waits for its acquisition's call, within three. f
-// rewrites network and timeout errors so that they do not match the
-// caller's context errors: a node that did not answer in time is the
-// node's failure, not the caller's deadline.
+// share one context with the timeout, cancelled by the last to return, so
+// that taking only some replies cancels nothing. A call that waited for its
+// turn (after) gets a whole timeout of its own from then, or a chain of
+// waits could leave a release no time to be sent: an acquisition's call
+// ends within two timeouts of its send, a release's within three. f
+// rewrites timeout errors so that they do not match the caller's context
+// errors: a node that did not answer in time is the node's failure.
 func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.Context, i int, n *node) T) *inflight[T] {
+	n := len(l.nodes)
 	c := &inflight[T]{
-		ch:       make(chan indexed[T], len(l.nodes)),
-		out:      make([]T, len(l.nodes)),
-		got:      make([]bool, len(l.nodes)),
-		left:     len(l.nodes),
+		ch:       make(chan int, n),
+		out:      make([]T, n),
+		got:      make([]bool, n),
+		left:     n,
 		progress: s.progress,
 	}
 	shared, stop := context.WithTimeout(ctx, s.timeout)
 	c.stop = stop
 	var running atomic.Int32
-	running.Store(int32(len(l.nodes)))
-	for i, n := range l.nodes {
+	running.Store(int32(n))
+	for i, nd := range l.nodes {
 		l.workers.run(func() {
-			var v T
 			if turn := s.after.turn(i); turn != nil {
 				nctx, cancel := s.waitTurn(ctx, turn)
-				v = f(nctx, i, n)
+				c.out[i] = f(nctx, i, nd)
 				cancel()
 			} else {
-				v = f(shared, i, n)
+				c.out[i] = f(shared, i, nd)
 			}
-			c.progress.markReturned(i)
-			c.ch <- indexed[T]{i, v}
+			if c.progress != nil {
+				close(c.progress.nodes[i])
+			}
+			c.ch <- i
 			if running.Add(-1) == 0 {
 				c.stop()
 				if c.progress != nil {
@@ -149,9 +112,21 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 	return c
 }
 
+// vote is send for a call after the acquisition, which returns only an
+// error: a node found to be the same server as an earlier one fails at
+// once, or its answer would count twice.
+func vote(ctx context.Context, l *Locker, s sending, f func(ctx context.Context, i int, n *node) error) *inflight[error] {
+	return send(ctx, l, s, func(ctx context.Context, i int, n *node) error {
+		if d := n.dupOf.Load(); d != 0 {
+			return fmt.Errorf("same server as node %s: skipped, its vote does not count twice", l.nodes[d-1].Name)
+		}
+		return f(ctx, i, n)
+	})
+}
+
 // waitTurn waits for turn and returns the context of the call that waited:
-// a whole timeout from now, or, with giveUp after a whole timeout, one
-// ended with cause errBehind.
+// a whole timeout from now, or, with giveUp after a timeout, one ended
+// with cause errBehind.
 func (s sending) waitTurn(ctx context.Context, turn <-chan struct{}) (context.Context, context.CancelFunc) {
 	if !s.giveUp {
 		<-turn // the earlier call ends within two timeouts of its send
@@ -169,56 +144,43 @@ func (s sending) waitTurn(ctx context.Context, turn <-chan struct{}) (context.Co
 	}
 }
 
-// next takes the next reply to arrive and returns its node's index.
-func (c *inflight[T]) next() int {
-	return c.take(<-c.ch)
-}
-
-// nextCtx is next, or -1 when ctx ends first.
-func (c *inflight[T]) nextCtx(ctx context.Context) int {
+// next takes the next reply to arrive and returns its node's index, or -1
+// when done (nil: never) is closed first.
+func (c *inflight[T]) next(done <-chan struct{}) int {
 	select {
-	case r := <-c.ch:
-		return c.take(r)
-	case <-ctx.Done():
+	case i := <-c.ch:
+		c.got[i] = true
+		c.left--
+		return i
+	case <-done:
 		return -1
 	}
-}
-
-func (c *inflight[T]) take(r indexed[T]) int {
-	c.out[r.i], c.got[r.i] = r.v, true
-	c.left--
-	return r.i
 }
 
 // all takes every reply not yet taken and returns them in node order.
 func (c *inflight[T]) all() []T {
 	for c.left > 0 {
-		c.next()
+		c.next(nil)
 	}
 	return c.out
 }
 
-// fanOut is send's results, in node order, once all calls returned.
-func fanOut[T any](ctx context.Context, l *Locker, timeout time.Duration, f func(ctx context.Context, i int, n *node) T) []T {
-	return send(ctx, l, sending{timeout: timeout}, f).all()
-}
-
 // workers runs the calls of fan-outs on goroutines kept between them: a
 // fresh goroutine grows its stack through go-redis's call path on every
-// call, a kept one once (what that saves: bench/RESULTS.md). An idle
-// worker exits after workerIdle (long against the gap between a lock's
-// calls, short enough that a Locker nobody closes leaves nothing running
-// for long), or at once after Close.
+// call, a kept one once (bench/RESULTS.md). An idle worker exits after
+// workerIdle, long against the gap between a lock's calls, short enough
+// that a Locker nobody closes leaves nothing running for long.
 type workers struct {
 	calls chan func()
-	stop  chan struct{}
-	once  sync.Once
+	stop  context.Context    // done after close
+	close context.CancelFunc // makes idle workers exit, busy ones once their call returns
 }
 
 const workerIdle = 100 * time.Millisecond
 
 func newWorkers() workers {
-	return workers{calls: make(chan func()), stop: make(chan struct{})}
+	stop, cancel := context.WithCancel(context.Background())
+	return workers{calls: make(chan func()), stop: stop, close: cancel}
 }
 
 // run runs f on an idle worker, or on a new one.
@@ -240,11 +202,8 @@ func (w *workers) work(f func()) {
 		case f = <-w.calls:
 		case <-idle.C:
 			return
-		case <-w.stop:
+		case <-w.stop.Done():
 			return
 		}
 	}
 }
-
-// close makes idle workers exit, and busy ones once their call returns.
-func (w *workers) close() { w.once.Do(func() { close(w.stop) }) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/dlock-go/dlock"
@@ -46,10 +47,14 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	listed = listed[:min(limit, len(listed))]
 	var errs []error
 	var rows []dlock.LockInfo
+	refused := 0
 	for i, s := range perNode {
 		r, err := l.complete(ctx, l.nodes[i], s, listed)
 		if err != nil {
 			errs = append(errs, err)
+			if isRefusal(err) {
+				refused++
+			}
 			continue
 		}
 		rows = append(rows, r...)
@@ -62,10 +67,14 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 		rows[i].Majority = votes[[2]string{rows[i].Key, rows[i].Token}] >= l.quorum
 	}
 	rows = rinspect.Sort(rows)
-	if len(errs) > 0 {
-		return rows, fmt.Errorf("dlock: inspect: %w: %w", l.failed(errs), nodeerr.OneLine(errors.Join(errs...)))
+	if len(errs) == 0 {
+		return rows, nil
 	}
-	return rows, nil
+	sentinel := dlock.ErrUnavailable
+	if l.tooMany(refused) {
+		sentinel = dlock.ErrMisconfigured
+	}
+	return rows, fmt.Errorf("dlock: inspect: %w: %w", sentinel, nodeerr.OneLine(errors.Join(errs...)))
 }
 
 // scan scans every node but duplicates of an earlier one, in parallel.
@@ -91,17 +100,13 @@ func (l *Locker) complete(ctx context.Context, n *node, s scanned, listed []stri
 	if s.err != nil {
 		return nil, &dlock.NodeError{Node: n.Name, Err: s.err}
 	}
+	byKey := func(r dlock.LockInfo, k string) int { return strings.Compare(r.Key, k) }
 	var rows []dlock.LockInfo
-	have := map[string]bool{}
-	for _, r := range s.rows {
-		if _, ok := slices.BinarySearch(listed, r.Key); ok {
-			have[r.Key] = true
-			rows = append(rows, r)
-		}
-	}
 	var missing []string
 	for _, k := range listed {
-		if !have[k] {
+		if j, ok := slices.BinarySearchFunc(s.rows, k, byKey); ok { // Scan sorts by key
+			rows = append(rows, s.rows[j])
+		} else {
 			missing = append(missing, l.cfg.Prefix+k)
 		}
 	}

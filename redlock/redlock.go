@@ -28,20 +28,19 @@ import (
 type Locker struct {
 	nodes       []*node
 	quorum      int
-	cfg         backend.Config // the options every backend shares
+	cfg         backend.Config
 	nodeTimeout time.Duration
 	strict      bool
-	notify      *wake.Notifier // wake-on-release
-	workers     workers        // the goroutines of the fan-outs (fanout.go)
-	distinct    atomic.Bool    // every node answered with a run_id of its own (awaitMajority)
-	releasing   sync.Map       // the keys of each release under way to its *progress (releasingOn)
+	notify      *wake.Notifier
+	workers     workers     // the goroutines of the fan-outs
+	distinct    atomic.Bool // every node answered with a run_id of its own (awaitMajority)
+	releasing   sync.Map    // the keys of each release under way to its *progress (releasingOn)
 }
 
 type node struct {
-	*rnode.Node // the protocol on the node
-	// dupOf is 1+the index of an earlier node that turned out to be the same
-	// server (same run_id); 0 while none did. A duplicate's votes do not
-	// count: the quorum must count machines, not clients.
+	*rnode.Node
+	// dupOf is 1+the index of an earlier node found to be the same server
+	// (0: none): its votes do not count, the quorum counts machines.
 	dupOf atomic.Int32
 	run   atomic.Pointer[string] // the server's run_id, once it answered
 }
@@ -67,6 +66,9 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		cfg:         backend.New(backend.FenceTTL, true),
 		nodeTimeout: defaultNodeTimeout,
 	}
+	if err := backend.Apply(l, opts); err != nil {
+		return nil, err
+	}
 	for i, c := range clients {
 		if nodeerr.IsNil(c) {
 			return nil, nodeerr.Invalidf("redis client #%d is nil", i+1)
@@ -77,11 +79,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		case *redis.Ring:
 			return nil, nodeerr.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
 		}
-	}
-	if err := backend.Apply(l, opts); err != nil {
-		return nil, err
-	}
-	for i, c := range clients {
 		l.nodes = append(l.nodes, &node{Node: rnode.New(c, nodeName(c, i), l.cfg.FenceTTL, nil)})
 	}
 	l.notify = wake.New(clients)
@@ -92,14 +89,11 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	} else if n%2 == 0 {
 		problems = append(problems, fmt.Sprintf("%d nodes: an even number tolerates no more failures than %d, and splits can leave nobody a majority", n, n-1))
 	}
-	seen := map[string]int{}
 	for i, nd := range l.nodes {
-		if j, ok := seen[nd.Name]; ok {
+		if j := slices.IndexFunc(l.nodes[:i], func(m *node) bool { return m.Name == nd.Name }); j >= 0 {
 			problems = append(problems, fmt.Sprintf("clients #%d and #%d both point to %s: one server would vote twice", j+1, i+1, nd.Name))
 			nd.dupOf.Store(int32(j + 1))
-			continue
 		}
-		seen[nd.Name] = i
 	}
 	for _, p := range problems {
 		if l.strict {
@@ -115,21 +109,12 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 func (g *grant) Nodes() int { return g.nodes }
 
 // TryAcquire makes one attempt to take the lock on key on a majority of the
-// nodes for ttl, and issues its fence. It returns an error matching
-// dlock.ErrNotAcquired when the lock is held elsewhere, the vote split, or
-// the attempt took so long that no validity was left; dlock.ErrUnavailable
-// when fewer than a majority of nodes answered; dlock.ErrMisconfigured when
-// so many refused for good (a wrong password, say) that no majority is
-// left; dlock.ErrInvalid for bad arguments. Failed attempts are released on
-// every node before TryAcquire returns. A *QuorumError in the chain says
-// what each node answered.
+// nodes for ttl, and issues its fence. It returns dlock.ErrInvalid for bad
+// arguments; any other failure is a *QuorumError whose sentinel says why
+// (dlock.ErrNotAcquired also when the attempt took so long that no
+// validity was left), returned once the attempt was undone on every node.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) {
-		if err := l.cfg.CheckKey(key); err != nil {
-			return nil, err
-		}
-		return l.tryAcquire(ctx, []string{key}, key, ttl)
-	})
+	return multi{l, []string{key}}.TryAcquire(ctx, key, ttl)
 }
 
 // Keys returns a Locker that takes the locks on all of keys at once, or
@@ -137,8 +122,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // lock is held when a majority of nodes granted all of them. Its
 // TryAcquire's key names the group (the handle's Key and the events' key)
 // and sets no key of its own. The handle's fence is above the earlier
-// fences of every one of keys; Extend and Release act on all of them. Wait
-// for it with dlock.Acquire and dlock.Do, like any Locker (its waits poll):
+// fences of every one of keys; Extend and Release act on all of them. Its
+// waits poll:
 //
 //	err := dlock.Do(ctx, locker.Keys("account:1", "account:2"), "transfer", ttl, fn)
 //
@@ -148,7 +133,7 @@ func (l *Locker) Keys(keys ...string) dlock.Locker {
 	return multi{l, slices.Clone(keys)}
 }
 
-// multi is the Locker of Keys.
+// multi is the Locker of Keys, and of TryAcquire (one key, named by itself).
 type multi struct {
 	l    *Locker
 	keys []string
@@ -167,16 +152,16 @@ func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (
 }
 
 // ReleaseToken releases the lock on key if it still holds token, on every
-// node, and waits for every node's answer (unlike Lock.Release, which
-// returns on a majority's). It is for holders that kept only the token,
-// such as shell scripts using `dlock acquire`. It returns an error matching
+// node, and waits for every node's answer (Lock.Release returns on a
+// majority's). It is for holders that kept only the token, such as shell
+// scripts using `dlock acquire`. It returns an error matching
 // dlock.ErrNotHeld when no majority of nodes held key with token, and
 // dlock.ErrUnavailable when too few nodes answered to tell (call it again).
 //
 // Without the handle it does not know the lock's fence, which it must write
 // to every node's counter: it reads the nodes' counters and clocks first and
-// takes the largest, plus the fence TTL when some node did not answer (see
-// docs/fences.md), so fences then jump by the fence TTL. When no node
+// takes the largest, plus the fence TTL when some node did not answer (so
+// fences then jump by the fence TTL; see docs/fences.md). When no node
 // answers that read, it deletes nothing and returns an error matching
 // dlock.ErrUnavailable.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
@@ -207,7 +192,7 @@ func (l *Locker) ExtendToken(ctx context.Context, key, token string, ttl time.Du
 }
 
 // byToken returns the grant of a lock known by its key and token, with a
-// fence read from the nodes (readFence) for op.
+// fence read from the nodes.
 func (l *Locker) byToken(ctx context.Context, op, key, token string) (*grant, error) {
 	if err := l.cfg.CheckToken(ctx, key, token); err != nil {
 		return nil, err
@@ -224,22 +209,19 @@ func (l *Locker) checkKeys(ks []string) error {
 	if len(ks) == 0 {
 		return nodeerr.Invalidf("no keys")
 	}
-	seen := make(map[string]bool, len(ks))
-	for _, k := range ks {
+	for i, k := range ks {
 		if err := l.cfg.CheckKey(k); err != nil {
 			return err
 		}
-		if seen[k] {
+		if slices.Contains(ks[:i], k) {
 			return nodeerr.Invalidf("key %q given twice", k)
 		}
-		seen[k] = true
 	}
 	return nil
 }
 
-// timeout is the per-node timeout for an operation with ttl: the node
-// timeout, but never beyond the TTL's validity, since a later reply could not
-// leave any.
+// timeout is the node timeout for an operation with ttl, cut to the TTL's
+// validity: a later reply could leave none.
 func (l *Locker) timeout(ttl time.Duration) time.Duration {
 	return min(l.nodeTimeout, ttl-bridge.Drift(ttl, l.cfg.DriftFactor))
 }
@@ -250,39 +232,26 @@ type grant struct {
 	keys   []string // with the prefix
 	token  string
 	holder string // the holder record written with the grant ("": none)
-	// fence is the lock's fence, which its extensions and its release
-	// write to every node's counters below it.
-	fence int64
+	fence  int64  // written by extensions and the release to every counter below it
 	// acquiring tells which nodes have answered the acquisition (nil: all
-	// had): a later request to node i waits for node i's answer, which it
-	// would otherwise overtake, leaving a key behind until its TTL.
+	// had): a later request to node i waits for node i's answer, or it
+	// could overtake it and leave a key behind until its TTL.
 	acquiring *progress
-	nodes     int  // how many nodes granted the lock when it counted as held
-	waitAll   bool // Release waits for every node (ReleaseToken: the caller may exit)
-	// sem is a permit's semaphore ("" for a lock): its extension keeps the
-	// limit record alive, its release wakes the semaphore's waiters.
-	sem string
+	nodes     int    // how many nodes granted the lock when it counted as held
+	waitAll   bool   // Release waits for every node (ReleaseToken: the caller may exit)
+	sem       string // a permit's semaphore ("": a lock)
 }
 
-// Extend resets the TTL on every node that still holds the token, in
-// parallel; it succeeds with a majority and returns the new validity,
-// measured from before the requests were sent.
+// Extend resets the TTL on every node that still holds the token; it
+// succeeds with a majority, and the new validity counts from before the
+// requests were sent.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
 	}
-	if g.acquiring != nil {
-		select { // every node has answered the acquisition (within a node timeout)
-		case <-g.acquiring.done:
-		case <-ctx.Done():
-		}
-	}
 	start := time.Now()
 	timeout := g.l.timeout(ttl)
-	res := fanOut(ctx, g.l, timeout, func(ctx context.Context, _ int, n *node) error {
-		if err := g.l.dupErr(n); err != nil {
-			return err
-		}
+	res := vote(ctx, g.l, sending{timeout: timeout, after: g.acquiring}, func(ctx context.Context, _ int, n *node) error {
 		held, err := n.Extend(ctx, g.keys, g.token, g.holder, g.sem, g.fence, ttl)
 		if err != nil {
 			return g.l.nodeErr(err, timeout)
@@ -291,7 +260,7 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 			return errNotHeldHere
 		}
 		return nil
-	})
+	}).all()
 	ok, refused, nodes := g.l.tally(res, nil, errNotHeldHere)
 	if ok >= g.l.quorum {
 		return bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
@@ -304,23 +273,19 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	return time.Time{}, g.l.withCtx(ctx, qe)
 }
 
-// Release deletes the keys on every node that still holds the token, in
-// parallel. It returns as soon as a majority has deleted them: the lock is
-// then released, and the other nodes' deletions finish within the node
-// timeout. It also returns when ctx ends, with the deletions still under way.
+// Release deletes the keys on every node that still holds the token, and
+// returns once a majority has (the others finish within the node timeout)
+// or ctx ends, with the deletions still under way.
 func (g *grant) Release(ctx context.Context) error {
 	c := g.l.release(ctx, rnode.Release{Keys: g.keys, Token: g.token, Holder: g.holder, Fence: g.fence, Wake: true, Sem: g.sem}, g.acquiring)
 	ok := 0
-	for c.left > 0 {
-		i := c.nextCtx(ctx)
+	for c.left > 0 && (ok < g.l.quorum || g.waitAll) {
+		i := c.next(ctx.Done())
 		if i < 0 {
 			break
 		}
 		if c.out[i] == nil {
 			ok++
-		}
-		if ok >= g.l.quorum && !g.waitAll {
-			return nil
 		}
 	}
 	if ok >= g.l.quorum {
@@ -336,28 +301,16 @@ func (g *grant) Release(ctx context.Context) error {
 	return g.l.withCtx(ctx, qe)
 }
 
-// dupErr returns an error for a node that is the same server as an earlier
-// one: extend and release skip it, since the earlier node does the work and
-// a second answer from the same server would count twice.
-func (l *Locker) dupErr(n *node) error {
-	if d := n.dupOf.Load(); d != 0 {
-		return fmt.Errorf("same server as node %s: skipped, its vote does not count twice", l.nodes[d-1].Name)
-	}
-	return nil
-}
-
 var (
 	errNotHeldHere = errors.New("does not hold the lock's token")
 	errNoAnswerYet = errors.New("no answer yet when the caller's context ended")
 )
 
-// release sends the deletion rel to every node, each node's after that
-// node answered the acquisition (after), and returns at once; each node's
-// outcome is nil when it deleted. The deletions run to the end even when
-// ctx is cancelled (each within the node timeout), so that giving up on a
-// release leaves no key behind; until they have, the Locker's next
-// acquisition of the same keys waits for them (releasingOn). rnode.Release
-// says what each node does (fence, wake-up, holder record).
+// release sends rel to every node, each node's after that node answered
+// the acquisition (after), and returns at once; a node's outcome is nil
+// when it deleted. The deletions run to the end whatever ctx, so that
+// giving up on a release leaves no key behind; until they have, the
+// Locker's next acquisition of the keys waits for them (releasingOn).
 func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress) *inflight[error] {
 	lockKeys := rel.Keys
 	announced := lockKeys[0]
@@ -365,13 +318,10 @@ func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress
 		announced = rel.Sem
 	}
 	// Registered before the deletions are sent, for the last to remove.
-	id, p := strings.Join(lockKeys, "\x00"), newProgress()
+	id, p := strings.Join(lockKeys, "\x00"), newProgress(len(l.nodes))
 	l.releasing.Store(id, p)
 	finally := func() { l.releasing.CompareAndDelete(id, p) }
-	return send(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, _ int, n *node) error {
-		if err := l.dupErr(n); err != nil {
-			return err
-		}
+	return vote(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, _ int, n *node) error {
 		deleted, woken, err := n.Release(ctx, rel)
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)
@@ -387,11 +337,9 @@ func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress
 }
 
 // releasingOn returns the progress of this Locker's release of keys while
-// it is still under way on some node (nil when none is). Release returns
-// once a majority deleted; a Locker taking the same lock again at once sends
-// its attempt to each node after that node's deletion, or it would find its
-// own old key on the late nodes and lose them from its majority (and their
-// fence counters would fall behind).
+// it is under way on some node (nil: none is). An attempt on the same keys
+// goes to each node after that node's deletion, or it would find its own
+// old key on the late nodes and lose them from its majority.
 func (l *Locker) releasingOn(keys []string) *progress {
 	v, ok := l.releasing.Load(strings.Join(keys, "\x00"))
 	if !ok {
@@ -401,26 +349,24 @@ func (l *Locker) releasingOn(keys []string) *progress {
 }
 
 // releaseEverywhere undoes a failed acquisition on every node, including
-// those whose reply was lost, and waits (at most one node timeout) so that
-// the attempt leaves nothing behind when TryAcquire returns. It announces
-// nothing: the lock was never held, and waking a waiter (maybe this Locker
-// itself) would only make it retry against the same holder. The attempt's
-// holder record is deleted where it was written.
+// those whose reply was lost, and waits for them (a node timeout at most).
+// It wakes nobody: the lock was never held, and a waiter would only retry
+// against the same holder.
 func (l *Locker) releaseEverywhere(ctx context.Context, t *try) {
 	l.release(ctx, rnode.Release{Keys: t.full, Token: t.token, Holder: t.rec}, nil).all()
 }
 
-// tally counts the nodes whose result is nil (each server once) and those
-// that answered with refused, and builds the per-node report; got, if not
-// nil, tells which nodes answered.
+// tally counts the nodes whose result is nil and those that answered with
+// refused, and builds the per-node report; got, if not nil, tells which
+// nodes answered.
 func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nodes []NodeResult) {
 	nodes = make([]NodeResult, len(res))
-	for i, err := range res {
-		nd := l.nodes[i]
-		if got != nil && !got[i] {
-			err = errNoAnswerYet
+	for i := range res {
+		err := errNoAnswerYet // res[i] may still be written
+		if got == nil || got[i] {
+			err = res[i]
 		}
-		nodes[i] = NodeResult{Node: nd.Name, OK: err == nil, Err: err}
+		nodes[i] = NodeResult{Node: l.nodes[i].Name, OK: err == nil, Err: err}
 		switch {
 		case err == nil:
 			ok++
@@ -435,41 +381,25 @@ func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nod
 // cannot change (a wrong password, an ACL, a replica: rclient.Kind).
 func isRefusal(err error) bool { return err != nil && rclient.Kind(err) == nodeerr.Refused }
 
-// tooMany reports whether n nodes that refuse for good leave too few for
-// a majority: then no attempt can succeed until someone fixes them.
+// tooMany reports whether n nodes that refuse for good leave no majority.
 func (l *Locker) tooMany(n int) bool { return n > len(l.nodes)-l.quorum }
 
 // misconfigured makes qe, an operation that failed as unavailable, a
 // dlock.ErrMisconfigured when too many nodes refused it for good.
 func (l *Locker) misconfigured(qe *QuorumError) {
-	errs := make([]error, len(qe.Nodes))
-	for i, n := range qe.Nodes {
-		errs[i] = n.Err
+	refused := 0
+	for _, n := range qe.Nodes {
+		if isRefusal(n.Err) {
+			refused++
+		}
 	}
-	if qe.sentinel == dlock.ErrUnavailable && l.failed(errs) == dlock.ErrMisconfigured {
+	if qe.sentinel == dlock.ErrUnavailable && l.tooMany(refused) {
 		qe.sentinel, qe.Reason = dlock.ErrMisconfigured, "too many nodes refused for a majority: fix their setup"
 	}
 }
 
-// failed returns the sentinel of an operation whose nodes failed with
-// errs: dlock.ErrMisconfigured when too many refused for good (isRefusal),
-// dlock.ErrUnavailable otherwise.
-func (l *Locker) failed(errs []error) error {
-	refused := 0
-	for _, err := range errs {
-		if isRefusal(err) {
-			refused++
-		}
-	}
-	if l.tooMany(refused) {
-		return dlock.ErrMisconfigured
-	}
-	return dlock.ErrUnavailable
-}
-
-// withCtx adds the caller's context error when the context ended during the
-// operation, so that a cancelled call matches context.Canceled or
-// context.DeadlineExceeded as well.
+// withCtx adds the caller's context error when it ended during the
+// operation, for errors.Is.
 func (l *Locker) withCtx(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("%w: %w", err, cerr)
@@ -495,8 +425,7 @@ func nodeName(c redis.UniversalClient, i int) string {
 var _ driver.ReleaseNotifier = (*Locker)(nil)
 
 // NotifyRelease implements driver.ReleaseNotifier: the channel receives a
-// value when the lock on key may have been released on some node, so a
-// waiting Acquire retries at once instead of at its next poll. It sends
+// value when the lock on key may have been released on some node. It sends
 // nothing; the subscription to a node opens when a waiting attempt first
 // finds the key busy there. stop must be called exactly once. After Close
 // the channel never fires and waits poll.
@@ -511,9 +440,9 @@ func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan s
 // pub/sub connection and goroutine per node, opened by waiting Acquires,
 // otherwise closed with the clients or after 30s without waiters) and takes
 // the Locker out of the waiter queues it is in; waits fall back to polling,
-// locks keep working. It also waits for releases still under way on some
-// nodes (Release returns once a majority deleted), at most about two node
-// timeouts: a program that exits right after releasing should call Close
+// locks keep working. It also waits, about two node timeouts at most, for
+// releases still under way on some nodes (Release returns once a majority
+// deleted): a program that exits right after releasing should call Close
 // first, or the slower nodes keep the key until its TTL. It does not close
 // the clients, is safe to call more than once and concurrently with other
 // methods, and returns nil.

@@ -17,10 +17,9 @@ import (
 var _ driver.Semaphores = (*Locker)(nil)
 
 // Semaphore implements driver.Semaphores (see dlock.Semaphore): its
-// TryAcquire tries the slots of name in order, from {name}#0, each a
-// Redlock round of its own until a majority grants one: on each node one
-// script checks the limit recorded there and takes the slot only if it is
-// free. See Semaphores in the package documentation.
+// TryAcquire tries the slots of name in order, each a Redlock round of its
+// own, until a majority grants one (see Semaphores in the package
+// documentation).
 func (l *Locker) Semaphore(limit int) dlock.Locker { return semaphore{l, limit} }
 
 // semaphore is the Locker of Semaphore.
@@ -35,9 +34,8 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 	return s.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) { return s.try(ctx, name, ttl) })
 }
 
-// NotifyRelease implements driver.ReleaseNotifier: a release of any
-// permit of name wakes the Locker's waiter that heads the semaphore's
-// queue on the nodes, as a lock's release does (see Locker.NotifyRelease).
+// NotifyRelease implements driver.ReleaseNotifier: a release of any permit
+// of name wakes the semaphore's longest waiter, as a lock's release does.
 func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{}, func()) {
 	if bridge.KeyProblem(name) != "" {
 		return nil, func() {}
@@ -69,9 +67,9 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 }
 
 // conflict returns the error of a permit's attempt that so many nodes
-// refused for another limit recorded there that no majority can grant it
-// (more than N - quorum), after releasing the attempt on every node; nil
-// when they were fewer (a minority's stale record does not block).
+// refused for another recorded limit that no majority is left, after
+// releasing it everywhere; nil when they were fewer (a minority's stale
+// record blocks nobody).
 func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) error {
 	if t.sem == "" {
 		return nil
@@ -79,7 +77,7 @@ func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) err
 	n, server := 0, int64(0)
 	for _, r := range replies {
 		if r.err == nil && r.Status == rnode.Conflict {
-			n, server = n+1, r.limit
+			n, server = n+1, r.Fence
 		}
 	}
 	if !l.tooMany(n) {
@@ -89,18 +87,9 @@ func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) err
 	return backend.LimitConflict(t.display, int(server), t.limit)
 }
 
-// attemptPermit runs the semaphore script for t's slot on node n: it
-// grants the slot only where it is free, no slot at or above the limit is
-// held, and the limit recorded there (if any permit is held there) is
-// t's. A first call to a node probes it first, in a round trip of its own
-// (rnode.Permit takes no Before).
+// attemptPermit runs the semaphore script for t's slot on node n (the
+// script checks the slot and the limit recorded there).
 func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, timeout time.Duration) *nodeReply {
-	if n.run.Load() == nil {
-		p := n.Client.Pipeline()
-		read := l.probe(ctx, n, p)
-		_, _ = p.Exec(ctx)
-		read()
-	}
 	args := []any{t.token, bridge.Milliseconds(t.ttl), l.cfg.FenceTTL.Milliseconds(), t.limit, "", "", "", "", "", t.slot}
 	_, queue := t.plan.Queue(i)
 	copy(args[4:9], queue)
@@ -118,50 +107,41 @@ func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, time
 			span = int(r.Fence)
 			continue
 		}
-		return &nodeReply{AcquireResult: r, limit: r.Fence} // Fence: the node's limit when Conflict
+		return &nodeReply{AcquireResult: r}
 	}
 	return &nodeReply{err: errors.New("the limit changed while this attempt read the semaphore")}
 }
 
+// errNoSlot is SetLimit's answer from a node that holds no slot of the
+// semaphore, so there is no limit to change.
+var errNoSlot = errors.New("holds no slot of the semaphore: nothing to change")
+
 // SetLimit implements driver.Semaphores (see dlock.SetLimit): it records
 // limit on every node where a slot of name is held, and succeeds when a
-// majority did, or when so many nodes hold no slot of name that no permit
-// can be held (there is nothing to change). It returns an error matching
-// dlock.ErrUnavailable, with a *QuorumError, otherwise.
+// majority did, or when so many nodes hold no slot that no permit can be
+// held. It returns an error matching dlock.ErrUnavailable, with a
+// *QuorumError, otherwise.
 func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 	if err := l.cfg.CheckLimit(ctx, name, limit); err != nil {
 		return err
 	}
 	sem := l.cfg.Prefix + bridge.SlotPrefix(name)
-	type answer struct {
-		recorded bool
-		err      error
-	}
-	res := fanOut(ctx, l, l.nodeTimeout, func(ctx context.Context, _ int, n *node) answer {
-		if err := l.dupErr(n); err != nil {
-			return answer{err: err}
-		}
+	res := vote(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, _ int, n *node) error {
 		recorded, err := n.SetLimit(ctx, sem, limit)
-		if err != nil {
-			return answer{err: l.nodeErr(err, l.nodeTimeout)}
-		}
-		return answer{recorded: recorded}
-	})
-	qe := &QuorumError{Op: "set limit", Need: l.quorum, sentinel: dlock.ErrUnavailable,
-		Reason: "too few nodes recorded the limit"}
-	empty := 0
-	for i, a := range res {
-		qe.Nodes = append(qe.Nodes, NodeResult{Node: l.nodes[i].Name, OK: a.recorded, Err: a.err})
 		switch {
-		case a.recorded:
-			qe.Got++
-		case a.err == nil:
-			empty++
+		case err != nil:
+			return l.nodeErr(err, l.nodeTimeout)
+		case !recorded:
+			return errNoSlot
 		}
-	}
-	if qe.Got >= l.quorum || l.tooMany(empty) {
+		return nil
+	}).all()
+	ok, empty, nodes := l.tally(res, nil, errNoSlot)
+	if ok >= l.quorum || l.tooMany(empty) {
 		return nil
 	}
+	qe := &QuorumError{Op: "set limit", Got: ok, Need: l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable,
+		Reason: "too few nodes recorded the limit"}
 	l.misconfigured(qe)
 	return fmt.Errorf("dlock: set limit of %q: %w", name, l.withCtx(ctx, qe))
 }

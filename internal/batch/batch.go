@@ -1,13 +1,7 @@
 // Package batch sends the commands of concurrent callers over one go-redis
-// client as a group commit: while one batch is in flight, commands that
-// arrive wait, and are sent together, as one pipeline, when it returns. A
-// caller alone sends its command at once with its own context. It buys
-// throughput under many keys (bench/RESULTS.md, "Group commit in the
-// library").
-//
-// Every caller keeps its own deadline (the rules, as users see them: package
-// redislock, "Concurrent calls"). A waiting caller whose context ends
-// leaves the queue unsent. A batch is sent by the waiting caller with the
+// client as a group commit, with the rules users see in package redislock,
+// "Concurrent calls" (the throughput it buys: bench/RESULTS.md, "Group
+// commit in the library"). A batch is sent by the waiting caller with the
 // latest deadline, under it, and carries only callers whose deadline is not
 // later. A caller whose context ends while its command is in flight returns
 // at once, and may ask for the reply when it comes, to undo the command's
@@ -26,12 +20,11 @@ import (
 	"github.com/dlock-go/dlock/internal/rclient"
 )
 
-// Batcher is a group commit over one client. Its zero value is not usable;
-// create one with New.
+// Batcher is a group commit over one client, made by New.
 type Batcher struct {
-	// one sends a command alone, many a batch, each leaving the replies in
-	// the commands (two: a one-element slice would cost the lone call an
-	// allocation).
+	// one sends a command alone (a one-element slice to many would cost
+	// the lone call an allocation), many a batch; both leave the replies
+	// in the commands.
 	one  func(ctx context.Context, cmd redis.Cmder)
 	many func(ctx context.Context, cmds []redis.Cmder)
 
@@ -40,7 +33,7 @@ type Batcher struct {
 	pending  []*request // waiting for the next batch, in arrival order
 }
 
-// New returns a Batcher that sends over c: one command alone, more as a
+// New returns a Batcher that sends over c, more than one command as a
 // pipeline.
 func New(c *redis.Client) *Batcher {
 	return &Batcher{
@@ -55,9 +48,8 @@ func New(c *redis.Client) *Batcher {
 	}
 }
 
-// For returns a Batcher over c when c is a single-node client (NewClient,
-// NewFailoverClient), else nil: a Cluster or a Ring client routes each
-// command to a node of its own.
+// For returns a Batcher over c when c is a single-node client, else nil: a
+// Cluster or a Ring client routes each command to a node of its own.
 func For(c redis.UniversalClient) *Batcher {
 	if c, ok := c.(*redis.Client); ok {
 		return New(c)
@@ -96,8 +88,8 @@ type LeftError struct {
 }
 
 // OnReply has fn called with the command once it holds its reply (or its
-// batch's error), if Sent: at once if it does already, else on the
-// goroutine that sent the batch, which fn must not block.
+// batch's error), if Sent: at once, or on the goroutine that sent the
+// batch, which fn must not block.
 func (e *LeftError) OnReply(fn func(cmd redis.Cmder)) {
 	if !e.Sent {
 		return
@@ -184,9 +176,8 @@ func (b *Batcher) Do(ctx context.Context, cmd redis.Cmder) error {
 	return cmd.Err()
 }
 
-// sendBatch sends the commands of batch, whose sender's context is ctx:
-// the others' commands must not fail with its cancellation, and its
-// deadline is the latest of the batch.
+// sendBatch sends the commands of batch under the sender's deadline (the
+// batch's latest), without its cancellation, which is not the others'.
 func (b *Batcher) sendBatch(ctx context.Context, deadline time.Time, batch []*request) {
 	cmds := make([]redis.Cmder, len(batch))
 	for i, q := range batch {
@@ -201,8 +192,8 @@ func (b *Batcher) sendBatch(ctx context.Context, deadline time.Time, batch []*re
 	b.many(ctx, cmds)
 }
 
-// finish hands out the replies of a batch that returned and starts the
-// next one, if any caller waits.
+// finish hands out the replies of a batch that returned and hands the
+// next one on.
 func (b *Batcher) finish(batch []*request) {
 	var orphans []*request
 	b.mu.Lock()
@@ -242,8 +233,7 @@ func (b *Batcher) handOn() {
 	close(next.done)
 }
 
-// later reports whether deadline a is later than b, a zero deadline (none)
-// being the latest.
+// later reports whether deadline a is later than b; zero (none) is latest.
 func later(a, b time.Time) bool {
 	if a.IsZero() {
 		return !b.IsZero()
