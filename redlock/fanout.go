@@ -124,12 +124,15 @@ func vote(ctx context.Context, l *Locker, s sending, f func(ctx context.Context,
 	})
 }
 
-// waitTurn waits for turn and returns the context of the call that waited:
-// a whole timeout from now, or, with giveUp after a timeout, one ended
-// with cause errBehind.
+// waitTurn waits for turn (or ctx's end: the call then fails unsent) and
+// returns the context of the call that waited: a whole timeout from now,
+// or, with giveUp after a timeout, one ended with cause errBehind.
 func (s sending) waitTurn(ctx context.Context, turn <-chan struct{}) (context.Context, context.CancelFunc) {
 	if !s.giveUp {
-		<-turn // the earlier call ends within two timeouts of its send
+		select { // the earlier call ends within two timeouts of its send
+		case <-turn:
+		case <-ctx.Done(): // the call fails at once, unsent
+		}
 		return context.WithTimeout(ctx, s.timeout)
 	}
 	t := time.NewTimer(s.timeout)

@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -172,6 +173,33 @@ func TestSlowMinorityDoesNotDelay(t *testing.T) {
 	lock = mustAcquire(t, other, key, 10*time.Second)
 	if ks := keysOn(t, rs, key); len(ks) != 5 {
 		t.Fatalf("the next holder holds %d nodes, want all 5: %v", len(ks), ks)
+	}
+	lock.Release(testCtx(t))
+}
+
+// An Extend called while two slow nodes have not yet answered the
+// acquisition still ends with its caller's context: it does not wait out
+// the slow nodes (each Extend call on a node waits for that node's answer
+// to the acquisition, but not past the caller's deadline).
+func TestExtendBehindSlowAcquisitionKeepsCallersDeadline(t *testing.T) {
+	rs := testsrv.StartRedisN(t, 5)
+	l, ps := proxied(t, rs, []int{3, 4}, redlock.WithNodeTimeout(5*time.Second))
+	warm(t, l)
+	warm(t, l)
+	for _, i := range []int{3, 4} {
+		ps[i].Latency(t, 1500*time.Millisecond, 0)
+	}
+	lock := mustAcquire(t, l, lockcheck.Key(t), 20*time.Second)
+	const deadline = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(testCtx(t), deadline)
+	defer cancel()
+	start := time.Now()
+	err := lock.Extend(ctx, 20*time.Second)
+	if took := time.Since(start); took > deadline+time.Second {
+		t.Fatalf("Extend with a %v deadline returned after %v (%v): it waited for the slow nodes' acquisition", deadline, took, err)
+	}
+	for _, p := range ps {
+		p.Heal()
 	}
 	lock.Release(testCtx(t))
 }
