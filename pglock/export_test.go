@@ -1,6 +1,7 @@
 package pglock
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -10,7 +11,7 @@ import (
 // TryAcquireGrant is TryAcquire without the handle, so that tests see what
 // the grant itself returns, apart from dlock.Lock's wrapping.
 func (l *Locker) TryAcquireGrant(ctx context.Context, key string, ttl time.Duration) (g driver.Grant, fence uint64, validUntil time.Time, err error) {
-	if err := l.checkArgs(ctx, key, ttl); err != nil {
+	if err := cmp.Or(l.cfg.Check(ctx, key, ttl), l.checkTTL(ttl)); err != nil {
 		return nil, 0, time.Time{}, err
 	}
 	conn, err := l.pin(ctx, key)

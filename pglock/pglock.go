@@ -139,7 +139,7 @@ const maxSessionLease = math.MaxInt32 * time.Millisecond
 
 // checkTTL rejects a ttl no lock honours, or too long for the lease.
 func (l *Locker) checkTTL(ttl time.Duration) error {
-	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil || l.lease < 0 {
+	if err := l.cfg.CheckTTL(ttl); err != nil || l.lease < 0 {
 		return err
 	}
 	if ms := bridge.Milliseconds(ttl + l.lease); ms > maxSessionLease.Milliseconds() {
@@ -173,6 +173,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		cfg:      backend.New(0, false),
 		direct:   cc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cc.Tracer == nil,
 	}
+	l.cfg.NoDrift = true // a session lock's validity sets no margin aside
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
@@ -233,15 +234,6 @@ func (l *Locker) acquire(ctx context.Context, name string, k *Key, ttl time.Dura
 		}
 		return driver.NewLock(name, bridge.NewToken(), g.fence, validUntil, g), nil
 	})
-}
-
-// checkArgs is backend.Config's Check without the drift margin: a session
-// lock's validity sets none aside.
-func (l *Locker) checkArgs(ctx context.Context, name string, ttl time.Duration) error {
-	if err := l.cfg.CheckRead(ctx, name); err != nil {
-		return err
-	}
-	return l.checkTTL(ttl)
 }
 
 // resolve checks ctx and name and returns k (ForKey's), or when k is nil

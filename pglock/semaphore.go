@@ -1,6 +1,7 @@
 package pglock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +15,6 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // semaphoreTable holds a row per semaphore name (prefix included).
@@ -50,10 +50,7 @@ type semaphore struct {
 func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
 	l := s.l
 	return l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
-		if err := nodeerr.Invalid(bridge.LimitProblem(s.limit)); err != nil {
-			return nil, err
-		}
-		if err := l.checkArgs(ctx, name, ttl); err != nil {
+		if err := cmp.Or(l.cfg.CheckPermit(ctx, name, ttl, s.limit), l.checkTTL(ttl)); err != nil {
 			return nil, err
 		}
 		conn, err := l.pin(ctx, name)

@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -81,5 +82,29 @@ func TestSemaphoreInspect(t *testing.T) {
 	}
 	if len(infos) != 1 || infos[0].Key != lock.Key() || infos[0].Limit != 3 {
 		t.Fatalf("Inspect: %+v; want the permit on %q with limit 3", infos, lock.Key())
+	}
+}
+
+// A session lock's validity sets no drift margin aside, so a ttl of 1ms,
+// inside the Redis backends' margin, is a valid argument for a lock's and
+// a permit's attempt and Extend (which may still fail for taking longer
+// than the ttl).
+func TestShortTTLAccepted(t *testing.T) {
+	l := newLocker(t, 3)
+	for name, lk := range map[string]dlock.Locker{"lock": l, "permit": dlock.Semaphore(l, 2)} {
+		ctx, key := testCtx(t), uniqueKey(t)+name
+		if lock, err := lk.TryAcquire(ctx, key, time.Millisecond); errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s with ttl 1ms: %v", name, err)
+		} else if err == nil {
+			_ = lock.Release(context.Background())
+		}
+		lock, err := lk.TryAcquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lock.Extend(ctx, time.Millisecond); errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s's Extend with ttl 1ms: %v", name, err)
+		}
+		_ = lock.Release(context.Background())
 	}
 }

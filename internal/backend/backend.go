@@ -26,6 +26,7 @@ import (
 type Config struct {
 	Prefix      string        // prepended to every lock key (WithPrefix)
 	DriftFactor float64       // the TTL's share set aside for clock drift
+	NoDrift     bool          // validity sets no margin aside (pglock's session locks)
 	FenceTTL    time.Duration // how long a fence counter outlives its last write
 	HolderHead  string        // the holder record up to "since" (holder.Head); "": none
 	Logger      *slog.Logger
@@ -128,9 +129,12 @@ func (c *Config) CheckKey(key string) error {
 	return nil
 }
 
-// CheckTTL refuses a TTL that no backend honours or that leaves no
-// validity after the drift margin.
+// CheckTTL refuses a TTL that no backend honours or, unless NoDrift, that
+// leaves no validity after the drift margin.
 func (c *Config) CheckTTL(ttl time.Duration) error {
+	if c.NoDrift {
+		return nodeerr.Invalid(bridge.TTLProblem(ttl))
+	}
 	return nodeerr.Invalid(bridge.ValidityProblem(ttl, c.DriftFactor))
 }
 

@@ -47,6 +47,13 @@ func TestRefusals(t *testing.T) {
 	if err := p.CheckKey("dlock:x"); err != nil {
 		t.Errorf("a key without a reserved namespace: %v", err)
 	}
+	p.NoDrift = true
+	if err := p.CheckTTL(time.Millisecond); err != nil {
+		t.Errorf("ttl 1ms without a drift margin: %v", err)
+	}
+	if err := p.CheckTTL(0); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("ttl 0 without a drift margin: %v, want ErrInvalid", err)
+	}
 }
 
 // CheckInspect reads a pattern as Redis reads a glob, so that one pattern
