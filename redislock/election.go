@@ -22,7 +22,6 @@ const termRereads = 3
 // does. Leader (the identity, else host:pid) and Since come from a record
 // whose token is the key's; a holder without one is reported with its
 // fence and no Leader.
-
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err

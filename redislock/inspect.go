@@ -26,7 +26,6 @@ var _ dlock.Inspector = (*Locker)(nil)
 // by key: the first the scan finds, not the first by name. It returns an
 // error matching dlock.ErrUnavailable when a server could not be reached
 // or answered with an error.
-
 func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dlock.LockInfo, error) {
 	pattern, _, limit, err := backend.CheckInspect(ctx, pattern, limit)
 	if err != nil {

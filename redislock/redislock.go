@@ -117,7 +117,6 @@ func (l *Locker) register(name, full string) (<-chan struct{}, func()) {
 // of its waiter queues; waits then poll, and everything else keeps
 // working. It does not close the client, is safe to call more than once
 // and concurrently with other methods, and returns nil.
-
 func (l *Locker) Close() error {
 	if l.notify != nil {
 		l.notify.Close()

@@ -38,7 +38,6 @@ func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{
 }
 
 // semKey is the semaphore's name on the server: its slot keys' prefix.
-
 func (l *Locker) semKey(name string) string { return l.cfg.Prefix + bridge.SlotPrefix(name) }
 
 func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {

@@ -67,9 +67,8 @@ func Apply[L any, O ~func(L) error](l L, opts []O) error {
 // Done builds the Events of a Locker of backend, once its options are set.
 func (c *Config) Done(backend string) { c.Events = driver.NewEvents(backend, c.Logger, c.observers...) }
 
-// The setters of the options of the same names (WithPrefix, ...), each
-// refusing the values its option's doc refuses.
-
+// SetPrefix and the setters after it set the options of the same names
+// (WithPrefix, ...), each refusing the values its option's doc refuses.
 func (c *Config) SetPrefix(prefix string) error {
 	if c.reserved != "" && strings.HasPrefix(prefix, c.reserved) {
 		return nodeerr.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, c.reserved)
@@ -138,11 +137,11 @@ func (c *Config) CheckTTL(ttl time.Duration) error {
 	return nodeerr.Invalid(bridge.ValidityProblem(ttl, c.DriftFactor))
 }
 
-// The checks of the arguments of an attempt (Check), a semaphore's
-// (CheckPermit), SetLimit (CheckLimit), a read of one key (CheckRead:
-// ReadTerm) and an operation that takes a token instead of a handle
-// (CheckToken). Each refuses the first bad argument, in order.
-
+// Check and the checks after it refuse the arguments of an attempt
+// (Check), a semaphore's (CheckPermit), SetLimit (CheckLimit), a read of
+// one key (CheckRead: ReadTerm) and an operation that takes a token
+// instead of a handle (CheckToken). Each refuses the first bad argument,
+// in order.
 func (c *Config) Check(ctx context.Context, key string, ttl time.Duration) error {
 	return cmp.Or(c.CheckRead(ctx, key), c.CheckTTL(ttl))
 }

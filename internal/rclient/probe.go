@@ -45,7 +45,6 @@ func Probe(ctx context.Context, c redis.UniversalClient, probeKey string) (n Nat
 // decide reads the probe's replies: a command the server has answers 0 or
 // nil on a missing key; one it lacks (or an ACL denies, or a proxy does
 // not pass) answers an error. A command unanswered decides nothing.
-
 func decide(delex, delifeq, set error) (n Native, ok bool) {
 	for _, err := range []error{delex, delifeq, set} {
 		if err != nil && err != redis.Nil && !IsReply(err) {

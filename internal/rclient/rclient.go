@@ -82,7 +82,6 @@ func Describe(err error) error { return nodeerr.Describe(err, Kind(err)) }
 // Exec sends pipe's commands and gives each one that got no reply the
 // pipeline's error: go-redis leaves a handshake's error reply (WRONGPASS,
 // NOAUTH) off the commands, which would read as empty successes.
-
 func Exec(ctx context.Context, pipe redis.Pipeliner) {
 	cmds, err := pipe.Exec(ctx)
 	if err == nil {

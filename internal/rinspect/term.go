@@ -19,7 +19,6 @@ type Term struct {
 }
 
 // Record is the holder record of package holder, in keys.Holder(key).
-
 type Record struct {
 	Host     string    `json:"host"`
 	PID      int       `json:"pid"`

@@ -64,7 +64,6 @@ func pipelined(ctx context.Context, c redis.UniversalClient, before func(redis.P
 }
 
 // WriteHolders runs writeHolders' calls in one round trip.
-
 func (n *Node) WriteHolders(ctx context.Context, lockKeys []string, token, rec string, ttl time.Duration) error {
 	return pipelined(ctx, n.Client, nil, writeHolders(lockKeys, token, rec, ttl)...)[0].Err()
 }

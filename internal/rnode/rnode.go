@@ -270,7 +270,6 @@ func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bo
 // eviction policy (none without a logger). A call waits for a probe in
 // progress within ctx, else uses the scripts; a probe that got no answer
 // is made again by the next call.
-
 func (n *Node) Features(ctx context.Context) rclient.Native {
 	if n.logger == nil {
 		return rclient.Native{}

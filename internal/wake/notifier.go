@@ -262,7 +262,6 @@ func (p *Plan) Lost(i int) { p.Observe(i, false, placeUnknown, -1) }
 
 // retryAt makes in's earliest waiter retry at due, unless one is due
 // sooner. n.mu is held.
-
 func (n *Notifier) retryAt(in *interest, due time.Time) {
 	if !in.due.IsZero() && !due.Before(in.due) {
 		return

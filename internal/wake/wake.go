@@ -151,7 +151,6 @@ func (n *Notifier) confirmed(s *sub, ok bool) {
 // released handles an announcement that full, whose queue the Locker
 // headed, is free. It ends a yield on full: that was the release of the
 // head it let go first, or of someone after it.
-
 func (n *Notifier) released(full string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
