@@ -26,22 +26,27 @@ import (
 // slowLocker returns a Locker, and its client, whose replies come latency
 // late (with a read timeout well above it). It uses the scripts (no probe
 // for native commands), loaded already, and its first connection is open:
-// a new one takes round trips to set up.
-func slowLocker(t *testing.T, latency time.Duration) (*redislock.Locker, *redis.Client) {
+// a new one takes round trips to set up. opts are the Locker's.
+func slowLocker(t *testing.T, latency time.Duration, opts ...redislock.Option) (*redislock.Locker, *redis.Client) {
 	t.Helper()
 	proxy := testproxy.Start(t, shared.Addr)
-	opts := shared.Options()
-	opts.Addr = proxy.Addr
-	opts.ReadTimeout = 10 * latency
-	c := redis.NewClient(opts)
+	copts := shared.Options()
+	copts.Addr = proxy.Addr
+	copts.ReadTimeout = 10 * latency
+	c := redis.NewClient(copts)
 	t.Cleanup(func() { c.Close() })
-	l := newLocker(t, c)
+	l := newLocker(t, c, opts...)
 	lock, err := l.TryAcquire(testCtx(t), lockcheck.Key(t), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := lock.Release(testCtx(t)); err != nil {
 		t.Fatal(err)
+	}
+	// The Locker probes the server on its first release without a holder
+	// record (a give-back is one): probe now, before the latency.
+	if err := l.ReleaseToken(testCtx(t), lockcheck.Key(t), lock.Token()); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("ReleaseToken of a released lock: %v, want ErrNotHeld", err)
 	}
 	// A client's first pipeline through the proxy took three times its
 	// latency (no extra commands: MONITOR shows none); warm it first.
@@ -144,6 +149,19 @@ func TestWaitingAttemptLeavesAtItsDeadline(t *testing.T) {
 // when the reply comes instead of leaving it held for its TTL.
 func TestAttemptLeftInFlightGivesTheKeyBack(t *testing.T) {
 	l, _ := slowLocker(t, time.Second)
+	short := lockcheck.Key(t) + "short"
+	leftInFlight(t, l, func(ctx context.Context) error {
+		_, err := l.TryAcquire(ctx, short, 30*time.Second)
+		return err
+	})
+	waitKey(t, short, false) // given back, long before its 30s TTL
+}
+
+// The same with a holder record (WithHolderInfo): it is written by the
+// attempt's own script, so the attempt takes the same batch and gives its
+// key back the same way.
+func TestAttemptWithHolderLeftInFlightGivesTheKeyBack(t *testing.T) {
+	l, _ := slowLocker(t, time.Second, redislock.WithHolderInfo("left"))
 	short := lockcheck.Key(t) + "short"
 	leftInFlight(t, l, func(ctx context.Context) error {
 		_, err := l.TryAcquire(ctx, short, 30*time.Second)

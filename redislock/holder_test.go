@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
@@ -62,6 +63,39 @@ func TestHolderInfo(t *testing.T) {
 	}
 }
 
+// A holder whose key was lost (deleted: a failover) and went to another
+// holder leaves the new holder's record alone: its extension, refused, does
+// not write its own record over it, and its release does not delete it.
+func TestHolderInfoOfALaterHolder(t *testing.T) {
+	ctx := testCtx(t)
+	raw := shared.Client(t)
+	key := lockcheck.Key(t)
+	old, err := newLocker(t, raw, redislock.WithHolderInfo("old")).TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	later, err := newLocker(t, raw, redislock.WithHolderInfo("later")).TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer later.Release(ctx)
+	rec := raw.Get(ctx, keys.Holder(key)).Val()
+	if !strings.Contains(rec, later.Token()) {
+		t.Fatalf("holder record %q, want the later holder's", rec)
+	}
+	lockcheck.WantOneOf(t, old.Extend(ctx, time.Hour), dlock.ErrNotHeld, dlock.ErrLockLost)
+	if got, ttl := raw.Get(ctx, keys.Holder(key)).Val(), raw.PTTL(ctx, keys.Holder(key)).Val(); got != rec || ttl > time.Minute {
+		t.Fatalf("after the earlier holder's Extend: record %q (TTL %v), want %q (TTL at most 1m)", got, ttl, rec)
+	}
+	lockcheck.WantOneOf(t, old.Release(ctx), dlock.ErrNotHeld, dlock.ErrLockLost)
+	if got := raw.Get(ctx, keys.Holder(key)).Val(); got != rec {
+		t.Fatalf("after the earlier holder's Release: record %q, want %q", got, rec)
+	}
+}
+
 // BenchmarkHolderInfo: an uncontended TryAcquire+Release cycle without and
 // with WithHolderInfo.
 func BenchmarkHolderInfo(b *testing.B) {
@@ -92,8 +126,8 @@ func BenchmarkHolderInfo(b *testing.B) {
 }
 
 // Every path keeps the server's own reason: with WithHolderInfo the grant,
-// the extension and the release go as pipelines, and a refusal on a new
-// connection (WRONGPASS once the user's password changed) reads as what
+// the extension and the release each write the record in their own script,
+// and a refusal on a new connection (WRONGPASS once the user's password changed) reads as what
 // the server said, not as an unexpected empty reply.
 func TestHolderInfoKeepsServerReason(t *testing.T) {
 	srv := testsrv.StartRedis(t)
@@ -126,11 +160,10 @@ func TestHolderInfoKeepsServerReason(t *testing.T) {
 	}
 }
 
-// With WithHolderInfo the lock's script and the holder record's go in one
-// pipeline. A flushed script cache (all of it, or the holder record's
-// script alone) makes every call from the first the server did not know
-// run again with EVAL, so the record is still written, renewed and deleted
-// with the lock.
+// With WithHolderInfo the lock's scripts write the holder record. A flushed
+// script cache (cold, or warmed again by a Locker without the record) makes
+// a call the server does not know run again with EVAL, so the record is
+// still written, renewed and deleted with the lock.
 func TestHolderInfoScriptCacheFlushed(t *testing.T) {
 	ctx := testCtx(t)
 	raw := shared.Client(t)
@@ -138,7 +171,7 @@ func TestHolderInfoScriptCacheFlushed(t *testing.T) {
 	plain := newLocker(t, shared.Client(t))
 	for _, tc := range []struct {
 		name string
-		warm bool // the lock's scripts cached again, the holder record's not
+		warm bool // the scripts cached again by a Locker without the record
 	}{{"all flushed", false}, {"holder script flushed", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := lockcheck.Key(t)

@@ -1,13 +1,16 @@
 -- Take a lock on one or several keys (all or nothing) and draw its fence.
 -- queue.lua's functions come first.
--- KEYS: m lock keys, then their m fence counters, then, for a waiting
---   attempt on one key, its waiter queue.
+-- KEYS: m lock keys, then their m fence counters, then with a holder
+--   record their m holder keys, then, for a waiting attempt on one key, its
+--   waiter queue.
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] counter ttl ms, ARGV[4] clock
 --   offset µs (0, or left out, but in tests), and for a waiting attempt: ARGV[5] the
 --   Locker's id, ARGV[6] its earlier place in the queue (0: none), ARGV[7]
 --   '1' to stay queued after a grant (the Locker has more waiters), ARGV[8]
 --   the queue's ttl ms, ARGV[9] '1' to let the queue's head go first (the
---   Locker's own release just woke it).
+--   Locker's own release just woke it); ARGV[10] (ARGV[5..9] '' if the
+--   attempt does not wait) the holder record, written beside each key
+--   granted, with the lock's ttl.
 -- Returns the fence (a string of digits) for a grant on one key without a
 -- queue, the common case; otherwise {status, fence or holder, expiry,
 -- place}: status 1 granted (the fence), 0 busy or -1 busy with a key that
@@ -19,9 +22,19 @@
 -- a counter of the wrong type) leaves no lock behind: the common case undoes
 -- its SET, and the general one checks and reads everything before it writes
 -- and writes the lock keys last.
-local m = math.floor(#KEYS / 2)
+local rec = ARGV[10]
+local k = 2 -- keys per lock key
+if rec then k = 3 end
+local m = math.floor(#KEYS / k)
 local token = ARGV[1]
-local queue = KEYS[2 * m + 1]
+local queue = KEYS[k * m + 1]
+
+-- holders writes the holder record beside the m lock keys. An error reply
+-- there leaves the grant as it is: the record is informational only.
+local function holders()
+  if not rec then return end
+  for i = 1, m do redis.pcall('set', KEYS[2 * m + i], rec, 'px', ARGV[2]) end
+end
 
 -- now returns the server's clock in µs as a string of digits (16 until the
 -- year 2286, so two of them compare as strings).
@@ -52,6 +65,7 @@ if m == 1 and not queue then
       redis.call('del', KEYS[1])
       return old
     end
+    holders()
     return fence
   end
 end
@@ -103,4 +117,5 @@ for i = 1, m do
     return ok
   end
 end
+holders()
 return {1, fence, -1, queued(queue, true)}

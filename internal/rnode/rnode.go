@@ -1,14 +1,12 @@
 // Package rnode is dlock's lock protocol on one Redis server, for
-// redislock and redlock: the scripts, run through the node's batch (or a
-// pipeline with the holder record's), and the server's own commands where
-// the node probes for them.
+// redislock and redlock: the scripts, run through the node's batch, and
+// the server's own commands where the node probes for them.
 package rnode
 
 import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -71,8 +69,7 @@ type Attempt struct {
 	Holder    string // the holder record to write beside each key ("": none)
 	Queue     string // with QueueArgs, queue the caller for a wake-up (wake.Plan.Queue)
 	QueueArgs []any
-	Late      GiveBacker            // if set, gives back what a call left in flight was granted
-	Before    func(redis.Pipeliner) // if set, commands put before the script, in a pipeline
+	Late      GiveBacker // if set, gives back what a call left in flight was granted
 }
 
 // GiveBacker gives back the keys of an attempt on n that its caller gave up
@@ -81,14 +78,13 @@ type GiveBacker interface {
 	GiveBack(ctx context.Context, n *Node, keys []string, token string, ttl time.Duration)
 }
 
-// Acquire runs the acquire script (and the holder record's writes, in the
-// same round trip) and reads its reply. boxed is what it boxed, for the
-// release.
+// Acquire runs the acquire script (which writes the holder record too) and
+// reads its reply. boxed is what it boxed, for the release.
 func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed Boxed, err error) {
 	// On the stack, room for one key's keys and arguments: the command
 	// copies them.
-	var kb [3]string
-	var ab [9]any
+	var kb [4]string
+	var ab [10]any
 	ks := append(kb[:0], a.Keys...)
 	for _, k := range a.Keys {
 		ks = append(ks, keys.Fence(k))
@@ -97,25 +93,27 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 	if len(a.Keys) == 1 {
 		boxed.Key = a.Keys[0]
 	}
-	if a.Queue != "" || n.ClockOffset != 0 {
+	if a.Queue != "" || a.Holder != "" || n.ClockOffset != 0 {
 		args = append(args, n.ClockOffset)
+	}
+	if a.Holder != "" {
+		for _, k := range a.Keys {
+			ks = append(ks, keys.Holder(k))
+		}
 	}
 	if a.Queue != "" {
 		ks = append(ks, a.Queue)
 		args = append(args, a.QueueArgs...)
 	}
-	var cmd *redis.Cmd
-	if a.Holder == "" && a.Before == nil {
-		cmd = run(ctx, n.batch, n.Client, AcquireScript, boxed.Key, ks, args)
-		if left, ok := cmd.Err().(*batch.LeftError); ok && a.Late != nil {
-			n.giveBackLate(ctx, left, acquireReply, a.Late, a.Keys, a.Token, a.TTL)
+	if a.Holder != "" {
+		for len(args) < 9 { // ARGV[5..9]: the queue's, if any
+			args = append(args, "")
 		}
-	} else {
-		calls := []call{{Script: AcquireScript, Keys: slices.Clone(ks), Args: slices.Clone(args)}}
-		if a.Holder != "" {
-			calls = append(calls, writeHolders(a.Keys, a.Token, a.Holder, a.TTL)...)
-		}
-		cmd = pipelined(ctx, n.Client, a.Before, calls...)[0]
+		args = append(args, a.Holder)
+	}
+	cmd := run(ctx, n.batch, n.Client, AcquireScript, boxed.Key, ks, args)
+	if left, ok := cmd.Err().(*batch.LeftError); ok && a.Late != nil {
+		n.giveBackLate(ctx, left, acquireReply, a.Late, a.Keys, a.Token, a.TTL)
 	}
 	v, err := cmd.Result()
 	if err != nil {
@@ -160,15 +158,18 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 			return n.releaseNative(ctx, nat, rel.Keys[0], rel.Token, rel.Wake)
 		}
 	}
-	var kb [3]string
-	var ab [4]any
+	var kb [4]string
+	var ab [6]any
 	ks := append(kb[:0], rel.Keys...)
 	args := append(ab[:0], rel.Boxed.Token)
-	if !one || rel.Boxed.Token == nil {
+	if !one || rel.Boxed.Token == nil || rel.Holder != "" {
 		args = append(ab[:0], rel.Token, len(rel.Keys), rel.Fence, n.fenceTTL)
 	}
-	if rel.Sem != "" {
+	if rel.Sem != "" || rel.Holder != "" {
 		args = append(args, rel.Sem)
+	}
+	if rel.Holder != "" {
+		args = append(args, rel.Holder)
 	}
 	if rel.Fence > 0 {
 		ks = append(ks, keys.Fences(rel.Keys)...)
@@ -181,9 +182,9 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 		}
 	}
 	if rel.Holder != "" {
-		rc := call{Script: ReleaseScript, Keys: slices.Clone(ks), Args: slices.Clone(args)}
-		res := pipelined(ctx, n.Client, nil, rc, dropHolders(rel.Keys, rel.Holder))
-		return releaseReply(res[0].Result())
+		for _, k := range rel.Keys {
+			ks = append(ks, keys.Holder(k))
+		}
 	}
 	var key any
 	if one {
@@ -230,20 +231,26 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec, sem st
 	}
 	ms := n.ttlArg(ttl)
 	ks, args := lockKeys, []any{token, ms, 0}
+	if fence > 0 || rec != "" {
+		ks = append(make([]string, 0, 3*len(lockKeys)+1), lockKeys...)
+	}
 	if fence > 0 {
-		ks = append(append(make([]string, 0, 2*len(lockKeys)+1), lockKeys...), keys.Fences(lockKeys)...)
+		ks = append(ks, keys.Fences(lockKeys)...)
 		args = []any{token, ms, fence, n.fenceTTL}
+	}
+	if rec != "" {
+		for _, k := range lockKeys {
+			ks = append(ks, keys.Holder(k))
+		}
+		if fence == 0 {
+			args = append(args, 0) // ARGV[4]: no counter
+		}
+		args = append(args, rec)
 	}
 	if sem != "" {
 		ks = append(ks, keys.Limit(sem))
 	}
-	var v int64
-	if rec != "" {
-		v, err = pipelined(ctx, n.Client, nil, append([]call{{Script: extendScript, Keys: ks, Args: args}},
-			writeHolders(lockKeys, token, rec, ttl)...)...)[0].Int64()
-	} else {
-		v, err = run(ctx, n.batch, n.Client, extendScript, nil, ks, args).Int64()
-	}
+	v, err := run(ctx, n.batch, n.Client, extendScript, nil, ks, args).Int64()
 	return v == 1, err
 }
 
