@@ -50,25 +50,14 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		return nil, err
 	}
 	_, queue := a.plan.Queue(0)
-	args := append([]any{a.token, bridge.Milliseconds(ttl), l.cfg.FenceTTL.Milliseconds(), s.limit}, queue...)
-	n := s.limit
+	p := rnode.Attempt{Sem: a.full, Limit: s.limit, Slot: -1, Token: a.token, TTL: ttl, QueueArgs: queue,
+		Late: (*giveBack)(l)}
 	tctx, cancel := l.oneTry(ctx)
 	defer cancel()
 	a.start = time.Now()
-	var r rnode.AcquireResult
-	for range 2 { // a second time with every slot that may be held (Widen)
-		ks := rnode.SemaphoreKeys(a.full, n)
-		v, err := l.node.Permit(tctx, ks, args, a.token, ttl, (*giveBack)(l))
-		if err == nil {
-			r, err = rnode.SemaphoreReply(v)
-		}
-		if err != nil {
-			return nil, a.failed(ctx, err, ks[2:2+n]) // a slot may be ours
-		}
-		if r.Status != rnode.Widen || r.Fence <= int64(n) || r.Fence > bridge.MaxLimit {
-			break
-		}
-		n = int(r.Fence)
+	r, slots, err := l.node.Permit(tctx, p)
+	if err != nil {
+		return nil, a.failed(ctx, err, slots) // a slot may be ours
 	}
 	slot := a.full + strconv.FormatInt(r.Slot, 10)
 	validUntil, err := a.answered(ctx, r, "all permits are held", slot)

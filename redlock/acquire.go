@@ -161,17 +161,22 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 		if n.run.Load() == nil {
 			l.probe(ctx, n) // before the node's first attempt
 		}
-		var r *nodeReply
+		a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec, Late: (*giveBack)(l),
+			Sem: t.sem, Limit: t.limit, Slot: t.slot}
+		a.Queue, a.QueueArgs = t.plan.Queue(i)
+		var res rnode.AcquireResult
+		var err error
 		if t.sem != "" {
-			r = l.attemptPermit(ctx, i, n, t, timeout)
+			res, _, err = n.Permit(ctx, a)
 		} else {
-			a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec, Late: (*giveBack)(l)}
-			a.Queue, a.QueueArgs = t.plan.Queue(i)
-			res, _, err := n.Acquire(ctx, a)
-			r = &nodeReply{AcquireResult: res}
-			if err != nil {
-				r = &nodeReply{err: l.nodeErr(err, timeout)}
-			}
+			res, _, err = n.Acquire(ctx, a)
+		}
+		r := &nodeReply{AcquireResult: res}
+		switch {
+		case err != nil:
+			r = &nodeReply{err: l.nodeErr(err, timeout)}
+		case res.Status == rnode.Widen:
+			r = &nodeReply{err: errors.New("the limit changed while this attempt read the semaphore")}
 		}
 		if r.err == nil {
 			t.plan.Observe(i, r.Status != rnode.Granted, r.Place, r.Expiry)

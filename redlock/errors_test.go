@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/bridge"
+	"github.com/dlock-go/dlock/internal/keys"
 	"github.com/dlock-go/dlock/internal/testkit/lockcheck"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 	"github.com/dlock-go/dlock/redlock"
@@ -159,5 +162,29 @@ func TestEvictionPolicyWarning(t *testing.T) {
 	}
 	if strings.Contains(out, "node="+rs[2].Addr) {
 		t.Fatalf("a warning names %s, whose policy is noeviction:\n%s", rs[2].Addr, out)
+	}
+}
+
+// A reply that cannot be read (here: a fence counter corrupted by hand
+// makes the scripts answer a grant with a negative fence) is a node's
+// failure, described the same way for a permit as for a lock.
+func TestUnreadableReply(t *testing.T) {
+	ctx := testCtx(t)
+	l := newLocker(t, shared)
+	a, b, name := lockcheck.Key(t)+"a", lockcheck.Key(t)+"b", lockcheck.Key(t)
+	for _, c := range clients(t, shared) {
+		for _, k := range []string{a, bridge.SlotPrefix(name) + "0"} {
+			if err := c.Set(ctx, keys.Fence(k), "1e400", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, lockErr := l.Keys(a, b).TryAcquire(ctx, a+","+b, time.Minute)
+	_, permitErr := dlock.Semaphore(l, 1).TryAcquire(ctx, name, time.Minute)
+	for what, err := range map[string]error{"lock": lockErr, "permit": permitErr} {
+		lockcheck.WantError(t, err, dlock.ErrUnavailable)
+		if !strings.Contains(fmt.Sprint(err), ": unreachable: unexpected reply") {
+			t.Errorf("%s: %v, want each node's unreadable reply as a node's failure", what, err)
+		}
 	}
 }

@@ -87,31 +87,6 @@ func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) err
 	return backend.LimitConflict(t.display, int(server), t.limit)
 }
 
-// attemptPermit runs the semaphore script for t's slot on node n (the
-// script checks the slot and the limit recorded there).
-func (l *Locker) attemptPermit(ctx context.Context, i int, n *node, t *try, timeout time.Duration) *nodeReply {
-	args := []any{t.token, bridge.Milliseconds(t.ttl), l.cfg.FenceTTL.Milliseconds(), t.limit, "", "", "", "", "", t.slot}
-	_, queue := t.plan.Queue(i)
-	copy(args[4:9], queue)
-	span := t.limit
-	for range 2 { // a second time with every slot that may be held (Widen)
-		v, err := n.Permit(ctx, rnode.SemaphoreKeys(t.sem, span), args, t.token, t.ttl, (*giveBack)(l))
-		if err != nil {
-			return &nodeReply{err: l.nodeErr(err, timeout)}
-		}
-		r, err := rnode.SemaphoreReply(v)
-		if err != nil {
-			return &nodeReply{err: err} // a slot may be taken: the failed attempt releases it
-		}
-		if r.Status == rnode.Widen && r.Fence > int64(span) && r.Fence <= bridge.MaxLimit {
-			span = int(r.Fence)
-			continue
-		}
-		return &nodeReply{AcquireResult: r}
-	}
-	return &nodeReply{err: errors.New("the limit changed while this attempt read the semaphore")}
-}
-
 // errNoSlot is SetLimit's answer from a node that holds no slot of the
 // semaphore, so there is no limit to change.
 var errNoSlot = errors.New("holds no slot of the semaphore: nothing to change")

@@ -41,7 +41,7 @@ func FuzzSemaphoreReply(f *testing.F) {
 			if n >= 0 && n < len(v) {
 				v = v[:n]
 			}
-			r, err := SemaphoreReply(v)
+			r, err := semaphoreReply(v)
 			if err == nil && r.Status == Granted && (r.Fence <= 0 || r.Slot < 0) {
 				t.Fatalf("grant with fence %d on slot %d accepted from %v", r.Fence, r.Slot, v)
 			}

@@ -61,7 +61,8 @@ func (n *Node) ttlArg(ttl time.Duration) any {
 // BatchWaiting reports how many calls wait for the node's next batch.
 func (n *Node) BatchWaiting() int { return n.batch.Waiting() }
 
-// Attempt is one acquisition's arguments on a node.
+// Attempt is one acquisition's arguments on a node: a lock's (Acquire) or
+// a permit's (Permit: Sem, Limit and Slot instead of Keys and Holder).
 type Attempt struct {
 	Keys      []string // the lock keys (with any prefix)
 	Token     string
@@ -70,6 +71,9 @@ type Attempt struct {
 	Queue     string // with QueueArgs, queue the caller for a wake-up (wake.Plan.Queue)
 	QueueArgs []any
 	Late      GiveBacker // if set, gives back what a call left in flight was granted
+	Sem       string     // the semaphore: its slot keys' prefix (with any prefix)
+	Limit     int
+	Slot      int // the one slot to try, from 0 (Redlock); -1: the lowest free one
 }
 
 // GiveBacker gives back the keys of an attempt on n that its caller gave up
@@ -123,15 +127,39 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 	return r, Boxed{boxed.Key, args[0]}, err
 }
 
-// Permit runs the semaphore script over keys (SemaphoreKeys) with args. A
-// call that left in flight has late give back every slot: one may be
-// token's, and releasing the others changes nothing.
-func (n *Node) Permit(ctx context.Context, keys []string, args []any, token string, ttl time.Duration, late GiveBacker) (any, error) {
-	v, err := run(ctx, n.batch, n.Client, semaphoreScript, nil, keys, args).Result()
-	if left, ok := err.(*batch.LeftError); ok {
-		n.giveBackLate(ctx, left, SemaphoreReply, late, keys[2:2+(len(keys)-2)/2], token, ttl)
+// Permit runs the semaphore script for the permit p and reads its reply,
+// over the slots that may be held (widen). slots are the last call's slot
+// keys: after an error one may be p.Token's. A call that left in flight
+// has p.Late give back every slot: releasing the others changes nothing.
+func (n *Node) Permit(ctx context.Context, p Attempt) (r AcquireResult, slots []string, err error) {
+	args := []any{p.Token, bridge.Milliseconds(p.TTL), n.fenceTTL, p.Limit, "", "", "", "", "", ""}
+	copy(args[4:9], p.QueueArgs) // ARGV[5..9]: the queue's, if any
+	if p.Slot >= 0 {
+		args[9] = p.Slot
 	}
-	return v, err
+	r, err = widen(p.Limit, func(span int) (AcquireResult, error) {
+		ks := semaphoreKeys(p.Sem, span)
+		slots = ks[2 : 2+span]
+		v, err := run(ctx, n.batch, n.Client, semaphoreScript, nil, ks, args).Result()
+		if left, ok := err.(*batch.LeftError); ok && p.Late != nil {
+			n.giveBackLate(ctx, left, semaphoreReply, p.Late, slots, p.Token, p.TTL)
+		}
+		if err != nil {
+			return AcquireResult{}, err
+		}
+		return semaphoreReply(v)
+	})
+	return r, slots, err
+}
+
+// widen asks over span slots, and once more over the slots a Widen reply
+// says may be held; a Widen it returns means the record moved again.
+func widen(span int, ask func(span int) (AcquireResult, error)) (AcquireResult, error) {
+	r, err := ask(span)
+	if err == nil && r.Status == Widen && r.Fence > int64(span) && r.Fence <= bridge.MaxLimit {
+		return ask(int(r.Fence))
+	}
+	return r, err
 }
 
 // Boxed is a lock's key and token as Acquire boxed them for its script,
@@ -257,20 +285,19 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec, sem st
 // SetLimit records limit as the limit of the semaphore sem (its slot keys'
 // prefix) if one of its slots is held; recorded is false when none is.
 func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bool, err error) {
-	span := limit
-	for range 2 { // a second time with every slot that may be held
-		ks := SemaphoreKeys(sem, span)
+	r, err := widen(limit, func(span int) (AcquireResult, error) {
+		ks := semaphoreKeys(sem, span)
 		ks = append(ks[:1:1], ks[2:2+span]...) // the limit record and the slots
 		v, err := run(ctx, n.batch, n.Client, semLimitScript, nil, ks, []any{limit}).Int64Slice()
-		if err != nil {
-			return false, err
+		if err != nil || len(v) != 2 {
+			return AcquireResult{}, err
 		}
-		if len(v) != 2 || v[0] != Widen || v[1] <= int64(span) || v[1] > bridge.MaxLimit {
-			return len(v) == 2 && v[0] == 1, nil
-		}
-		span = int(v[1])
+		return AcquireResult{Status: v[0], Fence: v[1]}, nil
+	})
+	if err == nil && r.Status == Widen {
+		return false, errors.New("the limit changed while it was being set")
 	}
-	return false, errors.New("the limit changed while it was being set")
+	return r.Status == 1, err // semlimit.lua's 1: recorded
 }
 
 // Features reports the server's own commands, probed once with its

@@ -81,8 +81,8 @@ const (
 	Widen       = 4  // a semaphore with more slots that may be held than were given
 )
 
-// SemaphoreReply reads the semaphore script's reply (semaphore.lua).
-func SemaphoreReply(reply any) (AcquireResult, error) {
+// semaphoreReply reads the semaphore script's reply (semaphore.lua).
+func semaphoreReply(reply any) (AcquireResult, error) {
 	v, _ := reply.([]any)
 	var r AcquireResult
 	ok := len(v) == 5
@@ -102,10 +102,10 @@ func SemaphoreReply(reply any) (AcquireResult, error) {
 	return r, nil
 }
 
-// SemaphoreKeys returns the semaphore script's keys for the semaphore sem
+// semaphoreKeys returns the semaphore script's keys for the semaphore sem
 // (its slot keys' prefix): the limit record, the waiter queue, n slot keys
 // and their fence counters.
-func SemaphoreKeys(sem string, n int) []string {
+func semaphoreKeys(sem string, n int) []string {
 	ks := make([]string, 2+2*n)
 	ks[0], ks[1] = keys.Limit(sem), keys.Queue(sem)
 	for i := range n {

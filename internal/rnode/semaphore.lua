@@ -9,9 +9,9 @@
 --   limit, and for a waiting attempt ARGV[5..9] as acquire.lua's ARGV[5..9]
 --   (Locker id, earlier place, stay queued, queue ttl ms, yield; '' when
 --   ARGV[10] follows and the attempt does not queue). ARGV[10] (Redlock)
---   the one slot to try, from 0: it is granted only if free, and nothing is
---   granted while a slot at or above the limit is held (holders above a
---   shrunk limit finishing).
+--   the one slot to try, from 0 ('' or absent: any): it is granted only if
+--   free, and nothing is granted while a slot at or above the limit is held
+--   (holders above a shrunk limit finishing).
 -- Returns {status, x, expiry, place, slot}: status 1 granted (x the fence,
 -- slot the slot), 0 every permit held (x the tried slot's token if it is
 -- held, else ''; expiry: the PTTL of the permit that expires first, when
