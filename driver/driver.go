@@ -122,7 +122,7 @@ func Check(ctx context.Context, key string, ttl time.Duration) error {
 	if ctx == nil {
 		return nodeerr.Invalidf("nil context")
 	}
-	return nodeerr.Invalid(cmp.Or(bridge.KeyProblem(key), bridge.ValidityProblem(ttl, bridge.DefaultDriftFactor)))
+	return cmp.Or(bridge.CheckKey(key), bridge.CheckValidity(ttl, bridge.DefaultDriftFactor))
 }
 
 // ValidUntil returns the validity deadline of a lock acquired or extended

@@ -106,7 +106,7 @@ func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan s
 // register waits for the release of full: the lock key, or the semaphore,
 // of name.
 func (l *Locker) register(name, full string) (<-chan struct{}, func()) {
-	if l.notify == nil || bridge.KeyProblem(name) != "" {
+	if l.notify == nil || bridge.CheckKey(name) != nil {
 		return nil, func() {}
 	}
 	return l.notify.Register(full)

@@ -141,7 +141,7 @@ type multi struct {
 
 func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
 	return m.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
-		if err := nodeerr.Invalid(bridge.KeyProblem(name)); err != nil {
+		if err := bridge.CheckKey(name); err != nil {
 			return nil, err
 		}
 		if err := m.l.checkKeys(m.keys); err != nil {
@@ -430,7 +430,7 @@ var _ driver.ReleaseNotifier = (*Locker)(nil)
 // finds the key busy there. stop must be called exactly once. After Close
 // the channel never fires and waits poll.
 func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan struct{}, stop func()) {
-	if bridge.KeyProblem(key) != "" {
+	if bridge.CheckKey(key) != nil {
 		return nil, func() {}
 	}
 	return l.notify.Register(l.cfg.Prefix + key)

@@ -119,7 +119,7 @@ func (c *Config) SetFenceTTL(d, least time.Duration) error {
 // (prefix and key) inside the reserved namespace: releasing
 // "dlock:fence:{foo}" would reset foo's fences.
 func (c *Config) CheckKey(key string) error {
-	if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
+	if err := bridge.CheckKey(key); err != nil {
 		return err
 	}
 	if c.reserved != "" && strings.HasPrefix(c.Prefix+key, c.reserved) {
@@ -132,9 +132,9 @@ func (c *Config) CheckKey(key string) error {
 // leaves no validity after the drift margin.
 func (c *Config) CheckTTL(ttl time.Duration) error {
 	if c.NoDrift {
-		return nodeerr.Invalid(bridge.TTLProblem(ttl))
+		return bridge.CheckTTL(ttl)
 	}
-	return nodeerr.Invalid(bridge.ValidityProblem(ttl, c.DriftFactor))
+	return bridge.CheckValidity(ttl, c.DriftFactor)
 }
 
 // Check and the checks after it refuse the arguments of an attempt
@@ -147,11 +147,11 @@ func (c *Config) Check(ctx context.Context, key string, ttl time.Duration) error
 }
 
 func (c *Config) CheckPermit(ctx context.Context, name string, ttl time.Duration, limit int) error {
-	return cmp.Or(nodeerr.Invalid(bridge.LimitProblem(limit)), c.Check(ctx, name, ttl))
+	return cmp.Or(bridge.CheckLimit(limit), c.Check(ctx, name, ttl))
 }
 
 func (c *Config) CheckLimit(ctx context.Context, name string, limit int) error {
-	return cmp.Or(nodeerr.Invalid(bridge.LimitProblem(limit)), c.CheckRead(ctx, name))
+	return cmp.Or(bridge.CheckLimit(limit), c.CheckRead(ctx, name))
 }
 
 func (c *Config) CheckRead(ctx context.Context, key string) error {
