@@ -21,7 +21,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Grant is a backend's side of one acquired lock: the two operations that
@@ -120,7 +119,7 @@ func Identity(ctx context.Context) string { return bridge.Identity(ctx) }
 // milliseconds.
 func Check(ctx context.Context, key string, ttl time.Duration) error {
 	if ctx == nil {
-		return nodeerr.Invalidf("nil context")
+		return bridge.Invalidf("nil context")
 	}
 	return cmp.Or(bridge.CheckKey(key), bridge.CheckValidity(ttl, bridge.DefaultDriftFactor))
 }

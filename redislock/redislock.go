@@ -39,7 +39,7 @@ var (
 // New returns a Locker over client. It sends nothing to the server.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if nodeerr.IsNil(client) {
-		return nil, nodeerr.Invalidf("nil redis client")
+		return nil, bridge.Invalidf("nil redis client")
 	}
 	tryTimeout, bound := rclient.Timeouts(client)
 	l := &Locker{cfg: backend.New(backend.FenceTTL, true), tryTimeout: tryTimeout}
