@@ -18,7 +18,6 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/testkit/testsrv"
 )
 
@@ -368,7 +367,7 @@ func TestCheckTTLAndMilliseconds(t *testing.T) {
 		{time.Microsecond, false, 0},
 		{bridge.MaxTTL + 1, false, 0},
 	} {
-		err := nodeerr.Invalid(bridge.TTLProblem(tc.ttl))
+		err := bridge.CheckTTL(tc.ttl)
 		if (err == nil) != tc.ok {
 			t.Errorf("CheckTTL(%v) = %v, want ok=%v", tc.ttl, err, tc.ok)
 		}

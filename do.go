@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // Do runs fn while holding the lock on key: it waits for the lock as Acquire
@@ -45,7 +47,7 @@ import (
 // one per extension in flight) and waits for them before returning.
 func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	if fn == nil {
-		return invalidf("nil function")
+		return bridge.Invalidf("nil function")
 	}
 	cfg, err := doConfig(ctx, l, ttl, opts)
 	if err != nil {
@@ -59,7 +61,7 @@ func doConfig(ctx context.Context, l Locker, ttl time.Duration, opts []Option) (
 	if err := checkCall(ctx, l, "", ""); err != nil {
 		return config{}, err
 	}
-	if err := checkTTL(ttl); err != nil {
+	if err := bridge.CheckTTL(ttl); err != nil {
 		return config{}, err
 	}
 	cfg, err := newConfig(opts)

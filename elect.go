@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // Term is one leadership of an election: a grant of the lock on its name,
@@ -75,7 +77,7 @@ func TermFromContext(ctx context.Context) (Term, bool) {
 // (Term.Fence) to every resource the leader writes (see package fence).
 func Lead(ctx context.Context, l Locker, name string, ttl time.Duration, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
-		return invalidf("nil function")
+		return bridge.Invalidf("nil function")
 	}
 	cfg, err := leadConfig(ctx, l, name, ttl, opts)
 	if err != nil {
@@ -103,11 +105,11 @@ func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, o
 func checkCall(ctx context.Context, l Locker, what, name string) error {
 	switch {
 	case l == nil:
-		return invalidf("nil Locker")
+		return bridge.Invalidf("nil Locker")
 	case ctx == nil:
-		return invalidf("nil context")
+		return bridge.Invalidf("nil context")
 	case what != "" && name == "":
-		return invalidf("empty %s name", what)
+		return bridge.Invalidf("empty %s name", what)
 	}
 	return nil
 }
@@ -193,7 +195,7 @@ func Observe(ctx context.Context, l Locker, name string, opts ...Option) iter.Se
 	return func(yield func(Term, error) bool) {
 		cfg, err := newConfig(opts)
 		if err == nil && ctx == nil {
-			err = invalidf("nil context")
+			err = bridge.Invalidf("nil context")
 		}
 		if err != nil {
 			yield(Term{Name: name}, err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/dlock-go/dlock/internal/bridge"
 )
@@ -51,7 +50,7 @@ var (
 	// anything was sent to a server, or a semaphore's limit differs from
 	// the one its servers recorded (see Semaphore). Waiting cannot change
 	// it.
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = bridge.ErrInvalid
 )
 
 // NodeError says which backend node gave which error. Backends wrap server
@@ -65,17 +64,6 @@ func (e *NodeError) Error() string { return fmt.Sprintf("node %s: %v", e.Node, e
 
 // Unwrap returns the node's error.
 func (e *NodeError) Unwrap() error { return e.Err }
-
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
-}
-
-func checkTTL(ttl time.Duration) error {
-	if p := bridge.TTLProblem(ttl); p != "" {
-		return invalidf("%s", p)
-	}
-	return nil
-}
 
 var sentinels = []error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid}
 

@@ -12,7 +12,6 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // FuzzValidation: the input checks (the key and TTL rules, driver.Check, the
@@ -25,7 +24,7 @@ func FuzzValidation(f *testing.F) {
 		count int, delay, jitter, threshold, maxHold int64, set uint8) {
 		d, start0 := time.Duration(ttl), time.Now()
 
-		err := nodeerr.Invalid(bridge.KeyProblem(key))
+		err := bridge.CheckKey(key)
 		wantInvalidOrNil(t, "CheckKey", err)
 		if key == "" && err == nil {
 			t.Fatal("CheckKey accepted the empty key")
@@ -40,7 +39,7 @@ func FuzzValidation(f *testing.F) {
 			t.Fatalf("CheckToken(%q, %q) accepted an empty key or token", key, token)
 		}
 
-		err = nodeerr.Invalid(bridge.TTLProblem(d))
+		err = bridge.CheckTTL(d)
 		wantInvalidOrNil(t, "CheckTTL", err)
 		validTTL := d >= time.Millisecond && d <= bridge.MaxTTL
 		if (err == nil) != validTTL {
@@ -156,10 +155,10 @@ func plainName(key string) bool {
 type grantAll struct{}
 
 func (grantAll) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
+	if err := bridge.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil {
+	if err := bridge.CheckTTL(ttl); err != nil {
 		return nil, err
 	}
 	return driver.NewLock(key, bridge.NewToken(), 1, time.Now().Add(ttl), nopGrant{}), nil

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"math"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // An Inspector is a Locker that can list the locks held on its servers,
@@ -123,7 +125,7 @@ func (li *LockInfo) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	if j.TTLms < 0 || j.TTLms > math.MaxInt64/int64(time.Millisecond) {
-		return invalidf("LockInfo: ttl_ms %d out of range", j.TTLms)
+		return bridge.Invalidf("LockInfo: ttl_ms %d out of range", j.TTLms)
 	}
 	*li = LockInfo{Key: j.Key, Node: j.Node, TTL: time.Duration(j.TTLms) * time.Millisecond,
 		Token: j.Token, Waiting: j.Waiting, Majority: j.Majority, Limit: j.Limit}

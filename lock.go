@@ -162,7 +162,7 @@ func (l *Lock) Held() bool { return l.Remaining() > 0 }
 //     lock was held, say): the lock stays held until ValidUntil;
 //   - ErrInvalid for a bad ttl.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if err := checkTTL(ttl); err != nil {
+	if err := bridge.CheckTTL(ttl); err != nil {
 		return &opError{"extend", l.key, err}
 	}
 	defer l.deliver() // the events, once the turn is given back

@@ -1,11 +1,12 @@
 package dlock
 
 import (
-	"fmt"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // Option configures Acquire, Do and the elections built on them (Lead,
@@ -35,7 +36,7 @@ func newConfig(opts []Option) (config, error) {
 	c := config{retryCount: RetryForever, retryDelay: 50 * time.Millisecond, retryJitter: 50 * time.Millisecond}
 	for _, o := range opts {
 		if o == nil {
-			return c, invalidf("nil option")
+			return c, bridge.Invalidf("nil option")
 		}
 		if err := o(&c); err != nil {
 			return c, err
@@ -51,7 +52,7 @@ func newConfig(opts []Option) (config, error) {
 func WithRetryCount(n int) Option {
 	return func(c *config) error {
 		if n < RetryForever {
-			return invalidf("retry count %d: must be >= 0 or RetryForever", n)
+			return bridge.Invalidf("retry count %d: must be >= 0 or RetryForever", n)
 		}
 		c.retryCount = n
 		return nil
@@ -122,9 +123,9 @@ func duration(what string, d time.Duration, zeroOK bool, field func(*config) *ti
 	return func(c *config) error {
 		switch {
 		case zeroOK && d < 0:
-			return invalidf("%s %v: must not be negative", what, d)
+			return bridge.Invalidf("%s %v: must not be negative", what, d)
 		case !zeroOK && d <= 0:
-			return invalidf("%s %v: must be positive", what, d)
+			return bridge.Invalidf("%s %v: must be positive", what, d)
 		}
 		*field(c) = d
 		return nil
@@ -137,11 +138,11 @@ const maxIdentity = 128
 func checkIdentity(id string) error {
 	switch {
 	case id == "":
-		return invalidf("empty identity")
+		return bridge.Invalidf("empty identity")
 	case len(id) > maxIdentity:
-		return invalidf("identity %.40q...: %d bytes, more than the %d allowed", id, len(id), maxIdentity)
+		return bridge.Invalidf("identity %.40q...: %d bytes, more than the %d allowed", id, len(id), maxIdentity)
 	case !utf8.ValidString(id) || strings.IndexFunc(id, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
-		return invalidf("identity %q: only printable characters are allowed", id)
+		return bridge.Invalidf("identity %q: only printable characters are allowed", id)
 	}
 	return nil
 }
@@ -149,7 +150,7 @@ func checkIdentity(id string) error {
 // checkDo validates the options that depend on the TTL.
 func (c *config) checkDo(ttl time.Duration) error {
 	if c.extendThreshold >= ttl {
-		return fmt.Errorf("%w: extend threshold %v must be below the ttl %v", ErrInvalid, c.extendThreshold, ttl)
+		return bridge.Invalidf("extend threshold %v must be below the ttl %v", c.extendThreshold, ttl)
 	}
 	if c.extendThreshold == 0 {
 		c.extendThreshold = ttl / 2

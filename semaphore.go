@@ -64,7 +64,7 @@ func SetLimit(ctx context.Context, l Locker, name string, limit int) error {
 	}
 	s, ok := l.(semaphores)
 	if !ok {
-		return invalidf("%T keeps no semaphore limits on its servers", l)
+		return bridge.Invalidf("%T keeps no semaphore limits on its servers", l)
 	}
 	return s.SetLimit(ctx, name, limit)
 }
@@ -79,8 +79,8 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 	if err := checkCall(ctx, s.l, "semaphore", name); err != nil {
 		return nil, err
 	}
-	if p := bridge.LimitProblem(s.limit); p != "" {
-		return nil, invalidf("%s", p)
+	if err := bridge.CheckLimit(s.limit); err != nil {
+		return nil, err
 	}
 	for slot := range s.limit {
 		lock, err := s.l.TryAcquire(ctx, bridge.SlotKey(name, slot), ttl)
@@ -100,7 +100,7 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 // own NotifyRelease announces.
 func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struct{}, func()) {
 	n, ok := s.l.(releaseNotifier)
-	if !ok || bridge.LimitProblem(s.limit) != "" {
+	if !ok || bridge.CheckLimit(s.limit) != nil {
 		return nil, func() {}
 	}
 	out, done := make(chan struct{}, 1), make(chan struct{})

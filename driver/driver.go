@@ -21,7 +21,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Grant is a backend's side of one acquired lock: the two operations that
@@ -120,9 +119,9 @@ func Identity(ctx context.Context) string { return bridge.Identity(ctx) }
 // milliseconds.
 func Check(ctx context.Context, key string, ttl time.Duration) error {
 	if ctx == nil {
-		return nodeerr.Invalidf("nil context")
+		return bridge.Invalidf("nil context")
 	}
-	return nodeerr.Invalid(cmp.Or(bridge.KeyProblem(key), bridge.ValidityProblem(ttl, bridge.DefaultDriftFactor)))
+	return cmp.Or(bridge.CheckKey(key), bridge.CheckValidity(ttl, bridge.DefaultDriftFactor))
 }
 
 // ValidUntil returns the validity deadline of a lock acquired or extended

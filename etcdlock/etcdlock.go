@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/backend"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
@@ -40,7 +41,7 @@ var (
 // New returns a Locker over client. It sends nothing to the cluster.
 func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 	if client == nil {
-		return nil, nodeerr.Invalidf("nil etcd client")
+		return nil, bridge.Invalidf("nil etcd client")
 	}
 	l := &Locker{client: client, node: strings.Join(client.Endpoints(), ","),
 		cfg: backend.New(0, true), sessions: map[int64][]*session{}, waits: map[string]*wait{}}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // ReleaseToken releases the lock on key if it still holds token (as
@@ -54,7 +53,7 @@ func (l *Locker) tokenGrant(ctx context.Context, key, tok string, secs int64) (*
 	}
 	lease, rev, ok := parseToken(tok)
 	if !ok {
-		return nil, nodeerr.Invalidf("token %q: not an etcd lease id in hex, a dash and a revision", tok)
+		return nil, bridge.Invalidf("token %q: not an etcd lease id in hex, a dash and a revision", tok)
 	}
 	// A lock of this Locker's is extended and released through its slot,
 	// as its handle would: sweep must see the extension.

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/dlock-go/dlock/internal/nodeerr"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // ErrStale means the guard refused an operation because its fence is stale:
@@ -60,11 +60,11 @@ func Check(op, resource string, fence uint64, token string, highest uint64, high
 func Validate(resource string, fence uint64, token string) error {
 	switch {
 	case resource == "":
-		return nodeerr.Invalidf("fence: empty resource name")
+		return bridge.Invalidf("fence: empty resource name")
 	case fence == 0:
-		return nodeerr.Invalidf("fence: %q: fence 0 is not a fence (unset?)", resource)
+		return bridge.Invalidf("fence: %q: fence 0 is not a fence (unset?)", resource)
 	case token == "":
-		return nodeerr.Invalidf("fence: %q: empty holder token for fence %d", resource, fence)
+		return bridge.Invalidf("fence: %q: empty holder token for fence %d", resource, fence)
 	}
 	return nil
 }

@@ -3,7 +3,7 @@ package fence
 import (
 	"sync"
 
-	"github.com/dlock-go/dlock/internal/nodeerr"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // Memory is an in-memory guard for resources that live in one process: a
@@ -50,7 +50,7 @@ func (m *Memory) do(op, resource string, fence uint64, token string, fn func() e
 		return err
 	}
 	if m == nil || m.res == nil {
-		return nodeerr.Invalidf("fence: %s %q: nil or zero Memory guard (use NewMemory)", op, resource)
+		return bridge.Invalidf("fence: %s %q: nil or zero Memory guard (use NewMemory)", op, resource)
 	}
 	e := m.entry(resource)
 	e.mu.Lock()
@@ -85,7 +85,7 @@ func (m *Memory) Register(resource string, fence uint64, token string) error {
 // nil read).
 func (m *Memory) Read(resource string, fence uint64, token string, read func() error) error {
 	if read == nil {
-		return nodeerr.Invalidf("fence: read %q: nil read function", resource)
+		return bridge.Invalidf("fence: read %q: nil read function", resource)
 	}
 	return m.do("read", resource, fence, token, read)
 }
@@ -103,7 +103,7 @@ func (m *Memory) Read(resource string, fence uint64, token string, read func() e
 // token, an empty resource name or a nil apply.
 func (m *Memory) Write(resource string, fence uint64, token string, apply func() error) error {
 	if apply == nil {
-		return nodeerr.Invalidf("fence: write %q: nil apply function", resource)
+		return bridge.Invalidf("fence: write %q: nil apply function", resource)
 	}
 	return m.do("write", resource, fence, token, apply)
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/nodeerr"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // WithHolderInfo makes the Locker publish the name of each lock it holds,
@@ -24,10 +24,10 @@ import (
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error {
 		if !publishable(service) {
-			return nodeerr.Invalidf("holder service %q: PostgreSQL's application_name keeps at most %d bytes of printable ASCII", service, maxAppName)
+			return bridge.Invalidf("holder service %q: PostgreSQL's application_name keeps at most %d bytes of printable ASCII", service, maxAppName)
 		}
 		if strings.HasPrefix(service, "#") {
-			return nodeerr.Invalidf("holder service %q: a leading '#' marks an election's term in application_name", service)
+			return bridge.Invalidf("holder service %q: a leading '#' marks an election's term in application_name", service)
 		}
 		l.holder, l.service = true, service
 		return nil
@@ -97,7 +97,7 @@ func (l *Locker) publish(ctx context.Context, g *grant, args []any) ([]any, erro
 		return args, nil
 	}
 	if !publishable(g.identity) || len(g.identity) > maxIdentity {
-		return nil, nodeerr.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", g.identity, maxIdentity)
+		return nil, bridge.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", g.identity, maxIdentity)
 	}
 	alt := "#%s " + strings.ReplaceAll(g.identity, "%", "%%")
 	app := alt

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
@@ -55,9 +56,9 @@ type Execer interface {
 func Migrate(ctx context.Context, db Execer) error {
 	switch {
 	case ctx == nil:
-		return nodeerr.Invalidf("nil context")
+		return bridge.Invalidf("nil context")
 	case nodeerr.IsNil(db):
-		return nodeerr.Invalidf("nil database handle")
+		return bridge.Invalidf("nil database handle")
 	}
 	if _, err := db.Exec(ctx, pgmigrate.Serialized(MigrateSQL)); err != nil {
 		return migrateErr(err)

@@ -66,7 +66,7 @@ type Option func(*Locker) error
 func WithKeyFunc(f func(name string) (Key, error)) Option {
 	return func(l *Locker) error {
 		if f == nil {
-			return nodeerr.Invalidf("nil key function")
+			return bridge.Invalidf("nil key function")
 		}
 		l.keyFunc = f
 		return nil
@@ -123,10 +123,10 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 func WithSessionLease(margin time.Duration) Option {
 	return func(l *Locker) error {
 		if margin < 0 {
-			return nodeerr.Invalidf("session lease margin %v: must not be negative", margin)
+			return bridge.Invalidf("session lease margin %v: must not be negative", margin)
 		}
 		if margin > maxSessionLease-time.Millisecond {
-			return nodeerr.Invalidf("session lease margin %v: leaves no room for a ttl below idle_session_timeout's maximum of %dms (about 24.8 days)",
+			return bridge.Invalidf("session lease margin %v: leaves no room for a ttl below idle_session_timeout's maximum of %dms (about 24.8 days)",
 				margin, maxSessionLease.Milliseconds())
 		}
 		l.lease = margin
@@ -143,7 +143,7 @@ func (l *Locker) checkTTL(ttl time.Duration) error {
 		return err
 	}
 	if ms := bridge.Milliseconds(ttl + l.lease); ms > maxSessionLease.Milliseconds() {
-		return nodeerr.Invalidf("ttl %v + session lease margin %v = %dms: above idle_session_timeout's maximum of %dms (about 24.8 days)",
+		return bridge.Invalidf("ttl %v + session lease margin %v = %dms: above idle_session_timeout's maximum of %dms (about 24.8 days)",
 			ttl, l.lease, ms, maxSessionLease.Milliseconds())
 	}
 	return nil
@@ -159,7 +159,7 @@ func (l *Locker) leaseMS(ttl time.Duration) string {
 // pool as Connections in the package documentation says.
 func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 	if pool == nil {
-		return nil, nodeerr.Invalidf("nil pgxpool.Pool")
+		return nil, bridge.Invalidf("nil pgxpool.Pool")
 	}
 	cfg := pool.Config()
 	cc := cfg.ConnConfig
@@ -193,7 +193,7 @@ func nodeName(cc *pgx.ConnConfig) string {
 }
 
 func errZeroKey() error {
-	return nodeerr.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
+	return bridge.Invalidf("zero Key (build keys with HashKey, Int64Key or KeyPair)")
 }
 
 // TryAcquire makes one attempt to take the session-level advisory lock on
@@ -259,7 +259,7 @@ func (l *Locker) mapKey(name string) (Key, error) {
 		return Key{}, fmt.Errorf("dlock: key %q: %w: key function: %w", name, dlock.ErrInvalid, nodeerr.OneLine(err))
 	}
 	if !k.valid() {
-		return Key{}, nodeerr.Invalidf("key function returned the zero Key for %q", name)
+		return Key{}, bridge.Invalidf("key function returned the zero Key for %q", name)
 	}
 	return k, nil
 }

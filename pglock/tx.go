@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
@@ -85,9 +86,9 @@ func init() {
 func lockTx(ctx context.Context, tx any, k Key, stmts *[2]string) (uint64, error) {
 	switch {
 	case ctx == nil:
-		return 0, nodeerr.Invalidf("nil context")
+		return 0, bridge.Invalidf("nil context")
 	case nodeerr.IsNil(tx):
-		return 0, nodeerr.Invalidf("nil transaction")
+		return 0, bridge.Invalidf("nil transaction")
 	case !k.valid():
 		return 0, errZeroKey()
 	}

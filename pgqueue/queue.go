@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
@@ -44,9 +45,9 @@ func NewQueue(table string) (*Queue, error) {
 	parts := strings.Split(table, ".")
 	switch {
 	case table == "" || len(parts) > 2 || strings.ContainsRune(table, 0):
-		return nil, nodeerr.Invalidf("queue table %q: want name or schema.name", table)
+		return nil, bridge.Invalidf("queue table %q: want name or schema.name", table)
 	case slices.Contains(parts, ""):
-		return nil, nodeerr.Invalidf("queue table %q: empty name part", table)
+		return nil, bridge.Invalidf("queue table %q: empty name part", table)
 	}
 	return &Queue{table: pgx.Identifier(parts).Sanitize(), name: table}, nil
 }
@@ -55,7 +56,7 @@ func NewQueue(table string) (*Queue, error) {
 // from several processes at once.
 func (q *Queue) Migrate(ctx context.Context, db Execer) error {
 	if ctx == nil || nodeerr.IsNil(db) {
-		return nodeerr.Invalidf("nil context or database handle")
+		return bridge.Invalidf("nil context or database handle")
 	}
 	_, err := db.Exec(ctx, pgmigrate.Serialized(`CREATE TABLE IF NOT EXISTS `+q.table+` (
 		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -83,7 +84,7 @@ type Querier interface {
 // it commits.
 func (q *Queue) Enqueue(ctx context.Context, db Querier, payloads ...[]byte) ([]int64, error) {
 	if ctx == nil || nodeerr.IsNil(db) {
-		return nil, nodeerr.Invalidf("nil context or database handle")
+		return nil, bridge.Invalidf("nil context or database handle")
 	}
 	if len(payloads) == 0 {
 		return nil, nil
@@ -109,9 +110,9 @@ func (q *Queue) Enqueue(ctx context.Context, db Querier, payloads ...[]byte) ([]
 func (q *Queue) Claim(ctx context.Context, tx pgx.Tx, n int) ([]Job, error) {
 	switch {
 	case ctx == nil || nodeerr.IsNil(tx):
-		return nil, nodeerr.Invalidf("nil context or transaction")
+		return nil, bridge.Invalidf("nil context or transaction")
 	case n <= 0:
-		return nil, nodeerr.Invalidf("claim batch size %d: must be positive", n)
+		return nil, bridge.Invalidf("claim batch size %d: must be positive", n)
 	}
 	// MATERIALIZED: the locking subquery runs once, whatever the plan.
 	rows, err := tx.Query(ctx, `WITH c AS MATERIALIZED (
@@ -143,9 +144,9 @@ type TxBeginner interface {
 func (q *Queue) Work(ctx context.Context, db TxBeginner, n int, fn func(ctx context.Context, tx pgx.Tx, jobs []Job) error) (done int, err error) {
 	switch {
 	case ctx == nil || nodeerr.IsNil(db) || fn == nil:
-		return 0, nodeerr.Invalidf("nil context, database handle or function")
+		return 0, bridge.Invalidf("nil context, database handle or function")
 	case n <= 0:
-		return 0, nodeerr.Invalidf("claim batch size %d: must be positive", n)
+		return 0, bridge.Invalidf("claim batch size %d: must be positive", n)
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {

@@ -39,7 +39,7 @@ var (
 // New returns a Locker over client. It sends nothing to the server.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if nodeerr.IsNil(client) {
-		return nil, nodeerr.Invalidf("nil redis client")
+		return nil, bridge.Invalidf("nil redis client")
 	}
 	tryTimeout, bound := rclient.Timeouts(client)
 	l := &Locker{cfg: backend.New(backend.FenceTTL, true), tryTimeout: tryTimeout}
@@ -106,7 +106,7 @@ func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan s
 // register waits for the release of full: the lock key, or the semaphore,
 // of name.
 func (l *Locker) register(name, full string) (<-chan struct{}, func()) {
-	if l.notify == nil || bridge.KeyProblem(name) != "" {
+	if l.notify == nil || bridge.CheckKey(name) != nil {
 		return nil, func() {}
 	}
 	return l.notify.Register(full)

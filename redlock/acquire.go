@@ -19,7 +19,6 @@ import (
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/rnode"
 	"github.com/dlock-go/dlock/internal/wake"
@@ -127,7 +126,7 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 // this Locker's release just woke the longest waiter, which goes first.
 func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl time.Duration) ([]string, *wake.Plan, error) {
 	if ctx == nil {
-		return nil, nil, nodeerr.Invalidf("nil context")
+		return nil, nil, bridge.Invalidf("nil context")
 	}
 	if err := l.cfg.CheckTTL(ttl); err != nil {
 		return nil, nil, err
@@ -321,7 +320,7 @@ func (l *Locker) dedupe(replies []*nodeReply) error {
 			continue
 		}
 		if l.strict {
-			return nodeerr.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].Name, l.nodes[i].Name, run)
+			return bridge.Invalidf("nodes %s and %s are the same server (run_id %s)", l.nodes[j].Name, l.nodes[i].Name, run)
 		}
 		if l.nodes[i].dupOf.Swap(int32(j+1)) == 0 {
 			l.cfg.Logger.Warn("dlock/redlock: two nodes are the same server; it votes once", "node", l.nodes[i].Name, "same_as", l.nodes[j].Name, "run_id", run)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/nodeerr"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // Option configures a Locker.
@@ -31,7 +31,7 @@ func WithDriftFactor(f float64) Option {
 func WithNodeTimeout(d time.Duration) Option {
 	return func(l *Locker) error {
 		if d <= 0 {
-			return nodeerr.Invalidf("node timeout %v: must be positive", d)
+			return bridge.Invalidf("node timeout %v: must be positive", d)
 		}
 		l.nodeTimeout = d
 		return nil

@@ -58,7 +58,7 @@ var _ dlock.Locker = (*Locker)(nil)
 // with WithStrict(true) these are errors too.
 func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if len(clients) == 0 {
-		return nil, nodeerr.Invalidf("no redis clients: Redlock needs N independent masters (5 is usual)")
+		return nil, bridge.Invalidf("no redis clients: Redlock needs N independent masters (5 is usual)")
 	}
 	l := &Locker{
 		workers:     newWorkers(),
@@ -71,13 +71,13 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	}
 	for i, c := range clients {
 		if nodeerr.IsNil(c) {
-			return nil, nodeerr.Invalidf("redis client #%d is nil", i+1)
+			return nil, bridge.Invalidf("redis client #%d is nil", i+1)
 		}
 		switch c.(type) {
 		case *redis.ClusterClient:
-			return nil, nodeerr.Invalidf("redis client #%d is a Cluster client: Redlock needs independent single masters, one client each", i+1)
+			return nil, bridge.Invalidf("redis client #%d is a Cluster client: Redlock needs independent single masters, one client each", i+1)
 		case *redis.Ring:
-			return nil, nodeerr.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
+			return nil, bridge.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
 		}
 		l.nodes = append(l.nodes, &node{Node: rnode.New(c, nodeName(c, i), l.cfg.FenceTTL, nil)})
 	}
@@ -97,7 +97,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	}
 	for _, p := range problems {
 		if l.strict {
-			return nil, nodeerr.Invalidf("%s", p)
+			return nil, bridge.Invalidf("%s", p)
 		}
 		l.cfg.Logger.Warn("dlock/redlock: "+p, "nodes", n)
 	}
@@ -141,7 +141,7 @@ type multi struct {
 
 func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*dlock.Lock, error) {
 	return m.l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
-		if err := nodeerr.Invalid(bridge.KeyProblem(name)); err != nil {
+		if err := bridge.CheckKey(name); err != nil {
 			return nil, err
 		}
 		if err := m.l.checkKeys(m.keys); err != nil {
@@ -207,14 +207,14 @@ func (l *Locker) byToken(ctx context.Context, op, key, token string) (*grant, er
 
 func (l *Locker) checkKeys(ks []string) error {
 	if len(ks) == 0 {
-		return nodeerr.Invalidf("no keys")
+		return bridge.Invalidf("no keys")
 	}
 	for i, k := range ks {
 		if err := l.cfg.CheckKey(k); err != nil {
 			return err
 		}
 		if slices.Contains(ks[:i], k) {
-			return nodeerr.Invalidf("key %q given twice", k)
+			return bridge.Invalidf("key %q given twice", k)
 		}
 	}
 	return nil
@@ -430,7 +430,7 @@ var _ driver.ReleaseNotifier = (*Locker)(nil)
 // finds the key busy there. stop must be called exactly once. After Close
 // the channel never fires and waits poll.
 func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan struct{}, stop func()) {
-	if bridge.KeyProblem(key) != "" {
+	if bridge.CheckKey(key) != nil {
 		return nil, func() {}
 	}
 	return l.notify.Register(l.cfg.Prefix + key)

@@ -37,7 +37,7 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 // NotifyRelease implements driver.ReleaseNotifier: a release of any permit
 // of name wakes the semaphore's longest waiter, as a lock's release does.
 func (s semaphore) NotifyRelease(_ context.Context, name string) (<-chan struct{}, func()) {
-	if bridge.KeyProblem(name) != "" {
+	if bridge.CheckKey(name) != nil {
 		return nil, func() {}
 	}
 	return s.l.notify.Register(s.l.cfg.Prefix + bridge.SlotPrefix(name))

@@ -77,7 +77,7 @@ func (l *lockFlags) check(cmd *cobra.Command) error {
 		return usagef("--conflict-exit-code %d: must be within 0..255", l.conflict)
 	}
 	if cmd.Flags().Changed("limit") {
-		if bridge.LimitProblem(l.limit) != "" {
+		if bridge.CheckLimit(l.limit) != nil {
 			return usagef("--limit %d: must be between 1 and %d", l.limit, bridge.MaxLimit)
 		}
 	}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // forwardedSignals reach the command's process group while it runs; before
@@ -213,7 +212,7 @@ func splitRunArgs(cmd *cobra.Command, args []string, shellCmd *string) (key stri
 		return "", nil, usagef("missing %[2]s and command: %[1]s %[2]s [--] COMMAND [ARG]... or %[1]s -c 'SHELL COMMAND' %[2]s", self, arg)
 	}
 	key, fs := args[0], cmd.Flags()
-	if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
+	if err := bridge.CheckKey(key); err != nil {
 		return "", nil, &usageError{err: err}
 	}
 	if err := fs.Parse(args[1:]); err != nil {
@@ -249,7 +248,7 @@ func splitRunArgs(cmd *cobra.Command, args []string, shellCmd *string) (key stri
 }
 
 func checkDurations(ttl, wait, grace time.Duration) error {
-	if err := nodeerr.Invalid(bridge.TTLProblem(ttl)); err != nil {
+	if err := bridge.CheckTTL(ttl); err != nil {
 		return usagef("--ttl: %w", err)
 	}
 	if wait < 0 {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 func (a *app) acquireCmd() *cobra.Command {
@@ -64,7 +63,7 @@ it cannot outlive dlock (use dlock run).
 		Args: exactArgs("KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
+			if err := bridge.CheckKey(key); err != nil {
 				return &usageError{err: err}
 			}
 			if err := lf.check(cmd); err != nil {

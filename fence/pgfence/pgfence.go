@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/pgmigrate"
 )
@@ -71,7 +72,7 @@ func NewGuard(opts ...GuardOption) (*Guard, error) {
 	g := &Guard{table: defaultGuardTable, name: defaultGuardTable}
 	for _, o := range opts {
 		if o == nil {
-			return nil, nodeerr.Invalidf("pgfence: nil option")
+			return nil, bridge.Invalidf("pgfence: nil option")
 		}
 		if err := o(g); err != nil {
 			return nil, err
@@ -213,7 +214,7 @@ func NewTable(table, idColumn string, opts ...TableOption) (*Table, error) {
 	t := &Table{table: tq, id: idq, fence: `"fence"`, holder: `"fence_holder"`, name: table}
 	for _, o := range opts {
 		if o == nil {
-			return nil, nodeerr.Invalidf("pgfence: nil option")
+			return nil, bridge.Invalidf("pgfence: nil option")
 		}
 		if err := o(t); err != nil {
 			return nil, err
@@ -249,7 +250,7 @@ func (t *Table) Update(ctx context.Context, q Querier, id any, f uint64, token s
 			return err
 		}
 		if cq == t.fence || cq == t.holder || cq == t.id {
-			return nodeerr.Invalidf("pgfence: update %s: column %q is managed by the guard", resource, col)
+			return bridge.Invalidf("pgfence: update %s: column %q is managed by the guard", resource, col)
 		}
 		args = append(args, set[col])
 		assign = append(assign, cq+" = $"+strconv.Itoa(len(args)))
@@ -295,10 +296,10 @@ func (t *Table) Register(ctx context.Context, q Querier, id any, f uint64, token
 
 func check(ctx context.Context, q Querier) error {
 	if ctx == nil {
-		return nodeerr.Invalidf("pgfence: nil context")
+		return bridge.Invalidf("pgfence: nil context")
 	}
 	if isNil(q) {
-		return nodeerr.Invalidf("pgfence: nil database handle")
+		return bridge.Invalidf("pgfence: nil database handle")
 	}
 	return nil
 }
@@ -335,14 +336,14 @@ func holder(token string) string {
 func quote(table string) (string, error) {
 	parts := strings.Split(table, ".")
 	if table == "" || len(parts) > 2 || strings.ContainsRune(table, 0) || slices.Contains(parts, "") {
-		return "", nodeerr.Invalidf("pgfence: table %q: want name or schema.name", table)
+		return "", bridge.Invalidf("pgfence: table %q: want name or schema.name", table)
 	}
 	return pgx.Identifier(parts).Sanitize(), nil
 }
 
 func quoteColumn(col string) (string, error) {
 	if col == "" || strings.ContainsRune(col, 0) {
-		return "", nodeerr.Invalidf("pgfence: column name %q", col)
+		return "", bridge.Invalidf("pgfence: column name %q", col)
 	}
 	return pgx.Identifier{col}.Sanitize(), nil
 }

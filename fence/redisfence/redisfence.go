@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 )
@@ -40,7 +41,7 @@ type Guard struct {
 // for a nil client.
 func New(client redis.Scripter) (*Guard, error) {
 	if nodeerr.IsNil(client) {
-		return nil, nodeerr.Invalidf("redisfence: nil redis client")
+		return nil, bridge.Invalidf("redisfence: nil redis client")
 	}
 	return &Guard{client: client, node: rclient.Name(client)}, nil
 }
@@ -116,10 +117,10 @@ func (g *Guard) Highest(ctx context.Context, key string) (uint64, error) {
 
 func (g *Guard) check(ctx context.Context, op, key string) error {
 	if g == nil || g.client == nil {
-		return nodeerr.Invalidf("redisfence: %s %q: nil Guard (use New)", op, key)
+		return bridge.Invalidf("redisfence: %s %q: nil Guard (use New)", op, key)
 	}
 	if ctx == nil {
-		return nodeerr.Invalidf("redisfence: %s %q: nil context", op, key)
+		return bridge.Invalidf("redisfence: %s %q: nil context", op, key)
 	}
 	return nil
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Config is a Locker's share of the common options, and its events.
@@ -55,7 +54,7 @@ func New(fenceTTL time.Duration, reserved bool) Config {
 func Apply[L any, O ~func(L) error](l L, opts []O) error {
 	for _, o := range opts {
 		if o == nil {
-			return nodeerr.Invalidf("nil option")
+			return bridge.Invalidf("nil option")
 		}
 		if err := o(l); err != nil {
 			return err
@@ -71,7 +70,7 @@ func (c *Config) Done(backend string) { c.Events = driver.NewEvents(backend, c.L
 // (WithPrefix, ...), each refusing the values its option's doc refuses.
 func (c *Config) SetPrefix(prefix string) error {
 	if c.reserved != "" && strings.HasPrefix(prefix, c.reserved) {
-		return nodeerr.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, c.reserved)
+		return bridge.Invalidf("prefix %q: the %q namespace is reserved for dlock's own keys", prefix, c.reserved)
 	}
 	c.Prefix = prefix
 	return nil
@@ -79,7 +78,7 @@ func (c *Config) SetPrefix(prefix string) error {
 
 func (c *Config) SetDriftFactor(f float64) error {
 	if !(f >= 0 && f < 1) {
-		return nodeerr.Invalidf("drift factor %v: must be in [0, 1)", f)
+		return bridge.Invalidf("drift factor %v: must be in [0, 1)", f)
 	}
 	c.DriftFactor = f
 	return nil
@@ -87,7 +86,7 @@ func (c *Config) SetDriftFactor(f float64) error {
 
 func (c *Config) SetLogger(logger *slog.Logger) error {
 	if logger == nil {
-		return nodeerr.Invalidf("nil logger")
+		return bridge.Invalidf("nil logger")
 	}
 	c.Logger = logger
 	return nil
@@ -95,7 +94,7 @@ func (c *Config) SetLogger(logger *slog.Logger) error {
 
 func (c *Config) AddObserver(observe func(ctx context.Context, e dlock.Event)) error {
 	if observe == nil {
-		return nodeerr.Invalidf("nil observer")
+		return bridge.Invalidf("nil observer")
 	}
 	c.observers = append(c.observers, observe)
 	return nil
@@ -109,7 +108,7 @@ func (c *Config) SetHolderInfo(service string) error {
 // SetFenceTTL's d must lie between least and bridge.MaxTTL.
 func (c *Config) SetFenceTTL(d, least time.Duration) error {
 	if d < least || d > bridge.MaxTTL {
-		return nodeerr.Invalidf("fence ttl %v: must be between %v and %v", d, least, bridge.MaxTTL)
+		return bridge.Invalidf("fence ttl %v: must be between %v and %v", d, least, bridge.MaxTTL)
 	}
 	c.FenceTTL = d
 	return nil
@@ -119,11 +118,11 @@ func (c *Config) SetFenceTTL(d, least time.Duration) error {
 // (prefix and key) inside the reserved namespace: releasing
 // "dlock:fence:{foo}" would reset foo's fences.
 func (c *Config) CheckKey(key string) error {
-	if err := nodeerr.Invalid(bridge.KeyProblem(key)); err != nil {
+	if err := bridge.CheckKey(key); err != nil {
 		return err
 	}
 	if c.reserved != "" && strings.HasPrefix(c.Prefix+key, c.reserved) {
-		return nodeerr.Invalidf("lock key %q: the %q namespace is reserved for dlock's own keys", c.Prefix+key, c.reserved)
+		return bridge.Invalidf("lock key %q: the %q namespace is reserved for dlock's own keys", c.Prefix+key, c.reserved)
 	}
 	return nil
 }
@@ -132,9 +131,9 @@ func (c *Config) CheckKey(key string) error {
 // leaves no validity after the drift margin.
 func (c *Config) CheckTTL(ttl time.Duration) error {
 	if c.NoDrift {
-		return nodeerr.Invalid(bridge.TTLProblem(ttl))
+		return bridge.CheckTTL(ttl)
 	}
-	return nodeerr.Invalid(bridge.ValidityProblem(ttl, c.DriftFactor))
+	return bridge.CheckValidity(ttl, c.DriftFactor)
 }
 
 // Check and the checks after it refuse the arguments of an attempt
@@ -147,16 +146,16 @@ func (c *Config) Check(ctx context.Context, key string, ttl time.Duration) error
 }
 
 func (c *Config) CheckPermit(ctx context.Context, name string, ttl time.Duration, limit int) error {
-	return cmp.Or(nodeerr.Invalid(bridge.LimitProblem(limit)), c.Check(ctx, name, ttl))
+	return cmp.Or(bridge.CheckLimit(limit), c.Check(ctx, name, ttl))
 }
 
 func (c *Config) CheckLimit(ctx context.Context, name string, limit int) error {
-	return cmp.Or(nodeerr.Invalid(bridge.LimitProblem(limit)), c.CheckRead(ctx, name))
+	return cmp.Or(bridge.CheckLimit(limit), c.CheckRead(ctx, name))
 }
 
 func (c *Config) CheckRead(ctx context.Context, key string) error {
 	if ctx == nil {
-		return nodeerr.Invalidf("nil context")
+		return bridge.Invalidf("nil context")
 	}
 	return c.CheckKey(key)
 }
@@ -165,7 +164,7 @@ func (c *Config) CheckToken(ctx context.Context, key, token string) error {
 	if err := c.CheckRead(ctx, key); err != nil || token != "" {
 		return err
 	}
-	return nodeerr.Invalidf("empty token")
+	return bridge.Invalidf("empty token")
 }
 
 // LimitConflict is the error of an attempt on name's semaphore with limit
@@ -188,9 +187,9 @@ const DefaultInspectLimit = 1000
 func CheckInspect(ctx context.Context, pattern string, limit int) (string, *regexp.Regexp, int, error) {
 	switch {
 	case ctx == nil:
-		return "", nil, 0, nodeerr.Invalidf("nil context")
+		return "", nil, 0, bridge.Invalidf("nil context")
 	case limit < 0:
-		return "", nil, 0, nodeerr.Invalidf("inspect limit %d: must not be negative", limit)
+		return "", nil, 0, bridge.Invalidf("inspect limit %d: must not be negative", limit)
 	case limit == 0:
 		limit = DefaultInspectLimit
 	}
@@ -199,7 +198,7 @@ func CheckInspect(ctx context.Context, pattern string, limit int) (string, *rege
 	}
 	match, err := globRegexp(pattern)
 	if err != nil {
-		return "", nil, 0, nodeerr.Invalidf("inspect pattern %q: %v", pattern, err)
+		return "", nil, 0, bridge.Invalidf("inspect pattern %q: %v", pattern, err)
 	}
 	return pattern, match, limit, nil
 }

@@ -1,12 +1,14 @@
 // Package bridge is the one home of the rules every backend applies (a
-// TTL, its validity, a key, a token, a semaphore's slots and limit), and
-// holds the hooks into *dlock.Lock (as any) that package dlock sets for
+// TTL, its validity, a key, a token, a semaphore's slots and limit) and of
+// the error they return (dlock.ErrInvalid, which is ErrInvalid), and holds
+// the hooks into *dlock.Lock (as any) that package dlock sets for
 // package driver, which imports it.
 package bridge
 
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -23,6 +25,14 @@ const MaxTTL = 30 * 24 * time.Hour
 const DefaultDriftFactor = 0.01
 
 const MaxLimit = 1000
+
+// ErrInvalid is dlock.ErrInvalid (documented there).
+var ErrInvalid = errors.New("invalid argument")
+
+// Invalidf returns an error that matches ErrInvalid.
+func Invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
 
 // The hooks package dlock sets (see driver's functions of the same names).
 var (
@@ -64,12 +74,12 @@ func SlotPrefixOf(key string) (string, bool) {
 	return prefix, true
 }
 
-// LimitProblem says what is wrong with a semaphore's limit, or "".
-func LimitProblem(limit int) string {
+// CheckLimit refuses a semaphore's limit outside [1, MaxLimit].
+func CheckLimit(limit int) error {
 	if limit < 1 || limit > MaxLimit {
-		return fmt.Sprintf("semaphore limit %d: must be between 1 and %d", limit, MaxLimit)
+		return Invalidf("semaphore limit %d: must be between 1 and %d", limit, MaxLimit)
 	}
-	return ""
+	return nil
 }
 
 // Final carries an attempt's error that waiting cannot change, though its
@@ -80,37 +90,37 @@ type Final struct{ Err error }
 func (f *Final) Error() string { return f.Err.Error() }
 func (f *Final) Unwrap() error { return f.Err }
 
-// TTLProblem says what is wrong with ttl, or "".
-func TTLProblem(ttl time.Duration) string {
+// CheckTTL refuses a ttl no backend honours (see driver.Check).
+func CheckTTL(ttl time.Duration) error {
 	switch {
 	case ttl <= 0:
-		return fmt.Sprintf("ttl %v: must be positive", ttl)
+		return Invalidf("ttl %v: must be positive", ttl)
 	case ttl < time.Millisecond:
-		return fmt.Sprintf("ttl %v: must be at least 1ms", ttl)
+		return Invalidf("ttl %v: must be at least 1ms", ttl)
 	case ttl > MaxTTL:
-		return fmt.Sprintf("ttl %v: exceeds the maximum of %v", ttl, MaxTTL)
+		return Invalidf("ttl %v: exceeds the maximum of %v", ttl, MaxTTL)
 	}
-	return ""
+	return nil
 }
 
-// ValidityProblem is TTLProblem, or that ttl leaves no validity after the
-// drift margin of factor.
-func ValidityProblem(ttl time.Duration, factor float64) string {
-	if p := TTLProblem(ttl); p != "" {
-		return p
+// CheckValidity is CheckTTL, also refusing a ttl that leaves no validity
+// after the drift margin of factor.
+func CheckValidity(ttl time.Duration, factor float64) error {
+	if err := CheckTTL(ttl); err != nil {
+		return err
 	}
 	if d := Drift(ttl, factor); ttl <= d {
-		return fmt.Sprintf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
+		return Invalidf("ttl %v: must exceed the clock-drift margin %v", ttl, d)
 	}
-	return ""
+	return nil
 }
 
-// KeyProblem says what is wrong with a lock key, or "".
-func KeyProblem(key string) string {
+// CheckKey refuses an empty lock key.
+func CheckKey(key string) error {
 	if key == "" {
-		return "empty lock key"
+		return Invalidf("empty lock key")
 	}
-	return ""
+	return nil
 }
 
 // Milliseconds returns ttl in whole milliseconds, rounded up (Redis's PX).

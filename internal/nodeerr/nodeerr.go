@@ -1,6 +1,6 @@
 // Package nodeerr makes the errors of calls to a backend's servers, from
-// the kind of failure a backend saw (Kind), and the error of a bad
-// argument (Invalid, Invalidf), for every package of this repository.
+// the kind of failure a backend saw (Kind), for every package of this
+// repository.
 package nodeerr
 
 import (
@@ -117,20 +117,6 @@ func (e lineErr) Error() string {
 		b.WriteString(line)
 	}
 	return b.String()
-}
-
-// Invalidf returns an error that matches dlock.ErrInvalid.
-func Invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", dlock.ErrInvalid, fmt.Sprintf(format, args...))
-}
-
-// Invalid returns problem (from package bridge) as Invalidf does, or nil
-// for "".
-func Invalid(problem string) error {
-	if problem == "" {
-		return nil
-	}
-	return Invalidf("%s", problem)
 }
 
 // IsNil reports whether v, a constructor's client or handle, is nil or a

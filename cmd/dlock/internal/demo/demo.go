@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
-	"github.com/dlock-go/dlock/internal/nodeerr"
+	"github.com/dlock-go/dlock/internal/bridge"
 )
 
 // Options configures Run. The zero value starts temporary servers.
@@ -62,7 +62,7 @@ var scenarios = func() []scenario {
 // and uses its own key prefix.
 func Run(ctx context.Context, w io.Writer, opts Options) error {
 	if ctx == nil {
-		return nodeerr.Invalidf("demo: nil context")
+		return bridge.Invalidf("demo: nil context")
 	}
 	if w == nil {
 		w = io.Discard

@@ -17,7 +17,6 @@ import (
 
 	"github.com/dlock-go/dlock/cmd/dlock/internal/timeline"
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/rclient"
 	"github.com/dlock-go/dlock/internal/testkit/servers"
 	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
@@ -94,7 +93,7 @@ func (e *env) start(ctx context.Context, opts Options) error {
 		o, err := redis.ParseURL(u)
 		if err != nil {
 			// The parse error may quote the URL, password included.
-			return nodeerr.Invalidf("redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
+			return bridge.Invalidf("redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
 		}
 		n, err := connectUser(ctx, o)
 		if err != nil {

@@ -23,7 +23,6 @@ import (
 
 	"github.com/dlock-go/dlock/internal/bridge"
 	"github.com/dlock-go/dlock/internal/keys"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 	"github.com/dlock-go/dlock/internal/testkit/servers"
 	"github.com/dlock-go/dlock/internal/testkit/tcpproxy"
 	"github.com/dlock-go/dlock/pglock"
@@ -110,7 +109,7 @@ func startCluster(ctx context.Context, cfg *Config) (_ *cluster, err error) {
 		for i, u := range cfg.RedisURLs {
 			o, err := redis.ParseURL(u)
 			if err != nil {
-				return nil, nodeerr.Invalidf("torture: redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
+				return nil, bridge.Invalidf("torture: redis URL #%d is not a valid redis:// or rediss:// URL", i+1)
 			}
 			netw := o.Network
 			if netw == "" {
@@ -185,7 +184,7 @@ func (c *cluster) startPostgres(ctx context.Context) error {
 	}
 	pcfg, err := pgx.ParseConfig(ls.url)
 	if err != nil {
-		return nodeerr.Invalidf("torture: the PostgreSQL DSN does not parse")
+		return bridge.Invalidf("torture: the PostgreSQL DSN does not parse")
 	}
 	ls.addr = net.JoinHostPort(pcfg.Host, strconv.Itoa(int(pcfg.Port)))
 	c.locks = append(c.locks, ls)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/bridge"
-	"github.com/dlock-go/dlock/internal/nodeerr"
 )
 
 // Backends.
@@ -167,11 +166,11 @@ func (c Config) withDefaults() (Config, error) {
 		c.Backend = Redis
 	}
 	if c.Worker == nil {
-		return c, nodeerr.Invalidf("torture: no worker command")
+		return c, bridge.Invalidf("torture: no worker command")
 	}
 	if c.Control != "" {
 		if !slices.Contains(Controls, c.Control) {
-			return c, nodeerr.Invalidf("torture: control %q: want one of %s", c.Control, strings.Join(Controls, ", "))
+			return c, bridge.Invalidf("torture: control %q: want one of %s", c.Control, strings.Join(Controls, ", "))
 		}
 		if err := c.controlDefaults(); err != nil {
 			return c, err
@@ -212,35 +211,35 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.Backend != Redis && c.Backend != Redlock && c.Backend != Postgres && c.Backend != Etcd:
-		return c, nodeerr.Invalidf("torture: backend %q: want redis, redlock, postgres or etcd", c.Backend)
+		return c, bridge.Invalidf("torture: backend %q: want redis, redlock, postgres or etcd", c.Backend)
 	case c.Backend == Etcd && (len(c.RedisURLs) > 0 || c.PostgresDSN != ""):
-		return c, nodeerr.Invalidf("torture: backend etcd runs on a throwaway cluster of its own, not on --redis or --postgres servers")
+		return c, bridge.Invalidf("torture: backend etcd runs on a throwaway cluster of its own, not on --redis or --postgres servers")
 	case c.Backend == Postgres && len(c.RedisURLs) > 0:
-		return c, nodeerr.Invalidf("torture: backend postgres with --redis servers")
+		return c, bridge.Invalidf("torture: backend postgres with --redis servers")
 	case c.Backend != Postgres && c.PostgresDSN != "":
-		return c, nodeerr.Invalidf("torture: backend %s with a PostgreSQL DSN", c.Backend)
+		return c, bridge.Invalidf("torture: backend %s with a PostgreSQL DSN", c.Backend)
 	case c.Backend == Redis && len(c.RedisURLs) > 1:
-		return c, nodeerr.Invalidf("torture: backend redis takes one server, got %d (several: redlock)", len(c.RedisURLs))
+		return c, bridge.Invalidf("torture: backend redis takes one server, got %d (several: redlock)", len(c.RedisURLs))
 	case c.Backend == Redlock && len(c.RedisURLs) == 1:
-		return c, nodeerr.Invalidf("torture: backend redlock needs several servers, got one")
+		return c, bridge.Invalidf("torture: backend redlock needs several servers, got one")
 	case c.Workers < 2 || c.Workers > 64:
-		return c, nodeerr.Invalidf("torture: %d workers: want 2 to 64", c.Workers)
+		return c, bridge.Invalidf("torture: %d workers: want 2 to 64", c.Workers)
 	case c.Observers < 0 || c.Observers > 16 || c.Observers > 0 && !c.Election:
-		return c, nodeerr.Invalidf("torture: %d observers: want 0 to 16, with the election scenario", c.Observers)
+		return c, bridge.Invalidf("torture: %d observers: want 0 to 16, with the election scenario", c.Observers)
 	case c.Election && c.Control != "":
-		return c, nodeerr.Invalidf("torture: the negative controls run the lock scenario, not the election")
+		return c, bridge.Invalidf("torture: the negative controls run the lock scenario, not the election")
 	case c.Keys < 1 || c.Keys > 100:
-		return c, nodeerr.Invalidf("torture: %d keys: want 1 to 100", c.Keys)
+		return c, bridge.Invalidf("torture: %d keys: want 1 to 100", c.Keys)
 	case c.Limit < 0 || c.Limit > 0 && c.Limit >= c.Workers:
-		return c, nodeerr.Invalidf("torture: limit %d: want 0 (locks) or a semaphore of fewer permits than the %d workers", c.Limit, c.Workers)
+		return c, bridge.Invalidf("torture: limit %d: want 0 (locks) or a semaphore of fewer permits than the %d workers", c.Limit, c.Workers)
 	case c.Nodes < 1 || c.Nodes > 15:
-		return c, nodeerr.Invalidf("torture: %d nodes: want 1 to 15", c.Nodes)
+		return c, bridge.Invalidf("torture: %d nodes: want 1 to 15", c.Nodes)
 	case c.TTL < 50*time.Millisecond:
-		return c, nodeerr.Invalidf("torture: ttl %v: want at least 50ms (shorter TTLs measure the machine's scheduling, not the lock)", c.TTL)
+		return c, bridge.Invalidf("torture: ttl %v: want at least 50ms (shorter TTLs measure the machine's scheduling, not the lock)", c.TTL)
 	case c.Hold < 0:
-		return c, nodeerr.Invalidf("torture: hold %v: must not be negative", c.Hold)
+		return c, bridge.Invalidf("torture: hold %v: must not be negative", c.Hold)
 	case c.Duration < time.Second:
-		return c, nodeerr.Invalidf("torture: duration %v: want at least 1s", c.Duration)
+		return c, bridge.Invalidf("torture: duration %v: want at least 1s", c.Duration)
 	}
 	if c.Backend == Redlock && len(c.RedisURLs) > 0 {
 		c.Nodes = len(c.RedisURLs)
@@ -258,18 +257,18 @@ func (c Config) withDefaults() (Config, error) {
 
 func (c *Config) checkFault(f string) error {
 	if !slices.Contains(AllFaults, f) {
-		return nodeerr.Invalidf("torture: fault %q: want one of %s", f, strings.Join(AllFaults, ", "))
+		return bridge.Invalidf("torture: fault %q: want one of %s", f, strings.Join(AllFaults, ", "))
 	}
 	server := f == FaultRestart || f == FaultRestartDelayed || f == FaultMajority || f == FaultTerminate || f == FaultRewind || f == FaultFastClock
 	switch {
 	case server && !c.serverControl():
-		return nodeerr.Invalidf("torture: fault %q needs control of the servers: on your own servers pass --server-faults", f)
+		return bridge.Invalidf("torture: fault %q needs control of the servers: on your own servers pass --server-faults", f)
 	case f == FaultMajority && c.Backend != Redlock && c.Backend != Etcd:
-		return nodeerr.Invalidf("torture: fault %q is for redlock and etcd", f)
+		return bridge.Invalidf("torture: fault %q is for redlock and etcd", f)
 	case f == FaultTerminate && c.Backend != Postgres:
-		return nodeerr.Invalidf("torture: fault %q is for postgres", f)
+		return bridge.Invalidf("torture: fault %q is for postgres", f)
 	case (f == FaultRewind || f == FaultFastClock) && c.Backend != Redis:
-		return nodeerr.Invalidf("torture: fault %q is for a single redis node", f)
+		return bridge.Invalidf("torture: fault %q is for a single redis node", f)
 	}
 	return nil
 }
@@ -280,10 +279,10 @@ func (c *Config) checkFault(f string) error {
 func (c *Config) controlDefaults() error {
 	need := map[string]string{ControlQuorum: Redlock, ControlNoDrift: Redis, ControlGTE: Redis, ControlSemCount: Redlock}
 	if b, ok := need[c.Control]; ok && c.Backend != b {
-		return nodeerr.Invalidf("torture: control %q runs on %s, not %s", c.Control, b, c.Backend)
+		return bridge.Invalidf("torture: control %q runs on %s, not %s", c.Control, b, c.Backend)
 	}
 	if (c.Control == ControlPlainDel) && (c.Backend == Postgres || c.Backend == Etcd) {
-		return nodeerr.Invalidf("torture: control %q is for the Redis backends", c.Control)
+		return bridge.Invalidf("torture: control %q is for the Redis backends", c.Control)
 	}
 	// Short runs with a short TTL show each flaw within seconds. The
 	// drift control's holders ride their locks to the end, so it has
