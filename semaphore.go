@@ -106,12 +106,14 @@ func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struc
 	out, done := make(chan struct{}, 1), make(chan struct{})
 	stops := make([]func(), s.limit)
 	var wg sync.WaitGroup
+	announced := false
 	for slot := range s.limit {
 		var released <-chan struct{}
 		released, stops[slot] = n.NotifyRelease(ctx, bridge.SlotKey(name, slot))
 		if released == nil {
 			continue
 		}
+		announced = true
 		wg.Go(func() {
 			for {
 				select {
@@ -128,6 +130,12 @@ func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struc
 				}
 			}
 		})
+	}
+	if !announced { // none will be: the wait polls
+		for _, stop := range stops {
+			stop()
+		}
+		return nil, func() {}
 	}
 	return out, func() {
 		close(done)

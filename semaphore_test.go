@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +41,35 @@ func (n *keyNotifier) announce(key string) int {
 		ch <- struct{}{}
 	}
 	return len(n.waits[key])
+}
+
+// silentNotifier is a memLocker whose NotifyRelease announces nothing.
+type silentNotifier struct {
+	*memLocker
+	stopped atomic.Int32
+}
+
+func (n *silentNotifier) NotifyRelease(context.Context, string) (<-chan struct{}, func()) {
+	return nil, func() { n.stopped.Add(1) }
+}
+
+// When no slot's release will be announced, the generic semaphore says so
+// with a nil channel, as driver.ReleaseNotifier asks (the wait polls, and
+// the conformance suite skips its wake-up test), and stops every slot's
+// registration at once.
+func TestGenericSemaphoreSaysWhenNoSlotAnnounces(t *testing.T) {
+	n := &silentNotifier{memLocker: newMem()}
+	sem, ok := dlock.Semaphore(n, 3).(interface {
+		NotifyRelease(context.Context, string) (<-chan struct{}, func())
+	})
+	if !ok {
+		t.Fatal("dlock.Semaphore's Locker has no NotifyRelease")
+	}
+	released, stop := sem.NotifyRelease(context.Background(), "api")
+	defer stop()
+	if released != nil || n.stopped.Load() != 3 {
+		t.Errorf("NotifyRelease: channel %v, %d of 3 registrations stopped; want nil and 3", released, n.stopped.Load())
+	}
 }
 
 // A Locker without semaphores of its own gets dlock's: its locks on the
