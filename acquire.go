@@ -126,8 +126,10 @@ const (
 )
 
 // backoff is the wait after the n-th unreachable attempt in a row (0: a
-// busy one; see Acquire): from at least 1ms, half of it random, so that
-// the waiters an outage stopped do not all come back at once.
+// busy one; see Acquire): the retry delay for a busy one and the first
+// quickRetries, then (from at least 1ms) doubled for each further one, up
+// to the cap, half of it random, so that the waiters an outage stopped do
+// not all come back at once.
 func backoff(delay time.Duration, n int) time.Duration {
 	if n <= quickRetries {
 		return delay

@@ -175,7 +175,9 @@
 // other Lockers and `dlock inspect` list it by name. dlock.Lead, Leader,
 // Observe and Campaign need no schema beyond the fence sequence: a
 // leader's grant publishes its term and identity in its session's
-// application_name (see ReadTerm and docs/election.md).
+// application_name (see ReadTerm and docs/election.md). A pinned
+// connection is never recycled by the pool, and a session ended under a
+// leader is a lost lock, as above.
 //
 // # Errors
 //

@@ -17,8 +17,9 @@ import (
 // TryLockTx takes the transaction-level advisory lock on k inside tx, if no
 // other session holds it, and draws a fence in the same statement. The lock
 // ends with tx; there is no handle (see Transaction locks in the package
-// documentation, also for why tx should be READ COMMITTED). To fence a
-// resource outside the database, use a session lock (Locker).
+// documentation, also for why tx should be READ COMMITTED). Fence the
+// writes tx makes itself; to fence a resource outside the database, use a
+// session lock (Locker).
 //
 // It returns an error matching dlock.ErrNotAcquired when another session
 // holds k, dlock.ErrMisconfigured when the server refused (with

@@ -172,7 +172,7 @@ func TestHolderInfoScriptCacheFlushed(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		warm bool // the scripts cached again by a Locker without the record
-	}{{"all flushed", false}, {"holder script flushed", true}} {
+	}{{"all flushed", false}, {"warmed again without the record", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := lockcheck.Key(t)
 			flush := func() {

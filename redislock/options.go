@@ -57,8 +57,9 @@ func WithFenceTTL(d time.Duration) Option {
 // given the lock's TTL at each extension, and deleted with the release
 // where it is still this lock's. It is informational only: the lock key
 // and its token decide who holds the lock. service names the program (it
-// may be empty). The default is off. Its cost: one more script in each
-// round trip of the lock (bench/RESULTS.md, Hook).
+// may be empty). The default is off. Its cost: one more key, written,
+// renewed and deleted by the lock's own scripts in the same round trips
+// (bench/RESULTS.md, Hook).
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
 }

@@ -77,7 +77,6 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		return nil, err
 	}
 	rec := holder.Grant(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), a.token) // "": none
-
 	g := &grant{l: l, keys: [1]string{a.full}, token: a.token, holder: rec}
 	at := rnode.Attempt{Keys: g.keys[:], Token: a.token, TTL: ttl, Holder: g.holder, Late: (*giveBack)(l)}
 	at.Queue, at.QueueArgs = a.plan.Queue(0)

@@ -157,7 +157,7 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 		if context.Cause(ctx) == errBehind {
 			return &nodeReply{err: errBehind}
 		}
-		if n.run.Load() == nil {
+		if !n.probed.Load() {
 			l.probe(ctx, n) // before the node's first attempt
 		}
 		a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec, Late: (*giveBack)(l),
@@ -188,11 +188,16 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 
 // probe asks node n, in one round trip, for its run_id (two nodes may be
 // one server) and its eviction policy, and warns about the policy the
-// first time it reads a run_id.
+// first time it reads a run_id. Once the server answered, even with a
+// refusal, it is not asked again.
 func (l *Locker) probe(ctx context.Context, n *node) {
 	p := n.Client.Pipeline()
 	info, policy := p.Info(ctx, "server"), p.ConfigGet(ctx, "maxmemory-policy")
 	_, _ = p.Exec(ctx)
+	var refused redis.Error
+	if info.Err() == nil || errors.As(info.Err(), &refused) {
+		n.probed.Store(true)
+	}
 	if run := runID(info.Val()); run != "" && n.run.CompareAndSwap(nil, &run) {
 		rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
 	}

@@ -188,3 +188,36 @@ func TestUnreadableReply(t *testing.T) {
 		}
 	}
 }
+
+// A node whose ACL denies INFO is probed once: later attempts do not pay
+// the probe's round trip again for want of a run_id.
+func TestNodeDenyingINFOProbedOnce(t *testing.T) {
+	ctx := testCtx(t)
+	rs := testsrv.StartRedisN(t, 3)
+	cs := make([]redis.UniversalClient, len(rs))
+	for i, r := range rs {
+		if err := r.Client(t).Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-info").Err(); err != nil {
+			t.Fatal(err)
+		}
+		cs[i] = client(t, r.Addr, func(o *redis.Options) { o.Username, o.Password = "app", "pw" })
+	}
+	l, err := redlock.New(cs, redlock.WithNodeTimeout(testTimeout), redlock.WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := lockcheck.Key(t)
+	for range 5 {
+		lock := mustAcquire(t, l, key, 5*time.Second)
+		if err := lock.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range rs {
+		stats := r.Client(t).Info(ctx, "commandstats").Val()
+		_, line, _ := strings.Cut(stats, "cmdstat_info:")
+		line, _, _ = strings.Cut(line, "\n")
+		if !strings.Contains(line, "rejected_calls=1,") {
+			t.Errorf("node %d: INFO over 5 acquisitions: %q, want rejected_calls=1", i, strings.TrimSpace(line))
+		}
+	}
+}

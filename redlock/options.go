@@ -64,8 +64,8 @@ func WithObserver(observe func(ctx context.Context, e dlock.Event)) Option {
 // ReleaseToken and ExtendToken leave it to expire with its TTL. It is
 // informational only: the lock keys and their token decide who holds the
 // lock. service names the program (it may be empty). The default is off.
-// Its cost: one more script in each round trip of the lock
-// (bench/RESULTS.md, Hook).
+// Its cost: one more key per node, written, renewed and deleted by the
+// lock's own scripts in the same round trips (bench/RESULTS.md, Hook).
 func WithHolderInfo(service string) Option {
 	return func(l *Locker) error { return l.cfg.SetHolderInfo(service) }
 }

@@ -43,6 +43,9 @@ type node struct {
 	// (0: none): its votes do not count, the quorum counts machines.
 	dupOf atomic.Int32
 	run   atomic.Pointer[string] // the server's run_id, once it answered
+	// probed: the probe got an answer, if only a refusal (an ACL that
+	// denies INFO): it is not sent again.
+	probed atomic.Bool
 }
 
 var _ dlock.Locker = (*Locker)(nil)

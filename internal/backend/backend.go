@@ -100,6 +100,7 @@ func (c *Config) AddObserver(observe func(ctx context.Context, e dlock.Event)) e
 	return nil
 }
 
+// SetHolderInfo turns WithHolderInfo's record on; service may be empty.
 func (c *Config) SetHolderInfo(service string) error {
 	c.HolderHead = holder.Head(service)
 	return nil

@@ -24,6 +24,7 @@ const MaxTTL = 30 * 24 * time.Hour
 // (see Drift).
 const DefaultDriftFactor = 0.01
 
+// MaxLimit is the largest limit a semaphore may have.
 const MaxLimit = 1000
 
 // ErrInvalid is dlock.ErrInvalid (documented there).

@@ -20,7 +20,10 @@ type Kind int
 const (
 	Unreachable Kind = iota // no answer came: the outcome may be unknown
 	Answered                // an error that may pass (loading, a busy script)
-	Refused                 // what only a fix of the setup changes: dlock.ErrMisconfigured
+	// Refused: what only a fix of the setup changes (credentials, ACL
+	// permissions, a key of another type, a replica, no memory left, a
+	// missing schema object). It matches dlock.ErrMisconfigured.
+	Refused
 )
 
 // Describe returns err as a node's error saying, on one line, what

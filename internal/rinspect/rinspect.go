@@ -95,7 +95,6 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 		info := dlock.LockInfo{Key: strings.TrimPrefix(k, prefix), Node: node, TTL: ttl, Token: token, Majority: true}
 		// A failed read's Val is empty: its field stays zero. On Redlock
 		// the counter is this node's draw (the lock's fence is the largest).
-
 		info.Fence, _ = strconv.ParseUint(r.fence.Val(), 10, 64)
 		var h Record
 		if json.Unmarshal([]byte(r.holder.Val()), &h) == nil {

@@ -122,8 +122,8 @@ func (n *Notifier) forget(full string, in *interest) {
 	}
 }
 
-// Close ends the subscriptions and forgets every key; waits go on by
-// polling. It is idempotent.
+// Close ends the subscriptions and takes the Locker out of its queues (best
+// effort, within a second); waits go on by polling. It is idempotent.
 func (n *Notifier) Close() {
 	n.mu.Lock()
 	n.cancel()
