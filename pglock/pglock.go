@@ -224,11 +224,15 @@ func (l *Locker) acquire(ctx context.Context, name string, k *Key, ttl time.Dura
 		if err != nil {
 			return nil, err
 		}
+		id, err := identity(ctx)
+		if err != nil {
+			return nil, err
+		}
 		conn, err := l.pin(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		g, validUntil, err := l.grantOn(ctx, conn, name, key, ttl)
+		g, validUntil, err := l.grantOn(ctx, conn, name, key, id, ttl)
 		if err != nil {
 			return nil, err
 		}
@@ -291,20 +295,16 @@ func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{
 	return kl.l.notifyKeys(kl.k)
 }
 
-// grantOn makes one attempt to take the session lock on k on conn, which
-// it keeps pinned when granted, gives back when k is busy, and discards on
-// an error.
-func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration) (*grant, time.Time, error) {
-	g := &grant{l: l, key: k, name: name}
+// grantOn makes one attempt to take the session lock on k on conn,
+// publishing id (see identity), and keeps conn pinned when granted, gives
+// it back when k is busy, and discards it on an error.
+func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, id string, ttl time.Duration) (*grant, time.Time, error) {
+	g := &grant{l: l, key: k, name: name, identity: id}
 	args := g.key.args(g.args[:0])
 	if l.lease >= 0 {
 		args = append(args, l.leaseMS(ttl))
 	}
-	args, err := l.publish(ctx, g, args)
-	if err != nil {
-		discard(conn) // it may be in a semaphore's grant transaction
-		return nil, time.Time{}, err
-	}
+	args = l.publish(g, args)
 	dest := append(g.dest[:0], &g.drawn, &g.pid)
 	for i := range g.st.settings {
 		dest = append(dest, &g.set[i], &g.prev[i])
