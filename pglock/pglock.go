@@ -1,6 +1,7 @@
 package pglock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -217,10 +218,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // is nil.
 func (l *Locker) acquire(ctx context.Context, name string, k *Key, ttl time.Duration) (*dlock.Lock, error) {
 	return l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
-		if err := l.checkTTL(ttl); err != nil {
-			return nil, err
-		}
-		key, err := l.resolve(ctx, name, k)
+		key, err := l.resolve(ctx, name, k, l.checkTTL(ttl))
 		if err != nil {
 			return nil, err
 		}
@@ -240,13 +238,15 @@ func (l *Locker) acquire(ctx context.Context, name string, k *Key, ttl time.Dura
 	})
 }
 
-// resolve checks ctx and name and returns k (ForKey's), or when k is nil
-// the key name maps to.
-func (l *Locker) resolve(ctx context.Context, name string, k *Key) (Key, error) {
+// resolve refuses, in this order, ForKey's zero Key, a bad ctx or name,
+// and argErr (the caller's check of its other arguments, as TryAcquire's
+// ttl), then returns k, or when k is nil the key name maps to: the key
+// function runs only for good arguments.
+func (l *Locker) resolve(ctx context.Context, name string, k *Key, argErr error) (Key, error) {
 	if k != nil && !k.valid() {
 		return Key{}, errZeroKey()
 	}
-	if err := l.cfg.CheckRead(ctx, name); err != nil {
+	if err := cmp.Or(l.cfg.CheckRead(ctx, name), argErr); err != nil {
 		return Key{}, err
 	}
 	if k != nil {
