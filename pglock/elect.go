@@ -48,7 +48,7 @@ func (kl keyLocker) ReadTerm(ctx context.Context, name string) (dlock.Term, erro
 const termRereads = 5
 
 func (l *Locker) readTerm(ctx context.Context, name string, key *Key) (dlock.Term, error) {
-	k, err := l.resolve(ctx, name, key)
+	k, err := l.resolve(ctx, name, key, nil)
 	if err != nil {
 		return dlock.Term{}, err
 	}

@@ -278,3 +278,63 @@ func TestLeaderOfBusySessionReturns(t *testing.T) {
 		t.Fatalf("Leader while the holder runs a long statement: %+v, %v after %v; want someone leads, at once", term, err, took)
 	}
 }
+
+// An identity that application_name cannot carry is refused before a pool
+// connection is pinned: at once when the pool is exhausted, and without
+// closing a healthy connection when it is not. Semaphores too.
+func TestIdentityTooLongPinsNothing(t *testing.T) {
+	id := dlock.WithIdentity(strings.Repeat("x", 43))
+	for _, c := range []struct {
+		name    string
+		exhaust func(t *testing.T, l *pglock.Locker, pool *pgxpool.Pool) func()
+	}{
+		{"free pool", func(*testing.T, *pglock.Locker, *pgxpool.Pool) func() { return func() {} }},
+		{"pinned by a lock of the Locker", func(t *testing.T, l *pglock.Locker, _ *pgxpool.Pool) func() {
+			held := lockcheck.MustAcquire(t, l, uniqueKey(t), 10*time.Second)
+			return func() { _ = held.Release(context.Background()) }
+		}},
+		{"in use by another", func(t *testing.T, _ *pglock.Locker, pool *pgxpool.Pool) func() {
+			conn, err := pool.Acquire(testCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return conn.Release
+		}},
+	} {
+		for _, sem := range []bool{false, true} {
+			t.Run(c.name+map[bool]string{false: "", true: " semaphore"}[sem], func(t *testing.T) {
+				pool := shared.Pool(t, 1)
+				l, err := pglock.New(pool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				if err := pool.Ping(testCtx(t)); err != nil { // one idle connection
+					t.Fatal(err)
+				}
+				done := c.exhaust(t, l, pool)
+				defer done()
+				var locker dlock.Locker = l
+				if sem {
+					locker = dlock.Semaphore(l, 2)
+				}
+				before := pool.Stat()
+				ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
+				defer cancel()
+				start := time.Now()
+				lock, err := dlock.Acquire(ctx, locker, uniqueKey(t), time.Second, id)
+				if err == nil {
+					_ = lock.Release(context.Background())
+				}
+				d, after := time.Since(start), pool.Stat()
+				if !errors.Is(err, dlock.ErrInvalid) || d > time.Second {
+					t.Errorf("a 43-byte identity: err %v after %v; want ErrInvalid at once", err, d)
+				}
+				if after.AcquireCount() != before.AcquireCount() || after.TotalConns() != before.TotalConns() {
+					t.Errorf("a refused identity pinned %d connections, the pool went from %d connections to %d",
+						after.AcquireCount()-before.AcquireCount(), before.TotalConns(), after.TotalConns())
+				}
+			})
+		}
+	}
+}

@@ -18,7 +18,7 @@ func (l *Locker) TryAcquireGrant(ctx context.Context, key string, ttl time.Durat
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}
-	gr, validUntil, err := l.grantOn(ctx, conn, key, HashKey(key), ttl)
+	gr, validUntil, err := l.grantOn(ctx, conn, key, HashKey(key), "", ttl)
 	if err != nil {
 		return nil, 0, time.Time{}, err
 	}

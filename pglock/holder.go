@@ -82,22 +82,28 @@ func (l *Locker) publishedName(app string, id lockID) (name, service string, ok 
 // "#<fence> " (a bigint has at most 19 digits).
 const maxIdentity = maxAppName - 19 - 2
 
-// publish sets the statements and identity (driver.Identity's) of g, a
-// grant made with ctx, and appends to args the two format strings of its
-// application_name (see buildStatements) if it has one: with an identity
-// "name (#<fence> <id>)" and "#<fence> <id>"; else holder info's appName,
-// twice.
-func (l *Locker) publish(ctx context.Context, g *grant, args []any) ([]any, error) {
-	g.st, g.identity = l.plain, driver.Identity(ctx)
+// identity returns the identity (driver.Identity's) of a grant made with
+// ctx, refusing one application_name cannot carry beside the term.
+func identity(ctx context.Context) (string, error) {
+	id := driver.Identity(ctx)
+	if id != "" && (!publishable(id) || len(id) > maxIdentity) {
+		return "", bridge.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", id, maxIdentity)
+	}
+	return id, nil
+}
+
+// publish sets the statements of g and appends to args the two format
+// strings of its application_name (see buildStatements) if it has one:
+// with an identity "name (#<fence> <id>)" and "#<fence> <id>"; else
+// holder info's appName, twice.
+func (l *Locker) publish(g *grant, args []any) []any {
+	g.st = l.plain
 	if g.identity == "" {
 		if l.holder {
 			app := strings.ReplaceAll(l.appName(l.cfg.Prefix+g.name), "%", "%%")
 			args = append(args, app, app)
 		}
-		return args, nil
-	}
-	if !publishable(g.identity) || len(g.identity) > maxIdentity {
-		return nil, bridge.Invalidf("identity %q: PostgreSQL's application_name leaves %d bytes of printable ASCII for it beside the term", g.identity, maxIdentity)
+		return args
 	}
 	alt := "#%s " + strings.ReplaceAll(g.identity, "%", "%%")
 	app := alt
@@ -105,7 +111,7 @@ func (l *Locker) publish(ctx context.Context, g *grant, args []any) ([]any, erro
 		app = strings.ReplaceAll(full, "%", "%%") + " (" + alt + ")"
 	}
 	g.st = l.named
-	return append(args, app, alt), nil
+	return append(args, app, alt)
 }
 
 // parseTerm reads the term and identity in a leader's application_name

@@ -53,7 +53,7 @@ func (l *Locker) NotifyRelease(ctx context.Context, key string) (released <-chan
 	if !l.notify {
 		return nil, func() {}
 	}
-	k, err := l.resolve(ctx, key, nil)
+	k, err := l.resolve(ctx, key, nil, nil)
 	if err != nil {
 		return nil, func() {}
 	}

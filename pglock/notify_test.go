@@ -424,3 +424,37 @@ func TestTryAcquireChecksTTLBeforeKeyFunc(t *testing.T) {
 		t.Errorf("TryAcquire with ttl 0: err %v, key function called %d times; want ErrInvalid and none", err, calls.Load())
 	}
 }
+
+// TryAcquire refuses the first bad argument in the order every backend
+// checks them: ForKey's zero Key, ctx, key, then ttl; the key function
+// comes after all of them.
+func TestTryAcquireCheckOrder(t *testing.T) {
+	var calls atomic.Int32
+	l := newLocker(t, 2, pglock.WithKeyFunc(func(name string) (pglock.Key, error) {
+		calls.Add(1)
+		return pglock.HashKey(name), nil
+	}))
+	var nilCtx context.Context // the bad input under test
+	k := pglock.KeyPair(-5, 1)
+	for _, c := range []struct {
+		what   string
+		locker dlock.Locker
+		ctx    context.Context
+		key    string
+		want   string
+	}{
+		{"nil ctx", l, nilCtx, "k", "nil context"},
+		{"empty key", l, testCtx(t), "", "empty lock key"},
+		{"ForKey nil ctx", l.ForKey(k), nilCtx, "k", "nil context"},
+		{"ForKey empty key", l.ForKey(k), testCtx(t), "", "empty lock key"},
+		{"ForKey zero Key, nil ctx", l.ForKey(pglock.Key{}), nilCtx, "", "zero Key"},
+	} {
+		_, err := c.locker.TryAcquire(c.ctx, c.key, 0)
+		if !errors.Is(err, dlock.ErrInvalid) || !strings.Contains(fmt.Sprint(err), c.want) {
+			t.Errorf("%s and ttl 0: err %v; want ErrInvalid saying %q", c.what, err, c.want)
+		}
+	}
+	if calls.Load() != 0 {
+		t.Errorf("refused attempts called the key function %d times", calls.Load())
+	}
+}

@@ -1,6 +1,7 @@
 package pglock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -217,10 +218,11 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // is nil.
 func (l *Locker) acquire(ctx context.Context, name string, k *Key, ttl time.Duration) (*dlock.Lock, error) {
 	return l.cfg.Events.Attempt(ctx, name, func() (*dlock.Lock, error) {
-		if err := l.checkTTL(ttl); err != nil {
+		key, err := l.resolve(ctx, name, k, l.checkTTL(ttl))
+		if err != nil {
 			return nil, err
 		}
-		key, err := l.resolve(ctx, name, k)
+		id, err := identity(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -228,7 +230,7 @@ func (l *Locker) acquire(ctx context.Context, name string, k *Key, ttl time.Dura
 		if err != nil {
 			return nil, err
 		}
-		g, validUntil, err := l.grantOn(ctx, conn, name, key, ttl)
+		g, validUntil, err := l.grantOn(ctx, conn, name, key, id, ttl)
 		if err != nil {
 			return nil, err
 		}
@@ -236,13 +238,15 @@ func (l *Locker) acquire(ctx context.Context, name string, k *Key, ttl time.Dura
 	})
 }
 
-// resolve checks ctx and name and returns k (ForKey's), or when k is nil
-// the key name maps to.
-func (l *Locker) resolve(ctx context.Context, name string, k *Key) (Key, error) {
+// resolve refuses, in this order, ForKey's zero Key, a bad ctx or name,
+// and argErr (the caller's check of its other arguments, as TryAcquire's
+// ttl), then returns k, or when k is nil the key name maps to: the key
+// function runs only for good arguments.
+func (l *Locker) resolve(ctx context.Context, name string, k *Key, argErr error) (Key, error) {
 	if k != nil && !k.valid() {
 		return Key{}, errZeroKey()
 	}
-	if err := l.cfg.CheckRead(ctx, name); err != nil {
+	if err := cmp.Or(l.cfg.CheckRead(ctx, name), argErr); err != nil {
 		return Key{}, err
 	}
 	if k != nil {
@@ -291,20 +295,16 @@ func (kl keyLocker) NotifyRelease(ctx context.Context, _ string) (<-chan struct{
 	return kl.l.notifyKeys(kl.k)
 }
 
-// grantOn makes one attempt to take the session lock on k on conn, which
-// it keeps pinned when granted, gives back when k is busy, and discards on
-// an error.
-func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, ttl time.Duration) (*grant, time.Time, error) {
-	g := &grant{l: l, key: k, name: name}
+// grantOn makes one attempt to take the session lock on k on conn,
+// publishing id (see identity), and keeps conn pinned when granted, gives
+// it back when k is busy, and discards it on an error.
+func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k Key, id string, ttl time.Duration) (*grant, time.Time, error) {
+	g := &grant{l: l, key: k, name: name, identity: id}
 	args := g.key.args(g.args[:0])
 	if l.lease >= 0 {
 		args = append(args, l.leaseMS(ttl))
 	}
-	args, err := l.publish(ctx, g, args)
-	if err != nil {
-		discard(conn) // it may be in a semaphore's grant transaction
-		return nil, time.Time{}, err
-	}
+	args = l.publish(g, args)
 	dest := append(g.dest[:0], &g.drawn, &g.pid)
 	for i := range g.st.settings {
 		dest = append(dest, &g.set[i], &g.prev[i])

@@ -53,6 +53,10 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 		if err := cmp.Or(l.cfg.CheckPermit(ctx, name, ttl, s.limit), l.checkTTL(ttl)); err != nil {
 			return nil, err
 		}
+		id, err := identity(ctx)
+		if err != nil {
+			return nil, err
+		}
 		conn, err := l.pin(ctx, name)
 		if err != nil {
 			return nil, err
@@ -61,7 +65,7 @@ func (s semaphore) TryAcquire(ctx context.Context, name string, ttl time.Duratio
 		if err != nil {
 			return nil, err
 		}
-		g, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, ttl)
+		g, validUntil, err := l.grantOn(ctx, conn, bridge.SlotKey(name, slot), k, id, ttl)
 		if err != nil {
 			return nil, err
 		}
