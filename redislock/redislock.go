@@ -206,7 +206,7 @@ func (l *giveBack) GiveBack(ctx context.Context, _ *rnode.Node, keys []string, t
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
 	go func() {
 		defer cancel()
-		_, _, _ = l.node.Release(ctx, rnode.Release{Keys: keys, Token: token})
+		_, _, _ = l.node.Release(ctx, rnode.Release{Keys: keys, Token: token, NoProbe: true})
 	}()
 }
 

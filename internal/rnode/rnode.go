@@ -175,6 +175,9 @@ type Release struct {
 	Fence  int64  // if not 0, first raise every counter below it (Redlock)
 	Wake   bool   // wake the longest waiter of each key deleted
 	Sem    string // a permit's semaphore, whose queue's head is woken
+	// NoProbe: use the server's own command only if a probe already found
+	// it (a give-back's short bound leaves no time for a probe's round trip).
+	NoProbe bool
 }
 
 // Release deletes the keys that hold the token (and the holder records
@@ -182,7 +185,11 @@ type Release struct {
 func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, err error) {
 	one := len(rel.Keys) == 1 && rel.Fence == 0 && rel.Sem == ""
 	if one && rel.Holder == "" {
-		if nat := n.Features(ctx); nat.Release != "" {
+		nat := n.known()
+		if !rel.NoProbe {
+			nat = n.Features(ctx)
+		}
+		if nat.Release != "" {
 			return n.releaseNative(ctx, nat, rel.Keys[0], rel.Token, rel.Wake)
 		}
 	}
@@ -327,6 +334,14 @@ func (n *Node) Features(ctx context.Context) rclient.Native {
 	n.native.Store(&nat)
 	rclient.WarnEviction(n.logger, n.Name, policy)
 	return nat
+}
+
+// known returns the server's own commands as a probe found them, if one did.
+func (n *Node) known() rclient.Native {
+	if nat := n.native.Load(); nat != nil {
+		return *nat
+	}
+	return rclient.Native{}
 }
 
 // SetFeatures makes the node use the native commands of nat as if its
