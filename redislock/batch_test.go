@@ -24,9 +24,10 @@ import (
 // to see what the batch does to each caller.
 
 // slowLocker returns a Locker, and its client, whose replies come latency
-// late (with a read timeout well above it). It uses the scripts (no probe
-// for native commands), loaded already, and its first connection is open:
-// a new one takes round trips to set up. opts are the Locker's.
+// late (with a read timeout well above it). It uses the scripts (Redis 7
+// has no native commands; the probe for them comes with its first
+// release), loaded already, and its first connection is open: a new one
+// takes round trips to set up. opts are the Locker's.
 func slowLocker(t *testing.T, latency time.Duration, opts ...redislock.Option) (*redislock.Locker, *redis.Client) {
 	t.Helper()
 	proxy := testproxy.Start(t, shared.Addr)
