@@ -42,9 +42,9 @@ type Locker struct {
 	holder   bool          // WithHolderInfo
 	service  string
 
-	// The statements of a grant that publishes what holder says (plain),
-	// and of one that publishes an identity (named).
-	plain, named *statements
+	// The statements of a grant that publishes nothing ([0]), and of one
+	// that publishes holder info or an identity ([1]).
+	stmts [2]*statements
 
 	held     atomic.Int32 // connections pinned by this Locker's locks
 	listener *listener
@@ -177,10 +177,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	l.listener = &listener{l: l, byKey: map[string][]chan struct{}{}, closed: !l.notify}
-	l.plain = l.buildStatements(l.sessionSettings(l.holder))
-	l.named = l.plain
-	if !l.holder {
-		l.named = l.buildStatements(l.sessionSettings(true))
+	for i, publish := range []bool{false, true} {
+		l.stmts[i] = l.buildStatements(l.sessionSettings(publish))
 	}
 	l.cfg.Done("postgres")
 	return l, nil
