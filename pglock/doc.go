@@ -151,9 +151,8 @@
 // does a wait whose later attempt finds them all pinned. Lockers sharing a
 // pool count only their own locks: give each pool one Locker. A pool's
 // Close waits for pinned connections: release locks first. The acquiring
-// and releasing statements are prepared once per connection and encoded by
-// hand, except with a Tracer or a QueryExecMode other than pgx's default,
-// where they go through QueryRow like any query.
+// and releasing statements go through QueryRow like any query, in the
+// pool's QueryExecMode (with pgx's default, prepared once per connection).
 //
 // # Semaphores
 //

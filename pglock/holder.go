@@ -97,20 +97,20 @@ func identity(ctx context.Context) (string, error) {
 // with an identity "name (#<fence> <id>)" and "#<fence> <id>"; else
 // holder info's appName, twice.
 func (l *Locker) publish(g *grant, args []any) []any {
-	g.st = l.plain
-	if g.identity == "" {
-		if l.holder {
-			app := strings.ReplaceAll(l.appName(l.cfg.Prefix+g.name), "%", "%%")
-			args = append(args, app, app)
-		}
+	g.st = l.stmts[1]
+	if g.identity == "" && !l.holder {
+		g.st = l.stmts[0]
 		return args
+	}
+	if g.identity == "" {
+		app := strings.ReplaceAll(l.appName(l.cfg.Prefix+g.name), "%", "%%")
+		return append(args, app, app)
 	}
 	alt := "#%s " + strings.ReplaceAll(g.identity, "%", "%%")
 	app := alt
 	if full := l.cfg.Prefix + g.name; publishable(full) {
 		app = strings.ReplaceAll(full, "%", "%%") + " (" + alt + ")"
 	}
-	g.st = l.named
 	return append(args, app, alt)
 }
 

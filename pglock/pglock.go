@@ -42,10 +42,9 @@ type Locker struct {
 	holder   bool          // WithHolderInfo
 	service  string
 
-	// The statements of a grant that publishes what holder says (plain),
-	// and of one that publishes an identity (named).
-	plain, named *statements
-	direct       bool // queryRow's hand-coded path: pgx's default query mode, no tracer
+	// The statements of a grant that publishes nothing ([0]), and of one
+	// that publishes holder info or an identity ([1]).
+	stmts [2]*statements
 
 	held     atomic.Int32 // connections pinned by this Locker's locks
 	listener *listener
@@ -172,17 +171,14 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Locker, error) {
 		notify:   true,
 		lease:    -1,
 		cfg:      backend.New(0, false),
-		direct:   cc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cc.Tracer == nil,
 	}
 	l.cfg.NoDrift = true // a session lock's validity sets no margin aside
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
 	l.listener = &listener{l: l, byKey: map[string][]chan struct{}{}, closed: !l.notify}
-	l.plain = l.buildStatements(l.sessionSettings(l.holder))
-	l.named = l.plain
-	if !l.holder {
-		l.named = l.buildStatements(l.sessionSettings(true))
+	for i, publish := range []bool{false, true} {
+		l.stmts[i] = l.buildStatements(l.sessionSettings(publish))
 	}
 	l.cfg.Done("postgres")
 	return l, nil
@@ -311,7 +307,7 @@ func (l *Locker) grantOn(ctx context.Context, conn *pgxpool.Conn, name string, k
 	}
 
 	start := time.Now()
-	if err := queryRow(ctx, l.direct, conn.Conn(), g.st.acquire[k.form()], &g.bufs, args, dest); err != nil {
+	if err := conn.QueryRow(ctx, g.st.acquire[k.form()], args...).Scan(dest...); err != nil {
 		// The lock may have been granted before the error: closing the
 		// session is the one sure way to give it back.
 		discard(conn)
@@ -383,7 +379,6 @@ type grant struct {
 	drawn   pgtype.Int8
 	set     [2]bool
 	outcome int32
-	bufs    rowBufs
 }
 
 // lockID is how pg_locks shows the grant.
@@ -463,7 +458,7 @@ func (g *grant) Release(ctx context.Context) error {
 		args = append(args, g.prev[i])
 		dest = append(dest, &g.set[i]) // free since the grant
 	}
-	if err := queryRow(ctx, g.l.direct, g.conn.Conn(), g.st.release[g.key.form()], &g.bufs, args, dest); err != nil {
+	if err := g.conn.QueryRow(ctx, g.st.release[g.key.form()], args...).Scan(dest...); err != nil {
 		return g.connErr(ctx, err, false)
 	}
 	if g.outcome == 0 {

@@ -18,11 +18,9 @@ func keyParams(pair bool) (params string, next int) {
 // durability check, which must follow nextval, then currval. One CASE, not
 // a materialized CTE, and few function calls: both cost (bench/RESULTS.md).
 //
-// Durability (docs/fences.md, "PostgreSQL"): when the WAL insert position,
-// read after nextval, is ahead of the flush position, or synchronous
-// standbys must confirm, a transactional logical message (it takes an xid)
-// makes the commit flush past the fence's record and wait for the
-// standbys. With synchronous_commit = off commits do not flush anyway.
+// Durability (docs/fences.md, "PostgreSQL"): when the WAL is not flushed
+// up to its insert position, or synchronous standbys must confirm, a
+// transactional logical message makes the commit flush and wait for them.
 func fenceExpr(granted string) string {
 	currval := `currval('` + FenceSequence + `')`
 	e := `CASE`
