@@ -30,7 +30,7 @@ test: deps vet lint
 # with "context deadline exceeded" as the time runs out on a loaded
 # machine (golang/go#75804, fixed in go1.27). FUZZTIME=5m for a longer look.
 FUZZTIME ?= 1000x
-FUZZ_TARGETS = .:FuzzValidation .:FuzzLockInfoJSON ./pglock:FuzzNames ./pglock:FuzzRowCodec \
+FUZZ_TARGETS = .:FuzzValidation .:FuzzLockInfoJSON ./pglock:FuzzNames \
 	./cmd/dlock:FuzzRun ./cmd/dlock:FuzzShellQuote ./fence:FuzzMemory ./internal/keys:FuzzSameSlot \
 	./internal/keys:FuzzDistinct ./internal/backend:FuzzCheckKey ./internal/rnode:FuzzAcquireReply \
 	./redlock:FuzzRunID ./pgqueue:FuzzTable
