@@ -47,7 +47,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
-	l.node = rnode.New(client, rclient.Name(client), l.cfg.FenceTTL, l.cfg.Logger)
+	l.node = rnode.New(client, rclient.Name(client), l.cfg.FenceTTL, giveBackWithin, l.cfg.Logger)
 	if _, ring := client.(*redis.Ring); !ring {
 		l.notify = wake.New([]redis.UniversalClient{client})
 	}
@@ -58,6 +58,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	l.cfg.Done("redis")
 	return l, nil
 }
+
+// giveBackWithin bounds the background deletion of a key granted to an
+// attempt that returned an error (and by the key's TTL).
+const giveBackWithin = 500 * time.Millisecond
 
 // TryAcquire implements dlock.Locker, in one round trip. An error reply
 // that may pass matches dlock.ErrUnavailable, a refusal for good
@@ -83,7 +87,7 @@ func (l *Locker) acquire(ctx context.Context, name, full string, ttl time.Durati
 	}
 	token := bridge.NewToken()
 	g := &grant{l: l, keys: [1]string{full}, token: token}
-	at := rnode.Attempt{Keys: g.keys[:], Token: token, TTL: ttl, Late: (*giveBack)(l)}
+	at := rnode.Attempt{Keys: g.keys[:], Token: token, TTL: ttl}
 	at.Queue, at.QueueArgs = plan.Queue(0)
 	if limit > 0 {
 		at.Sem, at.Limit, at.Slot, g.sem = full, limit, -1, full
@@ -103,10 +107,10 @@ func (l *Locker) acquire(ctx context.Context, name, full string, ttl time.Durati
 	cancel()
 	if err != nil {
 		plan.Lost(0)
-		// Unless the call left its batch (Late gives it back) or the server
-		// answered with an error, the reply was lost, not the request.
+		// Unless the call left its batch (the node gives it back) or the
+		// server answered with an error, the reply was lost, not the request.
 		if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
-			(*giveBack)(l).GiveBack(ctx, nil, at.Keys, token, ttl)
+			l.node.GiveBack(ctx, at.Keys, token, ttl)
 		}
 		return nil, fmt.Errorf("dlock: acquire %q: %w", name, l.opErr(ctx, err, true))
 	}
@@ -130,7 +134,7 @@ func (g *grant) answered(ctx context.Context, name string, r rnode.AcquireResult
 		validUntil := bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor)
 		elapsed := time.Since(start)
 		if !validUntil.After(start.Add(elapsed)) {
-			(*giveBack)(g.l).GiveBack(ctx, nil, g.keys[:], g.token, ttl)
+			g.l.node.GiveBack(ctx, g.keys[:], g.token, ttl)
 			why = fmt.Sprintf("the acquisition took %v, no validity left of ttl %v", elapsed, ttl)
 			break
 		}
@@ -250,20 +254,6 @@ func (g *grant) Release(ctx context.Context) error {
 		return fmt.Errorf("%w (the key expired or another owner holds it)", dlock.ErrNotHeld)
 	}
 	return nil
-}
-
-// giveBack is the Locker as an rnode.GiveBacker: it deletes whichever of
-// keys holds token, in the background, within a short bound, waking
-// nobody: the lock was never held. (A holder record expires with the
-// lock's TTL.)
-type giveBack Locker
-
-func (l *giveBack) GiveBack(ctx context.Context, _ *rnode.Node, keys []string, token string, ttl time.Duration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
-	go func() {
-		defer cancel()
-		_, _, _ = l.node.Release(ctx, rnode.Release{Keys: keys, Token: token, NoProbe: true})
-	}()
 }
 
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {

@@ -160,8 +160,7 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 		if !n.probed.Load() {
 			l.probe(ctx, n) // before the node's first attempt
 		}
-		a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec, Late: (*giveBack)(l),
-			Sem: t.sem, Limit: t.limit, Slot: t.slot}
+		a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec, Sem: t.sem, Limit: t.limit, Slot: t.slot}
 		a.Queue, a.QueueArgs = t.plan.Queue(i)
 		var res rnode.AcquireResult
 		var err error
@@ -201,20 +200,6 @@ func (l *Locker) probe(ctx context.Context, n *node) {
 	if run := runID(info.Val()); run != "" && n.run.CompareAndSwap(nil, &run) {
 		rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
 	}
-}
-
-// giveBack is the Locker as an rnode.GiveBacker: it deletes the keys on n
-// that an attempt that gave up there may have taken (its grant was not
-// counted), within the node timeout whatever ctx, and wakes nobody.
-type giveBack Locker
-
-func (g *giveBack) GiveBack(ctx context.Context, n *rnode.Node, keys []string, token string, _ time.Duration) {
-	l := (*Locker)(g)
-	l.workers.run(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.nodeTimeout)
-		defer cancel()
-		_, _, _ = n.Release(ctx, rnode.Release{Keys: keys, Token: token})
-	})
 }
 
 // runID reads run_id from the reply of INFO server.

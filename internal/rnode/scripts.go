@@ -198,12 +198,11 @@ func Cmd(ctx context.Context, s *redis.Script, key any, keys []string, args []an
 	return cmd
 }
 
-// giveBackLate has late give back keys, for token, when the reply of a
-// call that left its batch comes, unless the reply, read by read, shows
-// that nothing was taken: an error reply, or a readable one that is no
-// grant.
+// giveBackLate gives back keys, for token, when the reply of a call that
+// left its batch comes, unless the reply, read by read, shows that nothing
+// was taken: an error reply, or a readable one that is no grant.
 func (n *Node) giveBackLate(ctx context.Context, left *batch.LeftError, read func(any) (AcquireResult, error),
-	late GiveBacker, keys []string, token string, ttl time.Duration) {
+	keys []string, token string, ttl time.Duration) {
 	left.OnReply(func(cmd redis.Cmder) {
 		c, ok := cmd.(*redis.Cmd)
 		if !ok || rclient.IsReply(c.Err()) {
@@ -212,6 +211,6 @@ func (n *Node) giveBackLate(ctx context.Context, left *batch.LeftError, read fun
 		if r, err := read(c.Val()); c.Err() == nil && err == nil && r.Status != Granted {
 			return
 		}
-		late.GiveBack(ctx, n, keys, token, ttl)
+		n.GiveBack(ctx, keys, token, ttl)
 	})
 }
