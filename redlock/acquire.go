@@ -33,17 +33,12 @@ type nodeReply struct {
 
 func (r *nodeReply) granted() bool { return r.err == nil && r.Status == rnode.Granted }
 
-// try is one acquisition: a lock on keys, or a permit on one slot.
+// try is one acquisition: a lock on Keys (with the prefix), or a permit
+// on one slot (Sem, Slot, Limit; Keys: the slot's).
 type try struct {
-	full    []string // the keys, with the prefix (a permit: its slot's)
-	display string   // the name the caller gave
-	token   string
-	rec     string // the holder record ("": none)
-	ttl     time.Duration
-	plan    *wake.Plan
-	sem     string // a permit's semaphore, its slot keys' prefix ("": a lock)
-	slot    int
-	limit   int
+	rnode.Attempt        // but the queue's arguments, which are per node (plan)
+	display       string // the name the caller gave
+	plan          *wake.Plan
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
@@ -53,8 +48,8 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 	}
 	token := bridge.NewToken()
 	since, identity := time.Now(), driver.Identity(ctx)
-	t := &try{full: full, display: display, token: token, ttl: ttl, plan: plan,
-		rec: holder.Grant(l.cfg.HolderHead, since, identity, token)}
+	rec := holder.Grant(l.cfg.HolderHead, since, identity, token)
+	t := &try{Attempt: rnode.Attempt{Keys: full, Token: token, TTL: ttl, Holder: rec}, display: display, plan: plan}
 	g, validUntil, err := l.acquireMajority(ctx, t)
 	if err != nil {
 		return nil, err
@@ -93,13 +88,13 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 			ok = nodes >= l.quorum
 		}
 		if ok {
-			validUntil := bridge.ValidUntil(start, t.ttl, l.cfg.DriftFactor)
+			validUntil := bridge.ValidUntil(start, t.TTL, l.cfg.DriftFactor)
 			if elapsed := time.Since(start); validUntil.After(start.Add(elapsed)) {
-				return &grant{l: l, keys: t.full, token: t.token, holder: t.rec, fence: fence, acquiring: c.progress,
-					nodes: nodes, sem: t.sem}, validUntil, nil
+				return &grant{l: l, keys: t.Keys, token: t.Token, holder: t.Holder, fence: fence, acquiring: c.progress,
+					nodes: nodes, sem: t.Sem}, validUntil, nil
 			}
 			return nil, time.Time{}, l.fail(ctx, t, c.all(), dlock.ErrNotAcquired,
-				fmt.Sprintf("the acquisition took %v: no validity left of ttl %v", time.Since(start).Round(time.Microsecond), t.ttl))
+				fmt.Sprintf("the acquisition took %v: no validity left of ttl %v", time.Since(start).Round(time.Microsecond), t.TTL))
 		}
 		if err := l.conflict(ctx, t, replies); err != nil {
 			return nil, time.Time{}, err
@@ -151,8 +146,8 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 // returns at once. The wake-up queueing and the holder record go in the
 // attempt's round trip; a node's first attempt probes it first.
 func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
-	timeout := l.timeout(t.ttl)
-	s := sending{timeout: timeout, after: l.releasingOn(t.full), giveUp: true, progress: newProgress(len(l.nodes))}
+	timeout := l.timeout(t.TTL)
+	s := sending{timeout: timeout, after: l.releasingOn(t.Keys), giveUp: true, progress: newProgress(len(l.nodes))}
 	return send(ctx, l, s, func(ctx context.Context, i int, n *node) *nodeReply {
 		if context.Cause(ctx) == errBehind {
 			return &nodeReply{err: errBehind}
@@ -160,11 +155,11 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 		if !n.probed.Load() {
 			l.probe(ctx, n) // before the node's first attempt
 		}
-		a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec, Sem: t.sem, Limit: t.limit, Slot: t.slot}
+		a := t.Attempt
 		a.Queue, a.QueueArgs = t.plan.Queue(i)
 		var res rnode.AcquireResult
 		var err error
-		if t.sem != "" {
+		if t.Sem != "" {
 			res, _, err = n.Permit(ctx, a)
 		} else {
 			res, _, err = n.Acquire(ctx, a)

@@ -356,7 +356,7 @@ func (l *Locker) releasingOn(keys []string) *progress {
 // It wakes nobody: the lock was never held, and a waiter would only retry
 // against the same holder.
 func (l *Locker) releaseEverywhere(ctx context.Context, t *try) {
-	l.release(ctx, rnode.Release{Keys: t.full, Token: t.token, Holder: t.rec}, nil).all()
+	l.release(ctx, rnode.Release{Keys: t.Keys, Token: t.Token, Holder: t.Holder}, nil).all()
 }
 
 // tally counts the nodes whose result is nil and those that answered with
