@@ -91,8 +91,7 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 		}
 		return t, pending && t.Fence == 0, nil
 	}
-	_, _, nodes := l.tally(errs, nil, nil)
-	qe := &QuorumError{Op: "leader", Got: best, Need: l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable,
-		Reason: "no majority of the nodes agrees on a holder, or on none"}
+	qe, _ := l.tally("leader", errs, nil, nil)
+	qe.Got, qe.Reason = best, "no majority of the nodes agrees on a holder, or on none"
 	return dlock.Term{}, false, l.withCtx(ctx, fmt.Errorf("dlock: leader %q: %w", key, qe))
 }

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -264,11 +265,10 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		}
 		return nil
 	}).all()
-	ok, refused, nodes := g.l.tally(res, nil, errNotHeldHere)
-	if ok >= g.l.quorum {
+	qe, refused := g.l.tally("extend", res, nil, errNotHeldHere)
+	if qe.Got >= g.l.quorum {
 		return bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 	}
-	qe := &QuorumError{Op: "extend", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable}
 	if g.l.tooMany(refused) {
 		qe.sentinel, qe.Reason = dlock.ErrNotHeld, "a majority no longer holds the lock"
 	}
@@ -294,10 +294,9 @@ func (g *grant) Release(ctx context.Context) error {
 	if ok >= g.l.quorum {
 		return nil
 	}
-	ok, refused, nodes := g.l.tally(c.out, c.got, errNotHeldHere)
-	qe := &QuorumError{Op: "release", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrNotHeld,
-		Reason: "the lock was no longer held by a majority"}
-	if failed := len(g.l.nodes) - ok - refused; ok+failed >= g.l.quorum && failed > 0 {
+	qe, refused := g.l.tally("release", c.out, c.got, errNotHeldHere)
+	qe.sentinel, qe.Reason = dlock.ErrNotHeld, "the lock was no longer held by a majority"
+	if failed := len(g.l.nodes) - qe.Got - refused; qe.Got+failed >= g.l.quorum && failed > 0 {
 		qe.sentinel, qe.Reason = dlock.ErrUnavailable, "too few nodes answered to tell; release again"
 	}
 	g.l.misconfigured(qe)
@@ -315,13 +314,8 @@ var (
 // giving up on a release leaves no key behind; until they have, the
 // Locker's next acquisition of the keys waits for them (releasingOn).
 func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress) *inflight[error] {
-	lockKeys := rel.Keys
-	announced := lockKeys[0]
-	if rel.Sem != "" {
-		announced = rel.Sem
-	}
 	// Registered before the deletions are sent, for the last to remove.
-	id, p := strings.Join(lockKeys, "\x00"), newProgress(len(l.nodes))
+	id, p := strings.Join(rel.Keys, "\x00"), newProgress(len(l.nodes))
 	l.releasing.Store(id, p)
 	finally := func() { l.releasing.CompareAndDelete(id, p) }
 	return vote(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, _ int, n *node) error {
@@ -329,8 +323,8 @@ func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)
 		}
-		if woken > 0 && len(lockKeys) == 1 {
-			l.notify.Woke(announced)
+		if woken > 0 && len(rel.Keys) == 1 {
+			l.notify.Woke(cmp.Or(rel.Sem, rel.Keys[0])) // a permit's release announces its semaphore
 		}
 		if deleted == 0 {
 			return errNotHeldHere
@@ -359,25 +353,25 @@ func (l *Locker) releaseEverywhere(ctx context.Context, t *try) {
 	l.release(ctx, rnode.Release{Keys: t.Keys, Token: t.Token, Holder: t.Holder}, nil).all()
 }
 
-// tally counts the nodes whose result is nil and those that answered with
-// refused, and builds the per-node report; got, if not nil, tells which
-// nodes answered.
-func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nodes []NodeResult) {
-	nodes = make([]NodeResult, len(res))
+// tally returns the QuorumError (ErrUnavailable) of op whose nodes' results
+// are res (got, if not nil, tells which nodes answered): Got counts the nil
+// results, ref those that are refused.
+func (l *Locker) tally(op string, res []error, got []bool, refused error) (qe *QuorumError, ref int) {
+	qe = &QuorumError{Op: op, Need: l.quorum, Nodes: make([]NodeResult, len(res)), sentinel: dlock.ErrUnavailable}
 	for i := range res {
 		err := errNoAnswerYet // res[i] may still be written
 		if got == nil || got[i] {
 			err = res[i]
 		}
-		nodes[i] = NodeResult{Node: l.nodes[i].Name, OK: err == nil, Err: err}
+		qe.Nodes[i] = NodeResult{Node: l.nodes[i].Name, OK: err == nil, Err: err}
 		switch {
 		case err == nil:
-			ok++
+			qe.Got++
 		case errors.Is(err, refused):
 			ref++
 		}
 	}
-	return ok, ref, nodes
+	return qe, ref
 }
 
 // isRefusal reports whether a node's error is a refusal that retrying
@@ -451,7 +445,9 @@ func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan s
 // methods, and returns nil.
 func (l *Locker) Close() error {
 	l.releasing.Range(func(_, v any) bool {
-		<-v.(*progress).done
+		for _, ch := range v.(*progress).nodes {
+			<-ch
+		}
 		return true
 	})
 	l.notify.Close()

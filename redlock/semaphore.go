@@ -111,12 +111,11 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 		}
 		return nil
 	}).all()
-	ok, empty, nodes := l.tally(res, nil, errNoSlot)
-	if ok >= l.quorum || l.tooMany(empty) {
+	qe, empty := l.tally("set limit", res, nil, errNoSlot)
+	if qe.Got >= l.quorum || l.tooMany(empty) {
 		return nil
 	}
-	qe := &QuorumError{Op: "set limit", Got: ok, Need: l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable,
-		Reason: "too few nodes recorded the limit"}
+	qe.Reason = "too few nodes recorded the limit"
 	l.misconfigured(qe)
 	return fmt.Errorf("dlock: set limit of %q: %w", name, l.withCtx(ctx, qe))
 }
