@@ -180,8 +180,10 @@ type Release struct {
 func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, err error) {
 	one := len(rel.Keys) == 1 && rel.Fence == 0 && rel.Sem == ""
 	if one && rel.Holder == "" {
-		nat := n.known()
-		if !rel.noProbe {
+		var nat rclient.Native
+		if p := n.native.Load(); p != nil {
+			nat = *p
+		} else if !rel.noProbe {
 			nat = n.Features(ctx)
 		}
 		if nat.Release != "" {
@@ -271,21 +273,14 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec, sem st
 		}
 		return err == nil, err
 	}
-	ms := n.ttlArg(ttl)
-	ks, args := lockKeys, []any{token, ms, 0}
-	if fence > 0 || rec != "" {
-		ks = append(make([]string, 0, 3*len(lockKeys)+1), lockKeys...)
-	}
+	ks := append(make([]string, 0, 3*len(lockKeys)+1), lockKeys...)
+	args := []any{token, n.ttlArg(ttl), fence, n.fenceTTL} // the counter's TTL is unused without a fence
 	if fence > 0 {
 		ks = append(ks, keys.Fences(lockKeys)...)
-		args = []any{token, ms, fence, n.fenceTTL}
 	}
 	if rec != "" {
 		for _, k := range lockKeys {
 			ks = append(ks, keys.Holder(k))
-		}
-		if fence == 0 {
-			args = append(args, 0) // ARGV[4]: no counter
 		}
 		args = append(args, rec)
 	}
@@ -341,14 +336,6 @@ func (n *Node) Features(ctx context.Context) rclient.Native {
 	n.native.Store(&nat)
 	rclient.WarnEviction(n.logger, n.Name, policy)
 	return nat
-}
-
-// known returns the server's own commands as a probe found them, if one did.
-func (n *Node) known() rclient.Native {
-	if nat := n.native.Load(); nat != nil {
-		return *nat
-	}
-	return rclient.Native{}
 }
 
 // SetFeatures makes the node use the native commands of nat as if its
