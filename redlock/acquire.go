@@ -328,13 +328,9 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 	counters := keys.Fences(full)
 	fences := make([]int64, len(l.nodes)) // each node's largest, read before it answers
 	errs := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, i int, n *node) error {
-		var vs *redis.SliceCmd
-		var now *redis.TimeCmd
-		_, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			vs, now = p.MGet(ctx, counters...), p.Time(ctx)
-			return nil
-		})
-		if err != nil {
+		p := n.Client.Pipeline()
+		vs, now := p.MGet(ctx, counters...), p.Time(ctx)
+		if _, err := p.Exec(ctx); err != nil {
 			return err
 		}
 		fences[i] = now.Val().UnixMicro() + n.ClockOffset

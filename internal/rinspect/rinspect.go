@@ -67,18 +67,17 @@ func Describe(ctx context.Context, c redis.UniversalClient, node, prefix string,
 		limit                *redis.StringCmd // a permit's: its semaphore's record
 	}
 	replies := make([]reply, len(ks))
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range ks {
-			queue := keys.Queue(k)
-			var limit *redis.StringCmd
-			if sem, ok := bridge.SlotPrefixOf(k); ok {
-				queue, limit = keys.Queue(sem), p.HGet(ctx, keys.Limit(sem), "limit")
-			}
-			replies[i] = reply{p.PTTL(ctx, k), p.Get(ctx, k), p.Get(ctx, keys.Fence(k)),
-				p.Get(ctx, keys.Holder(k)), p.ZCard(ctx, queue), limit}
+	p := c.Pipeline()
+	for i, k := range ks {
+		queue := keys.Queue(k)
+		var limit *redis.StringCmd
+		if sem, ok := bridge.SlotPrefixOf(k); ok {
+			queue, limit = keys.Queue(sem), p.HGet(ctx, keys.Limit(sem), "limit")
 		}
-		return nil
-	})
+		replies[i] = reply{p.PTTL(ctx, k), p.Get(ctx, k), p.Get(ctx, keys.Fence(k)),
+			p.Get(ctx, keys.Holder(k)), p.ZCard(ctx, queue), limit}
+	}
+	_, err := p.Exec(ctx)
 	// A WRONGTYPE reply is a key beside a lock that is not dlock's (a
 	// user's own key named like a fence counter): skipped, not an error.
 	if err != nil && err != redis.Nil && !redis.HasErrorPrefix(err, "WRONGTYPE") {

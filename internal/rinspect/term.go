@@ -41,11 +41,9 @@ func (r *Record) Leader() string {
 // its holder record in one transaction, and leaves out a record whose
 // token is not the key's (an earlier holder's).
 func ReadTerm(ctx context.Context, c redis.UniversalClient, k string) (Term, error) {
-	var token, counter, rec *redis.StringCmd
-	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		token, counter, rec = p.Get(ctx, k), p.Get(ctx, keys.Fence(k)), p.Get(ctx, keys.Holder(k))
-		return nil
-	})
+	p := c.TxPipeline()
+	token, counter, rec := p.Get(ctx, k), p.Get(ctx, keys.Fence(k)), p.Get(ctx, keys.Holder(k))
+	_, err := p.Exec(ctx)
 	if err != nil && err != redis.Nil {
 		return Term{}, err
 	}
