@@ -246,9 +246,7 @@ type grant struct {
 	sem       string // a permit's semaphore ("": a lock)
 }
 
-// Extend resets the TTL on every node that still holds the token; it
-// succeeds with a majority, and the new validity counts from before the
-// requests were sent.
+// Extend and Release: see Protocol in the package documentation.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
@@ -276,9 +274,8 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	return time.Time{}, g.l.withCtx(ctx, qe)
 }
 
-// Release deletes the keys on every node that still holds the token, and
-// returns once a majority has (the others finish within the node timeout)
-// or ctx ends, with the deletions still under way.
+// Release returns when a majority deleted, or ctx ended, with the
+// deletions still under way.
 func (g *grant) Release(ctx context.Context) error {
 	c := g.l.release(ctx, rnode.Release{Keys: g.keys, Token: g.token, Holder: g.holder, Fence: g.fence, Wake: true, Sem: g.sem}, g.acquiring)
 	ok := 0
