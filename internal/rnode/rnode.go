@@ -22,8 +22,8 @@ import (
 // Cluster, a Sentinel group). It is safe for concurrent use.
 type Node struct {
 	Client redis.UniversalClient
-	Name   string // how errors name the server
-	batch  *batch.Batcher
+	Name   string         // how errors name the server
+	batch  *batch.Batcher // nil but on a single-node client
 	// fenceTTL (ms) and lastTTL (the latest call's TTL: a Locker mostly
 	// uses one) are boxed once for the scripts: an allocation less each.
 	fenceTTL    any
@@ -40,8 +40,12 @@ type Node struct {
 // With a logger it probes for the server's own commands on first use (and
 // warns of an eviction policy there); without, it runs the scripts.
 func New(c redis.UniversalClient, name string, fenceTTL, giveBack time.Duration, probe *slog.Logger) *Node {
-	return &Node{Client: c, Name: name, batch: batch.For(c), fenceTTL: fenceTTL.Milliseconds(),
-		giveBack: giveBack, logger: probe, probing: make(chan struct{}, 1)}
+	n := &Node{Client: c, Name: name, fenceTTL: fenceTTL.Milliseconds(), giveBack: giveBack, logger: probe,
+		probing: make(chan struct{}, 1)}
+	if one, ok := c.(*redis.Client); ok { // a Cluster or a Ring sends each command to a node of its own
+		n.batch = batch.New(one)
+	}
+	return n
 }
 
 type ttlArg struct {

@@ -153,7 +153,7 @@ func acquireReply(reply any) (AcquireResult, error) {
 	return r, nil
 }
 
-// run runs s over c, through b when b is not nil (batch.For), with EVAL on
+// run runs s over c, through b when b is not nil (Node.batch), with EVAL on
 // NOSCRIPT. A call whose context ended before its reply has a
 // *batch.LeftError as its command's error. key, if not nil, is keys[0]
 // boxed (Boxed).
