@@ -295,6 +295,17 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec, sem st
 	return v == 1, err
 }
 
+// WriteHolders writes rec beside each of lockKeys for ttl, each only while
+// its key holds token, in one script (an election's term record, once its
+// fence is known: the grant wrote the first record).
+func (n *Node) WriteHolders(ctx context.Context, lockKeys []string, token, rec string, ttl time.Duration) error {
+	ks := append(make([]string, 0, 2*len(lockKeys)), lockKeys...)
+	for _, k := range lockKeys {
+		ks = append(ks, keys.Holder(k))
+	}
+	return run(ctx, n.batch, n.Client, holderScript, nil, ks, []any{token, rec, bridge.Milliseconds(ttl)}).Err()
+}
+
 // SetLimit records limit as the limit of the semaphore sem (its slot keys'
 // prefix) if one of its slots is held; recorded is false when none is.
 func (n *Node) SetLimit(ctx context.Context, sem string, limit int) (recorded bool, err error) {
