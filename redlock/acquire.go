@@ -157,18 +157,17 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 		}
 		a := t.Attempt
 		a.Queue, a.QueueArgs = t.plan.Queue(i)
-		var res rnode.AcquireResult
+		r := &nodeReply{}
 		var err error
 		if t.Sem != "" {
-			res, _, err = n.Permit(ctx, a)
+			r.AcquireResult, _, err = n.Permit(ctx, a)
 		} else {
-			res, _, err = n.Acquire(ctx, a)
+			r.AcquireResult, _, err = n.Acquire(ctx, a)
 		}
-		r := &nodeReply{AcquireResult: res}
 		switch {
 		case err != nil:
 			r = &nodeReply{err: l.nodeErr(err, timeout)}
-		case res.Status == rnode.Widen:
+		case r.Status == rnode.Widen:
 			r = &nodeReply{err: errors.New("the limit changed while this attempt read the semaphore")}
 		}
 		if r.err == nil {
