@@ -92,7 +92,7 @@ func (l *Locker) acquire(ctx context.Context, name, full string, ttl time.Durati
 	if limit > 0 {
 		at.Sem, at.Limit, at.Slot, g.sem = full, limit, -1, full
 	} else {
-		at.Holder = holder.Grant(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), token) // "": none
+		at.Holder = holder.Term(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), token, 0)
 		g.holder = at.Holder
 	}
 	tctx, cancel := l.oneTry(ctx)

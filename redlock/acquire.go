@@ -48,7 +48,7 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 	}
 	token := bridge.NewToken()
 	since, identity := time.Now(), driver.Identity(ctx)
-	rec := holder.Grant(l.cfg.HolderHead, since, identity, token)
+	rec := holder.Term(l.cfg.HolderHead, since, identity, token, 0)
 	t := &try{Attempt: rnode.Attempt{Keys: full, Token: token, TTL: ttl, Holder: rec}, display: display, plan: plan}
 	g, validUntil, err := l.acquireMajority(ctx, t)
 	if err != nil {
