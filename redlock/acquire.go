@@ -130,11 +130,10 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 	for i, k := range keys {
 		full[i] = l.cfg.Prefix + k
 	}
-	var plan *wake.Plan
-	var yield bool
-	if len(full) == 1 {
-		plan, yield = l.notify.Plan(full[0])
+	if len(full) > 1 {
+		return full, nil, nil
 	}
+	plan, yield := l.notify.Plan(full[0])
 	if yield {
 		return nil, nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", display, dlock.ErrNotAcquired)
 	}
