@@ -163,11 +163,10 @@ func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (
 // dlock.ErrUnavailable when too few nodes answered to tell (call it again).
 //
 // Without the handle it does not know the lock's fence, which it must write
-// to every node's counter: it reads the nodes' counters and clocks first and
-// takes the largest, plus the fence TTL when some node did not answer (so
-// fences then jump by the fence TTL; see docs/fences.md). When no node
-// answers that read, it deletes nothing and returns an error matching
-// dlock.ErrUnavailable.
+// to every node's counter: it writes the largest of the nodes' counters and
+// clocks, plus the fence TTL when some node did not answer that read
+// (docs/fences.md); when none did, it deletes nothing and returns an error
+// matching dlock.ErrUnavailable.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 	g, err := l.byToken(ctx, "release", key, token)
 	if err != nil {
