@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,7 +47,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if err := backend.Apply(l, opts); err != nil {
 		return nil, err
 	}
-	l.node = rnode.New(client, rclient.Name(client), l.cfg.FenceTTL, l.cfg.Logger)
+	l.node = rnode.New(client, rclient.Name(client), l.cfg.FenceTTL, giveBackWithin, l.cfg.Logger)
 	if _, ring := client.(*redis.Ring); !ring {
 		l.notify = wake.New([]redis.UniversalClient{client})
 	}
@@ -58,6 +59,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
+// giveBackWithin bounds the background deletion of a key granted to an
+// attempt that returned an error (and by the key's TTL).
+const giveBackWithin = 500 * time.Millisecond
+
 // TryAcquire implements dlock.Locker, in one round trip. An error reply
 // that may pass matches dlock.ErrUnavailable, a refusal for good
 // dlock.ErrMisconfigured (the reply is in the chain: errors.As with
@@ -65,34 +70,89 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // behind: one whose reply was lost is deleted again (best effort, in the
 // background).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) { return l.tryAcquire(ctx, key, ttl) })
+	return l.cfg.Events.Attempt(ctx, key, func() (*dlock.Lock, error) {
+		if err := l.cfg.Check(ctx, key, ttl); err != nil {
+			return nil, err
+		}
+		return l.acquire(ctx, key, l.cfg.Prefix+key, ttl, 0)
+	})
 }
 
-func (l *Locker) tryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	if err := l.cfg.Check(ctx, key, ttl); err != nil {
-		return nil, err
+// acquire is one try at the lock on name, whose key is full, or, with a
+// limit, at a permit of the semaphore full (semKey).
+func (l *Locker) acquire(ctx context.Context, name, full string, ttl time.Duration, limit int) (*dlock.Lock, error) {
+	plan, yield := l.notify.Plan(full)
+	if yield {
+		return nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", name, dlock.ErrNotAcquired)
 	}
-	a, err := l.begin(key, l.cfg.Prefix+key, ttl)
-	if err != nil {
-		return nil, err
+	token := bridge.NewToken()
+	g := &grant{l: l, keys: [1]string{full}, token: token}
+	at := rnode.Attempt{Keys: g.keys[:], Token: token, TTL: ttl}
+	at.Queue, at.QueueArgs = plan.Queue(0)
+	if limit > 0 {
+		at.Sem, at.Limit, at.Slot, g.sem = full, limit, -1, full
+	} else {
+		at.Holder = holder.Term(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), token, 0)
+		g.holder = at.Holder
 	}
-	rec := holder.Grant(l.cfg.HolderHead, time.Now(), driver.Identity(ctx), a.token) // "": none
-	g := &grant{l: l, keys: [1]string{a.full}, token: a.token, holder: rec}
-	at := rnode.Attempt{Keys: g.keys[:], Token: a.token, TTL: ttl, Holder: g.holder, Late: (*giveBack)(l)}
-	at.Queue, at.QueueArgs = a.plan.Queue(0)
-	a.start = time.Now()
 	tctx, cancel := l.oneTry(ctx)
-	r, boxed, err := l.node.Acquire(tctx, at)
+	start := time.Now()
+	var r rnode.AcquireResult
+	var err error
+	if limit > 0 {
+		r, at.Keys, err = l.node.Permit(tctx, at) // the slots, one of which may be ours after an error
+	} else {
+		r, g.boxed, err = l.node.Acquire(tctx, at)
+	}
 	cancel()
 	if err != nil {
-		return nil, a.failed(ctx, err, g.keys[:])
+		plan.Lost(0)
+		// Unless the call left its batch (the node gives it back) or the
+		// server answered with an error, the reply was lost, not the request.
+		if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
+			l.node.GiveBack(ctx, at.Keys, token, ttl)
+		}
+		return nil, fmt.Errorf("dlock: acquire %q: %w", name, l.opErr(ctx, err, true))
 	}
-	validUntil, err := a.answered(ctx, r, "held by another owner", a.full)
-	if err != nil {
-		return nil, err
+	plan.Observe(0, r.Status != rnode.Granted, r.Place, r.Expiry)
+	return g.answered(ctx, name, r, start, ttl, limit)
+}
+
+// answered returns the lock (or permit) the server's answer r granted, or
+// the refusal's error. A grant with no validity left is given back.
+func (g *grant) answered(ctx context.Context, name string, r rnode.AcquireResult,
+	start time.Time, ttl time.Duration, limit int) (*dlock.Lock, error) {
+	why := "held by another owner"
+	if limit > 0 {
+		why = "all permits are held"
 	}
-	g.fence, g.boxed = r.Fence, boxed
-	return driver.NewLock(key, a.token, uint64(r.Fence), validUntil, g), nil
+	switch r.Status {
+	case rnode.Granted:
+		if limit > 0 {
+			g.keys[0] += strconv.FormatInt(r.Slot, 10)
+		}
+		validUntil := bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor)
+		elapsed := time.Since(start)
+		if !validUntil.After(start.Add(elapsed)) {
+			g.l.node.GiveBack(ctx, g.keys[:], g.token, ttl)
+			why = fmt.Sprintf("the acquisition took %v, no validity left of ttl %v", elapsed, ttl)
+			break
+		}
+		g.fence = r.Fence
+		if limit > 0 {
+			return driver.NewPermit(name, int(r.Slot), g.token, uint64(r.Fence), validUntil, g), nil
+		}
+		return driver.NewLock(name, g.token, uint64(r.Fence), validUntil, g), nil
+	case rnode.Conflict:
+		return nil, backend.LimitConflict(name, int(r.Fence), limit)
+	case rnode.LeftToQueue:
+		why = "free, but this Locker's release just woke the longest waiter, which goes first"
+	case rnode.NoExpiry:
+		why += ", and the key has no expiry: was it set by hand?"
+	case rnode.Widen:
+		why = "the limit changed while this attempt read the semaphore"
+	}
+	return nil, fmt.Errorf("dlock: acquire %q: %w (%s)", name, dlock.ErrNotAcquired, why)
 }
 
 // NotifyRelease implements driver.ReleaseNotifier. It sends nothing: the
@@ -196,20 +256,6 @@ func (g *grant) Release(ctx context.Context) error {
 	return nil
 }
 
-// giveBack is the Locker as an rnode.GiveBacker: it deletes whichever of
-// keys holds token, in the background, within a short bound, waking
-// nobody: the lock was never held. (A holder record expires with the
-// lock's TTL.)
-type giveBack Locker
-
-func (l *giveBack) GiveBack(ctx context.Context, _ *rnode.Node, keys []string, token string, ttl time.Duration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, 500*time.Millisecond))
-	go func() {
-		defer cancel()
-		_, _, _ = l.node.Release(ctx, rnode.Release{Keys: keys, Token: token, NoProbe: true})
-	}()
-}
-
 func (l *Locker) opErr(ctx context.Context, err error, acquiring bool) error {
 	return nodeerr.Error(ctx, l.node.Name, err, rclient.Kind(err), acquiring)
 }
@@ -220,61 +266,4 @@ func (l *Locker) oneTry(ctx context.Context) (context.Context, context.CancelFun
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, l.tryTimeout)
-}
-
-// attempt is one try at a lock or a permit.
-type attempt struct {
-	l     *Locker
-	name  string // as the caller gave it
-	full  string // the key, or a permit's semaphore (semKey), with the prefix
-	token string
-	ttl   time.Duration
-	plan  *wake.Plan // nil while no local Acquire waits: no queueing
-	start time.Time  // when the request left
-}
-
-// begin starts an attempt on name, or refuses it (wake.Plan's yield).
-func (l *Locker) begin(name, full string, ttl time.Duration) (attempt, error) {
-	plan, yield := l.notify.Plan(full)
-	if yield {
-		return attempt{}, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", name, dlock.ErrNotAcquired)
-	}
-	return attempt{l: l, name: name, full: full, token: bridge.NewToken(), ttl: ttl, plan: plan}, nil
-}
-
-// failed returns the error of an attempt whose call failed with err.
-// Unless it left its batch (Late gives it back) or the server answered
-// with an error, the reply was lost, not the request: one of keys may be
-// ours, so it is removed.
-func (a *attempt) failed(ctx context.Context, err error, keys []string) error {
-	a.plan.Lost(0)
-	if _, left := err.(*batch.LeftError); !left && !rclient.IsReply(err) {
-		(*giveBack)(a.l).GiveBack(ctx, nil, keys, a.token, a.ttl)
-	}
-	return fmt.Errorf("dlock: acquire %q: %w", a.name, a.l.opErr(ctx, err, true))
-}
-
-// answered records the server's answer r in the attempt's plan and returns
-// the grant's validity, or the refusal's error (busy says who holds the
-// key). A grant of key with no validity left is given back.
-func (a *attempt) answered(ctx context.Context, r rnode.AcquireResult, busy, key string) (time.Time, error) {
-	a.plan.Observe(0, r.Status != rnode.Granted, r.Place, r.Expiry)
-	why := busy
-	switch r.Status {
-	case rnode.Granted:
-		validUntil := bridge.ValidUntil(a.start, a.ttl, a.l.cfg.DriftFactor)
-		elapsed := time.Since(a.start)
-		if validUntil.After(a.start.Add(elapsed)) {
-			return validUntil, nil
-		}
-		(*giveBack)(a.l).GiveBack(ctx, nil, []string{key}, a.token, a.ttl)
-		why = fmt.Sprintf("the acquisition took %v, no validity left of ttl %v", elapsed, a.ttl)
-	case rnode.LeftToQueue:
-		why = "free, but this Locker's release just woke the longest waiter, which goes first"
-	case rnode.NoExpiry:
-		why += ", and the key has no expiry: was it set by hand?"
-	case rnode.Widen:
-		why = "the limit changed while this attempt read the semaphore"
-	}
-	return time.Time{}, fmt.Errorf("dlock: acquire %q: %w (%s)", a.name, dlock.ErrNotAcquired, why)
 }

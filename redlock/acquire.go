@@ -33,17 +33,12 @@ type nodeReply struct {
 
 func (r *nodeReply) granted() bool { return r.err == nil && r.Status == rnode.Granted }
 
-// try is one acquisition: a lock on keys, or a permit on one slot.
+// try is one acquisition: a lock on Keys (with the prefix), or a permit
+// on one slot (Sem, Slot, Limit; Keys: the slot's).
 type try struct {
-	full    []string // the keys, with the prefix (a permit: its slot's)
-	display string   // the name the caller gave
-	token   string
-	rec     string // the holder record ("": none)
-	ttl     time.Duration
-	plan    *wake.Plan
-	sem     string // a permit's semaphore, its slot keys' prefix ("": a lock)
-	slot    int
-	limit   int
+	rnode.Attempt        // but the queue's arguments, which are per node (plan)
+	display       string // the name the caller gave
+	plan          *wake.Plan
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, ttl time.Duration) (*dlock.Lock, error) {
@@ -53,8 +48,8 @@ func (l *Locker) tryAcquire(ctx context.Context, keys []string, display string, 
 	}
 	token := bridge.NewToken()
 	since, identity := time.Now(), driver.Identity(ctx)
-	t := &try{full: full, display: display, token: token, ttl: ttl, plan: plan,
-		rec: holder.Grant(l.cfg.HolderHead, since, identity, token)}
+	rec := holder.Term(l.cfg.HolderHead, since, identity, token, 0)
+	t := &try{Attempt: rnode.Attempt{Keys: full, Token: token, TTL: ttl, Holder: rec}, display: display, plan: plan}
 	g, validUntil, err := l.acquireMajority(ctx, t)
 	if err != nil {
 		return nil, err
@@ -93,13 +88,13 @@ func (l *Locker) acquireMajority(ctx context.Context, t *try) (*grant, time.Time
 			ok = nodes >= l.quorum
 		}
 		if ok {
-			validUntil := bridge.ValidUntil(start, t.ttl, l.cfg.DriftFactor)
+			validUntil := bridge.ValidUntil(start, t.TTL, l.cfg.DriftFactor)
 			if elapsed := time.Since(start); validUntil.After(start.Add(elapsed)) {
-				return &grant{l: l, keys: t.full, token: t.token, holder: t.rec, fence: fence, acquiring: c.progress,
-					nodes: nodes, sem: t.sem}, validUntil, nil
+				return &grant{l: l, keys: t.Keys, token: t.Token, holder: t.Holder, fence: fence, acquiring: c.progress,
+					nodes: nodes, sem: t.Sem}, validUntil, nil
 			}
 			return nil, time.Time{}, l.fail(ctx, t, c.all(), dlock.ErrNotAcquired,
-				fmt.Sprintf("the acquisition took %v: no validity left of ttl %v", time.Since(start).Round(time.Microsecond), t.ttl))
+				fmt.Sprintf("the acquisition took %v: no validity left of ttl %v", time.Since(start).Round(time.Microsecond), t.TTL))
 		}
 		if err := l.conflict(ctx, t, replies); err != nil {
 			return nil, time.Time{}, err
@@ -135,11 +130,10 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 	for i, k := range keys {
 		full[i] = l.cfg.Prefix + k
 	}
-	var plan *wake.Plan
-	var yield bool
-	if len(full) == 1 {
-		plan, yield = l.notify.Plan(full[0])
+	if len(full) > 1 {
+		return full, nil, nil
 	}
+	plan, yield := l.notify.Plan(full[0])
 	if yield {
 		return nil, nil, fmt.Errorf("dlock: acquire %q: %w (this Locker's release just woke the longest waiter, which goes first)", display, dlock.ErrNotAcquired)
 	}
@@ -151,8 +145,8 @@ func (l *Locker) prepare(ctx context.Context, keys []string, display string, ttl
 // returns at once. The wake-up queueing and the holder record go in the
 // attempt's round trip; a node's first attempt probes it first.
 func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
-	timeout := l.timeout(t.ttl)
-	s := sending{timeout: timeout, after: l.releasingOn(t.full), giveUp: true, progress: newProgress(len(l.nodes))}
+	timeout := l.timeout(t.TTL)
+	s := sending{timeout: timeout, after: l.releasingOn(t.Keys), giveUp: true, progress: newProgress(len(l.nodes))}
 	return send(ctx, l, s, func(ctx context.Context, i int, n *node) *nodeReply {
 		if context.Cause(ctx) == errBehind {
 			return &nodeReply{err: errBehind}
@@ -160,21 +154,19 @@ func (l *Locker) sendRound(ctx context.Context, t *try) *inflight[*nodeReply] {
 		if !n.probed.Load() {
 			l.probe(ctx, n) // before the node's first attempt
 		}
-		a := rnode.Attempt{Keys: t.full, Token: t.token, TTL: t.ttl, Holder: t.rec, Late: (*giveBack)(l),
-			Sem: t.sem, Limit: t.limit, Slot: t.slot}
+		a := t.Attempt
 		a.Queue, a.QueueArgs = t.plan.Queue(i)
-		var res rnode.AcquireResult
+		r := &nodeReply{}
 		var err error
-		if t.sem != "" {
-			res, _, err = n.Permit(ctx, a)
+		if t.Sem != "" {
+			r.AcquireResult, _, err = n.Permit(ctx, a)
 		} else {
-			res, _, err = n.Acquire(ctx, a)
+			r.AcquireResult, _, err = n.Acquire(ctx, a)
 		}
-		r := &nodeReply{AcquireResult: res}
 		switch {
 		case err != nil:
 			r = &nodeReply{err: l.nodeErr(err, timeout)}
-		case res.Status == rnode.Widen:
+		case r.Status == rnode.Widen:
 			r = &nodeReply{err: errors.New("the limit changed while this attempt read the semaphore")}
 		}
 		if r.err == nil {
@@ -201,20 +193,6 @@ func (l *Locker) probe(ctx context.Context, n *node) {
 	if run := runID(info.Val()); run != "" && n.run.CompareAndSwap(nil, &run) {
 		rclient.WarnEviction(l.cfg.Logger, n.Name, policy.Val()["maxmemory-policy"])
 	}
-}
-
-// giveBack is the Locker as an rnode.GiveBacker: it deletes the keys on n
-// that an attempt that gave up there may have taken (its grant was not
-// counted), within the node timeout whatever ctx, and wakes nobody.
-type giveBack Locker
-
-func (g *giveBack) GiveBack(ctx context.Context, n *rnode.Node, keys []string, token string, _ time.Duration) {
-	l := (*Locker)(g)
-	l.workers.run(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.nodeTimeout)
-		defer cancel()
-		_, _, _ = n.Release(ctx, rnode.Release{Keys: keys, Token: token})
-	})
 }
 
 // runID reads run_id from the reply of INFO server.
@@ -348,13 +326,9 @@ func (l *Locker) readFence(ctx context.Context, full []string) (int64, error) {
 	counters := keys.Fences(full)
 	fences := make([]int64, len(l.nodes)) // each node's largest, read before it answers
 	errs := send(ctx, l, sending{timeout: l.nodeTimeout}, func(ctx context.Context, i int, n *node) error {
-		var vs *redis.SliceCmd
-		var now *redis.TimeCmd
-		_, err := n.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			vs, now = p.MGet(ctx, counters...), p.Time(ctx)
-			return nil
-		})
-		if err != nil {
+		p := n.Client.Pipeline()
+		vs, now := p.MGet(ctx, counters...), p.Time(ctx)
+		if _, err := p.Exec(ctx); err != nil {
 			return err
 		}
 		fences[i] = now.Val().UnixMicro() + n.ClockOffset

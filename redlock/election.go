@@ -40,14 +40,11 @@ const termRereads = 5
 // when a majority hold no key; anything else (the nodes split, too few
 // answering) is an error matching dlock.ErrUnavailable with a *QuorumError.
 //
-// An election's grant (driver.Identity) publishes its identity and token in
-// its holder record, "dlock:holder:{key}" on each node, in the grant's own
-// round trip, and again with the lock's fence once a majority granted (one
-// more round trip per election grant, before TryAcquire returns): Leader,
-// Fence and Since come from those records. A grant with WithHolderInfo
-// publishes its host:pid (its Leader) without the fence, and a holder
-// without a record has no Leader; either has Fence 0, since no node knows
-// the lock's fence.
+// Leader, Fence and Since come from the holder records an election's grant
+// (driver.Identity) writes on each node in its own round trip, and again
+// with the lock's fence, before TryAcquire returns (docs/election.md). A
+// holder with only WithHolderInfo's record (host:pid, its Leader) or none
+// (no Leader) has Fence 0: no node knows the lock's fence.
 func (l *Locker) ReadTerm(ctx context.Context, key string) (dlock.Term, error) {
 	if err := l.cfg.CheckRead(ctx, key); err != nil {
 		return dlock.Term{}, err
@@ -91,8 +88,7 @@ func (l *Locker) readTerm(ctx context.Context, key string) (_ dlock.Term, pendin
 		}
 		return t, pending && t.Fence == 0, nil
 	}
-	_, _, nodes := l.tally(errs, nil, nil)
-	qe := &QuorumError{Op: "leader", Got: best, Need: l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable,
-		Reason: "no majority of the nodes agrees on a holder, or on none"}
+	qe, _ := l.tally("leader", errs, nil, nil)
+	qe.Got, qe.Reason = best, "no majority of the nodes agrees on a holder, or on none"
 	return dlock.Term{}, false, l.withCtx(ctx, fmt.Errorf("dlock: leader %q: %w", key, qe))
 }

@@ -16,18 +16,16 @@ type inflight[T any] struct {
 	got      []bool   // which nodes' replies were taken
 	left     int      // replies not yet taken
 	progress *progress
-	stop     context.CancelFunc
+	stop     context.CancelFunc // called by the last call to return
 }
 
-// progress tells which nodes' calls of one fan-out have returned, so that
-// a later call to node i waits for node i's alone, not for the slowest.
-type progress struct {
-	done  chan struct{}   // closed when every call returned
-	nodes []chan struct{} // nodes[i] closed when node i's call returned
-}
+// progress tells which nodes' calls of one fan-out have returned (nodes[i]
+// is closed when node i's has), so that a later call to node i waits for
+// node i's alone, not for the slowest.
+type progress struct{ nodes []chan struct{} }
 
 func newProgress(n int) *progress {
-	p := &progress{done: make(chan struct{}), nodes: make([]chan struct{}, n)}
+	p := &progress{nodes: make([]chan struct{}, n)}
 	for i := range p.nodes {
 		p.nodes[i] = make(chan struct{})
 	}
@@ -100,9 +98,6 @@ func send[T any](ctx context.Context, l *Locker, s sending, f func(ctx context.C
 			c.ch <- i
 			if running.Add(-1) == 0 {
 				c.stop()
-				if c.progress != nil {
-					close(c.progress.done)
-				}
 				if s.finally != nil {
 					s.finally()
 				}

@@ -35,11 +35,11 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	if err != nil {
 		return nil, err
 	}
-	perNode := l.scan(ctx, pattern, limit)
+	scanned, scanErrs := l.scan(ctx, pattern, limit)
 	// The keys listed: the first limit of all the nodes found.
 	found := map[string]bool{}
-	for _, s := range perNode {
-		for _, r := range s.rows {
+	for _, rows := range scanned {
+		for _, r := range rows {
 			found[r.Key] = true
 		}
 	}
@@ -48,8 +48,8 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	var errs []error
 	var rows []dlock.LockInfo
 	refused := 0
-	for i, s := range perNode {
-		r, err := l.complete(ctx, l.nodes[i], s, listed)
+	for i, n := range l.nodes {
+		r, err := l.complete(ctx, n, scanned[i], scanErrs[i], listed)
 		if err != nil {
 			errs = append(errs, err)
 			if isRefusal(err) {
@@ -77,35 +77,34 @@ func (l *Locker) Inspect(ctx context.Context, pattern string, limit int) ([]dloc
 	return rows, fmt.Errorf("dlock: inspect: %w: %w", sentinel, nodeerr.OneLine(errors.Join(errs...)))
 }
 
-// scan scans every node but duplicates of an earlier one, in parallel.
-func (l *Locker) scan(ctx context.Context, pattern string, limit int) []scanned {
-	perNode := make([]scanned, len(l.nodes))
+// scan scans every node but duplicates of an earlier one, in parallel, and
+// returns each node's rows and error.
+func (l *Locker) scan(ctx context.Context, pattern string, limit int) ([][]dlock.LockInfo, []error) {
+	rows, errs := make([][]dlock.LockInfo, len(l.nodes)), make([]error, len(l.nodes))
 	var wg sync.WaitGroup
 	for i, n := range l.nodes {
 		if n.dupOf.Load() != 0 {
 			continue // the same server as an earlier node
 		}
-		wg.Go(func() {
-			rows, err := rinspect.Scan(ctx, n.Client, n.Name, l.cfg.Prefix, pattern, limit)
-			perNode[i] = scanned{rows, err}
-		})
+		wg.Go(func() { rows[i], errs[i] = rinspect.Scan(ctx, n.Client, n.Name, l.cfg.Prefix, pattern, limit) })
 	}
 	wg.Wait()
-	return perNode
+	return rows, errs
 }
 
-// complete returns node n's rows of the listed keys: those its scan s
-// found, and those it missed, read on it now.
-func (l *Locker) complete(ctx context.Context, n *node, s scanned, listed []string) ([]dlock.LockInfo, error) {
-	if s.err != nil {
-		return nil, &dlock.NodeError{Node: n.Name, Err: s.err}
+// complete returns node n's rows of the listed keys: those its scan found
+// (scanned, or its error), and those it missed, read on it now.
+func (l *Locker) complete(ctx context.Context, n *node, scanned []dlock.LockInfo, err error,
+	listed []string) ([]dlock.LockInfo, error) {
+	if err != nil {
+		return nil, &dlock.NodeError{Node: n.Name, Err: err}
 	}
 	byKey := func(r dlock.LockInfo, k string) int { return strings.Compare(r.Key, k) }
 	var rows []dlock.LockInfo
 	var missing []string
 	for _, k := range listed {
-		if j, ok := slices.BinarySearchFunc(s.rows, k, byKey); ok { // Scan sorts by key
-			rows = append(rows, s.rows[j])
+		if j, ok := slices.BinarySearchFunc(scanned, k, byKey); ok { // Scan sorts by key
+			rows = append(rows, scanned[j])
 		} else {
 			missing = append(missing, l.cfg.Prefix+k)
 		}
@@ -118,9 +117,4 @@ func (l *Locker) complete(ctx context.Context, n *node, s scanned, listed []stri
 		rows = append(rows, r...)
 	}
 	return rows, nil
-}
-
-type scanned struct {
-	rows []dlock.LockInfo
-	err  error
 }

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,7 +83,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		case *redis.Ring:
 			return nil, bridge.Invalidf("redis client #%d is a Ring: Redlock needs independent single masters, one client each", i+1)
 		}
-		l.nodes = append(l.nodes, &node{Node: rnode.New(c, nodeName(c, i), l.cfg.FenceTTL, nil)})
+		l.nodes = append(l.nodes, &node{Node: rnode.New(c, nodeName(c, i), l.cfg.FenceTTL, l.nodeTimeout, nil)})
 	}
 	l.notify = wake.New(clients)
 	var problems []string
@@ -162,11 +163,10 @@ func (m multi) TryAcquire(ctx context.Context, name string, ttl time.Duration) (
 // dlock.ErrUnavailable when too few nodes answered to tell (call it again).
 //
 // Without the handle it does not know the lock's fence, which it must write
-// to every node's counter: it reads the nodes' counters and clocks first and
-// takes the largest, plus the fence TTL when some node did not answer (so
-// fences then jump by the fence TTL; see docs/fences.md). When no node
-// answers that read, it deletes nothing and returns an error matching
-// dlock.ErrUnavailable.
+// to every node's counter: it writes the largest of the nodes' counters and
+// clocks, plus the fence TTL when some node did not answer that read
+// (docs/fences.md); when none did, it deletes nothing and returns an error
+// matching dlock.ErrUnavailable.
 func (l *Locker) ReleaseToken(ctx context.Context, key, token string) error {
 	g, err := l.byToken(ctx, "release", key, token)
 	if err != nil {
@@ -245,9 +245,7 @@ type grant struct {
 	sem       string // a permit's semaphore ("": a lock)
 }
 
-// Extend resets the TTL on every node that still holds the token; it
-// succeeds with a majority, and the new validity counts from before the
-// requests were sent.
+// Extend and Release: see Protocol in the package documentation.
 func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if err := g.l.cfg.CheckTTL(ttl); err != nil {
 		return time.Time{}, err
@@ -264,11 +262,10 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 		}
 		return nil
 	}).all()
-	ok, refused, nodes := g.l.tally(res, nil, errNotHeldHere)
-	if ok >= g.l.quorum {
+	qe, refused := g.l.tally("extend", res, nil, errNotHeldHere)
+	if qe.Got >= g.l.quorum {
 		return bridge.ValidUntil(start, ttl, g.l.cfg.DriftFactor), nil
 	}
-	qe := &QuorumError{Op: "extend", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable}
 	if g.l.tooMany(refused) {
 		qe.sentinel, qe.Reason = dlock.ErrNotHeld, "a majority no longer holds the lock"
 	}
@@ -276,9 +273,8 @@ func (g *grant) Extend(ctx context.Context, ttl time.Duration) (time.Time, error
 	return time.Time{}, g.l.withCtx(ctx, qe)
 }
 
-// Release deletes the keys on every node that still holds the token, and
-// returns once a majority has (the others finish within the node timeout)
-// or ctx ends, with the deletions still under way.
+// Release returns when a majority deleted, or ctx ended, with the
+// deletions still under way.
 func (g *grant) Release(ctx context.Context) error {
 	c := g.l.release(ctx, rnode.Release{Keys: g.keys, Token: g.token, Holder: g.holder, Fence: g.fence, Wake: true, Sem: g.sem}, g.acquiring)
 	ok := 0
@@ -294,10 +290,9 @@ func (g *grant) Release(ctx context.Context) error {
 	if ok >= g.l.quorum {
 		return nil
 	}
-	ok, refused, nodes := g.l.tally(c.out, c.got, errNotHeldHere)
-	qe := &QuorumError{Op: "release", Got: ok, Need: g.l.quorum, Nodes: nodes, sentinel: dlock.ErrNotHeld,
-		Reason: "the lock was no longer held by a majority"}
-	if failed := len(g.l.nodes) - ok - refused; ok+failed >= g.l.quorum && failed > 0 {
+	qe, refused := g.l.tally("release", c.out, c.got, errNotHeldHere)
+	qe.sentinel, qe.Reason = dlock.ErrNotHeld, "the lock was no longer held by a majority"
+	if failed := len(g.l.nodes) - qe.Got - refused; qe.Got+failed >= g.l.quorum && failed > 0 {
 		qe.sentinel, qe.Reason = dlock.ErrUnavailable, "too few nodes answered to tell; release again"
 	}
 	g.l.misconfigured(qe)
@@ -315,13 +310,8 @@ var (
 // giving up on a release leaves no key behind; until they have, the
 // Locker's next acquisition of the keys waits for them (releasingOn).
 func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress) *inflight[error] {
-	lockKeys := rel.Keys
-	announced := lockKeys[0]
-	if rel.Sem != "" {
-		announced = rel.Sem
-	}
 	// Registered before the deletions are sent, for the last to remove.
-	id, p := strings.Join(lockKeys, "\x00"), newProgress(len(l.nodes))
+	id, p := strings.Join(rel.Keys, "\x00"), newProgress(len(l.nodes))
 	l.releasing.Store(id, p)
 	finally := func() { l.releasing.CompareAndDelete(id, p) }
 	return vote(context.WithoutCancel(ctx), l, sending{timeout: l.nodeTimeout, after: after, progress: p, finally: finally}, func(ctx context.Context, _ int, n *node) error {
@@ -329,8 +319,8 @@ func (l *Locker) release(ctx context.Context, rel rnode.Release, after *progress
 		if err != nil {
 			return l.nodeErr(err, l.nodeTimeout)
 		}
-		if woken > 0 && len(lockKeys) == 1 {
-			l.notify.Woke(announced)
+		if woken > 0 && len(rel.Keys) == 1 {
+			l.notify.Woke(cmp.Or(rel.Sem, rel.Keys[0])) // a permit's release announces its semaphore
 		}
 		if deleted == 0 {
 			return errNotHeldHere
@@ -356,28 +346,28 @@ func (l *Locker) releasingOn(keys []string) *progress {
 // It wakes nobody: the lock was never held, and a waiter would only retry
 // against the same holder.
 func (l *Locker) releaseEverywhere(ctx context.Context, t *try) {
-	l.release(ctx, rnode.Release{Keys: t.full, Token: t.token, Holder: t.rec}, nil).all()
+	l.release(ctx, rnode.Release{Keys: t.Keys, Token: t.Token, Holder: t.Holder}, nil).all()
 }
 
-// tally counts the nodes whose result is nil and those that answered with
-// refused, and builds the per-node report; got, if not nil, tells which
-// nodes answered.
-func (l *Locker) tally(res []error, got []bool, refused error) (ok, ref int, nodes []NodeResult) {
-	nodes = make([]NodeResult, len(res))
+// tally returns the QuorumError (ErrUnavailable) of op whose nodes' results
+// are res (got, if not nil, tells which nodes answered): Got counts the nil
+// results, ref those that are refused.
+func (l *Locker) tally(op string, res []error, got []bool, refused error) (qe *QuorumError, ref int) {
+	qe = &QuorumError{Op: op, Need: l.quorum, Nodes: make([]NodeResult, len(res)), sentinel: dlock.ErrUnavailable}
 	for i := range res {
 		err := errNoAnswerYet // res[i] may still be written
 		if got == nil || got[i] {
 			err = res[i]
 		}
-		nodes[i] = NodeResult{Node: l.nodes[i].Name, OK: err == nil, Err: err}
+		qe.Nodes[i] = NodeResult{Node: l.nodes[i].Name, OK: err == nil, Err: err}
 		switch {
 		case err == nil:
-			ok++
+			qe.Got++
 		case errors.Is(err, refused):
 			ref++
 		}
 	}
-	return ok, ref, nodes
+	return qe, ref
 }
 
 // isRefusal reports whether a node's error is a refusal that retrying
@@ -451,7 +441,9 @@ func (l *Locker) NotifyRelease(_ context.Context, key string) (released <-chan s
 // methods, and returns nil.
 func (l *Locker) Close() error {
 	l.releasing.Range(func(_, v any) bool {
-		<-v.(*progress).done
+		for _, ch := range v.(*progress).nodes {
+			<-ch
+		}
 		return true
 	})
 	l.notify.Close()

@@ -53,11 +53,11 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 		return nil, err
 	}
 	for slot := range s.limit {
-		t := &try{display: name, token: bridge.NewToken(), ttl: ttl, plan: plan, sem: full[0], slot: slot, limit: s.limit}
-		t.full = []string{t.sem + strconv.Itoa(slot)}
+		t := &try{Attempt: rnode.Attempt{Keys: []string{full[0] + strconv.Itoa(slot)}, Token: bridge.NewToken(), TTL: ttl,
+			Sem: full[0], Slot: slot, Limit: s.limit}, display: name, plan: plan}
 		g, validUntil, err := l.acquireMajority(ctx, t)
 		if err == nil {
-			return driver.NewPermit(name, slot, t.token, uint64(g.fence), validUntil, g), nil
+			return driver.NewPermit(name, slot, t.Token, uint64(g.fence), validUntil, g), nil
 		}
 		if !errors.Is(err, dlock.ErrNotAcquired) || ctx.Err() != nil {
 			return nil, err // a conflict, unreachable nodes, or cut short: the next slot would be too
@@ -71,7 +71,7 @@ func (s semaphore) try(ctx context.Context, name string, ttl time.Duration) (*dl
 // releasing it everywhere; nil when they were fewer (a minority's stale
 // record blocks nobody).
 func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) error {
-	if t.sem == "" {
+	if t.Sem == "" {
 		return nil
 	}
 	n, server := 0, int64(0)
@@ -84,7 +84,7 @@ func (l *Locker) conflict(ctx context.Context, t *try, replies []*nodeReply) err
 		return nil
 	}
 	l.releaseEverywhere(ctx, t)
-	return backend.LimitConflict(t.display, int(server), t.limit)
+	return backend.LimitConflict(t.display, int(server), t.Limit)
 }
 
 // errNoSlot is SetLimit's answer from a node that holds no slot of the
@@ -111,12 +111,11 @@ func (l *Locker) SetLimit(ctx context.Context, name string, limit int) error {
 		}
 		return nil
 	}).all()
-	ok, empty, nodes := l.tally(res, nil, errNoSlot)
-	if ok >= l.quorum || l.tooMany(empty) {
+	qe, empty := l.tally("set limit", res, nil, errNoSlot)
+	if qe.Got >= l.quorum || l.tooMany(empty) {
 		return nil
 	}
-	qe := &QuorumError{Op: "set limit", Got: ok, Need: l.quorum, Nodes: nodes, sentinel: dlock.ErrUnavailable,
-		Reason: "too few nodes recorded the limit"}
+	qe.Reason = "too few nodes recorded the limit"
 	l.misconfigured(qe)
 	return fmt.Errorf("dlock: set limit of %q: %w", name, l.withCtx(ctx, qe))
 }

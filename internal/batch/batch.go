@@ -48,15 +48,6 @@ func New(c *redis.Client) *Batcher {
 	}
 }
 
-// For returns a Batcher over c when c is a single-node client, else nil: a
-// Cluster or a Ring client routes each command to a node of its own.
-func For(c redis.UniversalClient) *Batcher {
-	if c, ok := c.(*redis.Client); ok {
-		return New(c)
-	}
-	return nil
-}
-
 // state is where a waiting request is; b.mu guards it.
 type state int8
 

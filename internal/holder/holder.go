@@ -28,12 +28,17 @@ func Record(head string, since time.Time) string {
 // defaultHead is for grants that publish an identity without WithHolderInfo.
 var defaultHead = sync.OnceValue(func() string { return Head("") })
 
-// Term returns the record of a grant made at since: the holder record
-// (head, or this process's when ""), the identity (if any), the fence (if
-// known), and the token, which a reader checks against the lock key's so
-// as not to take an earlier holder's record for the current one's.
+// Term returns the record of a grant made at since that a Redis backend
+// publishes beside its key: the holder record (head, or this process's
+// when ""), the identity (if any), the fence (if known), and the token,
+// which a reader checks against the lock key's so as not to take an
+// earlier holder's record for the current one's. It is "" for a grant
+// with neither an identity nor a head: it publishes nothing.
 func Term(head string, since time.Time, identity, token string, fence uint64) string {
-	if head == "" {
+	switch {
+	case head == "" && identity == "":
+		return ""
+	case head == "":
 		head = defaultHead()
 	}
 	s := head + since.UTC().Format(time.RFC3339Nano) + `"`
@@ -47,13 +52,4 @@ func Term(head string, since time.Time, identity, token string, fence uint64) st
 		s += `,"fence":` + strconv.FormatUint(fence, 10)
 	}
 	return s + "}"
-}
-
-// Grant returns the record (Term's) that a grant publishes beside its key
-// (Redis), or "" when it has neither an identity nor a head.
-func Grant(head string, since time.Time, identity, token string) string {
-	if identity == "" && head == "" {
-		return ""
-	}
-	return Term(head, since, identity, token, 0)
 }

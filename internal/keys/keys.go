@@ -1,7 +1,6 @@
 // Package keys derives the Redis keys that sit beside a lock key, in its
-// Cluster slot so that one script can touch both. The lock key itself is
-// the resource name (plus the prefix) holding the token, as in
-// node-redlock and redsync, so mixed fleets exclude each other.
+// Cluster slot so that one script can touch both (see Keys in package
+// redislock).
 package keys
 
 import "strings"

@@ -22,7 +22,7 @@ func TestHolderRecordOfTwoKeys(t *testing.T) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
 	raw := srv.Client(t)
-	n := rnode.New(srv.Client(t), "test", time.Hour, nil)
+	n := rnode.New(srv.Client(t), "test", time.Hour, time.Second, nil)
 	ks := []string{"a", "b"}
 	hs := []string{keys.Holder("a"), keys.Holder("b")}
 	rec := `{"token":"t1"}`

@@ -22,25 +22,30 @@ import (
 // Cluster, a Sentinel group). It is safe for concurrent use.
 type Node struct {
 	Client redis.UniversalClient
-	Name   string // how errors name the server
-	batch  *batch.Batcher
+	Name   string         // how errors name the server
+	batch  *batch.Batcher // nil but on a single-node client
 	// fenceTTL (ms) and lastTTL (the latest call's TTL: a Locker mostly
 	// uses one) are boxed once for the scripts: an allocation less each.
 	fenceTTL    any
 	lastTTL     atomic.Pointer[ttlArg]
-	ClockOffset int64 // µs added to the server's clock as the fence rule reads it; tests only
+	ClockOffset int64         // µs added to the server's clock as the fence rule reads it; tests only
+	giveBack    time.Duration // the bound of a give-back (GiveBack)
 
 	logger  *slog.Logger                   // nil: no probe, the scripts only
 	probing chan struct{}                  // held by the probe in progress (cap 1)
 	native  atomic.Pointer[rclient.Native] // what the probe found; nil: not probed yet
 }
 
-// New returns the node behind c. With a logger it probes for the server's
-// own commands on first use (and warns of an eviction policy there);
-// without, it runs the scripts.
-func New(c redis.UniversalClient, name string, fenceTTL time.Duration, probe *slog.Logger) *Node {
-	return &Node{Client: c, Name: name, batch: batch.For(c), fenceTTL: fenceTTL.Milliseconds(),
-		logger: probe, probing: make(chan struct{}, 1)}
+// New returns the node behind c, whose give-backs take at most giveBack.
+// With a logger it probes for the server's own commands on first use (and
+// warns of an eviction policy there); without, it runs the scripts.
+func New(c redis.UniversalClient, name string, fenceTTL, giveBack time.Duration, probe *slog.Logger) *Node {
+	n := &Node{Client: c, Name: name, fenceTTL: fenceTTL.Milliseconds(), giveBack: giveBack, logger: probe,
+		probing: make(chan struct{}, 1)}
+	if one, ok := c.(*redis.Client); ok { // a Cluster or a Ring sends each command to a node of its own
+		n.batch = batch.New(one)
+	}
+	return n
 }
 
 type ttlArg struct {
@@ -70,20 +75,14 @@ type Attempt struct {
 	Holder    string // the holder record to write beside each key ("": none)
 	Queue     string // with QueueArgs, queue the caller for a wake-up (wake.Plan.Queue)
 	QueueArgs []any
-	Late      GiveBacker // if set, gives back what a call left in flight was granted
-	Sem       string     // the semaphore: its slot keys' prefix (with any prefix)
+	Sem       string // the semaphore: its slot keys' prefix (with any prefix)
 	Limit     int
 	Slot      int // the one slot to try, from 0 (Redlock); -1: the lowest free one
 }
 
-// GiveBacker gives back the keys of an attempt on n that its caller gave up
-// on. (An interface: a *Locker in it costs no allocation.)
-type GiveBacker interface {
-	GiveBack(ctx context.Context, n *Node, keys []string, token string, ttl time.Duration)
-}
-
 // Acquire runs the acquire script (which writes the holder record too) and
-// reads its reply. boxed is what it boxed, for the release.
+// reads its reply. boxed is what it boxed, for the release. What a call
+// left in flight was granted is given back (GiveBack).
 func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed Boxed, err error) {
 	// On the stack, room for one key's keys and arguments: the command
 	// copies them.
@@ -116,8 +115,8 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 		args = append(args, a.Holder)
 	}
 	cmd := run(ctx, n.batch, n.Client, AcquireScript, boxed.Key, ks, args)
-	if left, ok := cmd.Err().(*batch.LeftError); ok && a.Late != nil {
-		n.giveBackLate(ctx, left, acquireReply, a.Late, a.Keys, a.Token, a.TTL)
+	if left, ok := cmd.Err().(*batch.LeftError); ok {
+		n.giveBackLate(ctx, left, acquireReply, a.Keys, a.Token, a.TTL)
 	}
 	v, err := cmd.Result()
 	if err != nil {
@@ -130,7 +129,7 @@ func (n *Node) Acquire(ctx context.Context, a Attempt) (r AcquireResult, boxed B
 // Permit runs the semaphore script for the permit p and reads its reply,
 // over the slots that may be held (widen). slots are the last call's slot
 // keys: after an error one may be p.Token's. A call that left in flight
-// has p.Late give back every slot: releasing the others changes nothing.
+// gives back every slot: releasing the others changes nothing.
 func (n *Node) Permit(ctx context.Context, p Attempt) (r AcquireResult, slots []string, err error) {
 	args := []any{p.Token, bridge.Milliseconds(p.TTL), n.fenceTTL, p.Limit, "", "", "", "", "", ""}
 	copy(args[4:9], p.QueueArgs) // ARGV[5..9]: the queue's, if any
@@ -141,8 +140,8 @@ func (n *Node) Permit(ctx context.Context, p Attempt) (r AcquireResult, slots []
 		ks := semaphoreKeys(p.Sem, span)
 		slots = ks[2 : 2+span]
 		v, err := run(ctx, n.batch, n.Client, semaphoreScript, nil, ks, args).Result()
-		if left, ok := err.(*batch.LeftError); ok && p.Late != nil {
-			n.giveBackLate(ctx, left, semaphoreReply, p.Late, slots, p.Token, p.TTL)
+		if left, ok := err.(*batch.LeftError); ok {
+			n.giveBackLate(ctx, left, semaphoreReply, slots, p.Token, p.TTL)
 		}
 		if err != nil {
 			return AcquireResult{}, err
@@ -175,9 +174,9 @@ type Release struct {
 	Fence  int64  // if not 0, first raise every counter below it (Redlock)
 	Wake   bool   // wake the longest waiter of each key deleted
 	Sem    string // a permit's semaphore, whose queue's head is woken
-	// NoProbe: use the server's own command only if a probe already found
+	// noProbe: use the server's own command only if a probe already found
 	// it (a give-back's short bound leaves no time for a probe's round trip).
-	NoProbe bool
+	noProbe bool
 }
 
 // Release deletes the keys that hold the token (and the holder records
@@ -185,8 +184,10 @@ type Release struct {
 func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, err error) {
 	one := len(rel.Keys) == 1 && rel.Fence == 0 && rel.Sem == ""
 	if one && rel.Holder == "" {
-		nat := n.known()
-		if !rel.NoProbe {
+		var nat rclient.Native
+		if p := n.native.Load(); p != nil {
+			nat = *p
+		} else if !rel.noProbe {
 			nat = n.Features(ctx)
 		}
 		if nat.Release != "" {
@@ -228,6 +229,18 @@ func (n *Node) Release(ctx context.Context, rel Release) (deleted, woken int64, 
 	return releaseReply(run(ctx, n.batch, n.Client, ReleaseScript, key, ks, args).Result())
 }
 
+// GiveBack deletes whichever of keys holds token, in the background within
+// ttl and the node's give-back bound, waking nobody: the lock was never
+// held (a caller gave up on the attempt, or its grant came too late). A
+// holder record expires with the lock's TTL.
+func (n *Node) GiveBack(ctx context.Context, keys []string, token string, ttl time.Duration) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ttl, n.giveBack))
+	go func() {
+		defer cancel()
+		_, _, _ = n.Release(ctx, Release{Keys: keys, Token: token, noProbe: true})
+	}()
+}
+
 // releaseNative deletes key with the server's own command and, with
 // wakeUp, wakes its longest waiter in the same round trip.
 func (n *Node) releaseNative(ctx context.Context, nat rclient.Native, key, token string, wakeUp bool) (deleted, woken int64, err error) {
@@ -264,21 +277,14 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec, sem st
 		}
 		return err == nil, err
 	}
-	ms := n.ttlArg(ttl)
-	ks, args := lockKeys, []any{token, ms, 0}
-	if fence > 0 || rec != "" {
-		ks = append(make([]string, 0, 3*len(lockKeys)+1), lockKeys...)
-	}
+	ks := append(make([]string, 0, 3*len(lockKeys)+1), lockKeys...)
+	args := []any{token, n.ttlArg(ttl), fence, n.fenceTTL} // the counter's TTL is unused without a fence
 	if fence > 0 {
 		ks = append(ks, keys.Fences(lockKeys)...)
-		args = []any{token, ms, fence, n.fenceTTL}
 	}
 	if rec != "" {
 		for _, k := range lockKeys {
 			ks = append(ks, keys.Holder(k))
-		}
-		if fence == 0 {
-			args = append(args, 0) // ARGV[4]: no counter
 		}
 		args = append(args, rec)
 	}
@@ -287,6 +293,17 @@ func (n *Node) Extend(ctx context.Context, lockKeys []string, token, rec, sem st
 	}
 	v, err := run(ctx, n.batch, n.Client, extendScript, nil, ks, args).Int64()
 	return v == 1, err
+}
+
+// WriteHolders writes rec beside each of lockKeys for ttl, each only while
+// its key holds token, in one script (an election's term record, once its
+// fence is known: the grant wrote the first record).
+func (n *Node) WriteHolders(ctx context.Context, lockKeys []string, token, rec string, ttl time.Duration) error {
+	ks := append(make([]string, 0, 2*len(lockKeys)), lockKeys...)
+	for _, k := range lockKeys {
+		ks = append(ks, keys.Holder(k))
+	}
+	return run(ctx, n.batch, n.Client, holderScript, nil, ks, []any{token, rec, bridge.Milliseconds(ttl)}).Err()
 }
 
 // SetLimit records limit as the limit of the semaphore sem (its slot keys'
@@ -334,14 +351,6 @@ func (n *Node) Features(ctx context.Context) rclient.Native {
 	n.native.Store(&nat)
 	rclient.WarnEviction(n.logger, n.Name, policy)
 	return nat
-}
-
-// known returns the server's own commands as a probe found them, if one did.
-func (n *Node) known() rclient.Native {
-	if nat := n.native.Load(); nat != nil {
-		return *nat
-	}
-	return rclient.Native{}
 }
 
 // SetFeatures makes the node use the native commands of nat as if its

@@ -153,7 +153,7 @@ func acquireReply(reply any) (AcquireResult, error) {
 	return r, nil
 }
 
-// run runs s over c, through b when b is not nil (batch.For), with EVAL on
+// run runs s over c, through b when b is not nil (Node.batch), with EVAL on
 // NOSCRIPT. A call whose context ended before its reply has a
 // *batch.LeftError as its command's error. key, if not nil, is keys[0]
 // boxed (Boxed).
@@ -198,12 +198,11 @@ func Cmd(ctx context.Context, s *redis.Script, key any, keys []string, args []an
 	return cmd
 }
 
-// giveBackLate has late give back keys, for token, when the reply of a
-// call that left its batch comes, unless the reply, read by read, shows
-// that nothing was taken: an error reply, or a readable one that is no
-// grant.
+// giveBackLate gives back keys, for token, when the reply of a call that
+// left its batch comes, unless the reply, read by read, shows that nothing
+// was taken: an error reply, or a readable one that is no grant.
 func (n *Node) giveBackLate(ctx context.Context, left *batch.LeftError, read func(any) (AcquireResult, error),
-	late GiveBacker, keys []string, token string, ttl time.Duration) {
+	keys []string, token string, ttl time.Duration) {
 	left.OnReply(func(cmd redis.Cmder) {
 		c, ok := cmd.(*redis.Cmd)
 		if !ok || rclient.IsReply(c.Err()) {
@@ -212,6 +211,6 @@ func (n *Node) giveBackLate(ctx context.Context, left *batch.LeftError, read fun
 		if r, err := read(c.Val()); c.Err() == nil && err == nil && r.Status != Granted {
 			return
 		}
-		late.GiveBack(ctx, n, keys, token, ttl)
+		n.GiveBack(ctx, keys, token, ttl)
 	})
 }
