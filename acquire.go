@@ -49,19 +49,9 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts 
 }
 
 func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config) (*Lock, error) {
-	w := &waiting{identity: cfg.identity}
-	began := time.Now()
+	w := &waiting{identity: cfg.identity, began: time.Now()}
 	lock, err := wait(context.WithValue(ctx, waitKey{}, w), l, key, ttl, cfg, w)
-	if w.observe == nil {
-		return lock, err
-	}
-	e := Event{Key: key, Backend: w.backend, Attempts: w.attempts, Wait: time.Since(began)}
-	if err != nil {
-		e.Kind, e.Err = EventRefused, err
-	} else {
-		e.Kind, e.Key, e.Fence, e.Nodes = EventGranted, lock.key, lock.fence, lock.nodes
-	}
-	w.observe(ctx, e)
+	w.report(ctx, key, lock, err)
 	return lock, err
 }
 
