@@ -38,10 +38,7 @@ type releaseNotifier interface {
 //     ErrPoolExhausted): waiting cannot fix them, and they win over a
 //     context that ended meanwhile.
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
-	if err := checkCall(ctx, l, "", ""); err != nil {
-		return nil, err
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := newConfig(ctx, l, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -58,13 +58,7 @@ func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ct
 
 // doConfig checks the arguments of Do, Lead and Campaign but fn.
 func doConfig(ctx context.Context, l Locker, ttl time.Duration, opts []Option) (config, error) {
-	if err := checkCall(ctx, l, "", ""); err != nil {
-		return config{}, err
-	}
-	if err := bridge.CheckTTL(ttl); err != nil {
-		return config{}, err
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := newConfig(ctx, l, opts)
 	if err != nil {
 		return cfg, err
 	}

@@ -193,10 +193,7 @@ func Leader(ctx context.Context, l Locker, name string) (Term, error) {
 // that reading again cannot change (ErrInvalid) is yielded last.
 func Observe(ctx context.Context, l Locker, name string, opts ...Option) iter.Seq2[Term, error] {
 	return func(yield func(Term, error) bool) {
-		cfg, err := newConfig(opts)
-		if err == nil && ctx == nil {
-			err = bridge.Invalidf("nil context")
-		}
+		cfg, err := newConfig(ctx, l, opts)
 		if err != nil {
 			yield(Term{Name: name}, err)
 			return
