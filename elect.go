@@ -198,7 +198,7 @@ func Observe(ctx context.Context, l Locker, name string, opts ...Option) iter.Se
 			yield(Term{Name: name}, err)
 			return
 		}
-		var o observation
+		o := observation{fresh: true}
 		for {
 			t, err := Leader(ctx, l, name)
 			if ctx.Err() != nil {
@@ -221,7 +221,6 @@ type observation struct {
 	last  Term
 	high  uint64 // the highest fence yielded
 	fresh bool   // the next answer is yielded even if unchanged
-	begun bool
 }
 
 // next returns what to yield for (t, err), if anything (see Observe).
@@ -234,9 +233,9 @@ func (o *observation) next(t Term, err error) (Term, bool) {
 		return t, false
 	}
 	changed := t.Led != o.last.Led || t.Leader != o.last.Leader || t.Fence != o.last.Fence
-	if o.begun && !o.fresh && !changed {
+	if !o.fresh && !changed {
 		return t, false
 	}
-	o.begun, o.fresh, o.last, o.high = true, false, t, max(o.high, t.Fence)
+	o.fresh, o.last, o.high = false, t, max(o.high, t.Fence)
 	return t, true
 }
