@@ -38,10 +38,8 @@
 // holder whose lock expired never deletes or prolongs the next holder's
 // lock: they report ErrNotHeld. A released or lost handle is never held
 // again. A pause the monotonic clock counts (GC, SIGSTOP) is caught when
-// the process runs again; the clock stops while the machine sleeps
-// (suspend to RAM or disk), so a machine that slept keeps the validity it
-// had, though the server's TTL ran on, until its next extension is
-// refused, and Do then cancels.
+// the process runs again; a machine's sleep is not, until its next
+// extension is refused (see docs/guarantees.md).
 //
 // # Events and inspection
 //
@@ -95,16 +93,14 @@
 //
 // # What a lock can and cannot guarantee
 //
-// A lock with a TTL protects against a holder that crashed, not against
-// one that is merely slow (a GC pause, a stalled network, a suspended VM):
-// it cannot tell that its TTL ran out while it was paused, and a pause can
-// fall between its last check and its write. So a lease alone is fine for
-// efficiency, not for correctness. dlock never returns a lock whose
-// validity (on the monotonic clock) is spent, and hands out a fence with
-// every grant, on every backend, so that a resource that takes part
-// (package fence) rejects a stale holder's late write. If overlap would
-// corrupt data, use the fence. docs/guarantees.md gives the argument
-// (Kleppmann's and antirez's) and each backend's limits.
+// A lock with a TTL protects against a holder that crashed, not one that
+// is merely slow (a GC pause, a stalled network, a suspended VM): a pause
+// can fall between its last check and its write, so a lease alone is for
+// efficiency, not correctness. dlock never returns a lock whose validity
+// is spent, and every grant on every backend has a fence, which a
+// resource that takes part (package fence) uses to reject a stale
+// holder's late write: if overlap would corrupt data, use the fence.
+// docs/guarantees.md gives the argument and each backend's limits.
 //
 // # Which backend
 //
