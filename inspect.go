@@ -98,11 +98,8 @@ func (li LockInfo) MarshalJSONWithToken() ([]byte, error) { return json.Marshal(
 
 func (li LockInfo) toJSON(withToken bool) lockInfoJSON {
 	j := lockInfoJSON{Key: li.Key, Node: li.Node, Waiting: li.Waiting, Majority: li.Majority, Limit: li.Limit}
-	if li.TTL > 0 {
-		j.TTLms = int64(li.TTL / time.Millisecond)
-		if li.TTL%time.Millisecond != 0 {
-			j.TTLms++ // a lock about to expire still has one
-		}
+	if li.TTL > 0 { // rounded up: a lock about to expire still has one
+		j.TTLms = int64((li.TTL-1)/time.Millisecond) + 1
 	}
 	if li.Fence != 0 {
 		j.Fence = &li.Fence
