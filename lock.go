@@ -62,19 +62,16 @@ type Lock struct {
 	grantedAt time.Time
 	nodes     int // how many of the backend's nodes granted the lock
 
-	mu sync.Mutex
-	// turn is held by the call into grant in flight, so that Extends
-	// apply in the order their replies are recorded.
-	turn       bool
+	mu         sync.Mutex
+	turn       bool // a call into grant is in flight: replies are recorded in order
 	state      lockState
 	validUntil time.Time
 	lostCause  error // kept once releasing
-	// changed, once a waiter made it, is closed at the next change of
-	// state, validUntil or turn: Do and a call waiting for the turn follow
-	// the handle without polling it.
+	// changed, made by a waiter (Do, a call waiting for the turn), is
+	// closed at the next change of state, validUntil or turn.
 	changed chan struct{}
-	// pending are the events not delivered yet; buf holds the first, so
-	// that an event costs no allocation.
+	// pending are the events not delivered yet; buf holds the first
+	// without an allocation.
 	pending    []queued
 	buf        [1]queued
 	delivering bool
