@@ -113,10 +113,8 @@ const (
 )
 
 // backoff is the wait after the n-th unreachable attempt in a row (0: a
-// busy one; see Acquire): the retry delay for a busy one and the first
-// quickRetries, then (from at least 1ms) doubled for each further one, up
-// to the cap, half of it random, so that the waiters an outage stopped do
-// not all come back at once.
+// busy one), as Acquire says, from at least 1ms once doubling; its random
+// half keeps the waiters an outage stopped from coming back at once.
 func backoff(delay time.Duration, n int) time.Duration {
 	if n <= quickRetries {
 		return delay
