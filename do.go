@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,7 +63,14 @@ func doConfig(ctx context.Context, l Locker, ttl time.Duration, opts []Option) (
 	if err != nil {
 		return cfg, err
 	}
-	return cfg, cfg.checkDo(ttl)
+	if err := bridge.CheckTTL(ttl); err != nil {
+		return cfg, err
+	}
+	if cfg.extendThreshold >= ttl {
+		return cfg, bridge.Invalidf("extend threshold %v must be below the ttl %v", cfg.extendThreshold, ttl)
+	}
+	cfg.extendThreshold = cmp.Or(cfg.extendThreshold, ttl/2)
+	return cfg, nil
 }
 
 // do is Do with its arguments checked.
@@ -144,14 +152,6 @@ func (c *lockContext) check() {
 	if cause := c.lock.watch().end; cause != nil {
 		c.cancel(cause)
 	}
-}
-
-// asLoss returns a lost lock's cause as an error matching ErrLockLost alone.
-func asLoss(cause error) error {
-	if cause == nil || errors.Is(cause, ErrLockLost) {
-		return cause
-	}
-	return fmt.Errorf("dlock: %w: %w", ErrLockLost, hideSentinels{cause})
 }
 
 // doResult is Do's error (see Do).

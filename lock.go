@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -285,7 +286,7 @@ func (l *Lock) endTurn() {
 // known makes a grant's error that matches no sentinel (a bare context
 // error) an ErrUnavailable: the outcome is unknown.
 func known(err error) error {
-	if !matchesSentinel(err) {
+	if !slices.ContainsFunc(sentinels, func(s error) bool { return errors.Is(err, s) }) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
@@ -338,7 +339,10 @@ func (l *Lock) watch() snapshot {
 	s := snapshot{until: l.validUntil, changed: l.changedLocked(), held: gone == nil, end: gone}
 	switch {
 	case l.lostCause != nil:
-		s.loss = asLoss(gone)
+		s.loss = gone // a refused extension's ErrNotHeld becomes detail
+		if !errors.Is(gone, ErrLockLost) {
+			s.loss = fmt.Errorf("dlock: %w: %w", ErrLockLost, hideSentinels{gone})
+		}
 	case l.state == stateReleasing && !l.validUntil.After(l.now()):
 		s.loss = fmt.Errorf("dlock: %w: validity of %q ran out at %v while its release was under way or of unknown outcome",
 			ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano))

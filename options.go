@@ -150,17 +150,3 @@ func checkIdentity(id string) error {
 	}
 	return nil
 }
-
-// checkDo checks the TTL and the options that depend on it.
-func (c *config) checkDo(ttl time.Duration) error {
-	if err := bridge.CheckTTL(ttl); err != nil {
-		return err
-	}
-	if c.extendThreshold >= ttl {
-		return bridge.Invalidf("extend threshold %v must be below the ttl %v", c.extendThreshold, ttl)
-	}
-	if c.extendThreshold == 0 {
-		c.extendThreshold = ttl / 2
-	}
-	return nil
-}
