@@ -91,14 +91,15 @@ func do(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *confi
 		close(stop)
 		keeping.Wait()
 		fnCtx.check() // a validity that ran out as fn returned is a loss too
+		s := lock.watch()
 		lost := context.Cause(base)
 		if !errors.Is(lost, ErrLockLost) {
 			// base may have ended with ctx's cause before the loss: the
 			// handle's record is what counts.
-			lost = lock.watch().loss
+			lost = s.loss
 		}
 		var relErr error
-		if !lock.released() { // fn may have released it itself
+		if !s.done { // fn may have released it itself
 			relErr = releaseDetached(ctx, lock, ttl)
 		}
 		if r := recover(); r != nil {

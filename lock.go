@@ -312,17 +312,12 @@ func (l *Lock) recheck() {
 	l.notifyLocked()
 }
 
-func (l *Lock) released() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.state == stateReleased
-}
-
 // snapshot is what Do follows of a Lock (see watch).
 type snapshot struct {
 	until   time.Time
 	changed <-chan struct{} // closed at the next change
 	held    bool            // held and valid: extensions are due
+	done    bool            // released: the server answered a Release
 	loss    error           // why the lock is lost, matching ErrLockLost alone
 	end     error           // why its holder must stop: the loss, or ErrNotHeld
 }
@@ -336,7 +331,8 @@ func (l *Lock) watch() snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	gone := l.goneLocked("hold")
-	s := snapshot{until: l.validUntil, changed: l.changedLocked(), held: gone == nil, end: gone}
+	s := snapshot{until: l.validUntil, changed: l.changedLocked(), held: gone == nil, end: gone,
+		done: l.state == stateReleased}
 	switch {
 	case l.lostCause != nil:
 		s.loss = gone // a refused extension's ErrNotHeld becomes detail
