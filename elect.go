@@ -91,13 +91,10 @@ func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, o
 		return config{}, err
 	}
 	cfg, err := doConfig(ctx, l, ttl, opts)
-	if err != nil {
-		return cfg, err
-	}
-	if cfg.identity == "" {
+	if err == nil && cfg.identity == "" {
 		cfg.identity = defaultIdentity()
 	}
-	return cfg, nil
+	return cfg, err
 }
 
 // checkCall refuses a nil Locker or context and, unless what is "", an
