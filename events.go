@@ -134,7 +134,8 @@ func (w *waiting) report(ctx context.Context, key string, lock *Lock, err error)
 	if w.observe == nil {
 		return
 	}
-	e := Event{Kind: EventRefused, Key: key, Backend: w.backend, Attempts: w.attempts, Wait: time.Since(w.began), Err: err}
+	e := Event{Kind: EventRefused, Key: key, Backend: w.backend, Attempts: w.attempts,
+		Wait: time.Since(w.began), Err: err}
 	if err == nil {
 		e.Kind, e.Key, e.Fence, e.Nodes = EventGranted, lock.key, lock.fence, lock.nodes
 	}
