@@ -129,17 +129,16 @@ func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struc
 			}
 		})
 	}
-	if !announced { // none will be: the wait polls
-		for _, stop := range stops {
-			stop()
-		}
-		return nil, func() {}
-	}
-	return out, func() {
+	stop := func() {
 		close(done)
 		wg.Wait()
 		for _, stop := range stops {
 			stop()
 		}
 	}
+	if !announced { // none will be: the wait polls
+		stop()
+		return nil, func() {}
+	}
+	return out, stop
 }
