@@ -102,9 +102,6 @@ func do(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *confi
 		if !s.done { // fn may have released it itself
 			relErr = releaseDetached(ctx, lock, ttl)
 		}
-		if r := recover(); r != nil {
-			panic(r) // released above; let the panic go on
-		}
 		err = doResult(err, lost, relErr)
 	}()
 	return fn(fnCtx)
