@@ -41,11 +41,9 @@ var (
 	NewLock func(key string, slot int, token string, fence uint64, validUntil time.Time, g any) any
 	Lose    func(lock any, cause error)
 	Recheck func(lock any)
-	// Attempt reports that an attempt of a Locker of backend, whose events
-	// go to observe (a func(context.Context, dlock.Event)), begins; it
-	// returns when, or the zero time within dlock.Acquire, which reports
-	// the grant or refusal itself. Attempted passes the attempt's outcome
-	// (lock: a *dlock.Lock) back (driver's Events.Attempt).
+	// Attempt and Attempted report an attempt's events (driver's
+	// Events.Attempt; dlock's attempt and attempted say how): observe is
+	// a func(context.Context, dlock.Event), lock a *dlock.Lock.
 	Attempt   func(ctx context.Context, key, backend string, observe any) (began time.Time)
 	Attempted func(ctx context.Context, key, backend string, observe, lock any, err error, began time.Time)
 	Identity  func(ctx context.Context) string
