@@ -64,8 +64,7 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 	}
 	var last error   // the last attempt that ended before ctx did
 	unreachable := 0 // attempts in a row that could not reach the backend
-	for attempt := 0; ; attempt++ {
-		w.attempts = attempt + 1
+	for w.attempts = 1; ; w.attempts++ {
 		lock, err := l.TryAcquire(ctx, key, ttl)
 		if err == nil {
 			return lock, nil
@@ -83,7 +82,7 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 			unreachable++
 		}
 		last = err
-		if cfg.retryCount != RetryForever && attempt >= cfg.retryCount {
+		if cfg.retryCount != RetryForever && w.attempts > cfg.retryCount {
 			return nil, err
 		}
 
