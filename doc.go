@@ -44,22 +44,21 @@
 // # Events and inspection
 //
 // A lock's events go to the observers of the Locker that made it (each
-// backend's WithObserver and WithLogger options): every attempt, from a
-// bare TryAcquire or within Acquire and Do, the grant or refusal (Acquire
-// reports it once, when the wait ends), then the lock's extensions, its
-// loss and its release (see Event). A Locker written elsewhere reports
-// events through package driver's Events; driver.NewEvents says what the
-// loggers write, and package github.com/dlock-go/dlock/dlockotel turns
-// events into OpenTelemetry metrics and spans.
+// backend's WithObserver and WithLogger options): every attempt, bare or
+// within Acquire and Do, the grant or refusal (Acquire reports it once,
+// when the wait ends), then the lock's extensions, its loss and its
+// release (see Event). driver.NewEvents says what the loggers write, and
+// package github.com/dlock-go/dlock/dlockotel turns events into
+// OpenTelemetry metrics and spans.
 //
-// An observer gets the context of the call the event belongs to (a loss
-// has none and gets context.Background()), so that a span can find its
-// parent. It runs under none of the library's locks: it may look into the
-// context and call the lock's methods. A lock's events reach it one at a
-// time, in order, on the goroutine of their call (or, while an earlier
-// event of the same lock is being observed, on that one's, once it
-// returns). It should return quickly: the call it observes waits for it.
-// A Locker without observers builds no event.
+// An observer gets the context of the event's call (a loss gets
+// context.Background()), so that a span can find its parent. It runs under
+// none of the library's locks: it may look into the context and call the
+// lock's methods. A lock's events reach it one at a time, in order, on the
+// goroutine of their call (or, while an earlier event of the same lock is
+// being observed, on that one's, once it returns). It should return
+// quickly: the call it observes waits for it. A Locker without observers
+// builds no event.
 //
 // Every backend is an Inspector: it lists the held locks matching a
 // pattern, with their remaining TTL, fence, holder and waiters, as `dlock
