@@ -38,10 +38,7 @@ type releaseNotifier interface {
 //     ErrPoolExhausted): waiting cannot fix them, and they win over a
 //     context that ended meanwhile.
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
-	if err := checkCall(ctx, l, "", ""); err != nil {
-		return nil, err
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := newConfig(ctx, l, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -49,19 +46,9 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts 
 }
 
 func acquire(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *config) (*Lock, error) {
-	w := &waiting{identity: cfg.identity}
-	began := time.Now()
+	w := &waiting{identity: cfg.identity, began: time.Now()}
 	lock, err := wait(context.WithValue(ctx, waitKey{}, w), l, key, ttl, cfg, w)
-	if w.observe == nil {
-		return lock, err
-	}
-	e := Event{Key: key, Backend: w.backend, Attempts: w.attempts, Wait: time.Since(began)}
-	if err != nil {
-		e.Kind, e.Err = EventRefused, err
-	} else {
-		e.Kind, e.Key, e.Fence, e.Nodes = EventGranted, lock.key, lock.fence, lock.nodes
-	}
-	w.observe(ctx, e)
+	w.report(ctx, key, lock, err)
 	return lock, err
 }
 
@@ -77,8 +64,7 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 	}
 	var last error   // the last attempt that ended before ctx did
 	unreachable := 0 // attempts in a row that could not reach the backend
-	for attempt := 0; ; attempt++ {
-		w.attempts = attempt + 1
+	for w.attempts = 1; ; w.attempts++ {
 		lock, err := l.TryAcquire(ctx, key, ttl)
 		if err == nil {
 			return lock, nil
@@ -96,7 +82,7 @@ func wait(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *con
 			unreachable++
 		}
 		last = err
-		if cfg.retryCount != RetryForever && attempt >= cfg.retryCount {
+		if cfg.retryCount != RetryForever && w.attempts > cfg.retryCount {
 			return nil, err
 		}
 
@@ -126,10 +112,8 @@ const (
 )
 
 // backoff is the wait after the n-th unreachable attempt in a row (0: a
-// busy one; see Acquire): the retry delay for a busy one and the first
-// quickRetries, then (from at least 1ms) doubled for each further one, up
-// to the cap, half of it random, so that the waiters an outage stopped do
-// not all come back at once.
+// busy one), as Acquire says, from at least 1ms once doubling; its random
+// half keeps the waiters an outage stopped from coming back at once.
 func backoff(delay time.Duration, n int) time.Duration {
 	if n <= quickRetries {
 		return delay

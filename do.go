@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,17 +59,18 @@ func Do(ctx context.Context, l Locker, key string, ttl time.Duration, fn func(ct
 
 // doConfig checks the arguments of Do, Lead and Campaign but fn.
 func doConfig(ctx context.Context, l Locker, ttl time.Duration, opts []Option) (config, error) {
-	if err := checkCall(ctx, l, "", ""); err != nil {
-		return config{}, err
-	}
-	if err := bridge.CheckTTL(ttl); err != nil {
-		return config{}, err
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := newConfig(ctx, l, opts)
 	if err != nil {
 		return cfg, err
 	}
-	return cfg, cfg.checkDo(ttl)
+	if err := bridge.CheckTTL(ttl); err != nil {
+		return cfg, err
+	}
+	if cfg.extendThreshold >= ttl {
+		return cfg, bridge.Invalidf("extend threshold %v must be below the ttl %v", cfg.extendThreshold, ttl)
+	}
+	cfg.extendThreshold = cmp.Or(cfg.extendThreshold, ttl/2)
+	return cfg, nil
 }
 
 // do is Do with its arguments checked.
@@ -89,18 +91,16 @@ func do(ctx context.Context, l Locker, key string, ttl time.Duration, cfg *confi
 		close(stop)
 		keeping.Wait()
 		fnCtx.check() // a validity that ran out as fn returned is a loss too
+		s := lock.watch()
 		lost := context.Cause(base)
 		if !errors.Is(lost, ErrLockLost) {
 			// base may have ended with ctx's cause before the loss: the
 			// handle's record is what counts.
-			lost = lock.watch().loss
+			lost = s.loss
 		}
 		var relErr error
-		if !lock.released() { // fn may have released it itself
+		if !s.done { // fn may have released it itself
 			relErr = releaseDetached(ctx, lock, ttl)
-		}
-		if r := recover(); r != nil {
-			panic(r) // released above; let the panic go on
 		}
 		err = doResult(err, lost, relErr)
 	}()
@@ -150,14 +150,6 @@ func (c *lockContext) check() {
 	if cause := c.lock.watch().end; cause != nil {
 		c.cancel(cause)
 	}
-}
-
-// asLoss returns a lost lock's cause as an error matching ErrLockLost alone.
-func asLoss(cause error) error {
-	if cause == nil || errors.Is(cause, ErrLockLost) {
-		return cause
-	}
-	return fmt.Errorf("dlock: %w: %w", ErrLockLost, hideSentinels{cause})
 }
 
 // doResult is Do's error (see Do).

@@ -382,3 +382,22 @@ func TestDoLossAfterCallerCancelled(t *testing.T) {
 		t.Fatalf("Do: %v, want ErrLockLost", err)
 	}
 }
+
+// A panic in fn goes on past Do, with its value, once the lock is released.
+func TestDoReleasesOnPanic(t *testing.T) {
+	m := newMem()
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the panic's value", r)
+			}
+		}()
+		_ = dlock.Do(context.Background(), m, "k", time.Minute, func(context.Context) error { panic("boom") })
+		t.Fatal("Do returned after its function panicked")
+	}()
+	lock, err := m.TryAcquire(context.Background(), "k", time.Minute)
+	if err != nil {
+		t.Fatalf("after the panic the lock is still held: %v", err)
+	}
+	_ = lock.Release(context.Background())
+}

@@ -38,30 +38,27 @@
 // holder whose lock expired never deletes or prolongs the next holder's
 // lock: they report ErrNotHeld. A released or lost handle is never held
 // again. A pause the monotonic clock counts (GC, SIGSTOP) is caught when
-// the process runs again; the clock stops while the machine sleeps
-// (suspend to RAM or disk), so a machine that slept keeps the validity it
-// had, though the server's TTL ran on, until its next extension is
-// refused, and Do then cancels.
+// the process runs again; a machine's sleep is not, until its next
+// extension is refused (see docs/guarantees.md).
 //
 // # Events and inspection
 //
 // A lock's events go to the observers of the Locker that made it (each
-// backend's WithObserver and WithLogger options): every attempt, from a
-// bare TryAcquire or within Acquire and Do, the grant or refusal (Acquire
-// reports it once, when the wait ends), then the lock's extensions, its
-// loss and its release (see Event). A Locker written elsewhere reports
-// events through package driver's Events; driver.NewEvents says what the
-// loggers write, and package github.com/dlock-go/dlock/dlockotel turns
-// events into OpenTelemetry metrics and spans.
+// backend's WithObserver and WithLogger options): every attempt, bare or
+// within Acquire and Do, the grant or refusal (Acquire reports it once,
+// when the wait ends), then the lock's extensions, its loss and its
+// release (see Event). driver.NewEvents says what the loggers write, and
+// package github.com/dlock-go/dlock/dlockotel turns events into
+// OpenTelemetry metrics and spans.
 //
-// An observer gets the context of the call the event belongs to (a loss
-// has none and gets context.Background()), so that a span can find its
-// parent. It runs under none of the library's locks: it may look into the
-// context and call the lock's methods. A lock's events reach it one at a
-// time, in order, on the goroutine of their call (or, while an earlier
-// event of the same lock is being observed, on that one's, once it
-// returns). It should return quickly: the call it observes waits for it.
-// A Locker without observers builds no event.
+// An observer gets the context of the event's call (a loss gets
+// context.Background()), so that a span can find its parent. It runs under
+// none of the library's locks: it may look into the context and call the
+// lock's methods. A lock's events reach it one at a time, in order, on the
+// goroutine of their call (or, while an earlier event of the same lock is
+// being observed, on that one's, once it returns). It should return
+// quickly: the call it observes waits for it. A Locker without observers
+// builds no event.
 //
 // Every backend is an Inspector: it lists the held locks matching a
 // pattern, with their remaining TTL, fence, holder and waiters, as `dlock
@@ -95,16 +92,14 @@
 //
 // # What a lock can and cannot guarantee
 //
-// A lock with a TTL protects against a holder that crashed, not against
-// one that is merely slow (a GC pause, a stalled network, a suspended VM):
-// it cannot tell that its TTL ran out while it was paused, and a pause can
-// fall between its last check and its write. So a lease alone is fine for
-// efficiency, not for correctness. dlock never returns a lock whose
-// validity (on the monotonic clock) is spent, and hands out a fence with
-// every grant, on every backend, so that a resource that takes part
-// (package fence) rejects a stale holder's late write. If overlap would
-// corrupt data, use the fence. docs/guarantees.md gives the argument
-// (Kleppmann's and antirez's) and each backend's limits.
+// A lock with a TTL protects against a holder that crashed, not one that
+// is merely slow (a GC pause, a stalled network, a suspended VM): a pause
+// can fall between its last check and its write, so a lease alone is for
+// efficiency, not correctness. dlock never returns a lock whose validity
+// is spent, and every grant on every backend has a fence, which a
+// resource that takes part (package fence) uses to reject a stale
+// holder's late write: if overlap would corrupt data, use the fence.
+// docs/guarantees.md gives the argument and each backend's limits.
 //
 // # Which backend
 //

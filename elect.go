@@ -91,13 +91,10 @@ func leadConfig(ctx context.Context, l Locker, name string, ttl time.Duration, o
 		return config{}, err
 	}
 	cfg, err := doConfig(ctx, l, ttl, opts)
-	if err != nil {
-		return cfg, err
-	}
-	if cfg.identity == "" {
+	if err == nil && cfg.identity == "" {
 		cfg.identity = defaultIdentity()
 	}
-	return cfg, nil
+	return cfg, err
 }
 
 // checkCall refuses a nil Locker or context and, unless what is "", an
@@ -193,22 +190,31 @@ func Leader(ctx context.Context, l Locker, name string) (Term, error) {
 // that reading again cannot change (ErrInvalid) is yielded last.
 func Observe(ctx context.Context, l Locker, name string, opts ...Option) iter.Seq2[Term, error] {
 	return func(yield func(Term, error) bool) {
-		cfg, err := newConfig(opts)
-		if err == nil && ctx == nil {
-			err = bridge.Invalidf("nil context")
-		}
+		cfg, err := newConfig(ctx, l, opts)
 		if err != nil {
 			yield(Term{Name: name}, err)
 			return
 		}
-		var o observation
+		var last Term   // the last answer yielded
+		var high uint64 // the highest fence yielded
+		fresh := true   // the next answer is yielded even if unchanged
 		for {
 			t, err := Leader(ctx, l, name)
 			if ctx.Err() != nil {
 				return
 			}
-			if report, ok := o.next(t, err); ok && !yield(report, err) || errors.Is(err, ErrInvalid) {
-				return
+			switch {
+			case err != nil:
+				fresh = true
+				if !yield(t, err) || errors.Is(err, ErrInvalid) {
+					return
+				}
+			case t.Led && t.Fence != 0 && t.Fence < high: // a stale answer
+			case fresh || t.Led != last.Led || t.Leader != last.Leader || t.Fence != last.Fence:
+				fresh, last, high = false, t, max(high, t.Fence)
+				if !yield(t, nil) {
+					return
+				}
 			}
 			select {
 			case <-ctx.Done():
@@ -217,29 +223,4 @@ func Observe(ctx context.Context, l Locker, name string, opts ...Option) iter.Se
 			}
 		}
 	}
-}
-
-// observation is what Observe has yielded so far.
-type observation struct {
-	last  Term
-	high  uint64 // the highest fence yielded
-	fresh bool   // the next answer is yielded even if unchanged
-	begun bool
-}
-
-// next returns what to yield for (t, err), if anything (see Observe).
-func (o *observation) next(t Term, err error) (Term, bool) {
-	if err != nil {
-		o.fresh = true
-		return t, true
-	}
-	if t.Led && t.Fence != 0 && t.Fence < o.high {
-		return t, false
-	}
-	changed := t.Led != o.last.Led || t.Leader != o.last.Leader || t.Fence != o.last.Fence
-	if o.begun && !o.fresh && !changed {
-		return t, false
-	}
-	o.begun, o.fresh, o.last, o.high = true, false, t, max(o.high, t.Fence)
-	return t, true
 }

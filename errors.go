@@ -67,12 +67,6 @@ func (e *NodeError) Unwrap() error { return e.Err }
 
 var sentinels = []error{ErrNotAcquired, ErrNotHeld, ErrLockLost, ErrUnavailable, ErrMisconfigured, ErrInvalid}
 
-func isSentinel(err error) bool { return slices.Contains(sentinels, err) }
-
-func matchesSentinel(err error) bool {
-	return slices.ContainsFunc(sentinels, func(s error) bool { return errors.Is(err, s) })
-}
-
 // ctxErr is ctx's error and its cause, if any (hiding its sentinels).
 func ctxErr(ctx context.Context) error {
 	err, cause := ctx.Err(), context.Cause(ctx)
@@ -102,6 +96,8 @@ func (e *opError) Unwrap() error { return e.err }
 // but dlock's sentinels.
 type hideSentinels struct{ err error }
 
-func (h hideSentinels) Error() string        { return message(h.err) }
-func (h hideSentinels) Is(target error) bool { return !isSentinel(target) && errors.Is(h.err, target) }
-func (h hideSentinels) As(target any) bool   { return errors.As(h.err, target) }
+func (h hideSentinels) Error() string { return message(h.err) }
+func (h hideSentinels) Is(target error) bool {
+	return !slices.Contains(sentinels, target) && errors.Is(h.err, target)
+}
+func (h hideSentinels) As(target any) bool { return errors.As(h.err, target) }

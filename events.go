@@ -73,6 +73,7 @@ type Event struct {
 // attempts set backend and observe for Acquire's grant or refusal.
 type waiting struct {
 	attempts int
+	began    time.Time
 	identity string
 	backend  string
 	observe  func(context.Context, Event) // nil: the Locker has no observers
@@ -90,27 +91,55 @@ func waitingIn(ctx context.Context) *waiting {
 }
 
 func init() {
-	bridge.Attempt = func(ctx context.Context, backend string, observe any) (int, bool) {
-		w := waitingIn(ctx)
-		if w == nil {
-			return 1, false
-		}
-		w.backend, w.observe = backend, observe.(func(context.Context, Event))
-		return w.attempts, true
-	}
+	bridge.Attempt, bridge.Attempted = attempt, attempted
 	bridge.Identity = func(ctx context.Context) string {
 		if w := waitingIn(ctx); w != nil {
 			return w.identity
 		}
 		return ""
 	}
-	bridge.Observe = func(lock any, backend string, observe any) int {
-		l := lock.(*Lock)
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.backend, l.observe = backend, observe.(func(context.Context, Event))
-		return l.nodes
+}
+
+// attempt reports an attempt on key of a Locker of backend to observe,
+// and returns when it began, or the zero time for one of Acquire's.
+func attempt(ctx context.Context, key, backend string, observe any) time.Time {
+	obs := observe.(func(context.Context, Event))
+	n, began := 1, time.Now()
+	if w := waitingIn(ctx); w != nil {
+		w.backend, w.observe = backend, obs
+		n, began = w.attempts, time.Time{}
 	}
+	obs(ctx, Event{Kind: EventAttempt, Key: key, Backend: backend, Attempts: n})
+	return began
+}
+
+// attempted makes the lock an attempt returned send its events to
+// observe, and reports the grant or refusal of a bare TryAcquire, begun
+// at began (Acquire reports its own when its wait ends).
+func attempted(ctx context.Context, key, backend string, observe, lock any, err error, began time.Time) {
+	obs, l := observe.(func(context.Context, Event)), lock.(*Lock)
+	if l != nil {
+		l.mu.Lock()
+		l.backend, l.observe = backend, obs
+		l.mu.Unlock()
+	}
+	if !began.IsZero() {
+		w := waiting{attempts: 1, began: began, backend: backend, observe: obs}
+		w.report(ctx, key, l, err)
+	}
+}
+
+// report sends the wait's grant or refusal to the Locker's observers, if any.
+func (w *waiting) report(ctx context.Context, key string, lock *Lock, err error) {
+	if w.observe == nil {
+		return
+	}
+	e := Event{Kind: EventRefused, Key: key, Backend: w.backend, Attempts: w.attempts,
+		Wait: time.Since(w.began), Err: err}
+	if err == nil {
+		e.Kind, e.Key, e.Fence, e.Nodes = EventGranted, lock.key, lock.fence, lock.nodes
+	}
+	w.observe(ctx, e)
 }
 
 type queued struct {

@@ -39,16 +39,14 @@ type Inspector interface {
 // left out (see MarshalJSONWithToken). Decoding accepts that form, with or
 // without "token", and ignores unknown fields.
 type LockInfo struct {
-	Key  string        // as the Locker names it (without its prefix)
-	Node string        // the server that reported it (Redlock: one LockInfo per node)
-	TTL  time.Duration // time left before the lock expires; 0: it has no TTL (PostgreSQL: held while the session lives)
-	// Fence is the latest fence drawn for the key.
-	Fence uint64
-	// Token is the holder's token, where the server keeps it. It is a
-	// secret: whoever has it can extend or release the lock in the
-	// holder's place (a backend's ReleaseToken). LockInfo's JSON leaves it
-	// out, so a listing can be served (a /locks page) without handing out
-	// the locks.
+	Key   string        // as the Locker names it (without its prefix)
+	Node  string        // the server that reported it (Redlock: one LockInfo per node)
+	TTL   time.Duration // time left before the lock expires; 0: it has no TTL (PostgreSQL: held while the session lives)
+	Fence uint64        // the latest fence drawn for the key
+	// Token is the holder's token, where the server keeps it: a secret,
+	// with which anyone can extend or release the lock in the holder's
+	// place (a backend's ReleaseToken). The JSON form leaves it out, so
+	// that a listing (a /locks page) does not hand out the locks.
 	Token   string
 	Waiting int // waiters queued behind the holder
 	// Majority reports, on a quorum backend, whether a majority of the
@@ -98,11 +96,8 @@ func (li LockInfo) MarshalJSONWithToken() ([]byte, error) { return json.Marshal(
 
 func (li LockInfo) toJSON(withToken bool) lockInfoJSON {
 	j := lockInfoJSON{Key: li.Key, Node: li.Node, Waiting: li.Waiting, Majority: li.Majority, Limit: li.Limit}
-	if li.TTL > 0 {
-		j.TTLms = int64(li.TTL / time.Millisecond)
-		if li.TTL%time.Millisecond != 0 {
-			j.TTLms++ // a lock about to expire still has one
-		}
+	if li.TTL > 0 { // rounded up: a lock about to expire still has one
+		j.TTLms = int64((li.TTL-1)/time.Millisecond) + 1
 	}
 	if li.Fence != 0 {
 		j.Fence = &li.Fence

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,19 +63,16 @@ type Lock struct {
 	grantedAt time.Time
 	nodes     int // how many of the backend's nodes granted the lock
 
-	mu sync.Mutex
-	// turn is held by the call into grant in flight, so that Extends
-	// apply in the order their replies are recorded.
-	turn       bool
+	mu         sync.Mutex
+	turn       bool // a call into grant is in flight: replies are recorded in order
 	state      lockState
 	validUntil time.Time
 	lostCause  error // kept once releasing
-	// changed, once a waiter made it, is closed at the next change of
-	// state, validUntil or turn: Do and a call waiting for the turn follow
-	// the handle without polling it.
+	// changed, made by a waiter (Do, a call waiting for the turn), is
+	// closed at the next change of state, validUntil or turn.
 	changed chan struct{}
-	// pending are the events not delivered yet; buf holds the first, so
-	// that an event costs no allocation.
+	// pending are the events not delivered yet; buf holds the first
+	// without an allocation.
 	pending    []queued
 	buf        [1]queued
 	delivering bool
@@ -288,7 +286,7 @@ func (l *Lock) endTurn() {
 // known makes a grant's error that matches no sentinel (a bare context
 // error) an ErrUnavailable: the outcome is unknown.
 func known(err error) error {
-	if !matchesSentinel(err) {
+	if !slices.ContainsFunc(sentinels, func(s error) bool { return errors.Is(err, s) }) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
@@ -314,17 +312,12 @@ func (l *Lock) recheck() {
 	l.notifyLocked()
 }
 
-func (l *Lock) released() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.state == stateReleased
-}
-
 // snapshot is what Do follows of a Lock (see watch).
 type snapshot struct {
 	until   time.Time
 	changed <-chan struct{} // closed at the next change
 	held    bool            // held and valid: extensions are due
+	done    bool            // released: the server answered a Release
 	loss    error           // why the lock is lost, matching ErrLockLost alone
 	end     error           // why its holder must stop: the loss, or ErrNotHeld
 }
@@ -338,10 +331,14 @@ func (l *Lock) watch() snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	gone := l.goneLocked("hold")
-	s := snapshot{until: l.validUntil, changed: l.changedLocked(), held: gone == nil, end: gone}
+	s := snapshot{until: l.validUntil, changed: l.changedLocked(), held: gone == nil, end: gone,
+		done: l.state == stateReleased}
 	switch {
 	case l.lostCause != nil:
-		s.loss = asLoss(gone)
+		s.loss = gone // a refused extension's ErrNotHeld becomes detail
+		if !errors.Is(gone, ErrLockLost) {
+			s.loss = fmt.Errorf("dlock: %w: %w", ErrLockLost, hideSentinels{gone})
+		}
 	case l.state == stateReleasing && !l.validUntil.After(l.now()):
 		s.loss = fmt.Errorf("dlock: %w: validity of %q ran out at %v while its release was under way or of unknown outcome",
 			ErrLockLost, l.key, l.validUntil.Round(0).Format(time.RFC3339Nano))

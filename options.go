@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"strings"
 	"time"
 	"unicode"
@@ -31,8 +32,11 @@ type config struct {
 	stopOnLoss bool   // Lead: return a loss instead of campaigning again
 }
 
-// newConfig applies opts over the defaults.
-func newConfig(opts []Option) (config, error) {
+// newConfig refuses a nil ctx or l and applies opts over the defaults.
+func newConfig(ctx context.Context, l Locker, opts []Option) (config, error) {
+	if err := checkCall(ctx, l, "", ""); err != nil {
+		return config{}, err
+	}
 	c := config{retryCount: RetryForever, retryDelay: 50 * time.Millisecond, retryJitter: 50 * time.Millisecond}
 	for _, o := range opts {
 		if o == nil {
@@ -143,17 +147,6 @@ func checkIdentity(id string) error {
 		return bridge.Invalidf("identity %.40q...: %d bytes, more than the %d allowed", id, len(id), maxIdentity)
 	case !utf8.ValidString(id) || strings.IndexFunc(id, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
 		return bridge.Invalidf("identity %q: only printable characters are allowed", id)
-	}
-	return nil
-}
-
-// checkDo validates the options that depend on the TTL.
-func (c *config) checkDo(ttl time.Duration) error {
-	if c.extendThreshold >= ttl {
-		return bridge.Invalidf("extend threshold %v must be below the ttl %v", c.extendThreshold, ttl)
-	}
-	if c.extendThreshold == 0 {
-		c.extendThreshold = ttl / 2
 	}
 	return nil
 }

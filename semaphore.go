@@ -35,10 +35,9 @@ type semaphores interface {
 //
 // When l has semaphores of its own (driver.Semaphores: every backend of
 // this repository), Semaphore returns them. Otherwise the permits are l's
-// locks on the slots' keys, which TryAcquire tries in order, one request
-// each, until one is granted; no limit is recorded on the servers then,
-// so Lockers that disagree on the limit are not told, and dlock.Acquire is
-// woken by a release of any slot when l announces releases
+// locks on the slots' keys, tried in order, one request each; no limit is
+// recorded then, so Lockers that disagree on it are not told, and a
+// release of any slot wakes Acquire when l announces releases
 // (driver.ReleaseNotifier).
 func Semaphore(l Locker, limit int) Locker {
 	if s, ok := l.(semaphores); ok {
@@ -47,17 +46,16 @@ func Semaphore(l Locker, limit int) Locker {
 	return semaphore{l, limit}
 }
 
-// SetLimit makes limit the limit of name's semaphore on l's servers, in
-// place of the one they recorded: Lockers that ask with another limit get
-// ErrInvalid from then on. Shrinking lets the holders of permits keep them
-// until they release or lose them, and no new permit is granted while
-// limit or more are held; growing admits new holders at once. The servers
-// keep a limit only while a permit of name may be held: with none held,
-// SetLimit does nothing, and the next grant records its own Locker's
-// limit. l is the backend's Locker, not a semaphore's. It returns an error
-// matching ErrUnavailable when the servers could not be reached, and
-// ErrInvalid for bad arguments and for a Locker whose semaphores keep no
-// limit on the servers (see Semaphore).
+// SetLimit makes limit the limit of name's semaphore on l's servers (l is
+// the backend's Locker, not a semaphore's): Lockers that ask with another
+// limit get ErrInvalid from then on. Shrinking lets holders keep their
+// permits until they release or lose them, and grants none while limit or
+// more are held; growing admits new holders at once. The servers keep a
+// limit only while a permit of name may be held: with none held, SetLimit
+// does nothing, and the next grant records its own Locker's limit. It
+// returns an error matching ErrUnavailable when the servers could not be
+// reached, and ErrInvalid for bad arguments and for a Locker whose
+// semaphores keep no limit (see Semaphore).
 func SetLimit(ctx context.Context, l Locker, name string, limit int) error {
 	if err := checkCall(ctx, l, "", ""); err != nil {
 		return err
@@ -131,17 +129,16 @@ func (s semaphore) NotifyRelease(ctx context.Context, name string) (<-chan struc
 			}
 		})
 	}
-	if !announced { // none will be: the wait polls
-		for _, stop := range stops {
-			stop()
-		}
-		return nil, func() {}
-	}
-	return out, func() {
+	stop := func() {
 		close(done)
 		wg.Wait()
 		for _, stop := range stops {
 			stop()
 		}
 	}
+	if !announced { // none will be: the wait polls
+		stop()
+		return nil, func() {}
+	}
+	return out, stop
 }

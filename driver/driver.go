@@ -1,17 +1,17 @@
-// Package driver is for authors of dlock backends, not for users of locks:
-// what a backend needs to implement dlock.Locker, and the two rules every
-// backend applies the same way (Check, ValidUntil). Package locktest is
-// the conformance suite that proves a backend against the contract.
+// Package driver is for authors of dlock backends: what a backend needs
+// to implement dlock.Locker, and the two rules every backend applies
+// (Check, ValidUntil). Package locktest proves a backend against the
+// contract.
 //
-// A backend's TryAcquire checks its arguments (Check), takes the lock on
-// its servers under a token no other grant has (128 random bits, such as
-// crypto/rand.Text's), measures the validity from the moment before it
+// A backend's TryAcquire, made through its Events, checks its arguments
+// (Check), takes the lock under a token no other grant has (128 random
+// bits, such as crypto/rand.Text's), measures the validity from before it
 // sent the request (ValidUntil), and returns NewLock(key, token, fence,
-// validUntil, grant), through its Events. The Lock handle does the
-// bookkeeping every backend shares (state, double releases, one call at a
-// time, validity that runs out); dlock.Acquire and dlock.Do are the only
-// way to wait (see ReleaseNotifier). Errors must match exactly one of
-// dlock's sentinels, with node-level detail in a *dlock.NodeError.
+// validUntil, grant). The Lock handle keeps the state every backend shares
+// (double releases, one call at a time, validity that runs out);
+// dlock.Acquire and dlock.Do do the waiting (see ReleaseNotifier). Errors
+// match exactly one of dlock's sentinels, with node-level detail in a
+// *dlock.NodeError.
 package driver
 
 import (
@@ -25,12 +25,11 @@ import (
 
 // Grant is a backend's side of one acquired lock: the two operations that
 // talk to servers. The Lock handle calls it only on a lock it believes
-// held, and never concurrently with itself. A Grant may also have a method
-// Nodes() int: how many nodes granted the lock (one without it); and one
-// whose time is not the machine's (package dlocktest's) a method Now()
-// time.Time that never goes back, which the Lock then reads instead of
-// time.Now: the backend computes its validity on that clock, and calls
-// Recheck for its locks when the clock jumps.
+// held, never concurrently with itself. A Grant may also have a method
+// Nodes() int (how many nodes granted the lock; one without it), and a
+// method Now() time.Time that never goes back, for a backend whose time is
+// not the machine's (package dlocktest's): the Lock reads it instead of
+// time.Now, and the backend calls Recheck when that clock jumps.
 type Grant interface {
 	// Extend resets the lock's TTL to ttl if the server(s) still hold the
 	// lock's token, and returns the new validity deadline (see ValidUntil).
@@ -56,31 +55,30 @@ func NewPermit(name string, slot int, token string, fence uint64, validUntil tim
 }
 
 // Lost declares lock lost with cause, which must match dlock.ErrLockLost:
-// from then on Held reports false, Extend returns cause, and Do ends its
-// function's context with it. A backend calls it when it learns unasked
-// that the lock is gone (it revoked the lock's session itself). It does
-// nothing to a lock no longer held. It must not be called while holding a
-// mutex that an observer of the lock's events may need.
+// Held reports false, Extend returns cause, and Do ends its function's
+// context with it. A backend calls it when it learns unasked that the lock
+// is gone (its session was revoked). It does nothing to a lock no longer
+// held, and must not be called under a mutex that an observer of the
+// lock's events may need.
 func Lost(lock *dlock.Lock, cause error) { bridge.Lose(lock, cause) }
 
-// Recheck makes lock look again at its Grant's own clock (Now), which just
-// jumped forward: a validity that ran out is declared lost at once, and
-// dlock.Do, whose timers run on the machine's clock, reschedules the next
-// extension. Like Lost, it does nothing to a lock no longer held and must
-// not be called under a mutex that an observer may need.
+// Recheck makes lock look again at its Grant's clock (Now), which just
+// jumped forward: a validity that ran out is declared lost, and dlock.Do,
+// whose timers run on the machine's clock, reschedules its extension. It
+// has Lost's limits.
 func Recheck(lock *dlock.Lock) {
 	if lock != nil {
 		bridge.Recheck(lock)
 	}
 }
 
-// A ReleaseNotifier is a Locker that can announce releases, so that
-// dlock.Acquire retries as soon as the holder lets go; the retry still has
-// to win. dlock.Acquire registers before its first attempt (unless it
-// makes just one) and stops after its last, so a registration also tells
-// the backend that a wait on key is in progress, for which its TryAcquire
-// may keep a place (redislock and redlock queue for a wake-up, etcdlock
-// in the lock's own queue).
+// A ReleaseNotifier is a Locker that announces releases, so that
+// dlock.Acquire retries as soon as the holder lets go (the retry still has
+// to win). dlock.Acquire registers before its first attempt (unless it
+// makes just one) and stops after its last, so a registration also says
+// that a wait on key is in progress, for which TryAcquire may keep a place
+// (redislock and redlock queue for a wake-up, etcdlock in the lock's own
+// queue).
 type ReleaseNotifier interface {
 	// NotifyRelease registers interest in key. The channel receives a
 	// value when key may have been released; a nil channel says that no
@@ -136,10 +134,9 @@ func ValidUntil(start time.Time, ttl time.Duration) time.Time {
 	return bridge.ValidUntil(start, ttl, bridge.DefaultDriftFactor)
 }
 
-// Semaphores is a Locker with semaphores of its own, whose methods
-// dlock.Semaphore and dlock.SetLimit return and call, and whose contract
-// they document. Without it, package dlock's semaphores try the slots one
-// by one and keep no limit on the servers.
+// Semaphores is a Locker with semaphores of its own, for dlock.Semaphore
+// and dlock.SetLimit, which document their contract. Without it, package
+// dlock's semaphores try the slots one by one and keep no limit.
 type Semaphores interface {
 	// Semaphore's TryAcquire makes one attempt to grant a permit, made
 	// with NewPermit, whose Extend and Release act on its slot alone, with

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"slices"
-	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/bridge"
@@ -64,26 +63,8 @@ func (ev Events) Attempt(ctx context.Context, key string, try func() (*dlock.Loc
 	if actx == nil { // the attempt refuses it; the events need one
 		actx = context.Background()
 	}
-	n, waiting := bridge.Attempt(ctx, ev.backend, ev.observe)
-	var start time.Time
-	if !waiting {
-		start = time.Now()
-	}
-	ev.observe(actx, dlock.Event{Kind: dlock.EventAttempt, Key: key, Backend: ev.backend, Attempts: n})
+	began := bridge.Attempt(actx, key, ev.backend, ev.observe)
 	lock, err := try()
-	e := dlock.Event{Key: key, Backend: ev.backend, Attempts: 1}
-	if lock != nil {
-		e.Nodes = bridge.Observe(lock, ev.backend, ev.observe)
-	}
-	if waiting {
-		return lock, err
-	}
-	e.Wait = time.Since(start)
-	if err != nil {
-		e.Kind, e.Err = dlock.EventRefused, err
-	} else {
-		e.Kind, e.Key, e.Fence = dlock.EventGranted, lock.Key(), lock.Fence()
-	}
-	ev.observe(actx, e)
+	bridge.Attempted(actx, key, ev.backend, ev.observe, lock, err, began)
 	return lock, err
 }

@@ -41,16 +41,12 @@ var (
 	NewLock func(key string, slot int, token string, fence uint64, validUntil time.Time, g any) any
 	Lose    func(lock any, cause error)
 	Recheck func(lock any)
-	// Attempt tells package dlock that an attempt of a Locker of backend,
-	// whose events go to observe (a func(context.Context, dlock.Event)),
-	// begins with ctx; it returns the attempt's number, and whether it is
-	// one of dlock.Acquire's, which then reports the grant or refusal
-	// itself (driver's Events.Attempt).
-	Attempt func(ctx context.Context, backend string, observe any) (n int, waiting bool)
-	// Observe makes lock send its events to observe, naming backend, and
-	// returns how many nodes granted it.
-	Observe  func(lock any, backend string, observe any) (nodes int)
-	Identity func(ctx context.Context) string
+	// Attempt and Attempted report an attempt's events (driver's
+	// Events.Attempt; dlock's attempt and attempted say how): observe is
+	// a func(context.Context, dlock.Event), lock a *dlock.Lock.
+	Attempt   func(ctx context.Context, key, backend string, observe any) (began time.Time)
+	Attempted func(ctx context.Context, key, backend string, observe, lock any, err error, began time.Time)
+	Identity  func(ctx context.Context) string
 )
 
 // SlotKey returns the key of slot of name's semaphore (see dlock.Semaphore).
