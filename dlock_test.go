@@ -79,6 +79,8 @@ type memLocker struct {
 	extend   func(ctx context.Context, ttl time.Duration) error
 	extended func(ctx context.Context, ttl time.Duration) error
 	release  func(ctx context.Context) error
+	// granted runs on each lock granted, before TryAcquire returns it.
+	granted func(lock *dlock.Lock)
 
 	events driver.Events // the observers of newObserved; none by default
 }
@@ -106,7 +108,13 @@ func (m *memLocker) clock() time.Time {
 }
 
 func (m *memLocker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {
-	return m.events.Attempt(ctx, key, func() (*dlock.Lock, error) { return m.try(ctx, key, ttl) })
+	return m.events.Attempt(ctx, key, func() (*dlock.Lock, error) {
+		lock, err := m.try(ctx, key, ttl)
+		if err == nil && m.granted != nil {
+			m.granted(lock)
+		}
+		return lock, err
+	})
 }
 
 func (m *memLocker) try(ctx context.Context, key string, ttl time.Duration) (*dlock.Lock, error) {

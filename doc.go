@@ -46,8 +46,9 @@
 // A lock's events go to the observers of the Locker that made it (each
 // backend's WithObserver and WithLogger options): every attempt, bare or
 // within Acquire and Do, the grant or refusal (Acquire reports it once,
-// when the wait ends), then the lock's extensions, its loss and its
-// release (see Event). driver.NewEvents says what the loggers write, and
+// when the wait ends), then the lock's extensions, its loss (even one
+// the backend found before the grant was reported) and its release (see
+// Event). driver.NewEvents says what the loggers write, and
 // package github.com/dlock-go/dlock/dlockotel turns events into
 // OpenTelemetry metrics and spans.
 //

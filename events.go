@@ -113,23 +113,17 @@ func attempt(ctx context.Context, key, backend string, observe any) time.Time {
 	return began
 }
 
-// attempted makes the lock an attempt returned send its events to
-// observe, and reports the grant or refusal of a bare TryAcquire, begun
-// at began (Acquire reports its own when its wait ends).
+// attempted reports the grant or refusal of a bare TryAcquire, begun at
+// began (Acquire reports its own when its wait ends).
 func attempted(ctx context.Context, key, backend string, observe, lock any, err error, began time.Time) {
-	obs, l := observe.(func(context.Context, Event)), lock.(*Lock)
-	if l != nil {
-		l.mu.Lock()
-		l.backend, l.observe = backend, obs
-		l.mu.Unlock()
-	}
 	if !began.IsZero() {
-		w := waiting{attempts: 1, began: began, backend: backend, observe: obs}
-		w.report(ctx, key, l, err)
+		w := waiting{attempts: 1, began: began, backend: backend, observe: observe.(func(context.Context, Event))}
+		w.report(ctx, key, lock.(*Lock), err)
 	}
 }
 
-// report sends the wait's grant or refusal to the Locker's observers, if any.
+// report sends the wait's grant or refusal to the Locker's observers, if
+// any, and then makes the lock granted send its events to them (attach).
 func (w *waiting) report(ctx context.Context, key string, lock *Lock, err error) {
 	if w.observe == nil {
 		return
@@ -140,6 +134,24 @@ func (w *waiting) report(ctx context.Context, key string, lock *Lock, err error)
 		e.Kind, e.Key, e.Fence, e.Nodes = EventGranted, lock.key, lock.fence, lock.nodes
 	}
 	w.observe(ctx, e)
+	if err == nil {
+		lock.attach(w.backend, w.observe)
+	}
+}
+
+// attach makes l send its events to observe, the observers of its Locker
+// of backend, after its grant's event. The grant was visible before (to
+// the backend, which may declare it lost from another goroutine; to
+// package dlocktest's WaitHeld): a loss declared meanwhile, which no one
+// observed, is sent now.
+func (l *Lock) attach(backend string, observe func(context.Context, Event)) {
+	defer l.deliver()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.backend, l.observe = backend, observe
+	if l.state == stateLost {
+		l.recordLocked(context.Background(), Event{Kind: EventLost, Err: l.lostCause, Detected: l.lostHow})
+	}
 }
 
 type queued struct {

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -135,6 +136,38 @@ func TestEventsOfLoss(t *testing.T) {
 	}
 	if rel := r.last(dlock.EventReleased); !errors.Is(rel.Err, dlock.ErrNotHeld) {
 		t.Fatalf("released event %+v, want ErrNotHeld", rel)
+	}
+}
+
+// A loss the backend declares between its grant and the attempt's return
+// (etcdlock's, when it finds the lease gone) reaches the observers, after
+// the grant, of a bare TryAcquire and of Acquire.
+func TestEventsOfLossAtGrant(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		var r recorder
+		m := newObserved(r.observe)
+		m.granted = func(lock *dlock.Lock) {
+			driver.Lost(lock, fmt.Errorf("dlock: %w: the session ended", dlock.ErrLockLost))
+		}
+		var lock *dlock.Lock
+		var err error
+		if wait {
+			lock, err = dlock.Acquire(context.Background(), m, "k", time.Minute)
+		} else {
+			lock, err = m.TryAcquire(context.Background(), "k", time.Minute)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lock.Held() {
+			t.Fatal("the lost lock reports held")
+		}
+		if ks := r.kinds(); !slices.Equal(ks, []string{"attempt", "granted", "lost"}) {
+			t.Fatalf("Acquire %v: events %v, want attempt, granted, lost", wait, ks)
+		}
+		if lost := r.last(dlock.EventLost); lost.Detected != "session gone" || !errors.Is(lost.Err, dlock.ErrLockLost) {
+			t.Fatalf("lost event %+v", lost)
+		}
 	}
 }
 

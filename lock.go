@@ -67,7 +67,8 @@ type Lock struct {
 	turn       bool // a call into grant is in flight: replies are recorded in order
 	state      lockState
 	validUntil time.Time
-	lostCause  error // kept once releasing
+	lostCause  error  // kept once releasing
+	lostHow    string // how the loss was detected (Event.Detected)
 	// changed, made by a waiter (Do, a call waiting for the turn), is
 	// closed at the next change of state, validUntil or turn.
 	changed chan struct{}
@@ -377,7 +378,7 @@ const (
 )
 
 func (l *Lock) loseLocked(cause error, how string) {
-	l.lostCause = cause
+	l.lostCause, l.lostHow = cause, how
 	l.setStateLocked(stateLost)
 	l.recordLocked(context.Background(), Event{Kind: EventLost, Err: cause, Detected: how})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -206,6 +207,41 @@ func TestLose(t *testing.T) {
 	}
 	if l.Lose("ledger-free") {
 		t.Fatal("Lose of a key nobody holds reported true")
+	}
+}
+
+// A Lose as soon as WaitHeld sees the grant reaches the observers, after
+// the grant, even when it comes before the attempt has returned (the
+// Locker's observers are attached to the lock as it returns): each round
+// races the two, and a few in a hundred fall in that window.
+func TestLoseAtGrant(t *testing.T) {
+	const rounds = 500
+	missed := 0
+	for range rounds {
+		r := eventtest.New()
+		l := dlocktest.New(dlocktest.WithObserver(r.Observe))
+		got := make(chan *dlock.Lock, 1)
+		go func() {
+			lock, _ := l.TryAcquire(context.Background(), "k", time.Minute)
+			got <- lock
+		}()
+		if _, err := l.WaitHeld(context.Background(), "k"); err != nil {
+			t.Fatal(err)
+		}
+		l.Lose("k")
+		if lock := <-got; lock == nil || lock.Held() {
+			t.Fatalf("TryAcquire returned %v, want the lock Lose took away", lock)
+		}
+		// Both have returned: the events are delivered.
+		ks := r.Kinds()
+		if i := slices.Index(ks, "lost"); i < 0 {
+			missed++
+		} else if i < slices.Index(ks, "granted") {
+			t.Fatalf("events %v: the loss before the grant", ks)
+		}
+	}
+	if missed > 0 {
+		t.Fatalf("%d of %d losses right after the grant reached no observer", missed, rounds)
 	}
 }
 

@@ -54,7 +54,8 @@ func NewEvents(backend string, logger *slog.Logger, observers ...func(ctx contex
 // it returns. It reports that the attempt begins, then, for a bare
 // TryAcquire, its grant or refusal (within dlock.Acquire and dlock.Do, the
 // wait reports that when it ends). The lock try returns sends its events
-// to the Locker's logger and observers from then on.
+// to the Locker's logger and observers from that report on, a loss
+// declared before (Lost, from another goroutine) included.
 func (ev Events) Attempt(ctx context.Context, key string, try func() (*dlock.Lock, error)) (*dlock.Lock, error) {
 	if ev.observe == nil {
 		return try()
