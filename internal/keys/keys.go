@@ -42,11 +42,7 @@ func derive(prefix, lockKey string) string {
 // followed later by a '}' with at least one character between them.
 func HasHashTag(key string) bool {
 	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return false
-	}
-	end := strings.IndexByte(key[open+1:], '}')
-	return end > 0
+	return open >= 0 && strings.IndexByte(key[open+1:], '}') > 0
 }
 
 // Reserved is the namespace of dlock's own keys, where no lock key may lie.

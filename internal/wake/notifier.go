@@ -30,9 +30,10 @@ type Notifier struct {
 	wg     sync.WaitGroup       // the subscriptions' goroutines and queue clean-ups
 }
 
-// interest is the Locker's wait for one lock key, in byKey while it has
-// waiters (until Close).
+// interest is the Locker's wait for full, in byKey while it has waiters
+// (until Close).
 type interest struct {
+	full    string
 	waiters []*waiter   // in arrival order
 	place   []int64     // per server: the Locker's place in the key's queue, 0 = not queued, placeUnknown
 	retry   *time.Timer // the earliest waiter's retry when no announcement will come (retryAt)
@@ -45,9 +46,8 @@ type interest struct {
 const placeUnknown = -1
 
 type waiter struct {
-	ch   chan struct{}
-	full string
-	in   *interest
+	ch chan struct{}
+	in *interest
 }
 
 // New returns the Notifier of a Locker over clients, one per server.
@@ -61,7 +61,7 @@ func New(clients []redis.UniversalClient) *Notifier {
 // Register waits for the release of full (the prefixed key). It sends
 // nothing; after Close the channel never fires.
 func (n *Notifier) Register(full string) (released <-chan struct{}, stop func()) {
-	w := &waiter{ch: make(chan struct{}, 1), full: full}
+	w := &waiter{ch: make(chan struct{}, 1)}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ctx.Err() != nil {
@@ -69,7 +69,7 @@ func (n *Notifier) Register(full string) (released <-chan struct{}, stop func())
 	}
 	in := n.byKey[full]
 	if in == nil {
-		in = &interest{place: make([]int64, len(n.clients))}
+		in = &interest{full: full, place: make([]int64, len(n.clients))}
 		n.byKey[full] = in
 	}
 	w.in = in
@@ -91,24 +91,24 @@ func (n *Notifier) leave(w *waiter) {
 		}
 	default:
 	}
-	if len(in.waiters) > 0 || n.byKey[w.full] != in {
+	if len(in.waiters) > 0 || n.byKey[in.full] != in {
 		return
 	}
-	delete(n.byKey, w.full)
+	delete(n.byKey, in.full)
 	if len(n.byKey) == 0 {
 		n.idle = time.Now()
 	}
-	n.forget(w.full, in)
+	n.forget(in)
 }
 
-// forget cancels in's retry and takes the Locker out of full's queues (in
-// the background, within a second), so that releases do not wake nobody.
-func (n *Notifier) forget(full string, in *interest) {
+// forget cancels in's retry and takes the Locker out of its key's queues
+// (in the background, within a second), so that releases do not wake nobody.
+func (n *Notifier) forget(in *interest) {
 	if in.retry != nil {
 		in.retry.Stop()
 	}
 	in.due = time.Time{}
-	queue := keys.Queue(full)
+	queue := keys.Queue(in.full)
 	for i, p := range in.place {
 		if p == 0 {
 			continue
@@ -127,8 +127,8 @@ func (n *Notifier) forget(full string, in *interest) {
 func (n *Notifier) Close() {
 	n.mu.Lock()
 	n.cancel()
-	for full, in := range n.byKey {
-		n.forget(full, in)
+	for _, in := range n.byKey {
+		n.forget(in)
 	}
 	clear(n.byKey)
 	var conns []*redis.PubSub // closed outside mu: a close can wait for a write in progress
@@ -166,7 +166,6 @@ func (n *Notifier) Woke(full string) {
 type Plan struct {
 	n     *Notifier
 	in    *interest
-	full  string
 	queue string
 	args  [][]any   // per server, the script's queue arguments; nil: not subscribed there, do not queue
 	until time.Time // when a yield ends (Woke; zero: none)
@@ -187,7 +186,7 @@ func (n *Notifier) Plan(full string) (p *Plan, yield bool) {
 	if in == nil {
 		return nil, false
 	}
-	p = &Plan{n: n, in: in, full: full, queue: keys.Queue(full), args: make([][]any, len(n.clients))}
+	p = &Plan{n: n, in: in, queue: keys.Queue(full), args: make([][]any, len(n.clients))}
 	keep, yielding := "0", "0" // keep "1": more local waiters, stay queued after a grant
 	if len(in.waiters) > 1 {
 		keep = "1"
@@ -236,7 +235,7 @@ func (p *Plan) Observe(i int, busy bool, place, expiry int64) {
 	n := p.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.byKey[p.full] != p.in {
+	if n.byKey[p.in.full] != p.in {
 		return
 	}
 	if p.args[i] != nil {

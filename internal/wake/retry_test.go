@@ -40,7 +40,7 @@ func TestRetry(t *testing.T) {
 
 	n.mu.Lock()
 	n.retryAt(in, time.Now().Add(50*time.Millisecond))
-	n.forget("k", in) // what leave and Close do
+	n.forget(in) // what leave and Close do
 	n.mu.Unlock()
 	select {
 	case <-released:

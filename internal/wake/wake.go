@@ -29,8 +29,7 @@ const (
 	silence = time.Second
 )
 
-// sub is the Locker's subscription on server i, run by listen until Close,
-// the client's close, or IdleClose without waiters.
+// sub is the Locker's subscription on server i, run by listen until ended.
 type sub struct {
 	i  int
 	ps *redis.PubSub // guarded by the Notifier's mu
