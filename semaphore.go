@@ -35,7 +35,8 @@ type semaphores interface {
 //
 // When l has semaphores of its own (driver.Semaphores: every backend of
 // this repository), Semaphore returns them. Otherwise the permits are l's
-// locks on the slots' keys, tried in order, one request each; no limit is
+// locks on the slots' keys, tried in order, one request each (in l's
+// events, an attempt on each slot's key, not on name); no limit is
 // recorded then, so Lockers that disagree on it are not told, and a
 // release of any slot wakes Acquire when l announces releases
 // (driver.ReleaseNotifier).
