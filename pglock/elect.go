@@ -42,10 +42,13 @@ func (kl keyLocker) ReadTerm(ctx context.Context, name string) (dlock.Term, erro
 	return kl.l.readTerm(ctx, name, &kl.k)
 }
 
-// termRereads is how many times readTerm reads again a holder caught
-// running a statement without a term record: the one writing it, or a
-// long one that writes none.
-const termRereads = 5
+// termRereads is how many times readTerm reads again, a millisecond
+// apart, a holder caught running a statement without a term record: the
+// one writing it, which a loaded server can stretch to tens of
+// milliseconds between the lock and the record, or a long one that
+// writes none (a transaction lock's), which costs a Leader call about a
+// quarter of a second.
+const termRereads = 200
 
 func (l *Locker) readTerm(ctx context.Context, name string, key *Key) (dlock.Term, error) {
 	k, err := l.resolve(ctx, name, key, nil)

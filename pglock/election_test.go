@@ -338,3 +338,43 @@ func TestIdentityTooLongPinsNothing(t *testing.T) {
 		}
 	}
 }
+
+// A leader's statement takes the lock, then writes its term record: a
+// Leader that catches it in between, as a loaded server can stretch that
+// moment, reads again until the record is there instead of reporting a
+// leader without a term.
+func TestLeaderWaitsForTheRecordOfAGrantUnderWay(t *testing.T) {
+	name := uniqueKey(t)
+	ctx := testCtx(t)
+	conn, err := shared.Pool(t, 2).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	key, _ := pglock.HashKey(name).Int64()
+	granting := make(chan error, 1)
+	go func() {
+		// One statement, as the acquiring one: the lock first, the record
+		// 100ms later.
+		_, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1), pg_sleep(0.1), set_config('application_name', '#77 slow-replica', false)`,
+			key)
+		granting <- err
+	}()
+	for shown := false; !shown; { // until the lock shows, record or not
+		err := shared.Pool(t, 2).QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
+			AND granted AND objsubid = 1 AND classid::int8 = ($1::int8 >> 32) & 4294967295 AND objid::int8 = $1::int8 & 4294967295)`, key).Scan(&shown)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	term, err := dlock.Leader(ctx, newLocker(t, 2), name)
+	if err != nil || !term.Led || term.Leader != "slow-replica" || term.Fence != 77 {
+		t.Errorf("Leader: %+v, %v; want slow-replica in term 77", term, err)
+	}
+	if err := <-granting; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock_all(), set_config('application_name', '', false)`); err != nil {
+		t.Fatal(err)
+	}
+}
